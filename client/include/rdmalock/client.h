@@ -1,0 +1,165 @@
+// librdmalock: the rdmalock client SDK.
+//
+//   auto client = rdmalock::Client::Connect({.server = "192.0.2.1"});
+//   if (!client.ok()) { /* client.status().ToString() says why */ }
+//   auto lock = (*client)->Lock("orders/42", {.timeout = std::chrono::seconds(1)});
+//   if (lock.ok()) { ... critical section ...; }  // released when `lock` goes out of scope
+//
+// Locks are acquired and released with one-sided RDMA atomics on lockd's lock table; lockd's CPU
+// is not involved. Every call returns Status or Result<T>; nothing throws.
+//
+// Thread-safety: a Client may be shared by any number of threads. Each thread's operations go out
+// on an RDMA connection of its own, made on the thread's first operation, so the lock path takes
+// no lock. A LockHandle belongs to one thread at a time but may be moved between threads.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "rdmalock/status.h"
+
+namespace rdmalock {
+
+enum class LockMode : uint8_t { kExclusive = 0, kShared = 1 };
+
+struct ClientOptions {
+  std::string server;      // lockd's address (an IP of its RDMA device, or a name). Required.
+  uint16_t port = 7471;    // lockd's rdma_cm port
+  std::chrono::milliseconds connect_timeout{5000};
+  std::string client_name;  // shown to operators; defaults to the program name
+  // Renew held locks on a background thread every lease/3 (per-lock opt-out in LockOptions).
+  bool auto_renew = true;
+};
+
+struct LockOptions {
+  LockMode mode = LockMode::kExclusive;
+  // How long to wait; nullopt waits for ever. Zero makes one attempt (as TryLock).
+  std::optional<std::chrono::milliseconds> timeout;
+  // Read the slot's generation with the grant so an exclusive grant carries a fencing token. Costs
+  // an RDMA READ in the same doorbell as the acquire's atomic.
+  bool fencing_token = true;
+  // Keep the lease alive while the handle lives (only if ClientOptions::auto_renew).
+  bool auto_renew = true;
+};
+
+enum class LockState : uint8_t {
+  kHeld,      // granted and, as far as this client knows, the lease is valid
+  kReleased,  // released by this client
+  kLost,      // the lease lapsed or a waiter recovered the lock: stop using the resource
+};
+
+class Client;
+
+// An acquired lock. Releases on destruction (errors then go to the loss callback only). Movable,
+// not copyable.
+class LockHandle {
+ public:
+  LockHandle() = default;
+  LockHandle(LockHandle&&) noexcept;
+  LockHandle& operator=(LockHandle&&) noexcept;
+  LockHandle(const LockHandle&) = delete;
+  LockHandle& operator=(const LockHandle&) = delete;
+  ~LockHandle();
+
+  bool valid() const { return state_ != nullptr; }
+  uint64_t slot() const;
+  LockMode mode() const;
+  LockState state() const;
+  // Fencing token of an exclusive grant (0 for shared grants or without LockOptions::fencing_token):
+  // epoch:16 | generation:32 | ticket:16. Successive exclusive holders get strictly larger tokens.
+  uint64_t fencing_token() const;
+  // When the lease ends on this process's monotonic clock unless renewed.
+  std::chrono::steady_clock::time_point lease_expiry() const;
+
+  // Releases the lock. kLockLost (nothing released) if the lease lapsed or the lock was recovered
+  // by a waiter; the handle is then in state kLost.
+  Status Release();
+  // Extends the lease by one lease period from now.
+  Status Renew();
+  // Called once, from a background thread, if the lock is found lost while held.
+  void OnLost(std::function<void(const Status&)> callback);
+
+  struct State;
+
+ private:
+  friend class Client;
+  explicit LockHandle(std::shared_ptr<State> s) : state_(std::move(s)) {}
+  std::shared_ptr<State> state_;
+};
+
+// What lockd publishes in its info page.
+struct ServerInfo {
+  uint64_t epoch = 0;
+  uint64_t lock_count = 0;
+  std::chrono::nanoseconds lease{0};
+  uint32_t stall_factor = 0;
+  uint64_t max_sessions = 0;
+  uint64_t connected_clients = 0;
+  uint64_t accepted_total = 0;
+  uint64_t rejected_total = 0;
+  uint64_t start_time_unix_ns = 0;
+};
+
+// A decoded lock slot as read (not atomically across both words) from lockd.
+struct SlotState {
+  uint64_t slot = 0;
+  uint16_t exclusive_issued = 0, shared_issued = 0;      // maxX, maxS
+  uint16_t exclusive_released = 0, shared_released = 0;  // nX, nS
+  uint64_t generation = 0;
+  uint16_t renewals = 0;
+  // Derived: outstanding requests, and who holds it now.
+  uint32_t exclusive_outstanding = 0, shared_outstanding = 0;
+  bool exclusive_held = false;   // the oldest outstanding exclusive request is granted
+  uint32_t shared_holders = 0;   // shared requests granted and not yet released
+  bool frozen = false;           // counters reached the reset threshold
+};
+
+struct ClientStats {
+  uint64_t acquires = 0, releases = 0, timeouts = 0, lost = 0;
+  uint64_t fetch_add = 0, compare_swap = 0, read = 0, write = 0;
+  uint64_t recoveries = 0, restarts = 0, withdrawals = 0, resets = 0, abandoned = 0;
+};
+
+class Client {
+ public:
+  // Connects to lockd and checks the handshake. Each thread that uses the client later opens its
+  // own connection on first use.
+  static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Locks by name: the name picks a slot by XXH3-64 modulo the lock count. Distinct names may
+  // share a slot (and then a lock): that costs concurrency, never safety.
+  Result<LockHandle> Lock(std::string_view name, const LockOptions& options = {});
+  // One attempt: kBusy if the lock is held.
+  Result<LockHandle> TryLock(std::string_view name, LockMode mode = LockMode::kExclusive);
+  Result<LockHandle> LockSlot(uint64_t slot, const LockOptions& options = {});
+  Result<LockHandle> TryLockSlot(uint64_t slot, LockMode mode = LockMode::kExclusive);
+
+  uint64_t SlotOf(std::string_view name) const;
+  uint64_t lock_count() const;
+  uint64_t session_id() const;
+  std::chrono::nanoseconds lease() const;
+
+  Result<ServerInfo> Info();
+  Result<SlotState> Inspect(uint64_t slot);
+  // Counters summed over every thread's connection.
+  ClientStats Stats() const;
+
+  class Impl;
+
+ private:
+  explicit Client(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+// The slot a name maps to among `lock_count` slots (XXH3-64, seed 0).
+uint64_t SlotForName(std::string_view name, uint64_t lock_count);
+
+}  // namespace rdmalock

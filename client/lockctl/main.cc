@@ -1,0 +1,307 @@
+// lockctl: the rdmalock admin and scripting CLI.
+//
+// Exit codes (also in docs and --help):
+//   0        success (for `acquire`: the command's own status, 128+N if killed by signal N)
+//   64       usage error
+//   69       cannot reach or handshake with lockd
+//   70       internal error
+//   75       `acquire`: the lock was not granted within --timeout
+//   76       `acquire`: the lock was lost while the command ran (the command was terminated)
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench.h"
+#include "rdmalock/client.h"
+
+namespace {
+
+constexpr int kExitUsage = 64;
+constexpr int kExitUnavailable = 69;
+constexpr int kExitInternal = 70;
+constexpr int kExitTimeout = 75;
+constexpr int kExitLost = 76;
+
+struct Common {
+  std::string server;
+  int port = 7471;
+  int connect_timeout_ms = 5000;
+  bool json = false;
+};
+
+std::unique_ptr<rdmalock::Client> ConnectOrDie(const Common& c, int* exit_code) {
+  std::string server = c.server;
+  if (server.empty()) {
+    if (const char* env = std::getenv("RDMALOCK_SERVER")) server = env;
+  }
+  if (server.empty()) {
+    std::cerr << "lockctl: no server: pass --server ADDRESS or set RDMALOCK_SERVER\n";
+    *exit_code = kExitUsage;
+    return nullptr;
+  }
+  rdmalock::ClientOptions o;
+  o.server = server;
+  o.port = static_cast<uint16_t>(c.port);
+  o.connect_timeout = std::chrono::milliseconds(c.connect_timeout_ms);
+  o.client_name = "lockctl";
+  auto client = rdmalock::Client::Connect(o);
+  if (!client.ok()) {
+    std::cerr << "lockctl: " << client.status().ToString() << "\n";
+    *exit_code = kExitUnavailable;
+    return nullptr;
+  }
+  return std::move(client).value();
+}
+
+std::string FormatTime(uint64_t unix_ns) {
+  const std::time_t t = static_cast<std::time_t>(unix_ns / 1'000'000'000ull);
+  char buf[64];
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+int CmdStatus(const Common& c) {
+  int code = 0;
+  auto client = ConnectOrDie(c, &code);
+  if (!client) return code;
+  auto info = client->Info();
+  if (!info.ok()) {
+    std::cerr << "lockctl: " << info.status().ToString() << "\n";
+    return kExitUnavailable;
+  }
+  const double lease_ms = static_cast<double>(info->lease.count()) / 1e6;
+  if (c.json) {
+    std::printf("{\"epoch\":%llu,\"lock_count\":%llu,\"lease_ms\":%.3f,\"stall_factor\":%u,"
+                "\"max_sessions\":%llu,\"connected_clients\":%llu,\"accepted_total\":%llu,"
+                "\"rejected_total\":%llu,\"started\":\"%s\"}\n",
+                static_cast<unsigned long long>(info->epoch),
+                static_cast<unsigned long long>(info->lock_count), lease_ms, info->stall_factor,
+                static_cast<unsigned long long>(info->max_sessions),
+                static_cast<unsigned long long>(info->connected_clients),
+                static_cast<unsigned long long>(info->accepted_total),
+                static_cast<unsigned long long>(info->rejected_total),
+                FormatTime(info->start_time_unix_ns).c_str());
+    return 0;
+  }
+  std::printf("epoch            %llu\n", static_cast<unsigned long long>(info->epoch));
+  std::printf("started          %s\n", FormatTime(info->start_time_unix_ns).c_str());
+  std::printf("locks            %llu\n", static_cast<unsigned long long>(info->lock_count));
+  std::printf("lease            %.0f ms (stall factor %u: waiters recover after %.0f ms)\n",
+              lease_ms, info->stall_factor, lease_ms * info->stall_factor);
+  std::printf("clients          %llu connected (this lockctl included), max %llu\n",
+              static_cast<unsigned long long>(info->connected_clients),
+              static_cast<unsigned long long>(info->max_sessions));
+  std::printf("handshakes       %llu accepted, %llu rejected\n",
+              static_cast<unsigned long long>(info->accepted_total),
+              static_cast<unsigned long long>(info->rejected_total));
+  return 0;
+}
+
+int CmdInspect(const Common& c, const std::string& name, int64_t slot) {
+  if (name.empty() == (slot < 0)) {
+    std::cerr << "lockctl inspect: give exactly one of NAME or --slot N\n";
+    return kExitUsage;
+  }
+  int code = 0;
+  auto client = ConnectOrDie(c, &code);
+  if (!client) return code;
+  const uint64_t s = slot >= 0 ? static_cast<uint64_t>(slot) : client->SlotOf(name);
+  auto st = client->Inspect(s);
+  if (!st.ok()) {
+    std::cerr << "lockctl: " << st.status().ToString() << "\n";
+    return st.status().code() == rdmalock::ErrorCode::kInvalidArgument ? kExitUsage
+                                                                        : kExitUnavailable;
+  }
+  const auto& v = *st;
+  const char* state = v.exclusive_outstanding == 0 && v.shared_outstanding == 0 ? "free"
+                      : v.exclusive_held                                        ? "held exclusive"
+                      : v.shared_holders > 0 ? "held shared"
+                                             : "held (mixed queue)";
+  if (c.json) {
+    std::printf("{\"name\":\"%s\",\"slot\":%llu,\"state\":\"%s\",\"exclusive_outstanding\":%u,"
+                "\"shared_outstanding\":%u,\"maxX\":%u,\"maxS\":%u,\"nX\":%u,\"nS\":%u,"
+                "\"generation\":%llu,\"renewals\":%u,\"frozen\":%s}\n",
+                name.c_str(), static_cast<unsigned long long>(v.slot), state,
+                v.exclusive_outstanding, v.shared_outstanding, v.exclusive_issued,
+                v.shared_issued, v.exclusive_released, v.shared_released,
+                static_cast<unsigned long long>(v.generation), v.renewals,
+                v.frozen ? "true" : "false");
+    return 0;
+  }
+  if (!name.empty()) std::printf("name         %s\n", name.c_str());
+  std::printf("slot         %llu\n", static_cast<unsigned long long>(v.slot));
+  std::printf("state        %s\n", state);
+  std::printf("exclusive    %u outstanding (tickets issued %u, released %u)\n",
+              v.exclusive_outstanding, v.exclusive_issued, v.exclusive_released);
+  std::printf("shared       %u outstanding (tickets issued %u, released %u)\n",
+              v.shared_outstanding, v.shared_issued, v.shared_released);
+  std::printf("generation   %llu (renewals %u)%s\n", static_cast<unsigned long long>(v.generation),
+              v.renewals, v.frozen ? "  [frozen: awaiting counter reset]" : "");
+  return 0;
+}
+
+std::atomic<int> g_forward_signal{0};  // lockctl's own process-wide signal flag (main only)
+
+int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t timeout_ms,
+               int grace_ms, const std::vector<std::string>& cmd) {
+  if (cmd.empty()) {
+    std::cerr << "lockctl acquire: give the command after --, e.g. lockctl acquire NAME -- make\n";
+    return kExitUsage;
+  }
+  int code = 0;
+  auto client = ConnectOrDie(c, &code);
+  if (!client) return code;
+  rdmalock::LockOptions lo;
+  lo.mode = shared ? rdmalock::LockMode::kShared : rdmalock::LockMode::kExclusive;
+  if (timeout_ms >= 0) lo.timeout = std::chrono::milliseconds(timeout_ms);
+  auto lock = client->Lock(name, lo);
+  if (!lock.ok()) {
+    std::cerr << "lockctl: lock '" << name << "': " << lock.status().ToString() << "\n";
+    const auto ec = lock.status().code();
+    return ec == rdmalock::ErrorCode::kTimeout || ec == rdmalock::ErrorCode::kBusy
+               ? kExitTimeout
+               : kExitUnavailable;
+  }
+  std::atomic<bool> lost{false};
+  lock->OnLost([&](const rdmalock::Status&) { lost.store(true); });
+
+  const pid_t child = fork();
+  if (child < 0) {
+    std::perror("lockctl: fork");
+    return kExitInternal;
+  }
+  if (child == 0) {
+    setenv("RDMALOCK_NAME", name.c_str(), 1);
+    setenv("RDMALOCK_SLOT", std::to_string(lock->slot()).c_str(), 1);
+    setenv("RDMALOCK_MODE", shared ? "shared" : "exclusive", 1);
+    if (!shared) setenv("RDMALOCK_TOKEN", std::to_string(lock->fencing_token()).c_str(), 1);
+    std::vector<char*> argv;
+    for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "lockctl: cannot run %s: %s\n", argv[0], std::strerror(errno));
+    _exit(127);
+  }
+  signal(SIGTERM, [](int s) { g_forward_signal.store(s); });
+  signal(SIGINT, [](int s) { g_forward_signal.store(s); });
+  int status = 0;
+  bool terminated_for_loss = false;
+  std::chrono::steady_clock::time_point term_sent;
+  for (;;) {
+    const pid_t r = waitpid(child, &status, WNOHANG);
+    if (r == child) break;
+    if (r < 0 && errno != EINTR) {
+      std::perror("lockctl: waitpid");
+      return kExitInternal;
+    }
+    if (const int s = g_forward_signal.exchange(0); s != 0) kill(child, s);
+    const bool is_lost = lost.load() || lock->state() == rdmalock::LockState::kLost ||
+                         std::chrono::steady_clock::now() >= lock->lease_expiry();
+    if (is_lost && !terminated_for_loss) {
+      std::cerr << "lockctl: lock '" << name << "' lost; sending SIGTERM to the command\n";
+      kill(child, SIGTERM);
+      terminated_for_loss = true;
+      term_sent = std::chrono::steady_clock::now();
+    }
+    if (terminated_for_loss &&
+        std::chrono::steady_clock::now() - term_sent > std::chrono::milliseconds(grace_ms)) {
+      kill(child, SIGKILL);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const rdmalock::Status rel = lock->Release();
+  if (terminated_for_loss) return kExitLost;
+  if (!rel.ok()) {
+    std::cerr << "lockctl: release of '" << name << "': " << rel.ToString() << "\n";
+    if (rel.code() == rdmalock::ErrorCode::kLockLost) return kExitLost;
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return kExitInternal;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"lockctl: inspect and use an rdmalock lock server.\n"
+               "Exit codes: 0 ok (acquire: the command's status), 64 usage, 69 lockd "
+               "unreachable, 70 internal, 75 lock not granted in time, 76 lock lost."};
+  app.require_subcommand(1);
+  Common c;
+  app.add_option("-s,--server", c.server, "lockd address (default: $RDMALOCK_SERVER)");
+  app.add_option("-p,--port", c.port, "lockd port")->check(CLI::Range(1, 65535));
+  app.add_option("--connect-timeout-ms", c.connect_timeout_ms, "connect timeout")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--json", c.json, "print JSON");
+
+  auto* status = app.add_subcommand("status", "show lockd's epoch, lock count, lease, clients");
+
+  auto* inspect = app.add_subcommand("inspect", "decode one lock slot: holders, waiters, tickets");
+  std::string inspect_name;
+  int64_t inspect_slot = -1;
+  inspect->add_option("name", inspect_name, "lock name");
+  inspect->add_option("--slot", inspect_slot, "slot number instead of a name")
+      ->check(CLI::NonNegativeNumber);
+
+  auto* acquire = app.add_subcommand(
+      "acquire", "hold a lock while a command runs: lockctl acquire NAME [--shared] -- CMD...");
+  std::string acq_name;
+  bool acq_shared = false;
+  int64_t acq_timeout = -1;
+  int acq_grace = 5000;
+  std::vector<std::string> acq_cmd;
+  acquire->add_option("name", acq_name, "lock name")->required();
+  acquire->add_flag("--shared", acq_shared, "take the lock in shared mode");
+  acquire->add_option("--timeout", acq_timeout, "ms to wait for the lock (default: for ever)")
+      ->check(CLI::NonNegativeNumber);
+  acquire->add_option("--grace", acq_grace, "ms between SIGTERM and SIGKILL when the lock is lost")
+      ->check(CLI::NonNegativeNumber);
+  acquire->add_option("cmd", acq_cmd, "command and arguments (after --)");
+
+  auto* bench = app.add_subcommand("bench", "run a lock workload and print latency/throughput");
+  lockctl::BenchOptions bo;
+  bench->add_option("--threads", bo.threads, "client threads")->check(CLI::PositiveNumber);
+  bench->add_option("--locks", bo.locks, "distinct locks (uniform)")->check(CLI::PositiveNumber);
+  bench->add_option("--duration", bo.duration_s, "seconds to measure")->check(CLI::PositiveNumber);
+  bench->add_option("--warmup", bo.warmup_s, "seconds before measuring")
+      ->check(CLI::NonNegativeNumber);
+  bench->add_option("--shared-ratio", bo.shared_ratio, "fraction of shared acquisitions")
+      ->check(CLI::Range(0.0, 1.0));
+  bench->add_flag("--token", bo.token, "request fencing tokens");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  if (status->parsed()) return CmdStatus(c);
+  if (inspect->parsed()) return CmdInspect(c, inspect_name, inspect_slot);
+  if (acquire->parsed()) {
+    return CmdAcquire(c, acq_name, acq_shared, acq_timeout, acq_grace, acq_cmd);
+  }
+  if (bench->parsed()) {
+    int code = 0;
+    auto client = ConnectOrDie(c, &code);
+    if (!client) return code;
+    bo.json = c.json;
+    return lockctl::RunBench(*client, bo);
+  }
+  return kExitUsage;
+}

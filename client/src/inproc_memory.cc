@@ -1,0 +1,75 @@
+#include "inproc_memory.h"
+
+#include <cstring>
+#include <string>
+
+#include "rdmalock/proto/layout.h"
+
+namespace rdmalock {
+
+InProcessTable::InProcessTable(uint64_t lock_count)
+    : lock_count_(lock_count),
+      words_(std::make_unique<std::atomic<uint64_t>[]>((lock_count + 1) * 2)) {
+  for (uint64_t i = 0; i < (lock_count + 1) * 2; ++i) words_[i].store(0);
+  words_[lock_count * 2].store(proto::kProbePattern);
+}
+
+Status InProcessMemory::Check(const RemoteOp& op) const {
+  if (op.region != RegionId::kLocks) {
+    return Error(ErrorCode::kInvalidArgument, "in-process backend serves the lock table only");
+  }
+  const uint64_t bytes = proto::LockTableBytes(table_->lock_count());
+  if (op.offset % 8 != 0 || op.offset + op.length > bytes || (op.length != 8 && op.length != 16)) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "remote access error: offset " + std::to_string(op.offset));
+  }
+  if (op.kind == RemoteOp::Kind::kWrite) {
+    // The lock table is registered without REMOTE_WRITE.
+    return Error(ErrorCode::kConnection, "remote access error: WRITE to the lock table");
+  }
+  return Status::Ok();
+}
+
+Status InProcessMemory::DoExecute(std::span<RemoteOp> ops) {
+  for (RemoteOp& op : ops) {
+    if (broken_.load()) return Error(ErrorCode::kConnection, "channel broken (injected)");
+    if (hook_ && !hook_(op)) {
+      broken_.store(true);
+      return Error(ErrorCode::kConnection, "channel dropped (injected)");
+    }
+    RDMALOCK_RETURN_IF_ERROR(Check(op));
+    std::atomic<uint64_t>& w = table_->word(op.offset / 8);
+    switch (op.kind) {
+      case RemoteOp::Kind::kFetchAdd:
+        op.result[0] = w.fetch_add(op.operand, std::memory_order_acq_rel);
+        break;
+      case RemoteOp::Kind::kCompareSwap: {
+        uint64_t expected = op.operand;
+        w.compare_exchange_strong(expected, op.swap, std::memory_order_acq_rel);
+        op.result[0] = expected;  // the old value, whether or not it swapped
+        break;
+      }
+      case RemoteOp::Kind::kRead:
+        op.result[0] = w.load(std::memory_order_acquire);
+        if (op.length == 16) op.result[1] = table_->word(op.offset / 8 + 1).load();
+        break;
+      case RemoteOp::Kind::kWrite:
+        break;  // refused by Check
+    }
+  }
+  return Status::Ok();
+}
+
+Status InProcessMemory::ReadBytes(RegionId region, uint64_t offset, std::span<uint8_t> dst) {
+  if (region != RegionId::kLocks || offset % 8 != 0 || dst.size() % 8 != 0 ||
+      offset + dst.size() > proto::LockTableBytes(table_->lock_count())) {
+    return Error(ErrorCode::kInvalidArgument, "bad in-process read");
+  }
+  for (size_t i = 0; i < dst.size(); i += 8) {
+    const uint64_t v = table_->word((offset + i) / 8).load();
+    std::memcpy(dst.data() + i, &v, 8);
+  }
+  return Status::Ok();
+}
+
+}  // namespace rdmalock

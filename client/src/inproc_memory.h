@@ -1,0 +1,63 @@
+// The in-process backend: lockd's lock table as std::atomic words in this process, with the
+// atomicity a NIC reporting ATOMIC_HCA gives (each 8-byte FA/CAS atomic; a 16-byte READ is two
+// atomic 8-byte loads, not one snapshot). A test seam for running the protocol engine under many
+// threads, sanitizers and injected faults; not a transport for users.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "remote_memory.h"
+
+namespace rdmalock {
+
+class InProcessTable {
+ public:
+  explicit InProcessTable(uint64_t lock_count);
+
+  uint64_t lock_count() const { return lock_count_; }
+  // Word `index` (0 = word0 of slot 0, 1 = word1 of slot 0, ...) of the lock table.
+  std::atomic<uint64_t>& word(uint64_t index) { return words_[index]; }
+  uint64_t Load(uint64_t slot, int w) const {
+    return words_[slot * 2 + static_cast<uint64_t>(w)].load(std::memory_order_acquire);
+  }
+  // Test set-up only (no channel may be running).
+  void Store(uint64_t slot, int w, uint64_t v) {
+    words_[slot * 2 + static_cast<uint64_t>(w)].store(v, std::memory_order_release);
+  }
+
+ private:
+  uint64_t lock_count_;
+  std::unique_ptr<std::atomic<uint64_t>[]> words_;
+};
+
+// One channel on an InProcessTable, with fault injection.
+class InProcessMemory : public RemoteMemory {
+ public:
+  // Runs before each operation of a batch; may sleep (delay, freeze) or return false to fail the
+  // batch as if the connection had dropped.
+  using Hook = std::function<bool(const RemoteOp&)>;
+
+  explicit InProcessMemory(InProcessTable* table) : table_(table) {}
+
+  void set_hook(Hook hook) { hook_ = std::move(hook); }
+  // Makes every later operation fail with kConnection, as a dropped QP would.
+  void Break() { broken_.store(true); }
+
+  Status ReadBytes(RegionId region, uint64_t offset, std::span<uint8_t> dst) override;
+
+ protected:
+  Status DoExecute(std::span<RemoteOp> ops) override;
+
+ private:
+  Status Check(const RemoteOp& op) const;
+
+  InProcessTable* table_;
+  Hook hook_;
+  std::atomic<bool> broken_{false};
+};
+
+}  // namespace rdmalock

@@ -1,0 +1,360 @@
+#include "lock_engine.h"
+
+#include <algorithm>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "rdmalock/proto/layout.h"
+
+namespace rdmalock {
+namespace {
+
+using proto::Word0;
+using std::chrono::nanoseconds;
+
+constexpr uint64_t Word0Off(uint64_t slot) { return proto::SlotOffset(slot) + proto::kWord0Offset; }
+constexpr uint64_t Word1Off(uint64_t slot) { return proto::SlotOffset(slot) + proto::kWord1Offset; }
+
+// Short waits yield the CPU instead of sleeping (timer slack would turn 5 us into 60 us); longer
+// ones sleep so that waiters never starve a holder of CPU.
+void Pause(nanoseconds d) {
+  if (d <= nanoseconds::zero()) return;
+  if (d < std::chrono::microseconds(50)) {
+    const auto end = Clock::now() + d;
+    while (Clock::now() < end) std::this_thread::yield();
+  } else {
+    std::this_thread::sleep_for(d);
+  }
+}
+
+// Uniform jitter in [d/2, 3d/2) for back-off.
+nanoseconds Jitter(nanoseconds d) {
+  thread_local std::minstd_rand rng(static_cast<unsigned>(
+      std::hash<std::thread::id>{}(std::this_thread::get_id()) ^
+      static_cast<size_t>(Clock::now().time_since_epoch().count())));
+  const auto half = std::max<int64_t>(1, d.count() / 2);
+  return nanoseconds(half + static_cast<int64_t>(rng() % static_cast<uint64_t>(2 * half)));
+}
+
+// What a waiter last saw of a slot: progress is any change of (nX, nS, word1).
+struct Observed {
+  bool valid = false;
+  uint16_t n_x = 0, n_s = 0;
+  uint64_t word1 = 0;
+  bool Same(Word0 w0, uint64_t w1) const {
+    return valid && n_x == w0.n_x && n_s == w0.n_s && word1 == w1;
+  }
+  void Set(Word0 w0, uint64_t w1) { *this = Observed{true, w0.n_x, w0.n_s, w1}; }
+};
+
+void Count(Counter EngineEvents::*field, EngineEvents* ev) {
+  if (ev != nullptr) ++(ev->*field);
+}
+
+}  // namespace
+
+LockEngine::LockEngine(EngineParams params, AbandonHandler on_abandon)
+    : params_(params), on_abandon_(std::move(on_abandon)) {}
+
+void LockEngine::FillToken(Grant* g) const {
+  if (g->ticket.mode == Mode::kExclusive && g->has_generation) {
+    g->token = proto::FencingToken(params_.epoch, g->generation, g->ticket.word.max_x);
+  }
+}
+
+nanoseconds LockEngine::PollInterval(const RemoteMemory& mem, uint32_t ahead,
+                                     uint32_t unchanged_polls) const {
+  const nanoseconds rtt = std::max(mem.round_trip(), nanoseconds(100));
+  // Proportional to the queue ahead (each request ahead needs at least a round trip to release),
+  // and growing while nothing moves, so a long critical section is not polled at full rate.
+  const nanoseconds by_queue = rtt * std::max<uint32_t>(1, ahead);
+  const nanoseconds by_idle = rtt * (int64_t{1} << std::min<uint32_t>(unchanged_polls, 6));
+  const nanoseconds cap = std::min<nanoseconds>(params_.lease / 8, rtt * 64);
+  return std::min(std::max(by_queue, by_idle), cap);
+}
+
+Result<Grant> LockEngine::Acquire(RemoteMemory& mem, uint64_t slot, Mode mode,
+                                  const AcquireOptions& opt, EngineEvents* ev) const {
+  if (slot >= params_.lock_count) {
+    return Error(ErrorCode::kInvalidArgument, "slot " + std::to_string(slot) +
+                                                  " is out of range (lock_count " +
+                                                  std::to_string(params_.lock_count) + ")");
+  }
+  const uint64_t inc = proto::AcquireIncrement(mode);
+  nanoseconds backoff = mem.round_trip();
+  // Watches a frozen word that nobody resets (its last participant died holding an increment).
+  Observed frozen_seen;
+  Clock::time_point frozen_since;
+
+  for (int attempt = 0;; ++attempt) {
+    if (attempt > 0 && Clock::now() >= opt.deadline) {
+      return Error(ErrorCode::kTimeout, "timed out waiting for slot " + std::to_string(slot));
+    }
+    RemoteOp ops[2] = {RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(slot), inc),
+                       RemoteOp::Read(RegionId::kLocks, Word1Off(slot), 8)};
+    const auto issue = Clock::now();
+    RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops, opt.want_token ? 2 : 1)));
+    const Word0 prev = Word0::Decode(ops[0].result[0]);
+
+    if (prev.Frozen()) {
+      // The word awaits a reset: take the increment back (by CAS, never FA of -inc) and retry.
+      RDMALOCK_RETURN_IF_ERROR(
+          WithdrawFrozen(mem, slot, inc, Word0::Decode(ops[0].result[0] + inc), ev));
+      RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(slot), 16);
+      RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
+      const Word0 w0 = Word0::Decode(rd.result[0]);
+      const auto now = Clock::now();
+      if (w0.Frozen()) {
+        if (!frozen_seen.Same(w0, rd.result[1])) {
+          frozen_seen.Set(w0, rd.result[1]);
+          frozen_since = now;
+        } else if (now - frozen_since >= stall_timeout()) {
+          // Nothing moved for F x L: whoever still counts in this word is gone. Reset it:
+          // generation first, then word0, on one channel so they land in that order.
+          RemoteOp r[2] = {
+              RemoteOp::FetchAdd(RegionId::kLocks, Word1Off(slot), proto::kGenerationIncrement),
+              RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(slot), rd.result[0], 0)};
+          RDMALOCK_RETURN_IF_ERROR(mem.Execute(r));
+          if (r[1].result[0] == rd.result[0]) Count(&EngineEvents::resets, ev);
+          frozen_seen = Observed{};
+        }
+      }
+      if (opt.try_only) return Error(ErrorCode::kBusy, "lock word is being reset; try again");
+      Pause(std::min<nanoseconds>(Jitter(backoff), opt.deadline - Clock::now()));
+      backoff = std::min<nanoseconds>(backoff * 2, params_.lease / 8);
+      continue;
+    }
+    frozen_seen = Observed{};
+
+    const Ticket t{slot, mode, prev};
+    Grant g;
+    g.ticket = t;
+    g.lease_start = issue;
+    if (opt.want_token) {
+      g.generation = proto::Generation(ops[1].result[0]);
+      g.has_generation = true;
+    }
+    if (proto::Granted(prev, prev, mode)) {  // granted at once: one round trip
+      FillToken(&g);
+      return g;
+    }
+    if (opt.try_only) {
+      RDMALOCK_ASSIGN_OR_RETURN(
+          const GiveUp gu, GiveUpTicket(mem, t, Word0::Decode(prev.Encode() + inc), ev));
+      if (gu == GiveUp::kGranted) {  // the holder released in the meantime
+        FillToken(&g);
+        return g;
+      }
+      return Error(ErrorCode::kBusy, "slot " + std::to_string(slot) + " is held");
+    }
+    RDMALOCK_ASSIGN_OR_RETURN(const WaitOutcome out, Wait(mem, t, issue, opt.deadline, &g, ev));
+    if (out == WaitOutcome::kGranted) {
+      FillToken(&g);
+      return g;
+    }
+    if (out == WaitOutcome::kTimeout) {
+      return Error(ErrorCode::kTimeout, "timed out waiting for slot " + std::to_string(slot));
+    }
+    Count(&EngineEvents::restarts, ev);  // skipped, reset or paused: queue again
+  }
+}
+
+Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket& t,
+                                                 Clock::time_point fa_issue,
+                                                 Clock::time_point deadline, Grant* grant,
+                                                 EngineEvents* ev) const {
+  const uint64_t inc = proto::AcquireIncrement(t.mode);
+  Clock::time_point last_waiting_issue = fa_issue;  // issue of the last op that showed us waiting
+  Word0 last = Word0::Decode(t.word.Encode() + inc);
+  Observed seen;
+  Clock::time_point seen_since;
+  uint32_t unchanged = 0;
+
+  for (;;) {
+    const auto now = Clock::now();
+    if (now - last_waiting_issue > params_.lease) {
+      // We lost sight of the word for longer than a lease (the process was paused): we may have
+      // been skipped and the word reset meanwhile, so the ticket cannot be trusted. Queue again;
+      // if the old ticket still counts, waiters recover it after F x L.
+      return WaitOutcome::kRestart;
+    }
+    if (now >= deadline) {
+      RDMALOCK_ASSIGN_OR_RETURN(const GiveUp gu, GiveUpTicket(mem, t, last, ev));
+      if (gu != GiveUp::kGranted) return WaitOutcome::kTimeout;
+      grant->ticket = t;
+      grant->lease_start = last_waiting_issue;
+      return WaitOutcome::kGranted;
+    }
+    RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(t.slot), 16);
+    const auto issue = Clock::now();
+    RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
+    const auto done = Clock::now();
+    const Word0 w0 = Word0::Decode(rd.result[0]);
+    last = w0;
+    if (proto::TicketGone(w0, t.word, t.mode)) return WaitOutcome::kRestart;
+    if (proto::Granted(w0, t.word, t.mode)) {
+      grant->ticket = t;
+      grant->lease_start = last_waiting_issue;
+      grant->generation = proto::Generation(rd.result[1]);
+      grant->has_generation = true;
+      return WaitOutcome::kGranted;
+    }
+    if (proto::Skipped(w0, t.word, t.mode)) return WaitOutcome::kRestart;
+    last_waiting_issue = issue;
+
+    if (!seen.Same(w0, rd.result[1])) {
+      seen.Set(w0, rd.result[1]);
+      seen_since = done;  // stall time counts from the completion of the first observation
+      unchanged = 0;
+    } else if (done - seen_since >= stall_timeout()) {
+      // Neither a release nor a renewal for F x L: mark everything up to our own request done.
+      const Word0 rec = proto::RecoveredWord(w0, t.word, t.mode);
+      RemoteOp cas =
+          RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), w0.Encode(), rec.Encode());
+      RDMALOCK_RETURN_IF_ERROR(mem.Execute(cas));
+      if (cas.result[0] == w0.Encode()) {
+        Count(&EngineEvents::recoveries, ev);
+        if (rec.Frozen() && rec.Drained()) {
+          RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, t.slot, rec, ev));
+        }
+        return WaitOutcome::kRestart;
+      }
+      seen = Observed{};  // something moved: time the stall again
+      continue;
+    } else {
+      ++unchanged;
+    }
+    const nanoseconds pause = PollInterval(mem, proto::Ahead(w0, t.word, t.mode), unchanged);
+    Pause(std::min<nanoseconds>(pause, deadline - Clock::now()));
+  }
+}
+
+Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Ticket& t, Word0 cur,
+                                                    EngineEvents* ev) const {
+  const uint64_t inc = proto::AcquireIncrement(t.mode);
+  const Word0 mine = Word0::Decode(t.word.Encode() + inc);  // max fields with only us added
+  for (;;) {
+    if (proto::Granted(cur, t.word, t.mode)) return GiveUp::kGranted;
+    if (proto::Skipped(cur, t.word, t.mode) || proto::TicketGone(cur, t.word, t.mode)) {
+      return GiveUp::kGone;
+    }
+    if (cur.max_x != mine.max_x || cur.max_s != mine.max_s) {
+      // Requests queued behind us count on our ticket: it must be granted and released.
+      Count(&EngineEvents::abandoned, ev);
+      if (on_abandon_) on_abandon_(t);
+      return GiveUp::kAbandoned;
+    }
+    RemoteOp cas = RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), cur.Encode(),
+                                         cur.Encode() - inc);
+    RDMALOCK_RETURN_IF_ERROR(mem.Execute(cas));
+    if (cas.result[0] == cur.Encode()) {
+      Count(&EngineEvents::withdrawals, ev);
+      return GiveUp::kWithdrawn;
+    }
+    cur = Word0::Decode(cas.result[0]);
+  }
+}
+
+Status LockEngine::WithdrawFrozen(RemoteMemory& mem, uint64_t slot, uint64_t inc, Word0 cur,
+                                  EngineEvents* ev) const {
+  for (;;) {
+    const uint16_t field = inc == proto::kAcquireExclusive ? cur.max_x : cur.max_s;
+    // Once the word is no longer frozen it has been reset, and our increment went with it.
+    if (!cur.Frozen() || field == 0) return Status::Ok();
+    RemoteOp cas = RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(slot), cur.Encode(),
+                                         cur.Encode() - inc);
+    RDMALOCK_RETURN_IF_ERROR(mem.Execute(cas));
+    if (cas.result[0] == cur.Encode()) {
+      Count(&EngineEvents::withdrawals, ev);
+      const Word0 now = Word0::Decode(cur.Encode() - inc);
+      if (now.Frozen() && now.Drained()) return ResetDrained(mem, slot, now, ev);
+      return Status::Ok();
+    }
+    cur = Word0::Decode(cas.result[0]);
+  }
+}
+
+Status LockEngine::ResetDrained(RemoteMemory& mem, uint64_t slot, Word0 drained,
+                                EngineEvents* ev) const {
+  // Generation first, then word0: both on this channel, so they land in that order. Several
+  // participants may race here; only one CAS wins, and extra generation bumps are harmless.
+  RemoteOp ops[2] = {
+      RemoteOp::FetchAdd(RegionId::kLocks, Word1Off(slot), proto::kGenerationIncrement),
+      RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(slot), drained.Encode(), 0)};
+  RDMALOCK_RETURN_IF_ERROR(mem.Execute(ops));
+  if (ops[1].result[0] == drained.Encode()) Count(&EngineEvents::resets, ev);
+  return Status::Ok();
+}
+
+Status LockEngine::UndoIncrement(RemoteMemory& mem, uint64_t slot, uint64_t inc,
+                                 Word0 cur) const {
+  const int shift = inc == proto::kReleaseExclusive ? 48 : 32;
+  for (;;) {
+    if (((cur.Encode() >> shift) & 0xffff) == 0) return Status::Ok();  // reset: nothing to undo
+    RemoteOp cas = RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(slot), cur.Encode(),
+                                         cur.Encode() - inc);
+    RDMALOCK_RETURN_IF_ERROR(mem.Execute(cas));
+    if (cas.result[0] == cur.Encode()) return Status::Ok();
+    cur = Word0::Decode(cas.result[0]);
+  }
+}
+
+Status LockEngine::Release(RemoteMemory& mem, const Grant& g, EngineEvents* ev) const {
+  const Ticket& t = g.ticket;
+  if (!LeaseValid(g, Clock::now())) {
+    return Error(ErrorCode::kLockLost, "lease on slot " + std::to_string(t.slot) +
+                                           " expired before release; not released (waiters "
+                                           "recover the lock)");
+  }
+  const uint64_t inc = proto::ReleaseIncrement(t.mode);
+  RemoteOp fa = RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(t.slot), inc);
+  RDMALOCK_RETURN_IF_ERROR(mem.Execute(fa));
+  const Word0 old = Word0::Decode(fa.result[0]);
+  const bool held = t.mode == Mode::kExclusive
+                        ? old.n_x == t.word.max_x && old.n_s == t.word.max_s &&
+                              old.max_x > t.word.max_x
+                        : old.n_x == t.word.max_x && old.max_s > t.word.max_s &&
+                              old.n_s < old.max_s;
+  if (!held) {
+    // A recovery skipped us: our release would count for a request that has not released.
+    RDMALOCK_RETURN_IF_ERROR(UndoIncrement(mem, t.slot, inc, Word0::Decode(fa.result[0] + inc)));
+    return Error(ErrorCode::kLockLost, "slot " + std::to_string(t.slot) +
+                                           " was recovered by a waiter before release; the "
+                                           "critical section may have overlapped another");
+  }
+  const Word0 now = Word0::Decode(fa.result[0] + inc);
+  if (now.Frozen() && now.Drained()) return ResetDrained(mem, t.slot, now, ev);
+  return Status::Ok();
+}
+
+Status LockEngine::Renew(RemoteMemory& mem, Grant& g, EngineEvents* /*ev*/) const {
+  const Ticket& t = g.ticket;
+  if (!LeaseValid(g, Clock::now())) {
+    return Error(ErrorCode::kLockLost,
+                 "lease on slot " + std::to_string(t.slot) + " expired before renewal");
+  }
+  RemoteOp ops[2] = {
+      RemoteOp::FetchAdd(RegionId::kLocks, Word1Off(t.slot), proto::kRenewIncrement),
+      RemoteOp::Read(RegionId::kLocks, Word0Off(t.slot), 8)};
+  const auto issue = Clock::now();
+  RDMALOCK_RETURN_IF_ERROR(mem.Execute(ops));
+  const Word0 w0 = Word0::Decode(ops[1].result[0]);
+  if (!proto::Granted(w0, t.word, t.mode) || proto::TicketGone(w0, t.word, t.mode)) {
+    return Error(ErrorCode::kLockLost,
+                 "slot " + std::to_string(t.slot) + " was recovered by a waiter");
+  }
+  g.lease_start = issue;
+  return Status::Ok();
+}
+
+Status LockEngine::Drain(RemoteMemory& mem, const Ticket& t, EngineEvents* ev) const {
+  Grant g;
+  RDMALOCK_ASSIGN_OR_RETURN(const WaitOutcome out,
+                            Wait(mem, t, Clock::now(), Clock::time_point::max(), &g, ev));
+  if (out != WaitOutcome::kGranted) return Status::Ok();  // skipped or reset: nothing to release
+  Status st = Release(mem, g, ev);
+  return st.code() == ErrorCode::kLockLost ? Status::Ok() : st;
+}
+
+}  // namespace rdmalock

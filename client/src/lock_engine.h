@@ -1,0 +1,111 @@
+// The lock protocol engine: acquire, poll, release, renew, stall recovery, frozen-word withdrawal
+// and counter reset on one 16-byte slot, written once against RemoteMemory. See docs/protocol.md.
+//
+// Thread-safety: a LockEngine is immutable after construction and may be shared by all threads;
+// each call takes the caller's own channel.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+
+#include "rdmalock/proto/lock_word.h"
+#include "rdmalock/status.h"
+#include "remote_memory.h"
+
+namespace rdmalock {
+
+using Clock = std::chrono::steady_clock;
+using proto::Mode;
+
+struct EngineParams {
+  uint64_t lock_count = 0;
+  std::chrono::nanoseconds lease{std::chrono::seconds(2)};  // L
+  uint32_t stall_factor = 2;                                 // F
+  uint16_t epoch = 0;                                        // lockd's epoch, leads tokens
+};
+
+// A queued request: the slot, the mode and word0 as the FETCH_AND_ADD found it.
+struct Ticket {
+  uint64_t slot = 0;
+  Mode mode = Mode::kExclusive;
+  proto::Word0 word;
+};
+
+struct Grant {
+  Ticket ticket;
+  Clock::time_point lease_start;  // the lease ends at lease_start + L
+  uint64_t generation = 0;        // word1's generation when granted (valid if has_generation)
+  bool has_generation = false;
+  uint64_t token = 0;             // fencing token; exclusive grants with has_generation only
+};
+
+struct AcquireOptions {
+  Clock::time_point deadline = Clock::time_point::max();
+  bool try_only = false;    // give up at once instead of queueing (kBusy)
+  bool want_token = false;  // read word1 with the FETCH_AND_ADD so a token comes with the grant
+};
+
+// What the engine did, for benchmarks and tests.
+struct EngineEvents {
+  Counter recoveries;   // stall recoveries this caller performed
+  Counter restarts;     // tickets given up after being skipped, reset or paused
+  Counter withdrawals;  // increments withdrawn (frozen word, try-lock, timeout)
+  Counter resets;       // counter resets this caller performed
+  Counter abandoned;    // tickets handed to the abandon handler
+};
+
+class LockEngine {
+ public:
+  // Called with a ticket that timed out or failed a try-lock and could not be withdrawn because
+  // requests queued behind it. The handler must Drain() it on some channel soon, or the lock
+  // stalls until waiters recover (F x L). Must be thread-safe.
+  using AbandonHandler = std::function<void(const Ticket&)>;
+
+  LockEngine(EngineParams params, AbandonHandler on_abandon);
+
+  const EngineParams& params() const { return params_; }
+  std::chrono::nanoseconds stall_timeout() const { return params_.lease * params_.stall_factor; }
+
+  // Queues a request on `slot` and waits for it until `opt.deadline`. kTimeout or kBusy when it
+  // gave up; the ticket has then been withdrawn or handed to the abandon handler.
+  Result<Grant> Acquire(RemoteMemory& mem, uint64_t slot, Mode mode, const AcquireOptions& opt,
+                        EngineEvents* ev = nullptr) const;
+
+  // Releases a grant. kLockLost (and nothing released) when the lease has lapsed; kLockLost (and
+  // the increment undone) when the release shows the grant had been skipped by a recovery.
+  Status Release(RemoteMemory& mem, const Grant& g, EngineEvents* ev = nullptr) const;
+
+  // Extends the lease (FETCH_AND_ADD on word1) and checks the grant still stands.
+  Status Renew(RemoteMemory& mem, Grant& g, EngineEvents* ev = nullptr) const;
+
+  // Waits for an abandoned ticket's turn and releases it at once, so the queue moves on.
+  Status Drain(RemoteMemory& mem, const Ticket& t, EngineEvents* ev = nullptr) const;
+
+  bool LeaseValid(const Grant& g, Clock::time_point now) const {
+    return now < g.lease_start + params_.lease;
+  }
+
+ private:
+  enum class WaitOutcome { kGranted, kRestart, kTimeout };
+  Result<WaitOutcome> Wait(RemoteMemory& mem, const Ticket& t, Clock::time_point fa_issue,
+                           Clock::time_point deadline, Grant* grant, EngineEvents* ev) const;
+  // Takes back an increment from a frozen word; resets the word if that drains it.
+  Status WithdrawFrozen(RemoteMemory& mem, uint64_t slot, uint64_t inc, proto::Word0 cur,
+                        EngineEvents* ev) const;
+  enum class GiveUp { kWithdrawn, kAbandoned, kGranted, kGone };
+  // Gives a queued, not yet granted ticket back: withdraws it if nothing queued behind it.
+  Result<GiveUp> GiveUpTicket(RemoteMemory& mem, const Ticket& t, proto::Word0 cur,
+                              EngineEvents* ev) const;
+  Status ResetDrained(RemoteMemory& mem, uint64_t slot, proto::Word0 drained,
+                      EngineEvents* ev) const;
+  Status UndoIncrement(RemoteMemory& mem, uint64_t slot, uint64_t inc, proto::Word0 cur) const;
+  std::chrono::nanoseconds PollInterval(const RemoteMemory& mem, uint32_t ahead,
+                                        uint32_t unchanged_polls) const;
+  void FillToken(Grant* g) const;
+
+  EngineParams params_;
+  AbandonHandler on_abandon_;
+};
+
+}  // namespace rdmalock

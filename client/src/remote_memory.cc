@@ -1,0 +1,23 @@
+#include "remote_memory.h"
+
+namespace rdmalock {
+
+Status RemoteMemory::Execute(std::span<RemoteOp> ops) {
+  for (const RemoteOp& op : ops) {
+    switch (op.kind) {
+      case RemoteOp::Kind::kFetchAdd: ++counters_.fetch_add; break;
+      case RemoteOp::Kind::kCompareSwap: ++counters_.compare_swap; break;
+      case RemoteOp::Kind::kRead: ++counters_.read; break;
+      case RemoteOp::Kind::kWrite: ++counters_.write; break;
+    }
+  }
+  ++counters_.batches;
+  const auto start = std::chrono::steady_clock::now();
+  Status st = DoExecute(ops);
+  const auto took = std::chrono::steady_clock::now() - start;
+  // EWMA with weight 1/8, as TCP's SRTT.
+  round_trip_ += (std::chrono::duration_cast<std::chrono::nanoseconds>(took) - round_trip_) / 8;
+  return st;
+}
+
+}  // namespace rdmalock

@@ -1,0 +1,100 @@
+// The narrow interface the lock protocol engine runs on: one-sided operations on lockd's regions,
+// posted in batches on one channel and completed in order. Two implementations: the verbs backend
+// (an RC QP; client/src/verbs_memory.*) and the in-process backend for host tests
+// (client/src/inproc_memory.*).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <span>
+
+#include "rdmalock/status.h"
+
+namespace rdmalock {
+
+enum class RegionId : uint8_t { kInfo = 0, kLocks = 1, kSessions = 2 };
+
+struct RemoteOp {
+  enum class Kind : uint8_t { kFetchAdd, kCompareSwap, kRead, kWrite };
+
+  Kind kind = Kind::kRead;
+  RegionId region = RegionId::kLocks;
+  uint32_t length = 8;   // READ and WRITE: 8 or 16 bytes. Atomics: 8.
+  uint64_t offset = 0;   // byte offset in the region; 8-byte aligned
+  uint64_t operand = 0;  // FA: the addend. CAS: the compare value. WRITE: the first word.
+  uint64_t swap = 0;     // CAS: the swap value. WRITE: the second word.
+  uint64_t result[2] = {0, 0};  // FA and CAS: the old value in result[0]. READ: the data.
+
+  static RemoteOp FetchAdd(RegionId r, uint64_t off, uint64_t add) {
+    RemoteOp op;
+    op.kind = Kind::kFetchAdd, op.region = r, op.offset = off, op.operand = add;
+    return op;
+  }
+  static RemoteOp CompareSwap(RegionId r, uint64_t off, uint64_t compare, uint64_t swap) {
+    RemoteOp op;
+    op.kind = Kind::kCompareSwap, op.region = r, op.offset = off, op.operand = compare,
+    op.swap = swap;
+    return op;
+  }
+  static RemoteOp Read(RegionId r, uint64_t off, uint32_t len) {
+    RemoteOp op;
+    op.kind = Kind::kRead, op.region = r, op.offset = off, op.length = len;
+    return op;
+  }
+  static RemoteOp Write(RegionId r, uint64_t off, uint64_t w0) {
+    RemoteOp op;
+    op.kind = Kind::kWrite, op.region = r, op.offset = off, op.operand = w0;
+    return op;
+  }
+};
+
+// A counter with one writing thread that any thread may read (relaxed; no lock-prefixed add).
+class Counter {
+ public:
+  void operator++() { v_.store(v_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
+  uint64_t get() const { return v_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> v_{0};
+};
+
+// Counts of operations issued through one channel.
+struct OpCounters {
+  Counter fetch_add;
+  Counter compare_swap;
+  Counter read;
+  Counter write;
+  Counter batches;
+  uint64_t Total() const {
+    return fetch_add.get() + compare_swap.get() + read.get() + write.get();
+  }
+};
+
+// One channel of remote-memory operations (one QP). Not thread-safe: a channel belongs to one
+// thread at a time.
+class RemoteMemory {
+ public:
+  virtual ~RemoteMemory() = default;
+
+  // Posts `ops` together (one doorbell where the transport allows) and returns once all have
+  // completed; they execute in order at the target. On error the channel is unusable.
+  Status Execute(std::span<RemoteOp> ops);
+  Status Execute(RemoteOp& op) { return Execute(std::span<RemoteOp>(&op, 1)); }
+
+  // Reads `dst.size()` bytes from a region (monitoring and the info page; not the lock path).
+  virtual Status ReadBytes(RegionId region, uint64_t offset, std::span<uint8_t> dst) = 0;
+
+  const OpCounters& counters() const { return counters_; }
+  // Smoothed time of a batch, used to size poll intervals. Starts at 20 us.
+  std::chrono::nanoseconds round_trip() const { return round_trip_; }
+
+ protected:
+  virtual Status DoExecute(std::span<RemoteOp> ops) = 0;
+
+ private:
+  OpCounters counters_;
+  std::chrono::nanoseconds round_trip_{20'000};
+};
+
+}  // namespace rdmalock

@@ -1,0 +1,230 @@
+#include "verbs_memory.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "../../common/rdma/verbs.h"
+#include "rdmalock/proto/layout.h"
+
+namespace rdmalock {
+
+namespace {
+constexpr size_t kOpScratch = 16;               // bytes of local buffer per operation
+constexpr size_t kBulkBytes = 64 * 1024;        // ReadBytes bounce buffer
+constexpr auto kCompletionTimeout = std::chrono::seconds(30);
+}  // namespace
+
+struct VerbsMemory::Impl {
+  // Destruction order matters: the MR goes before the connection's PD, the buffer after the MR.
+  std::unique_ptr<rdma::ActiveConnection> conn;
+  std::vector<uint8_t> buffer;  // kMaxBatch * kOpScratch for ops, then kBulkBytes
+  rdma::MemoryRegion mr;
+  proto::RegionDesc regions[3];
+  bool swap_atomics = false;
+  bool broken = false;
+  uint64_t next_wr_id = 1;
+  ibv_send_wr wrs[kMaxBatch]{};
+  ibv_sge sges[kMaxBatch]{};
+
+  ~Impl() {
+    if (conn && conn->id) conn->id.FenceQp();  // nothing executes once we start tearing down
+  }
+
+  uint8_t* op_buf(size_t i) { return buffer.data() + i * kOpScratch; }
+  uint8_t* bulk_buf() { return buffer.data() + kMaxBatch * kOpScratch; }
+
+  // Posts wrs[0..n) (the last one signalled) and waits for its completion.
+  Status PostAndWait(size_t n) {
+    if (broken) return Error(ErrorCode::kConnection, "connection to lockd is broken");
+    for (size_t i = 0; i < n; ++i) {
+      wrs[i].wr_id = next_wr_id++;
+      wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
+      wrs[i].send_flags = i + 1 == n ? IBV_SEND_SIGNALED : 0;
+    }
+    ibv_send_wr* bad = nullptr;
+    if (const int rc = ibv_post_send(conn->id->qp, &wrs[0], &bad); rc != 0) {
+      broken = true;
+      return rdma::ErrnoStatus(ErrorCode::kConnection, "ibv_post_send", rc);
+    }
+    const uint64_t want = wrs[n - 1].wr_id;
+    const auto deadline = std::chrono::steady_clock::now() + kCompletionTimeout;
+    for (uint32_t spins = 0;; ++spins) {
+      ibv_wc wc[4];
+      const int got = ibv_poll_cq(conn->cq.get(), 4, wc);
+      if (got < 0) {
+        broken = true;
+        return Error(ErrorCode::kConnection, "ibv_poll_cq failed");
+      }
+      for (int i = 0; i < got; ++i) {
+        if (wc[i].status != IBV_WC_SUCCESS) {
+          broken = true;
+          return Error(ErrorCode::kConnection,
+                       std::string("RDMA operation failed: ") + ibv_wc_status_str(wc[i].status) +
+                           " (the connection to lockd is lost)");
+        }
+        if (wc[i].wr_id == want) return Status::Ok();
+      }
+      if (got == 0 && spins > 64) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          broken = true;
+          return Error(ErrorCode::kConnection, "no completion from lockd within 30 s");
+        }
+        std::this_thread::yield();
+      }
+    }
+  }
+};
+
+VerbsMemory::VerbsMemory(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+VerbsMemory::~VerbsMemory() = default;
+
+Status RejectStatus(const std::string& where, const std::vector<uint8_t>& data) {
+  proto::RejectReply r;
+  if (!proto::RejectReply::Decode(data, &r)) {
+    return Error(ErrorCode::kConnection,
+                 "lockd at " + where + " refused the connection (no rdmalock reason given: is "
+                                       "lockd listening on that port?)");
+  }
+  std::string msg = "lockd at " + where + " rejected the connection: " +
+                    std::string(proto::RejectReasonName(r.reason));
+  if (!r.detail.empty()) msg += " (" + r.detail + ")";
+  if (r.reason == proto::RejectReason::kBadVersion) {
+    msg += "; server speaks versions " + std::to_string(r.min_version) + ".." +
+           std::to_string(r.max_version);
+  }
+  return Error(ErrorCode::kRejected, msg);
+}
+
+Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& params) {
+  proto::ConnectRequest req;
+  req.flags = params.flags;
+  req.pid = static_cast<uint32_t>(getpid());
+  req.client_name = params.client_name;
+  const auto bytes = req.Encode();
+  std::vector<uint8_t> reject;
+  const std::string where = params.host + ":" + std::to_string(params.port);
+  auto conn = rdma::ConnectRc(params.host, params.port, bytes, params.connect_timeout,
+                              2 * kMaxBatch, &reject);
+  if (!conn.ok()) {
+    if (conn.status().code() == ErrorCode::kRejected) return RejectStatus(where, reject);
+    return conn.status();
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->conn = std::move(conn).value();
+  proto::AcceptReply reply;
+  if (!proto::AcceptReply::Decode(impl->conn->accept_data, &reply)) {
+    return Error(ErrorCode::kProtocol, "lockd at " + where + " sent a malformed accept reply");
+  }
+  if (reply.lock_count == 0 ||
+      reply.locks.length < proto::LockTableBytes(reply.lock_count) || reply.lease_ns == 0 ||
+      reply.stall_factor == 0) {
+    return Error(ErrorCode::kProtocol, "lockd at " + where + " sent an inconsistent layout");
+  }
+  impl->regions[0] = reply.info;
+  impl->regions[1] = reply.locks;
+  impl->regions[2] = reply.sessions;
+  impl->buffer.assign(kMaxBatch * kOpScratch + kBulkBytes, 0);
+  RDMALOCK_ASSIGN_OR_RETURN(impl->mr, rdma::RegisterMr(impl->conn->pd.get(), impl->buffer.data(),
+                                                       impl->buffer.size(),
+                                                       IBV_ACCESS_LOCAL_WRITE));
+  auto mem = std::unique_ptr<VerbsMemory>(new VerbsMemory(std::move(impl)));
+  mem->reply_ = reply;
+  RDMALOCK_RETURN_IF_ERROR(mem->ProbeByteOrder());
+  return mem;
+}
+
+Status VerbsMemory::ProbeByteOrder() {
+  RemoteOp probe =
+      RemoteOp::FetchAdd(RegionId::kLocks, proto::ProbeOffset(reply_.lock_count), 0);
+  RDMALOCK_RETURN_IF_ERROR(DoExecute(std::span<RemoteOp>(&probe, 1)));
+  if (probe.result[0] == proto::kProbePattern) return Status::Ok();
+  if (probe.result[0] == __builtin_bswap64(proto::kProbePattern)) {
+    impl_->swap_atomics = true;  // this NIC returns atomic results big-endian
+    return Status::Ok();
+  }
+  return Error(ErrorCode::kProtocol, "atomic probe returned an unexpected value; lockd's lock "
+                                     "table layout does not match this client");
+}
+
+Status VerbsMemory::DoExecute(std::span<RemoteOp> ops) {
+  Impl& m = *impl_;
+  if (ops.empty()) return Status::Ok();
+  if (ops.size() > kMaxBatch) {
+    return Error(ErrorCode::kInvalidArgument, "batch of " + std::to_string(ops.size()) +
+                                                  " operations exceeds " +
+                                                  std::to_string(kMaxBatch));
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const RemoteOp& op = ops[i];
+    const proto::RegionDesc& r = m.regions[static_cast<int>(op.region)];
+    if (op.offset + op.length > r.length || op.length > kOpScratch) {
+      return Error(ErrorCode::kInvalidArgument, "remote offset out of range");
+    }
+    ibv_send_wr& wr = m.wrs[i];
+    ibv_sge& sge = m.sges[i];
+    wr = ibv_send_wr{};
+    sge.addr = reinterpret_cast<uint64_t>(m.op_buf(i));
+    sge.lkey = m.mr->lkey;
+    sge.length = op.kind == RemoteOp::Kind::kRead ? op.length : 8;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    const uint64_t raddr = r.addr + op.offset;
+    switch (op.kind) {
+      case RemoteOp::Kind::kFetchAdd:
+        wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+        wr.wr.atomic = {raddr, op.operand, 0, r.rkey};
+        break;
+      case RemoteOp::Kind::kCompareSwap:
+        wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+        wr.wr.atomic = {raddr, op.operand, op.swap, r.rkey};
+        break;
+      case RemoteOp::Kind::kRead:
+        wr.opcode = IBV_WR_RDMA_READ;
+        wr.wr.rdma = {raddr, r.rkey};
+        break;
+      case RemoteOp::Kind::kWrite:
+        wr.opcode = IBV_WR_RDMA_WRITE;
+        wr.wr.rdma = {raddr, r.rkey};
+        std::memcpy(m.op_buf(i), &op.operand, 8);
+        break;
+    }
+  }
+  RDMALOCK_RETURN_IF_ERROR(m.PostAndWait(ops.size()));
+  for (size_t i = 0; i < ops.size(); ++i) {
+    RemoteOp& op = ops[i];
+    if (op.kind == RemoteOp::Kind::kRead) {
+      std::memcpy(op.result, m.op_buf(i), op.length);
+    } else if (op.kind != RemoteOp::Kind::kWrite) {
+      std::memcpy(&op.result[0], m.op_buf(i), 8);
+      if (m.swap_atomics) op.result[0] = __builtin_bswap64(op.result[0]);
+    }
+  }
+  return Status::Ok();
+}
+
+Status VerbsMemory::ReadBytes(RegionId region, uint64_t offset, std::span<uint8_t> dst) {
+  Impl& m = *impl_;
+  const proto::RegionDesc& r = m.regions[static_cast<int>(region)];
+  if (offset + dst.size() > r.length) {
+    return Error(ErrorCode::kInvalidArgument, "read past the end of the region");
+  }
+  for (size_t done = 0; done < dst.size();) {
+    const size_t n = std::min(kBulkBytes, dst.size() - done);
+    ibv_sge& sge = m.sges[0];
+    sge = {reinterpret_cast<uint64_t>(m.bulk_buf()), static_cast<uint32_t>(n), m.mr->lkey};
+    ibv_send_wr& wr = m.wrs[0];
+    wr = ibv_send_wr{};
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_READ;
+    wr.wr.rdma = {r.addr + offset + done, r.rkey};
+    RDMALOCK_RETURN_IF_ERROR(m.PostAndWait(1));
+    std::memcpy(dst.data() + done, m.bulk_buf(), n);
+    done += n;
+  }
+  return Status::Ok();
+}
+
+}  // namespace rdmalock

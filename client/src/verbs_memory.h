@@ -1,0 +1,55 @@
+// The verbs backend of RemoteMemory: one RC QP connected to lockd with rdma_cm.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rdmalock/proto/handshake.h"
+#include "remote_memory.h"
+
+namespace rdmalock {
+namespace rdma {
+struct ActiveConnection;
+}
+
+struct ChannelParams {
+  std::string host;
+  uint16_t port = 7471;
+  std::chrono::milliseconds connect_timeout{5000};
+  std::string client_name;
+  uint32_t flags = 0;
+};
+
+class VerbsMemory : public RemoteMemory {
+ public:
+  // Most operations one Execute() may carry.
+  static constexpr size_t kMaxBatch = 16;
+
+  // Connects, completes the handshake and checks the byte order of atomic replies.
+  static Result<std::unique_ptr<VerbsMemory>> Connect(const ChannelParams& params);
+  ~VerbsMemory() override;
+  VerbsMemory(const VerbsMemory&) = delete;
+  VerbsMemory& operator=(const VerbsMemory&) = delete;
+
+  const proto::AcceptReply& reply() const { return reply_; }
+  Status ReadBytes(RegionId region, uint64_t offset, std::span<uint8_t> dst) override;
+
+ protected:
+  Status DoExecute(std::span<RemoteOp> ops) override;
+
+ private:
+  struct Impl;
+  explicit VerbsMemory(std::unique_ptr<Impl> impl);
+  Status ProbeByteOrder();
+
+  std::unique_ptr<Impl> impl_;
+  proto::AcceptReply reply_;
+};
+
+// Decodes rdma_cm reject private data into a Status that names lockd's reason.
+Status RejectStatus(const std::string& where, const std::vector<uint8_t>& data);
+
+}  // namespace rdmalock

@@ -1,0 +1,256 @@
+#include "verbs.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace rdmalock::rdma {
+
+Status ErrnoStatus(ErrorCode code, const std::string& what, int err) {
+  return Error(code, what + " failed: " + std::strerror(err) + " (errno " + std::to_string(err) +
+                         ")");
+}
+
+void CmId::FenceQp() {
+  if (id_ != nullptr && id_->qp != nullptr) {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    (void)ibv_modify_qp(id_->qp, &attr, IBV_QP_STATE);
+  }
+}
+
+void CmId::Reset() {
+  if (id_ == nullptr) return;
+  if (id_->qp != nullptr) {
+    FenceQp();
+    rdma_destroy_qp(id_);
+  }
+  rdma_destroy_id(id_);
+  id_ = nullptr;
+}
+
+Result<EventChannel> CreateEventChannel() {
+  rdma_event_channel* ch = rdma_create_event_channel();
+  if (ch == nullptr) {
+    return ErrnoStatus(ErrorCode::kResource,
+                       "rdma_create_event_channel (is an RDMA device present? see "
+                       "deploy/softroce)",
+                       errno);
+  }
+  const int flags = fcntl(ch->fd, F_GETFL);
+  if (flags < 0 || fcntl(ch->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    const int err = errno;
+    rdma_destroy_event_channel(ch);
+    return ErrnoStatus(ErrorCode::kIo, "fcntl(O_NONBLOCK) on the rdma_cm channel", err);
+  }
+  return EventChannel(ch);
+}
+
+Result<CmId> CreateId(rdma_event_channel* ch, void* context) {
+  rdma_cm_id* id = nullptr;
+  if (rdma_create_id(ch, &id, context, RDMA_PS_TCP) != 0) {
+    return ErrnoStatus(ErrorCode::kResource, "rdma_create_id", errno);
+  }
+  return CmId(id);
+}
+
+Result<ProtectionDomain> AllocPd(ibv_context* ctx) {
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  if (pd == nullptr) return ErrnoStatus(ErrorCode::kResource, "ibv_alloc_pd", errno);
+  return ProtectionDomain(pd);
+}
+
+Result<CompletionQueue> CreateCq(ibv_context* ctx, int depth) {
+  ibv_cq* cq = ibv_create_cq(ctx, depth, nullptr, nullptr, 0);
+  if (cq == nullptr) return ErrnoStatus(ErrorCode::kResource, "ibv_create_cq", errno);
+  return CompletionQueue(cq);
+}
+
+Result<MemoryRegion> RegisterMr(ibv_pd* pd, void* addr, size_t len, int access) {
+  ibv_mr* mr = ibv_reg_mr(pd, addr, len, access);
+  if (mr == nullptr) {
+    return ErrnoStatus(ErrorCode::kResource,
+                       "ibv_reg_mr of " + std::to_string(len) +
+                           " bytes (is the memlock limit high enough? LimitMEMLOCK=infinity)",
+                       errno);
+  }
+  return MemoryRegion(mr);
+}
+
+Result<CmEvent> GetEvent(rdma_event_channel* ch, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    rdma_cm_event* ev = nullptr;
+    if (rdma_get_cm_event(ch, &ev) == 0) return CmEvent(ev);
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      return ErrnoStatus(ErrorCode::kConnection, "rdma_get_cm_event", errno);
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return Error(ErrorCode::kTimeout, "no rdma_cm event in time");
+    pollfd pfd{ch->fd, POLLIN, 0};
+    (void)poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), 1000)));
+  }
+}
+
+Result<SockAddr> ResolveAddress(const std::string& host, uint16_t port, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (passive) hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "cannot resolve address '" + host + "': " + gai_strerror(rc));
+  }
+  SockAddr out;
+  std::memcpy(&out.storage, res->ai_addr, res->ai_addrlen);
+  out.len = res->ai_addrlen;
+  freeaddrinfo(res);
+  return out;
+}
+
+std::string AddressToString(const sockaddr* sa) {
+  if (sa == nullptr) return "?";
+  char buf[INET6_ADDRSTRLEN] = "?";
+  uint16_t port = 0;
+  if (sa->sa_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(sa);
+    inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf));
+    port = ntohs(in->sin_port);
+    return std::string(buf) + ":" + std::to_string(port);
+  }
+  if (sa->sa_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof(buf));
+    port = ntohs(in6->sin6_port);
+    return "[" + std::string(buf) + "]:" + std::to_string(port);
+  }
+  return "?";
+}
+
+Result<QpSizes> DeviceQpSizes(ibv_context* ctx, uint32_t want_send_depth) {
+  ibv_device_attr attr{};
+  if (const int rc = ibv_query_device(ctx, &attr); rc != 0) {
+    return ErrnoStatus(ErrorCode::kResource, "ibv_query_device", rc);
+  }
+  if (attr.atomic_cap == IBV_ATOMIC_NONE) {
+    return Error(ErrorCode::kUnsupported,
+                 std::string("device ") + ibv_get_device_name(ctx->device) +
+                     " does not support RC atomics (atomic_cap NONE)");
+  }
+  QpSizes s;
+  s.send_depth = std::min<uint32_t>(want_send_depth, static_cast<uint32_t>(attr.max_qp_wr));
+  s.recv_depth = 1;
+  // rdma_cm carries initiator depth and responder resources in 8 bits.
+  s.rd_atomic = std::min<uint32_t>({static_cast<uint32_t>(attr.max_qp_rd_atom),
+                                    static_cast<uint32_t>(attr.max_qp_init_rd_atom), 255u});
+  if (s.rd_atomic == 0) {
+    return Error(ErrorCode::kUnsupported, "device allows no outstanding RDMA READ/atomic");
+  }
+  return s;
+}
+
+Status CreateRcQp(rdma_cm_id* id, ibv_pd* pd, ibv_cq* cq, const QpSizes& sizes) {
+  ibv_qp_init_attr attr{};
+  attr.qp_type = IBV_QPT_RC;
+  attr.send_cq = cq;
+  attr.recv_cq = cq;
+  attr.cap.max_send_wr = sizes.send_depth;
+  attr.cap.max_recv_wr = sizes.recv_depth;
+  attr.cap.max_send_sge = 1;
+  attr.cap.max_recv_sge = 1;
+  attr.sq_sig_all = 0;  // selective signalling: only the last WR of a batch asks for a completion
+  if (rdma_create_qp(id, pd, &attr) != 0) {
+    return ErrnoStatus(ErrorCode::kResource, "rdma_create_qp", errno);
+  }
+  return Status::Ok();
+}
+
+ActiveConnection::~ActiveConnection() {
+  if (id && id->qp != nullptr) {
+    (void)rdma_disconnect(id.get());
+  }
+}
+
+namespace {
+
+// Waits for `want` on the channel; anything else is an error that names what arrived.
+Status Expect(rdma_event_channel* ch, rdma_cm_event_type want, std::chrono::milliseconds timeout,
+              const std::string& step, std::vector<uint8_t>* data_out,
+              std::vector<uint8_t>* reject_data) {
+  RDMALOCK_ASSIGN_OR_RETURN(CmEvent ev, GetEvent(ch, timeout));
+  if (ev->event == want) {
+    if (data_out != nullptr && ev->param.conn.private_data != nullptr) {
+      const auto* p = static_cast<const uint8_t*>(ev->param.conn.private_data);
+      data_out->assign(p, p + ev->param.conn.private_data_len);
+    }
+    return Status::Ok();
+  }
+  if (ev->event == RDMA_CM_EVENT_REJECTED) {
+    if (reject_data != nullptr && ev->param.conn.private_data != nullptr) {
+      const auto* p = static_cast<const uint8_t*>(ev->param.conn.private_data);
+      reject_data->assign(p, p + ev->param.conn.private_data_len);
+    }
+    return Error(ErrorCode::kRejected,
+                 step + ": connection rejected (status " + std::to_string(ev->status) + ")");
+  }
+  return Error(ErrorCode::kConnection, step + ": got " + rdma_event_str(ev->event) +
+                                           " (status " + std::to_string(ev->status) + ")");
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ActiveConnection>> ConnectRc(const std::string& host, uint16_t port,
+                                                    std::span<const uint8_t> private_data,
+                                                    std::chrono::milliseconds timeout,
+                                                    uint32_t send_depth,
+                                                    std::vector<uint8_t>* reject_data) {
+  auto c = std::make_unique<ActiveConnection>();
+  RDMALOCK_ASSIGN_OR_RETURN(c->channel, CreateEventChannel());
+  RDMALOCK_ASSIGN_OR_RETURN(c->id, CreateId(c->channel.get(), nullptr));
+  RDMALOCK_ASSIGN_OR_RETURN(SockAddr dst, ResolveAddress(host, port, false));
+  const std::string where = host + ":" + std::to_string(port);
+  const int ms = static_cast<int>(timeout.count());
+  if (rdma_resolve_addr(c->id.get(), nullptr, dst.get(), ms) != 0) {
+    return ErrnoStatus(ErrorCode::kConnection, "rdma_resolve_addr " + where, errno);
+  }
+  RDMALOCK_RETURN_IF_ERROR(Expect(c->channel.get(), RDMA_CM_EVENT_ADDR_RESOLVED, timeout,
+                                  "resolving " + where + " (is it an RDMA-capable address?)",
+                                  nullptr, nullptr));
+  if (rdma_resolve_route(c->id.get(), ms) != 0) {
+    return ErrnoStatus(ErrorCode::kConnection, "rdma_resolve_route " + where, errno);
+  }
+  RDMALOCK_RETURN_IF_ERROR(Expect(c->channel.get(), RDMA_CM_EVENT_ROUTE_RESOLVED, timeout,
+                                  "resolving the route to " + where, nullptr, nullptr));
+  ibv_context* ctx = c->id->verbs;
+  RDMALOCK_ASSIGN_OR_RETURN(c->sizes, DeviceQpSizes(ctx, send_depth));
+  RDMALOCK_ASSIGN_OR_RETURN(c->pd, AllocPd(ctx));
+  RDMALOCK_ASSIGN_OR_RETURN(c->cq, CreateCq(ctx, static_cast<int>(c->sizes.send_depth + 1)));
+  RDMALOCK_RETURN_IF_ERROR(CreateRcQp(c->id.get(), c->pd.get(), c->cq.get(), c->sizes));
+
+  rdma_conn_param param{};
+  param.private_data = private_data.data();
+  param.private_data_len = static_cast<uint8_t>(private_data.size());
+  // Left at 0, atomics and READs never complete: ask for what the device allows.
+  param.initiator_depth = static_cast<uint8_t>(c->sizes.rd_atomic);
+  param.responder_resources = static_cast<uint8_t>(c->sizes.rd_atomic);
+  param.retry_count = 7;
+  param.rnr_retry_count = 7;
+  if (rdma_connect(c->id.get(), &param) != 0) {
+    return ErrnoStatus(ErrorCode::kConnection, "rdma_connect " + where, errno);
+  }
+  RDMALOCK_RETURN_IF_ERROR(Expect(c->channel.get(), RDMA_CM_EVENT_ESTABLISHED, timeout,
+                                  "connecting to lockd at " + where, &c->accept_data,
+                                  reject_data));
+  return c;
+}
+
+}  // namespace rdmalock::rdma

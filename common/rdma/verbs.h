@@ -1,0 +1,123 @@
+// RAII for verbs and rdma_cm objects. One owning type per object: non-copyable, movable, released
+// in the right call. Members of a class that holds several must be declared in construction order
+// so they are destroyed in reverse: event channel, cm_id (with its QP), CQ, PD users, MR, memory.
+//
+// This header and its .cc, with client/src/verbs_memory.* and server/listener.*, are the only
+// code in rdmalock that includes <infiniband/verbs.h> or <rdma/rdma_cma.h>.
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rdmalock/status.h"
+
+namespace rdmalock::rdma {
+
+template <auto Fn>
+struct Deleter {
+  template <typename T>
+  void operator()(T* p) const {
+    if (p != nullptr) (void)Fn(p);
+  }
+};
+
+using EventChannel = std::unique_ptr<rdma_event_channel, Deleter<rdma_destroy_event_channel>>;
+using ProtectionDomain = std::unique_ptr<ibv_pd, Deleter<ibv_dealloc_pd>>;
+using CompletionQueue = std::unique_ptr<ibv_cq, Deleter<ibv_destroy_cq>>;
+using MemoryRegion = std::unique_ptr<ibv_mr, Deleter<ibv_dereg_mr>>;
+using CmEvent = std::unique_ptr<rdma_cm_event, Deleter<rdma_ack_cm_event>>;
+
+// An rdma_cm id and the QP created on it (if any). Destruction moves the QP to ERR, destroys it,
+// then destroys the id.
+class CmId {
+ public:
+  CmId() = default;
+  explicit CmId(rdma_cm_id* id) : id_(id) {}
+  CmId(CmId&& o) noexcept : id_(std::exchange(o.id_, nullptr)) {}
+  CmId& operator=(CmId&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      id_ = std::exchange(o.id_, nullptr);
+    }
+    return *this;
+  }
+  CmId(const CmId&) = delete;
+  CmId& operator=(const CmId&) = delete;
+  ~CmId() { Reset(); }
+
+  rdma_cm_id* get() const { return id_; }
+  rdma_cm_id* operator->() const { return id_; }
+  explicit operator bool() const { return id_ != nullptr; }
+  // Gives up ownership (the caller destroys it).
+  rdma_cm_id* release() { return std::exchange(id_, nullptr); }
+  // Moves the QP to ERR so that nothing more executes on it; outstanding work flushes.
+  void FenceQp();
+  void Reset();
+
+ private:
+  rdma_cm_id* id_ = nullptr;
+};
+
+// Turns an errno from a failed verbs/rdma_cm call into a Status naming the call.
+Status ErrnoStatus(ErrorCode code, const std::string& what, int err);
+
+Result<EventChannel> CreateEventChannel();
+Result<CmId> CreateId(rdma_event_channel* ch, void* context);
+Result<ProtectionDomain> AllocPd(ibv_context* ctx);
+Result<CompletionQueue> CreateCq(ibv_context* ctx, int depth);
+Result<MemoryRegion> RegisterMr(ibv_pd* pd, void* addr, size_t len, int access);
+
+// Waits for the next event on `ch` for at most `timeout` (the channel is made non-blocking).
+Result<CmEvent> GetEvent(rdma_event_channel* ch, std::chrono::milliseconds timeout);
+
+// Resolves `host:port` to a sockaddr for rdma_cm (IPv4 or IPv6, numeric or a name).
+struct SockAddr {
+  sockaddr_storage storage{};
+  socklen_t len = 0;
+  sockaddr* get() { return reinterpret_cast<sockaddr*>(&storage); }
+};
+Result<SockAddr> ResolveAddress(const std::string& host, uint16_t port, bool passive);
+std::string AddressToString(const sockaddr* sa);
+
+// Queue sizes for an RC QP used for one-sided operations, capped by the device.
+struct QpSizes {
+  uint32_t send_depth = 64;
+  uint32_t recv_depth = 1;
+  uint32_t rd_atomic = 16;  // outstanding READs and atomics (initiator depth / responder res.)
+};
+Result<QpSizes> DeviceQpSizes(ibv_context* ctx, uint32_t want_send_depth);
+
+// Creates an RC QP on `id` with both queues on `cq`.
+Status CreateRcQp(rdma_cm_id* id, ibv_pd* pd, ibv_cq* cq, const QpSizes& sizes);
+
+// The state an active-side connect leaves behind: who we reached and the accept private data.
+struct ActiveConnection {
+  // Destroyed in reverse order: the id (and its QP) before the CQ and PD, the channel last.
+  EventChannel channel;
+  ProtectionDomain pd;
+  CompletionQueue cq;
+  CmId id;
+  std::vector<uint8_t> accept_data;
+  QpSizes sizes;
+  ~ActiveConnection();
+  ActiveConnection() = default;
+  ActiveConnection(ActiveConnection&&) = default;
+  ActiveConnection& operator=(ActiveConnection&&) = default;
+};
+
+// Connects an RC QP to `host:port` with `private_data`, waiting at most `timeout` for each step.
+// A reject is returned as kRejected with the reject private data in `reject_data`.
+Result<std::unique_ptr<ActiveConnection>> ConnectRc(const std::string& host, uint16_t port,
+                                                    std::span<const uint8_t> private_data,
+                                                    std::chrono::milliseconds timeout,
+                                                    uint32_t send_depth,
+                                                    std::vector<uint8_t>* reject_data);
+
+}  // namespace rdmalock::rdma

@@ -1,0 +1,209 @@
+// rdma_cm private data of the handshake: the client's connect request, lockd's accept reply and
+// its reject reply. Fixed-size and little-endian. The receiver always sees the transport's maximum
+// length with the unused bytes zeroed, so each message carries its own length.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "rdmalock/proto/wire.h"
+
+namespace rdmalock::proto {
+
+inline constexpr uint32_t kHandshakeMagic = 0x314b4c52;  // "RLK1" read little-endian
+inline constexpr uint16_t kProtocolVersion = 1;
+inline constexpr uint16_t kMinProtocolVersion = 1;
+
+// rdma_cm limits (verified on rdma_rxe; the IB CM sets them): connect 56, accept 196, reject 148.
+inline constexpr size_t kMaxConnectPrivateData = 56;
+inline constexpr size_t kMaxAcceptPrivateData = 196;
+inline constexpr size_t kMaxRejectPrivateData = 148;
+
+// ConnectRequest::flags
+inline constexpr uint32_t kFlagLoopback = 1;  // lockd's own connection to itself (not a client)
+
+enum class RejectReason : uint16_t {
+  kNone = 0,
+  kBadMagic = 1,       // not an rdmalock client
+  kBadVersion = 2,     // protocol version this lockd does not speak
+  kBadLength = 3,      // truncated or oversized request
+  kServerFull = 4,     // max_clients reached
+  kShuttingDown = 5,   // lockd is stopping
+  kInternal = 6,       // lockd failed to set up the connection
+};
+
+inline std::string_view RejectReasonName(RejectReason r) {
+  switch (r) {
+    case RejectReason::kNone: return "none";
+    case RejectReason::kBadMagic: return "bad magic (not an rdmalock client)";
+    case RejectReason::kBadVersion: return "unsupported protocol version";
+    case RejectReason::kBadLength: return "malformed request length";
+    case RejectReason::kServerFull: return "server full (max_clients reached)";
+    case RejectReason::kShuttingDown: return "server shutting down";
+    case RejectReason::kInternal: return "server internal error";
+  }
+  return "unknown reason";
+}
+
+struct ConnectRequest {
+  static constexpr size_t kMagic = 0, kVersion = 4, kLength = 6, kFlags = 8, kPid = 12,
+                          kClientName = 16, kClientNameLen = 24, kReserved = 40;
+  static constexpr size_t kSize = 56;
+
+  uint16_t version = kProtocolVersion;
+  uint32_t flags = 0;
+  uint32_t pid = 0;
+  std::string client_name;  // at most kClientNameLen bytes travel
+
+  std::array<uint8_t, kSize> Encode() const {
+    std::array<uint8_t, kSize> b{};
+    PutLe(b, kMagic, kHandshakeMagic, 4);
+    PutLe(b, kVersion, version, 2);
+    PutLe(b, kLength, kSize, 2);
+    PutLe(b, kFlags, flags, 4);
+    PutLe(b, kPid, pid, 4);
+    PutText(b, kClientName, kClientNameLen, client_name);
+    return b;
+  }
+
+  // Validates and decodes what lockd received. Returns kNone on success.
+  static RejectReason Decode(std::span<const uint8_t> data, ConnectRequest* out) {
+    if (data.size() < kLength + 2) return RejectReason::kBadLength;
+    if (GetLe(data, kMagic, 4) != kHandshakeMagic) return RejectReason::kBadMagic;
+    const auto version = static_cast<uint16_t>(GetLe(data, kVersion, 2));
+    if (version < kMinProtocolVersion || version > kProtocolVersion) return RejectReason::kBadVersion;
+    if (GetLe(data, kLength, 2) != kSize || data.size() < kSize) return RejectReason::kBadLength;
+    for (size_t i = kReserved; i < kSize; ++i) {
+      if (data[i] != 0) return RejectReason::kBadLength;  // reserved bytes must be zero
+    }
+    for (size_t i = kSize; i < data.size(); ++i) {
+      if (data[i] != 0) return RejectReason::kBadLength;  // nothing may follow the request
+    }
+    out->version = version;
+    out->flags = static_cast<uint32_t>(GetLe(data, kFlags, 4));
+    out->pid = static_cast<uint32_t>(GetLe(data, kPid, 4));
+    out->client_name = GetText(data, kClientName, kClientNameLen);
+    return RejectReason::kNone;
+  }
+};
+static_assert(ConnectRequest::kSize <= kMaxConnectPrivateData);
+
+struct RegionDesc {
+  uint64_t addr = 0;
+  uint64_t length = 0;
+  uint32_t rkey = 0;
+};
+
+struct AcceptReply {
+  static constexpr size_t kMagic = 0, kVersion = 4, kLength = 6, kEpoch = 8, kSessionId = 16,
+                          kLeaseNs = 24, kLockCount = 32, kStallFactor = 40,
+                          kSessionRecordSize = 44, kInfo = 48, kLocks = 72, kSessions = 96,
+                          kSessionRecordOffset = 120, kMaxSessions = 128;
+  static constexpr size_t kRegionDescSize = 24;
+  static constexpr size_t kSize = 136;
+
+  uint16_t version = kProtocolVersion;
+  uint64_t epoch = 0;
+  uint64_t session_id = 0;
+  uint64_t lease_ns = 0;
+  uint64_t lock_count = 0;
+  uint32_t stall_factor = 0;
+  uint32_t session_record_size = 0;
+  RegionDesc info, locks, sessions;
+  uint64_t session_record_offset = 0;  // this client's record inside the session table
+  uint64_t max_sessions = 0;
+
+  std::array<uint8_t, kSize> Encode() const {
+    std::array<uint8_t, kSize> b{};
+    PutLe(b, kMagic, kHandshakeMagic, 4);
+    PutLe(b, kVersion, version, 2);
+    PutLe(b, kLength, kSize, 2);
+    PutLe(b, kEpoch, epoch, 8);
+    PutLe(b, kSessionId, session_id, 8);
+    PutLe(b, kLeaseNs, lease_ns, 8);
+    PutLe(b, kLockCount, lock_count, 8);
+    PutLe(b, kStallFactor, stall_factor, 4);
+    PutLe(b, kSessionRecordSize, session_record_size, 4);
+    PutRegion(b, kInfo, info);
+    PutRegion(b, kLocks, locks);
+    PutRegion(b, kSessions, sessions);
+    PutLe(b, kSessionRecordOffset, session_record_offset, 8);
+    PutLe(b, kMaxSessions, max_sessions, 8);
+    return b;
+  }
+
+  // Decodes what the client received; false if it is not a well-formed reply of a version this
+  // client speaks.
+  static bool Decode(std::span<const uint8_t> data, AcceptReply* out) {
+    if (data.size() < kSize) return false;
+    if (GetLe(data, kMagic, 4) != kHandshakeMagic) return false;
+    out->version = static_cast<uint16_t>(GetLe(data, kVersion, 2));
+    if (out->version < kMinProtocolVersion || out->version > kProtocolVersion) return false;
+    if (GetLe(data, kLength, 2) != kSize) return false;
+    out->epoch = GetLe(data, kEpoch, 8);
+    out->session_id = GetLe(data, kSessionId, 8);
+    out->lease_ns = GetLe(data, kLeaseNs, 8);
+    out->lock_count = GetLe(data, kLockCount, 8);
+    out->stall_factor = static_cast<uint32_t>(GetLe(data, kStallFactor, 4));
+    out->session_record_size = static_cast<uint32_t>(GetLe(data, kSessionRecordSize, 4));
+    out->info = GetRegion(data, kInfo);
+    out->locks = GetRegion(data, kLocks);
+    out->sessions = GetRegion(data, kSessions);
+    out->session_record_offset = GetLe(data, kSessionRecordOffset, 8);
+    out->max_sessions = GetLe(data, kMaxSessions, 8);
+    return true;
+  }
+
+ private:
+  static void PutRegion(std::span<uint8_t> b, size_t off, const RegionDesc& r) {
+    PutLe(b, off, r.addr, 8);
+    PutLe(b, off + 8, r.length, 8);
+    PutLe(b, off + 16, r.rkey, 4);
+    PutLe(b, off + 20, 0, 4);
+  }
+  static RegionDesc GetRegion(std::span<const uint8_t> b, size_t off) {
+    return RegionDesc{GetLe(b, off, 8), GetLe(b, off + 8, 8),
+                      static_cast<uint32_t>(GetLe(b, off + 16, 4))};
+  }
+};
+static_assert(AcceptReply::kMaxSessions + 8 == AcceptReply::kSize);
+static_assert(AcceptReply::kSize <= kMaxAcceptPrivateData);
+
+struct RejectReply {
+  static constexpr size_t kMagic = 0, kVersion = 4, kLength = 6, kReason = 8, kMinVersion = 10,
+                          kMaxVersion = 12, kDetail = 16, kDetailLen = 96;
+  static constexpr size_t kSize = 112;
+
+  RejectReason reason = RejectReason::kNone;
+  uint16_t min_version = kMinProtocolVersion;
+  uint16_t max_version = kProtocolVersion;
+  std::string detail;
+
+  std::array<uint8_t, kSize> Encode() const {
+    std::array<uint8_t, kSize> b{};
+    PutLe(b, kMagic, kHandshakeMagic, 4);
+    PutLe(b, kVersion, kProtocolVersion, 2);
+    PutLe(b, kLength, kSize, 2);
+    PutLe(b, kReason, static_cast<uint16_t>(reason), 2);
+    PutLe(b, kMinVersion, min_version, 2);
+    PutLe(b, kMaxVersion, max_version, 2);
+    PutText(b, kDetail, kDetailLen, detail);
+    return b;
+  }
+  static bool Decode(std::span<const uint8_t> data, RejectReply* out) {
+    if (data.size() < kSize || GetLe(data, kMagic, 4) != kHandshakeMagic) return false;
+    if (GetLe(data, kLength, 2) != kSize) return false;
+    out->reason = static_cast<RejectReason>(GetLe(data, kReason, 2));
+    out->min_version = static_cast<uint16_t>(GetLe(data, kMinVersion, 2));
+    out->max_version = static_cast<uint16_t>(GetLe(data, kMaxVersion, 2));
+    out->detail = GetText(data, kDetail, kDetailLen);
+    return true;
+  }
+};
+static_assert(RejectReply::kDetail + RejectReply::kDetailLen == RejectReply::kSize);
+static_assert(RejectReply::kSize <= kMaxRejectPrivateData);
+
+}  // namespace rdmalock::proto

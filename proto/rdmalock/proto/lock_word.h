@@ -1,0 +1,110 @@
+// The 16-byte lock slot and the arithmetic on its two words. Header-only, no verbs types: this is
+// what every client and lockd must agree on bit for bit. See docs/protocol.md.
+#pragma once
+
+#include <cstdint>
+
+namespace rdmalock::proto {
+
+// A slot is two 8-byte words, 16-byte aligned, so it never straddles a cache line.
+inline constexpr uint64_t kSlotSize = 16;
+inline constexpr uint64_t kWord0Offset = 0;  // the ticket word
+inline constexpr uint64_t kWord1Offset = 8;  // the aux word (generation | renew)
+
+// A counter at or above this value freezes the word until it is reset (section 5 of the protocol).
+// Counters are 16 bits wide, so up to 65535 - kCountMax requests may bounce off a frozen word.
+inline constexpr uint32_t kCountMax = 32768;
+
+enum class Mode : uint8_t { kExclusive = 0, kShared = 1 };
+
+// word0, most significant field first: nX | nS | maxX | maxS (16 bits each).
+//   maxS/maxX: shared/exclusive tickets issued; nS/nX: shared/exclusive releases ("now serving").
+struct Word0 {
+  uint16_t max_s = 0;
+  uint16_t max_x = 0;
+  uint16_t n_s = 0;
+  uint16_t n_x = 0;
+
+  static constexpr Word0 Decode(uint64_t v) {
+    return Word0{static_cast<uint16_t>(v), static_cast<uint16_t>(v >> 16),
+                 static_cast<uint16_t>(v >> 32), static_cast<uint16_t>(v >> 48)};
+  }
+  constexpr uint64_t Encode() const {
+    return uint64_t{max_s} | (uint64_t{max_x} << 16) | (uint64_t{n_s} << 32) |
+           (uint64_t{n_x} << 48);
+  }
+  constexpr bool operator==(const Word0&) const = default;
+
+  // Some counter reached kCountMax: new requests must withdraw until the word is reset.
+  constexpr bool Frozen() const { return max_x >= kCountMax || max_s >= kCountMax; }
+  // Every ticket issued has been released (or skipped): no holder, no waiter.
+  constexpr bool Drained() const { return n_x == max_x && n_s == max_s; }
+};
+
+// The FETCH_AND_ADD operands.
+inline constexpr uint64_t kAcquireExclusive = uint64_t{1} << 16;
+inline constexpr uint64_t kAcquireShared = 1;
+inline constexpr uint64_t kReleaseExclusive = uint64_t{1} << 48;
+inline constexpr uint64_t kReleaseShared = uint64_t{1} << 32;
+
+constexpr uint64_t AcquireIncrement(Mode m) {
+  return m == Mode::kExclusive ? kAcquireExclusive : kAcquireShared;
+}
+constexpr uint64_t ReleaseIncrement(Mode m) {
+  return m == Mode::kExclusive ? kReleaseExclusive : kReleaseShared;
+}
+
+// word1: generation (high 48 bits) | renew (low 16 bits). Only FETCH_AND_ADD touches it. A carry
+// out of `renew` into `generation` is harmless: generation only grows.
+inline constexpr uint64_t kRenewIncrement = 1;
+inline constexpr uint64_t kGenerationIncrement = uint64_t{1} << 16;
+constexpr uint64_t Generation(uint64_t word1) { return word1 >> 16; }
+
+// `ticket` is the value of word0 returned by the FETCH_AND_ADD that queued a request (the state
+// before it). A request is granted once every request queued before it of a conflicting mode has
+// released.
+constexpr bool Granted(Word0 now, Word0 ticket, Mode m) {
+  if (m == Mode::kExclusive) return now.n_x == ticket.max_x && now.n_s == ticket.max_s;
+  return now.n_x == ticket.max_x;
+}
+
+// Someone recovered past this request: its ticket counts as released. An S request only looks at
+// nX, since sibling readers may release before the request notices its own grant.
+constexpr bool Skipped(Word0 now, Word0 ticket, Mode m) {
+  if (m == Mode::kExclusive) return now.n_x > ticket.max_x || now.n_s > ticket.max_s;
+  return now.n_x > ticket.max_x;
+}
+
+// The request's own increment is no longer in the word (the word was reset since it queued).
+constexpr bool TicketGone(Word0 now, Word0 ticket, Mode m) {
+  return m == Mode::kExclusive ? now.max_x <= ticket.max_x : now.max_s <= ticket.max_s;
+}
+
+// Requests that must release before this one is granted (0 once granted).
+constexpr uint32_t Ahead(Word0 now, Word0 ticket, Mode m) {
+  uint32_t ahead = ticket.max_x > now.n_x ? uint32_t(ticket.max_x - now.n_x) : 0;
+  if (m == Mode::kExclusive && ticket.max_s > now.n_s) ahead += uint32_t(ticket.max_s - now.n_s);
+  return ahead;
+}
+
+// The word a stalled waiter installs by COMPARE_AND_SWAP: every request up to and including its
+// own counts as done; it then queues again. `seen` is the value it observed unchanged for F x L.
+constexpr Word0 RecoveredWord(Word0 seen, Word0 ticket, Mode m) {
+  Word0 w = seen;
+  if (m == Mode::kExclusive) {
+    w.n_x = static_cast<uint16_t>(ticket.max_x + 1);
+    w.n_s = ticket.max_s;
+  } else {
+    w.n_x = ticket.max_x;
+    w.n_s = static_cast<uint16_t>(seen.n_s + 1);
+  }
+  return w;
+}
+
+// Fencing token of an exclusive grant: epoch:16 | generation:32 | ticket:16. Tokens of successive
+// exclusive holders of one lock strictly increase, across resets and lockd restarts.
+constexpr uint64_t FencingToken(uint16_t epoch, uint64_t generation, uint16_t ticket) {
+  return (uint64_t{epoch} << 48) | ((generation & 0xffffffffu) << 16) | ticket;
+}
+
+}  // namespace rdmalock::proto

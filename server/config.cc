@@ -1,0 +1,151 @@
+#include "config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "rdmalock/proto/layout.h"
+
+namespace rdmalock::lockd {
+namespace {
+
+std::string Where(const std::string& origin, const YAML::Node& node, const std::string& key) {
+  return origin + ":" + std::to_string(node.Mark().line + 1) + ": key '" + key + "'";
+}
+
+template <typename T>
+Status ReadUnsigned(const std::string& origin, const std::string& key, const YAML::Node& node,
+                    uint64_t lo, uint64_t hi, T* out) {
+  if (!node.IsScalar()) return Error(ErrorCode::kConfig, Where(origin, node, key) + ": expected a number");
+  const std::string s = node.Scalar();
+  uint64_t v = 0;
+  size_t used = 0;
+  try {
+    if (s.empty() || s[0] == '-') throw std::invalid_argument("negative");
+    v = std::stoull(s, &used, 10);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != s.size()) {
+    return Error(ErrorCode::kConfig,
+                 Where(origin, node, key) + ": '" + s + "' is not a non-negative integer");
+  }
+  if (v < lo || v > hi) {
+    return Error(ErrorCode::kConfig, Where(origin, node, key) + ": " + s + " is out of range [" +
+                                         std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+  *out = static_cast<T>(v);
+  return Status::Ok();
+}
+
+Status ReadString(const std::string& origin, const std::string& key, const YAML::Node& node,
+                  std::string* out) {
+  if (!node.IsScalar() && !node.IsNull()) {
+    return Error(ErrorCode::kConfig, Where(origin, node, key) + ": expected a string");
+  }
+  *out = node.IsNull() ? "" : node.Scalar();
+  return Status::Ok();
+}
+
+const std::set<std::string>& LogLevels() {
+  static const std::set<std::string> levels = {"trace", "debug", "info", "warn",
+                                                "error", "critical", "off"};
+  return levels;
+}
+
+}  // namespace
+
+Status Validate(const Config& c) {
+  if (c.lock_count < proto::kMinLockCount || c.lock_count > proto::kMaxLockCount) {
+    return Error(ErrorCode::kConfig, "lock_count must be in [1, " +
+                                         std::to_string(proto::kMaxLockCount) + "]");
+  }
+  if (c.stall_factor < 2) {
+    return Error(ErrorCode::kConfig, "stall_factor must be at least 2 (one lease of margin)");
+  }
+  if (LogLevels().count(c.log_level) == 0) {
+    return Error(ErrorCode::kConfig, "log_level '" + c.log_level +
+                                         "' is not one of trace, debug, info, warn, error, "
+                                         "critical, off");
+  }
+  if (c.address.empty()) return Error(ErrorCode::kConfig, "address is empty");
+  return Status::Ok();
+}
+
+Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
+  Config c;
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    return Error(ErrorCode::kConfig, origin + ":" + std::to_string(e.mark.line + 1) +
+                                         ": invalid YAML: " + e.msg);
+  }
+  if (root.IsNull()) return c;  // an empty file: all defaults
+  if (!root.IsMap()) {
+    return Error(ErrorCode::kConfig, origin + ": the top level must be a mapping of keys");
+  }
+  try {
+    for (const auto& kv : root) {
+      const std::string key = kv.first.as<std::string>();
+      const YAML::Node& v = kv.second;
+      Status st;
+      if (key == "address") {
+        st = ReadString(origin, key, v, &c.address);
+      } else if (key == "port") {
+        st = ReadUnsigned(origin, key, v, 1, 65535, &c.port);
+      } else if (key == "lock_count") {
+        st = ReadUnsigned(origin, key, v, proto::kMinLockCount, proto::kMaxLockCount,
+                          &c.lock_count);
+      } else if (key == "lease_ms") {
+        st = ReadUnsigned(origin, key, v, 10, 3'600'000, &c.lease_ms);
+      } else if (key == "stall_factor") {
+        st = ReadUnsigned(origin, key, v, 2, 100, &c.stall_factor);
+      } else if (key == "max_clients") {
+        st = ReadUnsigned(origin, key, v, 1, 65536, &c.max_clients);
+      } else if (key == "state_dir") {
+        st = ReadString(origin, key, v, &c.state_dir);
+      } else if (key == "log_level") {
+        st = ReadString(origin, key, v, &c.log_level);
+        if (st.ok() && LogLevels().count(c.log_level) == 0) {
+          st = Error(ErrorCode::kConfig, Where(origin, v, key) + ": '" + c.log_level +
+                                             "' is not one of trace, debug, info, warn, error, "
+                                             "critical, off");
+        }
+      } else {
+        st = Error(ErrorCode::kConfig, Where(origin, kv.first, key) + ": unknown key");
+      }
+      RDMALOCK_RETURN_IF_ERROR(st);
+    }
+  } catch (const YAML::Exception& e) {
+    return Error(ErrorCode::kConfig, origin + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  RDMALOCK_RETURN_IF_ERROR(Validate(c).WithContext(origin));
+  return c;
+}
+
+Result<Config> LoadConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Error(ErrorCode::kConfig, "cannot open config file " + path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseConfig(ss.str(), path);
+}
+
+std::string Config::ToYaml() const {
+  std::ostringstream o;
+  o << "address: " << address << "\n"
+    << "port: " << port << "\n"
+    << "lock_count: " << lock_count << "\n"
+    << "lease_ms: " << lease_ms << "\n"
+    << "stall_factor: " << stall_factor << "\n"
+    << "max_clients: " << max_clients << "\n"
+    << "state_dir: \"" << state_dir << "\"\n"
+    << "log_level: " << log_level << "\n";
+  return o.str();
+}
+
+}  // namespace rdmalock::lockd

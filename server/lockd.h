@@ -1,0 +1,48 @@
+// lockd's server core: the registered regions, the rdma_cm listener and the session registry.
+//
+// Threading: Run() is the event loop and owns every rdma_cm object; it runs on one thread.
+// RequestStop() may be called from any thread (it writes an eventfd).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "config.h"
+#include "rdmalock/status.h"
+
+namespace rdmalock::lockd {
+
+class Server {
+ public:
+  // Opens the RDMA devices, allocates and registers the regions, and starts listening.
+  static Result<std::unique_ptr<Server>> Create(const Config& config, uint64_t epoch);
+  ~Server();
+
+  // Runs the event loop until RequestStop(); then disconnects every client and tears down.
+  Status Run();
+  void RequestStop();
+
+  // Connects to this server through its own NIC (the event loop must be running on another
+  // thread) and checks the byte order of atomic replies with a FETCH_AND_ADD of 0 on the probe
+  // word. The loopback connection stays open for lockd's own lock-table operations.
+  Status ProbeLoopback(std::chrono::milliseconds timeout);
+
+  uint16_t port() const;
+  // Sessions connected now (lockd's own loopback excluded).
+  uint64_t connected_clients() const;
+
+  struct Impl;
+
+ private:
+  explicit Server(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Reads the epoch persisted in `state_dir`, adds one and writes it back (atomically, fsync'd).
+// An empty state_dir gives epoch 1 and persists nothing.
+Result<uint64_t> BumpEpoch(const std::string& state_dir);
+
+}  // namespace rdmalock::lockd

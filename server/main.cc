@@ -1,0 +1,136 @@
+// lockd: the rdmalock lock server daemon.
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include "config.h"
+#include "lockd.h"
+
+namespace {
+
+using rdmalock::lockd::Config;
+
+int Fail(const rdmalock::Status& st) {
+  spdlog::critical("{}", st.ToString());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"lockd: the rdmalock lock server. Serves a table of RDMA lock words to librdmalock "
+               "clients over rdma_cm."};
+  std::string config_path;
+  bool check_config = false, print_config = false;
+  std::string log_level, address, state_dir;
+  int64_t port = -1, lock_count = -1, lease_ms = -1, max_clients = -1;
+  app.add_option("-c,--config", config_path, "YAML config file (default: none, all defaults)");
+  app.add_flag("--check-config", check_config, "validate the config and exit (0 if valid)");
+  app.add_flag("--print-config", print_config, "print the effective config and exit");
+  app.add_option("--log-level", log_level, "override log_level (trace..off)");
+  app.add_option("--address", address, "override address");
+  app.add_option("--port", port, "override port")->check(CLI::Range(1, 65535));
+  app.add_option("--lock-count", lock_count, "override lock_count")->check(CLI::PositiveNumber);
+  app.add_option("--lease-ms", lease_ms, "override lease_ms")->check(CLI::PositiveNumber);
+  app.add_option("--max-clients", max_clients, "override max_clients")->check(CLI::PositiveNumber);
+  app.add_option("--state-dir", state_dir, "override state_dir (where the epoch persists)");
+  CLI11_PARSE(app, argc, argv);
+
+  auto logger = spdlog::stderr_color_mt("lockd");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
+
+  Config config;
+  if (!config_path.empty()) {
+    auto loaded = rdmalock::lockd::LoadConfig(config_path);
+    if (!loaded.ok()) {
+      std::cerr << "lockd: " << loaded.status().message() << "\n";
+      return 2;
+    }
+    config = *loaded;
+  }
+  if (!log_level.empty()) config.log_level = log_level;
+  if (!address.empty()) config.address = address;
+  if (port > 0) config.port = static_cast<uint16_t>(port);
+  if (lock_count > 0) config.lock_count = static_cast<uint64_t>(lock_count);
+  if (lease_ms > 0) config.lease_ms = static_cast<uint64_t>(lease_ms);
+  if (max_clients > 0) config.max_clients = static_cast<uint32_t>(max_clients);
+  if (app.count("--state-dir") > 0) config.state_dir = state_dir;
+  if (auto st = rdmalock::lockd::Validate(config); !st.ok()) {
+    std::cerr << "lockd: invalid configuration: " << st.message() << "\n";
+    return 2;
+  }
+  if (check_config) {
+    std::cout << "configuration OK\n";
+    return 0;
+  }
+  if (print_config) {
+    std::cout << config.ToYaml();
+    return 0;
+  }
+  spdlog::set_level(spdlog::level::from_str(config.log_level));
+
+  // Signals go to the main thread only: block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  rlimit lim{};
+  if (getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+      lim.rlim_cur < config.lock_count * 16 + (1 << 20)) {
+    spdlog::warn("RLIMIT_MEMLOCK is {} bytes; registering the lock table may fail (set "
+                 "LimitMEMLOCK=infinity or ulimit -l unlimited)",
+                 lim.rlim_cur);
+  }
+
+  auto epoch = rdmalock::lockd::BumpEpoch(config.state_dir);
+  if (!epoch.ok()) return Fail(epoch.status());
+  auto server = rdmalock::lockd::Server::Create(config, *epoch);
+  if (!server.ok()) return Fail(server.status());
+
+  rdmalock::Status loop_status;
+  std::atomic<bool> stopping{false};
+  std::thread loop([&] {
+    loop_status = (*server)->Run();
+    if (!stopping.load()) kill(getpid(), SIGTERM);  // the loop ended by itself: wake main
+  });
+  if (auto st = (*server)->ProbeLoopback(std::chrono::seconds(10)); !st.ok()) {
+    spdlog::critical("{}", st.ToString());
+    stopping.store(true);
+    (*server)->RequestStop();
+    loop.join();
+    return 1;
+  }
+  spdlog::info("ready");
+
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&signals, &sig) != 0) continue;
+    if (sig == SIGHUP) {
+      spdlog::info("SIGHUP: nothing to reload yet (restart lockd to apply config changes)");
+      continue;
+    }
+    spdlog::info("received {}, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    break;
+  }
+  stopping.store(true);
+  (*server)->RequestStop();
+  loop.join();
+  server->reset();
+  if (!loop_status.ok()) return Fail(loop_status);
+  spdlog::info("stopped cleanly");
+  return 0;
+}

@@ -1,0 +1,58 @@
+#include <catch2/catch.hpp>
+
+#include "config.h"
+
+using rdmalock::ErrorCode;
+using rdmalock::lockd::ParseConfig;
+
+TEST_CASE("an empty config gives every default") {
+  auto c = ParseConfig("", "empty.yaml");
+  REQUIRE(c.ok());
+  REQUIRE(c->port == 7471);
+  REQUIRE(c->lock_count == 65536);
+  REQUIRE(c->lease_ms == 2000);
+  REQUIRE(c->stall_factor == 2);
+}
+
+TEST_CASE("a full config is read") {
+  auto c = ParseConfig(
+      "address: 192.0.2.1\nport: 9000\nlock_count: 1048576\nlease_ms: 500\n"
+      "stall_factor: 3\nmax_clients: 64\nstate_dir: /tmp/x\nlog_level: debug\n",
+      "full.yaml");
+  REQUIRE(c.ok());
+  REQUIRE(c->address == "192.0.2.1");
+  REQUIRE(c->port == 9000);
+  REQUIRE(c->lock_count == 1048576);
+  REQUIRE(c->lease_ms == 500);
+  REQUIRE(c->stall_factor == 3);
+  REQUIRE(c->max_clients == 64);
+  REQUIRE(c->state_dir == "/tmp/x");
+  REQUIRE(c->log_level == "debug");
+}
+
+TEST_CASE("the shipped example config is valid") {
+  auto c = rdmalock::lockd::LoadConfig(RDMALOCK_SOURCE_DIR "/config/lockd.yaml");
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+}
+
+TEST_CASE("bad configs name the file, line and key") {
+  auto check = [](const std::string& text, const std::string& needle) {
+    auto c = ParseConfig(text, "bad.yaml");
+    REQUIRE_FALSE(c.ok());
+    REQUIRE(c.status().code() == ErrorCode::kConfig);
+    INFO(c.status().message());
+    REQUIRE(c.status().message().find(needle) != std::string::npos);
+  };
+  check("port: 7471\nlokc_count: 5\n", "bad.yaml:2: key 'lokc_count': unknown key");
+  check("port: 70000\n", "bad.yaml:1: key 'port'");
+  check("port: -1\n", "not a non-negative integer");
+  check("lock_count: many\n", "key 'lock_count'");
+  check("lock_count: 0\n", "out of range");
+  check("stall_factor: 1\n", "key 'stall_factor'");
+  check("lease_ms: 12.5\n", "key 'lease_ms'");
+  check("log_level: loud\n", "key 'log_level'");
+  check("port: [1, 2]\n", "expected a number");
+  check("- a\n- b\n", "top level must be a mapping");
+  check("port: 1\n  bad indent: : :\n", "bad.yaml:");
+}

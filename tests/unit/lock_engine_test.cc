@@ -1,0 +1,352 @@
+// The protocol engine over the in-process backend: many threads, shadow checks, and the branches
+// of the protocol driven deterministically.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "inproc_memory.h"
+#include "lock_engine.h"
+
+using namespace rdmalock;
+using namespace std::chrono_literals;
+using proto::Word0;
+
+namespace {
+
+EngineParams Params(uint64_t locks, std::chrono::nanoseconds lease = 10s) {
+  EngineParams p;
+  p.lock_count = locks;
+  p.lease = lease;
+  p.stall_factor = 2;
+  p.epoch = 1;
+  return p;
+}
+
+// Collects abandoned tickets and drains them on a channel of its own.
+struct Reaper {
+  explicit Reaper(InProcessTable* t) : table(t) {}
+  InProcessTable* table;
+  std::mutex mu;
+  std::vector<Ticket> tickets;
+  void Add(const Ticket& t) {
+    std::lock_guard lk(mu);
+    tickets.push_back(t);
+  }
+  size_t DrainAll(const LockEngine& e) {
+    std::vector<Ticket> ts;
+    {
+      std::lock_guard lk(mu);
+      ts.swap(tickets);
+    }
+    InProcessMemory mem(table);
+    for (const auto& t : ts) REQUIRE(e.Drain(mem, t).ok());
+    return ts.size();
+  }
+};
+
+Word0 W0(InProcessTable& t, uint64_t slot) { return Word0::Decode(t.Load(slot, 0)); }
+
+}  // namespace
+
+TEST_CASE("uncontended exclusive acquire is one FETCH_AND_ADD, release one more") {
+  InProcessTable table(16);
+  LockEngine e(Params(16), nullptr);
+  InProcessMemory mem(&table);
+  auto g = e.Acquire(mem, 3, Mode::kExclusive, {});
+  REQUIRE(g.ok());
+  REQUIRE(mem.counters().Total() == 1);
+  REQUIRE(e.Release(mem, *g).ok());
+  REQUIRE(mem.counters().Total() == 2);
+  REQUIRE(W0(table, 3) == Word0{.max_s = 0, .max_x = 1, .n_s = 0, .n_x = 1});
+}
+
+TEST_CASE("a token comes with an exclusive grant when asked for, and increases") {
+  InProcessTable table(4);
+  LockEngine e(Params(4), nullptr);
+  InProcessMemory mem(&table);
+  AcquireOptions o;
+  o.want_token = true;
+  uint64_t last = 0;
+  for (int i = 0; i < 5; ++i) {
+    auto g = e.Acquire(mem, 0, Mode::kExclusive, o);
+    REQUIRE(g.ok());
+    REQUIRE(g->token > last);
+    REQUIRE((g->token >> 48) == 1);  // epoch
+    last = g->token;
+    REQUIRE(e.Release(mem, *g).ok());
+  }
+}
+
+TEST_CASE("out-of-range slot is refused") {
+  InProcessTable table(4);
+  LockEngine e(Params(4), nullptr);
+  InProcessMemory mem(&table);
+  auto g = e.Acquire(mem, 4, Mode::kExclusive, {});
+  REQUIRE(g.status().code() == ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("shared holders coexist; exclusive waits for all of them") {
+  InProcessTable table(1);
+  LockEngine e(Params(1), nullptr);
+  InProcessMemory a(&table), b(&table), c(&table);
+  auto s1 = e.Acquire(a, 0, Mode::kShared, {});
+  auto s2 = e.Acquire(b, 0, Mode::kShared, {});
+  REQUIRE(s1.ok());
+  REQUIRE(s2.ok());
+  AcquireOptions try_only;
+  try_only.try_only = true;
+  auto x = e.Acquire(c, 0, Mode::kExclusive, try_only);
+  REQUIRE(x.status().code() == ErrorCode::kBusy);
+  // The failed try-lock withdrew its ticket: the word is as before.
+  REQUIRE(W0(table, 0) == Word0{.max_s = 2, .max_x = 0, .n_s = 0, .n_x = 0});
+  REQUIRE(e.Release(a, *s1).ok());
+  REQUIRE(e.Acquire(c, 0, Mode::kExclusive, try_only).status().code() == ErrorCode::kBusy);
+  REQUIRE(e.Release(b, *s2).ok());
+  auto x2 = e.Acquire(c, 0, Mode::kExclusive, try_only);
+  REQUIRE(x2.ok());
+  REQUIRE(e.Acquire(a, 0, Mode::kShared, try_only).status().code() == ErrorCode::kBusy);
+  REQUIRE(e.Release(c, *x2).ok());
+}
+
+TEST_CASE("mutual exclusion under many threads (shadow counters)") {
+  constexpr int kThreads = 8;
+  constexpr int kOps = 4000;
+  constexpr uint64_t kSlots = 3;
+  InProcessTable table(kSlots);
+  LockEngine e(Params(kSlots), nullptr);
+  std::atomic<int> writers[kSlots] = {}, readers[kSlots] = {};
+  std::atomic<int> violations{0}, max_readers{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t) {
+    ts.emplace_back([&, t] {
+      InProcessMemory mem(&table);
+      std::mt19937 rng(static_cast<unsigned>(t));
+      for (int i = 0; i < kOps; ++i) {
+        const uint64_t slot = rng() % kSlots;
+        const Mode m = rng() % 3 == 0 ? Mode::kExclusive : Mode::kShared;
+        auto g = e.Acquire(mem, slot, m, {});
+        if (!g.ok()) {
+          violations++;
+          continue;
+        }
+        if (m == Mode::kExclusive) {
+          if (writers[slot].fetch_add(1) != 0 || readers[slot].load() != 0) violations++;
+          std::this_thread::yield();
+          writers[slot].fetch_sub(1);
+        } else {
+          const int r = readers[slot].fetch_add(1) + 1;
+          if (writers[slot].load() != 0) violations++;
+          int prev = max_readers.load();
+          while (r > prev && !max_readers.compare_exchange_weak(prev, r)) {
+          }
+          std::this_thread::yield();
+          readers[slot].fetch_sub(1);
+        }
+        if (!e.Release(mem, *g).ok()) violations++;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  REQUIRE(violations.load() == 0);
+  REQUIRE(max_readers.load() >= 2);  // shared holders really overlapped
+  for (uint64_t s = 0; s < kSlots; ++s) REQUIRE(W0(table, s).Drained());
+}
+
+TEST_CASE("grants follow ticket order (FIFO)") {
+  InProcessTable table(1);
+  LockEngine e(Params(1), nullptr);
+  InProcessMemory holder_mem(&table);
+  auto holder = e.Acquire(holder_mem, 0, Mode::kExclusive, {});
+  REQUIRE(holder.ok());
+  constexpr int kWaiters = 6;
+  std::mutex mu;
+  std::vector<int> order;
+  std::vector<std::thread> ts;
+  for (int i = 0; i < kWaiters; ++i) {
+    // Waiter i queues only after waiter i-1 has drawn its ticket.
+    while (W0(table, 0).max_x + W0(table, 0).max_s != static_cast<uint16_t>(1 + i)) {
+      std::this_thread::yield();
+    }
+    const Mode m = i % 3 == 2 ? Mode::kShared : Mode::kExclusive;
+    ts.emplace_back([&, i, m] {
+      InProcessMemory mem(&table);
+      auto g = e.Acquire(mem, 0, m, {});
+      REQUIRE(g.ok());
+      {
+        std::lock_guard lk(mu);
+        order.push_back(i);
+      }
+      std::this_thread::sleep_for(2ms);
+      REQUIRE(e.Release(mem, *g).ok());
+    });
+  }
+  while (W0(table, 0).max_x + W0(table, 0).max_s != 1 + kWaiters) std::this_thread::yield();
+  REQUIRE(e.Release(holder_mem, *holder).ok());
+  for (auto& t : ts) t.join();
+  REQUIRE(order == std::vector<int>{0, 1, 2, 3, 4, 5});
+}
+
+TEST_CASE("a timed-out waiter with nobody behind withdraws its ticket") {
+  InProcessTable table(1);
+  LockEngine e(Params(1), nullptr);
+  InProcessMemory a(&table), b(&table);
+  auto g = e.Acquire(a, 0, Mode::kExclusive, {});
+  REQUIRE(g.ok());
+  AcquireOptions o;
+  o.deadline = Clock::now() + 20ms;
+  EngineEvents ev;
+  auto w = e.Acquire(b, 0, Mode::kExclusive, o, &ev);
+  REQUIRE(w.status().code() == ErrorCode::kTimeout);
+  REQUIRE(ev.withdrawals.get() == 1);
+  REQUIRE(W0(table, 0) == Word0{.max_s = 0, .max_x = 1, .n_s = 0, .n_x = 0});
+  REQUIRE(e.Release(a, *g).ok());
+}
+
+TEST_CASE("a timed-out waiter with others behind is abandoned and drained") {
+  InProcessTable table(1);
+  Reaper reaper(&table);
+  LockEngine e(Params(1), [&](const Ticket& t) { reaper.Add(t); });
+  InProcessMemory a(&table), b(&table), c(&table);
+  auto g = e.Acquire(a, 0, Mode::kExclusive, {});
+  REQUIRE(g.ok());
+  std::atomic<bool> b_done{false};
+  std::thread tb([&] {
+    AcquireOptions o;
+    o.deadline = Clock::now() + 100ms;
+    auto w = e.Acquire(b, 0, Mode::kExclusive, o);
+    REQUIRE(w.status().code() == ErrorCode::kTimeout);
+    b_done = true;
+  });
+  while (W0(table, 0).max_x != 2) std::this_thread::yield();
+  std::thread tc([&] {
+    auto w = e.Acquire(c, 0, Mode::kExclusive, {});  // queued behind b
+    REQUIRE(w.ok());
+    REQUIRE(e.Release(c, *w).ok());
+  });
+  tb.join();
+  REQUIRE(b_done);
+  REQUIRE(e.Release(a, *g).ok());
+  // b's ticket must be granted and released by the reaper for c to get the lock.
+  REQUIRE(reaper.DrainAll(e) == 1);
+  tc.join();
+  REQUIRE(W0(table, 0).Drained());
+}
+
+TEST_CASE("counters reset at COUNT_MAX and the lock keeps working (wrap-around)") {
+  InProcessTable table(1);
+  LockEngine e(Params(1), nullptr);
+  const uint16_t near = proto::kCountMax - 3;
+  table.Store(0, 0, Word0{.max_s = 5, .max_x = near, .n_s = 5, .n_x = near}.Encode());
+  InProcessMemory mem(&table);
+  EngineEvents ev;
+  AcquireOptions o;
+  o.want_token = true;
+  uint64_t last_token = 0;
+  for (int i = 0; i < 10; ++i) {
+    auto g = e.Acquire(mem, 0, Mode::kExclusive, o, &ev);
+    REQUIRE(g.ok());
+    REQUIRE(g->token > last_token);  // monotonic across the reset
+    last_token = g->token;
+    REQUIRE(e.Release(mem, *g, &ev).ok());
+  }
+  REQUIRE(ev.resets.get() == 1);
+  REQUIRE(proto::Generation(table.Load(0, 1)) == 1);
+  REQUIRE(W0(table, 0) == Word0{.max_s = 0, .max_x = 7, .n_s = 0, .n_x = 7});
+}
+
+TEST_CASE("requests on a frozen word withdraw; the last release resets it") {
+  InProcessTable table(1);
+  LockEngine e(Params(1), nullptr);
+  const uint16_t last = proto::kCountMax - 1;
+  table.Store(0, 0, Word0{.max_s = 2, .max_x = last, .n_s = 2, .n_x = last}.Encode());
+  InProcessMemory a(&table), b(&table);
+  auto g = e.Acquire(a, 0, Mode::kExclusive, {});  // draws the last ticket: word now frozen
+  REQUIRE(g.ok());
+  REQUIRE(W0(table, 0).Frozen());
+  std::atomic<bool> got{false};
+  EngineEvents bev;
+  std::thread tb([&] {
+    auto w = e.Acquire(b, 0, Mode::kShared, {}, &bev);
+    REQUIRE(w.ok());
+    got = true;
+    REQUIRE(e.Release(b, *w).ok());
+  });
+  std::this_thread::sleep_for(20ms);
+  REQUIRE_FALSE(got);
+  REQUIRE(W0(table, 0).max_s == 2);  // b's increments were all withdrawn
+  REQUIRE(e.Release(a, *g).ok());
+  tb.join();
+  REQUIRE(bev.withdrawals.get() >= 1);
+  REQUIRE(proto::Generation(table.Load(0, 1)) >= 1);
+  REQUIRE(W0(table, 0) == Word0{.max_s = 1, .max_x = 0, .n_s = 1, .n_x = 0});
+}
+
+TEST_CASE("a waiter recovers a lock whose holder died, after F x L") {
+  InProcessTable table(1);
+  const auto lease = 40ms;
+  LockEngine e(Params(1, lease), nullptr);
+  InProcessMemory dead(&table), w(&table);
+  auto g = e.Acquire(dead, 0, Mode::kExclusive, {});  // and never released
+  REQUIRE(g.ok());
+  EngineEvents ev;
+  const auto t0 = Clock::now();
+  auto g2 = e.Acquire(w, 0, Mode::kExclusive, {}, &ev);
+  const auto took = Clock::now() - t0;
+  REQUIRE(g2.ok());
+  REQUIRE(ev.recoveries.get() == 1);
+  REQUIRE(took >= 2 * lease);
+  // The dead holder's late release is refused (lease expired) and changes nothing.
+  const Word0 before = W0(table, 0);
+  REQUIRE(e.Release(dead, *g).code() == ErrorCode::kLockLost);
+  REQUIRE(W0(table, 0) == before);
+  REQUIRE(e.Release(w, *g2).ok());
+}
+
+TEST_CASE("a release that finds its grant skipped is undone and reported lost") {
+  InProcessTable table(1);
+  LockEngine e(Params(1, 10s), nullptr);
+  InProcessMemory a(&table);
+  auto g = e.Acquire(a, 0, Mode::kExclusive, {});
+  REQUIRE(g.ok());
+  // A waiter (ticket maxX=1) recovered past us: nX = 2, and queued again (maxX = 3).
+  table.Store(0, 0, Word0{.max_s = 0, .max_x = 3, .n_s = 0, .n_x = 2}.Encode());
+  REQUIRE(e.Release(a, *g).code() == ErrorCode::kLockLost);
+  REQUIRE(W0(table, 0) == Word0{.max_s = 0, .max_x = 3, .n_s = 0, .n_x = 2});
+}
+
+TEST_CASE("renewal keeps waiters from recovering a live holder") {
+  InProcessTable table(1);
+  const auto lease = 30ms;
+  LockEngine e(Params(1, lease), nullptr);
+  InProcessMemory h(&table), w(&table);
+  auto g = e.Acquire(h, 0, Mode::kExclusive, {});
+  REQUIRE(g.ok());
+  std::atomic<bool> stop{false};
+  std::thread renewer([&] {
+    while (!stop) {
+      REQUIRE(e.Renew(h, *g).ok());
+      std::this_thread::sleep_for(lease / 4);
+    }
+  });
+  AcquireOptions o;
+  o.deadline = Clock::now() + 5 * lease;  // longer than F x L
+  EngineEvents ev;
+  auto r = e.Acquire(w, 0, Mode::kExclusive, o, &ev);
+  REQUIRE(r.status().code() == ErrorCode::kTimeout);
+  REQUIRE(ev.recoveries.get() == 0);
+  stop = true;
+  renewer.join();
+  REQUIRE(e.Release(h, *g).ok());
+}
+
+TEST_CASE("a broken channel surfaces as a connection error") {
+  InProcessTable table(1);
+  LockEngine e(Params(1), nullptr);
+  InProcessMemory mem(&table);
+  mem.Break();
+  REQUIRE(e.Acquire(mem, 0, Mode::kExclusive, {}).status().code() == ErrorCode::kConnection);
+}

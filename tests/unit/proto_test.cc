@@ -1,0 +1,167 @@
+#include <catch2/catch.hpp>
+
+#include "rdmalock/proto/handshake.h"
+#include "rdmalock/proto/layout.h"
+#include "rdmalock/proto/lock_word.h"
+
+using namespace rdmalock::proto;
+
+TEST_CASE("word0 encodes fields at their documented bit positions") {
+  Word0 w{.max_s = 0x1111, .max_x = 0x2222, .n_s = 0x3333, .n_x = 0x4444};
+  REQUIRE(w.Encode() == 0x4444333322221111ull);
+  REQUIRE(Word0::Decode(0x4444333322221111ull) == w);
+  REQUIRE(kAcquireShared == 1);
+  REQUIRE(Word0::Decode(kAcquireExclusive).max_x == 1);
+  REQUIRE(Word0::Decode(kReleaseShared).n_s == 1);
+  REQUIRE(Word0::Decode(kReleaseExclusive).n_x == 1);
+}
+
+TEST_CASE("grant, skip and ahead follow the ticket rules") {
+  // Two X before us, one S before us; we are X.
+  const Word0 ticket{.max_s = 1, .max_x = 2, .n_s = 0, .n_x = 0};
+  REQUIRE_FALSE(Granted(ticket, ticket, Mode::kExclusive));
+  REQUIRE(Ahead(ticket, ticket, Mode::kExclusive) == 3);
+  REQUIRE(Ahead(ticket, ticket, Mode::kShared) == 2);  // S waits for X only
+  Word0 now{.max_s = 1, .max_x = 3, .n_s = 1, .n_x = 2};
+  REQUIRE(Granted(now, ticket, Mode::kExclusive));
+  REQUIRE(Granted(now, ticket, Mode::kShared));
+  now.n_s = 0;
+  REQUIRE_FALSE(Granted(now, ticket, Mode::kExclusive));
+  REQUIRE(Granted(now, ticket, Mode::kShared));  // readers ignore other readers
+  now.n_x = 3;
+  REQUIRE(Skipped(now, ticket, Mode::kExclusive));
+  REQUIRE(Skipped(now, ticket, Mode::kShared));
+  now = Word0{.max_s = 1, .max_x = 3, .n_s = 2, .n_x = 2};
+  REQUIRE(Skipped(now, ticket, Mode::kExclusive));
+  REQUIRE_FALSE(Skipped(now, ticket, Mode::kShared));  // S never tests nS
+}
+
+TEST_CASE("frozen and drained words") {
+  REQUIRE(Word0{.max_s = 0, .max_x = kCountMax}.Frozen());
+  REQUIRE(Word0{.max_s = kCountMax}.Frozen());
+  REQUIRE_FALSE(Word0{.max_s = kCountMax - 1, .max_x = kCountMax - 1}.Frozen());
+  REQUIRE(Word0{.max_s = 3, .max_x = 5, .n_s = 3, .n_x = 5}.Drained());
+  REQUIRE_FALSE(Word0{.max_s = 3, .max_x = 5, .n_s = 2, .n_x = 5}.Drained());
+}
+
+TEST_CASE("recovered word marks everything up to the waiter as done") {
+  const Word0 seen{.max_s = 4, .max_x = 6, .n_s = 2, .n_x = 3};
+  const Word0 tx{.max_s = 3, .max_x = 5};
+  const Word0 rx = RecoveredWord(seen, tx, Mode::kExclusive);
+  REQUIRE(rx.n_x == 6);
+  REQUIRE(rx.n_s == 3);
+  REQUIRE(rx.max_x == 6);
+  REQUIRE(rx.max_s == 4);
+  const Word0 rs = RecoveredWord(seen, tx, Mode::kShared);
+  REQUIRE(rs.n_x == 5);
+  REQUIRE(rs.n_s == 3);
+}
+
+TEST_CASE("fencing token layout") {
+  REQUIRE(FencingToken(0x0102, 0x0000000304050607ull, 0x0809) == 0x0102040506070809ull);
+  REQUIRE(FencingToken(1, 0, 5) < FencingToken(1, 1, 0));
+  REQUIRE(FencingToken(1, 0xffffffff, 0xffff) < FencingToken(2, 0, 0));
+}
+
+TEST_CASE("connect request round-trips and fits rdma_cm's 56 bytes") {
+  ConnectRequest r;
+  r.flags = 7;
+  r.pid = 4242;
+  r.client_name = "worker-with-a-long-name-that-is-cut";
+  const auto b = r.Encode();
+  REQUIRE(b.size() == 56);
+  ConnectRequest out;
+  REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kNone);
+  REQUIRE(out.pid == 4242);
+  REQUIRE(out.flags == 7);
+  REQUIRE(out.client_name == "worker-with-a-long-name-");
+  // The transport pads to its maximum with zeros: still valid.
+  std::vector<uint8_t> padded(b.begin(), b.end());
+  padded.resize(56, 0);
+  REQUIRE(ConnectRequest::Decode(padded, &out) == RejectReason::kNone);
+}
+
+TEST_CASE("malformed connect requests are refused with a reason") {
+  ConnectRequest r;
+  auto b = r.Encode();
+  ConnectRequest out;
+  SECTION("empty") { REQUIRE(ConnectRequest::Decode({}, &out) == RejectReason::kBadLength); }
+  SECTION("truncated") {
+    REQUIRE(ConnectRequest::Decode(std::span(b.data(), 20), &out) == RejectReason::kBadLength);
+  }
+  SECTION("bad magic") {
+    b[0] ^= 0xff;
+    REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kBadMagic);
+  }
+  SECTION("future version") {
+    b[ConnectRequest::kVersion] = 99;
+    REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kBadVersion);
+  }
+  SECTION("version zero") {
+    b[ConnectRequest::kVersion] = 0;
+    REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kBadVersion);
+  }
+  SECTION("wrong length field") {
+    b[ConnectRequest::kLength] = 55;
+    REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kBadLength);
+  }
+  SECTION("reserved bytes set") {
+    b[ConnectRequest::kReserved + 3] = 1;
+    REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kBadLength);
+  }
+  SECTION("trailing garbage") {
+    std::vector<uint8_t> v(b.begin(), b.end());
+    v.push_back(1);
+    REQUIRE(ConnectRequest::Decode(v, &out) == RejectReason::kBadLength);
+  }
+}
+
+TEST_CASE("accept and reject replies round-trip within their limits") {
+  AcceptReply a;
+  a.epoch = 9;
+  a.session_id = 77;
+  a.lease_ns = 2'000'000'000;
+  a.lock_count = 1 << 20;
+  a.stall_factor = 2;
+  a.locks = {0x7f0000001000ull, 16 << 20, 0xabcd};
+  a.sessions = {0x7f0000002000ull, 4096, 0x1234};
+  a.session_record_offset = 512;
+  const auto b = a.Encode();
+  REQUIRE(b.size() <= kMaxAcceptPrivateData);
+  AcceptReply out;
+  REQUIRE(AcceptReply::Decode(b, &out));
+  REQUIRE(out.epoch == 9);
+  REQUIRE(out.session_id == 77);
+  REQUIRE(out.locks.addr == 0x7f0000001000ull);
+  REQUIRE(out.locks.rkey == 0xabcd);
+  REQUIRE(out.sessions.length == 4096);
+  REQUIRE(out.session_record_offset == 512);
+  auto bad = b;
+  bad[AcceptReply::kLength] = 0;
+  REQUIRE_FALSE(AcceptReply::Decode(bad, &out));
+
+  RejectReply r;
+  r.reason = RejectReason::kBadVersion;
+  r.detail = "client speaks 7";
+  const auto rb = r.Encode();
+  REQUIRE(rb.size() <= kMaxRejectPrivateData);
+  RejectReply rout;
+  REQUIRE(RejectReply::Decode(rb, &rout));
+  REQUIRE(rout.reason == RejectReason::kBadVersion);
+  REQUIRE(rout.detail == "client speaks 7");
+}
+
+TEST_CASE("info page round-trips") {
+  std::array<uint8_t, kInfoPageSize> page{};
+  InfoPage p;
+  p.epoch = 3;
+  p.lock_count = 1000;
+  p.lease_ns = 5;
+  p.connected_clients = 12;
+  p.EncodeTo(page);
+  const InfoPage q = InfoPage::DecodeFrom(page);
+  REQUIRE(q.magic == kInfoMagic);
+  REQUIRE(q.epoch == 3);
+  REQUIRE(q.lock_count == 1000);
+  REQUIRE(q.connected_clients == 12);
+}
