@@ -1,1 +1,478 @@
+// Integration tests on real RDMA verbs (rdma_rxe): lockd and client processes. They need an RDMA
+// device and RXE_IP (the address rdma_cm reaches it by); deploy/softroce/rxe-run provides both,
+// in the Soft-RoCE VM where the host kernel has no RDMA. Without them every test FAILS: an RDMA
+// test that cannot run must not pass.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../../common/rdma/verbs.h"
+#include "lock_engine.h"
+#include "rdmalock/client.h"
+#include "rdmalock/proto/handshake.h"
+#include "verbs_memory.h"
+#include "worker_shared.h"
+
+using namespace rdmalock;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string RxeIp() {
+  const char* ip = std::getenv("RXE_IP");
+  if (ip == nullptr || *ip == '\0') {
+    FAIL("RXE_IP is not set: run the RDMA tests through deploy/softroce/rxe-run (it provides "
+         "rdma_rxe and RXE_IP)");
+  }
+  return ip;
+}
+
+std::string TempDir() {
+  const char* t = std::getenv("TMPDIR");
+  std::string base = t != nullptr ? t : "/tmp";
+  std::string tmpl = base + "/rdmalock-test.XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  REQUIRE(mkdtemp(buf.data()) != nullptr);
+  return buf.data();
+}
+
+int WaitExit(pid_t pid, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    int status = 0;
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) {
+      if (WIFEXITED(status)) return WEXITSTATUS(status);
+      if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+      return -1;
+    }
+    if (std::chrono::steady_clock::now() > end) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -2;  // timed out
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+// A lockd process for the duration of a test.
+class Lockd {
+ public:
+  explicit Lockd(uint16_t port, uint64_t lock_count = 1024, uint64_t lease_ms = 2000,
+                 uint32_t max_clients = 64)
+      : port_(port) {
+    dir_ = TempDir();
+    log_ = dir_ + "/lockd.log";
+    pid_ = fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      const std::string p = std::to_string(port), n = std::to_string(lock_count),
+                        l = std::to_string(lease_ms), m = std::to_string(max_clients);
+      FILE* f = std::freopen(log_.c_str(), "w", stderr);
+      (void)f;
+      execl(LOCKD_PATH, "lockd", "--port", p.c_str(), "--lock-count", n.c_str(), "--lease-ms",
+            l.c_str(), "--max-clients", m.c_str(), "--state-dir", dir_.c_str(), "--log-level",
+            "debug", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    // Ready once a client can connect.
+    const auto end = std::chrono::steady_clock::now() + 20s;
+    for (;;) {
+      auto c = Connect();
+      if (c.ok()) break;
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        FAIL("lockd exited during start-up:\n" << Log());
+      }
+      if (std::chrono::steady_clock::now() > end) {
+        FAIL("lockd did not accept a client within 20 s: " << c.status().ToString() << "\n"
+                                                           << Log());
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+  ~Lockd() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      WaitExit(pid_, 10s);
+    }
+  }
+  Result<std::unique_ptr<Client>> Connect(bool auto_renew = true) const {
+    ClientOptions o;
+    o.server = RxeIp();
+    o.port = port_;
+    o.connect_timeout = 3s;
+    o.auto_renew = auto_renew;
+    return Client::Connect(o);
+  }
+  std::string Log() const {
+    std::ifstream in(log_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+  pid_t pid() const { return pid_; }
+  void Forget() { pid_ = -1; }
+  uint16_t port() const { return port_; }
+
+ private:
+  uint16_t port_;
+  pid_t pid_ = -1;
+  std::string dir_, log_;
+};
+
+std::unique_ptr<Client> MustConnect(const Lockd& d, bool auto_renew = true) {
+  auto c = d.Connect(auto_renew);
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  return std::move(c).value();
+}
+
+// A file-backed WorkerShared that rdma_worker processes map too.
+class SharedFile {
+ public:
+  SharedFile() {
+    path_ = TempDir() + "/shared";
+    const int fd = open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    REQUIRE(fd >= 0);
+    REQUIRE(ftruncate(fd, sizeof(WorkerShared)) == 0);
+    void* p = mmap(nullptr, sizeof(WorkerShared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    REQUIRE(p != MAP_FAILED);
+    shared_ = new (p) WorkerShared();
+  }
+  WorkerShared* get() const { return shared_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  WorkerShared* shared_ = nullptr;
+};
+
+// Starts an rdma_worker process (exec'd: a fork of this process could not use rdma_cm).
+pid_t Worker(const std::vector<std::string>& args) {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(WORKER_PATH));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(WORKER_PATH, argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// Runs `fn` in a forked child (which must not use rdma_cm itself); returns its pid.
+template <typename Fn>
+pid_t Spawn(Fn fn) {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) _exit(fn());
+  return pid;
+}
+
+int RunCommand(const std::string& cmd) {
+  const int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("handshake: a client connects and reads lockd's info page") {
+  Lockd lockd(7601, 4096, 1500);
+  auto c = MustConnect(lockd);
+  REQUIRE(c->lock_count() == 4096);
+  REQUIRE(c->lease() == 1500ms);
+  auto info = c->Info();
+  REQUIRE(info.ok());
+  REQUIRE(info->epoch >= 1);
+  REQUIRE(info->lock_count == 4096);
+  REQUIRE(info->stall_factor == 2);
+  REQUIRE(info->connected_clients >= 1);
+  auto h = c->Lock("alpha");
+  REQUIRE(h.ok());
+  REQUIRE(h->fencing_token() != 0);
+  REQUIRE((h->fencing_token() >> 48) == info->epoch);
+  REQUIRE(h->Release().ok());
+}
+
+TEST_CASE("lockd rejects malformed and wrong-version requests and keeps serving") {
+  Lockd lockd(7602);
+  const std::string ip = RxeIp();
+  auto try_connect = [&](std::vector<uint8_t> data) {
+    std::vector<uint8_t> reject;
+    auto conn = rdma::ConnectRc(ip, lockd.port(), data, 3s, 4, &reject);
+    REQUIRE_FALSE(conn.ok());
+    REQUIRE(conn.status().code() == ErrorCode::kRejected);
+    proto::RejectReply r;
+    REQUIRE(proto::RejectReply::Decode(reject, &r));
+    return r.reason;
+  };
+  proto::ConnectRequest good;
+  auto bytes = good.Encode();
+  std::vector<uint8_t> v(bytes.begin(), bytes.end());
+
+  auto bad_magic = v;
+  bad_magic[0] ^= 0x5a;
+  REQUIRE(try_connect(bad_magic) == proto::RejectReason::kBadMagic);
+  auto future = v;
+  future[proto::ConnectRequest::kVersion] = 42;
+  REQUIRE(try_connect(future) == proto::RejectReason::kBadVersion);
+  // rdma_cm pads private data with zeros to its maximum, so only a request cut before its length
+  // field looks truncated to lockd.
+  auto truncated = std::vector<uint8_t>(v.begin(), v.begin() + 6);
+  REQUIRE(try_connect(truncated) == proto::RejectReason::kBadLength);
+  REQUIRE(try_connect({}) == proto::RejectReason::kBadMagic);  // arrives as 56 zero bytes
+
+  // The SDK turns a reject into a clear message.
+  const Status st = RejectStatus("x", std::vector<uint8_t>());
+  REQUIRE(st.code() == ErrorCode::kConnection);
+
+  auto c = MustConnect(lockd);
+  auto info = c->Info();
+  REQUIRE(info.ok());
+  REQUIRE(info->rejected_total == 4);
+  auto h = c->Lock("still-serving", {.timeout = 2000ms});
+  REQUIRE(h.ok());
+  REQUIRE(lockd.Log().find("bad magic") != std::string::npos);
+}
+
+TEST_CASE("the NIC refuses an RDMA WRITE to the lock table") {
+  Lockd lockd(7603);
+  ChannelParams p{RxeIp(), lockd.port(), 3000ms, "writer", 0};
+  auto mem = VerbsMemory::Connect(p);
+  REQUIRE(mem.ok());
+  RemoteOp w = RemoteOp::Write(RegionId::kLocks, 0, 0xdeadbeef);
+  const Status st = (*mem)->Execute(w);
+  REQUIRE(st.code() == ErrorCode::kConnection);
+  INFO(st.message());
+  REQUIRE(st.message().find("access") != std::string::npos);
+  // The lock word is untouched.
+  auto c = MustConnect(lockd);
+  auto s = c->Inspect(0);
+  REQUIRE(s.ok());
+  REQUIRE(s->exclusive_issued == 0);
+}
+
+TEST_CASE("exclusive and shared locks exclude each other across 4 client processes") {
+  Lockd lockd(7604, 64);
+  SharedFile shf;
+  WorkerShared* sh = shf.get();
+  constexpr int kProcs = 4, kOps = 150;
+  std::vector<pid_t> kids;
+  for (int p = 0; p < kProcs; ++p) {
+    kids.push_back(Worker({"exclusion", RxeIp(), std::to_string(lockd.port()), shf.path(),
+                           std::to_string(p), std::to_string(kOps)}));
+  }
+  for (pid_t k : kids) REQUIRE(WaitExit(k, 180s) == 0);
+  INFO("ops " << sh->ops << " errors " << sh->errors << " max concurrent readers "
+              << sh->max_readers);
+  REQUIRE(sh->ops == kProcs * kOps);
+  REQUIRE(sh->errors == 0);
+  REQUIRE(sh->violations == 0);
+  REQUIRE(sh->max_readers >= 2);
+  auto c = MustConnect(lockd);
+  auto s = c->Inspect(c->SlotOf("contended"));
+  REQUIRE(s.ok());
+  REQUIRE(s->exclusive_outstanding == 0);
+  REQUIRE(s->shared_outstanding == 0);
+}
+
+TEST_CASE("grants follow ticket order across processes (FIFO)") {
+  Lockd lockd(7605, 64);
+  auto c = MustConnect(lockd);
+  auto holder = c->Lock("fifo");
+  REQUIRE(holder.ok());
+  SharedFile shf;
+  WorkerShared* ord = shf.get();
+  const uint64_t slot = c->SlotOf("fifo");
+  std::vector<pid_t> kids;
+  constexpr int kWaiters = 5;
+  for (int i = 0; i < kWaiters; ++i) {
+    kids.push_back(Worker({"fifo", RxeIp(), std::to_string(lockd.port()), shf.path(),
+                           std::to_string(i)}));
+    // Wait until this waiter has drawn its ticket before starting the next.
+    const auto end = std::chrono::steady_clock::now() + 30s;
+    for (;;) {
+      auto s = c->Inspect(slot);
+      REQUIRE(s.ok());
+      if (s->exclusive_issued + s->shared_issued == i + 2) break;
+      REQUIRE(std::chrono::steady_clock::now() < end);
+      std::this_thread::sleep_for(5ms);
+    }
+  }
+  REQUIRE(holder->Release().ok());
+  for (pid_t k : kids) REQUIRE(WaitExit(k, 120s) == 0);
+  std::vector<int> got;
+  for (int i = 0; i < kWaiters; ++i) got.push_back(ord->order[i]);
+  REQUIRE(got == std::vector<int>{0, 1, 2, 3, 4});
+}
+
+TEST_CASE("a release that no longer matches the grant is refused and changes nothing") {
+  Lockd lockd(7606, 16);
+  ChannelParams p{RxeIp(), lockd.port(), 3000ms, "engine", 0};
+  auto a = VerbsMemory::Connect(p);
+  auto b = VerbsMemory::Connect(p);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  EngineParams ep;
+  ep.lock_count = 16;
+  ep.lease = 10s;
+  LockEngine e(ep, nullptr);
+  auto g1 = e.Acquire(**a, 5, Mode::kExclusive, {});
+  REQUIRE(g1.ok());
+  REQUIRE(e.Release(**a, *g1).ok());
+  auto g2 = e.Acquire(**b, 5, Mode::kExclusive, {});  // b holds now
+  REQUIRE(g2.ok());
+  // a replays its old release: the engine sees from the FA's result that it is not the holder,
+  // undoes the increment and reports the lock lost.
+  REQUIRE(e.Release(**a, *g1).code() == ErrorCode::kLockLost);
+  AcquireOptions try_only;
+  try_only.try_only = true;
+  REQUIRE(e.Acquire(**a, 5, Mode::kExclusive, try_only).status().code() == ErrorCode::kBusy);
+  REQUIRE(e.Release(**b, *g2).ok());
+  // And through the SDK: a released handle cannot release again.
+  auto c = MustConnect(lockd);
+  auto h = c->LockSlot(5);
+  REQUIRE(h.ok());
+  REQUIRE(h->Release().ok());
+  REQUIRE(h->Release().code() == ErrorCode::kNotHeld);
+  LockHandle empty;
+  REQUIRE(empty.Release().code() == ErrorCode::kNotHeld);
+}
+
+TEST_CASE("try-lock, timeouts and shared holders on real verbs") {
+  Lockd lockd(7607, 128);
+  auto a = MustConnect(lockd);
+  auto b = MustConnect(lockd);
+  auto x = a->Lock("t");
+  REQUIRE(x.ok());
+  REQUIRE(b->TryLock("t").status().code() == ErrorCode::kBusy);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto w = b->Lock("t", {.timeout = 300ms});
+  REQUIRE(w.status().code() == ErrorCode::kTimeout);
+  REQUIRE(std::chrono::steady_clock::now() - t0 >= 300ms);
+  REQUIRE(x->Release().ok());
+  auto s1 = a->Lock("t", {.mode = LockMode::kShared});
+  auto s2 = b->Lock("t", {.mode = LockMode::kShared, .timeout = 1000ms});
+  REQUIRE(s1.ok());
+  REQUIRE(s2.ok());
+  REQUIRE(s2->fencing_token() == 0);
+  REQUIRE(a->TryLock("t").status().code() == ErrorCode::kBusy);
+  REQUIRE(a->LockSlot(128).status().code() == ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("lockd stops cleanly on SIGTERM with clients connected") {
+  auto lockd = std::make_unique<Lockd>(7608);
+  auto a = MustConnect(*lockd);
+  auto b = MustConnect(*lockd);
+  auto h = a->Lock("held-at-shutdown");
+  REQUIRE(h.ok());
+  const pid_t pid = lockd->pid();
+  REQUIRE(kill(pid, SIGTERM) == 0);
+  const int rc = WaitExit(pid, 15s);
+  const std::string log = lockd->Log();
+  lockd->Forget();
+  INFO(log);
+  REQUIRE(rc == 0);
+  REQUIRE(log.find("stopped cleanly") != std::string::npos);
+  // The clients see the connection gone: an error, not a hang.
+  auto r = b->Lock("after-shutdown", {.timeout = 5000ms});
+  REQUIRE_FALSE(r.ok());
+  REQUIRE(r.status().code() == ErrorCode::kConnection);
+}
+
+TEST_CASE("lockctl acquire holds the lock while the command runs") {
+  Lockd lockd(7609, 256);
+  const std::string dir = TempDir();
+  const std::string base = std::string(LOCKCTL_PATH) + " --server " + RxeIp() + " --port " +
+                           std::to_string(lockd.port());
+  auto c = MustConnect(lockd);
+  // The command sees the lock's name and slot, and another process sees the lock held.
+  const std::string marker = dir + "/running";
+  const std::string script = "echo \"$RDMALOCK_NAME $RDMALOCK_SLOT $RDMALOCK_TOKEN\" > " + dir +
+                             "/env; touch " + marker + "; sleep 1; exit 3";
+  pid_t child = Spawn([&] {
+    return RunCommand(base + " acquire build-lock -- sh -c '" + script + "'");
+  });
+  const auto end = std::chrono::steady_clock::now() + 30s;
+  while (access(marker.c_str(), F_OK) != 0) {
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(c->TryLock("build-lock").status().code() == ErrorCode::kBusy);
+  auto s = c->Inspect(c->SlotOf("build-lock"));
+  REQUIRE(s.ok());
+  REQUIRE(s->exclusive_held);
+  REQUIRE(WaitExit(child, 30s) == 3);  // the command's exit status
+  std::ifstream env(dir + "/env");
+  std::string name, slot, token;
+  env >> name >> slot >> token;
+  REQUIRE(name == "build-lock");
+  REQUIRE(slot == std::to_string(c->SlotOf("build-lock")));
+  REQUIRE(std::stoull(token) > 0);
+  // Released afterwards.
+  REQUIRE(c->TryLock("build-lock").ok());
+
+  // A lock that stays held: acquire --timeout gives up with exit code 75.
+  auto h = c->Lock("busy-lock");
+  REQUIRE(h.ok());
+  REQUIRE(RunCommand(base + " acquire --timeout 200 busy-lock -- true") == 75);
+  // Status and inspect work and exit 0.
+  REQUIRE(RunCommand(base + " status > " + dir + "/status") == 0);
+  REQUIRE(RunCommand(base + " inspect busy-lock > " + dir + "/inspect") == 0);
+  std::ifstream ins(dir + "/inspect");
+  std::stringstream ss;
+  ss << ins.rdbuf();
+  REQUIRE(ss.str().find("held exclusive") != std::string::npos);
+  // Usage errors exit 64; an unreachable lockd 69.
+  REQUIRE(RunCommand(base + " acquire x 2>/dev/null") == 64);
+  REQUIRE(RunCommand(std::string(LOCKCTL_PATH) + " --server " + RxeIp() +
+                     " --port 7999 --connect-timeout-ms 1000 status 2>/dev/null") == 69);
+}
+
+TEST_CASE("many threads of one client share it, each on its own connection") {
+  Lockd lockd(7610, 32);
+  auto c = MustConnect(lockd);
+  std::atomic<int> in{0}, violations{0}, done{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t) {
+    ts.emplace_back([&] {
+      for (int i = 0; i < 100; ++i) {
+        auto h = c->Lock("threads", {.timeout = 30000ms});
+        if (!h.ok()) {
+          violations++;
+          continue;
+        }
+        if (in.fetch_add(1) != 0) violations++;
+        in.fetch_sub(1);
+        if (!h->Release().ok()) violations++;
+        done++;
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  REQUIRE(violations == 0);
+  REQUIRE(done == 400);
+  auto info = c->Info();
+  REQUIRE(info.ok());
+  REQUIRE(info->connected_clients >= 4);
+}

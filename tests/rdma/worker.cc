@@ -1,0 +1,91 @@
+// A client process for the RDMA integration tests. The tests exec it (a forked child of a process
+// that already used librdmacm cannot use rdma_cm itself), and it reports through a shared file.
+//
+//   rdma_worker exclusion SERVER PORT SHM INDEX OPS
+//   rdma_worker fifo      SERVER PORT SHM INDEX
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "worker_shared.h"
+#include "rdmalock/client.h"
+
+using namespace rdmalock;
+
+int main(int argc, char** argv) {
+  if (argc < 6) {
+    std::fprintf(stderr, "usage: rdma_worker MODE SERVER PORT SHM INDEX [OPS]\n");
+    return 64;
+  }
+  const std::string mode = argv[1];
+  const int index = std::atoi(argv[5]);
+  const int fd = open(argv[4], O_RDWR);
+  if (fd < 0) return 65;
+  void* p = mmap(nullptr, sizeof(WorkerShared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return 66;
+  auto* sh = static_cast<WorkerShared*>(p);
+
+  ClientOptions o;
+  o.server = argv[2];
+  o.port = static_cast<uint16_t>(std::atoi(argv[3]));
+  o.client_name = "rdma_worker-" + std::to_string(index);
+  auto c = Client::Connect(o);
+  if (!c.ok()) {
+    std::fprintf(stderr, "rdma_worker %d: %s\n", index, c.status().ToString().c_str());
+    return 10;
+  }
+
+  if (mode == "exclusion") {
+    const int ops = argc > 6 ? std::atoi(argv[6]) : 100;
+    std::mt19937 rng(static_cast<unsigned>(index) * 31 + 7);
+    for (int i = 0; i < ops; ++i) {
+      const bool excl = rng() % 3 == 0;
+      LockOptions lo;
+      lo.mode = excl ? LockMode::kExclusive : LockMode::kShared;
+      lo.timeout = std::chrono::milliseconds(30000);
+      auto h = (*c)->Lock("contended", lo);
+      if (!h.ok()) {
+        std::fprintf(stderr, "rdma_worker %d: %s\n", index, h.status().ToString().c_str());
+        sh->errors++;
+        continue;
+      }
+      if (excl) {
+        if (sh->writers.fetch_add(1) != 0 || sh->readers.load() != 0) sh->violations++;
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
+        sh->writers.fetch_sub(1);
+      } else {
+        const int r = sh->readers.fetch_add(1) + 1;
+        if (sh->writers.load() != 0) sh->violations++;
+        int m = sh->max_readers.load();
+        while (r > m && !sh->max_readers.compare_exchange_weak(m, r)) {
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(rng() % 300));
+        sh->readers.fetch_sub(1);
+      }
+      if (const Status st = h->Release(); !st.ok()) {
+        std::fprintf(stderr, "rdma_worker %d: release: %s\n", index, st.ToString().c_str());
+        sh->errors++;
+      }
+      sh->ops++;
+    }
+    return 0;
+  }
+  if (mode == "fifo") {
+    LockOptions lo;
+    lo.mode = index == 2 ? LockMode::kShared : LockMode::kExclusive;
+    lo.timeout = std::chrono::milliseconds(60000);
+    auto h = (*c)->Lock("fifo", lo);
+    if (!h.ok()) return 11;
+    sh->order[sh->next.fetch_add(1)] = index;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return h->Release().ok() ? 0 : 12;
+  }
+  return 64;
+}
