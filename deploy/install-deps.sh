@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs what rdmalock needs to build, test and run on Debian 12, from Debian's archive only.
+# Idempotent: installs only what is missing. Needs root (or sudo).
+set -euo pipefail
+
+packages=(
+  # build
+  build-essential cmake pkg-config clang-format
+  # libraries
+  libibverbs-dev librdmacm-dev libspdlog-dev libcli11-dev libyaml-cpp-dev catch2 libxxhash-dev
+  # RDMA runtime and tools (providers include rdma_rxe's userspace part; perftest for baselines)
+  rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest iproute2
+  # the Soft-RoCE VM (deploy/softroce/rxe-run)
+  qemu-system-x86 busybox-static cpio kmod
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all packages present"
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The main job: builds rdmalock and runs lockd plus clients on Soft-RoCE (rdma_rxe), natively
+# where this kernel has RDMA, else inside the Soft-RoCE VM. It shows lockctl status, a lock held by
+# one process as seen from another, and benchmark figures next to the raw verbs latency
+# (ib_atomic_lat) measured in the same boot.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+if [ "${1:-}" != "--inside" ]; then
+  "$root/deploy/install-deps.sh"
+  cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$root/build" -j "$(nproc)" --target lockd lockctl
+  cd "$root"
+  exec "$root/deploy/softroce/rxe-run" --timeout 600 -- "$root/deploy/run-demo.sh" --inside
+fi
+
+# ---- inside: rdma_rxe is up, RXE_IP is the address rdma_cm reaches it by.
+bin="$root/build"
+ip=${RXE_IP:?RXE_IP not set: run through deploy/softroce/rxe-run}
+port=7471
+state=$(mktemp -d)
+lockctl() { "$bin/lockctl" --server "$ip" --port "$port" "$@"; }
+section() { printf '\n=== %s\n' "$*"; }
+
+section "RDMA device"
+ibv_devinfo -d "${RXE_DEV:-rxe0}" -v | grep -E 'hca_id|transport|atomic_cap|max_qp_rd_atom' || true
+
+section "raw verbs baseline: ib_atomic_lat FETCH_AND_ADD (same boot)"
+ib_atomic_lat -d "${RXE_DEV:-rxe0}" -A FETCH_AND_ADD -n 5000 -F >/dev/null 2>&1 &
+srv=$!
+sleep 1
+ib_atomic_lat -d "${RXE_DEV:-rxe0}" -A FETCH_AND_ADD -n 5000 -F "$ip" >"$state/atomic_lat.txt" 2>&1 || true
+wait "$srv" 2>/dev/null || true
+grep -E '^ *#bytes|^ *8 ' "$state/atomic_lat.txt" || { cat "$state/atomic_lat.txt"; exit 1; }
+raw_typical=$(awk '$1 == 8 && NF >= 5 { print $5; exit }' "$state/atomic_lat.txt")
+
+section "start lockd (1,048,576 locks)"
+"$bin/lockd" --address 0.0.0.0 --port "$port" --lock-count 1048576 --state-dir "$state" \
+  2>"$state/lockd.log" &
+lockd_pid=$!
+trap 'kill -TERM $lockd_pid 2>/dev/null; wait $lockd_pid 2>/dev/null' EXIT
+for _ in $(seq 1 100); do
+  lockctl --connect-timeout-ms 500 status >/dev/null 2>&1 && break
+  sleep 0.1
+done
+sed 's/^/  lockd: /' "$state/lockd.log"
+
+section "lockctl status"
+lockctl status
+
+section "a lock held by one process, seen from another"
+lockctl acquire demo/orders -- sh -c 'echo "  [holder] running with $RDMALOCK_NAME (slot $RDMALOCK_SLOT, token $RDMALOCK_TOKEN)"; sleep 3' &
+holder=$!
+sleep 1.5
+lockctl inspect demo/orders
+set +e
+lockctl acquire --timeout 300 demo/orders -- true 2>&1 | sed 's/^/  [other] /'
+rc=${PIPESTATUS[0]}
+set -e
+echo "  [other] lockctl acquire --timeout 300 exited $rc (75 = not granted in time)"
+wait "$holder"
+lockctl acquire --timeout 1000 demo/orders -- sh -c 'echo "  [other] got demo/orders after the holder finished"'
+
+section "contended workload: 4 threads on one lock, 30% shared"
+lockctl bench --threads 4 --locks 1 --duration 3 --shared-ratio 0.3
+
+section "lockctl bench: 1 thread, 10,000 locks, uncontended exclusive"
+lockctl bench --threads 1 --locks 10000 --duration 5 | tee "$state/bench.txt"
+lockctl --json bench --threads 1 --locks 10000 --duration 5 >"$state/bench.json"
+p50=$(sed -n 's/.*"acquire_us":{"p50":\([0-9.]*\).*/\1/p' "$state/bench.json")
+
+section "lockd resources"
+rss_kb=$(awk '/^VmRSS/ { print $2 }' "/proc/$lockd_pid/status")
+cpu_ticks=$(awk '{ print $14 + $15 }' "/proc/$lockd_pid/stat")
+echo "lockd resident memory: $((rss_kb / 1024)) MiB ($rss_kb KiB) with 1,048,576 locks"
+echo "lockd CPU time so far: $((cpu_ticks * 1000 / $(getconf CLK_TCK))) ms"
+
+section "acquire latency vs raw FETCH_AND_ADD (same boot)"
+awk -v a="$p50" -v r="$raw_typical" 'BEGIN {
+  printf "  rdmalock acquire p50 (json run):  %8.2f us\n", a
+  printf "  ib_atomic_lat FA typical:        %8.2f us\n", r
+  if (r > 0) printf "  ratio:                           %8.2f x\n", a / r
+}'
+
+section "stop lockd (SIGTERM)"
+kill -TERM "$lockd_pid"
+wait "$lockd_pid"
+trap - EXIT
+tail -n 2 "$state/lockd.log" | sed 's/^/  lockd: /'

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# Sets up and runs every rdmalock test:
+#   1. host unit tests (proto, config, the protocol engine over the in-process backend), in a plain
+#      build, under AddressSanitizer+UndefinedBehaviorSanitizer, and under ThreadSanitizer;
+#   2. the RDMA integration tests on real rdma_rxe, through deploy/softroce/rxe-run (natively if
+#      this kernel has RDMA, else in the Soft-RoCE VM).
+# An RDMA test that cannot run fails; nothing is skipped. Exits non-zero if anything failed.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+jobs=${JOBS:-$(nproc)}
+
+"$root/deploy/install-deps.sh" || { echo "run-all: installing dependencies failed"; exit 1; }
+
+passed=0
+failed=0
+results=()
+
+# Adds a Catch2 run's test-case counts to the totals.
+count() {  # name log rc
+  local name=$1 log=$2 rc=$3 p f
+  if grep -q '^All tests passed' "$log"; then
+    p=$(sed -n 's/^All tests passed (.* in \([0-9]*\) test case.*/\1/p' "$log" | tail -1)
+    f=0
+  else
+    p=$(sed -n 's/^test cases: *[0-9]* | *\([0-9]*\) passed.*/\1/p' "$log" | tail -1)
+    f=$(sed -n 's/^test cases:.*| *\([0-9]*\) failed.*/\1/p' "$log" | tail -1)
+  fi
+  p=${p:-0}
+  f=${f:-0}
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # crashed or never reported: a failure
+  passed=$((passed + p))
+  failed=$((failed + f))
+  results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "$name" "$p" "$f" "$rc")")
+}
+
+build() {  # dir sanitize targets...
+  local dir=$1 san=$2
+  shift 2
+  cmake -S "$root" -B "$root/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMALOCK_SANITIZE="$san" \
+    >"$root/$dir.cmake.log" 2>&1 || { cat "$root/$dir.cmake.log"; return 1; }
+  cmake --build "$root/$dir" -j "$jobs" --target "$@"
+}
+
+logs="$root/build/test-logs"
+mkdir -p "$logs"
+
+echo "=== build (RelWithDebInfo)"
+if ! build build "" all; then echo "run-all: build failed"; exit 1; fi
+
+echo "=== host unit tests (ctest)"
+ctest --test-dir "$root/build" --output-on-failure -j "$jobs" 2>&1 | tee "$logs/ctest.log"
+rc=${PIPESTATUS[0]}
+"$root/build/tests/unit_tests" >"$logs/unit.log" 2>&1
+count "host unit tests" "$logs/unit.log" $((rc | $?))
+
+echo "=== host unit tests under ASan+UBSan"
+if build build-asan "address;undefined" unit_tests; then
+  ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    "$root/build-asan/tests/unit_tests" 2>&1 | tee "$logs/asan.log" | tail -3
+  count "host unit tests (ASan+UBSan)" "$logs/asan.log" "${PIPESTATUS[0]}"
+else
+  count "host unit tests (ASan+UBSan)" /dev/null 1
+fi
+
+echo "=== host unit tests under TSan"
+if build build-tsan "thread" unit_tests; then
+  # TSan needs a narrower address-space randomisation than recent kernels use by default.
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    setarch "$(uname -m)" -R "$root/build-tsan/tests/unit_tests" 2>&1 | tee "$logs/tsan.log" | tail -3
+  count "host unit tests (TSan)" "$logs/tsan.log" "${PIPESTATUS[0]}"
+else
+  count "host unit tests (TSan)" /dev/null 1
+fi
+
+echo "=== RDMA integration tests on rdma_rxe"
+"$root/deploy/softroce/rxe-run" --timeout 1200 -- \
+  sh -c 'echo "rdma device: $RXE_DEV at $RXE_IP (in VM: ${RXE_IN_VM:-0})"; ibv_devices;
+         exec "$0"/build/tests/rdma_tests --durations yes' "$root" 2>&1 | tee "$logs/rdma.log"
+count "RDMA tests (rdma_rxe)" "$logs/rdma.log" "${PIPESTATUS[0]}"
+
+echo
+echo "=== summary"
+for r in "${results[@]}"; do echo "$r"; done
+echo "total: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
