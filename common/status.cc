@@ -4,20 +4,34 @@ namespace rdmalock {
 
 std::string_view ErrorCodeName(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kOk: return "ok";
-    case ErrorCode::kInvalidArgument: return "invalid argument";
-    case ErrorCode::kTimeout: return "timeout";
-    case ErrorCode::kBusy: return "busy";
-    case ErrorCode::kLockLost: return "lock lost";
-    case ErrorCode::kNotHeld: return "not held";
-    case ErrorCode::kConnection: return "connection";
-    case ErrorCode::kRejected: return "rejected";
-    case ErrorCode::kProtocol: return "protocol";
-    case ErrorCode::kResource: return "resource";
-    case ErrorCode::kUnsupported: return "unsupported";
-    case ErrorCode::kIo: return "io";
-    case ErrorCode::kConfig: return "config";
-    case ErrorCode::kInternal: return "internal";
+    case ErrorCode::kOk:
+      return "ok";
+    case ErrorCode::kInvalidArgument:
+      return "invalid argument";
+    case ErrorCode::kTimeout:
+      return "timeout";
+    case ErrorCode::kBusy:
+      return "busy";
+    case ErrorCode::kLockLost:
+      return "lock lost";
+    case ErrorCode::kNotHeld:
+      return "not held";
+    case ErrorCode::kConnection:
+      return "connection";
+    case ErrorCode::kRejected:
+      return "rejected";
+    case ErrorCode::kProtocol:
+      return "protocol";
+    case ErrorCode::kResource:
+      return "resource";
+    case ErrorCode::kUnsupported:
+      return "unsupported";
+    case ErrorCode::kIo:
+      return "io";
+    case ErrorCode::kConfig:
+      return "config";
+    case ErrorCode::kInternal:
+      return "internal";
   }
   return "unknown";
 }

@@ -19,7 +19,8 @@ std::string Where(const std::string& origin, const YAML::Node& node, const std::
 template <typename T>
 Status ReadUnsigned(const std::string& origin, const std::string& key, const YAML::Node& node,
                     uint64_t lo, uint64_t hi, T* out) {
-  if (!node.IsScalar()) return Error(ErrorCode::kConfig, Where(origin, node, key) + ": expected a number");
+  if (!node.IsScalar())
+    return Error(ErrorCode::kConfig, Where(origin, node, key) + ": expected a number");
   const std::string s = node.Scalar();
   uint64_t v = 0;
   size_t used = 0;
@@ -51,8 +52,8 @@ Status ReadString(const std::string& origin, const std::string& key, const YAML:
 }
 
 const std::set<std::string>& LogLevels() {
-  static const std::set<std::string> levels = {"trace", "debug", "info", "warn",
-                                                "error", "critical", "off"};
+  static const std::set<std::string> levels = {"trace", "debug",    "info", "warn",
+                                               "error", "critical", "off"};
   return levels;
 }
 
@@ -60,8 +61,8 @@ const std::set<std::string>& LogLevels() {
 
 Status Validate(const Config& c) {
   if (c.lock_count < proto::kMinLockCount || c.lock_count > proto::kMaxLockCount) {
-    return Error(ErrorCode::kConfig, "lock_count must be in [1, " +
-                                         std::to_string(proto::kMaxLockCount) + "]");
+    return Error(ErrorCode::kConfig,
+                 "lock_count must be in [1, " + std::to_string(proto::kMaxLockCount) + "]");
   }
   if (c.stall_factor < 2) {
     return Error(ErrorCode::kConfig, "stall_factor must be at least 2 (one lease of margin)");
@@ -81,8 +82,8 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
   try {
     root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    return Error(ErrorCode::kConfig, origin + ":" + std::to_string(e.mark.line + 1) +
-                                         ": invalid YAML: " + e.msg);
+    return Error(ErrorCode::kConfig,
+                 origin + ":" + std::to_string(e.mark.line + 1) + ": invalid YAML: " + e.msg);
   }
   if (root.IsNull()) return c;  // an empty file: all defaults
   if (!root.IsMap()) {
@@ -98,8 +99,8 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
       } else if (key == "port") {
         st = ReadUnsigned(origin, key, v, 1, 65535, &c.port);
       } else if (key == "lock_count") {
-        st = ReadUnsigned(origin, key, v, proto::kMinLockCount, proto::kMaxLockCount,
-                          &c.lock_count);
+        st =
+            ReadUnsigned(origin, key, v, proto::kMinLockCount, proto::kMaxLockCount, &c.lock_count);
       } else if (key == "lease_ms") {
         st = ReadUnsigned(origin, key, v, 10, 3'600'000, &c.lease_ms);
       } else if (key == "stall_factor") {

@@ -11,13 +11,13 @@ namespace rdmalock::lockd {
 
 struct Config {
   std::string address = "0.0.0.0";  // address to listen on (an IP of the RDMA device, or any)
-  uint16_t port = 7471;              // rdma_cm port
-  uint64_t lock_count = 65536;       // slots in the lock table (16 bytes each, pinned)
-  uint64_t lease_ms = 2000;          // L: a holder's lease
-  uint32_t stall_factor = 2;         // F: waiters recover after F x L without progress (F >= 2)
-  uint32_t max_clients = 1024;       // connections at once (each thread of a client is one)
+  uint16_t port = 7471;             // rdma_cm port
+  uint64_t lock_count = 65536;      // slots in the lock table (16 bytes each, pinned)
+  uint64_t lease_ms = 2000;         // L: a holder's lease
+  uint32_t stall_factor = 2;        // F: waiters recover after F x L without progress (F >= 2)
+  uint32_t max_clients = 1024;      // connections at once (each thread of a client is one)
   std::string state_dir = "/var/lib/rdmalock";  // where the epoch persists; "" keeps it in memory
-  std::string log_level = "info";    // trace, debug, info, warn, error, critical, off
+  std::string log_level = "info";               // trace, debug, info, warn, error, critical, off
 
   // The effective configuration as YAML, every key included.
   std::string ToYaml() const;

@@ -4,12 +4,11 @@
 #include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <cerrno>
@@ -176,8 +175,8 @@ struct Server::Impl {
       Reject(id, reason, peer, "");
       return id;
     }
-    if (free_records.empty() || (connected.load() >= config.max_clients &&
-                                 (req.flags & proto::kFlagLoopback) == 0)) {
+    if (free_records.empty() ||
+        (connected.load() >= config.max_clients && (req.flags & proto::kFlagLoopback) == 0)) {
       Reject(id, proto::RejectReason::kServerFull, peer,
              "max_clients " + std::to_string(config.max_clients));
       return id;
@@ -216,7 +215,7 @@ struct Server::Impl {
     reply.locks = {reinterpret_cast<uint64_t>(locks->data()),
                    proto::LockTableBytes(config.lock_count), dev->locks_mr->rkey};
     reply.sessions = {reinterpret_cast<uint64_t>(sessions_mem->data()),
-                      uint64_t{config.max_clients} * proto::kSessionRecordSize,
+                      (uint64_t{config.max_clients} + 1) * proto::kSessionRecordSize,
                       dev->sessions_mr->rkey};
     reply.session_record_offset = uint64_t{s->index} * proto::kSessionRecordSize;
     reply.max_sessions = config.max_clients;
@@ -336,8 +335,7 @@ Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t ep
   RDMALOCK_ASSIGN_OR_RETURN(m->info, Mapping::Create(proto::kInfoPageSize));
   RDMALOCK_ASSIGN_OR_RETURN(m->locks, Mapping::Create(proto::LockTableBytes(config.lock_count)));
   RDMALOCK_ASSIGN_OR_RETURN(
-      m->sessions_mem,
-      Mapping::Create(uint64_t{config.max_clients} * proto::kSessionRecordSize));
+      m->sessions_mem, Mapping::Create(uint64_t{config.max_clients} * proto::kSessionRecordSize));
   // The probe word: initialisation, before any NIC can reach the table.
   std::memcpy(m->locks->data() + proto::ProbeOffset(config.lock_count), &proto::kProbePattern, 8);
   proto::InfoPage page;
@@ -346,12 +344,13 @@ Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t ep
   page.lease_ns = config.lease_ms * 1'000'000;
   page.stall_factor = config.stall_factor;
   page.max_sessions = config.max_clients;
-  page.start_time_unix_ns = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(
-          std::chrono::system_clock::now().time_since_epoch())
-          .count());
+  page.start_time_unix_ns =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count());
   page.EncodeTo(std::span<uint8_t>(m->info->data(), proto::kInfoPageSize));
-  for (uint32_t i = config.max_clients; i > 0; --i) m->free_records.push_back(i - 1);
+  // One record per client plus one for lockd's own loopback connection.
+  for (uint32_t i = config.max_clients + 1; i > 0; --i) m->free_records.push_back(i - 1);
 
   int n = 0;
   m->device_list = rdma_get_devices(&n);
@@ -375,19 +374,18 @@ Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t ep
     RDMALOCK_ASSIGN_OR_RETURN(d->cq, rdma::CreateCq(d->ctx, 16));
     // The NIC enforces who may do what: info READ only; the lock table atomics and READ, never
     // WRITE (a WRITE racing a NIC atomic on one word is not atomic); session records READ/WRITE.
-    RDMALOCK_ASSIGN_OR_RETURN(d->info_mr, rdma::RegisterMr(d->pd.get(), m->info->data(),
-                                                           m->info->size(),
-                                                           IBV_ACCESS_REMOTE_READ));
     RDMALOCK_ASSIGN_OR_RETURN(
-        d->locks_mr,
-        rdma::RegisterMr(d->pd.get(), m->locks->data(), m->locks->size(),
-                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
-                             IBV_ACCESS_REMOTE_ATOMIC));
+        d->info_mr,
+        rdma::RegisterMr(d->pd.get(), m->info->data(), m->info->size(), IBV_ACCESS_REMOTE_READ));
+    RDMALOCK_ASSIGN_OR_RETURN(d->locks_mr,
+                              rdma::RegisterMr(d->pd.get(), m->locks->data(), m->locks->size(),
+                                               IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                                                   IBV_ACCESS_REMOTE_ATOMIC));
     RDMALOCK_ASSIGN_OR_RETURN(
         d->sessions_mr,
-        rdma::RegisterMr(d->pd.get(), m->sessions_mem->data(), m->sessions_mem->size(),
-                         IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
-                             IBV_ACCESS_REMOTE_WRITE));
+        rdma::RegisterMr(
+            d->pd.get(), m->sessions_mem->data(), m->sessions_mem->size(),
+            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE));
     spdlog::info("device {}: regions registered (lock table {} bytes, rd_atomic {})", d->name,
                  m->locks->size(), d->sizes.rd_atomic);
     m->devices.push_back(std::move(d));
@@ -398,9 +396,9 @@ Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t ep
 
   RDMALOCK_ASSIGN_OR_RETURN(m->channel, rdma::CreateEventChannel());
   RDMALOCK_ASSIGN_OR_RETURN(m->listener, rdma::CreateId(m->channel.get(), nullptr));
-  RDMALOCK_ASSIGN_OR_RETURN(rdma::SockAddr addr,
-                            rdma::ResolveAddress(IsAnyAddress(config.address) ? "" : config.address,
-                                                 config.port, true));
+  RDMALOCK_ASSIGN_OR_RETURN(
+      rdma::SockAddr addr,
+      rdma::ResolveAddress(IsAnyAddress(config.address) ? "" : config.address, config.port, true));
   if (IsAnyAddress(config.address) && config.address != "::") {
     auto* in = reinterpret_cast<sockaddr_in*>(addr.get());
     in->sin_family = AF_INET;
@@ -408,10 +406,10 @@ Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t ep
     in->sin_port = htons(config.port);
   }
   if (rdma_bind_addr(m->listener.get(), addr.get()) != 0) {
-    return rdma::ErrnoStatus(ErrorCode::kIo,
-                             "rdma_bind_addr " + config.address + ":" +
-                                 std::to_string(config.port) + " (port in use?)",
-                             errno);
+    return rdma::ErrnoStatus(
+        ErrorCode::kIo,
+        "rdma_bind_addr " + config.address + ":" + std::to_string(config.port) + " (port in use?)",
+        errno);
   }
   if (rdma_listen(m->listener.get(), 128) != 0) {
     return rdma::ErrnoStatus(ErrorCode::kIo, "rdma_listen", errno);
@@ -494,7 +492,8 @@ Status Server::ProbeLoopback(std::chrono::milliseconds timeout) {
   }
   return Error(ErrorCode::kUnsupported,
                "could not reach this lockd through its own RDMA device (needed to check atomic "
-               "replies):" + (errors.empty() ? std::string(" no IPv4 address found") : errors));
+               "replies):" +
+                   (errors.empty() ? std::string(" no IPv4 address found") : errors));
 }
 
 Result<uint64_t> BumpEpoch(const std::string& state_dir) {
@@ -522,15 +521,16 @@ Result<uint64_t> BumpEpoch(const std::string& state_dir) {
   }
   ++epoch;
   if (epoch > 0xffff) {
-    return Error(ErrorCode::kIo, path + ": epoch would exceed 65535, the width of the token's "
-                                        "epoch field");
+    return Error(ErrorCode::kIo, path +
+                                     ": epoch would exceed 65535, the width of the token's "
+                                     "epoch field");
   }
   const std::string tmp = path + ".tmp";
   const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return rdma::ErrnoStatus(ErrorCode::kIo, "open " + tmp, errno);
   const std::string text = std::to_string(epoch) + "\n";
-  const bool ok = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) &&
-                  fsync(fd) == 0;
+  const bool ok =
+      write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && fsync(fd) == 0;
   const int err = errno;
   close(fd);
   if (!ok) return rdma::ErrnoStatus(ErrorCode::kIo, "write " + tmp, err);

@@ -1,13 +1,11 @@
 // lockd: the rdmalock lock server daemon.
 #include <signal.h>
-#include <sys/resource.h>
-
-#include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
-
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <cstdio>
 #include <iostream>
@@ -28,8 +26,9 @@ int Fail(const rdmalock::Status& st) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"lockd: the rdmalock lock server. Serves a table of RDMA lock words to librdmalock "
-               "clients over rdma_cm."};
+  CLI::App app{
+      "lockd: the rdmalock lock server. Serves a table of RDMA lock words to librdmalock "
+      "clients over rdma_cm."};
   std::string config_path;
   bool check_config = false, print_config = false;
   std::string log_level, address, state_dir;
@@ -91,9 +90,10 @@ int main(int argc, char** argv) {
   rlimit lim{};
   if (getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
       lim.rlim_cur < config.lock_count * 16 + (1 << 20)) {
-    spdlog::warn("RLIMIT_MEMLOCK is {} bytes; registering the lock table may fail (set "
-                 "LimitMEMLOCK=infinity or ulimit -l unlimited)",
-                 lim.rlim_cur);
+    spdlog::warn(
+        "RLIMIT_MEMLOCK is {} bytes; registering the lock table may fail (set "
+        "LimitMEMLOCK=infinity or ulimit -l unlimited)",
+        lim.rlim_cur);
   }
 
   auto epoch = rdmalock::lockd::BumpEpoch(config.state_dir);

@@ -51,13 +51,13 @@ if ! build build "" all; then echo "run-all: build failed"; exit 1; fi
 echo "=== host unit tests (ctest)"
 ctest --test-dir "$root/build" --output-on-failure -j "$jobs" 2>&1 | tee "$logs/ctest.log"
 rc=${PIPESTATUS[0]}
-"$root/build/tests/unit_tests" >"$logs/unit.log" 2>&1
+"$root/build/tests/unit_tests" --use-colour no >"$logs/unit.log" 2>&1
 count "host unit tests" "$logs/unit.log" $((rc | $?))
 
 echo "=== host unit tests under ASan+UBSan"
 if build build-asan "address;undefined" unit_tests; then
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-    "$root/build-asan/tests/unit_tests" 2>&1 | tee "$logs/asan.log" | tail -3
+    "$root/build-asan/tests/unit_tests" --use-colour no 2>&1 | tee "$logs/asan.log" | tail -3
   count "host unit tests (ASan+UBSan)" "$logs/asan.log" "${PIPESTATUS[0]}"
 else
   count "host unit tests (ASan+UBSan)" /dev/null 1
@@ -67,7 +67,7 @@ echo "=== host unit tests under TSan"
 if build build-tsan "thread" unit_tests; then
   # TSan needs a narrower address-space randomisation than recent kernels use by default.
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
-    setarch "$(uname -m)" -R "$root/build-tsan/tests/unit_tests" 2>&1 | tee "$logs/tsan.log" | tail -3
+    setarch "$(uname -m)" -R "$root/build-tsan/tests/unit_tests" --use-colour no 2>&1 | tee "$logs/tsan.log" | tail -3
   count "host unit tests (TSan)" "$logs/tsan.log" "${PIPESTATUS[0]}"
 else
   count "host unit tests (TSan)" /dev/null 1
@@ -76,7 +76,7 @@ fi
 echo "=== RDMA integration tests on rdma_rxe"
 "$root/deploy/softroce/rxe-run" --timeout 1200 -- \
   sh -c 'echo "rdma device: $RXE_DEV at $RXE_IP (in VM: ${RXE_IN_VM:-0})"; ibv_devices;
-         exec "$0"/build/tests/rdma_tests --durations yes' "$root" 2>&1 | tee "$logs/rdma.log"
+         exec "$0"/build/tests/rdma_tests --use-colour no --durations yes' "$root" 2>&1 | tee "$logs/rdma.log"
 count "RDMA tests (rdma_rxe)" "$logs/rdma.log" "${PIPESTATUS[0]}"
 
 echo

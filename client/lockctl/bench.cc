@@ -31,8 +31,9 @@ double Pct(const std::vector<uint32_t>& sorted, double p) {
 int RunBench(rdmalock::Client& client, const BenchOptions& o) {
   if (o.threads < 1 || o.locks < 1 || o.locks > client.lock_count() || o.duration_s <= 0 ||
       o.shared_ratio < 0 || o.shared_ratio > 1) {
-    std::fprintf(stderr, "lockctl bench: bad options (threads >= 1, 1 <= locks <= %llu, "
-                         "duration > 0, 0 <= shared-ratio <= 1)\n",
+    std::fprintf(stderr,
+                 "lockctl bench: bad options (threads >= 1, 1 <= locks <= %llu, "
+                 "duration > 0, 0 <= shared-ratio <= 1)\n",
                  static_cast<unsigned long long>(client.lock_count()));
     return 64;
   }
@@ -65,10 +66,10 @@ int RunBench(rdmalock::Client& client, const BenchOptions& o) {
         const auto t2 = Clock::now();
         if (!st.ok() && r.errors++ == 0) r.first_error = st.ToString();
         if (measuring.load(std::memory_order_relaxed)) {
-          r.acquire_ns.push_back(static_cast<uint32_t>(
-              std::min<int64_t>((t1 - t0).count(), UINT32_MAX)));
-          r.release_ns.push_back(static_cast<uint32_t>(
-              std::min<int64_t>((t2 - t1).count(), UINT32_MAX)));
+          r.acquire_ns.push_back(
+              static_cast<uint32_t>(std::min<int64_t>((t1 - t0).count(), UINT32_MAX)));
+          r.release_ns.push_back(
+              static_cast<uint32_t>(std::min<int64_t>((t2 - t1).count(), UINT32_MAX)));
         }
       }
     });

@@ -10,11 +10,11 @@ namespace lockctl {
 
 struct BenchOptions {
   int threads = 1;
-  uint64_t locks = 10000;        // distinct slots, chosen uniformly
+  uint64_t locks = 10000;  // distinct slots, chosen uniformly
   double duration_s = 5.0;
   double warmup_s = 0.5;
-  double shared_ratio = 0.0;     // fraction of acquisitions in shared mode
-  bool token = false;            // ask for fencing tokens (adds a READ to each acquire)
+  double shared_ratio = 0.0;  // fraction of acquisitions in shared mode
+  bool token = false;         // ask for fencing tokens (adds a READ to each acquire)
   bool json = false;
 };
 

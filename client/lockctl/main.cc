@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -87,16 +86,17 @@ int CmdStatus(const Common& c) {
   }
   const double lease_ms = static_cast<double>(info->lease.count()) / 1e6;
   if (c.json) {
-    std::printf("{\"epoch\":%llu,\"lock_count\":%llu,\"lease_ms\":%.3f,\"stall_factor\":%u,"
-                "\"max_sessions\":%llu,\"connected_clients\":%llu,\"accepted_total\":%llu,"
-                "\"rejected_total\":%llu,\"started\":\"%s\"}\n",
-                static_cast<unsigned long long>(info->epoch),
-                static_cast<unsigned long long>(info->lock_count), lease_ms, info->stall_factor,
-                static_cast<unsigned long long>(info->max_sessions),
-                static_cast<unsigned long long>(info->connected_clients),
-                static_cast<unsigned long long>(info->accepted_total),
-                static_cast<unsigned long long>(info->rejected_total),
-                FormatTime(info->start_time_unix_ns).c_str());
+    std::printf(
+        "{\"epoch\":%llu,\"lock_count\":%llu,\"lease_ms\":%.3f,\"stall_factor\":%u,"
+        "\"max_sessions\":%llu,\"connected_clients\":%llu,\"accepted_total\":%llu,"
+        "\"rejected_total\":%llu,\"started\":\"%s\"}\n",
+        static_cast<unsigned long long>(info->epoch),
+        static_cast<unsigned long long>(info->lock_count), lease_ms, info->stall_factor,
+        static_cast<unsigned long long>(info->max_sessions),
+        static_cast<unsigned long long>(info->connected_clients),
+        static_cast<unsigned long long>(info->accepted_total),
+        static_cast<unsigned long long>(info->rejected_total),
+        FormatTime(info->start_time_unix_ns).c_str());
     return 0;
   }
   std::printf("epoch            %llu\n", static_cast<unsigned long long>(info->epoch));
@@ -126,22 +126,22 @@ int CmdInspect(const Common& c, const std::string& name, int64_t slot) {
   if (!st.ok()) {
     std::cerr << "lockctl: " << st.status().ToString() << "\n";
     return st.status().code() == rdmalock::ErrorCode::kInvalidArgument ? kExitUsage
-                                                                        : kExitUnavailable;
+                                                                       : kExitUnavailable;
   }
   const auto& v = *st;
   const char* state = v.exclusive_outstanding == 0 && v.shared_outstanding == 0 ? "free"
                       : v.exclusive_held                                        ? "held exclusive"
-                      : v.shared_holders > 0 ? "held shared"
+                      : v.shared_holders > 0                                    ? "held shared"
                                              : "held (mixed queue)";
   if (c.json) {
-    std::printf("{\"name\":\"%s\",\"slot\":%llu,\"state\":\"%s\",\"exclusive_outstanding\":%u,"
-                "\"shared_outstanding\":%u,\"maxX\":%u,\"maxS\":%u,\"nX\":%u,\"nS\":%u,"
-                "\"generation\":%llu,\"renewals\":%u,\"frozen\":%s}\n",
-                name.c_str(), static_cast<unsigned long long>(v.slot), state,
-                v.exclusive_outstanding, v.shared_outstanding, v.exclusive_issued,
-                v.shared_issued, v.exclusive_released, v.shared_released,
-                static_cast<unsigned long long>(v.generation), v.renewals,
-                v.frozen ? "true" : "false");
+    std::printf(
+        "{\"name\":\"%s\",\"slot\":%llu,\"state\":\"%s\",\"exclusive_outstanding\":%u,"
+        "\"shared_outstanding\":%u,\"maxX\":%u,\"maxS\":%u,\"nX\":%u,\"nS\":%u,"
+        "\"generation\":%llu,\"renewals\":%u,\"frozen\":%s}\n",
+        name.c_str(), static_cast<unsigned long long>(v.slot), state, v.exclusive_outstanding,
+        v.shared_outstanding, v.exclusive_issued, v.shared_issued, v.exclusive_released,
+        v.shared_released, static_cast<unsigned long long>(v.generation), v.renewals,
+        v.frozen ? "true" : "false");
     return 0;
   }
   if (!name.empty()) std::printf("name         %s\n", name.c_str());
@@ -239,9 +239,10 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"lockctl: inspect and use an rdmalock lock server.\n"
-               "Exit codes: 0 ok (acquire: the command's status), 64 usage, 69 lockd "
-               "unreachable, 70 internal, 75 lock not granted in time, 76 lock lost."};
+  CLI::App app{
+      "lockctl: inspect and use an rdmalock lock server.\n"
+      "Exit codes: 0 ok (acquire: the command's status), 64 usage, 69 lockd "
+      "unreachable, 70 internal, 75 lock not granted in time, 76 lock lost."};
   app.require_subcommand(1);
   Common c;
   app.add_option("-s,--server", c.server, "lockd address (default: $RDMALOCK_SERVER)");

@@ -239,8 +239,9 @@ Client::~Client() = default;
 
 Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   if (options.server.empty()) {
-    return Error(ErrorCode::kInvalidArgument, "ClientOptions::server is empty: name lockd's "
-                                              "address");
+    return Error(ErrorCode::kInvalidArgument,
+                 "ClientOptions::server is empty: name lockd's "
+                 "address");
   }
   ClientOptions opts = options;
   if (opts.client_name.empty()) opts.client_name = DefaultClientName();
@@ -383,8 +384,8 @@ std::chrono::steady_clock::time_point LockHandle::lease_expiry() const {
   if (!state_) return {};
   std::lock_guard lk(state_->mu);
   auto impl = state_->client.lock();
-  return state_->grant.lease_start + (impl ? impl->engine().params().lease
-                                           : std::chrono::nanoseconds::zero());
+  return state_->grant.lease_start +
+         (impl ? impl->engine().params().lease : std::chrono::nanoseconds::zero());
 }
 
 void LockHandle::OnLost(std::function<void(const Status&)> callback) {
@@ -405,12 +406,13 @@ Status LockHandle::Release() {
   }
   if (!impl) {
     state_->state = LockState::kLost;
-    return Error(ErrorCode::kConnection, "client closed before release; lockd's waiters "
-                                         "recover the lock after its lease");
+    return Error(ErrorCode::kConnection,
+                 "client closed before release; lockd's waiters "
+                 "recover the lock after its lease");
   }
   auto ch = impl->Channel();
-  Status st = ch.ok() ? impl->engine().Release(*(*ch)->mem, state_->grant, &(*ch)->events)
-                      : ch.status();
+  Status st =
+      ch.ok() ? impl->engine().Release(*(*ch)->mem, state_->grant, &(*ch)->events) : ch.status();
   if (st.ok()) {
     state_->state = LockState::kReleased;
     ++(*ch)->releases;

@@ -30,9 +30,9 @@ void Pause(nanoseconds d) {
 
 // Uniform jitter in [d/2, 3d/2) for back-off.
 nanoseconds Jitter(nanoseconds d) {
-  thread_local std::minstd_rand rng(static_cast<unsigned>(
-      std::hash<std::thread::id>{}(std::this_thread::get_id()) ^
-      static_cast<size_t>(Clock::now().time_since_epoch().count())));
+  thread_local std::minstd_rand rng(
+      static_cast<unsigned>(std::hash<std::thread::id>{}(std::this_thread::get_id()) ^
+                            static_cast<size_t>(Clock::now().time_since_epoch().count())));
   const auto half = std::max<int64_t>(1, d.count() / 2);
   return nanoseconds(half + static_cast<int64_t>(rng() % static_cast<uint64_t>(2 * half)));
 }
@@ -140,8 +140,8 @@ Result<Grant> LockEngine::Acquire(RemoteMemory& mem, uint64_t slot, Mode mode,
       return g;
     }
     if (opt.try_only) {
-      RDMALOCK_ASSIGN_OR_RETURN(
-          const GiveUp gu, GiveUpTicket(mem, t, Word0::Decode(prev.Encode() + inc), ev));
+      RDMALOCK_ASSIGN_OR_RETURN(const GiveUp gu,
+                                GiveUpTicket(mem, t, Word0::Decode(prev.Encode() + inc), ev));
       if (gu == GiveUp::kGranted) {  // the holder released in the meantime
         FillToken(&g);
         return g;
@@ -245,8 +245,8 @@ Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Tic
       if (on_abandon_) on_abandon_(t);
       return GiveUp::kAbandoned;
     }
-    RemoteOp cas = RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), cur.Encode(),
-                                         cur.Encode() - inc);
+    RemoteOp cas =
+        RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), cur.Encode(), cur.Encode() - inc);
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(cas));
     if (cas.result[0] == cur.Encode()) {
       Count(&EngineEvents::withdrawals, ev);
@@ -262,8 +262,8 @@ Status LockEngine::WithdrawFrozen(RemoteMemory& mem, uint64_t slot, uint64_t inc
     const uint16_t field = inc == proto::kAcquireExclusive ? cur.max_x : cur.max_s;
     // Once the word is no longer frozen it has been reset, and our increment went with it.
     if (!cur.Frozen() || field == 0) return Status::Ok();
-    RemoteOp cas = RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(slot), cur.Encode(),
-                                         cur.Encode() - inc);
+    RemoteOp cas =
+        RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(slot), cur.Encode(), cur.Encode() - inc);
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(cas));
     if (cas.result[0] == cur.Encode()) {
       Count(&EngineEvents::withdrawals, ev);
@@ -287,13 +287,12 @@ Status LockEngine::ResetDrained(RemoteMemory& mem, uint64_t slot, Word0 drained,
   return Status::Ok();
 }
 
-Status LockEngine::UndoIncrement(RemoteMemory& mem, uint64_t slot, uint64_t inc,
-                                 Word0 cur) const {
+Status LockEngine::UndoIncrement(RemoteMemory& mem, uint64_t slot, uint64_t inc, Word0 cur) const {
   const int shift = inc == proto::kReleaseExclusive ? 48 : 32;
   for (;;) {
     if (((cur.Encode() >> shift) & 0xffff) == 0) return Status::Ok();  // reset: nothing to undo
-    RemoteOp cas = RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(slot), cur.Encode(),
-                                         cur.Encode() - inc);
+    RemoteOp cas =
+        RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(slot), cur.Encode(), cur.Encode() - inc);
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(cas));
     if (cas.result[0] == cur.Encode()) return Status::Ok();
     cur = Word0::Decode(cas.result[0]);
@@ -311,11 +310,10 @@ Status LockEngine::Release(RemoteMemory& mem, const Grant& g, EngineEvents* ev) 
   RemoteOp fa = RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(t.slot), inc);
   RDMALOCK_RETURN_IF_ERROR(mem.Execute(fa));
   const Word0 old = Word0::Decode(fa.result[0]);
-  const bool held = t.mode == Mode::kExclusive
-                        ? old.n_x == t.word.max_x && old.n_s == t.word.max_s &&
-                              old.max_x > t.word.max_x
-                        : old.n_x == t.word.max_x && old.max_s > t.word.max_s &&
-                              old.n_s < old.max_s;
+  const bool held =
+      t.mode == Mode::kExclusive
+          ? old.n_x == t.word.max_x && old.n_s == t.word.max_s && old.max_x > t.word.max_x
+          : old.n_x == t.word.max_x && old.max_s > t.word.max_s && old.n_s < old.max_s;
   if (!held) {
     // A recovery skipped us: our release would count for a request that has not released.
     RDMALOCK_RETURN_IF_ERROR(UndoIncrement(mem, t.slot, inc, Word0::Decode(fa.result[0] + inc)));
@@ -334,9 +332,8 @@ Status LockEngine::Renew(RemoteMemory& mem, Grant& g, EngineEvents* /*ev*/) cons
     return Error(ErrorCode::kLockLost,
                  "lease on slot " + std::to_string(t.slot) + " expired before renewal");
   }
-  RemoteOp ops[2] = {
-      RemoteOp::FetchAdd(RegionId::kLocks, Word1Off(t.slot), proto::kRenewIncrement),
-      RemoteOp::Read(RegionId::kLocks, Word0Off(t.slot), 8)};
+  RemoteOp ops[2] = {RemoteOp::FetchAdd(RegionId::kLocks, Word1Off(t.slot), proto::kRenewIncrement),
+                     RemoteOp::Read(RegionId::kLocks, Word0Off(t.slot), 8)};
   const auto issue = Clock::now();
   RDMALOCK_RETURN_IF_ERROR(mem.Execute(ops));
   const Word0 w0 = Word0::Decode(ops[1].result[0]);

@@ -21,8 +21,8 @@ using proto::Mode;
 struct EngineParams {
   uint64_t lock_count = 0;
   std::chrono::nanoseconds lease{std::chrono::seconds(2)};  // L
-  uint32_t stall_factor = 2;                                 // F
-  uint16_t epoch = 0;                                        // lockd's epoch, leads tokens
+  uint32_t stall_factor = 2;                                // F
+  uint16_t epoch = 0;                                       // lockd's epoch, leads tokens
 };
 
 // A queued request: the slot, the mode and word0 as the FETCH_AND_ADD found it.
@@ -37,7 +37,7 @@ struct Grant {
   Clock::time_point lease_start;  // the lease ends at lease_start + L
   uint64_t generation = 0;        // word1's generation when granted (valid if has_generation)
   bool has_generation = false;
-  uint64_t token = 0;             // fencing token; exclusive grants with has_generation only
+  uint64_t token = 0;  // fencing token; exclusive grants with has_generation only
 };
 
 struct AcquireOptions {

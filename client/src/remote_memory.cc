@@ -5,10 +5,18 @@ namespace rdmalock {
 Status RemoteMemory::Execute(std::span<RemoteOp> ops) {
   for (const RemoteOp& op : ops) {
     switch (op.kind) {
-      case RemoteOp::Kind::kFetchAdd: ++counters_.fetch_add; break;
-      case RemoteOp::Kind::kCompareSwap: ++counters_.compare_swap; break;
-      case RemoteOp::Kind::kRead: ++counters_.read; break;
-      case RemoteOp::Kind::kWrite: ++counters_.write; break;
+      case RemoteOp::Kind::kFetchAdd:
+        ++counters_.fetch_add;
+        break;
+      case RemoteOp::Kind::kCompareSwap:
+        ++counters_.compare_swap;
+        break;
+      case RemoteOp::Kind::kRead:
+        ++counters_.read;
+        break;
+      case RemoteOp::Kind::kWrite:
+        ++counters_.write;
+        break;
     }
   }
   ++counters_.batches;

@@ -20,10 +20,10 @@ struct RemoteOp {
 
   Kind kind = Kind::kRead;
   RegionId region = RegionId::kLocks;
-  uint32_t length = 8;   // READ and WRITE: 8 or 16 bytes. Atomics: 8.
-  uint64_t offset = 0;   // byte offset in the region; 8-byte aligned
-  uint64_t operand = 0;  // FA: the addend. CAS: the compare value. WRITE: the first word.
-  uint64_t swap = 0;     // CAS: the swap value. WRITE: the second word.
+  uint32_t length = 8;          // READ and WRITE: 8 or 16 bytes. Atomics: 8.
+  uint64_t offset = 0;          // byte offset in the region; 8-byte aligned
+  uint64_t operand = 0;         // FA: the addend. CAS: the compare value. WRITE: the first word.
+  uint64_t swap = 0;            // CAS: the swap value. WRITE: the second word.
   uint64_t result[2] = {0, 0};  // FA and CAS: the old value in result[0]. READ: the data.
 
   static RemoteOp FetchAdd(RegionId r, uint64_t off, uint64_t add) {
@@ -66,9 +66,7 @@ struct OpCounters {
   Counter read;
   Counter write;
   Counter batches;
-  uint64_t Total() const {
-    return fetch_add.get() + compare_swap.get() + read.get() + write.get();
-  }
+  uint64_t Total() const { return fetch_add.get() + compare_swap.get() + read.get() + write.get(); }
 };
 
 // One channel of remote-memory operations (one QP). Not thread-safe: a channel belongs to one

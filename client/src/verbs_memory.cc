@@ -11,8 +11,8 @@
 namespace rdmalock {
 
 namespace {
-constexpr size_t kOpScratch = 16;               // bytes of local buffer per operation
-constexpr size_t kBulkBytes = 64 * 1024;        // ReadBytes bounce buffer
+constexpr size_t kOpScratch = 16;         // bytes of local buffer per operation
+constexpr size_t kBulkBytes = 64 * 1024;  // ReadBytes bounce buffer
 constexpr auto kCompletionTimeout = std::chrono::seconds(30);
 }  // namespace
 
@@ -33,6 +33,20 @@ struct VerbsMemory::Impl {
   }
 
   uint8_t* op_buf(size_t i) { return buffer.data() + i * kOpScratch; }
+
+  Status CheckDisconnect() {
+    rdma_cm_event* ev = nullptr;
+    if (rdma_get_cm_event(conn->channel.get(), &ev) != 0) return Status::Ok();  // none pending
+    const rdma_cm_event_type type = ev->event;
+    rdma_ack_cm_event(ev);
+    if (type == RDMA_CM_EVENT_DISCONNECTED || type == RDMA_CM_EVENT_DEVICE_REMOVAL ||
+        type == RDMA_CM_EVENT_TIMEWAIT_EXIT) {
+      broken = true;
+      return Error(ErrorCode::kConnection,
+                   std::string("connection to lockd lost (") + rdma_event_str(type) + ")");
+    }
+    return Status::Ok();
+  }
   uint8_t* bulk_buf() { return buffer.data() + kMaxBatch * kOpScratch; }
 
   // Posts wrs[0..n) (the last one signalled) and waits for its completion.
@@ -60,9 +74,9 @@ struct VerbsMemory::Impl {
       for (int i = 0; i < got; ++i) {
         if (wc[i].status != IBV_WC_SUCCESS) {
           broken = true;
-          return Error(ErrorCode::kConnection,
-                       std::string("RDMA operation failed: ") + ibv_wc_status_str(wc[i].status) +
-                           " (the connection to lockd is lost)");
+          return Error(ErrorCode::kConnection, std::string("RDMA operation failed: ") +
+                                                   ibv_wc_status_str(wc[i].status) +
+                                                   " (the connection to lockd is lost)");
         }
         if (wc[i].wr_id == want) return Status::Ok();
       }
@@ -71,6 +85,9 @@ struct VerbsMemory::Impl {
           broken = true;
           return Error(ErrorCode::kConnection, "no completion from lockd within 30 s");
         }
+        // While waiting, look for a disconnect on the connection's rdma_cm channel (lockd
+        // stopped or dropped us): fail at once instead of waiting out RC retries.
+        if (spins % 256 == 0) RDMALOCK_RETURN_IF_ERROR(CheckDisconnect());
         std::this_thread::yield();
       }
     }
@@ -84,11 +101,12 @@ Status RejectStatus(const std::string& where, const std::vector<uint8_t>& data) 
   proto::RejectReply r;
   if (!proto::RejectReply::Decode(data, &r)) {
     return Error(ErrorCode::kConnection,
-                 "lockd at " + where + " refused the connection (no rdmalock reason given: is "
-                                       "lockd listening on that port?)");
+                 "lockd at " + where +
+                     " refused the connection (no rdmalock reason given: is "
+                     "lockd listening on that port?)");
   }
-  std::string msg = "lockd at " + where + " rejected the connection: " +
-                    std::string(proto::RejectReasonName(r.reason));
+  std::string msg = "lockd at " + where +
+                    " rejected the connection: " + std::string(proto::RejectReasonName(r.reason));
   if (!r.detail.empty()) msg += " (" + r.detail + ")";
   if (r.reason == proto::RejectReason::kBadVersion) {
     msg += "; server speaks versions " + std::to_string(r.min_version) + ".." +
@@ -117,18 +135,17 @@ Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& p
   if (!proto::AcceptReply::Decode(impl->conn->accept_data, &reply)) {
     return Error(ErrorCode::kProtocol, "lockd at " + where + " sent a malformed accept reply");
   }
-  if (reply.lock_count == 0 ||
-      reply.locks.length < proto::LockTableBytes(reply.lock_count) || reply.lease_ns == 0 ||
-      reply.stall_factor == 0) {
+  if (reply.lock_count == 0 || reply.locks.length < proto::LockTableBytes(reply.lock_count) ||
+      reply.lease_ns == 0 || reply.stall_factor == 0) {
     return Error(ErrorCode::kProtocol, "lockd at " + where + " sent an inconsistent layout");
   }
   impl->regions[0] = reply.info;
   impl->regions[1] = reply.locks;
   impl->regions[2] = reply.sessions;
   impl->buffer.assign(kMaxBatch * kOpScratch + kBulkBytes, 0);
-  RDMALOCK_ASSIGN_OR_RETURN(impl->mr, rdma::RegisterMr(impl->conn->pd.get(), impl->buffer.data(),
-                                                       impl->buffer.size(),
-                                                       IBV_ACCESS_LOCAL_WRITE));
+  RDMALOCK_ASSIGN_OR_RETURN(
+      impl->mr, rdma::RegisterMr(impl->conn->pd.get(), impl->buffer.data(), impl->buffer.size(),
+                                 IBV_ACCESS_LOCAL_WRITE));
   auto mem = std::unique_ptr<VerbsMemory>(new VerbsMemory(std::move(impl)));
   mem->reply_ = reply;
   RDMALOCK_RETURN_IF_ERROR(mem->ProbeByteOrder());
@@ -136,16 +153,16 @@ Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& p
 }
 
 Status VerbsMemory::ProbeByteOrder() {
-  RemoteOp probe =
-      RemoteOp::FetchAdd(RegionId::kLocks, proto::ProbeOffset(reply_.lock_count), 0);
+  RemoteOp probe = RemoteOp::FetchAdd(RegionId::kLocks, proto::ProbeOffset(reply_.lock_count), 0);
   RDMALOCK_RETURN_IF_ERROR(DoExecute(std::span<RemoteOp>(&probe, 1)));
   if (probe.result[0] == proto::kProbePattern) return Status::Ok();
   if (probe.result[0] == __builtin_bswap64(proto::kProbePattern)) {
     impl_->swap_atomics = true;  // this NIC returns atomic results big-endian
     return Status::Ok();
   }
-  return Error(ErrorCode::kProtocol, "atomic probe returned an unexpected value; lockd's lock "
-                                     "table layout does not match this client");
+  return Error(ErrorCode::kProtocol,
+               "atomic probe returned an unexpected value; lockd's lock "
+               "table layout does not match this client");
 }
 
 Status VerbsMemory::DoExecute(std::span<RemoteOp> ops) {

@@ -8,9 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -35,8 +34,9 @@ namespace {
 std::string RxeIp() {
   const char* ip = std::getenv("RXE_IP");
   if (ip == nullptr || *ip == '\0') {
-    FAIL("RXE_IP is not set: run the RDMA tests through deploy/softroce/rxe-run (it provides "
-         "rdma_rxe and RXE_IP)");
+    FAIL(
+        "RXE_IP is not set: run the RDMA tests through deploy/softroce/rxe-run (it provides "
+        "rdma_rxe and RXE_IP)");
   }
   return ip;
 }
@@ -255,6 +255,29 @@ TEST_CASE("lockd rejects malformed and wrong-version requests and keeps serving"
   REQUIRE(lockd.Log().find("bad magic") != std::string::npos);
 }
 
+TEST_CASE("lockd caps connections at max_clients and says so") {
+  Lockd lockd(7611, 64, 2000, /*max_clients=*/2);
+  // The start-up probe's connection is released asynchronously: allow lockd a moment to see it go.
+  auto connect_soon = [&] {
+    const auto end = std::chrono::steady_clock::now() + 10s;
+    for (;;) {
+      auto r = lockd.Connect();
+      if (r.ok()) return std::move(r).value();
+      REQUIRE(std::chrono::steady_clock::now() < end);
+      std::this_thread::sleep_for(50ms);
+    }
+  };
+  auto a = connect_soon();
+  auto b = connect_soon();
+  auto c = lockd.Connect();
+  REQUIRE_FALSE(c.ok());
+  REQUIRE(c.status().code() == ErrorCode::kRejected);
+  REQUIRE(c.status().message().find("server full") != std::string::npos);
+  a.reset();  // a slot frees up once a client leaves
+  auto d = connect_soon();
+  REQUIRE(d->Info().ok());
+}
+
 TEST_CASE("the NIC refuses an RDMA WRITE to the lock table") {
   Lockd lockd(7603);
   ChannelParams p{RxeIp(), lockd.port(), 3000ms, "writer", 0};
@@ -307,8 +330,8 @@ TEST_CASE("grants follow ticket order across processes (FIFO)") {
   std::vector<pid_t> kids;
   constexpr int kWaiters = 5;
   for (int i = 0; i < kWaiters; ++i) {
-    kids.push_back(Worker({"fifo", RxeIp(), std::to_string(lockd.port()), shf.path(),
-                           std::to_string(i)}));
+    kids.push_back(
+        Worker({"fifo", RxeIp(), std::to_string(lockd.port()), shf.path(), std::to_string(i)}));
     // Wait until this waiter has drawn its ticket before starting the next.
     const auto end = std::chrono::steady_clock::now() + 30s;
     for (;;) {
@@ -410,9 +433,8 @@ TEST_CASE("lockctl acquire holds the lock while the command runs") {
   const std::string marker = dir + "/running";
   const std::string script = "echo \"$RDMALOCK_NAME $RDMALOCK_SLOT $RDMALOCK_TOKEN\" > " + dir +
                              "/env; touch " + marker + "; sleep 1; exit 3";
-  pid_t child = Spawn([&] {
-    return RunCommand(base + " acquire build-lock -- sh -c '" + script + "'");
-  });
+  pid_t child =
+      Spawn([&] { return RunCommand(base + " acquire build-lock -- sh -c '" + script + "'"); });
   const auto end = std::chrono::steady_clock::now() + 30s;
   while (access(marker.c_str(), F_OK) != 0) {
     REQUIRE(std::chrono::steady_clock::now() < end);

@@ -13,8 +13,8 @@
 #include <string>
 #include <thread>
 
-#include "worker_shared.h"
 #include "rdmalock/client.h"
+#include "worker_shared.h"
 
 using namespace rdmalock;
 

@@ -1,15 +1,16 @@
 // The protocol engine over the in-process backend: many threads, shadow checks, and the branches
 // of the protocol driven deterministically.
-#include <catch2/catch.hpp>
+#include "lock_engine.h"
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "inproc_memory.h"
-#include "lock_engine.h"
 
 using namespace rdmalock;
 using namespace std::chrono_literals;
@@ -49,6 +50,25 @@ struct Reaper {
 };
 
 Word0 W0(InProcessTable& t, uint64_t slot) { return Word0::Decode(t.Load(slot, 0)); }
+
+// Catch2's assertions are not thread-safe: worker threads record failures here and the test
+// thread checks them once the workers have joined.
+struct ThreadChecks {
+  std::mutex mu;
+  std::vector<std::string> failures;
+  void Check(bool ok, const char* what, int line) {
+    if (ok) return;
+    std::lock_guard lk(mu);
+    failures.push_back(std::string(what) + " (line " + std::to_string(line) + ")");
+  }
+  std::string Report() {
+    std::lock_guard lk(mu);
+    std::string out;
+    for (const auto& f : failures) out += f + "\n";
+    return out;
+  }
+};
+#define THREAD_CHECK(checks, cond) (checks).Check((cond), #cond, __LINE__)
 
 }  // namespace
 
@@ -160,6 +180,7 @@ TEST_CASE("grants follow ticket order (FIFO)") {
   InProcessTable table(1);
   LockEngine e(Params(1), nullptr);
   InProcessMemory holder_mem(&table);
+  ThreadChecks tc;
   auto holder = e.Acquire(holder_mem, 0, Mode::kExclusive, {});
   REQUIRE(holder.ok());
   constexpr int kWaiters = 6;
@@ -175,18 +196,21 @@ TEST_CASE("grants follow ticket order (FIFO)") {
     ts.emplace_back([&, i, m] {
       InProcessMemory mem(&table);
       auto g = e.Acquire(mem, 0, m, {});
-      REQUIRE(g.ok());
+      THREAD_CHECK(tc, g.ok());
+      if (!g.ok()) return;
       {
         std::lock_guard lk(mu);
         order.push_back(i);
       }
       std::this_thread::sleep_for(2ms);
-      REQUIRE(e.Release(mem, *g).ok());
+      THREAD_CHECK(tc, e.Release(mem, *g).ok());
     });
   }
   while (W0(table, 0).max_x + W0(table, 0).max_s != 1 + kWaiters) std::this_thread::yield();
   REQUIRE(e.Release(holder_mem, *holder).ok());
   for (auto& t : ts) t.join();
+  INFO(tc.Report());
+  REQUIRE(tc.failures.empty());
   REQUIRE(order == std::vector<int>{0, 1, 2, 3, 4, 5});
 }
 
@@ -213,19 +237,20 @@ TEST_CASE("a timed-out waiter with others behind is abandoned and drained") {
   InProcessMemory a(&table), b(&table), c(&table);
   auto g = e.Acquire(a, 0, Mode::kExclusive, {});
   REQUIRE(g.ok());
+  ThreadChecks checks;
   std::atomic<bool> b_done{false};
   std::thread tb([&] {
     AcquireOptions o;
     o.deadline = Clock::now() + 100ms;
     auto w = e.Acquire(b, 0, Mode::kExclusive, o);
-    REQUIRE(w.status().code() == ErrorCode::kTimeout);
+    THREAD_CHECK(checks, w.status().code() == ErrorCode::kTimeout);
     b_done = true;
   });
   while (W0(table, 0).max_x != 2) std::this_thread::yield();
   std::thread tc([&] {
     auto w = e.Acquire(c, 0, Mode::kExclusive, {});  // queued behind b
-    REQUIRE(w.ok());
-    REQUIRE(e.Release(c, *w).ok());
+    THREAD_CHECK(checks, w.ok());
+    if (w.ok()) THREAD_CHECK(checks, e.Release(c, *w).ok());
   });
   tb.join();
   REQUIRE(b_done);
@@ -233,6 +258,8 @@ TEST_CASE("a timed-out waiter with others behind is abandoned and drained") {
   // b's ticket must be granted and released by the reaper for c to get the lock.
   REQUIRE(reaper.DrainAll(e) == 1);
   tc.join();
+  INFO(checks.Report());
+  REQUIRE(checks.failures.empty());
   REQUIRE(W0(table, 0).Drained());
 }
 
@@ -269,17 +296,21 @@ TEST_CASE("requests on a frozen word withdraw; the last release resets it") {
   REQUIRE(W0(table, 0).Frozen());
   std::atomic<bool> got{false};
   EngineEvents bev;
+  ThreadChecks checks;
   std::thread tb([&] {
     auto w = e.Acquire(b, 0, Mode::kShared, {}, &bev);
-    REQUIRE(w.ok());
+    THREAD_CHECK(checks, w.ok());
+    if (!w.ok()) return;
     got = true;
-    REQUIRE(e.Release(b, *w).ok());
+    THREAD_CHECK(checks, e.Release(b, *w).ok());
   });
   std::this_thread::sleep_for(20ms);
   REQUIRE_FALSE(got);
   REQUIRE(W0(table, 0).max_s == 2);  // b's increments were all withdrawn
   REQUIRE(e.Release(a, *g).ok());
   tb.join();
+  INFO(checks.Report());
+  REQUIRE(checks.failures.empty());
   REQUIRE(bev.withdrawals.get() >= 1);
   REQUIRE(proto::Generation(table.Load(0, 1)) >= 1);
   REQUIRE(W0(table, 0) == Word0{.max_s = 1, .max_x = 0, .n_s = 1, .n_x = 0});
@@ -326,9 +357,10 @@ TEST_CASE("renewal keeps waiters from recovering a live holder") {
   auto g = e.Acquire(h, 0, Mode::kExclusive, {});
   REQUIRE(g.ok());
   std::atomic<bool> stop{false};
+  ThreadChecks checks;
   std::thread renewer([&] {
     while (!stop) {
-      REQUIRE(e.Renew(h, *g).ok());
+      THREAD_CHECK(checks, e.Renew(h, *g).ok());
       std::this_thread::sleep_for(lease / 4);
     }
   });
@@ -340,6 +372,8 @@ TEST_CASE("renewal keeps waiters from recovering a live holder") {
   REQUIRE(ev.recoveries.get() == 0);
   stop = true;
   renewer.join();
+  INFO(checks.Report());
+  REQUIRE(checks.failures.empty());
   REQUIRE(e.Release(h, *g).ok());
 }
 

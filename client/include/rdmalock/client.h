@@ -28,8 +28,8 @@ namespace rdmalock {
 enum class LockMode : uint8_t { kExclusive = 0, kShared = 1 };
 
 struct ClientOptions {
-  std::string server;      // lockd's address (an IP of its RDMA device, or a name). Required.
-  uint16_t port = 7471;    // lockd's rdma_cm port
+  std::string server;    // lockd's address (an IP of its RDMA device, or a name). Required.
+  uint16_t port = 7471;  // lockd's rdma_cm port
   std::chrono::milliseconds connect_timeout{5000};
   std::string client_name;  // shown to operators; defaults to the program name
   // Renew held locks on a background thread every lease/3 (per-lock opt-out in LockOptions).
@@ -70,8 +70,9 @@ class LockHandle {
   uint64_t slot() const;
   LockMode mode() const;
   LockState state() const;
-  // Fencing token of an exclusive grant (0 for shared grants or without LockOptions::fencing_token):
-  // epoch:16 | generation:32 | ticket:16. Successive exclusive holders get strictly larger tokens.
+  // Fencing token of an exclusive grant (0 for shared grants or without
+  // LockOptions::fencing_token): epoch:16 | generation:32 | ticket:16. Successive exclusive holders
+  // get strictly larger tokens.
   uint64_t fencing_token() const;
   // When the lease ends on this process's monotonic clock unless renewed.
   std::chrono::steady_clock::time_point lease_expiry() const;
@@ -114,9 +115,9 @@ struct SlotState {
   uint16_t renewals = 0;
   // Derived: outstanding requests, and who holds it now.
   uint32_t exclusive_outstanding = 0, shared_outstanding = 0;
-  bool exclusive_held = false;   // the oldest outstanding exclusive request is granted
-  uint32_t shared_holders = 0;   // shared requests granted and not yet released
-  bool frozen = false;           // counters reached the reset threshold
+  bool exclusive_held = false;  // the oldest outstanding exclusive request is granted
+  uint32_t shared_holders = 0;  // shared requests granted and not yet released
+  bool frozen = false;          // counters reached the reset threshold
 };
 
 struct ClientStats {

@@ -53,13 +53,15 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status Error(ErrorCode code, std::string message) { return Status(code, std::move(message)); }
+inline Status Error(ErrorCode code, std::string message) {
+  return Status(code, std::move(message));
+}
 
 // A value or the Status that explains why there is none.
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : value_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : status_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!status_.ok() && "Result built from an ok Status carries no value");
     if (status_.ok()) status_ = Status(ErrorCode::kInternal, "Result built from an ok Status");
@@ -84,10 +86,10 @@ class [[nodiscard]] Result {
 }  // namespace rdmalock
 
 // Propagates a non-ok Status from an expression returning Status.
-#define RDMALOCK_RETURN_IF_ERROR(expr)        \
-  do {                                        \
-    ::rdmalock::Status _st = (expr);          \
-    if (!_st.ok()) return _st;                \
+#define RDMALOCK_RETURN_IF_ERROR(expr) \
+  do {                                 \
+    ::rdmalock::Status _st = (expr);   \
+    if (!_st.ok()) return _st;         \
   } while (0)
 
 #define RDMALOCK_CONCAT_INNER(a, b) a##b
