@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(
   # build
   build-essential cmake pkg-config clang-format
+  # the protocol model checker
+  spin
   # libraries
   libibverbs-dev librdmacm-dev libspdlog-dev libcli11-dev libyaml-cpp-dev catch2 libxxhash-dev
   # RDMA runtime and tools (providers include rdma_rxe's userspace part; perftest for baselines)

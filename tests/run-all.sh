@@ -48,11 +48,30 @@ mkdir -p "$logs"
 echo "=== build (RelWithDebInfo)"
 if ! build build "" all; then echo "run-all: build failed"; exit 1; fi
 
-echo "=== host unit tests (ctest)"
-ctest --test-dir "$root/build" --output-on-failure -j "$jobs" 2>&1 | tee "$logs/ctest.log"
+echo "=== command-line tests (ctest)"
+ctest --test-dir "$root/build" --output-on-failure -E '^unit: ' 2>&1 | tee "$logs/ctest.log"
 rc=${PIPESTATUS[0]}
-"$root/build/tests/unit_tests" --use-colour no >"$logs/unit.log" 2>&1
-count "host unit tests" "$logs/unit.log" $((rc | $?))
+cli_total=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\2/p' "$logs/ctest.log")
+cli_failed=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of.*/\1/p' "$logs/ctest.log")
+cli_failed=${cli_failed:-1}
+[ "$rc" -ne 0 ] && [ "$cli_failed" -eq 0 ] && cli_failed=1
+passed=$((passed + ${cli_total:-0} - cli_failed))
+failed=$((failed + cli_failed))
+results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "command-line tests" "$((${cli_total:-0} - cli_failed))" "$cli_failed" "$rc")")
+
+echo "=== host unit tests"
+"$root/build/tests/unit_tests" --use-colour no 2>&1 | tee "$logs/unit.log" | tail -3
+count "host unit tests" "$logs/unit.log" "${PIPESTATUS[0]}"
+
+echo "=== protocol model (spin)"
+"$root/tests/model/check.sh" 2>&1 | tee "$logs/model.log"
+rc=${PIPESTATUS[0]}
+m_ok=$(grep -c ': ok$' "$logs/model.log")
+m_bad=$(grep -cE ': (VIOLATION|INCOMPLETE)$' "$logs/model.log")
+[ "$rc" -ne 0 ] && [ "$m_bad" -eq 0 ] && m_bad=1
+passed=$((passed + m_ok))
+failed=$((failed + m_bad))
+results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "protocol model (spin)" "$m_ok" "$m_bad" "$rc")")
 
 echo "=== host unit tests under ASan+UBSan"
 if build build-asan "address;undefined" unit_tests; then

@@ -130,6 +130,7 @@ Result<Grant> LockEngine::Acquire(RemoteMemory& mem, uint64_t slot, Mode mode,
     const Ticket t{slot, mode, prev};
     Grant g;
     g.ticket = t;
+    g.seen = Word0::Decode(prev.Encode() + inc);
     g.lease_start = issue;
     if (opt.want_token) {
       g.generation = proto::Generation(ops[1].result[0]);
@@ -140,8 +141,7 @@ Result<Grant> LockEngine::Acquire(RemoteMemory& mem, uint64_t slot, Mode mode,
       return g;
     }
     if (opt.try_only) {
-      RDMALOCK_ASSIGN_OR_RETURN(const GiveUp gu,
-                                GiveUpTicket(mem, t, Word0::Decode(prev.Encode() + inc), ev));
+      RDMALOCK_ASSIGN_OR_RETURN(const GiveUp gu, GiveUpTicket(mem, t, &g.seen, ev));
       if (gu == GiveUp::kGranted) {  // the holder released in the meantime
         FillToken(&g);
         return g;
@@ -180,9 +180,10 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       return WaitOutcome::kRestart;
     }
     if (now >= deadline) {
-      RDMALOCK_ASSIGN_OR_RETURN(const GiveUp gu, GiveUpTicket(mem, t, last, ev));
+      RDMALOCK_ASSIGN_OR_RETURN(const GiveUp gu, GiveUpTicket(mem, t, &last, ev));
       if (gu != GiveUp::kGranted) return WaitOutcome::kTimeout;
       grant->ticket = t;
+      grant->seen = last;
       grant->lease_start = last_waiting_issue;
       return WaitOutcome::kGranted;
     }
@@ -195,6 +196,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
     if (proto::TicketGone(w0, t.word, t.mode)) return WaitOutcome::kRestart;
     if (proto::Granted(w0, t.word, t.mode)) {
       grant->ticket = t;
+      grant->seen = w0;
       grant->lease_start = last_waiting_issue;
       grant->generation = proto::Generation(rd.result[1]);
       grant->has_generation = true;
@@ -230,8 +232,9 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
   }
 }
 
-Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Ticket& t, Word0 cur,
-                                                    EngineEvents* ev) const {
+Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Ticket& t,
+                                                    Word0* cur_io, EngineEvents* ev) const {
+  Word0& cur = *cur_io;
   const uint64_t inc = proto::AcquireIncrement(t.mode);
   const Word0 mine = Word0::Decode(t.word.Encode() + inc);  // max fields with only us added
   for (;;) {
@@ -287,43 +290,46 @@ Status LockEngine::ResetDrained(RemoteMemory& mem, uint64_t slot, Word0 drained,
   return Status::Ok();
 }
 
-Status LockEngine::UndoIncrement(RemoteMemory& mem, uint64_t slot, uint64_t inc, Word0 cur) const {
-  const int shift = inc == proto::kReleaseExclusive ? 48 : 32;
-  for (;;) {
-    if (((cur.Encode() >> shift) & 0xffff) == 0) return Status::Ok();  // reset: nothing to undo
-    RemoteOp cas =
-        RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(slot), cur.Encode(), cur.Encode() - inc);
-    RDMALOCK_RETURN_IF_ERROR(mem.Execute(cas));
-    if (cas.result[0] == cur.Encode()) return Status::Ok();
-    cur = Word0::Decode(cas.result[0]);
+namespace {
+
+// The grant still stands in `w`: nothing released it or recovered past it, and the word was not
+// reset since (our own request is still counted in it).
+bool StillHeld(Word0 w, const Ticket& t) {
+  if (t.mode == Mode::kExclusive) {
+    return w.n_x == t.word.max_x && w.n_s == t.word.max_s && w.max_x > t.word.max_x;
   }
+  return w.n_x == t.word.max_x && w.max_s > t.word.max_s && w.n_s < w.max_s;
 }
+
+}  // namespace
 
 Status LockEngine::Release(RemoteMemory& mem, const Grant& g, EngineEvents* ev) const {
   const Ticket& t = g.ticket;
-  if (!LeaseValid(g, Clock::now())) {
-    return Error(ErrorCode::kLockLost, "lease on slot " + std::to_string(t.slot) +
-                                           " expired before release; not released (waiters "
-                                           "recover the lock)");
-  }
   const uint64_t inc = proto::ReleaseIncrement(t.mode);
-  RemoteOp fa = RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(t.slot), inc);
-  RDMALOCK_RETURN_IF_ERROR(mem.Execute(fa));
-  const Word0 old = Word0::Decode(fa.result[0]);
-  const bool held =
-      t.mode == Mode::kExclusive
-          ? old.n_x == t.word.max_x && old.n_s == t.word.max_s && old.max_x > t.word.max_x
-          : old.n_x == t.word.max_x && old.max_s > t.word.max_s && old.n_s < old.max_s;
-  if (!held) {
-    // A recovery skipped us: our release would count for a request that has not released.
-    RDMALOCK_RETURN_IF_ERROR(UndoIncrement(mem, t.slot, inc, Word0::Decode(fa.result[0] + inc)));
-    return Error(ErrorCode::kLockLost, "slot " + std::to_string(t.slot) +
-                                           " was recovered by a waiter before release; the "
-                                           "critical section may have overlapped another");
+  Word0 cur = g.seen;  // exact unless requests arrived (or siblings released) since we looked
+  for (;;) {
+    if (!LeaseValid(g, Clock::now())) {
+      return Error(ErrorCode::kLockLost, "lease on slot " + std::to_string(t.slot) +
+                                             " expired before release; not released (waiters "
+                                             "recover the lock)");
+    }
+    if (!StillHeld(cur, t)) {
+      return Error(ErrorCode::kLockLost, "slot " + std::to_string(t.slot) +
+                                             " was recovered by a waiter before release; the "
+                                             "critical section may have overlapped another");
+    }
+    // A CAS, not a FETCH_AND_ADD: it lands only if the word still shows our grant, so a release
+    // that is delayed (a paused process, a retransmission) past a recovery changes nothing.
+    RemoteOp cas =
+        RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), cur.Encode(), cur.Encode() + inc);
+    RDMALOCK_RETURN_IF_ERROR(mem.Execute(cas));
+    if (cas.result[0] == cur.Encode()) {
+      const Word0 now = Word0::Decode(cur.Encode() + inc);
+      if (now.Frozen() && now.Drained()) return ResetDrained(mem, t.slot, now, ev);
+      return Status::Ok();
+    }
+    cur = Word0::Decode(cas.result[0]);
   }
-  const Word0 now = Word0::Decode(fa.result[0] + inc);
-  if (now.Frozen() && now.Drained()) return ResetDrained(mem, t.slot, now, ev);
-  return Status::Ok();
 }
 
 Status LockEngine::Renew(RemoteMemory& mem, Grant& g, EngineEvents* /*ev*/) const {
@@ -337,10 +343,11 @@ Status LockEngine::Renew(RemoteMemory& mem, Grant& g, EngineEvents* /*ev*/) cons
   const auto issue = Clock::now();
   RDMALOCK_RETURN_IF_ERROR(mem.Execute(ops));
   const Word0 w0 = Word0::Decode(ops[1].result[0]);
-  if (!proto::Granted(w0, t.word, t.mode) || proto::TicketGone(w0, t.word, t.mode)) {
+  if (!StillHeld(w0, t)) {
     return Error(ErrorCode::kLockLost,
                  "slot " + std::to_string(t.slot) + " was recovered by a waiter");
   }
+  g.seen = w0;
   g.lease_start = issue;
   return Status::Ok();
 }

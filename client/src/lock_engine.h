@@ -34,6 +34,7 @@ struct Ticket {
 
 struct Grant {
   Ticket ticket;
+  proto::Word0 seen;              // word0 as last seen while holding: the release CAS's first guess
   Clock::time_point lease_start;  // the lease ends at lease_start + L
   uint64_t generation = 0;        // word1's generation when granted (valid if has_generation)
   bool has_generation = false;
@@ -72,8 +73,9 @@ class LockEngine {
   Result<Grant> Acquire(RemoteMemory& mem, uint64_t slot, Mode mode, const AcquireOptions& opt,
                         EngineEvents* ev = nullptr) const;
 
-  // Releases a grant. kLockLost (and nothing released) when the lease has lapsed; kLockLost (and
-  // the increment undone) when the release shows the grant had been skipped by a recovery.
+  // Releases a grant with a COMPARE_AND_SWAP that only lands while the grant still stands, so a
+  // release delayed past a recovery cannot count for someone else's ticket. kLockLost (nothing
+  // released) when the lease has lapsed or a waiter recovered the lock.
   Status Release(RemoteMemory& mem, const Grant& g, EngineEvents* ev = nullptr) const;
 
   // Extends the lease (FETCH_AND_ADD on word1) and checks the grant still stands.
@@ -95,11 +97,11 @@ class LockEngine {
                         EngineEvents* ev) const;
   enum class GiveUp { kWithdrawn, kAbandoned, kGranted, kGone };
   // Gives a queued, not yet granted ticket back: withdraws it if nothing queued behind it.
-  Result<GiveUp> GiveUpTicket(RemoteMemory& mem, const Ticket& t, proto::Word0 cur,
+  // `cur` is our best guess of word0 on entry and the last value seen on return.
+  Result<GiveUp> GiveUpTicket(RemoteMemory& mem, const Ticket& t, proto::Word0* cur,
                               EngineEvents* ev) const;
   Status ResetDrained(RemoteMemory& mem, uint64_t slot, proto::Word0 drained,
                       EngineEvents* ev) const;
-  Status UndoIncrement(RemoteMemory& mem, uint64_t slot, uint64_t inc, proto::Word0 cur) const;
   std::chrono::nanoseconds PollInterval(const RemoteMemory& mem, uint32_t ahead,
                                         uint32_t unchanged_polls) const;
   void FillToken(Grant* g) const;

@@ -4,6 +4,7 @@
 // (client/src/inproc_memory.*).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -85,7 +86,10 @@ class RemoteMemory {
 
   const OpCounters& counters() const { return counters_; }
   // Smoothed time of a batch, used to size poll intervals. Starts at 20 us.
-  std::chrono::nanoseconds round_trip() const { return round_trip_; }
+  std::chrono::nanoseconds round_trip() const { return std::max(round_trip_, min_round_trip_); }
+  // A floor for round_trip(): the in-process backend answers in nanoseconds, and tests use this
+  // to poll at a network's cadence instead of spinning.
+  void set_min_round_trip(std::chrono::nanoseconds d) { min_round_trip_ = d; }
 
  protected:
   virtual Status DoExecute(std::span<RemoteOp> ops) = 0;
@@ -93,6 +97,7 @@ class RemoteMemory {
  private:
   OpCounters counters_;
   std::chrono::nanoseconds round_trip_{20'000};
+  std::chrono::nanoseconds min_round_trip_{0};
 };
 
 }  // namespace rdmalock

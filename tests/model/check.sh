@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Model-checks rdmalock.pml with spin: one exhaustive run and two bitstate (supertrace) runs over
+# larger configurations, each bounded in time. Prints the state counts; exits non-zero on any
+# assertion violation, invalid end state, or an exhaustive run that did not complete.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+command -v spin >/dev/null || { echo "model: spin is not installed (apt-get install spin)"; exit 1; }
+cp "$here/rdmalock.pml" "$work/"
+cd "$work"
+status=0
+
+run() {  # label mode(exhaustive|bitstate) minutes defines...
+  local label=$1 mode=$2 minutes=$3
+  shift 3
+  local flags="-O2 -DSAFETY -w"
+  if [ "$mode" = exhaustive ]; then flags="$flags -DCOLLAPSE -DMEMLIM=4000"; else flags="$flags -DBITSTATE"; fi
+  spin "$@" -a rdmalock.pml >/dev/null || { echo "model: spin -a failed"; status=1; return; }
+  # shellcheck disable=SC2086
+  gcc $flags -o pan pan.c || { echo "model: compiling pan failed"; status=1; return; }
+  local extra=""
+  [ "$mode" = bitstate ] && extra="-w29 -k3"
+  # shellcheck disable=SC2086
+  ./pan -m1000000 -Q"$minutes" $extra >out.txt 2>&1
+  local errors states depth
+  errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' out.txt | tail -1)
+  states=$(sed -n 's/^ *\([0-9.e+]*\) states, stored.*/\1/p' out.txt | tail -1)
+  depth=$(sed -n 's/.*depth reached \([0-9]*\).*/\1/p' out.txt | tail -1)
+  local verdict=ok
+  if [ "${errors:-1}" != 0 ]; then verdict="VIOLATION"; status=1; fi
+  if [ "$mode" = exhaustive ] && grep -qE 'reached -DMEMLIM|time limit' out.txt; then
+    verdict="INCOMPLETE"; status=1
+  fi
+  printf 'model %-34s %-10s states %-12s depth %-5s errors %s: %s\n' "$label" "$mode" \
+    "${states:-?}" "${depth:-?}" "${errors:-?}" "$verdict"
+  if [ "$verdict" != ok ]; then
+    cat out.txt
+    [ -f rdmalock.pml.trail ] && spin "$@" -t -p -g rdmalock.pml | tail -80
+  fi
+  rm -f rdmalock.pml.trail
+}
+
+run "2 clients, 1 round, 6 ticks, CMAX 2" exhaustive 3 -DNCLIENTS=2 -DROUNDS=1 -DTMAX=6 -DCMAX=2
+run "3 clients, 1 round, 6 ticks, CMAX 2" bitstate 1 -DNCLIENTS=3 -DROUNDS=1 -DTMAX=6 -DCMAX=2
+run "2 clients, 2 rounds, 6 ticks, CMAX 3" bitstate 1 -DNCLIENTS=2 -DROUNDS=2 -DTMAX=6 -DCMAX=3
+exit $status
