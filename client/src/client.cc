@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -127,6 +128,8 @@ class Client::Impl {
 
   ClientStats Stats() {
     ClientStats out;
+    out.renewals = renewals_.load(std::memory_order_relaxed);
+    out.renew_failures = renew_failures_.load(std::memory_order_relaxed);
     std::lock_guard lk(mu_);
     for (const auto& [tid, ch] : channels_) {
       const OpCounters& c = ch->mem->counters();
@@ -201,7 +204,11 @@ class Client::Impl {
           if (Clock::now() - s->grant.lease_start < lease / 3) continue;
           auto ch = Channel();
           st = ch.ok() ? engine_->Renew(*(*ch)->mem, s->grant, &(*ch)->events) : ch.status();
-          if (st.ok()) continue;
+          if (st.ok()) {
+            renewals_.fetch_add(1, std::memory_order_relaxed);
+            continue;
+          }
+          renew_failures_.fetch_add(1, std::memory_order_relaxed);
           // A failed renewal whose lease is still running may succeed next tick; past the lease
           // the lock is lost.
           if (st.code() == ErrorCode::kLockLost || !engine_->LeaseValid(s->grant, Clock::now())) {
@@ -230,6 +237,7 @@ class Client::Impl {
   std::vector<std::weak_ptr<LockHandle::State>> renewing_;
   std::thread reaper_;
   std::thread renewer_;
+  std::atomic<uint64_t> renewals_{0}, renew_failures_{0};
 };
 
 // ---- Client

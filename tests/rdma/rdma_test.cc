@@ -498,3 +498,188 @@ TEST_CASE("many threads of one client share it, each on its own connection") {
   REQUIRE(info.ok());
   REQUIRE(info->connected_clients >= 4);
 }
+
+// ---- Failure: crashed and paused clients (leases, stall recovery, fencing)
+
+namespace {
+
+constexpr auto kLease = 500ms;  // F x L = 1 s
+constexpr auto kStall = 2 * kLease;
+
+// Starts a "hold" worker and waits until it holds the lock.
+pid_t StartHolder(const Lockd& lockd, SharedFile& shf, const std::string& name, bool shared) {
+  const pid_t pid = Worker(
+      {"hold", RxeIp(), std::to_string(lockd.port()), shf.path(), "0", name, shared ? "s" : "x"});
+  const auto end = std::chrono::steady_clock::now() + 30s;
+  while (shf.get()->granted == 0) {
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) FAIL("holder exited early");
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(5ms);
+  }
+  return pid;
+}
+
+// Waits until `n` requests are queued on the slot (tickets issued minus released).
+void WaitQueued(Client& c, uint64_t slot, uint32_t n) {
+  const auto end = std::chrono::steady_clock::now() + 30s;
+  for (;;) {
+    auto s = c.Inspect(slot);
+    REQUIRE(s.ok());
+    if (s->exclusive_outstanding + s->shared_outstanding >= n) return;
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(2ms);
+  }
+}
+
+double Ms(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+}  // namespace
+
+TEST_CASE("kill -9 of an exclusive holder: the next acquirer gets the lock within F x L + 20%") {
+  Lockd lockd(7620, 64, 500);
+  SharedFile shf;
+  auto c = MustConnect(lockd);
+  const pid_t holder = StartHolder(lockd, shf, "crash-x", false);
+  const uint64_t first_token = shf.get()->token;
+  std::atomic<bool> done{false};
+  Result<LockHandle> got = Error(ErrorCode::kInternal, "not run");
+  std::chrono::steady_clock::time_point granted_at;
+  std::thread waiter([&] {
+    got = c->Lock("crash-x", {.timeout = 10000ms});
+    granted_at = std::chrono::steady_clock::now();
+    done = true;
+  });
+  WaitQueued(*c, c->SlotOf("crash-x"), 2);
+  const auto killed_at = std::chrono::steady_clock::now();
+  kill(holder, SIGKILL);
+  waiter.join();
+  REQUIRE(WaitExit(holder, 5s) == 128 + SIGKILL);
+  REQUIRE(got.ok());
+  const double ms = Ms(granted_at - killed_at);
+  WARN("kill -9 of X holder -> next grant: " << ms << " ms (F x L = " << Ms(kStall) << " ms)");
+  REQUIRE(ms <= Ms(kStall) * 1.2);
+  REQUIRE(got->fencing_token() > first_token);
+  REQUIRE(shf.get()->WriteResource(got->fencing_token()));
+  REQUIRE(c->Stats().recoveries >= 1);
+}
+
+TEST_CASE("kill -9 of a shared holder with an exclusive waiter behind it") {
+  Lockd lockd(7621, 64, 500);
+  SharedFile shf;
+  auto c = MustConnect(lockd);
+  const pid_t holder = StartHolder(lockd, shf, "crash-s", true);
+  Result<LockHandle> got = Error(ErrorCode::kInternal, "not run");
+  std::chrono::steady_clock::time_point granted_at;
+  std::thread waiter([&] {
+    got = c->Lock("crash-s", {.timeout = 10000ms});
+    granted_at = std::chrono::steady_clock::now();
+  });
+  WaitQueued(*c, c->SlotOf("crash-s"), 2);
+  const auto killed_at = std::chrono::steady_clock::now();
+  kill(holder, SIGKILL);
+  waiter.join();
+  REQUIRE(WaitExit(holder, 5s) == 128 + SIGKILL);
+  REQUIRE(got.ok());
+  const double ms = Ms(granted_at - killed_at);
+  WARN("kill -9 of S holder -> X waiter's grant: " << ms << " ms (F x L = " << Ms(kStall)
+                                                   << " ms)");
+  REQUIRE(ms <= Ms(kStall) * 1.2);
+}
+
+TEST_CASE("kill -9 of a waiter in the middle of the queue") {
+  Lockd lockd(7622, 64, 500);
+  SharedFile shf;
+  auto a = MustConnect(lockd);
+  auto b = MustConnect(lockd);
+  const uint64_t slot = a->SlotOf("crash-mid");
+  auto head = a->Lock("crash-mid");
+  REQUIRE(head.ok());
+  // The middle waiter: a worker that queues behind `head`.
+  const pid_t middle =
+      Worker({"hold", RxeIp(), std::to_string(lockd.port()), shf.path(), "0", "crash-mid", "x"});
+  WaitQueued(*a, slot, 2);
+  Result<LockHandle> got = Error(ErrorCode::kInternal, "not run");
+  std::chrono::steady_clock::time_point granted_at;
+  std::thread tail([&] {
+    got = b->Lock("crash-mid", {.timeout = 10000ms});
+    granted_at = std::chrono::steady_clock::now();
+  });
+  WaitQueued(*a, slot, 3);
+  kill(middle, SIGKILL);
+  REQUIRE(WaitExit(middle, 5s) == 128 + SIGKILL);
+  const auto released_at = std::chrono::steady_clock::now();
+  REQUIRE(head->Release().ok());  // the dead waiter's turn comes, and nobody takes it
+  tail.join();
+  REQUIRE(got.ok());
+  const double ms = Ms(granted_at - released_at);
+  WARN("dead middle waiter: release -> tail's grant: " << ms << " ms (F x L = " << Ms(kStall)
+                                                       << " ms)");
+  REQUIRE(ms <= Ms(kStall) * 1.2);
+  REQUIRE(shf.get()->granted == 0);
+}
+
+TEST_CASE("a stopped holder is skipped; resumed, it learns it lost the lock and never releases") {
+  Lockd lockd(7623, 64, 500);
+  SharedFile shf;
+  WorkerShared* sh = shf.get();
+  auto c = MustConnect(lockd);
+  const pid_t holder = StartHolder(lockd, shf, "stopped", false);
+  const uint64_t old_token = sh->token;
+  REQUIRE(kill(holder, SIGSTOP) == 0);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  auto got = c->Lock("stopped", {.timeout = 10000ms});
+  const double ms = Ms(std::chrono::steady_clock::now() - stopped_at);
+  REQUIRE(got.ok());
+  WARN("SIGSTOP of X holder -> next grant: " << ms << " ms (F x L = " << Ms(kStall) << " ms)");
+  REQUIRE(got->fencing_token() > old_token);
+  REQUIRE(sh->WriteResource(got->fencing_token()));
+  REQUIRE(kill(holder, SIGCONT) == 0);
+  // The resumed holder finds out (its renewal fails), is refused by the resource, and its release
+  // reports the loss instead of touching the lock word.
+  REQUIRE(WaitExit(holder, 20s) == 0);
+  REQUIRE(sh->lost == 1);
+  REQUIRE(sh->stale_rejected == 1);
+  REQUIRE(sh->stale_accepted == 0);
+  REQUIRE(sh->release_code == static_cast<int>(ErrorCode::kLockLost));
+  // We still hold it: nobody else can take it, and our release (a CAS that needs our grant to
+  // stand) succeeds.
+  auto other = MustConnect(lockd);
+  REQUIRE(other->TryLock("stopped").status().code() == ErrorCode::kBusy);
+  REQUIRE(got->Release().ok());
+  REQUIRE(other->TryLock("stopped").ok());
+}
+
+TEST_CASE("lockctl acquire terminates its command when the lock is lost, and exits 76") {
+  Lockd lockd(7624, 64, 500);
+  const std::string dir = TempDir();
+  const std::string port = std::to_string(lockd.port());
+  const std::string script = "trap 'echo terminated > " + dir + "/term; exit 0' TERM; touch " +
+                             dir + "/started; while :; do sleep 0.05; done";
+  const pid_t lockctl = fork();
+  REQUIRE(lockctl >= 0);
+  if (lockctl == 0) {
+    execl(LOCKCTL_PATH, "lockctl", "--server", std::getenv("RXE_IP"), "--port", port.c_str(),
+          "acquire", "--grace", "2000", "guarded", "--", "sh", "-c", script.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const auto end = std::chrono::steady_clock::now() + 30s;
+  while (access((dir + "/started").c_str(), F_OK) != 0) {
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(10ms);
+  }
+  auto c = MustConnect(lockd);
+  REQUIRE(kill(lockctl, SIGSTOP) == 0);  // lockctl (and its renewals) stop; the command runs on
+  auto got = c->Lock("guarded", {.timeout = 10000ms});
+  REQUIRE(got.ok());
+  REQUIRE(kill(lockctl, SIGCONT) == 0);
+  REQUIRE(WaitExit(lockctl, 20s) == 76);
+  std::ifstream term(dir + "/term");
+  std::string word;
+  term >> word;
+  REQUIRE(word == "terminated");
+  REQUIRE(got->Release().ok());
+}

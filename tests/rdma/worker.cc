@@ -3,6 +3,9 @@
 //
 //   rdma_worker exclusion SERVER PORT SHM INDEX OPS
 //   rdma_worker fifo      SERVER PORT SHM INDEX
+//   rdma_worker hold      SERVER PORT SHM INDEX NAME x|s
+//     takes the lock, writes the fenced resource with its token, and holds it (renewing) until
+//     told it lost it; then tries the resource again and releases, recording what happened.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -75,6 +78,35 @@ int main(int argc, char** argv) {
       }
       sh->ops++;
     }
+    return 0;
+  }
+  if (mode == "hold") {
+    if (argc < 8) return 64;
+    LockOptions lo;
+    lo.mode = std::string(argv[7]) == "s" ? LockMode::kShared : LockMode::kExclusive;
+    auto h = (*c)->Lock(argv[6], lo);
+    if (!h.ok()) {
+      std::fprintf(stderr, "rdma_worker %d: %s\n", index, h.status().ToString().c_str());
+      return 11;
+    }
+    std::atomic<bool> lost{false};
+    h->OnLost([&](const Status&) { lost = true; });
+    sh->token = h->fencing_token();
+    if (lo.mode == LockMode::kExclusive && !sh->WriteResource(h->fencing_token())) return 13;
+    sh->granted = 1;
+    while (!lost && h->state() == LockState::kHeld) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    sh->lost = 1;
+    // A holder that lost its lock and still tries the resource is refused by the token check.
+    if (lo.mode == LockMode::kExclusive) {
+      if (sh->WriteResource(h->fencing_token())) {
+        sh->stale_accepted++;
+      } else {
+        sh->stale_rejected++;
+      }
+    }
+    sh->release_code = static_cast<int>(h->Release().code());
     return 0;
   }
   if (mode == "fifo") {

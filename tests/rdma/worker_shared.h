@@ -7,4 +7,21 @@ struct WorkerShared {
   std::atomic<int> writers{0}, readers{0}, violations{0}, max_readers{0}, errors{0}, ops{0};
   std::atomic<int> next{0};
   std::atomic<int> order[16] = {};
+  // "hold" workers
+  std::atomic<int> granted{0}, lost{0}, release_code{-1}, stale_accepted{0}, stale_rejected{0};
+  std::atomic<uint64_t> token{0};
+  // A fenced resource: accepts a write only with a token above every token it accepted before.
+  std::atomic<uint64_t> resource_max{0};
+  std::atomic<int> resource_writes{0};
+
+  bool WriteResource(uint64_t tok) {
+    uint64_t cur = resource_max.load();
+    while (tok > cur) {
+      if (resource_max.compare_exchange_weak(cur, tok)) {
+        resource_writes++;
+        return true;
+      }
+    }
+    return false;
+  }
 };

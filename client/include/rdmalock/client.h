@@ -122,6 +122,7 @@ struct SlotState {
 
 struct ClientStats {
   uint64_t acquires = 0, releases = 0, timeouts = 0, lost = 0;
+  uint64_t renewals = 0, renew_failures = 0;  // background renewals, and those that failed
   uint64_t fetch_add = 0, compare_swap = 0, read = 0, write = 0;
   uint64_t recoveries = 0, restarts = 0, withdrawals = 0, resets = 0, abandoned = 0;
 };
