@@ -49,7 +49,7 @@ echo "=== build (RelWithDebInfo)"
 if ! build build "" all; then echo "run-all: build failed"; exit 1; fi
 
 echo "=== command-line tests (ctest)"
-ctest --test-dir "$root/build" --output-on-failure -E '^unit: ' 2>&1 | tee "$logs/ctest.log"
+ctest --test-dir "$root/build" --output-on-failure -E '^unit:' 2>&1 | tee "$logs/ctest.log"
 rc=${PIPESTATUS[0]}
 cli_total=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\2/p' "$logs/ctest.log")
 cli_failed=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of.*/\1/p' "$logs/ctest.log")

@@ -62,6 +62,11 @@ bool holding[NCLIENTS];
 bool hx[NCLIENTS];
 byte lease_end[NCLIENTS];
 int last_token = -1;
+/* Resets so far. Ticket numbers restart at every reset; in the real word a delayed operation can
+ * only be fooled by a recurring ticket after COUNT_MAX = 32768 further grants. The model's CMAX is
+ * tiny, so it states that bound as an assumption: a release or renewal check never matches a word
+ * of a later generation than its grant's (see docs/protocol.md, residual risk). */
+byte resets;
 
 #define FROZEN(x, s) ((x) >= CMAX || (s) >= CMAX)
 #define CONFLICT(i, j) (hx[i] || hx[j])
@@ -78,6 +83,7 @@ inline observe_grant(me, ls) {
   od;
   holding[me] = true;
   lease_end[me] = ls + L;
+  myresets = resets;
   j = 0
 }
 
@@ -88,7 +94,7 @@ inline reset_if_drained(cx, cs, cnx, cns) {
      atomic { w1 = w1 + RMOD };
      atomic {
        if
-       :: nX == cnx && nS == cns && mX == cx && mS == cs -> nX = 0; nS = 0; mX = 0; mS = 0
+       :: nX == cnx && nS == cns && mX == cx && mS == cs -> nX = 0; nS = 0; mX = 0; mS = 0; resets++
        :: else -> skip
        fi
      }
@@ -110,6 +116,7 @@ proctype Client(byte id) {
   bool fseen;
   byte j;
   byte bounces;
+  byte myresets;
 
 start:
   issue = 0; last_issue = 0; last_renew = 0; px = 0; ps = 0; pnx = 0; pns = 0; g = 0;
@@ -178,7 +185,7 @@ acquire:
               atomic {
                 if
                 :: nX == r0nx && nS == r0ns && mX == r0x && mS == r0s ->
-                   nX = 0; nS = 0; mX = 0; mS = 0
+                   nX = 0; nS = 0; mX = 0; mS = 0; resets++
                 :: else -> skip
                 fi
               };
@@ -282,7 +289,7 @@ hold:
      atomic { w1 = w1 + 1 };
      atomic {
        if
-       :: ((x && nX == px && nS == ps) || (!x && nX == px)) &&
+       :: resets == myresets && ((x && nX == px && nS == ps) || (!x && nX == px)) &&
           ((x && mX > px) || (!x && mS > ps)) -> lease_end[id] = issue + L; ok = true
        :: else -> holding[id] = false; ok = false
        fi
@@ -307,7 +314,8 @@ hold:
   /* the CAS loop, landing now: only while the word still shows our grant */
   atomic {
     if
-    :: (x && nX == px && nS == ps && mX > px) || (!x && nX == px && mS > ps && nS < mS) ->
+    :: resets == myresets &&
+       ((x && nX == px && nS == ps && mX > px) || (!x && nX == px && mS > ps && nS < mS)) ->
        if
        :: x -> nX++
        :: else -> nS++

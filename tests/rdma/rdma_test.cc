@@ -74,9 +74,10 @@ int WaitExit(pid_t pid, std::chrono::milliseconds timeout) {
 class Lockd {
  public:
   explicit Lockd(uint16_t port, uint64_t lock_count = 1024, uint64_t lease_ms = 2000,
-                 uint32_t max_clients = 64)
+                 uint32_t max_clients = 64, std::string state_dir = "")
       : port_(port) {
     dir_ = TempDir();
+    const std::string state = state_dir.empty() ? dir_ : state_dir;
     log_ = dir_ + "/lockd.log";
     pid_ = fork();
     REQUIRE(pid_ >= 0);
@@ -86,7 +87,7 @@ class Lockd {
       FILE* f = std::freopen(log_.c_str(), "w", stderr);
       (void)f;
       execl(LOCKD_PATH, "lockd", "--port", p.c_str(), "--lock-count", n.c_str(), "--lease-ms",
-            l.c_str(), "--max-clients", m.c_str(), "--state-dir", dir_.c_str(), "--log-level",
+            l.c_str(), "--max-clients", m.c_str(), "--state-dir", state.c_str(), "--log-level",
             "debug", static_cast<char*>(nullptr));
       _exit(127);
     }
@@ -682,4 +683,30 @@ TEST_CASE("lockctl acquire terminates its command when the lock is lost, and exi
   term >> word;
   REQUIRE(word == "terminated");
   REQUIRE(got->Release().ok());
+}
+
+TEST_CASE("fencing tokens keep increasing across a lockd restart (persisted epoch)") {
+  const std::string state = TempDir();
+  uint64_t first = 0, epoch = 0;
+  {
+    Lockd lockd(7625, 64, 2000, 64, state);
+    auto c = MustConnect(lockd);
+    auto info = c->Info();
+    REQUIRE(info.ok());
+    epoch = info->epoch;
+    for (int i = 0; i < 3; ++i) {
+      auto h = c->Lock("restart");
+      REQUIRE(h.ok());
+      REQUIRE(h->fencing_token() > first);
+      first = h->fencing_token();
+    }
+  }  // lockd stops (SIGTERM); the lock table is gone, the epoch file stays
+  Lockd lockd(7625, 64, 2000, 64, state);
+  auto c = MustConnect(lockd);
+  auto info = c->Info();
+  REQUIRE(info.ok());
+  REQUIRE(info->epoch == epoch + 1);
+  auto h = c->Lock("restart");
+  REQUIRE(h.ok());
+  REQUIRE(h->fencing_token() > first);
 }

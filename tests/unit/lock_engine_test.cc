@@ -384,3 +384,109 @@ TEST_CASE("a broken channel surfaces as a connection error") {
   mem.Break();
   REQUIRE(e.Acquire(mem, 0, Mode::kExclusive, {}).status().code() == ErrorCode::kConnection);
 }
+
+TEST_CASE("an exclusive waiter recovers a lock whose shared holders died") {
+  InProcessTable table(1);
+  const auto lease = 30ms;
+  LockEngine e(Params(1, lease), nullptr);
+  InProcessMemory d1(&table), d2(&table), w(&table);
+  auto s1 = e.Acquire(d1, 0, Mode::kShared, {});
+  auto s2 = e.Acquire(d2, 0, Mode::kShared, {});
+  REQUIRE(s1.ok());
+  REQUIRE(s2.ok());
+  EngineEvents ev;
+  const auto t0 = Clock::now();
+  auto x = e.Acquire(w, 0, Mode::kExclusive, {}, &ev);
+  REQUIRE(x.ok());
+  REQUIRE(Clock::now() - t0 >= 2 * lease);
+  REQUIRE(ev.recoveries.get() == 1);
+  // Both readers were marked done; their late releases are refused and change nothing.
+  const Word0 before = W0(table, 0);
+  REQUIRE(e.Release(d1, *s1).code() == ErrorCode::kLockLost);
+  REQUIRE(e.Release(d2, *s2).code() == ErrorCode::kLockLost);
+  REQUIRE(W0(table, 0) == before);
+  REQUIRE(e.Release(w, *x).ok());
+}
+
+TEST_CASE("a shared waiter recovers past a dead exclusive holder without counting other readers") {
+  InProcessTable table(1);
+  const auto lease = 30ms;
+  LockEngine e(Params(1, lease), nullptr);
+  InProcessMemory dead(&table), r(&table);
+  auto x = e.Acquire(dead, 0, Mode::kExclusive, {});
+  REQUIRE(x.ok());
+  EngineEvents ev;
+  auto s = e.Acquire(r, 0, Mode::kShared, {}, &ev);
+  REQUIRE(s.ok());
+  REQUIRE(ev.recoveries.get() == 1);
+  // nS counts the recovering reader's first ticket as done; it holds its second.
+  REQUIRE(W0(table, 0) == Word0{.max_s = 2, .max_x = 1, .n_s = 1, .n_x = 1});
+  REQUIRE(e.Release(r, *s).ok());
+  REQUIRE(W0(table, 0).Drained());
+}
+
+TEST_CASE("a frozen word left by a dead requester is rescued after F x L") {
+  InProcessTable table(1);
+  const auto lease = 20ms;
+  LockEngine e(Params(1, lease), nullptr);
+  // Every ticket released, but one requester died between its FETCH_AND_ADD on the frozen word and
+  // its withdrawal: the word can never drain by itself.
+  const uint16_t cmax = proto::kCountMax;
+  table.Store(0, 0, Word0{.max_s = 4, .max_x = uint16_t(cmax + 1), .n_s = 4, .n_x = cmax}.Encode());
+  InProcessMemory mem(&table);
+  EngineEvents ev;
+  const auto t0 = Clock::now();
+  auto g = e.Acquire(mem, 0, Mode::kExclusive, {}, &ev);
+  REQUIRE(g.ok());
+  REQUIRE(Clock::now() - t0 >= 2 * lease);
+  REQUIRE(ev.resets.get() == 1);
+  REQUIRE(proto::Generation(table.Load(0, 1)) == 1);
+  REQUIRE(W0(table, 0) == Word0{.max_s = 0, .max_x = 1, .n_s = 0, .n_x = 0});
+  REQUIRE(e.Release(mem, *g).ok());
+}
+
+TEST_CASE("a shared request that draws the last ticket leaves the reset to whoever drains") {
+  InProcessTable table(1);
+  LockEngine e(Params(1), nullptr);
+  const uint16_t last = proto::kCountMax - 1;
+  table.Store(0, 0, Word0{.max_s = last, .max_x = 3, .n_s = last, .n_x = 3}.Encode());
+  InProcessMemory a(&table), b(&table);
+  auto s1 = e.Acquire(a, 0, Mode::kShared, {});  // draws the last S ticket: frozen
+  REQUIRE(s1.ok());
+  REQUIRE(W0(table, 0).Frozen());
+  AcquireOptions try_only;
+  try_only.try_only = true;
+  REQUIRE(e.Acquire(b, 0, Mode::kShared, try_only).status().code() == ErrorCode::kBusy);
+  REQUIRE(W0(table, 0).max_s == proto::kCountMax);  // the bounce was withdrawn
+  EngineEvents ev;
+  REQUIRE(e.Release(a, *s1, &ev).ok());  // drains the frozen word: the releaser resets it
+  REQUIRE(ev.resets.get() == 1);
+  REQUIRE(W0(table, 0) == Word0{});
+  REQUIRE(proto::Generation(table.Load(0, 1)) == 1);
+}
+
+TEST_CASE("a delayed release that lands after a recovery changes nothing") {
+  InProcessTable table(1);
+  const auto lease = 40ms;
+  LockEngine e(Params(1, lease), nullptr);
+  InProcessMemory h(&table), w(&table);
+  auto g = e.Acquire(h, 0, Mode::kExclusive, {});
+  REQUIRE(g.ok());
+  // The holder checks its lease and posts its release, which is then held up (a pause) until a
+  // waiter has recovered the lock and holds it.
+  std::atomic<bool> recovered{false};
+  h.set_hook([&](const RemoteOp& op) {
+    if (op.kind == RemoteOp::Kind::kCompareSwap) {
+      while (!recovered) std::this_thread::sleep_for(1ms);
+    }
+    return true;
+  });
+  std::thread releaser([&] { (void)e.Release(h, *g); });
+  auto g2 = e.Acquire(w, 0, Mode::kExclusive, {});
+  REQUIRE(g2.ok());
+  const Word0 held = W0(table, 0);
+  recovered = true;
+  releaser.join();
+  REQUIRE(W0(table, 0) == held);  // the stale release did not land
+  REQUIRE(e.Release(w, *g2).ok());
+}

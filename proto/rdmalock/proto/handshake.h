@@ -27,23 +27,30 @@ inline constexpr uint32_t kFlagLoopback = 1;  // lockd's own connection to itsel
 
 enum class RejectReason : uint16_t {
   kNone = 0,
-  kBadMagic = 1,       // not an rdmalock client
-  kBadVersion = 2,     // protocol version this lockd does not speak
-  kBadLength = 3,      // truncated or oversized request
-  kServerFull = 4,     // max_clients reached
-  kShuttingDown = 5,   // lockd is stopping
-  kInternal = 6,       // lockd failed to set up the connection
+  kBadMagic = 1,      // not an rdmalock client
+  kBadVersion = 2,    // protocol version this lockd does not speak
+  kBadLength = 3,     // truncated or oversized request
+  kServerFull = 4,    // max_clients reached
+  kShuttingDown = 5,  // lockd is stopping
+  kInternal = 6,      // lockd failed to set up the connection
 };
 
 inline std::string_view RejectReasonName(RejectReason r) {
   switch (r) {
-    case RejectReason::kNone: return "none";
-    case RejectReason::kBadMagic: return "bad magic (not an rdmalock client)";
-    case RejectReason::kBadVersion: return "unsupported protocol version";
-    case RejectReason::kBadLength: return "malformed request length";
-    case RejectReason::kServerFull: return "server full (max_clients reached)";
-    case RejectReason::kShuttingDown: return "server shutting down";
-    case RejectReason::kInternal: return "server internal error";
+    case RejectReason::kNone:
+      return "none";
+    case RejectReason::kBadMagic:
+      return "bad magic (not an rdmalock client)";
+    case RejectReason::kBadVersion:
+      return "unsupported protocol version";
+    case RejectReason::kBadLength:
+      return "malformed request length";
+    case RejectReason::kServerFull:
+      return "server full (max_clients reached)";
+    case RejectReason::kShuttingDown:
+      return "server shutting down";
+    case RejectReason::kInternal:
+      return "server internal error";
   }
   return "unknown reason";
 }
@@ -74,7 +81,8 @@ struct ConnectRequest {
     if (data.size() < kLength + 2) return RejectReason::kBadLength;
     if (GetLe(data, kMagic, 4) != kHandshakeMagic) return RejectReason::kBadMagic;
     const auto version = static_cast<uint16_t>(GetLe(data, kVersion, 2));
-    if (version < kMinProtocolVersion || version > kProtocolVersion) return RejectReason::kBadVersion;
+    if (version < kMinProtocolVersion || version > kProtocolVersion)
+      return RejectReason::kBadVersion;
     if (GetLe(data, kLength, 2) != kSize || data.size() < kSize) return RejectReason::kBadLength;
     for (size_t i = kReserved; i < kSize; ++i) {
       if (data[i] != 0) return RejectReason::kBadLength;  // reserved bytes must be zero

@@ -30,19 +30,19 @@ inline constexpr uint32_t kSessionRecordSize = 256;
 // The info page (READ-only to clients). Fields are little-endian at fixed offsets; lockd updates
 // the counters with aligned 8-byte CPU stores, which a client's aligned 8-byte READ sees whole.
 struct InfoPage {
-  static constexpr size_t kMagic = 0;             // u64
-  static constexpr size_t kLayoutVersionOff = 8;  // u32
-  static constexpr size_t kSlotSizeOff = 12;      // u32
-  static constexpr size_t kEpoch = 16;            // u64
-  static constexpr size_t kLockCount = 24;        // u64
-  static constexpr size_t kLeaseNs = 32;          // u64
-  static constexpr size_t kStallFactor = 40;      // u32
+  static constexpr size_t kMagic = 0;                  // u64
+  static constexpr size_t kLayoutVersionOff = 8;       // u32
+  static constexpr size_t kSlotSizeOff = 12;           // u32
+  static constexpr size_t kEpoch = 16;                 // u64
+  static constexpr size_t kLockCount = 24;             // u64
+  static constexpr size_t kLeaseNs = 32;               // u64
+  static constexpr size_t kStallFactor = 40;           // u32
   static constexpr size_t kSessionRecordSizeOff = 44;  // u32
-  static constexpr size_t kMaxSessions = 48;      // u64
-  static constexpr size_t kStartTimeUnixNs = 56;  // u64
-  static constexpr size_t kConnectedClients = 64; // u64, updated live
-  static constexpr size_t kAcceptedTotal = 72;    // u64, updated live
-  static constexpr size_t kRejectedTotal = 80;    // u64, updated live
+  static constexpr size_t kMaxSessions = 48;           // u64
+  static constexpr size_t kStartTimeUnixNs = 56;       // u64
+  static constexpr size_t kConnectedClients = 64;      // u64, updated live
+  static constexpr size_t kAcceptedTotal = 72;         // u64, updated live
+  static constexpr size_t kRejectedTotal = 80;         // u64, updated live
   static constexpr size_t kEncodedSize = 88;
 
   uint64_t magic = kInfoMagic;
