@@ -37,8 +37,9 @@ count() {  # name log rc
 build() {  # dir sanitize targets...
   local dir=$1 san=$2
   shift 2
+  mkdir -p "$root/$dir"
   cmake -S "$root" -B "$root/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMALOCK_SANITIZE="$san" \
-    >"$root/$dir.cmake.log" 2>&1 || { cat "$root/$dir.cmake.log"; return 1; }
+    >"$root/$dir/configure.log" 2>&1 || { cat "$root/$dir/configure.log"; return 1; }
   cmake --build "$root/$dir" -j "$jobs" --target "$@"
 }
 
