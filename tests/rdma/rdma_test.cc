@@ -537,6 +537,29 @@ double Ms(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double, std::milli>(d).count();
 }
 
+// Takes a lock on a thread of its own; Join() waits for the outcome.
+class BackgroundLock {
+ public:
+  BackgroundLock(Client& c, const std::string& name)
+      : thread_([this, &c, name] {
+          result_ = c.Lock(name, {.timeout = 10000ms});
+          granted_at_ = std::chrono::steady_clock::now();
+        }) {}
+  ~BackgroundLock() {
+    if (thread_.joinable()) thread_.join();
+  }
+  Result<LockHandle>& Join() {
+    thread_.join();
+    return result_;
+  }
+  std::chrono::steady_clock::time_point granted_at() const { return granted_at_; }
+
+ private:
+  Result<LockHandle> result_ = Error(ErrorCode::kInternal, "not run");
+  std::chrono::steady_clock::time_point granted_at_;
+  std::thread thread_;
+};
+
 }  // namespace
 
 TEST_CASE("kill -9 of an exclusive holder: the next acquirer gets the lock within F x L + 20%") {
@@ -545,21 +568,14 @@ TEST_CASE("kill -9 of an exclusive holder: the next acquirer gets the lock withi
   auto c = MustConnect(lockd);
   const pid_t holder = StartHolder(lockd, shf, "crash-x", false);
   const uint64_t first_token = shf.get()->token;
-  std::atomic<bool> done{false};
-  Result<LockHandle> got = Error(ErrorCode::kInternal, "not run");
-  std::chrono::steady_clock::time_point granted_at;
-  std::thread waiter([&] {
-    got = c->Lock("crash-x", {.timeout = 10000ms});
-    granted_at = std::chrono::steady_clock::now();
-    done = true;
-  });
+  BackgroundLock waiter(*c, "crash-x");
   WaitQueued(*c, c->SlotOf("crash-x"), 2);
   const auto killed_at = std::chrono::steady_clock::now();
   kill(holder, SIGKILL);
-  waiter.join();
+  auto& got = waiter.Join();
   REQUIRE(WaitExit(holder, 5s) == 128 + SIGKILL);
   REQUIRE(got.ok());
-  const double ms = Ms(granted_at - killed_at);
+  const double ms = Ms(waiter.granted_at() - killed_at);
   WARN("kill -9 of X holder -> next grant: " << ms << " ms (F x L = " << Ms(kStall) << " ms)");
   REQUIRE(ms <= Ms(kStall) * 1.2);
   REQUIRE(got->fencing_token() > first_token);
@@ -572,19 +588,14 @@ TEST_CASE("kill -9 of a shared holder with an exclusive waiter behind it") {
   SharedFile shf;
   auto c = MustConnect(lockd);
   const pid_t holder = StartHolder(lockd, shf, "crash-s", true);
-  Result<LockHandle> got = Error(ErrorCode::kInternal, "not run");
-  std::chrono::steady_clock::time_point granted_at;
-  std::thread waiter([&] {
-    got = c->Lock("crash-s", {.timeout = 10000ms});
-    granted_at = std::chrono::steady_clock::now();
-  });
+  BackgroundLock waiter(*c, "crash-s");
   WaitQueued(*c, c->SlotOf("crash-s"), 2);
   const auto killed_at = std::chrono::steady_clock::now();
   kill(holder, SIGKILL);
-  waiter.join();
+  auto& got = waiter.Join();
   REQUIRE(WaitExit(holder, 5s) == 128 + SIGKILL);
   REQUIRE(got.ok());
-  const double ms = Ms(granted_at - killed_at);
+  const double ms = Ms(waiter.granted_at() - killed_at);
   WARN("kill -9 of S holder -> X waiter's grant: " << ms << " ms (F x L = " << Ms(kStall)
                                                    << " ms)");
   REQUIRE(ms <= Ms(kStall) * 1.2);
@@ -602,20 +613,15 @@ TEST_CASE("kill -9 of a waiter in the middle of the queue") {
   const pid_t middle =
       Worker({"hold", RxeIp(), std::to_string(lockd.port()), shf.path(), "0", "crash-mid", "x"});
   WaitQueued(*a, slot, 2);
-  Result<LockHandle> got = Error(ErrorCode::kInternal, "not run");
-  std::chrono::steady_clock::time_point granted_at;
-  std::thread tail([&] {
-    got = b->Lock("crash-mid", {.timeout = 10000ms});
-    granted_at = std::chrono::steady_clock::now();
-  });
+  BackgroundLock tail(*b, "crash-mid");
   WaitQueued(*a, slot, 3);
   kill(middle, SIGKILL);
   REQUIRE(WaitExit(middle, 5s) == 128 + SIGKILL);
   const auto released_at = std::chrono::steady_clock::now();
   REQUIRE(head->Release().ok());  // the dead waiter's turn comes, and nobody takes it
-  tail.join();
+  auto& got = tail.Join();
   REQUIRE(got.ok());
-  const double ms = Ms(granted_at - released_at);
+  const double ms = Ms(tail.granted_at() - released_at);
   WARN("dead middle waiter: release -> tail's grant: " << ms << " ms (F x L = " << Ms(kStall)
                                                        << " ms)");
   REQUIRE(ms <= Ms(kStall) * 1.2);
