@@ -132,15 +132,15 @@ struct Server::Impl {
     std::span<uint8_t> rec(sessions_mem->data() + uint64_t{s.index} * proto::kSessionRecordSize,
                            proto::kSessionRecordSize);
     std::memset(rec.data(), 0, rec.size());
-    proto::PutLe(rec, 0, s.session_id, 8);
-    proto::PutLe(rec, 8, s.pid, 4);
-    proto::PutLe(rec, 16,
-                 static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                           s.since.time_since_epoch())
-                                           .count()),
-                 8);
-    proto::PutText(rec, 24, 24, s.name);
-    proto::PutText(rec, 48, 48, s.peer);
+    proto::SessionRecord r;
+    r.session_id = s.session_id;
+    r.pid = s.pid;
+    r.flags = s.loopback ? proto::kFlagLoopback : 0;
+    r.since_unix_ns = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(s.since.time_since_epoch()).count());
+    r.name = s.name;
+    r.peer = s.peer;
+    r.EncodeTo(rec);
   }
 
   void ClearRecord(uint32_t index) {
@@ -215,7 +215,7 @@ struct Server::Impl {
     reply.locks = {reinterpret_cast<uint64_t>(locks->data()),
                    proto::LockTableBytes(config.lock_count), dev->locks_mr->rkey};
     reply.sessions = {reinterpret_cast<uint64_t>(sessions_mem->data()),
-                      (uint64_t{config.max_clients} + 1) * proto::kSessionRecordSize,
+                      sessions_mem->size(),  // whole pages; records past the last are zero
                       dev->sessions_mr->rkey};
     reply.session_record_offset = uint64_t{s->index} * proto::kSessionRecordSize;
     reply.max_sessions = config.max_clients;

@@ -113,6 +113,39 @@ int CmdStatus(const Common& c) {
   return 0;
 }
 
+int CmdClients(const Common& c) {
+  int code = 0;
+  auto client = ConnectOrDie(c, &code);
+  if (!client) return code;
+  auto sessions = client->Sessions();
+  if (!sessions.ok()) {
+    std::cerr << "lockctl: " << sessions.status().ToString() << "\n";
+    return kExitUnavailable;
+  }
+  if (c.json) {
+    std::printf("[");
+    bool first = true;
+    for (const auto& s : *sessions) {
+      std::printf(
+          "%s{\"session\":%llu,\"name\":\"%s\",\"pid\":%u,\"peer\":\"%s\","
+          "\"since\":\"%s\",\"lockd_loopback\":%s}",
+          first ? "" : ",", static_cast<unsigned long long>(s.session_id), s.client_name.c_str(),
+          s.pid, s.peer.c_str(), FormatTime(s.since_unix_ns).c_str(),
+          s.lockd_loopback ? "true" : "false");
+      first = false;
+    }
+    std::printf("]\n");
+    return 0;
+  }
+  std::printf("%-8s %-24s %-8s %-24s %s\n", "SESSION", "NAME", "PID", "PEER", "CONNECTED");
+  for (const auto& s : *sessions) {
+    std::printf("%-8llu %-24s %-8u %-24s %s%s\n", static_cast<unsigned long long>(s.session_id),
+                s.client_name.c_str(), s.pid, s.peer.c_str(), FormatTime(s.since_unix_ns).c_str(),
+                s.lockd_loopback ? "  (lockd loopback)" : "");
+  }
+  return 0;
+}
+
 int CmdInspect(const Common& c, const std::string& name, int64_t slot) {
   if (name.empty() == (slot < 0)) {
     std::cerr << "lockctl inspect: give exactly one of NAME or --slot N\n";
@@ -252,6 +285,8 @@ int main(int argc, char** argv) {
   app.add_flag("--json", c.json, "print JSON");
 
   auto* status = app.add_subcommand("status", "show lockd's epoch, lock count, lease, clients");
+  auto* clients = app.add_subcommand(
+      "clients", "list lockd's connections: session, client name, pid, address, since when");
 
   auto* inspect = app.add_subcommand("inspect", "decode one lock slot: holders, waiters, tickets");
   std::string inspect_name;
@@ -293,6 +328,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitUsage;
   }
   if (status->parsed()) return CmdStatus(c);
+  if (clients->parsed()) return CmdClients(c);
   if (inspect->parsed()) return CmdInspect(c, inspect_name, inspect_slot);
   if (acquire->parsed()) {
     return CmdAcquire(c, acq_name, acq_shared, acq_timeout, acq_grace, acq_cmd);

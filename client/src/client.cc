@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -356,6 +357,34 @@ Result<SlotState> Client::Inspect(uint64_t slot) {
   s.exclusive_held = s.exclusive_outstanding > 0 && s.shared_outstanding == 0;
   s.shared_holders = s.exclusive_outstanding == 0 ? s.shared_outstanding : 0;
   return s;
+}
+
+Result<std::vector<SessionInfo>> Client::Sessions() {
+  RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel());
+  const proto::AcceptReply& r = impl_->reply();
+  if (r.session_record_size < proto::SessionRecord::kEncodedSize ||
+      r.sessions.length % r.session_record_size != 0) {
+    return Error(ErrorCode::kProtocol, "lockd's session table has an unexpected layout");
+  }
+  std::vector<uint8_t> table(r.sessions.length);
+  RDMALOCK_RETURN_IF_ERROR(ch->mem->ReadBytes(RegionId::kSessions, 0, table));
+  std::vector<SessionInfo> out;
+  for (size_t off = 0; off + r.session_record_size <= table.size(); off += r.session_record_size) {
+    const auto rec = proto::SessionRecord::DecodeFrom(
+        std::span<const uint8_t>(table.data() + off, r.session_record_size));
+    if (rec.session_id == 0) continue;  // free
+    SessionInfo s;
+    s.session_id = rec.session_id;
+    s.client_name = rec.name;
+    s.pid = rec.pid;
+    s.peer = rec.peer;
+    s.since_unix_ns = rec.since_unix_ns;
+    s.lockd_loopback = (rec.flags & proto::kFlagLoopback) != 0;
+    out.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const SessionInfo& a, const SessionInfo& b) { return a.session_id < b.session_id; });
+  return out;
 }
 
 ClientStats Client::Stats() const { return impl_->Stats(); }

@@ -466,6 +466,22 @@ TEST_CASE("lockctl acquire holds the lock while the command runs") {
   std::stringstream ss;
   ss << ins.rdbuf();
   REQUIRE(ss.str().find("held exclusive") != std::string::npos);
+  // `clients` lists the sessions, this test's client among them.
+  REQUIRE(RunCommand(base + " clients > " + dir + "/clients") == 0);
+  std::ifstream cl(dir + "/clients");
+  std::stringstream cs;
+  cs << cl.rdbuf();
+  INFO(cs.str());
+  REQUIRE(cs.str().find("rdma_tests") != std::string::npos);
+  REQUIRE(cs.str().find("lockctl") != std::string::npos);
+  REQUIRE(cs.str().find("(lockd loopback)") != std::string::npos);
+  auto sessions = c->Sessions();
+  REQUIRE(sessions.ok());
+  bool found_me = false;
+  for (const auto& session : *sessions) {
+    found_me |= session.pid == static_cast<uint32_t>(getpid());
+  }
+  REQUIRE(found_me);
   // Usage errors exit 64; an unreachable lockd 69.
   REQUIRE(RunCommand(base + " acquire x 2>/dev/null") == 64);
   REQUIRE(RunCommand(std::string(LOCKCTL_PATH) + " --server " + RxeIp() +

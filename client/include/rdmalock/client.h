@@ -20,6 +20,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "rdmalock/status.h"
 
@@ -120,6 +121,16 @@ struct SlotState {
   bool frozen = false;          // counters reached the reset threshold
 };
 
+// A connection lockd has accepted, as its session table shows it.
+struct SessionInfo {
+  uint64_t session_id = 0;
+  std::string client_name;
+  uint32_t pid = 0;
+  std::string peer;  // address:port as lockd saw it
+  uint64_t since_unix_ns = 0;
+  bool lockd_loopback = false;  // lockd's own connection to its lock table
+};
+
 struct ClientStats {
   uint64_t acquires = 0, releases = 0, timeouts = 0, lost = 0;
   uint64_t renewals = 0, renew_failures = 0;  // background renewals, and those that failed
@@ -151,6 +162,8 @@ class Client {
 
   Result<ServerInfo> Info();
   Result<SlotState> Inspect(uint64_t slot);
+  // Every connection lockd has now (each thread of a client has its own).
+  Result<std::vector<SessionInfo>> Sessions();
   // Counters summed over every thread's connection.
   ClientStats Stats() const;
 

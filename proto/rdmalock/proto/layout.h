@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "rdmalock/proto/lock_word.h"
 #include "rdmalock/proto/wire.h"
@@ -93,5 +94,45 @@ struct InfoPage {
   }
 };
 static_assert(InfoPage::kEncodedSize <= kInfoPageSize);
+
+// A session record: lockd fills in who the client is when it accepts the connection and clears
+// it when the session ends. session_id 0 marks a free record. Clients may read every record.
+struct SessionRecord {
+  static constexpr size_t kSessionId = 0;     // u64
+  static constexpr size_t kPid = 8;           // u32
+  static constexpr size_t kFlags = 12;        // u32 (the connect request's flags)
+  static constexpr size_t kSinceUnixNs = 16;  // u64
+  static constexpr size_t kName = 24, kNameLen = 24;
+  static constexpr size_t kPeer = 48, kPeerLen = 48;
+  static constexpr size_t kEncodedSize = 96;
+
+  uint64_t session_id = 0;
+  uint32_t pid = 0;
+  uint32_t flags = 0;
+  uint64_t since_unix_ns = 0;
+  std::string name;
+  std::string peer;
+
+  void EncodeTo(std::span<uint8_t> rec) const {
+    PutLe(rec, kSessionId, session_id, 8);
+    PutLe(rec, kPid, pid, 4);
+    PutLe(rec, kFlags, flags, 4);
+    PutLe(rec, kSinceUnixNs, since_unix_ns, 8);
+    PutText(rec, kName, kNameLen, name);
+    PutText(rec, kPeer, kPeerLen, peer);
+  }
+  static SessionRecord DecodeFrom(std::span<const uint8_t> rec) {
+    SessionRecord r;
+    r.session_id = GetLe(rec, kSessionId, 8);
+    r.pid = static_cast<uint32_t>(GetLe(rec, kPid, 4));
+    r.flags = static_cast<uint32_t>(GetLe(rec, kFlags, 4));
+    r.since_unix_ns = GetLe(rec, kSinceUnixNs, 8);
+    r.name = GetText(rec, kName, kNameLen);
+    r.peer = GetText(rec, kPeer, kPeerLen);
+    return r;
+  }
+};
+static_assert(SessionRecord::kPeer + SessionRecord::kPeerLen == SessionRecord::kEncodedSize);
+static_assert(SessionRecord::kEncodedSize <= kSessionRecordSize);
 
 }  // namespace rdmalock::proto
