@@ -40,7 +40,6 @@ int RunBench(rdmalock::Client& client, const BenchOptions& o) {
   std::atomic<bool> measuring{false}, stop{false};
   std::vector<ThreadResult> results(static_cast<size_t>(o.threads));
   std::vector<std::thread> workers;
-  const rdmalock::ClientStats before = client.Stats();
   for (int t = 0; t < o.threads; ++t) {
     workers.emplace_back([&, t] {
       ThreadResult& r = results[static_cast<size_t>(t)];
@@ -84,7 +83,6 @@ int RunBench(rdmalock::Client& client, const BenchOptions& o) {
   const rdmalock::ClientStats at_end = client.Stats();
   stop.store(true);
   for (auto& w : workers) w.join();
-  (void)before;
 
   std::vector<uint32_t> acq, rel;
   uint64_t errors = 0;

@@ -578,24 +578,36 @@ class BackgroundLock {
 
 }  // namespace
 
+// A worker holds `name` (exclusive or shared), this test's client queues behind it, the worker
+// is killed with SIGKILL; returns the waiter's grant and the time from the kill to it.
+struct KillResult {
+  Result<LockHandle> grant = Error(ErrorCode::kInternal, "not run");
+  double ms = 0;
+};
+KillResult KillHolderAndWait(const Lockd& lockd, SharedFile& shf, Client& c,
+                             const std::string& name, bool shared) {
+  const pid_t holder = StartHolder(lockd, shf, name, shared);
+  BackgroundLock waiter(c, name);
+  WaitQueued(c, c.SlotOf(name), 2);
+  const auto killed_at = std::chrono::steady_clock::now();
+  kill(holder, SIGKILL);
+  KillResult r;
+  r.grant = std::move(waiter.Join());
+  REQUIRE(WaitExit(holder, 5s) == 128 + SIGKILL);
+  r.ms = Ms(waiter.granted_at() - killed_at);
+  return r;
+}
+
 TEST_CASE("kill -9 of an exclusive holder: the next acquirer gets the lock within F x L + 20%") {
   Lockd lockd(7620, 64, 500);
   SharedFile shf;
   auto c = MustConnect(lockd);
-  const pid_t holder = StartHolder(lockd, shf, "crash-x", false);
-  const uint64_t first_token = shf.get()->token;
-  BackgroundLock waiter(*c, "crash-x");
-  WaitQueued(*c, c->SlotOf("crash-x"), 2);
-  const auto killed_at = std::chrono::steady_clock::now();
-  kill(holder, SIGKILL);
-  auto& got = waiter.Join();
-  REQUIRE(WaitExit(holder, 5s) == 128 + SIGKILL);
-  REQUIRE(got.ok());
-  const double ms = Ms(waiter.granted_at() - killed_at);
-  WARN("kill -9 of X holder -> next grant: " << ms << " ms (F x L = " << Ms(kStall) << " ms)");
-  REQUIRE(ms <= Ms(kStall) * 1.2);
-  REQUIRE(got->fencing_token() > first_token);
-  REQUIRE(shf.get()->WriteResource(got->fencing_token()));
+  auto r = KillHolderAndWait(lockd, shf, *c, "crash-x", false);
+  REQUIRE(r.grant.ok());
+  WARN("kill -9 of X holder -> next grant: " << r.ms << " ms (F x L = " << Ms(kStall) << " ms)");
+  REQUIRE(r.ms <= Ms(kStall) * 1.2);
+  REQUIRE(r.grant->fencing_token() > shf.get()->token);
+  REQUIRE(shf.get()->WriteResource(r.grant->fencing_token()));
   REQUIRE(c->Stats().recoveries >= 1);
 }
 
@@ -603,18 +615,11 @@ TEST_CASE("kill -9 of a shared holder with an exclusive waiter behind it") {
   Lockd lockd(7621, 64, 500);
   SharedFile shf;
   auto c = MustConnect(lockd);
-  const pid_t holder = StartHolder(lockd, shf, "crash-s", true);
-  BackgroundLock waiter(*c, "crash-s");
-  WaitQueued(*c, c->SlotOf("crash-s"), 2);
-  const auto killed_at = std::chrono::steady_clock::now();
-  kill(holder, SIGKILL);
-  auto& got = waiter.Join();
-  REQUIRE(WaitExit(holder, 5s) == 128 + SIGKILL);
-  REQUIRE(got.ok());
-  const double ms = Ms(waiter.granted_at() - killed_at);
-  WARN("kill -9 of S holder -> X waiter's grant: " << ms << " ms (F x L = " << Ms(kStall)
+  auto r = KillHolderAndWait(lockd, shf, *c, "crash-s", true);
+  REQUIRE(r.grant.ok());
+  WARN("kill -9 of S holder -> X waiter's grant: " << r.ms << " ms (F x L = " << Ms(kStall)
                                                    << " ms)");
-  REQUIRE(ms <= Ms(kStall) * 1.2);
+  REQUIRE(r.ms <= Ms(kStall) * 1.2);
 }
 
 TEST_CASE("kill -9 of a waiter in the middle of the queue") {
