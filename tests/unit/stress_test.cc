@@ -159,10 +159,13 @@ TEST_CASE("randomized stress: crashes, pauses and renewals never give two lease-
       {
         std::lock_guard lk(sh.mu);
         std::erase_if(sh.holders, [&](const Holder& h) { return h.lease_end <= observed; });
-        for (const Holder& h : sh.holders) {
-          if (mode == Mode::kExclusive || h.mode == Mode::kExclusive) tot.violations++;
-        }
+        // The invariant is about lease-valid holders: a grant whose lease already ran out by the
+        // time this thread looked (it was descheduled or paused) may legitimately have been
+        // recovered past, so it is neither checked nor recorded.
         if (engine.LeaseValid(*g, observed)) {
+          for (const Holder& h : sh.holders) {
+            if (mode == Mode::kExclusive || h.mode == Mode::kExclusive) tot.violations++;
+          }
           if (mode == Mode::kExclusive) {
             if (g->token <= sh.last_token) tot.token_violations++;
             sh.last_token = g->token;
