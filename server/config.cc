@@ -73,6 +73,18 @@ Status Validate(const Config& c) {
                                          "critical, off");
   }
   if (c.address.empty()) return Error(ErrorCode::kConfig, "address is empty");
+  if (c.heartbeat_timeout_ms < 2 * c.heartbeat_interval_ms) {
+    return Error(ErrorCode::kConfig, "heartbeat_timeout_ms (" +
+                                         std::to_string(c.heartbeat_timeout_ms) +
+                                         ") must be at least twice heartbeat_interval_ms (" +
+                                         std::to_string(c.heartbeat_interval_ms) + ")");
+  }
+  if (c.restart_grace_ms != 0 && c.restart_grace_ms < c.lease_ms) {
+    return Error(ErrorCode::kConfig, "restart_grace_ms (" + std::to_string(c.restart_grace_ms) +
+                                         ") must be 0 (one lease) or at least lease_ms (" +
+                                         std::to_string(c.lease_ms) +
+                                         "): old holders' leases must run out first");
+  }
   return Status::Ok();
 }
 
@@ -107,6 +119,14 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
         st = ReadUnsigned(origin, key, v, 2, 100, &c.stall_factor);
       } else if (key == "max_clients") {
         st = ReadUnsigned(origin, key, v, 1, 65536, &c.max_clients);
+      } else if (key == "heartbeat_interval_ms") {
+        st = ReadUnsigned(origin, key, v, 10, 600'000, &c.heartbeat_interval_ms);
+      } else if (key == "heartbeat_timeout_ms") {
+        st = ReadUnsigned(origin, key, v, 20, 3'600'000, &c.heartbeat_timeout_ms);
+      } else if (key == "restart_grace_ms") {
+        st = ReadUnsigned(origin, key, v, 0, 3'600'000, &c.restart_grace_ms);
+      } else if (key == "admin_socket") {
+        st = ReadString(origin, key, v, &c.admin_socket);
       } else if (key == "state_dir") {
         st = ReadString(origin, key, v, &c.state_dir);
       } else if (key == "log_level") {
@@ -144,7 +164,11 @@ std::string Config::ToYaml() const {
     << "lease_ms: " << lease_ms << "\n"
     << "stall_factor: " << stall_factor << "\n"
     << "max_clients: " << max_clients << "\n"
+    << "heartbeat_interval_ms: " << heartbeat_interval_ms << "\n"
+    << "heartbeat_timeout_ms: " << heartbeat_timeout_ms << "\n"
+    << "restart_grace_ms: " << restart_grace_ms << "\n"
     << "state_dir: \"" << state_dir << "\"\n"
+    << "admin_socket: \"" << admin_socket << "\"\n"
     << "log_level: " << log_level << "\n";
   return o.str();
 }

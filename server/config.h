@@ -10,17 +10,24 @@
 namespace rdmalock::lockd {
 
 struct Config {
-  std::string address = "0.0.0.0";  // address to listen on (an IP of the RDMA device, or any)
-  uint16_t port = 7471;             // rdma_cm port
-  uint64_t lock_count = 65536;      // slots in the lock table (16 bytes each, pinned)
-  uint64_t lease_ms = 2000;         // L: a holder's lease
-  uint32_t stall_factor = 2;        // F: waiters recover after F x L without progress (F >= 2)
-  uint32_t max_clients = 1024;      // connections at once (each thread of a client is one)
+  std::string address = "0.0.0.0";       // address to listen on (an IP of the RDMA device, or any)
+  uint16_t port = 7471;                  // rdma_cm port
+  uint64_t lock_count = 65536;           // slots in the lock table (16 bytes each, pinned)
+  uint64_t lease_ms = 2000;              // L: a holder's lease
+  uint32_t stall_factor = 2;             // F: waiters recover after F x L without progress (F >= 2)
+  uint32_t max_clients = 1024;           // client sessions at once (a session's threads share one)
+  uint64_t heartbeat_interval_ms = 200;  // how often clients write their heartbeat
+  uint64_t heartbeat_timeout_ms = 1000;  // a session whose heartbeat stops this long is fenced
+  uint64_t restart_grace_ms = 0;         // refuse clients this long after an unclean stop
+                                         // (0: one lease; otherwise at least one lease)
   std::string state_dir = "/var/lib/rdmalock";  // where the epoch persists; "" keeps it in memory
-  std::string log_level = "info";               // trace, debug, info, warn, error, critical, off
+  std::string admin_socket = "/run/rdmalock/lockd.sock";  // local admin socket; "" disables
+  std::string log_level = "info";  // trace, debug, info, warn, error, critical, off
 
   // The effective configuration as YAML, every key included.
   std::string ToYaml() const;
+  // The restart grace period in effect (restart_grace_ms, or one lease when 0).
+  uint64_t GraceMs() const { return restart_grace_ms == 0 ? lease_ms : restart_grace_ms; }
 };
 
 // Parses YAML text; `origin` names the file in messages.

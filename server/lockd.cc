@@ -7,17 +7,27 @@
 #include <spdlog/spdlog.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "../client/src/lock_engine.h"
 #include "../client/src/verbs_memory.h"
 #include "../common/rdma/verbs.h"
 #include "rdmalock/proto/handshake.h"
@@ -66,16 +76,38 @@ struct Device {
   rdma::CompletionQueue cq;  // shared by the QPs of this device's sessions; nothing is posted
 };
 
+// A client session: one record in the session table, one or more connections (QPs).
 struct Session {
-  rdma::CmId id;
   uint64_t session_id = 0;
+  uint64_t join_key = 0;
   uint32_t index = 0;  // record in the session table
   std::string peer;
   std::string name;
   uint32_t pid = 0;
   bool loopback = false;
-  bool established = false;
+  bool counted = false;  // counted in `connected` (its first connection was established)
   std::chrono::system_clock::time_point since;
+  std::set<rdma_cm_id*> conns;
+  uint64_t last_heartbeat = 0;
+  std::chrono::steady_clock::time_point heartbeat_moved;
+};
+
+// One rdma_cm connection of a session.
+struct Conn {
+  rdma::CmId id;
+  std::shared_ptr<Session> session;
+  bool established = false;
+};
+
+// What lockd frees for an ended session, on its loopback QP (never with CPU stores).
+struct RecoveryJob {
+  uint64_t session_id = 0;
+  std::string who;
+  std::string why;
+  std::chrono::steady_clock::time_point not_before;  // later for sessions that may still live
+  std::chrono::steady_clock::time_point ended;
+  std::vector<ReapState> items;
+  uint32_t released = 0, already_done = 0, recovered = 0, gave_up = 0;
 };
 
 bool IsAnyAddress(const std::string& a) { return a == "0.0.0.0" || a == "::" || a == "*"; }
@@ -85,10 +117,27 @@ void Store64(uint8_t* base, size_t off, uint64_t v) {
       .store(v, std::memory_order_relaxed);
 }
 
+// A load of memory the NIC writes (a client's RDMA WRITE): aligned, 8 bytes, whole.
+uint64_t Load64(const uint8_t* base, size_t off) {
+  return std::atomic_ref<uint64_t>(*reinterpret_cast<uint64_t*>(const_cast<uint8_t*>(base) + off))
+      .load(std::memory_order_relaxed);
+}
+
+uint64_t UnixNs(std::chrono::system_clock::time_point t) {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count());
+}
+
+double MsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
 }  // namespace
 
 struct Server::Impl {
-  // Declaration order is destruction order reversed: sessions (QPs) and the listener go first,
+  using SteadyClock = std::chrono::steady_clock;
+
+  // Declaration order is destruction order reversed: connections (QPs) and the listener go first,
   // then the devices (CQs, MRs, PDs), then the device list, then the memory.
   Config config;
   uint64_t epoch = 0;
@@ -97,22 +146,44 @@ struct Server::Impl {
   std::vector<std::unique_ptr<Device>> devices;
   rdma::EventChannel channel;
   rdma::CmId listener;
-  std::unordered_map<rdma_cm_id*, std::unique_ptr<Session>> sessions;
+  std::unordered_map<rdma_cm_id*, std::unique_ptr<Conn>> conns;
+  std::unordered_map<uint64_t, std::shared_ptr<Session>> sessions;
+  std::vector<std::unique_ptr<Conn>> graveyard;  // destroyed after the current event's ack
   std::vector<uint32_t> free_records;
   uint64_t next_session_id = 1;
-  uint64_t accepted_total = 0, rejected_total = 0;
+  uint64_t accepted_total = 0, rejected_total = 0, recoveries_total = 0;
   std::atomic<uint64_t> connected{0};
   int stop_fd = -1;
-  std::unique_ptr<VerbsMemory> loopback;  // lockd's own channel to its lock table
+  int admin_fd = -1;
+  SteadyClock::time_point grace_until;
+  std::chrono::system_clock::time_point grace_until_wall;
+  std::mt19937_64 rng{std::random_device{}()};
+
+  // The recovery thread and what it owns: lockd's loopback channel to its own lock table.
+  std::unique_ptr<LockEngine> engine;
+  std::mutex rec_mu;  // guards the two members below
+  std::condition_variable rec_cv;
+  std::deque<RecoveryJob> rec_queue;
+  bool rec_stop = false;
+  std::unique_ptr<VerbsMemory> loopback;  // the recovery thread's once it runs
+  std::thread rec_thread;
+  bool stopped_with_clients = false;
 
   ~Impl() {
+    StopRecovery();
     loopback.reset();
+    graveyard.clear();
+    conns.clear();
     sessions.clear();
     listener.Reset();
     devices.clear();
     channel.reset();
     if (device_list != nullptr) rdma_free_devices(device_list);
     if (stop_fd >= 0) close(stop_fd);
+    if (admin_fd >= 0) {
+      close(admin_fd);
+      unlink(config.admin_socket.c_str());
+    }
   }
 
   Device* DeviceFor(ibv_context* ctx) {
@@ -126,41 +197,45 @@ struct Server::Impl {
     Store64(info->data(), proto::InfoPage::kConnectedClients, connected.load());
     Store64(info->data(), proto::InfoPage::kAcceptedTotal, accepted_total);
     Store64(info->data(), proto::InfoPage::kRejectedTotal, rejected_total);
+    Store64(info->data(), proto::InfoPage::kRecoveries, recoveries_total);
+    Store64(info->data(), proto::InfoPage::kClockUnixNs, UnixNs(std::chrono::system_clock::now()));
+  }
+
+  uint8_t* RecordAt(uint32_t index) const {
+    return sessions_mem->data() + uint64_t{index} * proto::kSessionRecordSize;
   }
 
   void WriteRecord(const Session& s) {
-    std::span<uint8_t> rec(sessions_mem->data() + uint64_t{s.index} * proto::kSessionRecordSize,
-                           proto::kSessionRecordSize);
+    std::span<uint8_t> rec(RecordAt(s.index), proto::kSessionRecordSize);
     std::memset(rec.data(), 0, rec.size());
     proto::SessionRecord r;
     r.session_id = s.session_id;
     r.pid = s.pid;
     r.flags = s.loopback ? proto::kFlagLoopback : 0;
-    r.since_unix_ns = static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(s.since.time_since_epoch()).count());
+    r.since_unix_ns = UnixNs(s.since);
     r.name = s.name;
     r.peer = s.peer;
     r.EncodeTo(rec);
   }
 
-  void ClearRecord(uint32_t index) {
-    std::memset(sessions_mem->data() + uint64_t{index} * proto::kSessionRecordSize, 0,
-                proto::kSessionRecordSize);
-  }
-
   void Reject(rdma_cm_id* id, proto::RejectReason reason, const std::string& peer,
-              const std::string& detail) {
+              const std::string& detail, uint32_t retry_after_ms = 0) {
     proto::RejectReply r;
     r.reason = reason;
     r.detail = detail;
+    r.retry_after_ms = retry_after_ms;
     const auto bytes = r.Encode();
     if (rdma_reject(id, bytes.data(), static_cast<uint8_t>(bytes.size())) != 0) {
       spdlog::warn("rdma_reject for {} failed: {}", peer, std::strerror(errno));
     }
     ++rejected_total;
     PublishCounters();
-    spdlog::warn("rejected connection from {}: {}{}{}", peer, proto::RejectReasonName(reason),
-                 detail.empty() ? "" : ": ", detail);
+    if (reason == proto::RejectReason::kGrace) {
+      spdlog::info("refused {} during the restart grace period ({} ms left)", peer, retry_after_ms);
+    } else {
+      spdlog::warn("rejected connection from {}: {}{}{}", peer, proto::RejectReasonName(reason),
+                   detail.empty() ? "" : ": ", detail);
+    }
   }
 
   // Returns the id to destroy after the event is acknowledged (null if kept).
@@ -175,8 +250,27 @@ struct Server::Impl {
       Reject(id, reason, peer, "");
       return id;
     }
-    if (free_records.empty() ||
-        (connected.load() >= config.max_clients && (req.flags & proto::kFlagLoopback) == 0)) {
+    const bool is_loopback = (req.flags & proto::kFlagLoopback) != 0;
+    const bool join = (req.flags & proto::kFlagJoin) != 0;
+    const auto now = SteadyClock::now();
+    if (!is_loopback && now < grace_until) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(grace_until - now).count() + 1;
+      Reject(id, proto::RejectReason::kGrace, peer,
+             "lockd restarted after an unclean stop; retry in " + std::to_string(left) + " ms",
+             static_cast<uint32_t>(left));
+      return id;
+    }
+    std::shared_ptr<Session> sess;
+    if (join) {
+      auto it = sessions.find(req.join_session);
+      if (it == sessions.end() || it->second->join_key != req.join_key || is_loopback) {
+        Reject(id, proto::RejectReason::kBadSession, peer,
+               "session " + std::to_string(req.join_session));
+        return id;
+      }
+      sess = it->second;
+    } else if (free_records.empty() || (connected.load() >= config.max_clients && !is_loopback)) {
       Reject(id, proto::RejectReason::kServerFull, peer,
              "max_clients " + std::to_string(config.max_clients));
       return id;
@@ -192,20 +286,25 @@ struct Server::Impl {
       spdlog::error("connection from {}: {}", peer, st.ToString());
       return id;
     }
-    auto s = std::make_unique<Session>();
-    s->id = rdma::CmId(id);
-    s->session_id = next_session_id++;
-    s->index = free_records.back();
-    free_records.pop_back();
-    s->peer = peer;
-    s->name = req.client_name;
-    s->pid = req.pid;
-    s->loopback = (req.flags & proto::kFlagLoopback) != 0;
-    s->since = std::chrono::system_clock::now();
+    bool fresh = false;
+    if (!sess) {
+      fresh = true;
+      sess = std::make_shared<Session>();
+      sess->session_id = next_session_id++;
+      sess->join_key = rng() | 1;
+      sess->index = free_records.back();
+      free_records.pop_back();
+      sess->peer = peer;
+      sess->name = req.client_name;
+      sess->pid = req.pid;
+      sess->loopback = is_loopback;
+      sess->since = std::chrono::system_clock::now();
+      sess->heartbeat_moved = now;
+    }
 
     proto::AcceptReply reply;
     reply.epoch = epoch;
-    reply.session_id = s->session_id;
+    reply.session_id = sess->session_id;
     reply.lease_ns = config.lease_ms * 1'000'000;
     reply.lock_count = config.lock_count;
     reply.stall_factor = config.stall_factor;
@@ -217,8 +316,12 @@ struct Server::Impl {
     reply.sessions = {reinterpret_cast<uint64_t>(sessions_mem->data()),
                       sessions_mem->size(),  // whole pages; records past the last are zero
                       dev->sessions_mr->rkey};
-    reply.session_record_offset = uint64_t{s->index} * proto::kSessionRecordSize;
+    reply.session_record_offset = uint64_t{sess->index} * proto::kSessionRecordSize;
     reply.max_sessions = config.max_clients;
+    reply.heartbeat_interval_ns = config.heartbeat_interval_ms * 1'000'000;
+    reply.heartbeat_timeout_ns = config.heartbeat_timeout_ms * 1'000'000;
+    reply.join_key = sess->join_key;
+    reply.record_entries = proto::SessionRecord::kMaxEntries;
     const auto out = reply.Encode();
 
     rdma_conn_param param{};
@@ -232,23 +335,32 @@ struct Server::Impl {
     param.rnr_retry_count = 7;
     if (rdma_accept(id, &param) != 0) {
       spdlog::error("rdma_accept for {} failed: {}", peer, std::strerror(errno));
-      free_records.push_back(s->index);
-      s->id.release();  // destroyed after the ack, with its QP
+      if (fresh) free_records.push_back(sess->index);
       rdma_destroy_qp(id);
       return id;
     }
-    WriteRecord(*s);
-    spdlog::debug("accepted {} (session {}, client '{}', pid {})", peer, s->session_id, s->name,
-                  s->pid);
-    sessions.emplace(id, std::move(s));
+    if (fresh) {
+      WriteRecord(*sess);
+      sessions.emplace(sess->session_id, sess);
+    }
+    auto c = std::make_unique<Conn>();
+    c->id = rdma::CmId(id);
+    c->session = sess;
+    sess->conns.insert(id);
+    conns.emplace(id, std::move(c));
+    spdlog::debug("accepted {} ({} session {}, client '{}', pid {})", peer, join ? "joins" : "new",
+                  sess->session_id, sess->name, sess->pid);
     return nullptr;
   }
 
   void OnEstablished(rdma_cm_id* id) {
-    auto it = sessions.find(id);
-    if (it == sessions.end()) return;
-    Session& s = *it->second;
-    s.established = true;
+    auto it = conns.find(id);
+    if (it == conns.end()) return;
+    Conn& c = *it->second;
+    c.established = true;
+    Session& s = *c.session;
+    if (s.counted) return;  // a further connection of a session already counted
+    s.counted = true;
     ++accepted_total;
     if (!s.loopback) connected.fetch_add(1);
     PublishCounters();
@@ -256,26 +368,81 @@ struct Server::Impl {
                  s.name, s.pid, s.loopback ? " [lockd loopback]" : "");
   }
 
-  // Ends a session: its QP goes to ERR (nothing of it can land any more), then it is destroyed.
-  // Returns the session to destroy after the event is acknowledged.
-  std::unique_ptr<Session> Drop(rdma_cm_id* id, const char* why) {
-    auto it = sessions.find(id);
-    if (it == sessions.end()) return nullptr;
-    std::unique_ptr<Session> s = std::move(it->second);
-    sessions.erase(it);
-    s->id.FenceQp();
-    (void)rdma_disconnect(id);  // so that the peer sees DISCONNECTED too
-    if (s->established) {
-      if (!s->loopback) connected.fetch_sub(1);
-      spdlog::info("client disconnected: session {} from {} ('{}'): {}", s->session_id, s->peer,
-                   s->name, why);
+  // Ends a session: every connection of it is fenced (QP to ERR, so nothing of it can land any
+  // more) and disconnected, then what its record shows is handed to the recovery thread. `now`:
+  // free at once (the client is gone: it disconnected, which the SDK does only after ending its
+  // leases, or its process died); otherwise one lease later, when any lease it may still believe
+  // in has run out.
+  void EndSession(const std::shared_ptr<Session>& s, const std::string& why, bool now) {
+    if (sessions.erase(s->session_id) == 0) return;  // already ended
+    const auto ended = SteadyClock::now();
+    for (rdma_cm_id* id : s->conns) {
+      auto it = conns.find(id);
+      if (it == conns.end()) continue;
+      it->second->id.FenceQp();
+      (void)rdma_disconnect(id);  // so that the peer sees DISCONNECTED too
+      graveyard.push_back(std::move(it->second));
+      conns.erase(it);
+    }
+    s->conns.clear();
+    if (s->counted && !s->loopback) connected.fetch_sub(1);
+
+    RecoveryJob job;
+    job.session_id = s->session_id;
+    job.who = "session " + std::to_string(s->session_id) + " ('" + s->name + "', pid " +
+              std::to_string(s->pid) + ", " + s->peer + ")";
+    job.why = why;
+    job.ended = ended;
+    job.not_before = now ? ended : ended + std::chrono::milliseconds(config.lease_ms);
+    uint32_t requesting = 0, garbage = 0;
+    const uint8_t* rec = RecordAt(s->index);
+    for (uint32_t i = 0; i < proto::SessionRecord::kMaxEntries; ++i) {
+      const size_t off = proto::SessionRecord::EntryOffset(i);
+      const uint64_t a = Load64(rec, off), b = Load64(rec, off + 8);
+      if (a == 0 && b == 0) continue;
+      proto::RequestEntry e;
+      if (!proto::RequestEntry::Decode(a, b, &e) || e.slot >= config.lock_count) {
+        ++garbage;
+        continue;
+      }
+      if (e.state == proto::RequestEntry::State::kRequesting) {
+        ++requesting;
+        continue;
+      }
+      ReapState r;
+      r.ticket = Ticket{e.slot, e.mode, proto::Word0::Decode(e.ticket), 0};
+      job.items.push_back(r);
+    }
+    std::memset(RecordAt(s->index), 0, proto::kSessionRecordSize);
+    free_records.push_back(s->index);
+    if (s->loopback) {
+      spdlog::info("lockd's loopback connection closed: {}", why);
     } else {
+      ++recoveries_total;
+      spdlog::info(
+          "{} ended: {}; {} recorded request(s) to free {}{}{}", job.who, why, job.items.size(),
+          now ? "now" : "after one lease (" + std::to_string(config.lease_ms) + " ms)",
+          requesting > 0 ? "; " + std::to_string(requesting) +
+                               " request(s) without a known ticket are left to stall recovery"
+                         : "",
+          garbage > 0 ? "; " + std::to_string(garbage) + " unreadable entr(y/ies) ignored" : "");
+    }
+    PublishCounters();
+    if (!job.items.empty()) {
+      std::lock_guard lk(rec_mu);
+      rec_queue.push_back(std::move(job));
+      rec_cv.notify_all();
+    }
+  }
+
+  void DropConn(rdma_cm_id* id, const std::string& why, bool now) {
+    auto it = conns.find(id);
+    if (it == conns.end()) return;
+    std::shared_ptr<Session> s = it->second->session;
+    if (!it->second->established && s->conns.size() == 1 && !s->counted) {
       spdlog::warn("connection from {} failed before it was established: {}", s->peer, why);
     }
-    ClearRecord(s->index);
-    free_records.push_back(s->index);
-    PublishCounters();
-    return s;
+    EndSession(s, why, now);
   }
 
   Status HandleOneEvent(bool* device_gone) {
@@ -286,7 +453,6 @@ struct Server::Impl {
     }
     rdma::CmEvent ev(raw);
     rdma_cm_id* destroy_id = nullptr;
-    std::unique_ptr<Session> dropped;
     switch (ev->event) {
       case RDMA_CM_EVENT_CONNECT_REQUEST:
         destroy_id = OnConnectRequest(ev.get());
@@ -295,12 +461,13 @@ struct Server::Impl {
         OnEstablished(ev->id);
         break;
       case RDMA_CM_EVENT_DISCONNECTED:
-        dropped = Drop(ev->id, "disconnected");
+        DropConn(ev->id, "disconnected", true);
         break;
       case RDMA_CM_EVENT_REJECTED:
       case RDMA_CM_EVENT_CONNECT_ERROR:
       case RDMA_CM_EVENT_UNREACHABLE:
-        dropped = Drop(ev->id, rdma_event_str(ev->event));
+        // The connection never carried anything we can trust to be over: wait out a lease.
+        DropConn(ev->id, rdma_event_str(ev->event), false);
         break;
       case RDMA_CM_EVENT_DEVICE_REMOVAL:
         spdlog::critical("RDMA device removed; shutting down");
@@ -311,9 +478,270 @@ struct Server::Impl {
         break;
     }
     ev.reset();  // acknowledge before destroying any id it refers to
-    dropped.reset();
+    graveyard.clear();
     if (destroy_id != nullptr) rdma_destroy_id(destroy_id);
     return Status::Ok();
+  }
+
+  // Every tick: publish the clock, watch heartbeats and QP states.
+  void Tick() {
+    const auto now = SteadyClock::now();
+    const auto timeout = std::chrono::milliseconds(config.heartbeat_timeout_ms);
+    std::vector<std::pair<std::shared_ptr<Session>, std::string>> dead;
+    for (auto& [sid, s] : sessions) {
+      if (s->loopback) continue;
+      uint8_t* rec = RecordAt(s->index);
+      const uint64_t hb = Load64(rec, proto::SessionRecord::kHeartbeat);
+      if (hb != s->last_heartbeat) {
+        s->last_heartbeat = hb;
+        s->heartbeat_moved = now;
+        Store64(rec, proto::SessionRecord::kHeartbeatSeenUnixNs,
+                UnixNs(std::chrono::system_clock::now()));
+      } else if (s->counted && now - s->heartbeat_moved > timeout) {
+        dead.emplace_back(s, "no heartbeat for " +
+                                 std::to_string(static_cast<int64_t>(MsSince(s->heartbeat_moved))) +
+                                 " ms (heartbeat_timeout_ms " +
+                                 std::to_string(config.heartbeat_timeout_ms) + ")");
+        continue;
+      }
+      for (rdma_cm_id* id : s->conns) {
+        ibv_qp_attr attr{};
+        ibv_qp_init_attr init{};
+        if (id->qp != nullptr && ibv_query_qp(id->qp, &attr, IBV_QP_STATE, &init) == 0 &&
+            attr.qp_state == IBV_QPS_ERR) {
+          dead.emplace_back(s,
+                            "its QP went to the error state (a bad operation or a transport "
+                            "failure)");
+          break;
+        }
+      }
+    }
+    for (auto& [s, why] : dead) EndSession(s, why, false);
+    graveyard.clear();
+    PublishCounters();
+  }
+
+  // ---- admin socket
+
+  Status OpenAdminSocket() {
+    if (config.admin_socket.empty()) return Status::Ok();
+    sockaddr_un addr{};
+    if (config.admin_socket.size() >= sizeof(addr.sun_path)) {
+      return Error(ErrorCode::kConfig, "admin_socket path is too long: " + config.admin_socket);
+    }
+    std::error_code ec;
+    const auto dir = std::filesystem::path(config.admin_socket).parent_path();
+    if (!dir.empty()) std::filesystem::create_directories(dir, ec);
+    admin_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (admin_fd < 0) return rdma::ErrnoStatus(ErrorCode::kIo, "socket(AF_UNIX)", errno);
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, config.admin_socket.c_str(), config.admin_socket.size());
+    unlink(config.admin_socket.c_str());  // a stale socket of an earlier run
+    if (bind(admin_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        chmod(config.admin_socket.c_str(), 0660) != 0 || listen(admin_fd, 16) != 0) {
+      const int err = errno;
+      close(admin_fd);
+      admin_fd = -1;
+      return rdma::ErrnoStatus(ErrorCode::kIo, "admin socket " + config.admin_socket, err);
+    }
+    spdlog::info("admin socket: {}", config.admin_socket);
+    return Status::Ok();
+  }
+
+  void OnAdmin() {
+    const int fd = accept4(admin_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    (void)getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
+    std::string line;
+    char buf[256];
+    while (line.find('\n') == std::string::npos && line.size() < 1024) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 1000) <= 0) break;
+      const ssize_t n = read(fd, buf, sizeof(buf));
+      if (n <= 0) break;
+      line.append(buf, static_cast<size_t>(n));
+    }
+    if (auto nl = line.find('\n'); nl != std::string::npos) line.resize(nl);
+    const std::string asker =
+        "uid " + std::to_string(cred.uid) + " pid " + std::to_string(cred.pid);
+    const std::string reply = AdminCommand(line, asker) + "\n";
+    (void)!write(fd, reply.data(), reply.size());
+    close(fd);
+  }
+
+  // One request per connection: "release-slot SLOT" or "release-session ID". The reply starts with
+  // "ok " or "error ".
+  std::string AdminCommand(const std::string& line, const std::string& asker) {
+    std::istringstream in(line);
+    std::string cmd, arg, extra;
+    in >> cmd >> arg >> extra;
+    uint64_t n = 0;
+    const bool numeric = !arg.empty() && arg.size() <= 19 &&
+                         arg.find_first_not_of("0123456789") == std::string::npos;
+    if (numeric) n = std::stoull(arg);
+    if (!extra.empty() || !numeric || (cmd != "release-slot" && cmd != "release-session")) {
+      return "error bad request '" + line.substr(0, 80) +
+             "' (expected: release-slot SLOT | release-session ID)";
+    }
+    const std::string lease = std::to_string(config.lease_ms);
+    if (cmd == "release-session") {
+      auto it = sessions.find(n);
+      if (it == sessions.end() || it->second->loopback) {
+        return "error no client session " + arg;
+      }
+      spdlog::warn("forced release of session {} requested by {}", n, asker);
+      EndSession(it->second, "forced release by " + asker, false);
+      graveyard.clear();
+      return "ok session " + arg + " fenced; its locks are freed after one lease (" + lease +
+             " ms), when its leases have run out";
+    }
+    if (n >= config.lock_count) {
+      return "error slot " + arg + " is out of range (lock_count " +
+             std::to_string(config.lock_count) + ")";
+    }
+    // Who holds it, by the records: entries on this slot whose ticket the word shows granted.
+    const auto w0 = proto::Word0::Decode(Load64(locks->data(), proto::SlotOffset(n)));
+    std::vector<std::shared_ptr<Session>> holders;
+    for (auto& [sid, s] : sessions) {
+      const uint8_t* rec = RecordAt(s->index);
+      for (uint32_t i = 0; i < proto::SessionRecord::kMaxEntries; ++i) {
+        const size_t off = proto::SessionRecord::EntryOffset(i);
+        proto::RequestEntry e;
+        if (!proto::RequestEntry::Decode(Load64(rec, off), Load64(rec, off + 8), &e)) continue;
+        if (e.slot != n || e.state != proto::RequestEntry::State::kQueued) continue;
+        if (proto::Granted(w0, proto::Word0::Decode(e.ticket), e.mode)) {
+          holders.push_back(s);
+          break;
+        }
+      }
+    }
+    if (holders.empty()) {
+      return "error no session's record shows a holder of slot " + arg +
+             " (free, or held by a client that did not record it: waiters recover it after " +
+             std::to_string(config.lease_ms * config.stall_factor) + " ms without progress)";
+    }
+    std::string ids;
+    for (auto& s : holders) {
+      ids += (ids.empty() ? "" : ",") + std::to_string(s->session_id);
+      spdlog::warn("forced release of slot {} requested by {}: fencing session {}", n, asker,
+                   s->session_id);
+      EndSession(s, "forced release of slot " + arg + " by " + asker, false);
+    }
+    graveyard.clear();
+    return "ok slot " + arg + ": fenced session(s) " + ids +
+           "; their locks are freed after one lease (" + lease +
+           " ms), when their leases have run out";
+  }
+
+  // ---- recovery thread
+
+  void StartRecovery() {
+    EngineParams p;
+    p.lock_count = config.lock_count;
+    p.lease = std::chrono::milliseconds(config.lease_ms);
+    p.stall_factor = config.stall_factor;
+    p.epoch = static_cast<uint16_t>(epoch);
+    engine = std::make_unique<LockEngine>(p, nullptr);
+    rec_thread = std::thread([this] { RecoveryLoop(); });
+  }
+
+  void StopRecovery() {
+    {
+      std::lock_guard lk(rec_mu);
+      rec_stop = true;
+    }
+    rec_cv.notify_all();
+    if (rec_thread.joinable()) rec_thread.join();
+  }
+
+  void RecoveryLoop() {
+    std::vector<RecoveryJob> jobs;
+    for (;;) {
+      {
+        std::unique_lock lk(rec_mu);
+        auto wake = SteadyClock::time_point::max();
+        bool ready = false;
+        for (const auto& j : jobs) {
+          if (j.not_before <= SteadyClock::now()) ready = true;
+          wake = std::min(wake, j.not_before);
+        }
+        if (!ready) {
+          if (wake == SteadyClock::time_point::max()) {
+            rec_cv.wait(lk, [&] { return rec_stop || !rec_queue.empty(); });
+          } else {
+            rec_cv.wait_until(lk, wake, [&] { return rec_stop || !rec_queue.empty(); });
+          }
+        }
+        if (rec_stop) return;
+        while (!rec_queue.empty()) {
+          jobs.push_back(std::move(rec_queue.front()));
+          rec_queue.pop_front();
+        }
+      }
+      if (!loopback) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        continue;
+      }
+      bool pending = false;
+      for (auto& j : jobs) {
+        if (j.not_before > SteadyClock::now()) continue;
+        for (auto& r : j.items) {
+          if (r.outcome != ReapState::Outcome::kPending) continue;
+          auto done = engine->Reap(*loopback, r);
+          if (!done.ok()) {
+            spdlog::error(
+                "recovery of {}: {} (lockd's loopback connection failed; waiters "
+                "recover the locks after F x L)",
+                j.who, done.status().ToString());
+            loopback.reset();
+            break;
+          }
+          if (!*done) pending = true;
+        }
+        if (!loopback) break;
+      }
+      // Report and drop finished jobs.
+      for (auto it = jobs.begin(); it != jobs.end();) {
+        bool finished = true;
+        RecoveryJob& j = *it;
+        j.released = j.already_done = j.recovered = j.gave_up = 0;
+        for (const auto& r : j.items) {
+          switch (r.outcome) {
+            case ReapState::Outcome::kPending:
+              finished = false;
+              break;
+            case ReapState::Outcome::kReleased:
+              ++j.released;
+              break;
+            case ReapState::Outcome::kAlreadyDone:
+              ++j.already_done;
+              break;
+            case ReapState::Outcome::kRecovered:
+              ++j.recovered;
+              break;
+            case ReapState::Outcome::kGaveUp:
+              ++j.gave_up;
+              break;
+          }
+        }
+        if (!finished && loopback) {
+          ++it;
+          continue;
+        }
+        spdlog::info(
+            "recovered {}: {} lock(s) released for it, {} already released or recovered, {} "
+            "freed by stall recovery, {} left to waiters; {:.1f} ms after it ended",
+            j.who, j.released, j.already_done, j.recovered, j.gave_up, MsSince(j.ended));
+        it = jobs.erase(it);
+      }
+      if (pending) {
+        std::this_thread::sleep_for(std::max<std::chrono::nanoseconds>(
+            loopback ? loopback->round_trip() : std::chrono::milliseconds(1),
+            std::chrono::microseconds(100)));
+      }
+    }
   }
 };
 
@@ -323,7 +751,8 @@ Server::~Server() = default;
 uint16_t Server::port() const { return impl_->config.port; }
 uint64_t Server::connected_clients() const { return impl_->connected.load(); }
 
-Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t epoch) {
+Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t epoch,
+                                               bool unclean_start) {
   RDMALOCK_RETURN_IF_ERROR(Validate(config));
   auto m = std::make_unique<Impl>();
   m->config = config;
@@ -334,8 +763,8 @@ Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t ep
   // Memory first, zeroed (mmap gives zero pages) before it is registered.
   RDMALOCK_ASSIGN_OR_RETURN(m->info, Mapping::Create(proto::kInfoPageSize));
   RDMALOCK_ASSIGN_OR_RETURN(m->locks, Mapping::Create(proto::LockTableBytes(config.lock_count)));
-  RDMALOCK_ASSIGN_OR_RETURN(
-      m->sessions_mem, Mapping::Create(uint64_t{config.max_clients} * proto::kSessionRecordSize));
+  RDMALOCK_ASSIGN_OR_RETURN(m->sessions_mem, Mapping::Create((uint64_t{config.max_clients} + 1) *
+                                                             proto::kSessionRecordSize));
   // The probe word: initialisation, before any NIC can reach the table.
   std::memcpy(m->locks->data() + proto::ProbeOffset(config.lock_count), &proto::kProbePattern, 8);
   proto::InfoPage page;
@@ -348,6 +777,16 @@ Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t ep
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count());
+  if (unclean_start) {
+    const auto grace = std::chrono::milliseconds(config.GraceMs());
+    m->grace_until = std::chrono::steady_clock::now() + grace;
+    m->grace_until_wall = std::chrono::system_clock::now() + grace;
+    page.grace_until_unix_ns = UnixNs(m->grace_until_wall);
+    spdlog::warn(
+        "the previous lockd did not stop cleanly (or stopped with clients connected): refusing "
+        "clients for {} ms, until every lease it may have granted has run out",
+        config.GraceMs());
+  }
   page.EncodeTo(std::span<uint8_t>(m->info->data(), proto::kInfoPageSize));
   // One record per client plus one for lockd's own loopback connection.
   for (uint32_t i = config.max_clients + 1; i > 0; --i) m->free_records.push_back(i - 1);
@@ -414,6 +853,7 @@ Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t ep
   if (rdma_listen(m->listener.get(), 128) != 0) {
     return rdma::ErrnoStatus(ErrorCode::kIo, "rdma_listen", errno);
   }
+  RDMALOCK_RETURN_IF_ERROR(m->OpenAdminSocket());
   spdlog::info("listening on {}:{} (epoch {}, {} locks, lease {} ms, stall factor {})",
                config.address, config.port, epoch, config.lock_count, config.lease_ms,
                config.stall_factor);
@@ -428,12 +868,18 @@ void Server::RequestStop() {
 Status Server::Run() {
   Impl& m = *impl_;
   bool device_gone = false;
+  const auto tick =
+      std::chrono::milliseconds(std::max<uint64_t>(m.config.heartbeat_interval_ms / 2, 5));
+  auto next_tick = std::chrono::steady_clock::now() + tick;
   for (;;) {
-    pollfd fds[2] = {{m.channel->fd, POLLIN, 0}, {m.stop_fd, POLLIN, 0}};
-    const int rc = poll(fds, 2, 1000);
+    pollfd fds[3] = {{m.channel->fd, POLLIN, 0}, {m.stop_fd, POLLIN, 0}, {m.admin_fd, POLLIN, 0}};
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+        next_tick - std::chrono::steady_clock::now());
+    const int rc =
+        poll(fds, m.admin_fd >= 0 ? 3 : 2, static_cast<int>(std::max<int64_t>(wait.count(), 0)));
     if (rc < 0 && errno != EINTR) return rdma::ErrnoStatus(ErrorCode::kIo, "poll", errno);
-    if (fds[1].revents != 0) break;
-    if (fds[0].revents != 0) {
+    if (rc > 0 && fds[1].revents != 0) break;
+    if (rc > 0 && fds[0].revents != 0) {
       // Drain every queued event.
       for (int i = 0; i < 64; ++i) {
         RDMALOCK_RETURN_IF_ERROR(m.HandleOneEvent(&device_gone));
@@ -441,14 +887,21 @@ Status Server::Run() {
         if (poll(&p, 1, 0) <= 0) break;
       }
     }
+    if (rc > 0 && m.admin_fd >= 0 && fds[2].revents != 0) m.OnAdmin();
     if (device_gone) break;
+    if (std::chrono::steady_clock::now() >= next_tick) {
+      m.Tick();
+      next_tick = std::chrono::steady_clock::now() + tick;
+    }
   }
   // Shutdown: stop taking connections, fence every QP (to ERR), disconnect, then destroy in order.
   spdlog::info("shutting down: disconnecting {} client(s)", m.connected.load());
+  m.stopped_with_clients = m.connected.load() > 0;
+  m.StopRecovery();
   m.listener.Reset();
   m.loopback.reset();
-  for (auto& [id, s] : m.sessions) {
-    s->id.FenceQp();
+  for (auto& [id, c] : m.conns) {
+    c->id.FenceQp();
     (void)rdma_disconnect(id);
   }
   for (auto& d : m.devices) {  // drain: nothing is posted on lockd's side, but reap any flush
@@ -456,10 +909,13 @@ Status Server::Run() {
     while (ibv_poll_cq(d->cq.get(), 16, wc) > 0) {
     }
   }
+  m.conns.clear();
   m.sessions.clear();
   m.connected.store(0);
   return device_gone ? Error(ErrorCode::kConnection, "RDMA device removed") : Status::Ok();
 }
+
+bool Server::stopped_with_clients() const { return impl_->stopped_with_clients; }
 
 Status Server::ProbeLoopback(std::chrono::milliseconds timeout) {
   Impl& m = *impl_;
@@ -486,6 +942,7 @@ Status Server::ProbeLoopback(std::chrono::milliseconds timeout) {
     if (mem.ok()) {
       spdlog::info("loopback through {}: RC atomics work, byte order checked", ip);
       m.loopback = std::move(mem).value();
+      m.StartRecovery();  // the recovery thread owns the loopback channel from here on
       return Status::Ok();
     }
     errors += "\n  " + ip + ": " + mem.status().ToString();
@@ -494,6 +951,26 @@ Status Server::ProbeLoopback(std::chrono::milliseconds timeout) {
                "could not reach this lockd through its own RDMA device (needed to check atomic "
                "replies):" +
                    (errors.empty() ? std::string(" no IPv4 address found") : errors));
+}
+
+Result<bool> MarkRunning(const std::string& state_dir) {
+  if (state_dir.empty()) return true;  // nothing tells us how the last run ended: assume the worst
+  const std::string path = state_dir + "/running";
+  std::error_code ec;
+  const bool unclean = std::filesystem::exists(path, ec);
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return rdma::ErrnoStatus(ErrorCode::kIo, "create " + path, errno);
+  const std::string pid = std::to_string(getpid()) + "\n";
+  const bool ok =
+      write(fd, pid.data(), pid.size()) == static_cast<ssize_t>(pid.size()) && fsync(fd) == 0;
+  const int err = errno;
+  close(fd);
+  if (!ok) return rdma::ErrnoStatus(ErrorCode::kIo, "write " + path, err);
+  return unclean;
+}
+
+void MarkStoppedCleanly(const std::string& state_dir) {
+  if (!state_dir.empty()) unlink((state_dir + "/running").c_str());
 }
 
 Result<uint64_t> BumpEpoch(const std::string& state_dir) {

@@ -17,8 +17,10 @@ namespace rdmalock::lockd {
 
 class Server {
  public:
-  // Opens the RDMA devices, allocates and registers the regions, and starts listening.
-  static Result<std::unique_ptr<Server>> Create(const Config& config, uint64_t epoch);
+  // Opens the RDMA devices, allocates and registers the regions, and starts listening. After an
+  // unclean start lockd refuses clients for the restart grace period (Config::GraceMs()).
+  static Result<std::unique_ptr<Server>> Create(const Config& config, uint64_t epoch,
+                                                bool unclean_start);
   ~Server();
 
   // Runs the event loop until RequestStop(); then disconnects every client and tears down.
@@ -27,10 +29,13 @@ class Server {
 
   // Connects to this server through its own NIC (the event loop must be running on another
   // thread) and checks the byte order of atomic replies with a FETCH_AND_ADD of 0 on the probe
-  // word. The loopback connection stays open for lockd's own lock-table operations.
+  // word. The loopback connection stays open: the recovery thread, started here, frees ended
+  // sessions' locks through it.
   Status ProbeLoopback(std::chrono::milliseconds timeout);
 
   uint16_t port() const;
+  // After Run(): whether clients were connected when it stopped (their leases may still run).
+  bool stopped_with_clients() const;
   // Sessions connected now (lockd's own loopback excluded).
   uint64_t connected_clients() const;
 
@@ -44,5 +49,11 @@ class Server {
 // Reads the epoch persisted in `state_dir`, adds one and writes it back (atomically, fsync'd).
 // An empty state_dir gives epoch 1 and persists nothing.
 Result<uint64_t> BumpEpoch(const std::string& state_dir);
+
+// Marks lockd as running in `state_dir`; returns whether the previous run did not stop cleanly
+// (its mark is still there), or true with no state_dir (nothing to tell).
+Result<bool> MarkRunning(const std::string& state_dir);
+// Removes the mark at a clean stop with no client connected.
+void MarkStoppedCleanly(const std::string& state_dir);
 
 }  // namespace rdmalock::lockd

@@ -32,7 +32,9 @@ int main(int argc, char** argv) {
   std::string config_path;
   bool check_config = false, print_config = false;
   std::string log_level, address, state_dir;
-  int64_t port = -1, lock_count = -1, lease_ms = -1, max_clients = -1;
+  int64_t port = -1, lock_count = -1, lease_ms = -1, max_clients = -1, hb_interval = -1,
+          hb_timeout = -1, grace = -1;
+  std::string admin_socket;
   app.add_option("-c,--config", config_path, "YAML config file (default: none, all defaults)");
   app.add_flag("--check-config", check_config, "validate the config and exit (0 if valid)");
   app.add_flag("--print-config", print_config, "print the effective config and exit");
@@ -43,6 +45,13 @@ int main(int argc, char** argv) {
   app.add_option("--lease-ms", lease_ms, "override lease_ms")->check(CLI::PositiveNumber);
   app.add_option("--max-clients", max_clients, "override max_clients")->check(CLI::PositiveNumber);
   app.add_option("--state-dir", state_dir, "override state_dir (where the epoch persists)");
+  app.add_option("--heartbeat-interval-ms", hb_interval, "override heartbeat_interval_ms")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--heartbeat-timeout-ms", hb_timeout, "override heartbeat_timeout_ms")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--restart-grace-ms", grace, "override restart_grace_ms (0: one lease)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--admin-socket", admin_socket, "override admin_socket (\"\" disables)");
   CLI11_PARSE(app, argc, argv);
 
   auto logger = spdlog::stderr_color_mt("lockd");
@@ -65,6 +74,10 @@ int main(int argc, char** argv) {
   if (lease_ms > 0) config.lease_ms = static_cast<uint64_t>(lease_ms);
   if (max_clients > 0) config.max_clients = static_cast<uint32_t>(max_clients);
   if (app.count("--state-dir") > 0) config.state_dir = state_dir;
+  if (hb_interval > 0) config.heartbeat_interval_ms = static_cast<uint64_t>(hb_interval);
+  if (hb_timeout > 0) config.heartbeat_timeout_ms = static_cast<uint64_t>(hb_timeout);
+  if (grace >= 0) config.restart_grace_ms = static_cast<uint64_t>(grace);
+  if (app.count("--admin-socket") > 0) config.admin_socket = admin_socket;
   if (auto st = rdmalock::lockd::Validate(config); !st.ok()) {
     std::cerr << "lockd: invalid configuration: " << st.message() << "\n";
     return 2;
@@ -98,7 +111,9 @@ int main(int argc, char** argv) {
 
   auto epoch = rdmalock::lockd::BumpEpoch(config.state_dir);
   if (!epoch.ok()) return Fail(epoch.status());
-  auto server = rdmalock::lockd::Server::Create(config, *epoch);
+  auto unclean = rdmalock::lockd::MarkRunning(config.state_dir);
+  if (!unclean.ok()) return Fail(unclean.status());
+  auto server = rdmalock::lockd::Server::Create(config, *epoch, *unclean);
   if (!server.ok()) return Fail(server.status());
 
   rdmalock::Status loop_status;
@@ -129,8 +144,14 @@ int main(int argc, char** argv) {
   stopping.store(true);
   (*server)->RequestStop();
   loop.join();
+  const bool had_clients = (*server)->stopped_with_clients();
   server->reset();
   if (!loop_status.ok()) return Fail(loop_status);
+  if (had_clients) {
+    spdlog::info("clients were connected: the next start waits out the restart grace period");
+  } else {
+    rdmalock::lockd::MarkStoppedCleanly(config.state_dir);
+  }
   spdlog::info("stopped cleanly");
   return 0;
 }

@@ -7,11 +7,16 @@
 //   70       internal error
 //   75       `acquire`: the lock was not granted within --timeout
 //   76       `acquire`: the lock was lost while the command ran (the command was terminated)
+//   1        `release --force`: lockd refused (no such session, no recorded holder)
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -113,6 +118,45 @@ int CmdStatus(const Common& c) {
   return 0;
 }
 
+const char* RequestStatusName(rdmalock::RequestInfo::Status s) {
+  switch (s) {
+    case rdmalock::RequestInfo::Status::kRequesting:
+      return "requesting";
+    case rdmalock::RequestInfo::Status::kWaiting:
+      return "waiting";
+    case rdmalock::RequestInfo::Status::kHolding:
+      return "holding";
+    case rdmalock::RequestInfo::Status::kStale:
+      return "stale";
+  }
+  return "?";
+}
+
+const char* ModeName(rdmalock::LockMode m) {
+  return m == rdmalock::LockMode::kShared ? "shared" : "exclusive";
+}
+
+std::string JsonEscape(const std::string& in) {
+  std::string out;
+  for (char ch : in) {
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+std::string HeartbeatText(std::chrono::milliseconds age) {
+  return age.count() < 0 ? "-" : std::to_string(age.count()) + " ms ago";
+}
+
 int CmdClients(const Common& c) {
   int code = 0;
   auto client = ConnectOrDie(c, &code);
@@ -122,26 +166,49 @@ int CmdClients(const Common& c) {
     std::cerr << "lockctl: " << sessions.status().ToString() << "\n";
     return kExitUnavailable;
   }
+  const uint64_t me = client->session_id();
   if (c.json) {
     std::printf("[");
     bool first = true;
     for (const auto& s : *sessions) {
       std::printf(
           "%s{\"session\":%llu,\"name\":\"%s\",\"pid\":%u,\"peer\":\"%s\","
-          "\"since\":\"%s\",\"lockd_loopback\":%s}",
-          first ? "" : ",", static_cast<unsigned long long>(s.session_id), s.client_name.c_str(),
-          s.pid, s.peer.c_str(), FormatTime(s.since_unix_ns).c_str(),
-          s.lockd_loopback ? "true" : "false");
+          "\"since\":\"%s\",\"heartbeat_age_ms\":%lld,\"lockd_loopback\":%s,\"this_lockctl\":%s,"
+          "\"requests\":[",
+          first ? "" : ",", static_cast<unsigned long long>(s.session_id),
+          JsonEscape(s.client_name).c_str(), s.pid, s.peer.c_str(),
+          FormatTime(s.since_unix_ns).c_str(), static_cast<long long>(s.heartbeat_age.count()),
+          s.lockd_loopback ? "true" : "false", s.session_id == me ? "true" : "false");
+      for (size_t i = 0; i < s.requests.size(); ++i) {
+        const auto& q = s.requests[i];
+        std::printf("%s{\"slot\":%llu,\"mode\":\"%s\",\"status\":\"%s\",\"ticket\":%u}",
+                    i ? "," : "", static_cast<unsigned long long>(q.slot), ModeName(q.mode),
+                    RequestStatusName(q.status), q.ticket);
+      }
+      std::printf("]}");
       first = false;
     }
     std::printf("]\n");
     return 0;
   }
-  std::printf("%-8s %-24s %-8s %-24s %s\n", "SESSION", "NAME", "PID", "PEER", "CONNECTED");
+  std::printf("%-8s %-20s %-8s %-22s %-24s %-14s %-5s %s\n", "SESSION", "NAME", "PID", "PEER",
+              "CONNECTED", "HEARTBEAT", "HELD", "WAITING");
   for (const auto& s : *sessions) {
-    std::printf("%-8llu %-24s %-8u %-24s %s%s\n", static_cast<unsigned long long>(s.session_id),
-                s.client_name.c_str(), s.pid, s.peer.c_str(), FormatTime(s.since_unix_ns).c_str(),
-                s.lockd_loopback ? "  (lockd loopback)" : "");
+    size_t held = 0, waiting = 0;
+    for (const auto& q : s.requests) {
+      if (q.status == rdmalock::RequestInfo::Status::kHolding) ++held;
+      if (q.status == rdmalock::RequestInfo::Status::kWaiting ||
+          q.status == rdmalock::RequestInfo::Status::kRequesting) {
+        ++waiting;
+      }
+    }
+    std::printf("%-8llu %-20s %-8u %-22s %-24s %-14s %-5zu %zu%s\n",
+                static_cast<unsigned long long>(s.session_id), s.client_name.c_str(), s.pid,
+                s.peer.c_str(), FormatTime(s.since_unix_ns).c_str(),
+                s.lockd_loopback ? "-" : HeartbeatText(s.heartbeat_age).c_str(), held, waiting,
+                s.lockd_loopback     ? "  (lockd loopback)"
+                : s.session_id == me ? "  (this lockctl)"
+                                     : "");
   }
   return 0;
 }
@@ -161,20 +228,52 @@ int CmdInspect(const Common& c, const std::string& name, int64_t slot) {
     return st.status().code() == rdmalock::ErrorCode::kInvalidArgument ? kExitUsage
                                                                        : kExitUnavailable;
   }
+  auto sessions = client->Sessions();
+  if (!sessions.ok()) {
+    std::cerr << "lockctl: " << sessions.status().ToString() << "\n";
+    return kExitUnavailable;
+  }
+  struct Who {
+    const rdmalock::SessionInfo* session;
+    rdmalock::RequestInfo request;
+  };
+  std::vector<Who> who;
+  for (const auto& ses : *sessions) {
+    for (const auto& q : ses.requests) {
+      if (q.slot == s && q.status != rdmalock::RequestInfo::Status::kStale)
+        who.push_back({&ses, q});
+    }
+  }
+  std::sort(who.begin(), who.end(), [](const Who& a, const Who& b) {
+    return a.request.status == b.request.status ? a.request.ticket < b.request.ticket
+                                                : a.request.status > b.request.status;
+  });
   const auto& v = *st;
   const char* state = v.exclusive_outstanding == 0 && v.shared_outstanding == 0 ? "free"
                       : v.exclusive_held                                        ? "held exclusive"
                       : v.shared_holders > 0                                    ? "held shared"
                                              : "held (mixed queue)";
+  const uint32_t outstanding = v.exclusive_outstanding + v.shared_outstanding;
   if (c.json) {
     std::printf(
         "{\"name\":\"%s\",\"slot\":%llu,\"state\":\"%s\",\"exclusive_outstanding\":%u,"
         "\"shared_outstanding\":%u,\"maxX\":%u,\"maxS\":%u,\"nX\":%u,\"nS\":%u,"
-        "\"generation\":%llu,\"renewals\":%u,\"frozen\":%s}\n",
-        name.c_str(), static_cast<unsigned long long>(v.slot), state, v.exclusive_outstanding,
-        v.shared_outstanding, v.exclusive_issued, v.shared_issued, v.exclusive_released,
-        v.shared_released, static_cast<unsigned long long>(v.generation), v.renewals,
-        v.frozen ? "true" : "false");
+        "\"generation\":%llu,\"renewals\":%u,\"frozen\":%s,\"unrecorded\":%u,\"requests\":[",
+        JsonEscape(name).c_str(), static_cast<unsigned long long>(v.slot), state,
+        v.exclusive_outstanding, v.shared_outstanding, v.exclusive_issued, v.shared_issued,
+        v.exclusive_released, v.shared_released, static_cast<unsigned long long>(v.generation),
+        v.renewals, v.frozen ? "true" : "false",
+        outstanding > who.size() ? static_cast<uint32_t>(outstanding - who.size()) : 0u);
+    for (size_t i = 0; i < who.size(); ++i) {
+      std::printf(
+          "%s{\"session\":%llu,\"name\":\"%s\",\"pid\":%u,\"peer\":\"%s\",\"status\":\"%s\","
+          "\"mode\":\"%s\",\"ticket\":%u}",
+          i ? "," : "", static_cast<unsigned long long>(who[i].session->session_id),
+          JsonEscape(who[i].session->client_name).c_str(), who[i].session->pid,
+          who[i].session->peer.c_str(), RequestStatusName(who[i].request.status),
+          ModeName(who[i].request.mode), who[i].request.ticket);
+    }
+    std::printf("]}\n");
     return 0;
   }
   if (!name.empty()) std::printf("name         %s\n", name.c_str());
@@ -186,7 +285,78 @@ int CmdInspect(const Common& c, const std::string& name, int64_t slot) {
               v.shared_outstanding, v.shared_issued, v.shared_released);
   std::printf("generation   %llu (renewals %u)%s\n", static_cast<unsigned long long>(v.generation),
               v.renewals, v.frozen ? "  [frozen: awaiting counter reset]" : "");
+  for (const auto& w : who) {
+    std::printf("%-12s session %llu ('%s', pid %u, %s): %s, ticket %u\n",
+                RequestStatusName(w.request.status),
+                static_cast<unsigned long long>(w.session->session_id),
+                w.session->client_name.c_str(), w.session->pid, w.session->peer.c_str(),
+                ModeName(w.request.mode), w.request.ticket);
+  }
+  if (outstanding > who.size()) {
+    std::printf("unrecorded   %zu outstanding request(s) not in any session record\n",
+                static_cast<size_t>(outstanding - who.size()));
+  }
   return 0;
+}
+
+// Sends one request line to lockd's admin socket and prints the reply.
+int CmdRelease(const Common& c, bool force, const std::string& name, int64_t slot, int64_t session,
+               const std::string& socket_path) {
+  const int given = (name.empty() ? 0 : 1) + (slot >= 0 ? 1 : 0) + (session >= 0 ? 1 : 0);
+  if (!force || given != 1) {
+    std::cerr << "lockctl release: give --force and exactly one of NAME, --slot N or --session "
+                 "ID (it fences the holder's whole session)\n";
+    return kExitUsage;
+  }
+  std::string request;
+  if (session >= 0) {
+    request = "release-session " + std::to_string(session);
+  } else if (slot >= 0) {
+    request = "release-slot " + std::to_string(slot);
+  } else {
+    int code = 0;
+    auto client = ConnectOrDie(c, &code);  // for the lock count, to map the name to its slot
+    if (!client) return code;
+    request = "release-slot " + std::to_string(client->SlotOf(name));
+  }
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (fd < 0 || socket_path.size() >= sizeof(addr.sun_path)) {
+    std::cerr << "lockctl: bad admin socket path " << socket_path << "\n";
+    if (fd >= 0) close(fd);
+    return kExitUsage;
+  }
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    std::cerr << "lockctl: cannot reach lockd's admin socket " << socket_path << ": "
+              << std::strerror(errno) << " (run this on the lock node, as a user who may "
+              << "open it; see admin_socket in lockd.yaml)\n";
+    close(fd);
+    return kExitUnavailable;
+  }
+  request += "\n";
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    std::cerr << "lockctl: write to the admin socket failed: " << std::strerror(errno) << "\n";
+    close(fd);
+    return kExitUnavailable;
+  }
+  std::string reply;
+  char buf[512];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) reply.append(buf, static_cast<size_t>(n));
+  close(fd);
+  while (!reply.empty() && reply.back() == '\n') reply.pop_back();
+  const bool ok = reply.rfind("ok ", 0) == 0;
+  if (c.json) {
+    std::printf(
+        "{\"ok\":%s,\"reply\":\"%s\"}\n", ok ? "true" : "false",
+        JsonEscape(reply.substr(reply.find(' ') == std::string::npos ? 0 : reply.find(' ') + 1))
+            .c_str());
+  } else {
+    std::printf("%s\n", reply.c_str());
+  }
+  if (reply.empty()) return kExitUnavailable;
+  return ok ? 0 : 1;
 }
 
 std::atomic<int> g_forward_signal{0};  // lockctl's own process-wide signal flag (main only)
@@ -220,6 +390,9 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
     return kExitInternal;
   }
   if (child == 0) {
+    // If lockctl dies, the command must not run on without the lock: lockd frees a dead
+    // client's locks at once.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
     setenv("RDMALOCK_NAME", name.c_str(), 1);
     setenv("RDMALOCK_SLOT", std::to_string(lock->slot()).c_str(), 1);
     setenv("RDMALOCK_MODE", shared ? "shared" : "exclusive", 1);
@@ -275,7 +448,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "lockctl: inspect and use an rdmalock lock server.\n"
       "Exit codes: 0 ok (acquire: the command's status), 64 usage, 69 lockd "
-      "unreachable, 70 internal, 75 lock not granted in time, 76 lock lost."};
+      "unreachable, 70 internal, 75 lock not granted in time, 76 lock lost, 1 release "
+      "--force refused."};
   app.require_subcommand(1);
   Common c;
   app.add_option("-s,--server", c.server, "lockd address (default: $RDMALOCK_SERVER)");
@@ -286,7 +460,8 @@ int main(int argc, char** argv) {
 
   auto* status = app.add_subcommand("status", "show lockd's epoch, lock count, lease, clients");
   auto* clients = app.add_subcommand(
-      "clients", "list lockd's connections: session, client name, pid, address, since when");
+      "clients",
+      "list lockd's sessions: name, pid, address, since when, last heartbeat, locks held");
 
   auto* inspect = app.add_subcommand("inspect", "decode one lock slot: holders, waiters, tickets");
   std::string inspect_name;
@@ -294,6 +469,19 @@ int main(int argc, char** argv) {
   inspect->add_option("name", inspect_name, "lock name");
   inspect->add_option("--slot", inspect_slot, "slot number instead of a name")
       ->check(CLI::NonNegativeNumber);
+
+  auto* release = app.add_subcommand(
+      "release",
+      "force-release: lockctl release --force NAME|--slot N|--session ID (on the lock node)");
+  bool rel_force = false;
+  std::string rel_name, rel_socket = "/run/rdmalock/lockd.sock";
+  int64_t rel_slot = -1, rel_session = -1;
+  release->add_flag("--force", rel_force, "required: fence the holder's session and free it");
+  release->add_option("name", rel_name, "lock name");
+  release->add_option("--slot", rel_slot, "slot number")->check(CLI::NonNegativeNumber);
+  release->add_option("--session", rel_session, "session id (see lockctl clients)")
+      ->check(CLI::NonNegativeNumber);
+  release->add_option("--admin-socket", rel_socket, "lockd's admin socket")->capture_default_str();
 
   auto* acquire = app.add_subcommand(
       "acquire", "hold a lock while a command runs: lockctl acquire NAME [--shared] -- CMD...");
@@ -330,6 +518,9 @@ int main(int argc, char** argv) {
   if (status->parsed()) return CmdStatus(c);
   if (clients->parsed()) return CmdClients(c);
   if (inspect->parsed()) return CmdInspect(c, inspect_name, inspect_slot);
+  if (release->parsed()) {
+    return CmdRelease(c, rel_force, rel_name, rel_slot, rel_session, rel_socket);
+  }
   if (acquire->parsed()) {
     return CmdAcquire(c, acq_name, acq_shared, acq_timeout, acq_grace, acq_cmd);
   }

@@ -25,13 +25,6 @@ uint64_t SlotForName(std::string_view name, uint64_t lock_count) {
 
 namespace {
 
-// One thread's connection to lockd and what the engine did on it.
-struct ThreadChannel {
-  std::unique_ptr<VerbsMemory> mem;
-  EngineEvents events;
-  Counter acquires, releases, timeouts, lost;
-};
-
 std::string DefaultClientName() {
   char buf[64] = {};
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -40,34 +33,76 @@ std::string DefaultClientName() {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// The request entries of one session's record, handed out to requests and back.
+class EntryPool {
+ public:
+  EntryPool(uint64_t record_offset, uint32_t entries) : base_(record_offset) {
+    free_.reserve(entries);
+    for (uint32_t i = entries; i > 0; --i) free_.push_back(i - 1);
+  }
+  // A record offset, or 0 when every entry is in use (the request then goes unrecorded).
+  uint64_t Take() {
+    std::lock_guard lk(mu_);
+    if (free_.empty()) return 0;
+    const uint32_t i = free_.back();
+    free_.pop_back();
+    return base_ + proto::SessionRecord::EntryOffset(i);
+  }
+  void Give(uint64_t record) {
+    if (record < base_ + proto::SessionRecord::kEntries) return;
+    std::lock_guard lk(mu_);
+    free_.push_back(static_cast<uint32_t>((record - base_ - proto::SessionRecord::kEntries) /
+                                          proto::SessionRecord::kEntrySize));
+  }
+
+ private:
+  uint64_t base_;
+  std::mutex mu_;
+  std::vector<uint32_t> free_;
+};
+
+// One session with lockd: the handshake's answer, the engine for its parameters and its record.
+struct Session {
+  uint64_t gen = 0;  // the client's count of sessions, from 1
+  proto::AcceptReply reply;
+  std::shared_ptr<EntryPool> pool;
+  std::unique_ptr<LockEngine> engine;
+};
+
 }  // namespace
+
+// One thread's connection to lockd (in one session) and what the engine did on it.
+struct ThreadChannel {
+  std::shared_ptr<const Session> session;
+  std::unique_ptr<VerbsMemory> mem;
+  EngineEvents events;
+  Counter acquires, releases, timeouts, lost, unrecorded;
+};
 
 struct LockHandle::State {
   std::weak_ptr<Client::Impl> client;
+  std::shared_ptr<const Session> session;
   std::mutex mu;  // guards everything below: the owner and the renewer thread both use it
   Grant grant;
   LockState state = LockState::kHeld;
+  bool auto_renew = true;
   std::function<void(const Status&)> on_lost;
   bool lost_reported = false;
 };
 
 class Client::Impl {
  public:
-  Impl(ClientOptions opts, std::unique_ptr<VerbsMemory> first)
-      : opts_(std::move(opts)), reply_(first->reply()) {
+  Impl(ClientOptions opts, std::unique_ptr<VerbsMemory> first) : opts_(std::move(opts)) {
     std::random_device rd;
     nonce_ = (uint64_t{rd()} << 32) | rd();
-    EngineParams p;
-    p.lock_count = reply_.lock_count;
-    p.lease = std::chrono::nanoseconds(reply_.lease_ns);
-    p.stall_factor = reply_.stall_factor;
-    p.epoch = static_cast<uint16_t>(reply_.epoch);
-    engine_ = std::make_unique<LockEngine>(p, [this](const Ticket& t) { Abandon(t); });
-    auto ch = std::make_unique<ThreadChannel>();
+    rng_.seed(rd());
+    auto ch = std::make_shared<ThreadChannel>();
+    ch->session = MakeSession(first->reply());
     ch->mem = std::move(first);
+    session_ = ch->session;
     channels_[std::this_thread::get_id()] = std::move(ch);
     reaper_ = std::thread([this] { ReaperLoop(); });
-    if (opts_.auto_renew) renewer_ = std::thread([this] { RenewerLoop(); });
+    keeper_ = std::thread([this] { KeeperLoop(); });
   }
 
   ~Impl() {
@@ -77,84 +112,208 @@ class Client::Impl {
     }
     cv_.notify_all();
     if (reaper_.joinable()) reaper_.join();
-    if (renewer_.joinable()) renewer_.join();
+    if (keeper_.joinable()) keeper_.join();
+    // The session ends with the client: locks still held are lost from here on, then the
+    // connections close (threads' caches may keep the objects a while, disconnected), and lockd
+    // frees what the record shows.
+    (void)EndLeases(Error(ErrorCode::kConnection, "client closed"));
+    for (auto& [tid, ch] : channels_) ch->mem->Shutdown();
   }
 
-  const LockEngine& engine() const { return *engine_; }
-  const proto::AcceptReply& reply() const { return reply_; }
   const ClientOptions& options() const { return opts_; }
+  std::shared_ptr<const Session> session() const {
+    std::lock_guard lk(mu_);
+    return session_;
+  }
 
-  // This thread's channel, connected on first use. The fast path reads a thread-local cache.
-  Result<ThreadChannel*> Channel() {
+  // This thread's channel in the current session, connected on first use. The fast path reads a
+  // thread-local cache. While the client reconnects, waits for the new session until `deadline`.
+  Result<ThreadChannel*> Channel(Clock::time_point deadline = Clock::time_point::max()) {
     struct Cache {
       const Impl* impl = nullptr;
       uint64_t nonce = 0;
-      ThreadChannel* ch = nullptr;
+      uint64_t gen = 0;
+      std::shared_ptr<ThreadChannel> ch;  // keeps the channel alive while this thread uses it
     };
     thread_local Cache cache;
-    if (cache.impl == this && cache.nonce == nonce_) return cache.ch;
+    const uint64_t gen = gen_.load(std::memory_order_acquire);
+    if (cache.impl == this && cache.nonce == nonce_ && cache.gen == gen && gen != 0) {
+      return cache.ch.get();
+    }
     const auto tid = std::this_thread::get_id();
+    std::shared_ptr<const Session> sess;
     {
-      std::lock_guard lk(mu_);
+      std::unique_lock lk(mu_);
+      const auto limit = std::min(deadline, Clock::now() + opts_.connect_timeout);
+      while (session_ == nullptr && !stopping_ && opts_.reconnect) {
+        if (cv_.wait_until(lk, limit) == std::cv_status::timeout) break;
+      }
+      if (stopping_) return Error(ErrorCode::kConnection, "client closed");
+      if (session_ == nullptr) {
+        return Error(ErrorCode::kConnection,
+                     opts_.reconnect ? "not connected to lockd (reconnecting: " + last_error_ + ")"
+                                     : "session with lockd ended: " + last_error_);
+      }
       if (auto it = channels_.find(tid); it != channels_.end()) {
-        cache = {this, nonce_, it->second.get()};
+        cache = {this, nonce_, it->second->session->gen, it->second};
         return it->second.get();
       }
+      sess = session_;
     }
-    RDMALOCK_ASSIGN_OR_RETURN(auto mem, ConnectChannel());
-    auto ch = std::make_unique<ThreadChannel>();
-    ch->mem = std::move(mem);
+    ChannelParams p{opts_.server,        opts_.port,       opts_.connect_timeout,
+                    opts_.client_name,   proto::kFlagJoin, sess->reply.session_id,
+                    sess->reply.join_key};
+    auto mem = VerbsMemory::Connect(p);
+    if (!mem.ok()) {
+      OnSessionError(sess->gen, mem.status());
+      return mem.status();
+    }
+    auto ch = std::make_shared<ThreadChannel>();
+    ch->session = sess;
+    ch->mem = std::move(mem).value();
     std::lock_guard lk(mu_);
-    ThreadChannel* raw = ch.get();
-    channels_[tid] = std::move(ch);
-    cache = {this, nonce_, raw};
-    return raw;
+    if (session_ != sess) return Error(ErrorCode::kConnection, "session with lockd ended");
+    channels_[tid] = ch;
+    cache = {this, nonce_, sess->gen, ch};
+    return ch.get();
   }
 
-  Result<std::unique_ptr<VerbsMemory>> ConnectChannel() {
-    ChannelParams p{opts_.server, opts_.port, opts_.connect_timeout, opts_.client_name, 0};
-    RDMALOCK_ASSIGN_OR_RETURN(auto mem, VerbsMemory::Connect(p));
-    if (mem->reply().epoch != reply_.epoch || mem->reply().lock_count != reply_.lock_count) {
-      return Error(ErrorCode::kConnection,
-                   "lockd restarted (epoch " + std::to_string(reply_.epoch) + " -> " +
-                       std::to_string(mem->reply().epoch) + "); reconnect the client");
+  // A call on `gen`'s session failed. A connection error ends the session: every lock it held is
+  // lost, its connections close (so lockd frees what they recorded), and the keeper reconnects.
+  void OnSessionError(uint64_t gen, const Status& st) {
+    if (st.code() != ErrorCode::kConnection && st.code() != ErrorCode::kRejected &&
+        st.code() != ErrorCode::kProtocol) {
+      return;
     }
-    return mem;
+    std::vector<std::shared_ptr<ThreadChannel>> old;
+    {
+      std::lock_guard lk(mu_);
+      if (session_ == nullptr || session_->gen != gen) return;  // already handled
+      session_ = nullptr;
+      gen_.store(0, std::memory_order_release);
+      last_error_ = st.message();
+      retired_ = StatsLocked();  // keep the counters of the connections that close now
+      for (auto& [tid, ch] : channels_) old.push_back(ch);
+      channels_.clear();
+      ++sessions_lost_;
+    }
+    cv_.notify_all();
+    // Locks first, then connections: when lockd sees them close it may free those locks at once.
+    (void)EndLeases(
+        Error(ErrorCode::kLockLost, "session with lockd ended (" + st.message() + "); lock lost"));
+    for (auto& ch : old) ch->mem->Shutdown();
   }
 
   void Track(const std::shared_ptr<LockHandle::State>& s) {
     std::lock_guard lk(mu_);
-    renewing_.push_back(s);
+    handles_.push_back(s);
   }
 
   ClientStats Stats() {
+    std::lock_guard lk(mu_);
+    return StatsLocked();
+  }
+
+  ClientStats StatsLocked() {
     ClientStats out;
     out.renewals = renewals_.load(std::memory_order_relaxed);
     out.renew_failures = renew_failures_.load(std::memory_order_relaxed);
-    std::lock_guard lk(mu_);
-    for (const auto& [tid, ch] : channels_) {
-      const OpCounters& c = ch->mem->counters();
+    out.sessions_lost = sessions_lost_;
+    out.reconnects = reconnects_;
+    auto add = [&](const ThreadChannel& ch) {
+      const OpCounters& c = ch.mem->counters();
       out.fetch_add += c.fetch_add.get();
       out.compare_swap += c.compare_swap.get();
       out.read += c.read.get();
       out.write += c.write.get();
-      out.acquires += ch->acquires.get();
-      out.releases += ch->releases.get();
-      out.timeouts += ch->timeouts.get();
-      out.lost += ch->lost.get();
-      out.recoveries += ch->events.recoveries.get();
-      out.restarts += ch->events.restarts.get();
-      out.withdrawals += ch->events.withdrawals.get();
-      out.resets += ch->events.resets.get();
-      out.abandoned += ch->events.abandoned.get();
-    }
+      out.acquires += ch.acquires.get();
+      out.releases += ch.releases.get();
+      out.timeouts += ch.timeouts.get();
+      out.lost += ch.lost.get();
+      out.unrecorded += ch.unrecorded.get();
+      out.recoveries += ch.events.recoveries.get();
+      out.restarts += ch.events.restarts.get();
+      out.withdrawals += ch.events.withdrawals.get();
+      out.resets += ch.events.resets.get();
+      out.abandoned += ch.events.abandoned.get();
+    };
+    for (const auto& [tid, ch] : channels_) add(*ch);
+    out.fetch_add += retired_.fetch_add;
+    out.compare_swap += retired_.compare_swap;
+    out.read += retired_.read;
+    out.write += retired_.write;
+    out.acquires += retired_.acquires;
+    out.releases += retired_.releases;
+    out.timeouts += retired_.timeouts;
+    out.lost += retired_.lost;
+    out.unrecorded += retired_.unrecorded;
+    out.recoveries += retired_.recoveries;
+    out.restarts += retired_.restarts;
+    out.withdrawals += retired_.withdrawals;
+    out.resets += retired_.resets;
+    out.abandoned += retired_.abandoned;
     return out;
   }
 
+  std::atomic<uint64_t> renewals_{0}, renew_failures_{0};
+
  private:
-  void Abandon(const Ticket& t) {
+  std::shared_ptr<const Session> MakeSession(const proto::AcceptReply& reply) {
+    auto s = std::make_shared<Session>();
+    s->gen = ++last_gen_;
+    s->reply = reply;
+    const uint32_t entries = opts_.record_requests
+                                 ? std::min(reply.record_entries, proto::SessionRecord::kMaxEntries)
+                                 : 0;
+    s->pool = std::make_shared<EntryPool>(reply.session_record_offset, entries);
+    EngineParams p;
+    p.lock_count = reply.lock_count;
+    p.lease = std::chrono::nanoseconds(reply.lease_ns);
+    p.stall_factor = reply.stall_factor;
+    p.epoch = static_cast<uint16_t>(reply.epoch);
+    std::weak_ptr<EntryPool> pool = s->pool;
+    const uint64_t gen = s->gen;
+    s->engine = std::make_unique<LockEngine>(
+        p, [this, gen](const Ticket& t) { Abandon(gen, t); },
+        [pool](uint64_t record) {
+          if (auto pl = pool.lock()) pl->Give(record);
+        });
+    gen_.store(s->gen, std::memory_order_release);
+    return s;
+  }
+
+  // Marks every held lock lost and calls the loss callbacks. Returns how many.
+  size_t EndLeases(const Status& why) {
+    std::vector<std::shared_ptr<LockHandle::State>> all;
     {
       std::lock_guard lk(mu_);
+      for (auto& w : handles_) {
+        if (auto s = w.lock()) all.push_back(s);
+      }
+      handles_.clear();
+    }
+    size_t n = 0;
+    for (auto& s : all) {
+      std::function<void(const Status&)> notify;
+      {
+        std::lock_guard lk(s->mu);
+        if (s->state != LockState::kHeld) continue;
+        s->state = LockState::kLost;
+        ++n;
+        if (!s->lost_reported) {
+          s->lost_reported = true;
+          notify = s->on_lost;
+        }
+      }
+      if (notify) notify(why);
+    }
+    return n;
+  }
+
+  void Abandon(uint64_t gen, const Ticket& t) {
+    {
+      std::lock_guard lk(mu_);
+      if (session_ == nullptr || session_->gen != gen) return;  // the session is gone anyway
       abandoned_.push_back(t);
     }
     cv_.notify_all();
@@ -171,74 +330,161 @@ class Client::Impl {
         t = abandoned_.front();
         abandoned_.pop_front();
       }
-      auto ch = Channel();
-      if (!ch.ok()) continue;  // the lock's waiters recover the ticket after F x L
-      (void)engine_->Drain(*(*ch)->mem, t, &(*ch)->events);
+      auto ch = Channel(Clock::now());
+      if (!ch.ok()) continue;  // the lock's waiters (or lockd) recover the ticket
+      ThreadChannel& c = **ch;
+      if (Status st = c.session->engine->Drain(*c.mem, t, &c.events); !st.ok()) {
+        OnSessionError(c.session->gen, st);
+      }
     }
   }
 
-  // Renews every tracked grant once a third of its lease has passed.
-  void RenewerLoop() {
-    const auto lease = engine_->params().lease;
-    const auto tick = std::max<std::chrono::nanoseconds>(lease / 12, std::chrono::milliseconds(1));
+  // The keeper: writes the heartbeat, renews tracked grants once a third of their lease has
+  // passed, watches for lockd disconnecting us, and reconnects after the session ends.
+  void KeeperLoop() {
+    uint64_t beat = 0;
+    Clock::time_point next_beat;
+    std::chrono::milliseconds backoff{50};
     for (;;) {
-      std::vector<std::shared_ptr<LockHandle::State>> due;
+      std::shared_ptr<const Session> sess = session();
+      const auto lease = sess ? std::chrono::nanoseconds(sess->reply.lease_ns)
+                              : std::chrono::nanoseconds(std::chrono::seconds(2));
+      const auto hb = sess && sess->reply.heartbeat_interval_ns > 0
+                          ? std::chrono::nanoseconds(sess->reply.heartbeat_interval_ns)
+                          : lease / 4;
+      auto tick = std::max<std::chrono::nanoseconds>(std::min(lease / 12, hb / 2),
+                                                     std::chrono::milliseconds(1));
+      if (!sess) tick = Jittered(backoff);
       {
         std::unique_lock lk(mu_);
         cv_.wait_for(lk, tick, [&] { return stopping_; });
         if (stopping_) return;
-        std::vector<std::weak_ptr<LockHandle::State>> keep;
-        for (auto& w : renewing_) {
-          if (auto s = w.lock()) {
-            due.push_back(s);
-            keep.push_back(w);
+      }
+      if (!sess) {
+        if (!opts_.reconnect) continue;
+        auto grace = std::chrono::milliseconds(0);
+        if (Reconnect(&grace)) {
+          backoff = std::chrono::milliseconds(50);
+          next_beat = Clock::time_point{};
+        } else {
+          backoff =
+              grace.count() > 0 ? grace : std::min(backoff * 2, std::chrono::milliseconds(2000));
+        }
+        continue;
+      }
+      auto ch = Channel(Clock::now());
+      if (!ch.ok()) continue;
+      ThreadChannel& c = **ch;
+      if (c.session != sess) continue;
+      if (Status st = c.mem->CheckConnection(); !st.ok()) {
+        OnSessionError(sess->gen, st);
+        continue;
+      }
+      if (Clock::now() >= next_beat) {
+        next_beat = Clock::now() + hb;
+        RemoteOp w = RemoteOp::Write(
+            RegionId::kSessions,
+            sess->reply.session_record_offset + proto::SessionRecord::kHeartbeat, ++beat);
+        if (Status st = c.mem->Execute(w); !st.ok()) {
+          OnSessionError(sess->gen, st);
+          continue;
+        }
+      }
+      RenewDue(c, lease);
+    }
+  }
+
+  std::chrono::nanoseconds Jittered(std::chrono::milliseconds d) {
+    std::uniform_int_distribution<int64_t> dist(d.count() / 2, d.count() * 3 / 2);
+    return std::chrono::milliseconds(dist(rng_));
+  }
+
+  bool Reconnect(std::chrono::milliseconds* backoff) {
+    ChannelParams p{opts_.server, opts_.port, opts_.connect_timeout, opts_.client_name, 0};
+    uint32_t retry_ms = 0;
+    auto mem = VerbsMemory::Connect(p, &retry_ms);
+    if (!mem.ok()) {
+      std::lock_guard lk(mu_);
+      last_error_ = mem.status().message();
+      // lockd's restart grace says when it will take us: come back then (the caller jitters).
+      if (retry_ms > 0) *backoff = std::chrono::milliseconds(retry_ms);
+      return false;
+    }
+    auto ch = std::make_shared<ThreadChannel>();
+    ch->mem = std::move(mem).value();
+    {
+      std::lock_guard lk(mu_);
+      if (stopping_) return false;
+      ch->session = MakeSession(ch->mem->reply());
+      session_ = ch->session;
+      channels_[std::this_thread::get_id()] = ch;
+      ++reconnects_;
+    }
+    cv_.notify_all();
+    return true;
+  }
+
+  void RenewDue(ThreadChannel& c, std::chrono::nanoseconds lease) {
+    std::vector<std::shared_ptr<LockHandle::State>> due;
+    {
+      std::lock_guard lk(mu_);
+      std::vector<std::weak_ptr<LockHandle::State>> keep;
+      for (auto& w : handles_) {
+        if (auto s = w.lock()) {
+          due.push_back(s);
+          keep.push_back(w);
+        }
+      }
+      handles_.swap(keep);
+    }
+    for (auto& s : due) {
+      Status st;
+      std::function<void(const Status&)> notify;
+      {
+        std::lock_guard lk(s->mu);
+        if (s->state != LockState::kHeld || !s->auto_renew || !opts_.auto_renew) continue;
+        if (s->session != c.session) continue;  // from an ended session: EndLeases handles it
+        if (Clock::now() - s->grant.lease_start < lease / 3) continue;
+        st = c.session->engine->Renew(*c.mem, s->grant, &c.events);
+        if (st.ok()) {
+          renewals_.fetch_add(1, std::memory_order_relaxed);
+          continue;
+        }
+        renew_failures_.fetch_add(1, std::memory_order_relaxed);
+        // A failed renewal whose lease is still running may succeed next tick; past the lease
+        // the lock is lost.
+        if (st.code() == ErrorCode::kLockLost ||
+            !c.session->engine->LeaseValid(s->grant, Clock::now())) {
+          s->state = LockState::kLost;
+          if (!s->lost_reported) {
+            s->lost_reported = true;
+            notify = s->on_lost;
           }
         }
-        renewing_.swap(keep);
       }
-      for (auto& s : due) {
-        Status st;
-        std::function<void(const Status&)> notify;
-        {
-          std::lock_guard lk(s->mu);
-          if (s->state != LockState::kHeld) continue;
-          if (Clock::now() - s->grant.lease_start < lease / 3) continue;
-          auto ch = Channel();
-          st = ch.ok() ? engine_->Renew(*(*ch)->mem, s->grant, &(*ch)->events) : ch.status();
-          if (st.ok()) {
-            renewals_.fetch_add(1, std::memory_order_relaxed);
-            continue;
-          }
-          renew_failures_.fetch_add(1, std::memory_order_relaxed);
-          // A failed renewal whose lease is still running may succeed next tick; past the lease
-          // the lock is lost.
-          if (st.code() == ErrorCode::kLockLost || !engine_->LeaseValid(s->grant, Clock::now())) {
-            s->state = LockState::kLost;
-            if (!s->lost_reported) {
-              s->lost_reported = true;
-              notify = s->on_lost;
-            }
-          }
-        }
-        if (notify) notify(st);
-      }
+      if (notify) notify(st);
+      if (st.code() == ErrorCode::kConnection) OnSessionError(c.session->gen, st);
     }
   }
 
   ClientOptions opts_;
-  proto::AcceptReply reply_;
   uint64_t nonce_ = 0;
-  std::unique_ptr<LockEngine> engine_;
+  std::atomic<uint64_t> gen_{0};  // the current session's gen; 0 while there is none
+  std::minstd_rand rng_;          // keeper thread only
 
-  std::mutex mu_;  // guards the members below
+  mutable std::mutex mu_;  // guards the members below
   std::condition_variable cv_;
   bool stopping_ = false;
-  std::unordered_map<std::thread::id, std::unique_ptr<ThreadChannel>> channels_;
+  uint64_t last_gen_ = 0;
+  std::shared_ptr<const Session> session_;  // null while reconnecting
+  std::string last_error_;
+  std::unordered_map<std::thread::id, std::shared_ptr<ThreadChannel>> channels_;
+  ClientStats retired_;  // counters of the connections of ended sessions
   std::deque<Ticket> abandoned_;
-  std::vector<std::weak_ptr<LockHandle::State>> renewing_;
+  std::vector<std::weak_ptr<LockHandle::State>> handles_;
+  uint64_t sessions_lost_ = 0, reconnects_ = 0;
   std::thread reaper_;
-  std::thread renewer_;
-  std::atomic<uint64_t> renewals_{0}, renew_failures_{0};
+  std::thread keeper_;
 };
 
 // ---- Client
@@ -255,20 +501,57 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   ClientOptions opts = options;
   if (opts.client_name.empty()) opts.client_name = DefaultClientName();
   ChannelParams p{opts.server, opts.port, opts.connect_timeout, opts.client_name, 0};
-  RDMALOCK_ASSIGN_OR_RETURN(auto first, VerbsMemory::Connect(p));
-  return std::unique_ptr<Client>(new Client(std::make_shared<Impl>(opts, std::move(first))));
+  // lockd in its restart grace period refuses connections for a while, and a lockd that is
+  // (re)starting may not listen yet: retry those, with back-off, within the connect timeout.
+  // Other refusals (version, server full, bad address) are final.
+  const auto deadline = Clock::now() + opts.connect_timeout;
+  auto backoff = std::chrono::milliseconds(20);
+  for (;;) {
+    uint32_t retry_ms = 0;
+    auto first = VerbsMemory::Connect(p, &retry_ms);
+    if (first.ok()) {
+      return std::unique_ptr<Client>(
+          new Client(std::make_shared<Impl>(opts, std::move(first).value())));
+    }
+    std::chrono::milliseconds retry = backoff;
+    if (retry_ms > 0) {
+      retry = std::chrono::milliseconds(retry_ms);
+    } else if (!IsNotListening(first.status())) {
+      return first.status();
+    }
+    if (Clock::now() + retry >= deadline) return first.status();
+    std::this_thread::sleep_for(retry);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+  }
 }
 
 uint64_t Client::SlotOf(std::string_view name) const {
-  return SlotForName(name, impl_->reply().lock_count);
+  auto s = impl_->session();
+  return s ? SlotForName(name, s->reply.lock_count) : 0;
 }
-uint64_t Client::lock_count() const { return impl_->reply().lock_count; }
-uint64_t Client::session_id() const { return impl_->reply().session_id; }
-std::chrono::nanoseconds Client::lease() const { return impl_->engine().params().lease; }
+uint64_t Client::lock_count() const {
+  auto s = impl_->session();
+  return s ? s->reply.lock_count : 0;
+}
+uint64_t Client::session_id() const {
+  auto s = impl_->session();
+  return s ? s->reply.session_id : 0;
+}
+uint64_t Client::epoch() const {
+  auto s = impl_->session();
+  return s ? s->reply.epoch : 0;
+}
+std::chrono::nanoseconds Client::lease() const {
+  auto s = impl_->session();
+  return s ? std::chrono::nanoseconds(s->reply.lease_ns) : std::chrono::nanoseconds(0);
+}
 
 Result<LockHandle> Client::Lock(std::string_view name, const LockOptions& options) {
   if (name.empty()) return Error(ErrorCode::kInvalidArgument, "lock name is empty");
-  return LockSlot(SlotOf(name), options);
+  const auto deadline =
+      options.timeout ? Clock::now() + *options.timeout : Clock::time_point::max();
+  RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel(deadline));
+  return LockSlot(SlotForName(name, ch->session->reply.lock_count), options);
 }
 
 Result<LockHandle> Client::TryLock(std::string_view name, LockMode mode) {
@@ -289,31 +572,40 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   if (options.timeout && options.timeout->count() < 0) {
     return Error(ErrorCode::kInvalidArgument, "negative lock timeout");
   }
-  RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel());
   AcquireOptions ao;
   const auto mode = static_cast<Mode>(options.mode);
   if (options.timeout) {
     ao.deadline = Clock::now() + *options.timeout;
     ao.try_only = options.timeout->count() == 0;
   }
+  RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel(ao.deadline));
+  const Session& sess = *ch->session;
   ao.want_token = options.fencing_token && mode == Mode::kExclusive;
-  auto grant = impl_->engine().Acquire(*ch->mem, slot, mode, ao, &ch->events);
+  ao.record = sess.pool->Take();
+  if (ao.record == 0 && impl_->options().record_requests) ++ch->unrecorded;
+  auto grant = sess.engine->Acquire(*ch->mem, slot, mode, ao, &ch->events);
   if (!grant.ok()) {
     if (grant.status().code() == ErrorCode::kTimeout) ++ch->timeouts;
+    impl_->OnSessionError(sess.gen, grant.status());
     return grant.status();
   }
   ++ch->acquires;
   auto state = std::make_shared<LockHandle::State>();
   state->client = impl_;
+  state->session = ch->session;
   state->grant = *grant;
-  if (impl_->options().auto_renew && options.auto_renew) impl_->Track(state);
+  state->auto_renew = options.auto_renew;
+  impl_->Track(state);
   return LockHandle(std::move(state));
 }
 
 Result<ServerInfo> Client::Info() {
   RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel());
   std::vector<uint8_t> page(proto::InfoPage::kEncodedSize);
-  RDMALOCK_RETURN_IF_ERROR(ch->mem->ReadBytes(RegionId::kInfo, 0, page));
+  if (Status st = ch->mem->ReadBytes(RegionId::kInfo, 0, page); !st.ok()) {
+    impl_->OnSessionError(ch->session->gen, st);
+    return st;
+  }
   const proto::InfoPage p = proto::InfoPage::DecodeFrom(page);
   if (p.magic != proto::kInfoMagic) {
     return Error(ErrorCode::kProtocol, "lockd's info page has a bad magic number");
@@ -328,18 +620,24 @@ Result<ServerInfo> Client::Info() {
   info.accepted_total = p.accepted_total;
   info.rejected_total = p.rejected_total;
   info.start_time_unix_ns = p.start_time_unix_ns;
+  info.clock_unix_ns = p.clock_unix_ns;
+  info.grace_until_unix_ns = p.grace_until_unix_ns;
+  info.recoveries = p.recoveries;
   return info;
 }
 
 Result<SlotState> Client::Inspect(uint64_t slot) {
-  if (slot >= lock_count()) {
-    return Error(ErrorCode::kInvalidArgument, "slot " + std::to_string(slot) +
-                                                  " is out of range (lock_count " +
-                                                  std::to_string(lock_count()) + ")");
-  }
   RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel());
+  if (slot >= ch->session->reply.lock_count) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "slot " + std::to_string(slot) + " is out of range (lock_count " +
+                     std::to_string(ch->session->reply.lock_count) + ")");
+  }
   RemoteOp rd = RemoteOp::Read(RegionId::kLocks, proto::SlotOffset(slot), 16);
-  RDMALOCK_RETURN_IF_ERROR(ch->mem->Execute(rd));
+  if (Status st = ch->mem->Execute(rd); !st.ok()) {
+    impl_->OnSessionError(ch->session->gen, st);
+    return st;
+  }
   const proto::Word0 w = proto::Word0::Decode(rd.result[0]);
   SlotState s;
   s.slot = slot;
@@ -361,25 +659,71 @@ Result<SlotState> Client::Inspect(uint64_t slot) {
 
 Result<std::vector<SessionInfo>> Client::Sessions() {
   RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel());
-  const proto::AcceptReply& r = impl_->reply();
-  if (r.session_record_size < proto::SessionRecord::kEncodedSize ||
+  const proto::AcceptReply& r = ch->session->reply;
+  if (r.session_record_size != proto::kSessionRecordSize ||
       r.sessions.length % r.session_record_size != 0) {
     return Error(ErrorCode::kProtocol, "lockd's session table has an unexpected layout");
   }
   std::vector<uint8_t> table(r.sessions.length);
-  RDMALOCK_RETURN_IF_ERROR(ch->mem->ReadBytes(RegionId::kSessions, 0, table));
+  std::vector<uint8_t> page(proto::InfoPage::kEncodedSize);
+  Status st = ch->mem->ReadBytes(RegionId::kSessions, 0, table);
+  if (st.ok()) st = ch->mem->ReadBytes(RegionId::kInfo, 0, page);
+  if (!st.ok()) {
+    impl_->OnSessionError(ch->session->gen, st);
+    return st;
+  }
+  const uint64_t lockd_now = proto::InfoPage::DecodeFrom(page).clock_unix_ns;
   std::vector<SessionInfo> out;
+  std::unordered_map<uint64_t, proto::Word0> words;  // slot -> word0, read once per slot
   for (size_t off = 0; off + r.session_record_size <= table.size(); off += r.session_record_size) {
-    const auto rec = proto::SessionRecord::DecodeFrom(
-        std::span<const uint8_t>(table.data() + off, r.session_record_size));
-    if (rec.session_id == 0) continue;  // free
+    const std::span<const uint8_t> rec(table.data() + off, r.session_record_size);
+    const auto hdr = proto::SessionRecord::DecodeFrom(rec);
+    if (hdr.session_id == 0) continue;  // free
     SessionInfo s;
-    s.session_id = rec.session_id;
-    s.client_name = rec.name;
-    s.pid = rec.pid;
-    s.peer = rec.peer;
-    s.since_unix_ns = rec.since_unix_ns;
-    s.lockd_loopback = (rec.flags & proto::kFlagLoopback) != 0;
+    s.session_id = hdr.session_id;
+    s.client_name = hdr.name;
+    s.pid = hdr.pid;
+    s.peer = hdr.peer;
+    s.since_unix_ns = hdr.since_unix_ns;
+    s.lockd_loopback = (hdr.flags & proto::kFlagLoopback) != 0;
+    if (hdr.heartbeat_seen_unix_ns != 0 && lockd_now >= hdr.heartbeat_seen_unix_ns) {
+      s.heartbeat_age = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::nanoseconds(lockd_now - hdr.heartbeat_seen_unix_ns));
+    }
+    for (uint32_t i = 0; i < proto::SessionRecord::kMaxEntries; ++i) {
+      const size_t e = proto::SessionRecord::EntryOffset(i);
+      proto::RequestEntry entry;
+      if (!proto::RequestEntry::Decode(proto::GetLe(rec, e, 8), proto::GetLe(rec, e + 8, 8),
+                                       &entry) ||
+          entry.slot >= r.lock_count) {
+        continue;
+      }
+      RequestInfo q;
+      q.slot = entry.slot;
+      q.mode = static_cast<LockMode>(entry.mode);
+      const proto::Word0 t = proto::Word0::Decode(entry.ticket);
+      q.ticket = entry.mode == Mode::kExclusive ? t.max_x : t.max_s;
+      if (entry.state == proto::RequestEntry::State::kQueued) {
+        auto it = words.find(entry.slot);
+        if (it == words.end()) {
+          RemoteOp rd = RemoteOp::Read(RegionId::kLocks, proto::SlotOffset(entry.slot), 8);
+          if (Status rs = ch->mem->Execute(rd); !rs.ok()) {
+            impl_->OnSessionError(ch->session->gen, rs);
+            return rs;
+          }
+          it = words.emplace(entry.slot, proto::Word0::Decode(rd.result[0])).first;
+        }
+        const proto::Word0 w = it->second;
+        if (proto::TicketGone(w, t, entry.mode) || proto::Skipped(w, t, entry.mode)) {
+          q.status = RequestInfo::Status::kStale;
+        } else if (proto::Granted(w, t, entry.mode)) {
+          q.status = RequestInfo::Status::kHolding;
+        } else {
+          q.status = RequestInfo::Status::kWaiting;
+        }
+      }
+      s.requests.push_back(q);
+    }
     out.push_back(std::move(s));
   }
   std::sort(out.begin(), out.end(),
@@ -390,6 +734,10 @@ Result<std::vector<SessionInfo>> Client::Sessions() {
 ClientStats Client::Stats() const { return impl_->Stats(); }
 
 // ---- LockHandle
+
+namespace {
+Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl);
+}  // namespace
 
 LockHandle::LockHandle(LockHandle&& o) noexcept : state_(std::move(o.state_)) {}
 LockHandle& LockHandle::operator=(LockHandle&& o) noexcept {
@@ -420,9 +768,7 @@ uint64_t LockHandle::fencing_token() const {
 std::chrono::steady_clock::time_point LockHandle::lease_expiry() const {
   if (!state_) return {};
   std::lock_guard lk(state_->mu);
-  auto impl = state_->client.lock();
-  return state_->grant.lease_start +
-         (impl ? impl->engine().params().lease : std::chrono::nanoseconds::zero());
+  return state_->grant.lease_start + state_->session->engine->params().lease;
 }
 
 void LockHandle::OnLost(std::function<void(const Status&)> callback) {
@@ -434,6 +780,15 @@ void LockHandle::OnLost(std::function<void(const Status&)> callback) {
 Status LockHandle::Release() {
   if (!state_) return Error(ErrorCode::kNotHeld, "empty lock handle");
   auto impl = state_->client.lock();
+  Status st = ReleaseHeld(*state_, impl.get());
+  if (impl && st.code() == ErrorCode::kConnection) impl->OnSessionError(state_->session->gen, st);
+  return st;
+}
+
+namespace {
+
+Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
+  auto* state_ = &s;
   std::lock_guard lk(state_->mu);
   if (state_->state == LockState::kReleased) {
     return Error(ErrorCode::kNotHeld, "lock already released");
@@ -444,12 +799,14 @@ Status LockHandle::Release() {
   if (!impl) {
     state_->state = LockState::kLost;
     return Error(ErrorCode::kConnection,
-                 "client closed before release; lockd's waiters "
-                 "recover the lock after its lease");
+                 "client closed before release; lockd frees the lock when the session ends");
   }
-  auto ch = impl->Channel();
-  Status st =
-      ch.ok() ? impl->engine().Release(*(*ch)->mem, state_->grant, &(*ch)->events) : ch.status();
+  auto ch = impl->Channel(Clock::now());
+  if (ch.ok() && (*ch)->session != state_->session) {
+    ch = Error(ErrorCode::kLockLost, "session with lockd ended; lock lost");
+  }
+  Status st = ch.ok() ? state_->session->engine->Release(*(*ch)->mem, state_->grant, &(*ch)->events)
+                      : ch.status();
   if (st.ok()) {
     state_->state = LockState::kReleased;
     ++(*ch)->releases;
@@ -457,20 +814,31 @@ Status LockHandle::Release() {
     // Lost, or the connection failed so the release may not have happened: either way this
     // process no longer holds a lock it can rely on.
     state_->state = LockState::kLost;
+    state_->lost_reported = true;
     if (ch.ok()) ++(*ch)->lost;
   }
   return st;
 }
 
+}  // namespace
+
 Status LockHandle::Renew() {
   if (!state_) return Error(ErrorCode::kNotHeld, "empty lock handle");
   auto impl = state_->client.lock();
   if (!impl) return Error(ErrorCode::kConnection, "client closed");
-  std::lock_guard lk(state_->mu);
-  if (state_->state != LockState::kHeld) return Error(ErrorCode::kNotHeld, "lock is not held");
-  RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl->Channel());
-  Status st = impl->engine().Renew(*ch->mem, state_->grant, &ch->events);
-  if (st.code() == ErrorCode::kLockLost) state_->state = LockState::kLost;
+  Status st;
+  {
+    std::lock_guard lk(state_->mu);
+    if (state_->state != LockState::kHeld) return Error(ErrorCode::kNotHeld, "lock is not held");
+    RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl->Channel(Clock::now()));
+    if (ch->session != state_->session) {
+      state_->state = LockState::kLost;
+      return Error(ErrorCode::kLockLost, "session with lockd ended; lock lost");
+    }
+    st = state_->session->engine->Renew(*ch->mem, state_->grant, &ch->events);
+    if (st.code() == ErrorCode::kLockLost) state_->state = LockState::kLost;
+  }
+  if (st.code() == ErrorCode::kConnection) impl->OnSessionError(state_->session->gen, st);
   return st;
 }
 

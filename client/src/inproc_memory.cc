@@ -7,10 +7,13 @@
 
 namespace rdmalock {
 
-InProcessTable::InProcessTable(uint64_t lock_count)
+InProcessTable::InProcessTable(uint64_t lock_count, uint64_t session_bytes)
     : lock_count_(lock_count),
-      words_(std::make_unique<std::atomic<uint64_t>[]>((lock_count + 1) * 2)) {
+      words_(std::make_unique<std::atomic<uint64_t>[]>((lock_count + 1) * 2)),
+      session_words_(session_bytes / 8),
+      sessions_(std::make_unique<std::atomic<uint64_t>[]>(session_bytes / 8)) {
   for (uint64_t i = 0; i < (lock_count + 1) * 2; ++i) words_[i].store(0);
+  for (uint64_t i = 0; i < session_words_; ++i) sessions_[i].store(0);
   words_[lock_count * 2].store(proto::kProbePattern);
 }
 
@@ -30,12 +33,35 @@ Status InProcessMemory::Check(const RemoteOp& op) const {
   return Status::Ok();
 }
 
+Status InProcessMemory::ExecuteSessions(RemoteOp& op) {
+  if (op.offset % 8 != 0 || op.offset + op.length > table_->session_bytes() ||
+      (op.length != 8 && op.length != 16) ||
+      (op.kind != RemoteOp::Kind::kWrite && op.kind != RemoteOp::Kind::kRead)) {
+    return Error(ErrorCode::kConnection,
+                 "remote access error on the session table: offset " + std::to_string(op.offset));
+  }
+  const uint64_t n = op.length / 8;
+  for (uint64_t i = 0; i < n; ++i) {
+    std::atomic<uint64_t>& w = table_->session_word(op.offset + i * 8);
+    if (op.kind == RemoteOp::Kind::kWrite) {
+      w.store(i == 0 ? op.operand : op.swap, std::memory_order_release);
+    } else {
+      op.result[i] = w.load(std::memory_order_acquire);
+    }
+  }
+  return Status::Ok();
+}
+
 Status InProcessMemory::DoExecute(std::span<RemoteOp> ops) {
   for (RemoteOp& op : ops) {
     if (broken_.load()) return Error(ErrorCode::kConnection, "channel broken (injected)");
     if (hook_ && !hook_(op)) {
       broken_.store(true);
       return Error(ErrorCode::kConnection, "channel dropped (injected)");
+    }
+    if (op.region == RegionId::kSessions) {
+      RDMALOCK_RETURN_IF_ERROR(ExecuteSessions(op));
+      continue;
     }
     RDMALOCK_RETURN_IF_ERROR(Check(op));
     std::atomic<uint64_t>& w = table_->word(op.offset / 8);

@@ -16,7 +16,8 @@ namespace rdmalock {
 
 class InProcessTable {
  public:
-  explicit InProcessTable(uint64_t lock_count);
+  // `session_bytes`: the size of the session table (WRITE and READ, as lockd registers it).
+  explicit InProcessTable(uint64_t lock_count, uint64_t session_bytes = 4 * 4096);
 
   uint64_t lock_count() const { return lock_count_; }
   // Word `index` (0 = word0 of slot 0, 1 = word1 of slot 0, ...) of the lock table.
@@ -28,10 +29,15 @@ class InProcessTable {
   void Store(uint64_t slot, int w, uint64_t v) {
     words_[slot * 2 + static_cast<uint64_t>(w)].store(v, std::memory_order_release);
   }
+  uint64_t session_bytes() const { return session_words_ * 8; }
+  // The 8-byte word of the session table at byte `offset`.
+  std::atomic<uint64_t>& session_word(uint64_t offset) { return sessions_[offset / 8]; }
 
  private:
   uint64_t lock_count_;
   std::unique_ptr<std::atomic<uint64_t>[]> words_;
+  uint64_t session_words_;
+  std::unique_ptr<std::atomic<uint64_t>[]> sessions_;
 };
 
 // One channel on an InProcessTable, with fault injection.
@@ -53,6 +59,7 @@ class InProcessMemory : public RemoteMemory {
   Status DoExecute(std::span<RemoteOp> ops) override;
 
  private:
+  Status ExecuteSessions(RemoteOp& op);
   Status Check(const RemoteOp& op) const;
 
   InProcessTable* table_;

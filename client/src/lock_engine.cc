@@ -56,8 +56,36 @@ void Count(Counter EngineEvents::*field, EngineEvents* ev) {
 
 }  // namespace
 
-LockEngine::LockEngine(EngineParams params, AbandonHandler on_abandon)
-    : params_(params), on_abandon_(std::move(on_abandon)) {}
+LockEngine::LockEngine(EngineParams params, AbandonHandler on_abandon, RecordHandler on_record_free)
+    : params_(params),
+      on_abandon_(std::move(on_abandon)),
+      on_record_free_(std::move(on_record_free)) {}
+
+namespace {
+
+RemoteOp EntryWrite(uint64_t record, uint64_t slot, Mode mode, proto::RequestEntry::State state,
+                    uint64_t ticket) {
+  proto::RequestEntry e;
+  e.slot = static_cast<uint32_t>(slot);
+  e.mode = mode;
+  e.state = state;
+  e.ticket = ticket;
+  const auto w = e.Encode();
+  return RemoteOp::Write16(RegionId::kSessions, record, w[0], w[1]);
+}
+
+RemoteOp EntryClear(uint64_t record) {
+  return RemoteOp::Write16(RegionId::kSessions, record, 0, 0);
+}
+
+}  // namespace
+
+void LockEngine::FreeRecord(RemoteMemory& mem, uint64_t record) const {
+  if (record == 0) return;
+  RemoteOp clear = EntryClear(record);
+  (void)mem.Post(clear);  // a failure breaks the channel; the session's record goes with it
+  if (on_record_free_) on_record_free_(record);
+}
 
 void LockEngine::FillToken(Grant* g) const {
   if (g->ticket.mode == Mode::kExclusive && g->has_generation) {
@@ -78,6 +106,15 @@ nanoseconds LockEngine::PollInterval(const RemoteMemory& mem, uint32_t ahead,
 
 Result<Grant> LockEngine::Acquire(RemoteMemory& mem, uint64_t slot, Mode mode,
                                   const AcquireOptions& opt, EngineEvents* ev) const {
+  bool handed_off = false;  // an abandoned ticket (and its entry) went to the abandon handler
+  auto g = AcquireImpl(mem, slot, mode, opt, ev, &handed_off);
+  if (!g.ok() && !handed_off) FreeRecord(mem, opt.record);
+  return g;
+}
+
+Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mode,
+                                      const AcquireOptions& opt, EngineEvents* ev,
+                                      bool* handed_off) const {
   if (slot >= params_.lock_count) {
     return Error(ErrorCode::kInvalidArgument, "slot " + std::to_string(slot) +
                                                   " is out of range (lock_count " +
@@ -93,16 +130,24 @@ Result<Grant> LockEngine::Acquire(RemoteMemory& mem, uint64_t slot, Mode mode,
     if (attempt > 0 && Clock::now() >= opt.deadline) {
       return Error(ErrorCode::kTimeout, "timed out waiting for slot " + std::to_string(slot));
     }
-    RemoteOp ops[2] = {RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(slot), inc),
-                       RemoteOp::Read(RegionId::kLocks, Word1Off(slot), 8)};
+    // The request's entry (when recorded) goes in the same doorbell, ahead of the FA: if this
+    // client dies, lockd knows a request was made even when its ticket never came back.
+    RemoteOp ops[3];
+    size_t n = 0;
+    if (opt.record != 0) {
+      ops[n++] = EntryWrite(opt.record, slot, mode, proto::RequestEntry::State::kRequesting, 0);
+    }
+    const size_t fa = n;
+    ops[n++] = RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(slot), inc);
+    if (opt.want_token) ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(slot), 8);
     const auto issue = Clock::now();
-    RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops, opt.want_token ? 2 : 1)));
-    const Word0 prev = Word0::Decode(ops[0].result[0]);
+    RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops, n)));
+    const Word0 prev = Word0::Decode(ops[fa].result[0]);
 
     if (prev.Frozen()) {
       // The word awaits a reset: take the increment back (by CAS, never FA of -inc) and retry.
       RDMALOCK_RETURN_IF_ERROR(
-          WithdrawFrozen(mem, slot, inc, Word0::Decode(ops[0].result[0] + inc), ev));
+          WithdrawFrozen(mem, slot, inc, Word0::Decode(ops[fa].result[0] + inc), ev));
       RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(slot), 16);
       RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
       const Word0 w0 = Word0::Decode(rd.result[0]);
@@ -129,13 +174,19 @@ Result<Grant> LockEngine::Acquire(RemoteMemory& mem, uint64_t slot, Mode mode,
     }
     frozen_seen = Observed{};
 
-    const Ticket t{slot, mode, prev};
+    const Ticket t{slot, mode, prev, opt.record};
+    if (opt.record != 0) {
+      // The ticket, posted without waiting: it lands before anything this channel sends next.
+      RemoteOp queued =
+          EntryWrite(opt.record, slot, mode, proto::RequestEntry::State::kQueued, prev.Encode());
+      RDMALOCK_RETURN_IF_ERROR(mem.Post(queued));
+    }
     Grant g;
     g.ticket = t;
     g.seen = Word0::Decode(prev.Encode() + inc);
     g.lease_start = issue;
     if (opt.want_token) {
-      g.generation = proto::Generation(ops[1].result[0]);
+      g.generation = proto::Generation(ops[fa + 1].result[0]);
       g.has_generation = true;
     }
     if (proto::Granted(prev, prev, mode)) {  // granted at once: one round trip
@@ -148,9 +199,11 @@ Result<Grant> LockEngine::Acquire(RemoteMemory& mem, uint64_t slot, Mode mode,
         FillToken(&g);
         return g;
       }
+      if (gu == GiveUp::kAbandoned) *handed_off = true;
       return Error(ErrorCode::kBusy, "slot " + std::to_string(slot) + " is held");
     }
-    RDMALOCK_ASSIGN_OR_RETURN(const WaitOutcome out, Wait(mem, t, issue, opt.deadline, &g, ev));
+    RDMALOCK_ASSIGN_OR_RETURN(const WaitOutcome out,
+                              Wait(mem, t, issue, opt.deadline, &g, ev, handed_off));
     if (out == WaitOutcome::kGranted) {
       FillToken(&g);
       return g;
@@ -165,7 +218,7 @@ Result<Grant> LockEngine::Acquire(RemoteMemory& mem, uint64_t slot, Mode mode,
 Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket& t,
                                                  Clock::time_point fa_issue,
                                                  Clock::time_point deadline, Grant* grant,
-                                                 EngineEvents* ev) const {
+                                                 EngineEvents* ev, bool* handed_off) const {
   const uint64_t inc = proto::AcquireIncrement(t.mode);
   Clock::time_point last_waiting_issue = fa_issue;  // issue of the last op that showed us waiting
   Word0 last = Word0::Decode(t.word.Encode() + inc);
@@ -183,6 +236,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
     }
     if (now >= deadline) {
       RDMALOCK_ASSIGN_OR_RETURN(const GiveUp gu, GiveUpTicket(mem, t, &last, ev));
+      if (gu == GiveUp::kAbandoned && handed_off != nullptr) *handed_off = true;
       if (gu != GiveUp::kGranted) return WaitOutcome::kTimeout;
       grant->ticket = t;
       grant->seen = last;
@@ -311,26 +365,35 @@ Status LockEngine::Release(RemoteMemory& mem, const Grant& g, EngineEvents* ev) 
   Word0 cur = g.seen;  // exact unless requests arrived (or siblings released) since we looked
   for (;;) {
     if (!LeaseValid(g, Clock::now())) {
+      FreeRecord(mem, t.record);
       return Error(ErrorCode::kLockLost, "lease on slot " + std::to_string(t.slot) +
                                              " expired before release; not released (waiters "
                                              "recover the lock)");
     }
     if (!StillHeld(cur, t)) {
+      FreeRecord(mem, t.record);
       return Error(ErrorCode::kLockLost, "slot " + std::to_string(t.slot) +
                                              " was recovered by a waiter before release; the "
                                              "critical section may have overlapped another");
     }
     // A CAS, not a FETCH_AND_ADD: it lands only if the word still shows our grant, so a release
-    // that is delayed (a paused process, a retransmission) past a recovery changes nothing.
-    RemoteOp cas =
-        RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), cur.Encode(), cur.Encode() + inc);
-    RDMALOCK_RETURN_IF_ERROR(mem.Execute(cas));
-    if (cas.result[0] == cur.Encode()) {
+    // that is delayed (a paused process, a retransmission) past a recovery changes nothing. The
+    // entry is cleared in the same doorbell, after the CAS. (If the CAS fails and we try again,
+    // the entry reads free meanwhile: a crash then leaves this grant to stall recovery.)
+    RemoteOp ops[2] = {
+        RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), cur.Encode(), cur.Encode() + inc),
+        EntryClear(t.record)};
+    if (Status st = mem.Execute(std::span<RemoteOp>(ops, t.record != 0 ? 2 : 1)); !st.ok()) {
+      if (t.record != 0 && on_record_free_) on_record_free_(t.record);
+      return st;
+    }
+    if (ops[0].result[0] == cur.Encode()) {
+      if (t.record != 0 && on_record_free_) on_record_free_(t.record);
       const Word0 now = Word0::Decode(cur.Encode() + inc);
       if (now.Frozen() && now.Drained()) return ResetDrained(mem, t.slot, now, ev);
       return Status::Ok();
     }
-    cur = Word0::Decode(cas.result[0]);
+    cur = Word0::Decode(ops[0].result[0]);
   }
 }
 
@@ -356,11 +419,69 @@ Status LockEngine::Renew(RemoteMemory& mem, Grant& g, EngineEvents* /*ev*/) cons
 
 Status LockEngine::Drain(RemoteMemory& mem, const Ticket& t, EngineEvents* ev) const {
   Grant g;
-  RDMALOCK_ASSIGN_OR_RETURN(const WaitOutcome out,
-                            Wait(mem, t, Clock::now(), Clock::time_point::max(), &g, ev));
-  if (out != WaitOutcome::kGranted) return Status::Ok();  // skipped or reset: nothing to release
-  Status st = Release(mem, g, ev);
+  auto out = Wait(mem, t, Clock::now(), Clock::time_point::max(), &g, ev, nullptr);
+  if (!out.ok() || *out != WaitOutcome::kGranted) {  // skipped or reset: nothing to release
+    FreeRecord(mem, t.record);
+    return out.ok() ? Status::Ok() : out.status();
+  }
+  Status st = Release(mem, g, ev);  // clears the entry
   return st.code() == ErrorCode::kLockLost ? Status::Ok() : st;
+}
+
+Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev) const {
+  using Outcome = ReapState::Outcome;
+  const Ticket& t = r.ticket;
+  if (r.started && Clock::now() - r.last_issue > params_.lease) {
+    // We lost sight of the word for a lease (lockd was descheduled): the word may have been
+    // reset meanwhile and the ticket's numbers reused. Leave it to the waiters' stall recovery.
+    r.outcome = Outcome::kGaveUp;
+    return true;
+  }
+  RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(t.slot), 16);
+  const auto issue = Clock::now();
+  RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
+  const auto done = Clock::now();
+  r.started = true;
+  r.last_issue = issue;
+  const Word0 w0 = Word0::Decode(rd.result[0]);
+  if (proto::TicketGone(w0, t.word, t.mode) || proto::Skipped(w0, t.word, t.mode)) {
+    r.outcome = Outcome::kAlreadyDone;
+    return true;
+  }
+  if (proto::Granted(w0, t.word, t.mode)) {
+    Grant g;
+    g.ticket = t;
+    g.ticket.record = 0;  // lockd clears the dead session's record itself
+    g.seen = w0;
+    g.lease_start = issue;
+    Status st = Release(mem, g, ev);
+    if (!st.ok() && st.code() != ErrorCode::kLockLost) return st;
+    r.outcome = st.ok() ? Outcome::kReleased : Outcome::kAlreadyDone;
+    return true;
+  }
+  const uint64_t w1 = rd.result[1];
+  if (!r.seen_valid || r.seen_n_x != w0.n_x || r.seen_n_s != w0.n_s || r.seen_word1 != w1) {
+    r.seen_valid = true;
+    r.seen_n_x = w0.n_x;
+    r.seen_n_s = w0.n_s;
+    r.seen_word1 = w1;
+    r.seen_since = done;
+    return false;
+  }
+  if (done - r.seen_since < stall_timeout()) return false;
+  // The queue ahead of this ticket is stuck (F x L): mark it and this ticket done, as a waiter.
+  const Word0 rec = proto::RecoveredWord(w0, t.word, t.mode);
+  RemoteOp cas =
+      RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), w0.Encode(), rec.Encode());
+  RDMALOCK_RETURN_IF_ERROR(mem.Execute(cas));
+  if (cas.result[0] != w0.Encode()) {
+    r.seen_valid = false;  // something moved: time the stall again
+    return false;
+  }
+  Count(&EngineEvents::recoveries, ev);
+  if (rec.Frozen() && rec.Drained()) RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, t.slot, rec, ev));
+  r.outcome = Outcome::kRecovered;
+  return true;
 }
 
 }  // namespace rdmalock

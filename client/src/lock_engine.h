@@ -30,6 +30,9 @@ struct Ticket {
   uint64_t slot = 0;
   Mode mode = Mode::kExclusive;
   proto::Word0 word;
+  // Where the request is recorded in the client's session record (byte offset of its entry in
+  // the session table), or 0 for an unrecorded request. See proto::RequestEntry.
+  uint64_t record = 0;
 };
 
 struct Grant {
@@ -45,6 +48,24 @@ struct AcquireOptions {
   Clock::time_point deadline = Clock::time_point::max();
   bool try_only = false;    // give up at once instead of queueing (kBusy)
   bool want_token = false;  // read word1 with the FETCH_AND_ADD so a token comes with the grant
+  uint64_t record = 0;      // the request's entry in the session record (0: not recorded)
+};
+
+// lockd's recovery of one request of a dead client: Reap() steps it without blocking.
+struct ReapState {
+  Ticket ticket;
+  bool started = false;
+  bool seen_valid = false;
+  uint16_t seen_n_x = 0, seen_n_s = 0;
+  uint64_t seen_word1 = 0;
+  Clock::time_point seen_since, last_issue;
+  enum class Outcome {
+    kPending,
+    kReleased,
+    kAlreadyDone,
+    kRecovered,
+    kGaveUp
+  } outcome = Outcome::kPending;
 };
 
 // What the engine did, for benchmarks and tests.
@@ -62,8 +83,11 @@ class LockEngine {
   // requests queued behind it. The handler must Drain() it on some channel soon, or the lock
   // stalls until waiters recover (F x L). Must be thread-safe.
   using AbandonHandler = std::function<void(const Ticket&)>;
+  // Called with a request's record offset once the engine has cleared the entry (the request is
+  // over: released, withdrawn, drained or lost). Must be thread-safe.
+  using RecordHandler = std::function<void(uint64_t record)>;
 
-  LockEngine(EngineParams params, AbandonHandler on_abandon);
+  LockEngine(EngineParams params, AbandonHandler on_abandon, RecordHandler on_record_free = {});
 
   const EngineParams& params() const { return params_; }
   std::chrono::nanoseconds stall_timeout() const { return params_.lease * params_.stall_factor; }
@@ -84,6 +108,12 @@ class LockEngine {
   // Waits for an abandoned ticket's turn and releases it at once, so the queue moves on.
   Status Drain(RemoteMemory& mem, const Ticket& t, EngineEvents* ev = nullptr) const;
 
+  // One step of freeing a dead client's request (lockd's fast recovery): one READ of the slot;
+  // releases the ticket if it is granted, finishes if it is already done (skipped, reset), marks
+  // it done by stall recovery after F x L without progress, and otherwise leaves it pending.
+  // Never blocks. Returns true when the ticket needs no more steps (see r.outcome).
+  Result<bool> Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev = nullptr) const;
+
   bool LeaseValid(const Grant& g, Clock::time_point now) const {
     return now < g.lease_start + params_.lease;
   }
@@ -91,7 +121,12 @@ class LockEngine {
  private:
   enum class WaitOutcome { kGranted, kRestart, kTimeout };
   Result<WaitOutcome> Wait(RemoteMemory& mem, const Ticket& t, Clock::time_point fa_issue,
-                           Clock::time_point deadline, Grant* grant, EngineEvents* ev) const;
+                           Clock::time_point deadline, Grant* grant, EngineEvents* ev,
+                           bool* handed_off) const;
+  Result<Grant> AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mode, const AcquireOptions& opt,
+                            EngineEvents* ev, bool* handed_off) const;
+  // Clears a request's entry (posted, not waited for) and hands the entry back.
+  void FreeRecord(RemoteMemory& mem, uint64_t record) const;
   // Takes back an increment from a frozen word; resets the word if that drains it.
   Status WithdrawFrozen(RemoteMemory& mem, uint64_t slot, uint64_t inc, proto::Word0 cur,
                         EngineEvents* ev) const;
@@ -108,6 +143,7 @@ class LockEngine {
 
   EngineParams params_;
   AbandonHandler on_abandon_;
+  RecordHandler on_record_free_;
 };
 
 }  // namespace rdmalock

@@ -28,4 +28,14 @@ Status RemoteMemory::Execute(std::span<RemoteOp> ops) {
   return st;
 }
 
+Status RemoteMemory::Post(std::span<RemoteOp> ops) {
+  for (const RemoteOp& op : ops) {
+    if (op.kind != RemoteOp::Kind::kWrite) {
+      return Error(ErrorCode::kInvalidArgument, "only WRITEs may be posted without waiting");
+    }
+    ++counters_.write;
+  }
+  return DoPost(ops);
+}
+
 }  // namespace rdmalock

@@ -48,6 +48,12 @@ struct RemoteOp {
     op.kind = Kind::kWrite, op.region = r, op.offset = off, op.operand = w0;
     return op;
   }
+  static RemoteOp Write16(RegionId r, uint64_t off, uint64_t w0, uint64_t w1) {
+    RemoteOp op;
+    op.kind = Kind::kWrite, op.region = r, op.offset = off, op.operand = w0, op.swap = w1,
+    op.length = 16;
+    return op;
+  }
 };
 
 // A counter with one writing thread that any thread may read (relaxed; no lock-prefixed add).
@@ -81,6 +87,11 @@ class RemoteMemory {
   Status Execute(std::span<RemoteOp> ops);
   Status Execute(RemoteOp& op) { return Execute(std::span<RemoteOp>(&op, 1)); }
 
+  // Posts WRITEs without waiting for them: they land before anything posted later on this
+  // channel, and a failure surfaces at the next Execute(). Only kWrite ops.
+  Status Post(std::span<RemoteOp> ops);
+  Status Post(RemoteOp& op) { return Post(std::span<RemoteOp>(&op, 1)); }
+
   // Reads `dst.size()` bytes from a region (monitoring and the info page; not the lock path).
   virtual Status ReadBytes(RegionId region, uint64_t offset, std::span<uint8_t> dst) = 0;
 
@@ -93,6 +104,8 @@ class RemoteMemory {
 
  protected:
   virtual Status DoExecute(std::span<RemoteOp> ops) = 0;
+  // Default: executes and waits.
+  virtual Status DoPost(std::span<RemoteOp> ops) { return DoExecute(ops); }
 
  private:
   OpCounters counters_;

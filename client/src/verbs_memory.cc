@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 
@@ -13,18 +14,25 @@ namespace rdmalock {
 namespace {
 constexpr size_t kOpScratch = 16;         // bytes of local buffer per operation
 constexpr size_t kBulkBytes = 64 * 1024;  // ReadBytes bounce buffer
+// WRITEs posted without waiting take their data from a ring of buffers. At most kMaxPosted are
+// outstanding (the next signalled completion retires them, RC completes in order), so a ring
+// twice that size is never reused while the NIC may still read it.
+constexpr size_t kMaxPosted = 15;
+constexpr size_t kPostRing = 32;
 constexpr auto kCompletionTimeout = std::chrono::seconds(30);
 }  // namespace
 
 struct VerbsMemory::Impl {
   // Destruction order matters: the MR goes before the connection's PD, the buffer after the MR.
   std::unique_ptr<rdma::ActiveConnection> conn;
-  std::vector<uint8_t> buffer;  // kMaxBatch * kOpScratch for ops, then kBulkBytes
+  std::vector<uint8_t> buffer;  // ops (kMaxBatch x kOpScratch), post ring, then kBulkBytes
   rdma::MemoryRegion mr;
   proto::RegionDesc regions[3];
   bool swap_atomics = false;
-  bool broken = false;
+  std::atomic<bool> broken{false};
   uint64_t next_wr_id = 1;
+  size_t posted = 0;     // unsignalled WRs outstanding since the last signalled completion
+  size_t ring_next = 0;  // next post-ring buffer
   ibv_send_wr wrs[kMaxBatch]{};
   ibv_sge sges[kMaxBatch]{};
 
@@ -47,7 +55,8 @@ struct VerbsMemory::Impl {
     }
     return Status::Ok();
   }
-  uint8_t* bulk_buf() { return buffer.data() + kMaxBatch * kOpScratch; }
+  uint8_t* ring_buf(size_t i) { return buffer.data() + (kMaxBatch + i) * kOpScratch; }
+  uint8_t* bulk_buf() { return buffer.data() + (kMaxBatch + kPostRing) * kOpScratch; }
 
   // Posts wrs[0..n) (the last one signalled) and waits for its completion.
   Status PostAndWait(size_t n) {
@@ -78,7 +87,10 @@ struct VerbsMemory::Impl {
                                                    ibv_wc_status_str(wc[i].status) +
                                                    " (the connection to lockd is lost)");
         }
-        if (wc[i].wr_id == want) return Status::Ok();
+        if (wc[i].wr_id == want) {
+          posted = 0;  // RC completes in order: everything posted before has completed
+          return Status::Ok();
+        }
       }
       if (got == 0 && spins > 64) {
         if (std::chrono::steady_clock::now() > deadline) {
@@ -97,13 +109,21 @@ struct VerbsMemory::Impl {
 VerbsMemory::VerbsMemory(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 VerbsMemory::~VerbsMemory() = default;
 
+namespace {
+constexpr const char* kNoListener = "no rdmalock reason given";
+}  // namespace
+
+bool IsNotListening(const Status& st) {
+  return st.code() == ErrorCode::kConnection && st.message().find(kNoListener) != std::string::npos;
+}
+
 Status RejectStatus(const std::string& where, const std::vector<uint8_t>& data) {
   proto::RejectReply r;
   if (!proto::RejectReply::Decode(data, &r)) {
-    return Error(ErrorCode::kConnection,
-                 "lockd at " + where +
-                     " refused the connection (no rdmalock reason given: is "
-                     "lockd listening on that port?)");
+    return Error(ErrorCode::kConnection, "lockd at " + where + " refused the connection (" +
+                                             kNoListener +
+                                             ": is "
+                                             "lockd listening on that port?)");
   }
   std::string msg = "lockd at " + where +
                     " rejected the connection: " + std::string(proto::RejectReasonName(r.reason));
@@ -115,18 +135,28 @@ Status RejectStatus(const std::string& where, const std::vector<uint8_t>& data) 
   return Error(ErrorCode::kRejected, msg);
 }
 
-Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& params) {
+Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& params,
+                                                          uint32_t* retry_after_ms) {
   proto::ConnectRequest req;
   req.flags = params.flags;
   req.pid = static_cast<uint32_t>(getpid());
   req.client_name = params.client_name;
+  req.join_session = params.join_session;
+  req.join_key = params.join_key;
   const auto bytes = req.Encode();
   std::vector<uint8_t> reject;
   const std::string where = params.host + ":" + std::to_string(params.port);
   auto conn = rdma::ConnectRc(params.host, params.port, bytes, params.connect_timeout,
                               2 * kMaxBatch, &reject);
   if (!conn.ok()) {
-    if (conn.status().code() == ErrorCode::kRejected) return RejectStatus(where, reject);
+    if (conn.status().code() == ErrorCode::kRejected) {
+      proto::RejectReply r;
+      if (retry_after_ms != nullptr && proto::RejectReply::Decode(reject, &r) &&
+          r.reason == proto::RejectReason::kGrace) {
+        *retry_after_ms = std::max<uint32_t>(r.retry_after_ms, 1);
+      }
+      return RejectStatus(where, reject);
+    }
     return conn.status();
   }
   auto impl = std::make_unique<Impl>();
@@ -142,7 +172,7 @@ Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& p
   impl->regions[0] = reply.info;
   impl->regions[1] = reply.locks;
   impl->regions[2] = reply.sessions;
-  impl->buffer.assign(kMaxBatch * kOpScratch + kBulkBytes, 0);
+  impl->buffer.assign((kMaxBatch + kPostRing) * kOpScratch + kBulkBytes, 0);
   RDMALOCK_ASSIGN_OR_RETURN(
       impl->mr, rdma::RegisterMr(impl->conn->pd.get(), impl->buffer.data(), impl->buffer.size(),
                                  IBV_ACCESS_LOCAL_WRITE));
@@ -184,7 +214,8 @@ Status VerbsMemory::DoExecute(std::span<RemoteOp> ops) {
     wr = ibv_send_wr{};
     sge.addr = reinterpret_cast<uint64_t>(m.op_buf(i));
     sge.lkey = m.mr->lkey;
-    sge.length = op.kind == RemoteOp::Kind::kRead ? op.length : 8;
+    sge.length =
+        op.kind == RemoteOp::Kind::kRead || op.kind == RemoteOp::Kind::kWrite ? op.length : 8;
     wr.sg_list = &sge;
     wr.num_sge = 1;
     const uint64_t raddr = r.addr + op.offset;
@@ -205,6 +236,7 @@ Status VerbsMemory::DoExecute(std::span<RemoteOp> ops) {
         wr.opcode = IBV_WR_RDMA_WRITE;
         wr.wr.rdma = {raddr, r.rkey};
         std::memcpy(m.op_buf(i), &op.operand, 8);
+        std::memcpy(m.op_buf(i) + 8, &op.swap, 8);
         break;
     }
   }
@@ -219,6 +251,53 @@ Status VerbsMemory::DoExecute(std::span<RemoteOp> ops) {
     }
   }
   return Status::Ok();
+}
+
+Status VerbsMemory::DoPost(std::span<RemoteOp> ops) {
+  Impl& m = *impl_;
+  if (m.broken) return Error(ErrorCode::kConnection, "connection to lockd is broken");
+  if (ops.empty()) return Status::Ok();
+  if (m.posted + ops.size() > kMaxPosted || ops.size() > kMaxBatch) return DoExecute(ops);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const RemoteOp& op = ops[i];
+    const proto::RegionDesc& r = m.regions[static_cast<int>(op.region)];
+    if (op.offset + op.length > r.length || op.length > kOpScratch) {
+      return Error(ErrorCode::kInvalidArgument, "remote offset out of range");
+    }
+    uint8_t* buf = m.ring_buf(m.ring_next);
+    m.ring_next = (m.ring_next + 1) % kPostRing;
+    std::memcpy(buf, &op.operand, 8);
+    std::memcpy(buf + 8, &op.swap, 8);
+    m.sges[i] = {reinterpret_cast<uint64_t>(buf), op.length, m.mr->lkey};
+    ibv_send_wr& wr = m.wrs[i];
+    wr = ibv_send_wr{};
+    wr.wr_id = m.next_wr_id++;
+    wr.sg_list = &m.sges[i];
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.wr.rdma = {r.addr + op.offset, r.rkey};
+    wr.next = i + 1 < ops.size() ? &m.wrs[i + 1] : nullptr;
+  }
+  ibv_send_wr* bad = nullptr;
+  if (const int rc = ibv_post_send(m.conn->id->qp, &m.wrs[0], &bad); rc != 0) {
+    m.broken = true;
+    return rdma::ErrnoStatus(ErrorCode::kConnection, "ibv_post_send", rc);
+  }
+  m.posted += ops.size();
+  return Status::Ok();
+}
+
+void VerbsMemory::Shutdown() {
+  impl_->broken = true;
+  if (impl_->conn && impl_->conn->id) {
+    impl_->conn->id.FenceQp();
+    (void)rdma_disconnect(impl_->conn->id.get());
+  }
+}
+
+Status VerbsMemory::CheckConnection() {
+  if (impl_->broken) return Error(ErrorCode::kConnection, "connection to lockd is broken");
+  return impl_->CheckDisconnect();
 }
 
 Status VerbsMemory::ReadBytes(RegionId region, uint64_t offset, std::span<uint8_t> dst) {

@@ -21,6 +21,8 @@ struct ChannelParams {
   std::chrono::milliseconds connect_timeout{5000};
   std::string client_name;
   uint32_t flags = 0;
+  uint64_t join_session = 0;  // with proto::kFlagJoin
+  uint64_t join_key = 0;
 };
 
 class VerbsMemory : public RemoteMemory {
@@ -29,16 +31,24 @@ class VerbsMemory : public RemoteMemory {
   static constexpr size_t kMaxBatch = 16;
 
   // Connects, completes the handshake and checks the byte order of atomic replies.
-  static Result<std::unique_ptr<VerbsMemory>> Connect(const ChannelParams& params);
+  // A rejection in lockd's restart grace sets *retry_after_ms (when given) to lockd's estimate.
+  static Result<std::unique_ptr<VerbsMemory>> Connect(const ChannelParams& params,
+                                                      uint32_t* retry_after_ms = nullptr);
   ~VerbsMemory() override;
   VerbsMemory(const VerbsMemory&) = delete;
   VerbsMemory& operator=(const VerbsMemory&) = delete;
 
   const proto::AcceptReply& reply() const { return reply_; }
   Status ReadBytes(RegionId region, uint64_t offset, std::span<uint8_t> dst) override;
+  // Fails if lockd disconnected this channel (an rdma_cm DISCONNECTED is pending) or it broke.
+  Status CheckConnection();
+  // Fences the QP and disconnects; later calls fail. Safe to call from another thread than the
+  // channel's user (that thread's pending operation then fails).
+  void Shutdown();
 
  protected:
   Status DoExecute(std::span<RemoteOp> ops) override;
+  Status DoPost(std::span<RemoteOp> ops) override;
 
  private:
   struct Impl;
@@ -51,5 +61,7 @@ class VerbsMemory : public RemoteMemory {
 
 // Decodes rdma_cm reject private data into a Status that names lockd's reason.
 Status RejectStatus(const std::string& where, const std::vector<uint8_t>& data);
+// True for a refusal that came without rdmalock's reply: nothing listens on the port (yet).
+bool IsNotListening(const Status& st);
 
 }  // namespace rdmalock

@@ -74,21 +74,42 @@ int WaitExit(pid_t pid, std::chrono::milliseconds timeout) {
 class Lockd {
  public:
   explicit Lockd(uint16_t port, uint64_t lock_count = 1024, uint64_t lease_ms = 2000,
-                 uint32_t max_clients = 64, std::string state_dir = "")
+                 uint32_t max_clients = 64, std::string state_dir = "",
+                 std::vector<std::string> extra = {})
       : port_(port) {
     dir_ = TempDir();
-    const std::string state = state_dir.empty() ? dir_ : state_dir;
+    state_ = state_dir.empty() ? dir_ : state_dir;
     log_ = dir_ + "/lockd.log";
+    admin_ = dir_ + "/admin.sock";
+    args_ = {"lockd",
+             "--port",
+             std::to_string(port),
+             "--lock-count",
+             std::to_string(lock_count),
+             "--lease-ms",
+             std::to_string(lease_ms),
+             "--max-clients",
+             std::to_string(max_clients),
+             "--state-dir",
+             state_,
+             "--admin-socket",
+             admin_,
+             "--log-level",
+             "debug"};
+    args_.insert(args_.end(), extra.begin(), extra.end());
+    Start();
+  }
+  // Starts lockd (again, after Kill9()) and waits until a client can connect.
+  void Start() {
     pid_ = fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
-      const std::string p = std::to_string(port), n = std::to_string(lock_count),
-                        l = std::to_string(lease_ms), m = std::to_string(max_clients);
-      FILE* f = std::freopen(log_.c_str(), "w", stderr);
+      FILE* f = std::freopen(log_.c_str(), "a", stderr);
       (void)f;
-      execl(LOCKD_PATH, "lockd", "--port", p.c_str(), "--lock-count", n.c_str(), "--lease-ms",
-            l.c_str(), "--max-clients", m.c_str(), "--state-dir", state.c_str(), "--log-level",
-            "debug", static_cast<char*>(nullptr));
+      std::vector<char*> argv;
+      for (auto& a : args_) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(LOCKD_PATH, argv.data());
       _exit(127);
     }
     // Ready once a client can connect.
@@ -131,11 +152,20 @@ class Lockd {
   pid_t pid() const { return pid_; }
   void Forget() { pid_ = -1; }
   uint16_t port() const { return port_; }
+  const std::string& admin_socket() const { return admin_; }
+  // kill -9 (an unclean stop: the next start has a restart grace period).
+  void Kill9() {
+    REQUIRE(pid_ > 0);
+    kill(pid_, SIGKILL);
+    REQUIRE(WaitExit(pid_, 10s) == 128 + SIGKILL);
+    pid_ = -1;
+  }
 
  private:
   uint16_t port_;
   pid_t pid_ = -1;
-  std::string dir_, log_;
+  std::string dir_, log_, state_, admin_;
+  std::vector<std::string> args_;
 };
 
 std::unique_ptr<Client> MustConnect(const Lockd& d, bool auto_renew = true) {
@@ -511,9 +541,15 @@ TEST_CASE("many threads of one client share it, each on its own connection") {
   for (auto& t : ts) t.join();
   REQUIRE(violations == 0);
   REQUIRE(done == 400);
+  // Four connections, one session: lockd counts clients, not QPs.
   auto info = c->Info();
   REQUIRE(info.ok());
-  REQUIRE(info->connected_clients >= 4);
+  REQUIRE(info->connected_clients == 1);
+  auto sessions = c->Sessions();
+  REQUIRE(sessions.ok());
+  int clients = 0;
+  for (const auto& s : *sessions) clients += s.lockd_loopback ? 0 : 1;
+  REQUIRE(clients == 1);
 }
 
 // ---- Failure: crashed and paused clients (leases, stall recovery, fencing)
@@ -523,10 +559,14 @@ namespace {
 constexpr auto kLease = 500ms;  // F x L = 1 s
 constexpr auto kStall = 2 * kLease;
 
-// Starts a "hold" worker and waits until it holds the lock.
-pid_t StartHolder(const Lockd& lockd, SharedFile& shf, const std::string& name, bool shared) {
-  const pid_t pid = Worker(
-      {"hold", RxeIp(), std::to_string(lockd.port()), shf.path(), "0", name, shared ? "s" : "x"});
+// Starts a "hold" worker and waits until it holds the lock. `record`: with request records (so
+// lockd can free the lock the moment the worker dies); without, only stall recovery can.
+pid_t StartHolder(const Lockd& lockd, SharedFile& shf, const std::string& name, bool shared,
+                  bool record = true) {
+  std::vector<std::string> args = {
+      "hold", RxeIp(), std::to_string(lockd.port()), shf.path(), "0", name, shared ? "s" : "x"};
+  if (!record) args.push_back("norecord");
+  const pid_t pid = Worker(args);
   const auto end = std::chrono::steady_clock::now() + 30s;
   while (shf.get()->granted == 0) {
     int status = 0;
@@ -585,8 +625,8 @@ struct KillResult {
   double ms = 0;
 };
 KillResult KillHolderAndWait(const Lockd& lockd, SharedFile& shf, Client& c,
-                             const std::string& name, bool shared) {
-  const pid_t holder = StartHolder(lockd, shf, name, shared);
+                             const std::string& name, bool shared, bool record) {
+  const pid_t holder = StartHolder(lockd, shf, name, shared, record);
   BackgroundLock waiter(c, name);
   WaitQueued(c, c.SlotOf(name), 2);
   const auto killed_at = std::chrono::steady_clock::now();
@@ -598,28 +638,52 @@ KillResult KillHolderAndWait(const Lockd& lockd, SharedFile& shf, Client& c,
   return r;
 }
 
-TEST_CASE("kill -9 of an exclusive holder: the next acquirer gets the lock within F x L + 20%") {
+// Fast recovery: "well before F x L" is taken as under a quarter of it.
+constexpr double kFastMs = 250;
+
+TEST_CASE("kill -9 of an exclusive holder") {
   Lockd lockd(7620, 64, 500);
   SharedFile shf;
   auto c = MustConnect(lockd);
-  auto r = KillHolderAndWait(lockd, shf, *c, "crash-x", false);
-  REQUIRE(r.grant.ok());
-  WARN("kill -9 of X holder -> next grant: " << r.ms << " ms (F x L = " << Ms(kStall) << " ms)");
-  REQUIRE(r.ms <= Ms(kStall) * 1.2);
-  REQUIRE(r.grant->fencing_token() > shf.get()->token);
-  REQUIRE(shf.get()->WriteResource(r.grant->fencing_token()));
-  REQUIRE(c->Stats().recoveries >= 1);
+  SECTION("recorded: lockd frees it at once") {
+    auto r = KillHolderAndWait(lockd, shf, *c, "crash-x", false, true);
+    REQUIRE(r.grant.ok());
+    WARN("kill -9 of X holder -> next grant: " << r.ms << " ms (lockd's fast recovery; F x L = "
+                                               << Ms(kStall) << " ms)");
+    REQUIRE(r.ms < kFastMs);
+    REQUIRE(c->Stats().recoveries == 0);  // lockd freed it, not our stall recovery
+    REQUIRE(r.grant->fencing_token() > shf.get()->token);
+    REQUIRE(shf.get()->WriteResource(r.grant->fencing_token()));
+  }
+  SECTION("unrecorded: waiters recover it after F x L") {
+    auto r = KillHolderAndWait(lockd, shf, *c, "crash-x", false, false);
+    REQUIRE(r.grant.ok());
+    WARN("kill -9 of unrecorded X holder -> next grant: " << r.ms << " ms (F x L = " << Ms(kStall)
+                                                          << " ms)");
+    REQUIRE(r.ms <= Ms(kStall) * 1.2);
+    REQUIRE(r.grant->fencing_token() > shf.get()->token);
+    REQUIRE(shf.get()->WriteResource(r.grant->fencing_token()));
+    REQUIRE(c->Stats().recoveries >= 1);
+  }
 }
 
 TEST_CASE("kill -9 of a shared holder with an exclusive waiter behind it") {
   Lockd lockd(7621, 64, 500);
   SharedFile shf;
   auto c = MustConnect(lockd);
-  auto r = KillHolderAndWait(lockd, shf, *c, "crash-s", true);
-  REQUIRE(r.grant.ok());
-  WARN("kill -9 of S holder -> X waiter's grant: " << r.ms << " ms (F x L = " << Ms(kStall)
-                                                   << " ms)");
-  REQUIRE(r.ms <= Ms(kStall) * 1.2);
+  SECTION("recorded") {
+    auto r = KillHolderAndWait(lockd, shf, *c, "crash-s", true, true);
+    REQUIRE(r.grant.ok());
+    WARN("kill -9 of S holder -> X waiter's grant: " << r.ms << " ms (lockd's fast recovery)");
+    REQUIRE(r.ms < kFastMs);
+  }
+  SECTION("unrecorded") {
+    auto r = KillHolderAndWait(lockd, shf, *c, "crash-s", true, false);
+    REQUIRE(r.grant.ok());
+    WARN("kill -9 of unrecorded S holder -> X waiter's grant: " << r.ms << " ms (F x L = "
+                                                                << Ms(kStall) << " ms)");
+    REQUIRE(r.ms <= Ms(kStall) * 1.2);
+  }
 }
 
 TEST_CASE("kill -9 of a waiter in the middle of the queue") {
@@ -627,12 +691,15 @@ TEST_CASE("kill -9 of a waiter in the middle of the queue") {
   SharedFile shf;
   auto a = MustConnect(lockd);
   auto b = MustConnect(lockd);
+  const bool record = GENERATE(true, false);
   const uint64_t slot = a->SlotOf("crash-mid");
   auto head = a->Lock("crash-mid");
   REQUIRE(head.ok());
   // The middle waiter: a worker that queues behind `head`.
-  const pid_t middle =
-      Worker({"hold", RxeIp(), std::to_string(lockd.port()), shf.path(), "0", "crash-mid", "x"});
+  std::vector<std::string> args = {
+      "hold", RxeIp(), std::to_string(lockd.port()), shf.path(), "0", "crash-mid", "x"};
+  if (!record) args.push_back("norecord");
+  const pid_t middle = Worker(args);
   WaitQueued(*a, slot, 2);
   BackgroundLock tail(*b, "crash-mid");
   WaitQueued(*a, slot, 3);
@@ -643,9 +710,10 @@ TEST_CASE("kill -9 of a waiter in the middle of the queue") {
   auto& got = tail.Join();
   REQUIRE(got.ok());
   const double ms = Ms(tail.granted_at() - released_at);
-  WARN("dead middle waiter: release -> tail's grant: " << ms << " ms (F x L = " << Ms(kStall)
-                                                       << " ms)");
-  REQUIRE(ms <= Ms(kStall) * 1.2);
+  WARN("dead middle waiter (" << (record ? "recorded" : "unrecorded")
+                              << "): release -> tail's grant: " << ms
+                              << " ms (F x L = " << Ms(kStall) << " ms)");
+  REQUIRE(ms <= (record ? kFastMs : Ms(kStall) * 1.2));
   REQUIRE(shf.get()->granted == 0);
 }
 
@@ -736,4 +804,169 @@ TEST_CASE("fencing tokens keep increasing across a lockd restart (persisted epoc
   auto h = c->Lock("restart");
   REQUIRE(h.ok());
   REQUIRE(h->fencing_token() > first);
+}
+
+// ---- Sessions: heartbeats, restarts, operators
+
+namespace {
+
+// Runs a shell command and returns its exit status and stdout.
+std::pair<int, std::string> Capture(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  char buf[4096];
+  size_t n = 0;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  const int rc = pclose(p);
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
+}
+
+std::string Lockctl(const Lockd& lockd) {
+  return std::string(LOCKCTL_PATH) + " --server " + RxeIp() + " --port " +
+         std::to_string(lockd.port());
+}
+
+}  // namespace
+
+TEST_CASE(
+    "a stopped client's heartbeat stops: lockd fences it and frees its lock one lease later") {
+  // Lease 1 s, F x L = 2 s; heartbeat timeout 200 ms: lockd frees the lock at about 1.2 s, after
+  // the stopped holder's lease has certainly run out and well before waiters' stall recovery.
+  Lockd lockd(7626, 64, 1000, 64, "",
+              {"--heartbeat-interval-ms", "50", "--heartbeat-timeout-ms", "200"});
+  SharedFile shf;
+  WorkerShared* sh = shf.get();
+  auto c = MustConnect(lockd);
+  const pid_t holder = StartHolder(lockd, shf, "hb", false);
+  const uint64_t old_token = sh->token;
+  REQUIRE(kill(holder, SIGSTOP) == 0);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  auto got = c->Lock("hb", {.timeout = 10000ms});
+  const double ms = Ms(std::chrono::steady_clock::now() - stopped_at);
+  REQUIRE(got.ok());
+  WARN("SIGSTOP of X holder -> next grant: " << ms
+                                             << " ms (heartbeat timeout 200 ms + lease 1000 ms; "
+                                                "F x L = 2000 ms)");
+  REQUIRE(ms >= 1000);  // never while the stopped holder's lease may still run
+  REQUIRE(ms < 2000);   // before stall recovery could have done it
+  REQUIRE(c->Stats().recoveries == 0);
+  REQUIRE(got->fencing_token() > old_token);
+  REQUIRE(sh->WriteResource(got->fencing_token()));
+  REQUIRE(lockd.Log().find("no heartbeat for") != std::string::npos);
+  REQUIRE(kill(holder, SIGCONT) == 0);
+  REQUIRE(WaitExit(holder, 20s) == 0);
+  REQUIRE(sh->lost == 1);
+  REQUIRE(sh->stale_rejected == 1);
+  REQUIRE(sh->stale_accepted == 0);
+  REQUIRE(sh->release_code == static_cast<int>(ErrorCode::kLockLost));
+  REQUIRE(got->Release().ok());
+}
+
+TEST_CASE("lockd kill -9 and restart: grace, clients reconnect, locks reported lost, tokens grow") {
+  const std::string state = TempDir();
+  Lockd lockd(7627, 64, 1000, 64, state);
+  auto c = MustConnect(lockd);
+  const uint64_t epoch = c->epoch();
+  auto held = c->Lock("restart-held");
+  REQUIRE(held.ok());
+  const uint64_t old_token = held->fencing_token();
+  std::atomic<bool> lost{false};
+  held->OnLost([&](const Status&) { lost = true; });
+
+  lockd.Kill9();
+  const auto killed_at = std::chrono::steady_clock::now();
+  // The client notices at once (rdma_cm DISCONNECTED) and reports the held lock lost.
+  while (!lost && std::chrono::steady_clock::now() - killed_at < 5s) {
+    std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(lost);
+  const double lost_ms = Ms(std::chrono::steady_clock::now() - killed_at);
+  REQUIRE(held->state() == LockState::kLost);
+  REQUIRE(held->Release().code() == ErrorCode::kLockLost);
+
+  const auto started_at = std::chrono::steady_clock::now();
+  lockd.Start();  // unclean stop: lockd refuses clients for one lease (1000 ms)
+  // A new client that will not wait is refused with the grace reason.
+  {
+    ClientOptions o;
+    o.server = RxeIp();
+    o.port = lockd.port();
+    o.connect_timeout = 100ms;
+    auto early = Client::Connect(o);
+    if (std::chrono::steady_clock::now() - started_at < 900ms) {
+      REQUIRE_FALSE(early.ok());
+      INFO(early.status().ToString());
+      REQUIRE(early.status().message().find("grace") != std::string::npos);
+    }
+  }
+  // The old client reconnects by itself and serves again.
+  auto again = c->Lock("restart-held", {.timeout = 20000ms});
+  const double serving_ms = Ms(std::chrono::steady_clock::now() - started_at);
+  INFO(again.status().ToString());
+  REQUIRE(again.ok());
+  WARN("lockd restart: held lock reported lost "
+       << lost_ms << " ms after kill -9; clients serving again " << serving_ms
+       << " ms after lockd was started (grace 1000 ms)");
+  REQUIRE(serving_ms >= 1000);  // the grace period held everyone off
+  REQUIRE(c->epoch() == epoch + 1);
+  REQUIRE(again->fencing_token() > old_token);
+  REQUIRE(c->Stats().sessions_lost == 1);
+  REQUIRE(c->Stats().reconnects == 1);
+  REQUIRE(lockd.Log().find("did not stop cleanly") != std::string::npos);
+  REQUIRE(again->Release().ok());
+}
+
+TEST_CASE("lockctl release --force fences the holder's session and frees the lock after a lease") {
+  Lockd lockd(7628, 64, 1000);
+  SharedFile shf;
+  WorkerShared* sh = shf.get();
+  const pid_t holder = StartHolder(lockd, shf, "forced", false);
+  auto c = MustConnect(lockd);
+  const std::string base = Lockctl(lockd) + " release --admin-socket " + lockd.admin_socket();
+  REQUIRE(RunCommand(base + " forced 2>/dev/null") == 64);  // --force is required
+  REQUIRE(RunCommand(base + " --force --session 9999 >/dev/null") == 1);
+  const auto asked_at = std::chrono::steady_clock::now();
+  auto [rc, out] = Capture(base + " --force forced");
+  INFO(out);
+  REQUIRE(rc == 0);
+  REQUIRE(out.find("fenced session") != std::string::npos);
+  auto got = c->Lock("forced", {.timeout = 10000ms});
+  const double ms = Ms(std::chrono::steady_clock::now() - asked_at);
+  REQUIRE(got.ok());
+  WARN("release --force -> next grant: " << ms << " ms (lease 1000 ms)");
+  REQUIRE(ms >= 1000);  // the holder's lease ran out first
+  REQUIRE(got->fencing_token() > sh->token.load());
+  REQUIRE(WaitExit(holder, 20s) == 0);  // it learned of the loss (its session was ended)
+  REQUIRE(sh->lost == 1);
+  REQUIRE(sh->stale_rejected + sh->stale_accepted == 1);
+  REQUIRE(lockd.Log().find("forced release of slot") != std::string::npos);
+  REQUIRE(RunCommand(base + " --force nobody-holds-this >/dev/null") == 1);
+}
+
+TEST_CASE("lockctl clients and inspect show sessions, heartbeats, holders and waiters") {
+  Lockd lockd(7629, 64, 1000);
+  SharedFile shf;
+  const pid_t holder = StartHolder(lockd, shf, "shown", false);
+  auto c = MustConnect(lockd);
+  BackgroundLock waiter(*c, "shown");
+  WaitQueued(*c, c->SlotOf("shown"), 2);
+  std::this_thread::sleep_for(500ms);  // a few heartbeats
+  auto [rc, clients] = Capture(Lockctl(lockd) + " clients");
+  INFO(clients);
+  REQUIRE(rc == 0);
+  REQUIRE(clients.find("rdma_worker-0") != std::string::npos);
+  REQUIRE(clients.find(" ms ago") != std::string::npos);
+  auto [rc2, json] = Capture(Lockctl(lockd) + " --json inspect shown");
+  INFO(json);
+  REQUIRE(rc2 == 0);
+  const std::string holder_pid = "\"pid\":" + std::to_string(holder);
+  const auto at = json.find(holder_pid);
+  REQUIRE(at != std::string::npos);
+  REQUIRE(json.find("\"status\":\"holding\"", at) != std::string::npos);
+  REQUIRE(json.find("\"status\":\"waiting\"") != std::string::npos);
+  REQUIRE(json.find("\"unrecorded\":0") != std::string::npos);
+  kill(holder, SIGKILL);
+  REQUIRE(WaitExit(holder, 5s) == 128 + SIGKILL);
+  REQUIRE(waiter.Join().ok());
 }

@@ -3,9 +3,10 @@
 //
 //   rdma_worker exclusion SERVER PORT SHM INDEX OPS
 //   rdma_worker fifo      SERVER PORT SHM INDEX
-//   rdma_worker hold      SERVER PORT SHM INDEX NAME x|s
+//   rdma_worker hold      SERVER PORT SHM INDEX NAME x|s [norecord]
 //     takes the lock, writes the fenced resource with its token, and holds it (renewing) until
 //     told it lost it; then tries the resource again and releases, recording what happened.
+//     norecord: without request records (lockd cannot free it; only stall recovery can).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   o.server = argv[2];
   o.port = static_cast<uint16_t>(std::atoi(argv[3]));
   o.client_name = "rdma_worker-" + std::to_string(index);
+  o.record_requests = !(mode == "hold" && argc > 8 && std::string(argv[8]) == "norecord");
   auto c = Client::Connect(o);
   if (!c.ok()) {
     std::fprintf(stderr, "rdma_worker %d: %s\n", index, c.status().ToString().c_str());

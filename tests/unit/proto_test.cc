@@ -65,7 +65,7 @@ TEST_CASE("fencing token layout") {
 
 TEST_CASE("connect request round-trips and fits rdma_cm's 56 bytes") {
   ConnectRequest r;
-  r.flags = 7;
+  r.flags = kFlagLoopback;
   r.pid = 4242;
   r.client_name = "worker-with-a-long-name-that-is-cut";
   const auto b = r.Encode();
@@ -73,7 +73,7 @@ TEST_CASE("connect request round-trips and fits rdma_cm's 56 bytes") {
   ConnectRequest out;
   REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kNone);
   REQUIRE(out.pid == 4242);
-  REQUIRE(out.flags == 7);
+  REQUIRE(out.flags == kFlagLoopback);
   REQUIRE(out.client_name == "worker-with-a-long-name-");
   // The transport pads to its maximum with zeros: still valid.
   std::vector<uint8_t> padded(b.begin(), b.end());
@@ -105,8 +105,12 @@ TEST_CASE("malformed connect requests are refused with a reason") {
     b[ConnectRequest::kLength] = 55;
     REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kBadLength);
   }
-  SECTION("reserved bytes set") {
-    b[ConnectRequest::kReserved + 3] = 1;
+  SECTION("join fields set without the join flag") {
+    b[ConnectRequest::kJoinSession + 3] = 1;
+    REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kBadLength);
+  }
+  SECTION("unknown flag") {
+    b[ConnectRequest::kFlags] = 0x10;
     REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kBadLength);
   }
   SECTION("trailing garbage") {
@@ -114,6 +118,48 @@ TEST_CASE("malformed connect requests are refused with a reason") {
     v.push_back(1);
     REQUIRE(ConnectRequest::Decode(v, &out) == RejectReason::kBadLength);
   }
+}
+
+TEST_CASE("a join request carries its session and key") {
+  ConnectRequest req;
+  req.flags = kFlagJoin;
+  req.pid = 7;
+  req.client_name = "w";
+  req.join_session = 0x1122334455667788ull;
+  req.join_key = 0x99aabbccddeeff01ull;
+  const auto b = req.Encode();
+  ConnectRequest out;
+  REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kNone);
+  REQUIRE(out.flags == kFlagJoin);
+  REQUIRE(out.join_session == req.join_session);
+  REQUIRE(out.join_key == req.join_key);
+}
+
+TEST_CASE("request entries round-trip and reject torn or garbage words") {
+  RequestEntry e;
+  e.slot = 123456;
+  e.mode = rdmalock::proto::Mode::kShared;
+  e.state = RequestEntry::State::kQueued;
+  e.ticket = 0x0001000200030004ull;
+  const auto w = e.Encode();
+  RequestEntry out;
+  REQUIRE(RequestEntry::Decode(w[0], w[1], &out));
+  REQUIRE(out.slot == e.slot);
+  REQUIRE(out.mode == e.mode);
+  REQUIRE(out.state == e.state);
+  REQUIRE(out.ticket == e.ticket);
+  // A free entry is all zero and never decodes.
+  RequestEntry f;
+  const auto z = f.Encode();
+  REQUIRE(z[0] == 0);
+  REQUIRE(z[1] == 0);
+  REQUIRE_FALSE(RequestEntry::Decode(0, 0, &out));
+  // Half of one write and half of another (a torn entry), or garbage: refused.
+  RequestEntry e2 = e;
+  e2.ticket = 0x0001000200030005ull;
+  REQUIRE_FALSE(RequestEntry::Decode(w[0], e2.Encode()[1], &out));
+  REQUIRE_FALSE(RequestEntry::Decode(0xdeadbeefdeadbeefull, 0x1234, &out));
+  REQUIRE_FALSE(RequestEntry::Decode(w[0] ^ (uint64_t{1} << 33), w[1], &out));
 }
 
 TEST_CASE("accept and reject replies round-trip within their limits") {

@@ -11,6 +11,12 @@
 // Thread-safety: a Client may be shared by any number of threads. Each thread's operations go out
 // on an RDMA connection of its own, made on the thread's first operation, so the lock path takes
 // no lock. A LockHandle belongs to one thread at a time but may be moved between threads.
+//
+// Sessions: a Client is one session at lockd; its threads' connections join it. The client keeps
+// a heartbeat in its session record and records each request there, so that lockd frees a dead
+// client's locks at once. If the session ends (lockd restarted, or fenced this client, or the
+// network failed), every lock it held is reported lost (OnLost), and the client reconnects by
+// itself with back-off; calls made meanwhile wait for the new session within their timeout.
 #pragma once
 
 #include <chrono>
@@ -35,6 +41,11 @@ struct ClientOptions {
   std::string client_name;  // shown to operators; defaults to the program name
   // Renew held locks on a background thread every lease/3 (per-lock opt-out in LockOptions).
   bool auto_renew = true;
+  // Record requests in the session record (so lockd frees them at once if this client dies).
+  // Off: a dead client's locks are recovered by waiters after F x L only (tests use this).
+  bool record_requests = true;
+  // Reconnect by itself when the session ends. Off: calls fail with kConnection from then on.
+  bool reconnect = true;
 };
 
 struct LockOptions {
@@ -105,6 +116,9 @@ struct ServerInfo {
   uint64_t accepted_total = 0;
   uint64_t rejected_total = 0;
   uint64_t start_time_unix_ns = 0;
+  uint64_t clock_unix_ns = 0;        // lockd's clock at its last tick
+  uint64_t grace_until_unix_ns = 0;  // restart grace end (0: none)
+  uint64_t recoveries = 0;           // sessions lockd recovered (dead, fenced or forced)
 };
 
 // A decoded lock slot as read (not atomically across both words) from lockd.
@@ -121,7 +135,21 @@ struct SlotState {
   bool frozen = false;          // counters reached the reset threshold
 };
 
-// A connection lockd has accepted, as its session table shows it.
+// A request a session's record shows.
+struct RequestInfo {
+  enum class Status : uint8_t {
+    kRequesting,  // the atomic was posted; its ticket is not known yet
+    kWaiting,     // queued behind others
+    kHolding,     // granted
+    kStale,       // the ticket is no longer in the lock word (released or recovered meanwhile)
+  };
+  uint64_t slot = 0;
+  LockMode mode = LockMode::kExclusive;
+  Status status = Status::kRequesting;
+  uint16_t ticket = 0;  // maxX (exclusive) or maxS (shared) as the request's atomic found it
+};
+
+// A client session lockd has now, as its session table shows it.
 struct SessionInfo {
   uint64_t session_id = 0;
   std::string client_name;
@@ -129,6 +157,9 @@ struct SessionInfo {
   std::string peer;  // address:port as lockd saw it
   uint64_t since_unix_ns = 0;
   bool lockd_loopback = false;  // lockd's own connection to its lock table
+  // How long ago lockd last saw the client's heartbeat move (by lockd's clock); -1 if never.
+  std::chrono::milliseconds heartbeat_age{-1};
+  std::vector<RequestInfo> requests;  // from the record, checked against the lock words
 };
 
 struct ClientStats {
@@ -136,6 +167,9 @@ struct ClientStats {
   uint64_t renewals = 0, renew_failures = 0;  // background renewals, and those that failed
   uint64_t fetch_add = 0, compare_swap = 0, read = 0, write = 0;
   uint64_t recoveries = 0, restarts = 0, withdrawals = 0, resets = 0, abandoned = 0;
+  uint64_t sessions_lost = 0;  // sessions that ended under this client (all locks reported lost)
+  uint64_t reconnects = 0;     // new sessions after a loss
+  uint64_t unrecorded = 0;     // requests made without a record entry (record full)
 };
 
 class Client {
@@ -157,12 +191,15 @@ class Client {
 
   uint64_t SlotOf(std::string_view name) const;
   uint64_t lock_count() const;
+  // The current session (changes when the client reconnects); 0 while reconnecting.
   uint64_t session_id() const;
+  // lockd's epoch as of the current session.
+  uint64_t epoch() const;
   std::chrono::nanoseconds lease() const;
 
   Result<ServerInfo> Info();
   Result<SlotState> Inspect(uint64_t slot);
-  // Every connection lockd has now (each thread of a client has its own).
+  // Every session lockd has now, with the requests its record shows.
   Result<std::vector<SessionInfo>> Sessions();
   // Counters summed over every thread's connection.
   ClientStats Stats() const;

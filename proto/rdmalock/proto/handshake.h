@@ -14,8 +14,9 @@
 namespace rdmalock::proto {
 
 inline constexpr uint32_t kHandshakeMagic = 0x314b4c52;  // "RLK1" read little-endian
-inline constexpr uint16_t kProtocolVersion = 1;
-inline constexpr uint16_t kMinProtocolVersion = 1;
+// Version 2: sessions (join), heartbeats and request records; not compatible with version 1.
+inline constexpr uint16_t kProtocolVersion = 2;
+inline constexpr uint16_t kMinProtocolVersion = 2;
 
 // rdma_cm limits (verified on rdma_rxe; the IB CM sets them): connect 56, accept 196, reject 148.
 inline constexpr size_t kMaxConnectPrivateData = 56;
@@ -24,6 +25,9 @@ inline constexpr size_t kMaxRejectPrivateData = 148;
 
 // ConnectRequest::flags
 inline constexpr uint32_t kFlagLoopback = 1;  // lockd's own connection to itself (not a client)
+// Another connection (QP) of an existing session: the request carries the session id and the
+// join key from the session's accept reply. It shares the session's record and fate.
+inline constexpr uint32_t kFlagJoin = 2;
 
 enum class RejectReason : uint16_t {
   kNone = 0,
@@ -33,6 +37,8 @@ enum class RejectReason : uint16_t {
   kServerFull = 4,    // max_clients reached
   kShuttingDown = 5,  // lockd is stopping
   kInternal = 6,      // lockd failed to set up the connection
+  kGrace = 7,         // lockd restarted after an unclean stop; retry after retry_after_ms
+  kBadSession = 8,    // join of a session that does not exist (any more) or a wrong join key
 };
 
 inline std::string_view RejectReasonName(RejectReason r) {
@@ -51,19 +57,25 @@ inline std::string_view RejectReasonName(RejectReason r) {
       return "server shutting down";
     case RejectReason::kInternal:
       return "server internal error";
+    case RejectReason::kGrace:
+      return "restart grace period (old leases may still run)";
+    case RejectReason::kBadSession:
+      return "no such session to join (it ended)";
   }
   return "unknown reason";
 }
 
 struct ConnectRequest {
   static constexpr size_t kMagic = 0, kVersion = 4, kLength = 6, kFlags = 8, kPid = 12,
-                          kClientName = 16, kClientNameLen = 24, kReserved = 40;
+                          kClientName = 16, kClientNameLen = 24, kJoinSession = 40, kJoinKey = 48;
   static constexpr size_t kSize = 56;
 
   uint16_t version = kProtocolVersion;
   uint32_t flags = 0;
   uint32_t pid = 0;
-  std::string client_name;  // at most kClientNameLen bytes travel
+  std::string client_name;    // at most kClientNameLen bytes travel
+  uint64_t join_session = 0;  // with kFlagJoin; zero otherwise
+  uint64_t join_key = 0;      // with kFlagJoin; zero otherwise
 
   std::array<uint8_t, kSize> Encode() const {
     std::array<uint8_t, kSize> b{};
@@ -73,6 +85,8 @@ struct ConnectRequest {
     PutLe(b, kFlags, flags, 4);
     PutLe(b, kPid, pid, 4);
     PutText(b, kClientName, kClientNameLen, client_name);
+    PutLe(b, kJoinSession, join_session, 8);
+    PutLe(b, kJoinKey, join_key, 8);
     return b;
   }
 
@@ -84,14 +98,20 @@ struct ConnectRequest {
     if (version < kMinProtocolVersion || version > kProtocolVersion)
       return RejectReason::kBadVersion;
     if (GetLe(data, kLength, 2) != kSize || data.size() < kSize) return RejectReason::kBadLength;
-    for (size_t i = kReserved; i < kSize; ++i) {
-      if (data[i] != 0) return RejectReason::kBadLength;  // reserved bytes must be zero
+    const uint32_t flags = static_cast<uint32_t>(GetLe(data, kFlags, 4));
+    if ((flags & ~(kFlagLoopback | kFlagJoin)) != 0) return RejectReason::kBadLength;
+    if ((flags & kFlagJoin) == 0) {
+      for (size_t i = kJoinSession; i < kSize; ++i) {
+        if (data[i] != 0) return RejectReason::kBadLength;  // unused bytes must be zero
+      }
     }
     for (size_t i = kSize; i < data.size(); ++i) {
       if (data[i] != 0) return RejectReason::kBadLength;  // nothing may follow the request
     }
     out->version = version;
-    out->flags = static_cast<uint32_t>(GetLe(data, kFlags, 4));
+    out->flags = flags;
+    out->join_session = GetLe(data, kJoinSession, 8);
+    out->join_key = GetLe(data, kJoinKey, 8);
     out->pid = static_cast<uint32_t>(GetLe(data, kPid, 4));
     out->client_name = GetText(data, kClientName, kClientNameLen);
     return RejectReason::kNone;
@@ -109,9 +129,11 @@ struct AcceptReply {
   static constexpr size_t kMagic = 0, kVersion = 4, kLength = 6, kEpoch = 8, kSessionId = 16,
                           kLeaseNs = 24, kLockCount = 32, kStallFactor = 40,
                           kSessionRecordSize = 44, kInfo = 48, kLocks = 72, kSessions = 96,
-                          kSessionRecordOffset = 120, kMaxSessions = 128;
+                          kSessionRecordOffset = 120, kMaxSessions = 128,
+                          kHeartbeatIntervalNs = 136, kHeartbeatTimeoutNs = 144, kJoinKey = 152,
+                          kRecordEntries = 160, kReserved = 164;
   static constexpr size_t kRegionDescSize = 24;
-  static constexpr size_t kSize = 136;
+  static constexpr size_t kSize = 168;
 
   uint16_t version = kProtocolVersion;
   uint64_t epoch = 0;
@@ -123,6 +145,10 @@ struct AcceptReply {
   RegionDesc info, locks, sessions;
   uint64_t session_record_offset = 0;  // this client's record inside the session table
   uint64_t max_sessions = 0;
+  uint64_t heartbeat_interval_ns = 0;  // how often the client writes its heartbeat
+  uint64_t heartbeat_timeout_ns = 0;   // lockd fences a session whose heartbeat stops this long
+  uint64_t join_key = 0;               // what further connections of this session present
+  uint32_t record_entries = 0;         // request entries in the session record
 
   std::array<uint8_t, kSize> Encode() const {
     std::array<uint8_t, kSize> b{};
@@ -140,6 +166,10 @@ struct AcceptReply {
     PutRegion(b, kSessions, sessions);
     PutLe(b, kSessionRecordOffset, session_record_offset, 8);
     PutLe(b, kMaxSessions, max_sessions, 8);
+    PutLe(b, kHeartbeatIntervalNs, heartbeat_interval_ns, 8);
+    PutLe(b, kHeartbeatTimeoutNs, heartbeat_timeout_ns, 8);
+    PutLe(b, kJoinKey, join_key, 8);
+    PutLe(b, kRecordEntries, record_entries, 4);
     return b;
   }
 
@@ -162,6 +192,10 @@ struct AcceptReply {
     out->sessions = GetRegion(data, kSessions);
     out->session_record_offset = GetLe(data, kSessionRecordOffset, 8);
     out->max_sessions = GetLe(data, kMaxSessions, 8);
+    out->heartbeat_interval_ns = GetLe(data, kHeartbeatIntervalNs, 8);
+    out->heartbeat_timeout_ns = GetLe(data, kHeartbeatTimeoutNs, 8);
+    out->join_key = GetLe(data, kJoinKey, 8);
+    out->record_entries = static_cast<uint32_t>(GetLe(data, kRecordEntries, 4));
     return true;
   }
 
@@ -177,18 +211,19 @@ struct AcceptReply {
                       static_cast<uint32_t>(GetLe(b, off + 16, 4))};
   }
 };
-static_assert(AcceptReply::kMaxSessions + 8 == AcceptReply::kSize);
+static_assert(AcceptReply::kReserved + 4 == AcceptReply::kSize);
 static_assert(AcceptReply::kSize <= kMaxAcceptPrivateData);
 
 struct RejectReply {
   static constexpr size_t kMagic = 0, kVersion = 4, kLength = 6, kReason = 8, kMinVersion = 10,
-                          kMaxVersion = 12, kDetail = 16, kDetailLen = 96;
-  static constexpr size_t kSize = 112;
+                          kMaxVersion = 12, kDetail = 16, kDetailLen = 96, kRetryAfterMs = 112;
+  static constexpr size_t kSize = 116;
 
   RejectReason reason = RejectReason::kNone;
   uint16_t min_version = kMinProtocolVersion;
   uint16_t max_version = kProtocolVersion;
   std::string detail;
+  uint32_t retry_after_ms = 0;  // kGrace: when lockd will accept
 
   std::array<uint8_t, kSize> Encode() const {
     std::array<uint8_t, kSize> b{};
@@ -199,6 +234,7 @@ struct RejectReply {
     PutLe(b, kMinVersion, min_version, 2);
     PutLe(b, kMaxVersion, max_version, 2);
     PutText(b, kDetail, kDetailLen, detail);
+    PutLe(b, kRetryAfterMs, retry_after_ms, 4);
     return b;
   }
   static bool Decode(std::span<const uint8_t> data, RejectReply* out) {
@@ -208,10 +244,11 @@ struct RejectReply {
     out->min_version = static_cast<uint16_t>(GetLe(data, kMinVersion, 2));
     out->max_version = static_cast<uint16_t>(GetLe(data, kMaxVersion, 2));
     out->detail = GetText(data, kDetail, kDetailLen);
+    out->retry_after_ms = static_cast<uint32_t>(GetLe(data, kRetryAfterMs, 4));
     return true;
   }
 };
-static_assert(RejectReply::kDetail + RejectReply::kDetailLen == RejectReply::kSize);
+static_assert(RejectReply::kRetryAfterMs + 4 == RejectReply::kSize);
 static_assert(RejectReply::kSize <= kMaxRejectPrivateData);
 
 }  // namespace rdmalock::proto

@@ -11,7 +11,7 @@
 
 namespace rdmalock::proto {
 
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;
 inline constexpr uint64_t kInfoMagic = 0x4b434f4c414d4452ull;  // "RDMALOCK" read little-endian
 inline constexpr uint64_t kInfoPageSize = 4096;
 
@@ -26,7 +26,7 @@ constexpr uint64_t ProbeOffset(uint64_t lock_count) { return lock_count * kSlotS
 // Limits lockd enforces on its configuration.
 inline constexpr uint64_t kMinLockCount = 1;
 inline constexpr uint64_t kMaxLockCount = uint64_t{1} << 28;  // 4 GiB of slots
-inline constexpr uint32_t kSessionRecordSize = 256;
+inline constexpr uint32_t kSessionRecordSize = 4096;
 
 // The info page (READ-only to clients). Fields are little-endian at fixed offsets; lockd updates
 // the counters with aligned 8-byte CPU stores, which a client's aligned 8-byte READ sees whole.
@@ -44,7 +44,10 @@ struct InfoPage {
   static constexpr size_t kConnectedClients = 64;      // u64, updated live
   static constexpr size_t kAcceptedTotal = 72;         // u64, updated live
   static constexpr size_t kRejectedTotal = 80;         // u64, updated live
-  static constexpr size_t kEncodedSize = 88;
+  static constexpr size_t kClockUnixNs = 88;           // u64, lockd's clock, updated every tick
+  static constexpr size_t kGraceUntilUnixNs = 96;      // u64, restart grace end (0: none)
+  static constexpr size_t kRecoveries = 104;           // u64, sessions recovered, updated live
+  static constexpr size_t kEncodedSize = 112;
 
   uint64_t magic = kInfoMagic;
   uint32_t layout_version = kLayoutVersion;
@@ -59,6 +62,9 @@ struct InfoPage {
   uint64_t connected_clients = 0;
   uint64_t accepted_total = 0;
   uint64_t rejected_total = 0;
+  uint64_t clock_unix_ns = 0;
+  uint64_t grace_until_unix_ns = 0;
+  uint64_t recoveries = 0;
 
   void EncodeTo(std::span<uint8_t> page) const {
     PutLe(page, kMagic, magic, 8);
@@ -74,6 +80,9 @@ struct InfoPage {
     PutLe(page, kConnectedClients, connected_clients, 8);
     PutLe(page, kAcceptedTotal, accepted_total, 8);
     PutLe(page, kRejectedTotal, rejected_total, 8);
+    PutLe(page, kClockUnixNs, clock_unix_ns, 8);
+    PutLe(page, kGraceUntilUnixNs, grace_until_unix_ns, 8);
+    PutLe(page, kRecoveries, recoveries, 8);
   }
   static InfoPage DecodeFrom(std::span<const uint8_t> page) {
     InfoPage p;
@@ -90,13 +99,18 @@ struct InfoPage {
     p.connected_clients = GetLe(page, kConnectedClients, 8);
     p.accepted_total = GetLe(page, kAcceptedTotal, 8);
     p.rejected_total = GetLe(page, kRejectedTotal, 8);
+    p.clock_unix_ns = GetLe(page, kClockUnixNs, 8);
+    p.grace_until_unix_ns = GetLe(page, kGraceUntilUnixNs, 8);
+    p.recoveries = GetLe(page, kRecoveries, 8);
     return p;
   }
 };
 static_assert(InfoPage::kEncodedSize <= kInfoPageSize);
 
-// A session record: lockd fills in who the client is when it accepts the connection and clears
-// it when the session ends. session_id 0 marks a free record. Clients may read every record.
+// A session record. The header's first 96 bytes are lockd's (written when the session starts,
+// zeroed when it ends; session_id 0 marks a free record). The client RDMA-WRITEs its heartbeat
+// counter and its request entries; lockd stamps when it last saw the heartbeat move. Every client
+// may read every record (lockctl clients / inspect).
 struct SessionRecord {
   static constexpr size_t kSessionId = 0;     // u64
   static constexpr size_t kPid = 8;           // u32
@@ -104,7 +118,12 @@ struct SessionRecord {
   static constexpr size_t kSinceUnixNs = 16;  // u64
   static constexpr size_t kName = 24, kNameLen = 24;
   static constexpr size_t kPeer = 48, kPeerLen = 48;
-  static constexpr size_t kEncodedSize = 96;
+  static constexpr size_t kHeartbeat = 96;             // u64, client: bumped every interval
+  static constexpr size_t kHeartbeatSeenUnixNs = 104;  // u64, lockd: when it last saw it move
+  static constexpr size_t kEncodedSize = 112;
+  static constexpr size_t kEntries = 128;  // request entries start here
+  static constexpr size_t kEntrySize = 16;
+  static constexpr uint32_t kMaxEntries = (kSessionRecordSize - kEntries) / kEntrySize;
 
   uint64_t session_id = 0;
   uint32_t pid = 0;
@@ -112,7 +131,12 @@ struct SessionRecord {
   uint64_t since_unix_ns = 0;
   std::string name;
   std::string peer;
+  uint64_t heartbeat = 0;
+  uint64_t heartbeat_seen_unix_ns = 0;
 
+  static constexpr uint64_t EntryOffset(uint32_t i) { return kEntries + uint64_t{i} * kEntrySize; }
+
+  // lockd's part (the header); the client's heartbeat and entries are not touched.
   void EncodeTo(std::span<uint8_t> rec) const {
     PutLe(rec, kSessionId, session_id, 8);
     PutLe(rec, kPid, pid, 4);
@@ -129,10 +153,55 @@ struct SessionRecord {
     r.since_unix_ns = GetLe(rec, kSinceUnixNs, 8);
     r.name = GetText(rec, kName, kNameLen);
     r.peer = GetText(rec, kPeer, kPeerLen);
+    r.heartbeat = GetLe(rec, kHeartbeat, 8);
+    r.heartbeat_seen_unix_ns = GetLe(rec, kHeartbeatSeenUnixNs, 8);
     return r;
   }
 };
-static_assert(SessionRecord::kPeer + SessionRecord::kPeerLen == SessionRecord::kEncodedSize);
-static_assert(SessionRecord::kEncodedSize <= kSessionRecordSize);
+static_assert(SessionRecord::kEncodedSize <= SessionRecord::kEntries);
+static_assert(SessionRecord::kMaxEntries >= 200);
+
+// One request of a client, as its record shows it. Two little-endian words, written by the client
+// with one 16-byte RDMA WRITE:
+//   word a: slot (bits 0-31) | mode (32-39) | state (40-47) | check (48-63)
+//   word b: word0 as the request's FETCH_AND_ADD returned it (its ticket), when kQueued
+// `check` is a hash of the rest, so that a torn or garbage entry is recognised and ignored. An
+// all-zero entry is free.
+struct RequestEntry {
+  enum class State : uint8_t { kFree = 0, kRequesting = 1, kQueued = 2 };
+
+  uint32_t slot = 0;
+  Mode mode = Mode::kExclusive;
+  State state = State::kFree;
+  uint64_t ticket = 0;  // Word0 encoding
+
+  static uint16_t Check(uint64_t a_without_check, uint64_t b) {
+    uint64_t z = a_without_check ^ (b * 0x9e3779b97f4a7c15ull) ^ 0x5243524c4b4c4f43ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return static_cast<uint16_t>(z >> 48) | 1;  // never 0, so a zero entry is never "valid"
+  }
+  std::array<uint64_t, 2> Encode() const {
+    if (state == State::kFree) return {0, 0};
+    const uint64_t a = uint64_t{slot} | (uint64_t{static_cast<uint8_t>(mode)} << 32) |
+                       (uint64_t{static_cast<uint8_t>(state)} << 40);
+    return {a | (uint64_t{Check(a, ticket)} << 48), ticket};
+  }
+  // False for a free entry or one that fails its check (torn, garbage).
+  static bool Decode(uint64_t a, uint64_t b, RequestEntry* out) {
+    if (a == 0 && b == 0) return false;
+    const uint64_t rest = a & 0x0000ffffffffffffull;
+    if (static_cast<uint16_t>(a >> 48) != Check(rest, b)) return false;
+    const auto mode = static_cast<uint8_t>(a >> 32);
+    const auto state = static_cast<uint8_t>(a >> 40);
+    if (mode > 1 || state < 1 || state > 2) return false;
+    out->slot = static_cast<uint32_t>(a);
+    out->mode = static_cast<Mode>(mode);
+    out->state = static_cast<State>(state);
+    out->ticket = b;
+    return true;
+  }
+};
 
 }  // namespace rdmalock::proto
