@@ -90,6 +90,7 @@ struct Session {
   std::set<rdma_cm_id*> conns;
   uint64_t last_heartbeat = 0;
   std::chrono::steady_clock::time_point heartbeat_moved;
+  bool qp_error_seen = false;  // a QP of it was in ERR at the last tick
 };
 
 // One rdma_cm connection of a session.
@@ -398,13 +399,15 @@ struct Server::Impl {
     const uint8_t* rec = RecordAt(s->index);
     for (uint32_t i = 0; i < proto::SessionRecord::kMaxEntries; ++i) {
       const size_t off = proto::SessionRecord::EntryOffset(i);
-      const uint64_t a = Load64(rec, off), b = Load64(rec, off + 8);
+      const uint64_t a = Load64(rec, off), b = Load64(rec, off + 8),
+                     d = Load64(rec, off + proto::RequestEntry::kDone);
       if (a == 0 && b == 0) continue;
       proto::RequestEntry e;
       if (!proto::RequestEntry::Decode(a, b, &e) || e.slot >= config.lock_count) {
         ++garbage;
         continue;
       }
+      if (!proto::RequestEntry::DecodeLive(a, b, d, &e)) continue;  // that request is over
       if (e.state == proto::RequestEntry::State::kRequesting) {
         ++requesting;
         continue;
@@ -504,16 +507,27 @@ struct Server::Impl {
                                  std::to_string(config.heartbeat_timeout_ms) + ")");
         continue;
       }
+      // A QP in the error state: a bad operation of the client or a transport failure. rdma_cm
+      // also moves a QP to ERR when a disconnect request arrives, before we see DISCONNECTED:
+      // so only a QP that stays in ERR for a whole tick without a disconnect counts here.
+      bool qp_error = false;
       for (rdma_cm_id* id : s->conns) {
         ibv_qp_attr attr{};
         ibv_qp_init_attr init{};
         if (id->qp != nullptr && ibv_query_qp(id->qp, &attr, IBV_QP_STATE, &init) == 0 &&
             attr.qp_state == IBV_QPS_ERR) {
-          dead.emplace_back(s,
-                            "its QP went to the error state (a bad operation or a transport "
-                            "failure)");
+          qp_error = true;
           break;
         }
+      }
+      if (!qp_error) {
+        s->qp_error_seen = false;
+      } else if (!s->qp_error_seen) {
+        s->qp_error_seen = true;
+      } else {
+        dead.emplace_back(s,
+                          "its QP is in the error state (a bad operation or a transport "
+                          "failure)");
       }
     }
     for (auto& [s, why] : dead) EndSession(s, why, false);
@@ -609,7 +623,10 @@ struct Server::Impl {
       for (uint32_t i = 0; i < proto::SessionRecord::kMaxEntries; ++i) {
         const size_t off = proto::SessionRecord::EntryOffset(i);
         proto::RequestEntry e;
-        if (!proto::RequestEntry::Decode(Load64(rec, off), Load64(rec, off + 8), &e)) continue;
+        if (!proto::RequestEntry::DecodeLive(Load64(rec, off), Load64(rec, off + 8),
+                                             Load64(rec, off + proto::RequestEntry::kDone), &e)) {
+          continue;
+        }
         if (e.slot != n || e.state != proto::RequestEntry::State::kQueued) continue;
         if (proto::Granted(w0, proto::Word0::Decode(e.ticket), e.mode)) {
           holders.push_back(s);

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -36,17 +37,19 @@ std::string DefaultClientName() {
 // The request entries of one session's record, handed out to requests and back.
 class EntryPool {
  public:
-  EntryPool(uint64_t record_offset, uint32_t entries) : base_(record_offset) {
+  EntryPool(uint64_t record_offset, uint32_t entries) : base_(record_offset), seq_(entries, 0) {
     free_.reserve(entries);
     for (uint32_t i = entries; i > 0; --i) free_.push_back(i - 1);
   }
-  // A record offset, or 0 when every entry is in use (the request then goes unrecorded).
-  uint64_t Take() {
+  // An entry's record offset and a new seq for this use, or offset 0 when every entry is in use
+  // (the request then goes unrecorded).
+  std::pair<uint64_t, uint32_t> Take() {
     std::lock_guard lk(mu_);
-    if (free_.empty()) return 0;
+    if (free_.empty()) return {0, 0};
     const uint32_t i = free_.back();
     free_.pop_back();
-    return base_ + proto::SessionRecord::EntryOffset(i);
+    seq_[i] = proto::RequestEntry::NextSeq(seq_[i]);
+    return {base_ + proto::SessionRecord::EntryOffset(i), seq_[i]};
   }
   void Give(uint64_t record) {
     if (record < base_ + proto::SessionRecord::kEntries) return;
@@ -58,6 +61,7 @@ class EntryPool {
  private:
   uint64_t base_;
   std::mutex mu_;
+  std::vector<uint32_t> seq_;  // the last seq each entry was used with
   std::vector<uint32_t> free_;
 };
 
@@ -581,7 +585,7 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel(ao.deadline));
   const Session& sess = *ch->session;
   ao.want_token = options.fencing_token && mode == Mode::kExclusive;
-  ao.record = sess.pool->Take();
+  std::tie(ao.record, ao.record_seq) = sess.pool->Take();
   if (ao.record == 0 && impl_->options().record_requests) ++ch->unrecorded;
   auto grant = sess.engine->Acquire(*ch->mem, slot, mode, ao, &ch->events);
   if (!grant.ok()) {
@@ -693,8 +697,9 @@ Result<std::vector<SessionInfo>> Client::Sessions() {
     for (uint32_t i = 0; i < proto::SessionRecord::kMaxEntries; ++i) {
       const size_t e = proto::SessionRecord::EntryOffset(i);
       proto::RequestEntry entry;
-      if (!proto::RequestEntry::Decode(proto::GetLe(rec, e, 8), proto::GetLe(rec, e + 8, 8),
-                                       &entry) ||
+      if (!proto::RequestEntry::DecodeLive(proto::GetLe(rec, e, 8), proto::GetLe(rec, e + 8, 8),
+                                           proto::GetLe(rec, e + proto::RequestEntry::kDone, 8),
+                                           &entry) ||
           entry.slot >= r.lock_count) {
         continue;
       }

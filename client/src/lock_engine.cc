@@ -63,27 +63,30 @@ LockEngine::LockEngine(EngineParams params, AbandonHandler on_abandon, RecordHan
 
 namespace {
 
-RemoteOp EntryWrite(uint64_t record, uint64_t slot, Mode mode, proto::RequestEntry::State state,
-                    uint64_t ticket) {
+RemoteOp EntryWrite(uint64_t record, uint32_t seq, uint64_t slot, Mode mode,
+                    proto::RequestEntry::State state, uint64_t ticket) {
   proto::RequestEntry e;
   e.slot = static_cast<uint32_t>(slot);
   e.mode = mode;
   e.state = state;
+  e.seq = seq;
   e.ticket = ticket;
   const auto w = e.Encode();
   return RemoteOp::Write16(RegionId::kSessions, record, w[0], w[1]);
 }
 
-RemoteOp EntryClear(uint64_t record) {
-  return RemoteOp::Write16(RegionId::kSessions, record, 0, 0);
+// Marks this use of the entry done. Goes *before* the operation that ends the request, so the
+// record never shows a request that may already be released or withdrawn.
+RemoteOp EntryDone(uint64_t record, uint32_t seq) {
+  return RemoteOp::Write(RegionId::kSessions, record + proto::RequestEntry::kDone, seq);
 }
 
 }  // namespace
 
-void LockEngine::FreeRecord(RemoteMemory& mem, uint64_t record) const {
+void LockEngine::FreeRecord(RemoteMemory& mem, uint64_t record, uint32_t seq) const {
   if (record == 0) return;
-  RemoteOp clear = EntryClear(record);
-  (void)mem.Post(clear);  // a failure breaks the channel; the session's record goes with it
+  RemoteOp done = EntryDone(record, seq);
+  (void)mem.Post(done);  // a failure breaks the channel; the session's record goes with it
   if (on_record_free_) on_record_free_(record);
 }
 
@@ -108,7 +111,7 @@ Result<Grant> LockEngine::Acquire(RemoteMemory& mem, uint64_t slot, Mode mode,
                                   const AcquireOptions& opt, EngineEvents* ev) const {
   bool handed_off = false;  // an abandoned ticket (and its entry) went to the abandon handler
   auto g = AcquireImpl(mem, slot, mode, opt, ev, &handed_off);
-  if (!g.ok() && !handed_off) FreeRecord(mem, opt.record);
+  if (!g.ok() && !handed_off) FreeRecord(mem, opt.record, opt.record_seq);
   return g;
 }
 
@@ -135,7 +138,8 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     RemoteOp ops[3];
     size_t n = 0;
     if (opt.record != 0) {
-      ops[n++] = EntryWrite(opt.record, slot, mode, proto::RequestEntry::State::kRequesting, 0);
+      ops[n++] = EntryWrite(opt.record, opt.record_seq, slot, mode,
+                            proto::RequestEntry::State::kRequesting, 0);
     }
     const size_t fa = n;
     ops[n++] = RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(slot), inc);
@@ -174,11 +178,11 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     }
     frozen_seen = Observed{};
 
-    const Ticket t{slot, mode, prev, opt.record};
+    const Ticket t{slot, mode, prev, opt.record, opt.record_seq};
     if (opt.record != 0) {
       // The ticket, posted without waiting: it lands before anything this channel sends next.
-      RemoteOp queued =
-          EntryWrite(opt.record, slot, mode, proto::RequestEntry::State::kQueued, prev.Encode());
+      RemoteOp queued = EntryWrite(opt.record, opt.record_seq, slot, mode,
+                                   proto::RequestEntry::State::kQueued, prev.Encode());
       RDMALOCK_RETURN_IF_ERROR(mem.Post(queued));
     }
     Grant g;
@@ -304,9 +308,14 @@ Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Tic
       if (on_abandon_) on_abandon_(t);
       return GiveUp::kAbandoned;
     }
-    RemoteOp cas =
-        RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), cur.Encode(), cur.Encode() - inc);
-    RDMALOCK_RETURN_IF_ERROR(mem.Execute(cas));
+    // The entry is marked done first, in the same doorbell: a withdrawn ticket's number goes to
+    // the next requester, so the record must never show it as ours once the CAS may have landed.
+    RemoteOp ops[2] = {EntryDone(t.record, t.record_seq),
+                       RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), cur.Encode(),
+                                             cur.Encode() - inc)};
+    const size_t first = t.record != 0 ? 0 : 1;
+    RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops + first, 2 - first)));
+    const RemoteOp& cas = ops[1];
     if (cas.result[0] == cur.Encode()) {
       Count(&EngineEvents::withdrawals, ev);
       return GiveUp::kWithdrawn;
@@ -365,35 +374,38 @@ Status LockEngine::Release(RemoteMemory& mem, const Grant& g, EngineEvents* ev) 
   Word0 cur = g.seen;  // exact unless requests arrived (or siblings released) since we looked
   for (;;) {
     if (!LeaseValid(g, Clock::now())) {
-      FreeRecord(mem, t.record);
+      FreeRecord(mem, t.record, t.record_seq);
       return Error(ErrorCode::kLockLost, "lease on slot " + std::to_string(t.slot) +
                                              " expired before release; not released (waiters "
                                              "recover the lock)");
     }
     if (!StillHeld(cur, t)) {
-      FreeRecord(mem, t.record);
+      FreeRecord(mem, t.record, t.record_seq);
       return Error(ErrorCode::kLockLost, "slot " + std::to_string(t.slot) +
                                              " was recovered by a waiter before release; the "
                                              "critical section may have overlapped another");
     }
     // A CAS, not a FETCH_AND_ADD: it lands only if the word still shows our grant, so a release
     // that is delayed (a paused process, a retransmission) past a recovery changes nothing. The
-    // entry is cleared in the same doorbell, after the CAS. (If the CAS fails and we try again,
-    // the entry reads free meanwhile: a crash then leaves this grant to stall recovery.)
-    RemoteOp ops[2] = {
-        RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), cur.Encode(), cur.Encode() + inc),
-        EntryClear(t.record)};
-    if (Status st = mem.Execute(std::span<RemoteOp>(ops, t.record != 0 ? 2 : 1)); !st.ok()) {
+    // entry is marked done in the same doorbell, *before* the CAS: were it after, a crash between
+    // the two would leave lockd a record of a released shared ticket, and a second release of it
+    // would count for another reader. (If the CAS fails and we try again, the entry reads done
+    // meanwhile: a crash then leaves this grant to stall recovery.)
+    RemoteOp ops[2] = {EntryDone(t.record, t.record_seq),
+                       RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), cur.Encode(),
+                                             cur.Encode() + inc)};
+    const size_t first = t.record != 0 ? 0 : 1;
+    if (Status st = mem.Execute(std::span<RemoteOp>(ops + first, 2 - first)); !st.ok()) {
       if (t.record != 0 && on_record_free_) on_record_free_(t.record);
       return st;
     }
-    if (ops[0].result[0] == cur.Encode()) {
+    if (ops[1].result[0] == cur.Encode()) {
       if (t.record != 0 && on_record_free_) on_record_free_(t.record);
       const Word0 now = Word0::Decode(cur.Encode() + inc);
       if (now.Frozen() && now.Drained()) return ResetDrained(mem, t.slot, now, ev);
       return Status::Ok();
     }
-    cur = Word0::Decode(ops[0].result[0]);
+    cur = Word0::Decode(ops[1].result[0]);
   }
 }
 
@@ -421,7 +433,7 @@ Status LockEngine::Drain(RemoteMemory& mem, const Ticket& t, EngineEvents* ev) c
   Grant g;
   auto out = Wait(mem, t, Clock::now(), Clock::time_point::max(), &g, ev, nullptr);
   if (!out.ok() || *out != WaitOutcome::kGranted) {  // skipped or reset: nothing to release
-    FreeRecord(mem, t.record);
+    FreeRecord(mem, t.record, t.record_seq);
     return out.ok() ? Status::Ok() : out.status();
   }
   Status st = Release(mem, g, ev);  // clears the entry

@@ -31,8 +31,10 @@ struct Ticket {
   Mode mode = Mode::kExclusive;
   proto::Word0 word;
   // Where the request is recorded in the client's session record (byte offset of its entry in
-  // the session table), or 0 for an unrecorded request. See proto::RequestEntry.
+  // the session table), or 0 for an unrecorded request, and this use's seq. See
+  // proto::RequestEntry.
   uint64_t record = 0;
+  uint32_t record_seq = 0;
 };
 
 struct Grant {
@@ -49,6 +51,7 @@ struct AcquireOptions {
   bool try_only = false;    // give up at once instead of queueing (kBusy)
   bool want_token = false;  // read word1 with the FETCH_AND_ADD so a token comes with the grant
   uint64_t record = 0;      // the request's entry in the session record (0: not recorded)
+  uint32_t record_seq = 0;  // this use of the entry (proto::RequestEntry::seq)
 };
 
 // lockd's recovery of one request of a dead client: Reap() steps it without blocking.
@@ -125,8 +128,8 @@ class LockEngine {
                            bool* handed_off) const;
   Result<Grant> AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mode, const AcquireOptions& opt,
                             EngineEvents* ev, bool* handed_off) const;
-  // Clears a request's entry (posted, not waited for) and hands the entry back.
-  void FreeRecord(RemoteMemory& mem, uint64_t record) const;
+  // Marks a request's entry done (posted, not waited for) and hands the entry back.
+  void FreeRecord(RemoteMemory& mem, uint64_t record, uint32_t seq) const;
   // Takes back an increment from a frozen word; resets the word if that drains it.
   Status WithdrawFrozen(RemoteMemory& mem, uint64_t slot, uint64_t inc, proto::Word0 cur,
                         EngineEvents* ev) const;

@@ -713,6 +713,7 @@ TEST_CASE("kill -9 of a waiter in the middle of the queue") {
   WARN("dead middle waiter (" << (record ? "recorded" : "unrecorded")
                               << "): release -> tail's grant: " << ms
                               << " ms (F x L = " << Ms(kStall) << " ms)");
+  INFO(lockd.Log());
   REQUIRE(ms <= (record ? kFastMs : Ms(kStall) * 1.2));
   REQUIRE(shf.get()->granted == 0);
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "inproc_memory.h"
+#include "rdmalock/proto/layout.h"
 
 using namespace rdmalock;
 using namespace std::chrono_literals;
@@ -489,4 +490,113 @@ TEST_CASE("a delayed release that lands after a recovery changes nothing") {
   releaser.join();
   REQUIRE(W0(table, 0) == held);  // the stale release did not land
   REQUIRE(e.Release(w, *g2).ok());
+}
+
+// ---- Request records and lockd's recovery (Reap)
+
+namespace {
+
+// What lockd does with a fenced client's record: steps Reap() on every live entry until done.
+int ReapRecord(InProcessTable& table, const LockEngine& e, uint64_t base) {
+  InProcessMemory mem(&table);
+  int released = 0;
+  for (uint32_t i = 0; i < proto::SessionRecord::kMaxEntries; ++i) {
+    const uint64_t off = base + proto::SessionRecord::EntryOffset(i);
+    proto::RequestEntry entry;
+    if (!proto::RequestEntry::DecodeLive(table.session_word(off).load(),
+                                         table.session_word(off + 8).load(),
+                                         table.session_word(off + 16).load(), &entry)) {
+      continue;
+    }
+    if (entry.state != proto::RequestEntry::State::kQueued) continue;
+    ReapState r;
+    r.ticket = Ticket{entry.slot, entry.mode, Word0::Decode(entry.ticket), 0, 0};
+    for (int step = 0; step < 1000; ++step) {
+      auto done = e.Reap(mem, r);
+      REQUIRE(done.ok());
+      if (*done) break;
+    }
+    if (r.outcome == ReapState::Outcome::kReleased) ++released;
+  }
+  return released;
+}
+
+}  // namespace
+
+TEST_CASE("records: lockd frees a dead client's held and queued requests, exactly once") {
+  InProcessTable table(4, 4 * 4096);
+  LockEngine e(Params(4), nullptr);
+  InProcessMemory a(&table), b(&table), c(&table);
+  const uint64_t rec = 4096;  // client A's record
+  AcquireOptions o;
+  o.record = rec + proto::SessionRecord::EntryOffset(0);
+  o.record_seq = 1;
+  auto ga = e.Acquire(a, 0, Mode::kExclusive, o);  // A holds slot 0
+  REQUIRE(ga.ok());
+  o.record = rec + proto::SessionRecord::EntryOffset(1);
+  auto gb = e.Acquire(b, 1, Mode::kExclusive, {});  // B holds slot 1 ...
+  REQUIRE(gb.ok());
+  // ... and A queues behind it: its FA and its entry, as a waiting Acquire leaves them.
+  RemoteOp fa =
+      RemoteOp::FetchAdd(RegionId::kLocks, proto::SlotOffset(1), proto::kAcquireExclusive);
+  REQUIRE(a.Execute(fa).ok());
+  proto::RequestEntry q;
+  q.slot = 1;
+  q.mode = Mode::kExclusive;
+  q.state = proto::RequestEntry::State::kQueued;
+  q.seq = 5;
+  q.ticket = fa.result[0];
+  const auto w = q.Encode();
+  table.session_word(o.record).store(w[0]);
+  table.session_word(o.record + 8).store(w[1]);
+  a.Break();  // A dies (fenced)
+
+  // lockd frees A's grant at once; A's queued request is released when its turn comes.
+  REQUIRE(ReapRecord(table, e, rec) == 1);
+  auto got0 = e.Acquire(c, 0, Mode::kExclusive, {.try_only = true});
+  REQUIRE(got0.ok());
+  REQUIRE(e.Release(b, *gb).ok());          // B releases: A's dead ticket is next ...
+  REQUIRE(ReapRecord(table, e, rec) == 1);  // ... and lockd releases it for A
+  auto got1 = e.Acquire(c, 1, Mode::kExclusive, {.try_only = true});
+  REQUIRE(got1.ok());
+  // Reaping again changes nothing: A's tickets are over.
+  REQUIRE(ReapRecord(table, e, rec) == 0);
+  REQUIRE(e.Release(c, *got0).ok());
+  REQUIRE(e.Release(c, *got1).ok());
+  REQUIRE(W0(table, 0).Drained());
+  REQUIRE(W0(table, 1).Drained());
+}
+
+TEST_CASE("records: a crash anywhere in a shared release never releases it twice") {
+  // Readers A and B hold slot 0, writer C waits. A's release is cut short by a crash before its
+  // first or its second operation; lockd then reaps A's record. B must still hold, C must not be
+  // granted, and the word must count A's release at most once.
+  for (int crash_at = 0; crash_at < 3; ++crash_at) {
+    INFO("crash before operation " << crash_at << " of the release");
+    InProcessTable table(1, 2 * 4096);
+    LockEngine e(Params(1), nullptr);
+    InProcessMemory a(&table), b(&table), c(&table);
+    const uint64_t rec = 4096;
+    AcquireOptions o;
+    o.record = rec + proto::SessionRecord::EntryOffset(0);
+    o.record_seq = 1;
+    auto ga = e.Acquire(a, 0, Mode::kShared, o);
+    auto gb = e.Acquire(b, 0, Mode::kShared, {});
+    REQUIRE(ga.ok());
+    REQUIRE(gb.ok());
+    RemoteOp fa =
+        RemoteOp::FetchAdd(RegionId::kLocks, proto::SlotOffset(0), proto::kAcquireExclusive);
+    REQUIRE(c.Execute(fa).ok());  // C queues
+    const Ticket ct{0, Mode::kExclusive, Word0::Decode(fa.result[0]), 0, 0};
+    REQUIRE(e.Renew(a, *ga).ok());  // A has seen the word as it is: its release CAS will match
+    int ops = 0;
+    a.set_hook([&](const RemoteOp&) { return ops++ != crash_at; });
+    (void)e.Release(a, *ga);
+    (void)ReapRecord(table, e, rec);
+    const Word0 w = W0(table, 0);
+    INFO("nS " << w.n_s << " maxS " << w.max_s);
+    REQUIRE(w.n_s <= 1);                                 // A's release counted at most once
+    REQUIRE_FALSE(proto::Granted(w, ct.word, ct.mode));  // B still holds: C waits
+    REQUIRE(e.Release(b, *gb).ok());
+  }
 }

@@ -140,6 +140,7 @@ TEST_CASE("request entries round-trip and reject torn or garbage words") {
   e.slot = 123456;
   e.mode = rdmalock::proto::Mode::kShared;
   e.state = RequestEntry::State::kQueued;
+  e.seq = 77;
   e.ticket = 0x0001000200030004ull;
   const auto w = e.Encode();
   RequestEntry out;
@@ -147,7 +148,12 @@ TEST_CASE("request entries round-trip and reject torn or garbage words") {
   REQUIRE(out.slot == e.slot);
   REQUIRE(out.mode == e.mode);
   REQUIRE(out.state == e.state);
+  REQUIRE(out.seq == 77);
   REQUIRE(out.ticket == e.ticket);
+  // Live until its seq is marked done; an older done word does not end it.
+  REQUIRE(RequestEntry::DecodeLive(w[0], w[1], 0, &out));
+  REQUIRE(RequestEntry::DecodeLive(w[0], w[1], 76, &out));
+  REQUIRE_FALSE(RequestEntry::DecodeLive(w[0], w[1], 77, &out));
   // A free entry is all zero and never decodes.
   RequestEntry f;
   const auto z = f.Encode();
@@ -160,6 +166,9 @@ TEST_CASE("request entries round-trip and reject torn or garbage words") {
   REQUIRE_FALSE(RequestEntry::Decode(w[0], e2.Encode()[1], &out));
   REQUIRE_FALSE(RequestEntry::Decode(0xdeadbeefdeadbeefull, 0x1234, &out));
   REQUIRE_FALSE(RequestEntry::Decode(w[0] ^ (uint64_t{1} << 33), w[1], &out));
+  // Sequence numbers skip 0 when they wrap.
+  REQUIRE(RequestEntry::NextSeq(RequestEntry::kSeqMask) == 1);
+  REQUIRE(RequestEntry::NextSeq(0) == 1);
 }
 
 TEST_CASE("accept and reject replies round-trip within their limits") {

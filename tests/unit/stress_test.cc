@@ -10,13 +10,17 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <random>
+#include <shared_mutex>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "inproc_memory.h"
 #include "lock_engine.h"
+#include "rdmalock/proto/layout.h"
 
 using namespace rdmalock;
 using namespace std::chrono_literals;
@@ -46,10 +50,41 @@ struct Totals {
       timeouts{0}, lost{0}, renewals{0}, errors{0};
 };
 
+// Fencing, as lockd does it: once a client is declared dead, none of its operations (from any of
+// its channels, including its reaper's) lands any more. Operations hold the fence shared.
+struct Fence {
+  std::shared_mutex mu;
+  bool dead = false;
+};
+
+class FencedMemory : public RemoteMemory {
+ public:
+  FencedMemory(InProcessTable* table, Fence* fence) : inner_(table), fence_(fence) {
+    set_min_round_trip(std::chrono::microseconds(20));
+  }
+  Status ReadBytes(RegionId r, uint64_t off, std::span<uint8_t> dst) override {
+    return inner_.ReadBytes(r, off, dst);
+  }
+
+ protected:
+  Status DoExecute(std::span<RemoteOp> ops) override {
+    std::shared_lock lk(fence_->mu);
+    if (fence_->dead) return Error(ErrorCode::kConnection, "fenced");
+    return inner_.Execute(ops);
+  }
+
+ private:
+  InProcessMemory inner_;
+  Fence* fence_;
+};
+
 // Drains abandoned tickets on its own channel, as the SDK's reaper does.
 class Reaper {
  public:
-  Reaper(InProcessTable* table, const LockEngine* engine) : table_(table), engine_(engine) {
+  // `fence_of`: the fence of a ticket's owner (null: unfenced).
+  Reaper(InProcessTable* table, const LockEngine* engine,
+         std::function<Fence*(const Ticket&)> fence_of = {})
+      : table_(table), engine_(engine), fence_of_(std::move(fence_of)) {
     thread_ = std::thread([this] { Run(); });
   }
   ~Reaper() {
@@ -80,11 +115,18 @@ class Reaper {
         t = q_.front();
         q_.pop_front();
       }
-      (void)engine_->Drain(mem, t);
+      Fence* f = fence_of_ ? fence_of_(t) : nullptr;
+      if (f != nullptr) {
+        FencedMemory fm(table_, f);  // the reaper is part of the ticket's client process
+        (void)engine_->Drain(fm, t);
+      } else {
+        (void)engine_->Drain(mem, t);
+      }
     }
   }
   InProcessTable* table_;
   const LockEngine* engine_;
+  std::function<Fence*(const Ticket&)> fence_of_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Ticket> q_;
@@ -92,22 +134,143 @@ class Reaper {
   std::thread thread_;
 };
 
-}  // namespace
+// One client thread's session records: each "process" (incarnation) of the thread gets a record
+// of its own, handed out entry by entry as the SDK does.
+constexpr uint64_t kRecordsPerThread = 256;
 
-TEST_CASE("randomized stress: crashes, pauses and renewals never give two lease-valid holders") {
+class RecordSpace {
+ public:
+  void Reset(uint64_t base) {
+    std::lock_guard lk(mu_);
+    base_ = base;
+    free_.clear();
+    seq_.assign(proto::SessionRecord::kMaxEntries, 0);
+    for (uint32_t i = proto::SessionRecord::kMaxEntries; i > 0; --i) free_.push_back(i - 1);
+  }
+  uint64_t base() {
+    std::lock_guard lk(mu_);
+    return base_;
+  }
+  std::pair<uint64_t, uint32_t> Take() {
+    std::lock_guard lk(mu_);
+    if (free_.empty()) return {0, 0};
+    const uint32_t i = free_.back();
+    free_.pop_back();
+    seq_[i] = proto::RequestEntry::NextSeq(seq_[i]);
+    return {base_ + proto::SessionRecord::EntryOffset(i), seq_[i]};
+  }
+  void Give(uint64_t rec) {
+    std::lock_guard lk(mu_);
+    if (rec < base_ || rec >= base_ + proto::kSessionRecordSize) return;  // an older record's
+    free_.push_back(static_cast<uint32_t>((rec - base_ - proto::SessionRecord::kEntries) /
+                                          proto::SessionRecord::kEntrySize));
+  }
+
+ private:
+  std::mutex mu_;
+  uint64_t base_ = 0;
+  std::vector<uint32_t> seq_;
+  std::vector<uint32_t> free_;
+};
+
+// lockd's fast recovery: frees what a crashed client's record shows, stepping Reap() on a channel
+// of its own, as lockd's recovery thread does on its loopback QP.
+class FastRecovery {
+ public:
+  FastRecovery(InProcessTable* table, const LockEngine* engine) : table_(table), engine_(engine) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~FastRecovery() {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  // The client is fenced (its channel broke: nothing of it lands any more): take its record.
+  void Take(uint64_t base) {
+    std::vector<ReapState> items;
+    for (uint32_t i = 0; i < proto::SessionRecord::kMaxEntries; ++i) {
+      const uint64_t off = base + proto::SessionRecord::EntryOffset(i);
+      const uint64_t a = table_->session_word(off).load();
+      const uint64_t b = table_->session_word(off + 8).load();
+      const uint64_t d = table_->session_word(off + proto::RequestEntry::kDone).load();
+      proto::RequestEntry e;
+      if (!proto::RequestEntry::DecodeLive(a, b, d, &e)) continue;
+      if (e.state != proto::RequestEntry::State::kQueued) continue;
+      ReapState r;
+      r.ticket = Ticket{e.slot, e.mode, proto::Word0::Decode(e.ticket), 0};
+      items.push_back(r);
+    }
+    std::lock_guard lk(mu_);
+    for (auto& r : items) q_.push_back(r);
+    cv_.notify_all();
+  }
+  uint64_t released() const { return released_.load(); }
+
+ private:
+  void Run() {
+    InProcessMemory mem(table_);
+    std::vector<ReapState> pending;
+    for (;;) {
+      {
+        std::unique_lock lk(mu_);
+        if (pending.empty()) cv_.wait(lk, [&] { return stop_ || !q_.empty(); });
+        if (stop_) return;
+        for (auto& r : q_) pending.push_back(r);
+        q_.clear();
+      }
+      for (auto& r : pending) {
+        auto done = engine_->Reap(mem, r);
+        if (!done.ok()) r.outcome = ReapState::Outcome::kGaveUp;
+        if (r.outcome == ReapState::Outcome::kReleased) released_++;
+      }
+      std::erase_if(pending,
+                    [](const ReapState& r) { return r.outcome != ReapState::Outcome::kPending; });
+      if (!pending.empty()) std::this_thread::sleep_for(20us);
+    }
+  }
+  InProcessTable* table_;
+  const LockEngine* engine_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<ReapState> q_;
+  bool stop_ = false;
+  std::atomic<uint64_t> released_{0};
+  std::thread thread_;
+};
+
+// `records`: clients record their requests and a crashed client's locks are freed at once by
+// FastRecovery (a crashed holder stops counting as a holder when it dies). Without, only the
+// waiters' stall recovery frees them.
+void Stress(bool records) {
   const int threads = EnvInt("RDMALOCK_STRESS_THREADS", 16);
-  const int ops = EnvInt("RDMALOCK_STRESS_OPS", 100000);
+  const int ops = EnvInt("RDMALOCK_STRESS_OPS", 100000) / (records ? 2 : 1);
   constexpr uint64_t kSlots = 64;
   const auto lease = 20ms;
-  InProcessTable table(kSlots);
+  InProcessTable table(
+      kSlots, static_cast<uint64_t>(threads) * kRecordsPerThread * proto::kSessionRecordSize);
   std::unique_ptr<Reaper> reaper;
+  std::vector<RecordSpace> spaces(static_cast<size_t>(threads));
   EngineParams p;
   p.lock_count = kSlots;
   p.lease = lease;
   p.stall_factor = 2;
   p.epoch = 3;
-  LockEngine engine(p, [&](const Ticket& t) { reaper->Add(t); });
-  reaper = std::make_unique<Reaper>(&table, &engine);
+  LockEngine engine(
+      p, [&](const Ticket& t) { reaper->Add(t); },
+      [&](uint64_t rec) {
+        spaces[rec / (kRecordsPerThread * proto::kSessionRecordSize)].Give(rec);
+      });
+  // One fence per record (client incarnation).
+  std::vector<std::unique_ptr<Fence>> fences(static_cast<size_t>(threads) * kRecordsPerThread);
+  for (auto& f : fences) f = std::make_unique<Fence>();
+  reaper = std::make_unique<Reaper>(&table, &engine, [&](const Ticket& t) -> Fence* {
+    if (!records || t.record == 0) return nullptr;
+    return fences[t.record / proto::kSessionRecordSize].get();
+  });
+  FastRecovery fast(&table, &engine);
   std::vector<SlotShadow> shadow(kSlots);
   Totals tot;
 
@@ -133,7 +296,30 @@ TEST_CASE("randomized stress: crashes, pauses and renewals never give two lease-
       });
       return mem;
     };
+    RecordSpace& space = spaces[static_cast<size_t>(id)];
+    uint64_t incarnation = 0;
+    const auto record_base = [&] {
+      return (static_cast<uint64_t>(id) * kRecordsPerThread + incarnation % kRecordsPerThread) *
+             proto::kSessionRecordSize;
+    };
+    space.Reset(record_base());
     auto mem = make_channel();
+    if (records && incarnation >= kRecordsPerThread) FAIL("out of records");
+    // The client died (its channel is broken: nothing more of it lands). With records, lockd
+    // frees what its record shows; a new client process takes over with a record of its own.
+    auto died = [&] {
+      if (records) {
+        {
+          Fence& f = *fences[space.base() / proto::kSessionRecordSize];
+          std::unique_lock lk(f.mu);  // waits out any operation of ours in flight
+          f.dead = true;
+        }
+        fast.Take(space.base());
+        ++incarnation;
+        space.Reset(record_base());
+      }
+      mem = make_channel();
+    };
     uint64_t serial = 0;
     for (int i = 0; i < ops; ++i) {
       const uint64_t slot = rng() % kSlots;
@@ -141,10 +327,14 @@ TEST_CASE("randomized stress: crashes, pauses and renewals never give two lease-
       AcquireOptions o;
       o.want_token = mode == Mode::kExclusive;
       if (chance(0.3)) o.deadline = Clock::now() + std::chrono::microseconds(rng() % 40000);
+      if (records) {
+        std::tie(o.record, o.record_seq) = space.Take();
+        if (o.record == 0) FAIL("out of record entries");
+      }
       auto g = engine.Acquire(*mem, slot, mode, o);
       if (!g.ok()) {
         if (g.status().code() == ErrorCode::kConnection) {
-          mem = make_channel();  // crashed: a new client process takes over
+          died();
         } else if (g.status().code() == ErrorCode::kTimeout) {
           tot.timeouts++;
         } else {
@@ -197,7 +387,12 @@ TEST_CASE("randomized stress: crashes, pauses and renewals never give two lease-
         alive = false;  // dies holding the lock: never releases
       }
       if (!alive) {
-        mem = make_channel();
+        if (records) {  // a dead process no longer uses the resource; lockd may free it at once
+          std::lock_guard lk(sh.mu);
+          std::erase_if(sh.holders,
+                        [&](const Holder& h) { return h.thread == id && h.serial == me; });
+        }
+        died();
         continue;
       }
       {
@@ -207,7 +402,7 @@ TEST_CASE("randomized stress: crashes, pauses and renewals never give two lease-
       }
       const Status st = engine.Release(*mem, *g);
       if (st.code() == ErrorCode::kConnection) {
-        mem = make_channel();
+        died();
       } else if (st.code() == ErrorCode::kLockLost) {
         tot.lost++;
       } else if (!st.ok()) {
@@ -220,17 +415,31 @@ TEST_CASE("randomized stress: crashes, pauses and renewals never give two lease-
   for (int t = 0; t < threads; ++t) ts.emplace_back(worker, t);
   for (auto& t : ts) t.join();
   reaper.reset();
+  const uint64_t fast_released = fast.released();
 
   INFO("grants " << tot.grants << ", crashes " << tot.crashes << ", pauses " << tot.pauses
                  << ", timeouts " << tot.timeouts << ", lost " << tot.lost << ", renewals "
                  << tot.renewals << ", errors " << tot.errors);
-  WARN("stress: " << threads << " threads x " << ops << " ops: grants " << tot.grants
-                  << ", crashes " << tot.crashes << ", pauses " << tot.pauses << ", timeouts "
-                  << tot.timeouts << ", lost " << tot.lost << ", renewals " << tot.renewals);
+  WARN("stress" << (records ? " (records, fast recovery)" : "") << ": " << threads << " threads x "
+                << ops << " ops: grants " << tot.grants << ", crashes " << tot.crashes
+                << ", pauses " << tot.pauses << ", timeouts " << tot.timeouts << ", lost "
+                << tot.lost << ", renewals " << tot.renewals << ", freed by fast recovery "
+                << fast_released);
   REQUIRE(tot.violations == 0);
   REQUIRE(tot.token_violations == 0);
   REQUIRE(tot.errors == 0);
   REQUIRE(tot.grants > static_cast<uint64_t>(threads) * ops / 2);
   REQUIRE(tot.crashes > 0);
   REQUIRE(tot.pauses > 0);
+  if (records) REQUIRE(fast_released > 0);
+}
+
+}  // namespace
+
+TEST_CASE("randomized stress: crashes, pauses and renewals never give two lease-valid holders") {
+  Stress(false);
+}
+
+TEST_CASE("randomized stress with request records: lockd's fast recovery of crashed clients") {
+  Stress(true);
 }

@@ -121,8 +121,8 @@ struct SessionRecord {
   static constexpr size_t kHeartbeat = 96;             // u64, client: bumped every interval
   static constexpr size_t kHeartbeatSeenUnixNs = 104;  // u64, lockd: when it last saw it move
   static constexpr size_t kEncodedSize = 112;
-  static constexpr size_t kEntries = 128;  // request entries start here
-  static constexpr size_t kEntrySize = 16;
+  static constexpr size_t kEntries = 128;   // request entries start here
+  static constexpr size_t kEntrySize = 32;  // see RequestEntry
   static constexpr uint32_t kMaxEntries = (kSessionRecordSize - kEntries) / kEntrySize;
 
   uint64_t session_id = 0;
@@ -159,21 +159,31 @@ struct SessionRecord {
   }
 };
 static_assert(SessionRecord::kEncodedSize <= SessionRecord::kEntries);
-static_assert(SessionRecord::kMaxEntries >= 200);
+static_assert(SessionRecord::kMaxEntries >= 120);
 
-// One request of a client, as its record shows it. Two little-endian words, written by the client
-// with one 16-byte RDMA WRITE:
-//   word a: slot (bits 0-31) | mode (32-39) | state (40-47) | check (48-63)
-//   word b: word0 as the request's FETCH_AND_ADD returned it (its ticket), when kQueued
-// `check` is a hash of the rest, so that a torn or garbage entry is recognised and ignored. An
-// all-zero entry is free.
+// One request of a client, as its record shows it: 32 bytes at SessionRecord::EntryOffset(i).
+//   word a (+0):  slot (bits 0-27) | mode (28) | state (29-30) | seq (31-47) | check (48-63)
+//   word b (+8):  word0 as the request's FETCH_AND_ADD returned it (its ticket), when kQueued
+//   word d (+16): the seq of the last use of this entry that is over ("done")
+// The client writes a and b together (one 16-byte RDMA WRITE) when it asks (kRequesting, in the
+// FA's doorbell) and once the ticket is known (kQueued); it writes d alone, in the same doorbell
+// and *before* the operation that ends the request (the release or withdrawal CAS). Each use of an
+// entry has a new seq, so a write that lands late (another thread's QP) can make an entry look
+// done, never make a finished request look live. `check` is a hash of the rest of a and of b: a
+// torn or garbage entry is recognised and ignored.
 struct RequestEntry {
   enum class State : uint8_t { kFree = 0, kRequesting = 1, kQueued = 2 };
+  static constexpr size_t kDone = 16;
+  static constexpr uint32_t kSeqMask = (uint32_t{1} << 17) - 1;
+  static constexpr uint32_t kSlotMask = (uint32_t{1} << 28) - 1;
 
   uint32_t slot = 0;
   Mode mode = Mode::kExclusive;
   State state = State::kFree;
+  uint32_t seq = 0;     // 1..kSeqMask
   uint64_t ticket = 0;  // Word0 encoding
+
+  static uint32_t NextSeq(uint32_t seq) { return (seq & kSeqMask) == kSeqMask ? 1 : seq + 1; }
 
   static uint16_t Check(uint64_t a_without_check, uint64_t b) {
     uint64_t z = a_without_check ^ (b * 0x9e3779b97f4a7c15ull) ^ 0x5243524c4b4c4f43ull;
@@ -184,8 +194,9 @@ struct RequestEntry {
   }
   std::array<uint64_t, 2> Encode() const {
     if (state == State::kFree) return {0, 0};
-    const uint64_t a = uint64_t{slot} | (uint64_t{static_cast<uint8_t>(mode)} << 32) |
-                       (uint64_t{static_cast<uint8_t>(state)} << 40);
+    const uint64_t a = uint64_t{slot & kSlotMask} | (uint64_t{static_cast<uint8_t>(mode)} << 28) |
+                       (uint64_t{static_cast<uint8_t>(state)} << 29) |
+                       (uint64_t{seq & kSeqMask} << 31);
     return {a | (uint64_t{Check(a, ticket)} << 48), ticket};
   }
   // False for a free entry or one that fails its check (torn, garbage).
@@ -193,14 +204,19 @@ struct RequestEntry {
     if (a == 0 && b == 0) return false;
     const uint64_t rest = a & 0x0000ffffffffffffull;
     if (static_cast<uint16_t>(a >> 48) != Check(rest, b)) return false;
-    const auto mode = static_cast<uint8_t>(a >> 32);
-    const auto state = static_cast<uint8_t>(a >> 40);
-    if (mode > 1 || state < 1 || state > 2) return false;
-    out->slot = static_cast<uint32_t>(a);
-    out->mode = static_cast<Mode>(mode);
+    const auto state = static_cast<uint8_t>((a >> 29) & 3);
+    const auto seq = static_cast<uint32_t>((a >> 31) & kSeqMask);
+    if (state < 1 || state > 2 || seq == 0) return false;
+    out->slot = static_cast<uint32_t>(a & kSlotMask);
+    out->mode = static_cast<Mode>((a >> 28) & 1);
     out->state = static_cast<State>(state);
+    out->seq = seq;
     out->ticket = b;
     return true;
+  }
+  // A request still open: well-formed, and its use not marked done.
+  static bool DecodeLive(uint64_t a, uint64_t b, uint64_t done, RequestEntry* out) {
+    return Decode(a, b, out) && (done & kSeqMask) != out->seq;
   }
 };
 
