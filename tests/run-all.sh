@@ -3,7 +3,8 @@
 #   1. host unit tests (proto, config, the protocol engine over the in-process backend), in a plain
 #      build, under AddressSanitizer+UndefinedBehaviorSanitizer, and under ThreadSanitizer;
 #   2. the RDMA integration tests on real rdma_rxe, through deploy/softroce/rxe-run (natively if
-#      this kernel has RDMA, else in the Soft-RoCE VM).
+#      this kernel has RDMA, else in the Soft-RoCE VM);
+#   3. the two-host fault tests (tests/twohost/run.sh): lockd in one VM, clients in another.
 # An RDMA test that cannot run fails; nothing is skipped. Exits non-zero if anything failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -76,6 +77,8 @@ results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "protocol model (spi
 
 echo "=== host unit tests under ASan+UBSan"
 if build build-asan "address;undefined" unit_tests; then
+  # The stress tests run a smaller randomized workload under the (slow) sanitizers.
+  RDMALOCK_STRESS_OPS=${RDMALOCK_STRESS_OPS:-40000} \
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     "$root/build-asan/tests/unit_tests" --use-colour no 2>&1 | tee "$logs/asan.log" | tail -3
   count "host unit tests (ASan+UBSan)" "$logs/asan.log" "${PIPESTATUS[0]}"
@@ -86,6 +89,7 @@ fi
 echo "=== host unit tests under TSan"
 if build build-tsan "thread" unit_tests; then
   # TSan needs a narrower address-space randomisation than recent kernels use by default.
+  RDMALOCK_STRESS_OPS=${RDMALOCK_STRESS_OPS:-40000} \
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
     setarch "$(uname -m)" -R "$root/build-tsan/tests/unit_tests" --use-colour no 2>&1 | tee "$logs/tsan.log" | tail -3
   count "host unit tests (TSan)" "$logs/tsan.log" "${PIPESTATUS[0]}"
@@ -98,6 +102,22 @@ echo "=== RDMA integration tests on rdma_rxe"
   sh -c 'echo "rdma device: $RXE_DEV at $RXE_IP (in VM: ${RXE_IN_VM:-0})"; ibv_devices;
          exec "$0"/build/tests/rdma_tests --use-colour no --durations yes' "$root" 2>&1 | tee "$logs/rdma.log"
 count "RDMA tests (rdma_rxe)" "$logs/rdma.log" "${PIPESTATUS[0]}"
+
+echo "=== two-host fault tests (lockd and clients in two VMs)"
+twohost_out="$root/build/twohost"
+rm -rf "$twohost_out"
+mkdir -p "$twohost_out"
+# Two hosts are two VMs even where this kernel has RDMA (the harness's --vms 2 is vm mode only).
+"$root/deploy/softroce/rxe-run" --vms 2 --share "$twohost_out" --timeout 900 -- \
+  "$root/tests/twohost/run.sh" "$twohost_out" "$root/build" 2>&1 | tee "$logs/twohost.log"
+rc=${PIPESTATUS[0]}
+t_ok=$(grep -c 'twohost: .*: ok ' "$logs/twohost.log")
+t_bad=$(grep -c 'twohost: .*: FAIL' "$logs/twohost.log")
+[ "$rc" -ne 0 ] && [ "$t_bad" -eq 0 ] && t_bad=1
+[ "$rc" -eq 0 ] && [ "$t_ok" -eq 0 ] && t_bad=1  # nothing ran: a failure
+passed=$((passed + t_ok))
+failed=$((failed + t_bad))
+results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "two-host fault tests" "$t_ok" "$t_bad" "$rc")")
 
 echo
 echo "=== summary"
