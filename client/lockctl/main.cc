@@ -45,6 +45,7 @@ struct Common {
   int port = 7471;
   int connect_timeout_ms = 5000;
   bool json = false;
+  bool record_requests = true;
 };
 
 std::unique_ptr<rdmalock::Client> ConnectOrDie(const Common& c, int* exit_code) {
@@ -62,6 +63,7 @@ std::unique_ptr<rdmalock::Client> ConnectOrDie(const Common& c, int* exit_code) 
   o.port = static_cast<uint16_t>(c.port);
   o.connect_timeout = std::chrono::milliseconds(c.connect_timeout_ms);
   o.client_name = "lockctl";
+  o.record_requests = c.record_requests;
   auto client = rdmalock::Client::Connect(o);
   if (!client.ok()) {
     std::cerr << "lockctl: " << client.status().ToString() << "\n";
@@ -508,6 +510,10 @@ int main(int argc, char** argv) {
   bench->add_option("--shared-ratio", bo.shared_ratio, "fraction of shared acquisitions")
       ->check(CLI::Range(0.0, 1.0));
   bench->add_flag("--token", bo.token, "request fencing tokens");
+  bool no_records = false;
+  bench->add_flag("--no-records", no_records,
+                  "do not record requests in the session record (lockd cannot free them if this "
+                  "process dies; measures what recording costs)");
 
   try {
     app.parse(argc, argv);
@@ -526,6 +532,7 @@ int main(int argc, char** argv) {
   }
   if (bench->parsed()) {
     int code = 0;
+    c.record_requests = !no_records;
     auto client = ConnectOrDie(c, &code);
     if (!client) return code;
     bo.json = c.json;
