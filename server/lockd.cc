@@ -169,6 +169,7 @@ struct Server::Impl {
   std::unique_ptr<VerbsMemory> loopback;  // the recovery thread's once it runs
   std::thread rec_thread;
   bool stopped_with_clients = false;
+  SteadyClock::time_point next_qp_check;
 
   ~Impl() {
     StopRecovery();
@@ -490,6 +491,8 @@ struct Server::Impl {
   void Tick() {
     const auto now = SteadyClock::now();
     const auto timeout = std::chrono::milliseconds(config.heartbeat_timeout_ms);
+    const bool check_qps = now >= next_qp_check;
+    if (check_qps) next_qp_check = now + timeout / 2;
     std::vector<std::pair<std::shared_ptr<Session>, std::string>> dead;
     for (auto& [sid, s] : sessions) {
       if (s->loopback) continue;
@@ -507,9 +510,12 @@ struct Server::Impl {
                                  std::to_string(config.heartbeat_timeout_ms) + ")");
         continue;
       }
-      // A QP in the error state: a bad operation of the client or a transport failure. rdma_cm
-      // also moves a QP to ERR when a disconnect request arrives, before we see DISCONNECTED:
-      // so only a QP that stays in ERR for a whole tick without a disconnect counts here.
+      // A QP in the error state: a bad operation of the client or a transport failure (rdma_rxe
+      // reports no async event for these). rdma_cm also moves a QP to ERR when a disconnect
+      // request arrives, before we see DISCONNECTED: so only a QP found in ERR at two checks in a
+      // row without a disconnect counts. Checked every half heartbeat timeout, not every tick: a
+      // query is a system call per connection.
+      if (!check_qps) continue;
       bool qp_error = false;
       for (rdma_cm_id* id : s->conns) {
         ibv_qp_attr attr{};
@@ -533,6 +539,31 @@ struct Server::Impl {
     for (auto& [s, why] : dead) EndSession(s, why, false);
     graveyard.clear();
     PublishCounters();
+  }
+
+  // A device's asynchronous event: a QP of a session broke (where the provider reports it).
+  void OnAsyncEvent(Device& d) {
+    ibv_async_event ev{};
+    if (ibv_get_async_event(d.ctx, &ev) != 0) return;
+    const ibv_event_type type = ev.event_type;
+    ibv_qp* qp = nullptr;
+    if (type == IBV_EVENT_QP_FATAL || type == IBV_EVENT_QP_REQ_ERR ||
+        type == IBV_EVENT_QP_ACCESS_ERR) {
+      qp = ev.element.qp;
+    }
+    ibv_ack_async_event(&ev);
+    if (qp == nullptr) {
+      spdlog::debug("device {}: async event {}", d.name, ibv_event_type_str(type));
+      return;
+    }
+    for (auto& [id, c] : conns) {
+      if (id->qp == qp) {
+        EndSession(c->session, std::string("its QP failed (") + ibv_event_type_str(type) + ")",
+                   false);
+        break;
+      }
+    }
+    graveyard.clear();
   }
 
   // ---- admin socket
@@ -654,6 +685,41 @@ struct Server::Impl {
 
   // ---- recovery thread
 
+  // Connects to this lockd through its own NIC (the event loop must be running on another thread)
+  // and checks the byte order of atomic replies with the probe word.
+  Result<std::unique_ptr<VerbsMemory>> ConnectLoopback(std::chrono::milliseconds timeout) {
+    std::vector<std::string> candidates;
+    if (!IsAnyAddress(config.address)) {
+      candidates.push_back(config.address);
+    } else {
+      ifaddrs* ifs = nullptr;
+      if (getifaddrs(&ifs) == 0) {
+        for (ifaddrs* i = ifs; i != nullptr; i = i->ifa_next) {
+          if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+          const std::string a = rdma::AddressToString(i->ifa_addr);
+          const std::string ip = a.substr(0, a.rfind(':'));
+          if (ip.rfind("127.", 0) == 0) continue;
+          candidates.push_back(ip);
+        }
+        freeifaddrs(ifs);
+      }
+    }
+    std::string errors;
+    for (const std::string& ip : candidates) {
+      ChannelParams p{ip, config.port, timeout, "lockd", proto::kFlagLoopback};
+      auto mem = VerbsMemory::Connect(p);  // checks the atomic byte order with the probe word
+      if (mem.ok()) {
+        spdlog::info("loopback through {}: RC atomics work, byte order checked", ip);
+        return mem;
+      }
+      errors += "\n  " + ip + ": " + mem.status().ToString();
+    }
+    return Error(ErrorCode::kUnsupported,
+                 "could not reach this lockd through its own RDMA device (needed to check atomic "
+                 "replies and to free dead clients' locks):" +
+                     (errors.empty() ? std::string(" no IPv4 address found") : errors));
+  }
+
   void StartRecovery() {
     EngineParams p;
     p.lock_count = config.lock_count;
@@ -697,9 +763,16 @@ struct Server::Impl {
           rec_queue.pop_front();
         }
       }
-      if (!loopback) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-        continue;
+      if (!loopback) {  // lost: connect again (the event loop runs on its own thread)
+        auto lb = ConnectLoopback(std::chrono::milliseconds(2000));
+        if (lb.ok()) {
+          loopback = std::move(lb).value();
+        } else {
+          spdlog::error("recovery cannot proceed: {}; retrying in 1 s", lb.status().ToString());
+          std::unique_lock lk(rec_mu);
+          rec_cv.wait_for(lk, std::chrono::seconds(1), [&] { return rec_stop; });
+          continue;
+        }
       }
       bool pending = false;
       for (auto& j : jobs) {
@@ -708,10 +781,8 @@ struct Server::Impl {
           if (r.outcome != ReapState::Outcome::kPending) continue;
           auto done = engine->Reap(*loopback, r);
           if (!done.ok()) {
-            spdlog::error(
-                "recovery of {}: {} (lockd's loopback connection failed; waiters "
-                "recover the locks after F x L)",
-                j.who, done.status().ToString());
+            spdlog::error("recovery of {}: {} (lockd's loopback connection failed; reconnecting)",
+                          j.who, done.status().ToString());
             loopback.reset();
             break;
           }
@@ -743,7 +814,7 @@ struct Server::Impl {
               break;
           }
         }
-        if (!finished && loopback) {
+        if (!finished) {
           ++it;
           continue;
         }
@@ -826,6 +897,11 @@ Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t ep
       continue;
     }
     d->sizes = *sizes;
+    if (const int fl = fcntl(d->ctx->async_fd, F_GETFL);
+        fl < 0 || fcntl(d->ctx->async_fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+      return rdma::ErrnoStatus(ErrorCode::kIo, "making " + d->name + "'s async fd non-blocking",
+                               errno);
+    }
     RDMALOCK_ASSIGN_OR_RETURN(d->pd, rdma::AllocPd(d->ctx));
     RDMALOCK_ASSIGN_OR_RETURN(d->cq, rdma::CreateCq(d->ctx, 16));
     // The NIC enforces who may do what: info READ only; the lock table atomics and READ, never
@@ -889,11 +965,14 @@ Status Server::Run() {
       std::chrono::milliseconds(std::max<uint64_t>(m.config.heartbeat_interval_ms / 2, 5));
   auto next_tick = std::chrono::steady_clock::now() + tick;
   for (;;) {
-    pollfd fds[3] = {{m.channel->fd, POLLIN, 0}, {m.stop_fd, POLLIN, 0}, {m.admin_fd, POLLIN, 0}};
+    // cm events, stop, admin socket, then each device's async events.
+    std::vector<pollfd> fds = {
+        {m.channel->fd, POLLIN, 0}, {m.stop_fd, POLLIN, 0}, {m.admin_fd, POLLIN, 0}};
+    for (auto& d : m.devices) fds.push_back({d->ctx->async_fd, POLLIN, 0});
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
         next_tick - std::chrono::steady_clock::now());
     const int rc =
-        poll(fds, m.admin_fd >= 0 ? 3 : 2, static_cast<int>(std::max<int64_t>(wait.count(), 0)));
+        poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait.count(), 0)));
     if (rc < 0 && errno != EINTR) return rdma::ErrnoStatus(ErrorCode::kIo, "poll", errno);
     if (rc > 0 && fds[1].revents != 0) break;
     if (rc > 0 && fds[0].revents != 0) {
@@ -905,6 +984,9 @@ Status Server::Run() {
       }
     }
     if (rc > 0 && m.admin_fd >= 0 && fds[2].revents != 0) m.OnAdmin();
+    for (size_t i = 0; rc > 0 && i < m.devices.size(); ++i) {
+      if (fds[3 + i].revents != 0) m.OnAsyncEvent(*m.devices[i]);
+    }
     if (device_gone) break;
     if (std::chrono::steady_clock::now() >= next_tick) {
       m.Tick();
@@ -936,38 +1018,9 @@ bool Server::stopped_with_clients() const { return impl_->stopped_with_clients; 
 
 Status Server::ProbeLoopback(std::chrono::milliseconds timeout) {
   Impl& m = *impl_;
-  std::vector<std::string> candidates;
-  if (!IsAnyAddress(m.config.address)) {
-    candidates.push_back(m.config.address);
-  } else {
-    ifaddrs* ifs = nullptr;
-    if (getifaddrs(&ifs) == 0) {
-      for (ifaddrs* i = ifs; i != nullptr; i = i->ifa_next) {
-        if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-        const std::string a = rdma::AddressToString(i->ifa_addr);
-        const std::string ip = a.substr(0, a.rfind(':'));
-        if (ip.rfind("127.", 0) == 0) continue;
-        candidates.push_back(ip);
-      }
-      freeifaddrs(ifs);
-    }
-  }
-  std::string errors;
-  for (const std::string& ip : candidates) {
-    ChannelParams p{ip, m.config.port, timeout, "lockd", proto::kFlagLoopback};
-    auto mem = VerbsMemory::Connect(p);  // checks the atomic byte order with the probe word
-    if (mem.ok()) {
-      spdlog::info("loopback through {}: RC atomics work, byte order checked", ip);
-      m.loopback = std::move(mem).value();
-      m.StartRecovery();  // the recovery thread owns the loopback channel from here on
-      return Status::Ok();
-    }
-    errors += "\n  " + ip + ": " + mem.status().ToString();
-  }
-  return Error(ErrorCode::kUnsupported,
-               "could not reach this lockd through its own RDMA device (needed to check atomic "
-               "replies):" +
-                   (errors.empty() ? std::string(" no IPv4 address found") : errors));
+  RDMALOCK_ASSIGN_OR_RETURN(m.loopback, m.ConnectLoopback(timeout));
+  m.StartRecovery();  // the recovery thread owns the loopback channel from here on
+  return Status::Ok();
 }
 
 Result<bool> MarkRunning(const std::string& state_dir) {

@@ -324,6 +324,15 @@ TEST_CASE("the NIC refuses an RDMA WRITE to the lock table") {
   auto s = c->Inspect(0);
   REQUIRE(s.ok());
   REQUIRE(s->exclusive_issued == 0);
+  // The offender's QP is in the error state at lockd too, and it does not disconnect: lockd
+  // finds the broken QP on its own and ends that session (its locks, none here, would be freed
+  // one lease later).
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (lockd.Log().find("its QP is in the error state") == std::string::npos) {
+    INFO(lockd.Log());
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(50ms);
+  }
 }
 
 TEST_CASE("exclusive and shared locks exclude each other across 4 client processes") {
