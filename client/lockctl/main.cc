@@ -96,13 +96,16 @@ int CmdStatus(const Common& c) {
     std::printf(
         "{\"epoch\":%llu,\"lock_count\":%llu,\"lease_ms\":%.3f,\"stall_factor\":%u,"
         "\"max_sessions\":%llu,\"connected_clients\":%llu,\"accepted_total\":%llu,"
-        "\"rejected_total\":%llu,\"started\":\"%s\"}\n",
+        "\"rejected_total\":%llu,\"recoveries\":%llu,\"grace_until_unix_ns\":%llu,"
+        "\"started\":\"%s\"}\n",
         static_cast<unsigned long long>(info->epoch),
         static_cast<unsigned long long>(info->lock_count), lease_ms, info->stall_factor,
         static_cast<unsigned long long>(info->max_sessions),
         static_cast<unsigned long long>(info->connected_clients),
         static_cast<unsigned long long>(info->accepted_total),
         static_cast<unsigned long long>(info->rejected_total),
+        static_cast<unsigned long long>(info->recoveries),
+        static_cast<unsigned long long>(info->grace_until_unix_ns),
         FormatTime(info->start_time_unix_ns).c_str());
     return 0;
   }
@@ -117,6 +120,12 @@ int CmdStatus(const Common& c) {
   std::printf("handshakes       %llu accepted, %llu rejected\n",
               static_cast<unsigned long long>(info->accepted_total),
               static_cast<unsigned long long>(info->rejected_total));
+  std::printf("recoveries       %llu session(s) ended and freed by lockd\n",
+              static_cast<unsigned long long>(info->recoveries));
+  if (info->grace_until_unix_ns != 0) {
+    std::printf("restart grace    until %s%s\n", FormatTime(info->grace_until_unix_ns).c_str(),
+                info->clock_unix_ns < info->grace_until_unix_ns ? " (in progress)" : " (over)");
+  }
   return 0;
 }
 

@@ -56,3 +56,29 @@ TEST_CASE("bad configs name the file, line and key") {
   check("- a\n- b\n", "top level must be a mapping");
   check("port: 1\n  bad indent: : :\n", "bad.yaml:");
 }
+
+TEST_CASE("session keys: heartbeat and restart grace are read and checked") {
+  auto c = ParseConfig(
+      "heartbeat_interval_ms: 50\nheartbeat_timeout_ms: 300\nrestart_grace_ms: 5000\n"
+      "admin_socket: /tmp/a.sock\n",
+      "s.yaml");
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  REQUIRE(c->heartbeat_interval_ms == 50);
+  REQUIRE(c->heartbeat_timeout_ms == 300);
+  REQUIRE(c->restart_grace_ms == 5000);
+  REQUIRE(c->GraceMs() == 5000);
+  REQUIRE(c->admin_socket == "/tmp/a.sock");
+  auto d = ParseConfig("lease_ms: 700\n", "d.yaml");
+  REQUIRE(d.ok());
+  REQUIRE(d->GraceMs() == 700);  // 0 means one lease
+  auto bad = [](const std::string& text, const std::string& needle) {
+    auto r = ParseConfig(text, "bad.yaml");
+    REQUIRE_FALSE(r.ok());
+    INFO(r.status().message());
+    REQUIRE(r.status().message().find(needle) != std::string::npos);
+  };
+  bad("heartbeat_interval_ms: 500\nheartbeat_timeout_ms: 600\n", "at least twice");
+  bad("lease_ms: 2000\nrestart_grace_ms: 1000\n", "restart_grace_ms (1000) must be 0");
+  bad("heartbeat_interval_ms: 1\n", "key 'heartbeat_interval_ms'");
+}

@@ -94,7 +94,9 @@ class LockHandle {
   Status Release();
   // Extends the lease by one lease period from now.
   Status Renew();
-  // Called once, from a background thread, if the lock is found lost while held.
+  // Called once if the lock is found lost while held: its lease could not be renewed, a waiter
+  // recovered it, or the session with lockd ended. Runs on the thread that noticed (the client's
+  // keeper thread, or a thread whose call found the session broken); keep it short.
   void OnLost(std::function<void(const Status&)> callback);
 
   struct State;
