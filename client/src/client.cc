@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "entry_pool.h"
 #include "lock_engine.h"
 #include "rdmalock/proto/layout.h"
 #include "verbs_memory.h"
@@ -33,37 +34,6 @@ std::string DefaultClientName() {
   const auto slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
-
-// The request entries of one session's record, handed out to requests and back.
-class EntryPool {
- public:
-  EntryPool(uint64_t record_offset, uint32_t entries) : base_(record_offset), seq_(entries, 0) {
-    free_.reserve(entries);
-    for (uint32_t i = entries; i > 0; --i) free_.push_back(i - 1);
-  }
-  // An entry's record offset and a new seq for this use, or offset 0 when every entry is in use
-  // (the request then goes unrecorded).
-  std::pair<uint64_t, uint32_t> Take() {
-    std::lock_guard lk(mu_);
-    if (free_.empty()) return {0, 0};
-    const uint32_t i = free_.back();
-    free_.pop_back();
-    seq_[i] = proto::RequestEntry::NextSeq(seq_[i]);
-    return {base_ + proto::SessionRecord::EntryOffset(i), seq_[i]};
-  }
-  void Give(uint64_t record) {
-    if (record < base_ + proto::SessionRecord::kEntries) return;
-    std::lock_guard lk(mu_);
-    free_.push_back(static_cast<uint32_t>((record - base_ - proto::SessionRecord::kEntries) /
-                                          proto::SessionRecord::kEntrySize));
-  }
-
- private:
-  uint64_t base_;
-  std::mutex mu_;
-  std::vector<uint32_t> seq_;  // the last seq each entry was used with
-  std::vector<uint32_t> free_;
-};
 
 // One session with lockd: the handshake's answer, the engine for its parameters and its record.
 struct Session {

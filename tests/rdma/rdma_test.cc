@@ -727,29 +727,48 @@ TEST_CASE("kill -9 of a waiter in the middle of the queue") {
   REQUIRE(shf.get()->granted == 0);
 }
 
-TEST_CASE("a stopped holder is skipped; resumed, it learns it lost the lock and never releases") {
-  Lockd lockd(7623, 64, 500);
-  SharedFile shf;
-  WorkerShared* sh = shf.get();
-  auto c = MustConnect(lockd);
-  const pid_t holder = StartHolder(lockd, shf, "stopped", false);
-  const uint64_t old_token = sh->token;
-  REQUIRE(kill(holder, SIGSTOP) == 0);
+// A "hold" worker takes `name`; it is stopped (SIGSTOP) and this test's client takes the lock
+// over. Returns the grant and the time from the stop to it.
+struct StopResult {
+  Result<LockHandle> grant = Error(ErrorCode::kInternal, "not run");
+  double ms = 0;
+  pid_t holder = -1;
+};
+StopResult StopHolderAndTakeOver(const Lockd& lockd, SharedFile& shf, Client& c,
+                                 const std::string& name) {
+  StopResult r;
+  r.holder = StartHolder(lockd, shf, name, false);
+  const uint64_t old_token = shf.get()->token;
+  REQUIRE(kill(r.holder, SIGSTOP) == 0);
   const auto stopped_at = std::chrono::steady_clock::now();
-  auto got = c->Lock("stopped", {.timeout = 10000ms});
-  const double ms = Ms(std::chrono::steady_clock::now() - stopped_at);
-  REQUIRE(got.ok());
-  WARN("SIGSTOP of X holder -> next grant: " << ms << " ms (F x L = " << Ms(kStall) << " ms)");
-  REQUIRE(got->fencing_token() > old_token);
-  REQUIRE(sh->WriteResource(got->fencing_token()));
+  r.grant = c.Lock(name, {.timeout = 10000ms});
+  r.ms = Ms(std::chrono::steady_clock::now() - stopped_at);
+  REQUIRE(r.grant.ok());
+  REQUIRE(r.grant->fencing_token() > old_token);
+  REQUIRE(shf.get()->WriteResource(r.grant->fencing_token()));
+  return r;
+}
+
+// Resumes the stopped holder: it finds out it lost the lock, is refused by the resource, and its
+// release reports the loss instead of touching the lock word.
+void ResumeAndExpectLoss(SharedFile& shf, pid_t holder) {
+  WorkerShared* sh = shf.get();
   REQUIRE(kill(holder, SIGCONT) == 0);
-  // The resumed holder finds out (its renewal fails), is refused by the resource, and its release
-  // reports the loss instead of touching the lock word.
   REQUIRE(WaitExit(holder, 20s) == 0);
   REQUIRE(sh->lost == 1);
   REQUIRE(sh->stale_rejected == 1);
   REQUIRE(sh->stale_accepted == 0);
   REQUIRE(sh->release_code == static_cast<int>(ErrorCode::kLockLost));
+}
+
+TEST_CASE("a stopped holder is skipped; resumed, it learns it lost the lock and never releases") {
+  Lockd lockd(7623, 64, 500);
+  SharedFile shf;
+  auto c = MustConnect(lockd);
+  auto r = StopHolderAndTakeOver(lockd, shf, *c, "stopped");
+  auto& got = r.grant;
+  WARN("SIGSTOP of X holder -> next grant: " << r.ms << " ms (F x L = " << Ms(kStall) << " ms)");
+  ResumeAndExpectLoss(shf, r.holder);
   // We still hold it: nobody else can take it, and our release (a CAS that needs our grant to
   // stand) succeeds.
   auto other = MustConnect(lockd);
@@ -846,31 +865,17 @@ TEST_CASE(
   Lockd lockd(7626, 64, 1000, 64, "",
               {"--heartbeat-interval-ms", "50", "--heartbeat-timeout-ms", "200"});
   SharedFile shf;
-  WorkerShared* sh = shf.get();
   auto c = MustConnect(lockd);
-  const pid_t holder = StartHolder(lockd, shf, "hb", false);
-  const uint64_t old_token = sh->token;
-  REQUIRE(kill(holder, SIGSTOP) == 0);
-  const auto stopped_at = std::chrono::steady_clock::now();
-  auto got = c->Lock("hb", {.timeout = 10000ms});
-  const double ms = Ms(std::chrono::steady_clock::now() - stopped_at);
-  REQUIRE(got.ok());
-  WARN("SIGSTOP of X holder -> next grant: " << ms
+  auto r = StopHolderAndTakeOver(lockd, shf, *c, "hb");
+  WARN("SIGSTOP of X holder -> next grant: " << r.ms
                                              << " ms (heartbeat timeout 200 ms + lease 1000 ms; "
                                                 "F x L = 2000 ms)");
-  REQUIRE(ms >= 1000);  // never while the stopped holder's lease may still run
-  REQUIRE(ms < 2000);   // before stall recovery could have done it
+  REQUIRE(r.ms >= 1000);  // never while the stopped holder's lease may still run
+  REQUIRE(r.ms < 2000);   // before stall recovery could have done it
   REQUIRE(c->Stats().recoveries == 0);
-  REQUIRE(got->fencing_token() > old_token);
-  REQUIRE(sh->WriteResource(got->fencing_token()));
   REQUIRE(lockd.Log().find("no heartbeat for") != std::string::npos);
-  REQUIRE(kill(holder, SIGCONT) == 0);
-  REQUIRE(WaitExit(holder, 20s) == 0);
-  REQUIRE(sh->lost == 1);
-  REQUIRE(sh->stale_rejected == 1);
-  REQUIRE(sh->stale_accepted == 0);
-  REQUIRE(sh->release_code == static_cast<int>(ErrorCode::kLockLost));
-  REQUIRE(got->Release().ok());
+  ResumeAndExpectLoss(shf, r.holder);
+  REQUIRE(r.grant->Release().ok());
 }
 
 TEST_CASE("lockd kill -9 and restart: grace, clients reconnect, locks reported lost, tokens grow") {

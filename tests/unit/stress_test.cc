@@ -18,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "entry_pool.h"
 #include "inproc_memory.h"
 #include "lock_engine.h"
 #include "rdmalock/proto/layout.h"
@@ -142,35 +143,24 @@ class RecordSpace {
  public:
   void Reset(uint64_t base) {
     std::lock_guard lk(mu_);
-    base_ = base;
-    free_.clear();
-    seq_.assign(proto::SessionRecord::kMaxEntries, 0);
-    for (uint32_t i = proto::SessionRecord::kMaxEntries; i > 0; --i) free_.push_back(i - 1);
+    pool_ = std::make_unique<EntryPool>(base, proto::SessionRecord::kMaxEntries);
   }
   uint64_t base() {
     std::lock_guard lk(mu_);
-    return base_;
+    return pool_->record_offset();
   }
   std::pair<uint64_t, uint32_t> Take() {
     std::lock_guard lk(mu_);
-    if (free_.empty()) return {0, 0};
-    const uint32_t i = free_.back();
-    free_.pop_back();
-    seq_[i] = proto::RequestEntry::NextSeq(seq_[i]);
-    return {base_ + proto::SessionRecord::EntryOffset(i), seq_[i]};
+    return pool_->Take();
   }
-  void Give(uint64_t rec) {
+  void Give(uint64_t rec) {  // an older incarnation's entries are ignored by the pool
     std::lock_guard lk(mu_);
-    if (rec < base_ || rec >= base_ + proto::kSessionRecordSize) return;  // an older record's
-    free_.push_back(static_cast<uint32_t>((rec - base_ - proto::SessionRecord::kEntries) /
-                                          proto::SessionRecord::kEntrySize));
+    pool_->Give(rec);
   }
 
  private:
   std::mutex mu_;
-  uint64_t base_ = 0;
-  std::vector<uint32_t> seq_;
-  std::vector<uint32_t> free_;
+  std::unique_ptr<EntryPool> pool_;
 };
 
 // lockd's fast recovery: frees what a crashed client's record shows, stepping Reap() on a channel
