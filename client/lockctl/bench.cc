@@ -16,6 +16,7 @@ using Clock = std::chrono::steady_clock;
 struct ThreadResult {
   std::vector<uint32_t> acquire_ns;
   std::vector<uint32_t> release_ns;
+  std::vector<uint32_t> pair_ns;  // acquire + critical section + release
   uint64_t errors = 0;
   std::string first_error;
 };
@@ -45,6 +46,7 @@ int RunBench(rdmalock::Client& client, const BenchOptions& o) {
       ThreadResult& r = results[static_cast<size_t>(t)];
       r.acquire_ns.reserve(1 << 20);
       r.release_ns.reserve(1 << 20);
+      r.pair_ns.reserve(1 << 20);
       std::mt19937_64 rng(static_cast<uint64_t>(t) * 7919 + 17);
       std::uniform_int_distribution<uint64_t> slot_dist(0, o.locks - 1);
       std::bernoulli_distribution shared(o.shared_ratio);
@@ -61,6 +63,12 @@ int RunBench(rdmalock::Client& client, const BenchOptions& o) {
           if (r.errors++ == 0) r.first_error = h.status().ToString();
           continue;
         }
+        if (o.hold_us > 0) {
+          const auto until = Clock::now() + std::chrono::microseconds(o.hold_us);
+          while (Clock::now() < until) {
+          }
+        }
+        const auto t1r = Clock::now();
         const rdmalock::Status st = h->Release();
         const auto t2 = Clock::now();
         if (!st.ok() && r.errors++ == 0) r.first_error = st.ToString();
@@ -68,7 +76,9 @@ int RunBench(rdmalock::Client& client, const BenchOptions& o) {
           r.acquire_ns.push_back(
               static_cast<uint32_t>(std::min<int64_t>((t1 - t0).count(), UINT32_MAX)));
           r.release_ns.push_back(
-              static_cast<uint32_t>(std::min<int64_t>((t2 - t1).count(), UINT32_MAX)));
+              static_cast<uint32_t>(std::min<int64_t>((t2 - t1r).count(), UINT32_MAX)));
+          r.pair_ns.push_back(
+              static_cast<uint32_t>(std::min<int64_t>((t2 - t0).count(), UINT32_MAX)));
         }
       }
     });
@@ -84,17 +94,19 @@ int RunBench(rdmalock::Client& client, const BenchOptions& o) {
   stop.store(true);
   for (auto& w : workers) w.join();
 
-  std::vector<uint32_t> acq, rel;
+  std::vector<uint32_t> acq, rel, pair;
   uint64_t errors = 0;
   std::string first_error;
   for (auto& r : results) {
     acq.insert(acq.end(), r.acquire_ns.begin(), r.acquire_ns.end());
     rel.insert(rel.end(), r.release_ns.begin(), r.release_ns.end());
+    pair.insert(pair.end(), r.pair_ns.begin(), r.pair_ns.end());
     errors += r.errors;
     if (first_error.empty()) first_error = r.first_error;
   }
   std::sort(acq.begin(), acq.end());
   std::sort(rel.begin(), rel.end());
+  std::sort(pair.begin(), pair.end());
   const uint64_t n = acq.size();
   // Operations on lock words (atomics and READs), and WRITEs to the session record (request
   // entries, which share the atomics' doorbells, plus the background heartbeat).
@@ -113,13 +125,17 @@ int RunBench(rdmalock::Client& client, const BenchOptions& o) {
         "{\"threads\":%d,\"locks\":%llu,\"duration_s\":%.3f,\"shared_ratio\":%.3f,"
         "\"token\":%s,\"acquisitions\":%llu,\"pairs_per_s\":%.1f,"
         "\"acquire_us\":{\"p50\":%.2f,\"p90\":%.2f,\"p99\":%.2f,\"p999\":%.2f,\"max\":%.2f},"
-        "\"release_us\":{\"p50\":%.2f,\"p99\":%.2f},\"rdma_ops_per_pair\":%.3f,"
+        "\"release_us\":{\"p50\":%.2f,\"p99\":%.2f},"
+        "\"pair_us\":{\"p50\":%.2f,\"p90\":%.2f,\"p99\":%.2f,\"p999\":%.2f,\"max\":%.2f},"
+        "\"hold_us\":%d,\"rdma_ops_per_pair\":%.3f,"
         "\"lock_word_ops_per_pair\":%.3f,\"record_writes_per_pair\":%.3f,"
         "\"recoveries\":%llu,\"restarts\":%llu,\"errors\":%llu}\n",
         o.threads, static_cast<unsigned long long>(o.locks), elapsed, o.shared_ratio,
         o.token ? "true" : "false", static_cast<unsigned long long>(n), rate, Pct(acq, 0.5),
         Pct(acq, 0.9), Pct(acq, 0.99), Pct(acq, 0.999), acq.empty() ? 0 : acq.back() / 1000.0,
-        Pct(rel, 0.5), Pct(rel, 0.99), ops_per_pair, per_pair(lock_ops), per_pair(writes),
+        Pct(rel, 0.5), Pct(rel, 0.99), Pct(pair, 0.5), Pct(pair, 0.9), Pct(pair, 0.99),
+        Pct(pair, 0.999), pair.empty() ? 0 : pair.back() / 1000.0, o.hold_us, ops_per_pair,
+        per_pair(lock_ops), per_pair(writes),
         static_cast<unsigned long long>(at_end.recoveries - at_start.recoveries),
         static_cast<unsigned long long>(at_end.restarts - at_start.restarts),
         static_cast<unsigned long long>(errors));
@@ -133,6 +149,8 @@ int RunBench(rdmalock::Client& client, const BenchOptions& o) {
                 Pct(acq, 0.5), Pct(acq, 0.9), Pct(acq, 0.99), Pct(acq, 0.999),
                 acq.empty() ? 0 : acq.back() / 1000.0);
     std::printf("release latency us:  p50 %.2f  p99 %.2f\n", Pct(rel, 0.5), Pct(rel, 0.99));
+    std::printf("pair latency us:     p50 %.2f  p99 %.2f  (acquire + %d us held + release)\n",
+                Pct(pair, 0.5), Pct(pair, 0.99), o.hold_us);
     std::printf(
         "rdma ops per pair:   %.3f (%.3f atomics and READs on lock words, %.3f WRITEs to "
         "the session record, in the same doorbells)\n",

@@ -15,6 +15,7 @@ struct BenchOptions {
   double warmup_s = 0.5;
   double shared_ratio = 0.0;  // fraction of acquisitions in shared mode
   bool token = false;         // ask for fencing tokens (adds a READ to each acquire)
+  int hold_us = 0;            // critical section: hold each lock this long (busy-wait)
   bool json = false;
 };
 

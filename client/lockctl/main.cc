@@ -519,6 +519,13 @@ int main(int argc, char** argv) {
   bench->add_option("--shared-ratio", bo.shared_ratio, "fraction of shared acquisitions")
       ->check(CLI::Range(0.0, 1.0));
   bench->add_flag("--token", bo.token, "request fencing tokens");
+  bench->add_option("--hold-us", bo.hold_us, "hold each lock this many microseconds")
+      ->check(CLI::NonNegativeNumber);
+  int idle_sessions = 0;
+  bench
+      ->add_option("--idle-sessions", idle_sessions,
+                   "also open this many idle client sessions for the run (connection cost)")
+      ->check(CLI::Range(0, 4096));
   bool no_records = false;
   bench->add_flag("--no-records", no_records,
                   "do not record requests in the session record (lockd cannot free them if this "
@@ -544,6 +551,12 @@ int main(int argc, char** argv) {
     c.record_requests = !no_records;
     auto client = ConnectOrDie(c, &code);
     if (!client) return code;
+    std::vector<std::unique_ptr<rdmalock::Client>> idle;
+    for (int i = 0; i < idle_sessions; ++i) {
+      auto extra = ConnectOrDie(c, &code);
+      if (!extra) return code;
+      idle.push_back(std::move(extra));
+    }
     bo.json = c.json;
     return lockctl::RunBench(*client, bo);
   }

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# The performance suite: boots the Soft-RoCE VM once (or runs natively where the kernel has RDMA)
+# and, in that one boot, measures the raw verbs limits with perftest (ib_atomic_lat,
+# ib_atomic_bw, ib_read_lat of 8 bytes) and then rdmalock's scenarios with `lockctl bench`. Prints
+# one table with each rdmalock figure next to the raw figure it is judged against, and saves every
+# measurement as JSON.
+#
+#   deploy/perf/run-perf.sh [OUT_DIR]        (default: build/perf)
+#
+# Under TCG emulation absolute times mean little; the ratios, measured in the same boot, are the
+# point. lockd's CPU time over each data-path run comes from /proc/<pid>/stat.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+
+if [ "${1:-}" != "--inside" ]; then
+  out=${1:-$root/build/perf}
+  mkdir -p "$out"
+  out=$(cd "$out" && pwd)
+  "$root/deploy/install-deps.sh"
+  cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$root/build" -j "$(nproc)" --target lockd lockctl
+  cd "$root"
+  exec "$root/deploy/softroce/rxe-run" --timeout 1200 --share "$out" -- \
+    "$root/deploy/perf/run-perf.sh" --inside "$out"
+fi
+
+out=${2:?}
+bin="$root/build"
+ip=${RXE_IP:?RXE_IP not set: run through deploy/softroce/rxe-run}
+dev=${RXE_DEV:-rxe0}
+port=7471
+state=$(mktemp -d)
+lockctl() { "$bin/lockctl" --server "$ip" --port "$port" "$@"; }
+section() { printf '\n=== %s\n' "$*" >&2; }
+
+# perftest: server in the background, client against it; the client's output is kept.
+perftest() {  # name tool args...
+  local name=$1 tool=$2
+  shift 2
+  "$tool" -d "$dev" "$@" >/dev/null 2>&1 &
+  local srv=$!
+  sleep 1
+  "$tool" -d "$dev" "$@" "$ip" >"$out/$name.txt" 2>&1 || true
+  wait "$srv" 2>/dev/null || true
+}
+
+section "raw verbs limits (perftest, same boot)"
+perftest atomic_lat ib_atomic_lat -A FETCH_AND_ADD -n 5000 -F
+perftest atomic_bw ib_atomic_bw -A FETCH_AND_ADD -n 20000 -F
+perftest read_lat ib_read_lat -s 8 -n 5000 -F
+cat "$out/atomic_lat.txt" "$out/atomic_bw.txt" "$out/read_lat.txt" | grep -E '^ *[0-9]' >&2 || true
+# ib_*_lat columns: bytes iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%
+fa_med=$(awk '$1 == 8 && NF >= 9 { print $5; exit }' "$out/atomic_lat.txt")
+fa_p99=$(awk '$1 == 8 && NF >= 9 { print $8; exit }' "$out/atomic_lat.txt")
+rd_med=$(awk '$1 == 8 && NF >= 9 { print $5; exit }' "$out/read_lat.txt")
+# ib_atomic_bw columns: bytes iterations BW_peak BW_average MsgRate[Mpps]
+bw_mpps=$(awk '$1 == 8 && NF >= 5 { print $5; exit }' "$out/atomic_bw.txt")
+for v in fa_med fa_p99 rd_med bw_mpps; do
+  [ -n "${!v}" ] || { echo "run-perf: could not parse $v from perftest output" >&2; exit 1; }
+done
+
+section "start lockd"
+"$bin/lockd" --address 0.0.0.0 --port "$port" --state-dir "$state" --log-level warn \
+  2>"$state/lockd.log" &
+lockd_pid=$!
+trap 'kill -TERM $lockd_pid 2>/dev/null; wait $lockd_pid 2>/dev/null' EXIT
+for _ in $(seq 1 100); do
+  lockctl --connect-timeout-ms 500 status >/dev/null 2>&1 && break
+  sleep 0.1
+done
+cpu_ms() { awk -v t="$(getconf CLK_TCK)" '{ print int(($14 + $15) * 1000 / t) }' "/proc/$lockd_pid/stat"; }
+rss_kb() { awk '/^VmRSS/ { print $2 }' "/proc/$lockd_pid/status"; }
+json() {  # file key -> number after "key":
+  sed -n "s/.*\"$2\":\\([0-9.]*\\).*/\\1/p" "$1" | head -1
+}
+json_p() {  # file object pct -> e.g. "pair_us" "p50"
+  sed -n "s/.*\"$2\":{[^}]*\"$3\":\\([0-9.]*\\).*/\\1/p" "$1" | head -1
+}
+
+# Runs one bench (possibly several processes at once) and records lockd's CPU time over it.
+bench() {  # name processes args...
+  local name=$1 procs=$2 i
+  shift 2
+  local c0 w0 c1 w1
+  c0=$(cpu_ms)
+  w0=$(date +%s%N)
+  local pids=()
+  for i in $(seq 1 "$procs"); do
+    lockctl --json bench "$@" >"$out/$name.$i.json" &
+    pids+=($!)
+  done
+  for p in "${pids[@]}"; do wait "$p"; done
+  c1=$(cpu_ms)
+  w1=$(date +%s%N)
+  echo "$((c1 - c0)) $(((w1 - w0) / 1000000))" >"$out/$name.cpu"
+  section "$name: $(cat "$out/$name".*.json | tr '\n' ' ' | cut -c1-300)"
+}
+
+section "rdmalock scenarios"
+bench uncontended 1 --threads 1 --locks 10000 --duration 5
+bench uncontended-norec 1 --threads 1 --locks 10000 --duration 5 --no-records
+bench throughput 1 --threads 8 --locks 10000 --duration 5
+bench contended 2 --threads 4 --locks 1 --duration 5
+rss0=$(rss_kb)
+lockctl --json bench --threads 1 --locks 1000 --duration 4 --idle-sessions 256 \
+  >"$out/sessions.json" &
+spid=$!
+sleep 3
+rss1=$(rss_kb)
+wait "$spid"
+
+# ---- the table
+u=$out/uncontended.1.json
+n=$out/uncontended-norec.1.json
+t=$out/throughput.1.json
+pairs_c=0
+ops_c=0
+for f in "$out"/contended.*.json; do
+  pairs_c=$(awk -v a="$pairs_c" -v b="$(json "$f" pairs_per_s)" 'BEGIN { print a + b }')
+  ops_c=$(awk -v a="$ops_c" -v b="$(json "$f" rdma_ops_per_pair)" -v w="$(json "$f" pairs_per_s)" \
+    'BEGIN { print a + b * w }')
+done
+ops_c=$(awk -v o="$ops_c" -v p="$pairs_c" 'BEGIN { print (p > 0) ? o / p : 0 }')
+cpu_pct() { awk '{ printf "%.2f", ($2 > 0) ? 100 * $1 / $2 : 0 }' "$out/$1.cpu"; }
+
+{
+  printf '%-58s %12s %12s %8s %s\n' "figure" "rdmalock" "raw" "ratio" "target"
+  row() { # label ours raw target-description ratio-mode(div|inv)
+    awk -v l="$1" -v a="$2" -v r="$3" -v t="$4" 'BEGIN {
+      printf "%-58s %12.2f %12.2f %8.2f %s\n", l, a, r, (r > 0 ? a / r : 0), t }'
+  }
+  row "uncontended pair p50 us (acquire+release) vs FA median" "$(json_p "$u" pair_us p50)" "$fa_med" "<= 1.1"
+  row "uncontended pair p99 us vs FA p99" "$(json_p "$u" pair_us p99)" "$fa_p99" "<= 1.5"
+  row "uncontended acquire p50 us vs FA median" "$(json_p "$u" acquire_us p50)" "$fa_med" "(one FA)"
+  row "  same, --no-records: acquire p50 us" "$(json_p "$n" acquire_us p50)" "$fa_med" ""
+  row "  same, --no-records: pair p50 us" "$(json_p "$n" pair_us p50)" "$fa_med" ""
+  row "throughput 8 threads, pairs/s vs ib_atomic_bw ops/s" "$(json "$t" pairs_per_s)" \
+    "$(awk -v m="$bw_mpps" 'BEGIN { print m * 1e6 }')" ">= 0.45"
+  row "contended 2x4 on one lock: handovers/s vs 1/(FA+READ)" "$pairs_c" \
+    "$(awk -v f="$fa_med" -v r="$rd_med" 'BEGIN { print 1e6 / (f + r) }')" ">= 1.0"
+  printf '%-58s %12.2f %12s %8s %s\n' "contended: RDMA ops per acquisition" "$ops_c" "" "" "<= 6"
+  printf '%-58s %12s %12s %8s %s\n' "acquire_many of 8 locks" "n/a" "" "" "not implemented yet"
+  for s in uncontended throughput contended; do
+    printf '%-58s %12s %12s %8s %s\n' "lockd CPU, % of wall time during $s" "$(cpu_pct "$s")" "" "" "< 1"
+  done
+  awk -v a="$rss0" -v b="$rss1" 'BEGIN {
+    printf "%-58s %12.1f %12s %8s %s\n", "lockd memory growth per connection, KiB (256 sessions)",
+      (b - a) / 256, "", "", "< 64" }'
+} | tee "$out/table.txt"
+
+{
+  printf '{"raw":{"fa_median_us":%s,"fa_p99_us":%s,"read8_median_us":%s,"atomic_bw_mpps":%s},' \
+    "$fa_med" "$fa_p99" "$rd_med" "$bw_mpps"
+  printf '"lockd_rss_kb":{"before_sessions":%s,"with_256_sessions":%s},' "$rss0" "$rss1"
+  printf '"runs":{'
+  first=1
+  for f in "$out"/*.json; do
+    case $(basename "$f") in perf.json) continue ;; esac
+    [ $first = 1 ] || printf ','
+    first=0
+    printf '"%s":%s' "$(basename "$f" .json)" "$(cat "$f")"
+  done
+  printf '}}\n'
+} >"$out/perf.json"
+echo "perf: table in $out/table.txt, every measurement in $out/perf.json" >&2
