@@ -74,6 +74,7 @@ class Client::Impl {
     ch->session = MakeSession(first->reply());
     ch->mem = std::move(first);
     session_ = ch->session;
+    latest_ = session_;
     channels_[std::this_thread::get_id()] = std::move(ch);
     reaper_ = std::thread([this] { ReaperLoop(); });
     keeper_ = std::thread([this] { KeeperLoop(); });
@@ -95,6 +96,11 @@ class Client::Impl {
   }
 
   const ClientOptions& options() const { return opts_; }
+  // The latest session, also while reconnecting (its lock count and lease still describe lockd).
+  std::shared_ptr<const Session> latest_session() const {
+    std::lock_guard lk(mu_);
+    return latest_;
+  }
   std::shared_ptr<const Session> session() const {
     std::lock_guard lk(mu_);
     return session_;
@@ -391,6 +397,7 @@ class Client::Impl {
       if (stopping_) return false;
       ch->session = MakeSession(ch->mem->reply());
       session_ = ch->session;
+      latest_ = session_;
       channels_[std::this_thread::get_id()] = ch;
       ++reconnects_;
     }
@@ -451,6 +458,7 @@ class Client::Impl {
   bool stopping_ = false;
   uint64_t last_gen_ = 0;
   std::shared_ptr<const Session> session_;  // null while reconnecting
+  std::shared_ptr<const Session> latest_;   // never null
   std::string last_error_;
   std::unordered_map<std::thread::id, std::shared_ptr<ThreadChannel>> channels_;
   ClientStats retired_;  // counters of the connections of ended sessions
@@ -500,13 +508,9 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
 }
 
 uint64_t Client::SlotOf(std::string_view name) const {
-  auto s = impl_->session();
-  return s ? SlotForName(name, s->reply.lock_count) : 0;
+  return SlotForName(name, impl_->latest_session()->reply.lock_count);
 }
-uint64_t Client::lock_count() const {
-  auto s = impl_->session();
-  return s ? s->reply.lock_count : 0;
-}
+uint64_t Client::lock_count() const { return impl_->latest_session()->reply.lock_count; }
 uint64_t Client::session_id() const {
   auto s = impl_->session();
   return s ? s->reply.session_id : 0;
@@ -516,8 +520,7 @@ uint64_t Client::epoch() const {
   return s ? s->reply.epoch : 0;
 }
 std::chrono::nanoseconds Client::lease() const {
-  auto s = impl_->session();
-  return s ? std::chrono::nanoseconds(s->reply.lease_ns) : std::chrono::nanoseconds(0);
+  return std::chrono::nanoseconds(impl_->latest_session()->reply.lease_ns);
 }
 
 Result<LockHandle> Client::Lock(std::string_view name, const LockOptions& options) {
