@@ -21,6 +21,8 @@ port=7471
 state=$(mktemp -d)
 lockctl() { "$bin/lockctl" --server "$ip" --port "$port" "$@"; }
 section() { printf '\n=== %s\n' "$*"; }
+# shellcheck source=deploy/lib.sh
+. "$root/deploy/lib.sh"
 
 section "RDMA device"
 ibv_devinfo -d "${RXE_DEV:-rxe0}" -v | grep -E 'hca_id|transport|atomic_cap|max_qp_rd_atom' || true
@@ -35,14 +37,7 @@ grep -E '^ *#bytes|^ *8 ' "$state/atomic_lat.txt" || { cat "$state/atomic_lat.tx
 raw_typical=$(awk '$1 == 8 && NF >= 5 { print $5; exit }' "$state/atomic_lat.txt")
 
 section "start lockd (1,048,576 locks)"
-"$bin/lockd" --address 0.0.0.0 --port "$port" --lock-count 1048576 --state-dir "$state" \
-  2>"$state/lockd.log" &
-lockd_pid=$!
-trap 'kill -TERM $lockd_pid 2>/dev/null; wait $lockd_pid 2>/dev/null' EXIT
-for _ in $(seq 1 100); do
-  lockctl --connect-timeout-ms 500 status >/dev/null 2>&1 && break
-  sleep 0.1
-done
+start_lockd "$state/lockd.log" --lock-count 1048576 --state-dir "$state"
 sed 's/^/  lockd: /' "$state/lockd.log"
 
 section "lockctl status"

@@ -32,6 +32,8 @@ port=7471
 state=$(mktemp -d)
 lockctl() { "$bin/lockctl" --server "$ip" --port "$port" "$@"; }
 section() { printf '\n=== %s\n' "$*" >&2; }
+# shellcheck source=deploy/lib.sh
+. "$root/deploy/lib.sh"
 
 # perftest: server in the background, client against it; the client's output is kept.
 perftest() {  # name tool args...
@@ -60,14 +62,7 @@ for v in fa_med fa_p99 rd_med bw_mpps; do
 done
 
 section "start lockd"
-"$bin/lockd" --address 0.0.0.0 --port "$port" --state-dir "$state" --log-level warn \
-  2>"$state/lockd.log" &
-lockd_pid=$!
-trap 'kill -TERM $lockd_pid 2>/dev/null; wait $lockd_pid 2>/dev/null' EXIT
-for _ in $(seq 1 100); do
-  lockctl --connect-timeout-ms 500 status >/dev/null 2>&1 && break
-  sleep 0.1
-done
+start_lockd "$state/lockd.log" --state-dir "$state" --log-level warn
 cpu_ms() { awk -v t="$(getconf CLK_TCK)" '{ print int(($14 + $15) * 1000 / t) }' "/proc/$lockd_pid/stat"; }
 rss_kb() { awk '/^VmRSS/ { print $2 }' "/proc/$lockd_pid/status"; }
 json() {  # file key -> number after "key":

@@ -521,6 +521,14 @@ int ReapRecord(InProcessTable& table, const LockEngine& e, uint64_t base) {
   return released;
 }
 
+// Queues an exclusive request on `slot` as a waiting Acquire leaves it: returns its ticket.
+Word0 QueueExclusive(InProcessMemory& m, uint64_t slot) {
+  RemoteOp fa =
+      RemoteOp::FetchAdd(RegionId::kLocks, proto::SlotOffset(slot), proto::kAcquireExclusive);
+  REQUIRE(m.Execute(fa).ok());
+  return Word0::Decode(fa.result[0]);
+}
+
 }  // namespace
 
 TEST_CASE("records: lockd frees a dead client's held and queued requests, exactly once") {
@@ -537,15 +545,13 @@ TEST_CASE("records: lockd frees a dead client's held and queued requests, exactl
   auto gb = e.Acquire(b, 1, Mode::kExclusive, {});  // B holds slot 1 ...
   REQUIRE(gb.ok());
   // ... and A queues behind it: its FA and its entry, as a waiting Acquire leaves them.
-  RemoteOp fa =
-      RemoteOp::FetchAdd(RegionId::kLocks, proto::SlotOffset(1), proto::kAcquireExclusive);
-  REQUIRE(a.Execute(fa).ok());
+  const Word0 queued = QueueExclusive(a, 1);
   proto::RequestEntry q;
   q.slot = 1;
   q.mode = Mode::kExclusive;
   q.state = proto::RequestEntry::State::kQueued;
   q.seq = 5;
-  q.ticket = fa.result[0];
+  q.ticket = queued.Encode();
   const auto w = q.Encode();
   table.session_word(o.record).store(w[0]);
   table.session_word(o.record + 8).store(w[1]);
@@ -584,10 +590,7 @@ TEST_CASE("records: a crash anywhere in a shared release never releases it twice
     auto gb = e.Acquire(b, 0, Mode::kShared, {});
     REQUIRE(ga.ok());
     REQUIRE(gb.ok());
-    RemoteOp fa =
-        RemoteOp::FetchAdd(RegionId::kLocks, proto::SlotOffset(0), proto::kAcquireExclusive);
-    REQUIRE(c.Execute(fa).ok());  // C queues
-    const Ticket ct{0, Mode::kExclusive, Word0::Decode(fa.result[0]), 0, 0};
+    const Ticket ct{0, Mode::kExclusive, QueueExclusive(c, 0), 0, 0};  // C queues
     REQUIRE(e.Renew(a, *ga).ok());  // A has seen the word as it is: its release CAS will match
     int ops = 0;
     a.set_hook([&](const RemoteOp&) { return ops++ != crash_at; });
