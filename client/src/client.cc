@@ -49,8 +49,29 @@ struct Session {
 struct ThreadChannel {
   std::shared_ptr<const Session> session;
   std::unique_ptr<VerbsMemory> mem;
+  // Held by whoever uses `mem` and `pending`: the owning thread for its calls, the keeper when it
+  // reaps a release the owner posted and left (it only try-locks).
+  std::mutex mu;
+  PendingRelease pending;                 // a release posted without waiting, not reaped yet
+  std::atomic<int64_t> pending_since{0};  // steady-clock ns when posted; 0: none
   EngineEvents events;
-  Counter acquires, releases, timeouts, lost, unrecorded;
+  Counter acquires, releases, timeouts, lost, unrecorded, batches;
+
+  // Reaps the posted release, if any. The caller holds `mu`.
+  Status Reap() {
+    if (!pending.active) return Status::Ok();
+    Status st = session->engine->FinishRelease(*mem, &pending, &events);
+    pending_since.store(0, std::memory_order_relaxed);
+    if (st.code() == ErrorCode::kLockLost) {
+      ++lost;  // released too late to count: waiters recover it (the holder was done with it)
+      return Status::Ok();
+    }
+    return st;
+  }
+  void NotePending() {
+    pending_since.store(pending.active ? Clock::now().time_since_epoch().count() : 0,
+                        std::memory_order_relaxed);
+  }
 };
 
 struct LockHandle::State {
@@ -88,6 +109,11 @@ class Client::Impl {
     cv_.notify_all();
     if (reaper_.joinable()) reaper_.join();
     if (keeper_.joinable()) keeper_.join();
+    // Posted releases first, so that what this client released is released at lockd.
+    for (auto& [tid, ch] : channels_) {
+      std::lock_guard lk(ch->mu);
+      (void)ch->Reap();
+    }
     // The session ends with the client: locks still held are lost from here on, then the
     // connections close (threads' caches may keep the objects a while, disconnected), and lockd
     // frees what the record shows.
@@ -216,6 +242,9 @@ class Client::Impl {
       out.withdrawals += ch.events.withdrawals.get();
       out.resets += ch.events.resets.get();
       out.abandoned += ch.events.abandoned.get();
+      out.deferred_releases += ch.events.deferred.get();
+      out.batch_fallbacks += ch.events.batch_fallbacks.get();
+      out.batches += ch.batches.get();
     };
     for (const auto& [tid, ch] : channels_) add(*ch);
     out.fetch_add += retired_.fetch_add;
@@ -232,6 +261,9 @@ class Client::Impl {
     out.withdrawals += retired_.withdrawals;
     out.resets += retired_.resets;
     out.abandoned += retired_.abandoned;
+    out.deferred_releases += retired_.deferred_releases;
+    out.batch_fallbacks += retired_.batch_fallbacks;
+    out.batches += retired_.batches;
     return out;
   }
 
@@ -313,9 +345,13 @@ class Client::Impl {
       auto ch = Channel(Clock::now());
       if (!ch.ok()) continue;  // the lock's waiters (or lockd) recover the ticket
       ThreadChannel& c = **ch;
-      if (Status st = c.session->engine->Drain(*c.mem, t, &c.events); !st.ok()) {
-        OnSessionError(c.session->gen, st);
+      Status st;
+      {
+        std::lock_guard clk(c.mu);
+        st = c.Reap();
+        if (st.ok()) st = c.session->engine->Drain(*c.mem, t, &c.events);
       }
+      if (!st.ok()) OnSessionError(c.session->gen, st);
     }
   }
 
@@ -323,7 +359,7 @@ class Client::Impl {
   // passed, watches for lockd disconnecting us, and reconnects after the session ends.
   void KeeperLoop() {
     uint64_t beat = 0;
-    Clock::time_point next_beat;
+    Clock::time_point next_beat, next_renew_check;
     std::chrono::milliseconds backoff{50};
     for (;;) {
       std::shared_ptr<const Session> sess = session();
@@ -334,12 +370,16 @@ class Client::Impl {
                           : lease / 4;
       auto tick = std::max<std::chrono::nanoseconds>(std::min(lease / 12, hb / 2),
                                                      std::chrono::milliseconds(1));
+      // While threads post releases, tick every millisecond to reap the ones left unreaped.
+      if (keeper_fast_.load(std::memory_order_relaxed)) tick = kReapTick;
       if (!sess) tick = Jittered(backoff);
       {
         std::unique_lock lk(mu_);
-        cv_.wait_for(lk, tick, [&] { return stopping_; });
+        cv_.wait_for(lk, tick, [&] { return stopping_ || wake_keeper_; });
+        wake_keeper_ = false;
         if (stopping_) return;
       }
+      if (sess) ReapLeftReleases();
       if (!sess) {
         if (!opts_.reconnect) continue;
         auto grace = std::chrono::milliseconds(0);
@@ -356,24 +396,75 @@ class Client::Impl {
       if (!ch.ok()) continue;
       ThreadChannel& c = **ch;
       if (c.session != sess) continue;
-      if (Status st = c.mem->CheckConnection(); !st.ok()) {
-        OnSessionError(sess->gen, st);
-        continue;
-      }
-      if (Clock::now() >= next_beat) {
-        next_beat = Clock::now() + hb;
-        RemoteOp w = RemoteOp::Write(
-            RegionId::kSessions,
-            sess->reply.session_record_offset + proto::SessionRecord::kHeartbeat, ++beat);
-        if (Status st = c.mem->Execute(w); !st.ok()) {
+      if (Clock::now() < next_beat && Clock::now() < next_renew_check) continue;
+      {
+        std::lock_guard clk(c.mu);
+        Status st = c.mem->CheckConnection();
+        if (st.ok()) st = c.Reap();
+        if (st.ok() && Clock::now() >= next_beat) {
+          next_beat = Clock::now() + hb;
+          RemoteOp w = RemoteOp::Write(
+              RegionId::kSessions,
+              sess->reply.session_record_offset + proto::SessionRecord::kHeartbeat, ++beat);
+          st = c.mem->Execute(w);
+        }
+        if (!st.ok()) {
           OnSessionError(sess->gen, st);
           continue;
         }
       }
+      next_renew_check =
+          Clock::now() + std::max<std::chrono::nanoseconds>(std::min(lease / 12, hb / 2),
+                                                            std::chrono::milliseconds(1));
       RenewDue(c, lease);
     }
   }
 
+  // Reaps releases that threads posted and then left (no call on the client since): a release
+  // whose CAS missed must be retried soon, or the lock's waiters wait for it.
+  void ReapLeftReleases() {
+    const int64_t now = Clock::now().time_since_epoch().count();
+    const int64_t min_age = std::chrono::nanoseconds(kReapTick).count();
+    std::vector<std::shared_ptr<ThreadChannel>> left;
+    bool any = false;
+    {
+      std::lock_guard lk(mu_);
+      for (auto& [tid, ch] : channels_) {
+        const int64_t since = ch->pending_since.load(std::memory_order_relaxed);
+        if (since == 0) continue;
+        any = true;
+        if (now - since >= min_age) left.push_back(ch);
+      }
+    }
+    if (any) {
+      idle_reap_ticks_ = 0;
+    } else if (++idle_reap_ticks_ > 20) {
+      keeper_fast_.store(false, std::memory_order_relaxed);  // 20 ms with none: slow down
+    }
+    for (auto& ch : left) {
+      std::unique_lock clk(ch->mu, std::try_to_lock);
+      if (!clk.owns_lock()) continue;  // its thread is using it, and reaps it itself
+      if (Status st = ch->Reap(); !st.ok()) {
+        clk.unlock();
+        OnSessionError(ch->session->gen, st);
+      }
+    }
+  }
+
+ public:
+  // A thread posted a release: make sure the keeper ticks fast enough to reap it if the thread
+  // makes no further call.
+  void ReleasePosted() {
+    if (keeper_fast_.load(std::memory_order_relaxed)) return;
+    {
+      std::lock_guard lk(mu_);
+      keeper_fast_.store(true, std::memory_order_relaxed);
+      wake_keeper_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
   std::chrono::nanoseconds Jittered(std::chrono::milliseconds d) {
     std::uniform_int_distribution<int64_t> dist(d.count() / 2, d.count() * 3 / 2);
     return std::chrono::milliseconds(dist(rng_));
@@ -426,7 +517,10 @@ class Client::Impl {
         if (s->state != LockState::kHeld || !s->auto_renew || !opts_.auto_renew) continue;
         if (s->session != c.session) continue;  // from an ended session: EndLeases handles it
         if (Clock::now() - s->grant.lease_start < lease / 3) continue;
-        st = c.session->engine->Renew(*c.mem, s->grant, &c.events);
+        {
+          std::lock_guard clk(c.mu);
+          st = c.session->engine->Renew(*c.mem, s->grant, &c.events);
+        }
         if (st.ok()) {
           renewals_.fetch_add(1, std::memory_order_relaxed);
           continue;
@@ -452,10 +546,14 @@ class Client::Impl {
   uint64_t nonce_ = 0;
   std::atomic<uint64_t> gen_{0};  // the current session's gen; 0 while there is none
   std::minstd_rand rng_;          // keeper thread only
+  static constexpr std::chrono::milliseconds kReapTick{1};
+  std::atomic<bool> keeper_fast_{false};
+  int idle_reap_ticks_ = 0;  // keeper thread only
 
   mutable std::mutex mu_;  // guards the members below
   std::condition_variable cv_;
   bool stopping_ = false;
+  bool wake_keeper_ = false;
   uint64_t last_gen_ = 0;
   std::shared_ptr<const Session> session_;  // null while reconnecting
   std::shared_ptr<const Session> latest_;   // never null
@@ -558,9 +656,13 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel(ao.deadline));
   const Session& sess = *ch->session;
   ao.want_token = options.fencing_token && mode == Mode::kExclusive;
+  std::unique_lock clk(ch->mu);
   std::tie(ao.record, ao.record_seq) = sess.pool->Take();
   if (ao.record == 0 && impl_->options().record_requests) ++ch->unrecorded;
+  ao.pending = &ch->pending;
   auto grant = sess.engine->Acquire(*ch->mem, slot, mode, ao, &ch->events);
+  ch->NotePending();
+  clk.unlock();
   if (!grant.ok()) {
     if (grant.status().code() == ErrorCode::kTimeout) ++ch->timeouts;
     impl_->OnSessionError(sess.gen, grant.status());
@@ -576,10 +678,150 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   return LockHandle(std::move(state));
 }
 
+Result<std::vector<LockHandle>> Client::LockMany(std::span<const LockRequest> requests,
+                                                 const LockOptions& options) {
+  const auto deadline =
+      options.timeout ? Clock::now() + *options.timeout : Clock::time_point::max();
+  RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel(deadline));
+  std::vector<SlotRequest> slots;
+  slots.reserve(requests.size());
+  for (const LockRequest& r : requests) {
+    if (r.name.empty()) return Error(ErrorCode::kInvalidArgument, "lock name is empty");
+    slots.push_back({SlotForName(r.name, ch->session->reply.lock_count), r.mode});
+  }
+  return LockManySlots(slots, options);
+}
+
+Result<std::vector<LockHandle>> Client::LockManySlots(std::span<const SlotRequest> requests,
+                                                      const LockOptions& options) {
+  if (options.timeout && options.timeout->count() < 0) {
+    return Error(ErrorCode::kInvalidArgument, "negative lock timeout");
+  }
+  if (requests.empty()) return std::vector<LockHandle>{};
+  // Canonical order, one request per slot (exclusive wins).
+  std::vector<ManyRequest> reqs;
+  reqs.reserve(requests.size());
+  for (const SlotRequest& r : requests) reqs.push_back({r.slot, static_cast<Mode>(r.mode)});
+  std::sort(reqs.begin(), reqs.end(), [](const ManyRequest& a, const ManyRequest& b) {
+    return a.slot != b.slot ? a.slot < b.slot : a.mode < b.mode;  // kExclusive (0) first
+  });
+  reqs.erase(
+      std::unique(reqs.begin(), reqs.end(),
+                  [](const ManyRequest& a, const ManyRequest& b) { return a.slot == b.slot; }),
+      reqs.end());
+  AcquireOptions ao;
+  if (options.timeout) {
+    ao.deadline = Clock::now() + *options.timeout;
+    ao.try_only = options.timeout->count() == 0;
+  }
+  ao.want_token = options.fencing_token;
+  RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel(ao.deadline));
+  const Session& sess = *ch->session;
+  const bool recording = impl_->options().record_requests;
+  std::unique_lock clk(ch->mu);
+  ao.pending = &ch->pending;
+  auto grants = sess.engine->AcquireMany(
+      *ch->mem, reqs, ao,
+      [&] {
+        auto e = sess.pool->Take();
+        if (e.first == 0 && recording) ++ch->unrecorded;
+        return e;
+      },
+      &ch->events);
+  ch->NotePending();
+  clk.unlock();
+  if (!grants.ok()) {
+    if (grants.status().code() == ErrorCode::kTimeout) ++ch->timeouts;
+    impl_->OnSessionError(sess.gen, grants.status());
+    return grants.status();
+  }
+  ++ch->batches;
+  std::vector<LockHandle> out;
+  out.reserve(grants->size());
+  for (const Grant& g : *grants) {
+    ++ch->acquires;
+    auto state = std::make_shared<LockHandle::State>();
+    state->client = impl_;
+    state->session = ch->session;
+    state->grant = g;
+    state->auto_renew = options.auto_renew;
+    impl_->Track(state);
+    out.push_back(LockHandle(std::move(state)));
+  }
+  return out;
+}
+
+Status Client::ReleaseMany(std::span<LockHandle> handles) {
+  auto ch = impl_->Channel(Clock::now());
+  std::vector<LockHandle::State*> batch;
+  std::vector<std::unique_lock<std::mutex>> locks;
+  Status first;
+  auto note = [&](const Status& st) {
+    if (first.ok() && !st.ok()) first = st;
+  };
+  for (LockHandle& h : handles) {
+    if (!h.state_) continue;
+    std::unique_lock lk(h.state_->mu);
+    if (ch.ok() && h.state_->state == LockState::kHeld && h.state_->session == (*ch)->session) {
+      batch.push_back(h.state_.get());
+      locks.push_back(std::move(lk));
+      continue;
+    }
+    lk.unlock();
+    note(h.Release());  // not batchable: says why (released, lost, other session)
+  }
+  if (batch.empty()) return first;
+  ThreadChannel& c = **ch;
+  std::vector<Grant> grants;
+  grants.reserve(batch.size());
+  for (auto* s : batch) grants.push_back(s->grant);
+  std::vector<Status> res;
+  {
+    std::lock_guard clk(c.mu);
+    if (Status st = c.Reap(); !st.ok()) {
+      res.assign(batch.size(), st);
+    } else {
+      res = c.session->engine->ReleaseMany(*c.mem, grants, &c.events);
+    }
+  }
+  Status conn;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (res[i].ok()) {
+      batch[i]->state = LockState::kReleased;
+      ++c.releases;
+    } else {
+      batch[i]->state = LockState::kLost;
+      batch[i]->lost_reported = true;
+      ++c.lost;
+      if (res[i].code() == ErrorCode::kConnection) conn = res[i];
+    }
+    note(res[i]);
+  }
+  locks.clear();
+  if (!conn.ok()) impl_->OnSessionError(c.session->gen, conn);
+  return first;
+}
+
+Status Client::Flush() {
+  auto ch = impl_->Channel(Clock::now());
+  if (!ch.ok()) return ch.status();
+  Status st;
+  {
+    std::lock_guard clk((*ch)->mu);
+    st = (*ch)->Reap();
+  }
+  if (!st.ok()) impl_->OnSessionError((*ch)->session->gen, st);
+  return st;
+}
+
 Result<ServerInfo> Client::Info() {
   RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel());
   std::vector<uint8_t> page(proto::InfoPage::kEncodedSize);
-  if (Status st = ch->mem->ReadBytes(RegionId::kInfo, 0, page); !st.ok()) {
+  std::unique_lock clk(ch->mu);
+  Status rs = ch->Reap();
+  if (rs.ok()) rs = ch->mem->ReadBytes(RegionId::kInfo, 0, page);
+  clk.unlock();
+  if (Status st = rs; !st.ok()) {
     impl_->OnSessionError(ch->session->gen, st);
     return st;
   }
@@ -611,7 +853,11 @@ Result<SlotState> Client::Inspect(uint64_t slot) {
                      std::to_string(ch->session->reply.lock_count) + ")");
   }
   RemoteOp rd = RemoteOp::Read(RegionId::kLocks, proto::SlotOffset(slot), 16);
-  if (Status st = ch->mem->Execute(rd); !st.ok()) {
+  std::unique_lock clk(ch->mu);
+  Status rs = ch->Reap();
+  if (rs.ok()) rs = ch->mem->Execute(rd);
+  clk.unlock();
+  if (Status st = rs; !st.ok()) {
     impl_->OnSessionError(ch->session->gen, st);
     return st;
   }
@@ -643,9 +889,12 @@ Result<std::vector<SessionInfo>> Client::Sessions() {
   }
   std::vector<uint8_t> table(r.sessions.length);
   std::vector<uint8_t> page(proto::InfoPage::kEncodedSize);
-  Status st = ch->mem->ReadBytes(RegionId::kSessions, 0, table);
+  std::unique_lock clk(ch->mu);
+  Status st = ch->Reap();
+  if (st.ok()) st = ch->mem->ReadBytes(RegionId::kSessions, 0, table);
   if (st.ok()) st = ch->mem->ReadBytes(RegionId::kInfo, 0, page);
   if (!st.ok()) {
+    clk.unlock();
     impl_->OnSessionError(ch->session->gen, st);
     return st;
   }
@@ -686,6 +935,7 @@ Result<std::vector<SessionInfo>> Client::Sessions() {
         if (it == words.end()) {
           RemoteOp rd = RemoteOp::Read(RegionId::kLocks, proto::SlotOffset(entry.slot), 8);
           if (Status rs = ch->mem->Execute(rd); !rs.ok()) {
+            clk.unlock();
             impl_->OnSessionError(ch->session->gen, rs);
             return rs;
           }
@@ -783,8 +1033,19 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
   if (ch.ok() && (*ch)->session != state_->session) {
     ch = Error(ErrorCode::kLockLost, "session with lockd ended; lock lost");
   }
-  Status st = ch.ok() ? state_->session->engine->Release(*(*ch)->mem, state_->grant, &(*ch)->events)
-                      : ch.status();
+  Status st = ch.status();
+  if (ch.ok()) {
+    ThreadChannel& c = **ch;
+    std::lock_guard clk(c.mu);
+    // Posted, not waited for: the CAS's completion is reaped by this thread's next call, or by
+    // the keeper (ReapLeftReleases). Only the checks before posting can fail here.
+    st = c.Reap();
+    if (st.ok()) {
+      st = state_->session->engine->StartRelease(*c.mem, state_->grant, &c.pending, &c.events);
+    }
+    c.NotePending();
+    if (c.pending.active) impl->ReleasePosted();
+  }
   if (st.ok()) {
     state_->state = LockState::kReleased;
     ++(*ch)->releases;
@@ -813,7 +1074,11 @@ Status LockHandle::Renew() {
       state_->state = LockState::kLost;
       return Error(ErrorCode::kLockLost, "session with lockd ended; lock lost");
     }
-    st = state_->session->engine->Renew(*ch->mem, state_->grant, &ch->events);
+    {
+      std::lock_guard clk(ch->mu);
+      st = ch->Reap();
+      if (st.ok()) st = state_->session->engine->Renew(*ch->mem, state_->grant, &ch->events);
+    }
     if (st.code() == ErrorCode::kLockLost) state_->state = LockState::kLost;
   }
   if (st.code() == ErrorCode::kConnection) impl->OnSessionError(state_->session->gen, st);

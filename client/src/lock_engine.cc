@@ -112,6 +112,7 @@ Result<Grant> LockEngine::Acquire(RemoteMemory& mem, uint64_t slot, Mode mode,
   bool handed_off = false;  // an abandoned ticket (and its entry) went to the abandon handler
   auto g = AcquireImpl(mem, slot, mode, opt, ev, &handed_off);
   if (!g.ok() && !handed_off) FreeRecord(mem, opt.record, opt.record_seq);
+  if (Status st = ReapPending(mem, opt.pending, ev); g.ok() && !st.ok()) return st;
   return g;
 }
 
@@ -133,19 +134,20 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     if (attempt > 0 && Clock::now() >= opt.deadline) {
       return Error(ErrorCode::kTimeout, "timed out waiting for slot " + std::to_string(slot));
     }
-    // The request's entry (when recorded) goes in the same doorbell, ahead of the FA: if this
-    // client dies, lockd knows a request was made even when its ticket never came back.
-    RemoteOp ops[3];
+    // One FETCH_AND_ADD (and a READ of word1 in the same doorbell for a token). The request's
+    // record entry is written once the ticket is known, below: an entry written ahead of the FA
+    // would cost a WRITE on every acquire and tell lockd nothing it could act on (a request
+    // without a ticket is left to stall recovery either way).
+    RemoteOp ops[2];
     size_t n = 0;
-    if (opt.record != 0) {
-      ops[n++] = EntryWrite(opt.record, opt.record_seq, slot, mode,
-                            proto::RequestEntry::State::kRequesting, 0);
-    }
     const size_t fa = n;
     ops[n++] = RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(slot), inc);
     if (opt.want_token) ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(slot), 8);
     const auto issue = Clock::now();
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops, n)));
+    // The channel's posted release landed before this FA; reap it (a retry if it missed)
+    // before this request waits, possibly behind that very lock.
+    RDMALOCK_RETURN_IF_ERROR(ReapPending(mem, opt.pending, ev));
     const Word0 prev = Word0::Decode(ops[fa].result[0]);
 
     if (prev.Frozen()) {
@@ -368,33 +370,49 @@ bool StillHeld(Word0 w, const Ticket& t) {
 
 }  // namespace
 
+Status LockEngine::CheckReleasable(RemoteMemory& mem, const Grant& g, Word0 cur) const {
+  const Ticket& t = g.ticket;
+  if (!LeaseValid(g, Clock::now())) {
+    FreeRecord(mem, t.record, t.record_seq);
+    return Error(ErrorCode::kLockLost, "lease on slot " + std::to_string(t.slot) +
+                                           " expired before release; not released (waiters "
+                                           "recover the lock)");
+  }
+  if (!StillHeld(cur, t)) {
+    FreeRecord(mem, t.record, t.record_seq);
+    return Error(ErrorCode::kLockLost, "slot " + std::to_string(t.slot) +
+                                           " was recovered by a waiter before release; the "
+                                           "critical section may have overlapped another");
+  }
+  return Status::Ok();
+}
+
+namespace {
+
+// A release's doorbell: the entry's done mark, then the CAS that ends the grant. The done mark
+// goes *before* the CAS: were it after, a crash between the two would leave lockd a record of a
+// released shared ticket, and a second release of it would count for another reader. (If the CAS
+// misses and we try again, the entry reads done meanwhile: a crash then leaves this grant to
+// stall recovery.) Returns the index of the first op to post.
+size_t ReleaseOps(const Ticket& t, Word0 cur, RemoteOp ops[2]) {
+  ops[0] = EntryDone(t.record, t.record_seq);
+  ops[1] = RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), cur.Encode(),
+                                 cur.Encode() + proto::ReleaseIncrement(t.mode));
+  return t.record != 0 ? 0 : 1;
+}
+
+}  // namespace
+
 Status LockEngine::Release(RemoteMemory& mem, const Grant& g, EngineEvents* ev) const {
   const Ticket& t = g.ticket;
   const uint64_t inc = proto::ReleaseIncrement(t.mode);
   Word0 cur = g.seen;  // exact unless requests arrived (or siblings released) since we looked
   for (;;) {
-    if (!LeaseValid(g, Clock::now())) {
-      FreeRecord(mem, t.record, t.record_seq);
-      return Error(ErrorCode::kLockLost, "lease on slot " + std::to_string(t.slot) +
-                                             " expired before release; not released (waiters "
-                                             "recover the lock)");
-    }
-    if (!StillHeld(cur, t)) {
-      FreeRecord(mem, t.record, t.record_seq);
-      return Error(ErrorCode::kLockLost, "slot " + std::to_string(t.slot) +
-                                             " was recovered by a waiter before release; the "
-                                             "critical section may have overlapped another");
-    }
+    RDMALOCK_RETURN_IF_ERROR(CheckReleasable(mem, g, cur));
     // A CAS, not a FETCH_AND_ADD: it lands only if the word still shows our grant, so a release
-    // that is delayed (a paused process, a retransmission) past a recovery changes nothing. The
-    // entry is marked done in the same doorbell, *before* the CAS: were it after, a crash between
-    // the two would leave lockd a record of a released shared ticket, and a second release of it
-    // would count for another reader. (If the CAS fails and we try again, the entry reads done
-    // meanwhile: a crash then leaves this grant to stall recovery.)
-    RemoteOp ops[2] = {EntryDone(t.record, t.record_seq),
-                       RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), cur.Encode(),
-                                             cur.Encode() + inc)};
-    const size_t first = t.record != 0 ? 0 : 1;
+    // that is delayed (a paused process, a retransmission) past a recovery changes nothing.
+    RemoteOp ops[2];
+    const size_t first = ReleaseOps(t, cur, ops);
     if (Status st = mem.Execute(std::span<RemoteOp>(ops + first, 2 - first)); !st.ok()) {
       if (t.record != 0 && on_record_free_) on_record_free_(t.record);
       return st;
@@ -407,6 +425,251 @@ Status LockEngine::Release(RemoteMemory& mem, const Grant& g, EngineEvents* ev) 
     }
     cur = Word0::Decode(ops[1].result[0]);
   }
+}
+
+Status LockEngine::StartRelease(RemoteMemory& mem, const Grant& g, PendingRelease* p,
+                                EngineEvents* ev) const {
+  RDMALOCK_RETURN_IF_ERROR(FinishRelease(mem, p, ev));
+  RDMALOCK_RETURN_IF_ERROR(CheckReleasable(mem, g, g.seen));
+  p->grant = g;
+  p->first = ReleaseOps(g.ticket, g.seen, p->ops);
+  if (Status st = mem.Start(std::span<RemoteOp>(p->ops + p->first, 2 - p->first)); !st.ok()) {
+    if (g.ticket.record != 0 && on_record_free_) on_record_free_(g.ticket.record);
+    return st;
+  }
+  p->active = true;
+  return Status::Ok();
+}
+
+Status LockEngine::FinishRelease(RemoteMemory& mem, PendingRelease* p, EngineEvents* ev) const {
+  if (p == nullptr || !p->active) return Status::Ok();
+  p->active = false;
+  const Grant& g = p->grant;
+  const Ticket& t = g.ticket;
+  if (Status st = mem.Await(); !st.ok()) {
+    if (t.record != 0 && on_record_free_) on_record_free_(t.record);
+    return st;
+  }
+  const RemoteOp& cas = p->ops[1];
+  if (cas.result[0] == cas.operand) {
+    if (t.record != 0 && on_record_free_) on_record_free_(t.record);
+    const Word0 now = Word0::Decode(cas.swap);
+    if (now.Frozen() && now.Drained()) return ResetDrained(mem, t.slot, now, ev);
+    return Status::Ok();
+  }
+  // Requests queued (or shared siblings released) since the grant was last seen: release again
+  // from what the CAS found. Release() gives the entry back.
+  Count(&EngineEvents::deferred, ev);
+  Grant again = g;
+  again.seen = Word0::Decode(cas.result[0]);
+  return Release(mem, again, ev);
+}
+
+Status LockEngine::ReapPending(RemoteMemory& mem, PendingRelease* p, EngineEvents* ev) const {
+  Status st = FinishRelease(mem, p, ev);
+  // An earlier lock whose release came too late to count is no concern of this call.
+  return st.code() == ErrorCode::kLockLost ? Status::Ok() : st;
+}
+
+std::vector<Status> LockEngine::ReleaseMany(RemoteMemory& mem, std::span<const Grant> grants,
+                                            EngineEvents* ev) const {
+  std::vector<Status> out(grants.size());
+  for (size_t base = 0; base < grants.size();) {
+    RemoteOp ops[kBatchOps];
+    size_t cas_at[kBatchOps / 2];
+    size_t idx[kBatchOps / 2];
+    size_t n = 0, k = 0;
+    for (; base < grants.size() && n + 2 <= kBatchOps; ++base) {
+      const Grant& g = grants[base];
+      if (Status st = CheckReleasable(mem, g, g.seen); !st.ok()) {
+        out[base] = st;
+        continue;
+      }
+      RemoteOp two[2];
+      const size_t first = ReleaseOps(g.ticket, g.seen, two);
+      for (size_t i = first; i < 2; ++i) ops[n++] = two[i];
+      cas_at[k] = n - 1;
+      idx[k++] = base;
+    }
+    if (Status st = mem.Execute(std::span<RemoteOp>(ops, n)); !st.ok()) {
+      for (size_t i = 0; i < k; ++i) {
+        const Ticket& t = grants[idx[i]].ticket;
+        if (t.record != 0 && on_record_free_) on_record_free_(t.record);
+        out[idx[i]] = st;
+      }
+      continue;
+    }
+    for (size_t i = 0; i < k; ++i) {
+      const Grant& g = grants[idx[i]];
+      const RemoteOp& cas = ops[cas_at[i]];
+      if (cas.result[0] == cas.operand) {
+        if (g.ticket.record != 0 && on_record_free_) on_record_free_(g.ticket.record);
+        const Word0 now = Word0::Decode(cas.swap);
+        if (now.Frozen() && now.Drained()) out[idx[i]] = ResetDrained(mem, g.ticket.slot, now, ev);
+        continue;
+      }
+      Grant again = g;
+      again.seen = Word0::Decode(cas.result[0]);
+      out[idx[i]] = Release(mem, again, ev);
+    }
+  }
+  return out;
+}
+
+Result<std::vector<Grant>> LockEngine::AcquireMany(RemoteMemory& mem,
+                                                   std::span<const ManyRequest> reqs,
+                                                   const AcquireOptions& opt,
+                                                   const EntrySource& take_entry,
+                                                   EngineEvents* ev) const {
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (reqs[i].slot >= params_.lock_count) {
+      return Error(ErrorCode::kInvalidArgument, "slot " + std::to_string(reqs[i].slot) +
+                                                    " is out of range (lock_count " +
+                                                    std::to_string(params_.lock_count) + ")");
+    }
+    if (i > 0 && reqs[i].slot <= reqs[i - 1].slot) {
+      return Error(ErrorCode::kInvalidArgument, "AcquireMany needs distinct slots in order");
+    }
+  }
+  RDMALOCK_RETURN_IF_ERROR(ReapPending(mem, opt.pending, ev));
+  const auto want_token = [&](const ManyRequest& r) {
+    return opt.want_token && r.mode == Mode::kExclusive;
+  };
+  auto no_entry = [] { return std::pair<uint64_t, uint32_t>{0, 0}; };
+  const EntrySource& take = take_entry ? take_entry : EntrySource(no_entry);
+
+  // Phase 1: every FA (and token READ) in as few doorbells as the batch limit allows.
+  struct Slot {
+    Ticket ticket;
+    Grant grant;
+    bool granted = false;  // granted at once
+    bool frozen = false;   // the FA hit a frozen word (the increment is taken back)
+  };
+  std::vector<Slot> got(reqs.size());
+  for (size_t base = 0; base < reqs.size();) {
+    RemoteOp ops[kBatchOps];
+    size_t fa_at[kBatchOps];
+    size_t n = 0, first = base;
+    for (; base < reqs.size() && n + 1 + (want_token(reqs[base]) ? 1 : 0) <= kBatchOps; ++base) {
+      fa_at[base - first] = n;
+      ops[n++] = RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(reqs[base].slot),
+                                    proto::AcquireIncrement(reqs[base].mode));
+      if (want_token(reqs[base])) {
+        ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(reqs[base].slot), 8);
+      }
+    }
+    const auto issue = Clock::now();
+    if (Status st = mem.Execute(std::span<RemoteOp>(ops, n)); !st.ok()) return st;
+    RemoteOp queued[kBatchOps];
+    size_t nq = 0;
+    for (size_t i = first; i < base; ++i) {
+      const ManyRequest& r = reqs[i];
+      const RemoteOp& fa = ops[fa_at[i - first]];
+      Slot& s = got[i];
+      const Word0 prev = Word0::Decode(fa.result[0]);
+      s.ticket = Ticket{r.slot, r.mode, prev, 0, 0};
+      if (prev.Frozen()) {
+        s.frozen = true;
+        RDMALOCK_RETURN_IF_ERROR(WithdrawFrozen(mem, r.slot, proto::AcquireIncrement(r.mode),
+                                                Word0::Decode(fa.result[0] + fa.operand), ev));
+        continue;
+      }
+      std::tie(s.ticket.record, s.ticket.record_seq) = take();
+      if (s.ticket.record != 0) {
+        queued[nq++] = EntryWrite(s.ticket.record, s.ticket.record_seq, r.slot, r.mode,
+                                  proto::RequestEntry::State::kQueued, prev.Encode());
+      }
+      s.grant.ticket = s.ticket;
+      s.grant.seen = Word0::Decode(prev.Encode() + fa.operand);
+      s.grant.lease_start = issue;
+      if (want_token(r)) {
+        s.grant.generation = proto::Generation(ops[fa_at[i - first] + 1].result[0]);
+        s.grant.has_generation = true;
+      }
+      s.granted = proto::Granted(prev, prev, r.mode);
+      if (s.granted) FillToken(&s.grant);
+    }
+    if (nq > 0) RDMALOCK_RETURN_IF_ERROR(mem.Post(std::span<RemoteOp>(queued, nq)));
+    RDMALOCK_RETURN_IF_ERROR(ReapPending(mem, opt.pending, ev));
+  }
+  size_t k = 0;  // the first lock not granted at once
+  while (k < got.size() && got[k].granted) ++k;
+  std::vector<Grant> grants;
+  grants.reserve(got.size());
+  for (size_t i = 0; i < k; ++i) grants.push_back(got[i].grant);
+  if (k == got.size()) return grants;
+  Count(&EngineEvents::batch_fallbacks, ev);
+
+  // Phase 2: give back everything above k (granted ones released, queued ones withdrawn or
+  // abandoned), so that while waiting for k this set holds only locks below it.
+  auto give_back = [&](size_t from, bool include_from) {
+    std::vector<Grant> rel;
+    for (size_t i = include_from ? from : from + 1; i < got.size(); ++i) {
+      Slot& s = got[i];
+      if (s.frozen) continue;
+      if (s.granted) {
+        rel.push_back(s.grant);
+        continue;
+      }
+      Word0 cur = s.grant.seen;
+      auto gu = GiveUpTicket(mem, s.ticket, &cur, ev);
+      if (!gu.ok()) return gu.status();
+      if (*gu == GiveUp::kGranted) {
+        Grant g = s.grant;
+        g.seen = cur;
+        rel.push_back(g);
+      } else if (*gu != GiveUp::kAbandoned) {
+        FreeRecord(mem, s.ticket.record, s.ticket.record_seq);
+      }
+    }
+    for (const Status& st : ReleaseMany(mem, rel, ev)) {
+      if (st.code() == ErrorCode::kConnection) return st;
+    }
+    return Status::Ok();
+  };
+  auto fail = [&](Status why) -> Result<std::vector<Grant>> {
+    for (const Status& st : ReleaseMany(mem, grants, ev)) {
+      if (st.code() == ErrorCode::kConnection) return st;
+    }
+    return why;
+  };
+  if (opt.try_only) {
+    if (Status st = give_back(k, true); !st.ok()) return st;
+    return fail(Error(ErrorCode::kBusy, "slot " + std::to_string(reqs[k].slot) + " is held"));
+  }
+  if (Status st = give_back(k, false); !st.ok()) return st;
+
+  // Phase 3: wait for k with the ticket in hand, then take the rest one by one, in order.
+  for (size_t i = k; i < got.size(); ++i) {
+    Slot& s = got[i];
+    if (i == k && !s.frozen) {
+      bool handed_off = false;
+      Grant g = s.grant;
+      auto out = Wait(mem, s.ticket, g.lease_start, opt.deadline, &g, ev, &handed_off);
+      if (!out.ok()) return out.status();
+      if (*out == WaitOutcome::kGranted) {
+        FillToken(&g);
+        grants.push_back(g);
+        continue;
+      }
+      if (!handed_off) FreeRecord(mem, s.ticket.record, s.ticket.record_seq);
+      if (*out == WaitOutcome::kTimeout) {
+        return fail(Error(ErrorCode::kTimeout,
+                          "timed out waiting for slot " + std::to_string(s.ticket.slot)));
+      }
+      // Skipped, reset or paused: queue again below, like a single acquire would.
+    }
+    AcquireOptions one = opt;
+    one.pending = nullptr;
+    std::tie(one.record, one.record_seq) = take();
+    auto g = Acquire(mem, reqs[i].slot, reqs[i].mode, one, ev);
+    if (!g.ok()) {
+      if (g.status().code() == ErrorCode::kConnection) return g.status();
+      return fail(g.status());
+    }
+    grants.push_back(*g);
+  }
+  return grants;
 }
 
 Status LockEngine::Renew(RemoteMemory& mem, Grant& g, EngineEvents* /*ev*/) const {

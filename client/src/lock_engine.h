@@ -8,6 +8,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <span>
+#include <utility>
+#include <vector>
 
 #include "rdmalock/proto/lock_word.h"
 #include "rdmalock/status.h"
@@ -46,12 +49,30 @@ struct Grant {
   uint64_t token = 0;  // fencing token; exclusive grants with has_generation only
 };
 
+// A release whose CAS went out without waiting for it (LockEngine::StartRelease); it lives in
+// the channel's owner until FinishRelease, which reaps it.
+struct PendingRelease {
+  Grant grant;
+  RemoteOp ops[2];
+  size_t first = 1;
+  bool active = false;
+};
+
 struct AcquireOptions {
   Clock::time_point deadline = Clock::time_point::max();
   bool try_only = false;    // give up at once instead of queueing (kBusy)
   bool want_token = false;  // read word1 with the FETCH_AND_ADD so a token comes with the grant
   uint64_t record = 0;      // the request's entry in the session record (0: not recorded)
   uint32_t record_seq = 0;  // this use of the entry (proto::RequestEntry::seq)
+  // A release this channel started and has not reaped: finished as soon as the acquire's first
+  // batch completes (the release landed before it), so a failed CAS is retried before waiting.
+  PendingRelease* pending = nullptr;
+};
+
+// One lock of a set (LockEngine::AcquireMany).
+struct ManyRequest {
+  uint64_t slot = 0;
+  Mode mode = Mode::kExclusive;
 };
 
 // lockd's recovery of one request of a dead client: Reap() steps it without blocking.
@@ -73,11 +94,13 @@ struct ReapState {
 
 // What the engine did, for benchmarks and tests.
 struct EngineEvents {
-  Counter recoveries;   // stall recoveries this caller performed
-  Counter restarts;     // tickets given up after being skipped, reset or paused
-  Counter withdrawals;  // increments withdrawn (frozen word, try-lock, timeout)
-  Counter resets;       // counter resets this caller performed
-  Counter abandoned;    // tickets handed to the abandon handler
+  Counter recoveries;       // stall recoveries this caller performed
+  Counter restarts;         // tickets given up after being skipped, reset or paused
+  Counter withdrawals;      // increments withdrawn (frozen word, try-lock, timeout)
+  Counter resets;           // counter resets this caller performed
+  Counter abandoned;        // tickets handed to the abandon handler
+  Counter deferred;         // posted releases whose CAS had to be retried when reaped
+  Counter batch_fallbacks;  // sets not all granted at once (acquired in slot order instead)
 };
 
 class LockEngine {
@@ -105,6 +128,31 @@ class LockEngine {
   // released) when the lease has lapsed or a waiter recovered the lock.
   Status Release(RemoteMemory& mem, const Grant& g, EngineEvents* ev = nullptr) const;
 
+  // Release() without waiting: checks the grant and posts the entry's done mark and the CAS
+  // (mem.Start). `p` must stay put until FinishRelease(mem, p), which the channel's next use must
+  // call. Errors here are Release()'s, found before anything was posted.
+  Status StartRelease(RemoteMemory& mem, const Grant& g, PendingRelease* p,
+                      EngineEvents* ev = nullptr) const;
+  // Reaps a started release: waits for its CAS if it has not completed yet, and if requests
+  // queued since the grant was last seen made it miss, releases again (Release()). No-op when
+  // `p` is not active.
+  Status FinishRelease(RemoteMemory& mem, PendingRelease* p, EngineEvents* ev = nullptr) const;
+
+  // Acquires a set of distinct slots, sorted ascending, all or none. All FETCH_AND_ADDs go out in
+  // one doorbell (per kBatchOps operations); if all are granted at once that is the whole cost.
+  // Otherwise the locks above the first one not granted are given back and acquired in slot
+  // order after it, so two sets cannot deadlock. `take_entry` supplies record entries
+  // ({0, 0}: unrecorded). On failure nothing of the set is held.
+  using EntrySource = std::function<std::pair<uint64_t, uint32_t>()>;
+  Result<std::vector<Grant>> AcquireMany(RemoteMemory& mem, std::span<const ManyRequest> reqs,
+                                         const AcquireOptions& opt, const EntrySource& take_entry,
+                                         EngineEvents* ev = nullptr) const;
+  // Releases grants together: their done marks and CASes in one doorbell (per kBatchOps), then
+  // Release() for any CAS that missed. One status per grant.
+  std::vector<Status> ReleaseMany(RemoteMemory& mem, std::span<const Grant> grants,
+                                  EngineEvents* ev = nullptr) const;
+  static constexpr size_t kBatchOps = 16;
+
   // Extends the lease (FETCH_AND_ADD on word1) and checks the grant still stands.
   Status Renew(RemoteMemory& mem, Grant& g, EngineEvents* ev = nullptr) const;
 
@@ -128,6 +176,10 @@ class LockEngine {
                            bool* handed_off) const;
   Result<Grant> AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mode, const AcquireOptions& opt,
                             EngineEvents* ev, bool* handed_off) const;
+  // FinishRelease() for a call that is about something else: kLockLost is dropped.
+  Status ReapPending(RemoteMemory& mem, PendingRelease* p, EngineEvents* ev) const;
+  // Release()'s checks before anything is posted: the lease runs and `cur` shows the grant.
+  Status CheckReleasable(RemoteMemory& mem, const Grant& g, proto::Word0 cur) const;
   // Marks a request's entry done (posted, not waited for) and hands the entry back.
   void FreeRecord(RemoteMemory& mem, uint64_t record, uint32_t seq) const;
   // Takes back an increment from a frozen word; resets the word if that drains it.

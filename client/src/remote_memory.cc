@@ -2,7 +2,7 @@
 
 namespace rdmalock {
 
-Status RemoteMemory::Execute(std::span<RemoteOp> ops) {
+void RemoteMemory::Count(std::span<const RemoteOp> ops) {
   for (const RemoteOp& op : ops) {
     switch (op.kind) {
       case RemoteOp::Kind::kFetchAdd:
@@ -20,6 +20,10 @@ Status RemoteMemory::Execute(std::span<RemoteOp> ops) {
     }
   }
   ++counters_.batches;
+}
+
+Status RemoteMemory::Execute(std::span<RemoteOp> ops) {
+  Count(ops);
   const auto start = std::chrono::steady_clock::now();
   Status st = DoExecute(ops);
   const auto took = std::chrono::steady_clock::now() - start;
@@ -36,6 +40,22 @@ Status RemoteMemory::Post(std::span<RemoteOp> ops) {
     ++counters_.write;
   }
   return DoPost(ops);
+}
+
+Status RemoteMemory::Start(std::span<RemoteOp> ops) {
+  if (started_) RDMALOCK_RETURN_IF_ERROR(Await());
+  Count(ops);
+  started_ = true;
+  Status st = DoStart(ops);
+  if (!st.ok()) started_ = false;
+  return st;
+}
+
+Status RemoteMemory::Await() {
+  if (!started_) return Status::Ok();
+  Status st = DoAwait();
+  started_ = false;
+  return st;
 }
 
 }  // namespace rdmalock

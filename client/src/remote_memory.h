@@ -92,6 +92,15 @@ class RemoteMemory {
   Status Post(std::span<RemoteOp> ops);
   Status Post(RemoteOp& op) { return Post(std::span<RemoteOp>(&op, 1)); }
 
+  // Posts `ops` and returns without waiting: they land in order, before anything posted later on
+  // this channel. One started batch at a time. `ops` must stay valid until Await() (or a later
+  // Execute(), which completes it first) fills in their results. A failure surfaces at Await()
+  // and at every later call.
+  Status Start(std::span<RemoteOp> ops);
+  // Waits for the started batch, if any, to complete. Returns at once when it already has.
+  Status Await();
+  bool started() const { return started_; }
+
   // Reads `dst.size()` bytes from a region (monitoring and the info page; not the lock path).
   virtual Status ReadBytes(RegionId region, uint64_t offset, std::span<uint8_t> dst) = 0;
 
@@ -106,9 +115,17 @@ class RemoteMemory {
   virtual Status DoExecute(std::span<RemoteOp> ops) = 0;
   // Default: executes and waits.
   virtual Status DoPost(std::span<RemoteOp> ops) { return DoExecute(ops); }
+  // Default: executes at once (DoAwait then has nothing to wait for).
+  virtual Status DoStart(std::span<RemoteOp> ops) { return DoExecute(ops); }
+  virtual Status DoAwait() { return Status::Ok(); }
+  // For backends: the started batch completed (its results are in place).
+  void StartedDone() { started_ = false; }
 
  private:
+  void Count(std::span<const RemoteOp> ops);
+
   OpCounters counters_;
+  bool started_ = false;
   std::chrono::nanoseconds round_trip_{20'000};
   std::chrono::nanoseconds min_round_trip_{0};
 };

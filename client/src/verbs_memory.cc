@@ -41,6 +41,143 @@ struct VerbsMemory::Impl {
   }
 
   uint8_t* op_buf(size_t i) { return buffer.data() + i * kOpScratch; }
+  uint8_t* ring_buf(size_t i) { return buffer.data() + (kMaxBatch + i) * kOpScratch; }
+  uint8_t* start_buf(size_t i) { return buffer.data() + (kMaxBatch + kPostRing + i) * kOpScratch; }
+  uint8_t* bulk_buf() { return buffer.data() + (2 * kMaxBatch + kPostRing) * kOpScratch; }
+
+  // The started batch (VerbsMemory::Start): its ops, and the wr_id of its signalled last WR.
+  std::span<RemoteOp> started_ops;
+  uint64_t started_want = 0;
+  bool started_done = false;
+  uint64_t last_unsignalled = 0;  // wr_id of the latest unsignalled WRITE posted
+
+  // Fills wrs[0..n) and sges[0..n) for `ops`, with local buffers from `scratch(i)`.
+  template <typename Scratch>
+  Status Build(std::span<RemoteOp> ops, Scratch scratch) {
+    if (ops.size() > kMaxBatch) {
+      return Error(ErrorCode::kInvalidArgument, "batch of " + std::to_string(ops.size()) +
+                                                    " operations exceeds " +
+                                                    std::to_string(kMaxBatch));
+    }
+    for (size_t i = 0; i < ops.size(); ++i) {
+      const RemoteOp& op = ops[i];
+      const proto::RegionDesc& r = regions[static_cast<int>(op.region)];
+      if (op.offset + op.length > r.length || op.length > kOpScratch) {
+        return Error(ErrorCode::kInvalidArgument, "remote offset out of range");
+      }
+      ibv_send_wr& wr = wrs[i];
+      ibv_sge& sge = sges[i];
+      wr = ibv_send_wr{};
+      uint8_t* buf = scratch(i);
+      sge.addr = reinterpret_cast<uint64_t>(buf);
+      sge.lkey = mr->lkey;
+      sge.length =
+          op.kind == RemoteOp::Kind::kRead || op.kind == RemoteOp::Kind::kWrite ? op.length : 8;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      const uint64_t raddr = r.addr + op.offset;
+      switch (op.kind) {
+        case RemoteOp::Kind::kFetchAdd:
+          wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+          wr.wr.atomic = {raddr, op.operand, 0, r.rkey};
+          break;
+        case RemoteOp::Kind::kCompareSwap:
+          wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
+          wr.wr.atomic = {raddr, op.operand, op.swap, r.rkey};
+          break;
+        case RemoteOp::Kind::kRead:
+          wr.opcode = IBV_WR_RDMA_READ;
+          wr.wr.rdma = {raddr, r.rkey};
+          break;
+        case RemoteOp::Kind::kWrite:
+          wr.opcode = IBV_WR_RDMA_WRITE;
+          wr.wr.rdma = {raddr, r.rkey};
+          std::memcpy(buf, &op.operand, 8);
+          std::memcpy(buf + 8, &op.swap, 8);
+          break;
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Copies results of `ops` out of their local buffers.
+  template <typename Scratch>
+  void Results(std::span<RemoteOp> ops, Scratch scratch) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      RemoteOp& op = ops[i];
+      if (op.kind == RemoteOp::Kind::kRead) {
+        std::memcpy(op.result, scratch(i), op.length);
+      } else if (op.kind != RemoteOp::Kind::kWrite) {
+        std::memcpy(&op.result[0], scratch(i), 8);
+        if (swap_atomics) op.result[0] = __builtin_bswap64(op.result[0]);
+      }
+    }
+  }
+
+  // Posts wrs[0..n), the last one signalled; returns its wr_id in *want.
+  Status Post(size_t n, uint64_t* want) {
+    if (broken) return Error(ErrorCode::kConnection, "connection to lockd is broken");
+    for (size_t i = 0; i < n; ++i) {
+      wrs[i].wr_id = next_wr_id++;
+      wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
+      wrs[i].send_flags = i + 1 == n ? IBV_SEND_SIGNALED : 0;
+    }
+    ibv_send_wr* bad = nullptr;
+    if (const int rc = ibv_post_send(conn->id->qp, &wrs[0], &bad); rc != 0) {
+      broken = true;
+      return rdma::ErrnoStatus(ErrorCode::kConnection, "ibv_post_send", rc);
+    }
+    *want = wrs[n - 1].wr_id;
+    return Status::Ok();
+  }
+
+  // Polls until the signalled WR `want` completes. Completes the started batch on the way.
+  Status WaitFor(uint64_t want) {
+    if (broken) return Error(ErrorCode::kConnection, "connection to lockd is broken");
+    const auto deadline = std::chrono::steady_clock::now() + kCompletionTimeout;
+    for (uint32_t spins = 0;; ++spins) {
+      ibv_wc wc[4];
+      const int got = ibv_poll_cq(conn->cq.get(), 4, wc);
+      if (got < 0) {
+        broken = true;
+        return Error(ErrorCode::kConnection, "ibv_poll_cq failed");
+      }
+      bool found = false;
+      for (int i = 0; i < got; ++i) {
+        if (wc[i].status != IBV_WC_SUCCESS) {
+          broken = true;
+          return Error(ErrorCode::kConnection, std::string("RDMA operation failed: ") +
+                                                   ibv_wc_status_str(wc[i].status) +
+                                                   " (the connection to lockd is lost)");
+        }
+        // RC completes in order: everything posted before a completed WR has completed.
+        if (wc[i].wr_id > last_unsignalled) posted = 0;
+        if (started_want != 0 && wc[i].wr_id >= started_want) {
+          Results(started_ops, [this](size_t k) { return start_buf(k); });
+          started_want = 0;
+          started_done = true;
+        }
+        if (wc[i].wr_id == want) found = true;
+      }
+      if (found) return Status::Ok();
+      if (got == 0 && spins > 64) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          broken = true;
+          return Error(ErrorCode::kConnection, "no completion from lockd within 30 s");
+        }
+        // While waiting, look for a disconnect on the connection's rdma_cm channel (lockd
+        // stopped or dropped us): fail at once instead of waiting out RC retries.
+        if (spins % 256 == 0) RDMALOCK_RETURN_IF_ERROR(CheckDisconnect());
+        std::this_thread::yield();
+      }
+    }
+  }
+
+  Status PostAndWait(size_t n) {
+    uint64_t want = 0;
+    RDMALOCK_RETURN_IF_ERROR(Post(n, &want));
+    return WaitFor(want);
+  }
 
   Status CheckDisconnect() {
     rdma_cm_event* ev = nullptr;
@@ -54,55 +191,6 @@ struct VerbsMemory::Impl {
                    std::string("connection to lockd lost (") + rdma_event_str(type) + ")");
     }
     return Status::Ok();
-  }
-  uint8_t* ring_buf(size_t i) { return buffer.data() + (kMaxBatch + i) * kOpScratch; }
-  uint8_t* bulk_buf() { return buffer.data() + (kMaxBatch + kPostRing) * kOpScratch; }
-
-  // Posts wrs[0..n) (the last one signalled) and waits for its completion.
-  Status PostAndWait(size_t n) {
-    if (broken) return Error(ErrorCode::kConnection, "connection to lockd is broken");
-    for (size_t i = 0; i < n; ++i) {
-      wrs[i].wr_id = next_wr_id++;
-      wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
-      wrs[i].send_flags = i + 1 == n ? IBV_SEND_SIGNALED : 0;
-    }
-    ibv_send_wr* bad = nullptr;
-    if (const int rc = ibv_post_send(conn->id->qp, &wrs[0], &bad); rc != 0) {
-      broken = true;
-      return rdma::ErrnoStatus(ErrorCode::kConnection, "ibv_post_send", rc);
-    }
-    const uint64_t want = wrs[n - 1].wr_id;
-    const auto deadline = std::chrono::steady_clock::now() + kCompletionTimeout;
-    for (uint32_t spins = 0;; ++spins) {
-      ibv_wc wc[4];
-      const int got = ibv_poll_cq(conn->cq.get(), 4, wc);
-      if (got < 0) {
-        broken = true;
-        return Error(ErrorCode::kConnection, "ibv_poll_cq failed");
-      }
-      for (int i = 0; i < got; ++i) {
-        if (wc[i].status != IBV_WC_SUCCESS) {
-          broken = true;
-          return Error(ErrorCode::kConnection, std::string("RDMA operation failed: ") +
-                                                   ibv_wc_status_str(wc[i].status) +
-                                                   " (the connection to lockd is lost)");
-        }
-        if (wc[i].wr_id == want) {
-          posted = 0;  // RC completes in order: everything posted before has completed
-          return Status::Ok();
-        }
-      }
-      if (got == 0 && spins > 64) {
-        if (std::chrono::steady_clock::now() > deadline) {
-          broken = true;
-          return Error(ErrorCode::kConnection, "no completion from lockd within 30 s");
-        }
-        // While waiting, look for a disconnect on the connection's rdma_cm channel (lockd
-        // stopped or dropped us): fail at once instead of waiting out RC retries.
-        if (spins % 256 == 0) RDMALOCK_RETURN_IF_ERROR(CheckDisconnect());
-        std::this_thread::yield();
-      }
-    }
   }
 };
 
@@ -147,7 +235,7 @@ Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& p
   std::vector<uint8_t> reject;
   const std::string where = params.host + ":" + std::to_string(params.port);
   auto conn = rdma::ConnectRc(params.host, params.port, bytes, params.connect_timeout,
-                              2 * kMaxBatch, &reject);
+                              4 * kMaxBatch, &reject);
   if (!conn.ok()) {
     if (conn.status().code() == ErrorCode::kRejected) {
       proto::RejectReply r;
@@ -172,7 +260,7 @@ Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& p
   impl->regions[0] = reply.info;
   impl->regions[1] = reply.locks;
   impl->regions[2] = reply.sessions;
-  impl->buffer.assign((kMaxBatch + kPostRing) * kOpScratch + kBulkBytes, 0);
+  impl->buffer.assign((2 * kMaxBatch + kPostRing) * kOpScratch + kBulkBytes, 0);
   RDMALOCK_ASSIGN_OR_RETURN(
       impl->mr, rdma::RegisterMr(impl->conn->pd.get(), impl->buffer.data(), impl->buffer.size(),
                                  IBV_ACCESS_LOCAL_WRITE));
@@ -198,59 +286,36 @@ Status VerbsMemory::ProbeByteOrder() {
 Status VerbsMemory::DoExecute(std::span<RemoteOp> ops) {
   Impl& m = *impl_;
   if (ops.empty()) return Status::Ok();
-  if (ops.size() > kMaxBatch) {
-    return Error(ErrorCode::kInvalidArgument, "batch of " + std::to_string(ops.size()) +
-                                                  " operations exceeds " +
-                                                  std::to_string(kMaxBatch));
+  RDMALOCK_RETURN_IF_ERROR(m.Build(ops, [&m](size_t i) { return m.op_buf(i); }));
+  const Status st = m.PostAndWait(ops.size());
+  if (m.started_done) {
+    m.started_done = false;
+    StartedDone();
   }
-  for (size_t i = 0; i < ops.size(); ++i) {
-    const RemoteOp& op = ops[i];
-    const proto::RegionDesc& r = m.regions[static_cast<int>(op.region)];
-    if (op.offset + op.length > r.length || op.length > kOpScratch) {
-      return Error(ErrorCode::kInvalidArgument, "remote offset out of range");
-    }
-    ibv_send_wr& wr = m.wrs[i];
-    ibv_sge& sge = m.sges[i];
-    wr = ibv_send_wr{};
-    sge.addr = reinterpret_cast<uint64_t>(m.op_buf(i));
-    sge.lkey = m.mr->lkey;
-    sge.length =
-        op.kind == RemoteOp::Kind::kRead || op.kind == RemoteOp::Kind::kWrite ? op.length : 8;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    const uint64_t raddr = r.addr + op.offset;
-    switch (op.kind) {
-      case RemoteOp::Kind::kFetchAdd:
-        wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-        wr.wr.atomic = {raddr, op.operand, 0, r.rkey};
-        break;
-      case RemoteOp::Kind::kCompareSwap:
-        wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
-        wr.wr.atomic = {raddr, op.operand, op.swap, r.rkey};
-        break;
-      case RemoteOp::Kind::kRead:
-        wr.opcode = IBV_WR_RDMA_READ;
-        wr.wr.rdma = {raddr, r.rkey};
-        break;
-      case RemoteOp::Kind::kWrite:
-        wr.opcode = IBV_WR_RDMA_WRITE;
-        wr.wr.rdma = {raddr, r.rkey};
-        std::memcpy(m.op_buf(i), &op.operand, 8);
-        std::memcpy(m.op_buf(i) + 8, &op.swap, 8);
-        break;
-    }
-  }
-  RDMALOCK_RETURN_IF_ERROR(m.PostAndWait(ops.size()));
-  for (size_t i = 0; i < ops.size(); ++i) {
-    RemoteOp& op = ops[i];
-    if (op.kind == RemoteOp::Kind::kRead) {
-      std::memcpy(op.result, m.op_buf(i), op.length);
-    } else if (op.kind != RemoteOp::Kind::kWrite) {
-      std::memcpy(&op.result[0], m.op_buf(i), 8);
-      if (m.swap_atomics) op.result[0] = __builtin_bswap64(op.result[0]);
-    }
-  }
+  RDMALOCK_RETURN_IF_ERROR(st);
+  m.Results(ops, [&m](size_t i) { return m.op_buf(i); });
   return Status::Ok();
+}
+
+Status VerbsMemory::DoStart(std::span<RemoteOp> ops) {
+  Impl& m = *impl_;
+  if (ops.empty()) return Status::Ok();
+  RDMALOCK_RETURN_IF_ERROR(m.Build(ops, [&m](size_t i) { return m.start_buf(i); }));
+  m.started_ops = ops;
+  m.started_done = false;
+  return m.Post(ops.size(), &m.started_want);
+}
+
+Status VerbsMemory::DoAwait() {
+  Impl& m = *impl_;
+  if (m.started_done) {
+    m.started_done = false;
+    return Status::Ok();
+  }
+  if (m.started_want == 0) return Status::Ok();
+  const Status st = m.WaitFor(m.started_want);
+  m.started_done = false;
+  return st;
 }
 
 Status VerbsMemory::DoPost(std::span<RemoteOp> ops) {
@@ -277,6 +342,7 @@ Status VerbsMemory::DoPost(std::span<RemoteOp> ops) {
     wr.opcode = IBV_WR_RDMA_WRITE;
     wr.wr.rdma = {r.addr + op.offset, r.rkey};
     wr.next = i + 1 < ops.size() ? &m.wrs[i + 1] : nullptr;
+    m.last_unsignalled = wr.wr_id;
   }
   ibv_send_wr* bad = nullptr;
   if (const int rc = ibv_post_send(m.conn->id->qp, &m.wrs[0], &bad); rc != 0) {

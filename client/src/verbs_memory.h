@@ -49,6 +49,8 @@ class VerbsMemory : public RemoteMemory {
  protected:
   Status DoExecute(std::span<RemoteOp> ops) override;
   Status DoPost(std::span<RemoteOp> ops) override;
+  Status DoStart(std::span<RemoteOp> ops) override;
+  Status DoAwait() override;
 
  private:
   struct Impl;

@@ -24,6 +24,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,6 +92,12 @@ class LockHandle {
 
   // Releases the lock. kLockLost (nothing released) if the lease lapsed or the lock was recovered
   // by a waiter; the handle is then in state kLost.
+  //
+  // The release's COMPARE_AND_SWAP is posted and Release() returns without waiting for it: its
+  // completion is reaped by this thread's next call on the client, or by the client's keeper
+  // thread within about a millisecond. If the CAS finds requests queued since the grant was last
+  // seen, the release is retried then. A failure found that late (the connection broke) ends the
+  // session like any other: every held lock is reported lost. Client::Flush() waits for them.
   Status Release();
   // Extends the lease by one lease period from now.
   Status Renew();
@@ -164,14 +171,27 @@ struct SessionInfo {
   std::vector<RequestInfo> requests;  // from the record, checked against the lock words
 };
 
+// One lock of a set acquired together (Client::LockMany).
+struct LockRequest {
+  std::string_view name;
+  LockMode mode = LockMode::kExclusive;
+};
+struct SlotRequest {
+  uint64_t slot = 0;
+  LockMode mode = LockMode::kExclusive;
+};
+
 struct ClientStats {
   uint64_t acquires = 0, releases = 0, timeouts = 0, lost = 0;
   uint64_t renewals = 0, renew_failures = 0;  // background renewals, and those that failed
   uint64_t fetch_add = 0, compare_swap = 0, read = 0, write = 0;
   uint64_t recoveries = 0, restarts = 0, withdrawals = 0, resets = 0, abandoned = 0;
-  uint64_t sessions_lost = 0;  // sessions that ended under this client (all locks reported lost)
-  uint64_t reconnects = 0;     // new sessions after a loss
-  uint64_t unrecorded = 0;     // requests made without a record entry (record full)
+  uint64_t sessions_lost = 0;    // sessions that ended under this client (all locks reported lost)
+  uint64_t reconnects = 0;       // new sessions after a loss
+  uint64_t unrecorded = 0;       // requests made without a record entry (record full)
+  uint64_t batches = 0;          // LockMany calls that acquired their set
+  uint64_t batch_fallbacks = 0;  // of those, sets not all free at once (acquired in slot order)
+  uint64_t deferred_releases = 0;  // posted releases whose CAS had to be retried later
 };
 
 class Client {
@@ -190,6 +210,23 @@ class Client {
   Result<LockHandle> TryLock(std::string_view name, LockMode mode = LockMode::kExclusive);
   Result<LockHandle> LockSlot(uint64_t slot, const LockOptions& options = {});
   Result<LockHandle> TryLockSlot(uint64_t slot, LockMode mode = LockMode::kExclusive);
+
+  // Acquires a set of locks (mixed modes), all or none. Every request's FETCH_AND_ADD goes out
+  // in one doorbell, so a set whose locks are all free costs one round trip. If some are not
+  // free, the set falls back to acquiring in ascending slot order (holding only locks below the
+  // one it waits for), so two sets never deadlock. options.mode is ignored; timeout, fencing_token
+  // and auto_renew apply to every lock. On failure (kTimeout, kBusy for a zero timeout, ...) no
+  // lock of the set is held. Names that map to the same slot are acquired once, exclusive if any
+  // of them asks so. The handles come back one per distinct slot, in ascending slot order.
+  Result<std::vector<LockHandle>> LockMany(std::span<const LockRequest> requests,
+                                           const LockOptions& options = {});
+  Result<std::vector<LockHandle>> LockManySlots(std::span<const SlotRequest> requests,
+                                                const LockOptions& options = {});
+  // Releases handles together (their CASes in one doorbell). Returns the first error; every
+  // handle is released or marked lost either way.
+  Status ReleaseMany(std::span<LockHandle> handles);
+  // Waits for this thread's posted releases to complete (and retries any that must be).
+  Status Flush();
 
   uint64_t SlotOf(std::string_view name) const;
   uint64_t lock_count() const;
