@@ -1,7 +1,16 @@
-// lockctl bench: a closed-loop lock workload that prints what it measured.
+// lockctl bench: a lock workload that prints what it measured.
+//
+// Each iteration acquires a set of --batch distinct slots (one lock with LockSlot, or several with
+// LockManySlots), holds them --hold-us, and releases them. Slots are drawn uniformly or from a Zipf
+// distribution over --locks slots. Closed loop (each thread starts its next set when the last one
+// is released) or open loop (--rate: sets start on a fixed schedule and latency counts from the
+// scheduled start). --processes runs the threads in several processes, each with its own client
+// session, and reports the aggregate.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "rdmalock/client.h"
@@ -9,17 +18,33 @@
 namespace lockctl {
 
 struct BenchOptions {
-  int threads = 1;
-  uint64_t locks = 10000;  // distinct slots, chosen uniformly
+  int threads = 1;               // per process
+  int processes = 1;             // this one and processes-1 forked children
+  uint64_t locks = 10000;        // slots 0..locks-1 are drawn from
+  std::string keys = "uniform";  // "uniform" or "zipf"
+  double zipf_s = 0.99;          // Zipf exponent (keys == "zipf")
+  int batch = 1;                 // distinct locks per set
+  double rate = 0;               // open loop: sets/s over all threads of all processes; 0: closed
   double duration_s = 5.0;
   double warmup_s = 0.5;
-  double shared_ratio = 0.0;  // fraction of acquisitions in shared mode
+  double shared_ratio = 0.0;  // fraction of locks taken in shared mode
   bool token = false;         // ask for fencing tokens (adds a READ to each acquire)
-  int hold_us = 0;            // critical section: hold each lock this long (busy-wait)
+  int hold_us = 0;            // critical section: hold each set this long (busy-wait)
+  int idle_sessions = 0;      // extra idle client sessions, opened by the first process only
   bool json = false;
 };
 
-// Runs the workload on `client` and prints the report to stdout. Returns the process exit code.
-int RunBench(rdmalock::Client& client, const BenchOptions& opts);
+// Connects a client, or prints why not, sets *exit_code and returns null. RunBench calls it once
+// per process (plus idle_sessions times in the first), after forking.
+using BenchConnect = std::function<std::unique_ptr<rdmalock::Client>(int* exit_code)>;
+
+// Checks what can be checked without lockd. Prints the problem, naming the option, and returns 64;
+// 0 if the options are good.
+int ValidateBenchOptions(const BenchOptions& opts);
+
+// Forks processes-1 children, connects in each process, runs the workload and prints the
+// aggregate report to stdout. Returns the process exit code (non-zero if any process failed).
+// Call it from the main thread of a process that has started no other threads.
+int RunBench(const BenchOptions& opts, const BenchConnect& connect);
 
 }  // namespace lockctl

@@ -48,13 +48,21 @@ struct Common {
   bool record_requests = true;
 };
 
-std::unique_ptr<rdmalock::Client> ConnectOrDie(const Common& c, int* exit_code) {
+// --server, else $RDMALOCK_SERVER; empty (after saying so) if neither is given.
+std::string ServerOf(const Common& c) {
   std::string server = c.server;
   if (server.empty()) {
     if (const char* env = std::getenv("RDMALOCK_SERVER")) server = env;
   }
   if (server.empty()) {
     std::cerr << "lockctl: no server: pass --server ADDRESS or set RDMALOCK_SERVER\n";
+  }
+  return server;
+}
+
+std::unique_ptr<rdmalock::Client> ConnectOrDie(const Common& c, int* exit_code) {
+  const std::string server = ServerOf(c);
+  if (server.empty()) {
     *exit_code = kExitUsage;
     return nullptr;
   }
@@ -511,8 +519,27 @@ int main(int argc, char** argv) {
 
   auto* bench = app.add_subcommand("bench", "run a lock workload and print latency/throughput");
   lockctl::BenchOptions bo;
-  bench->add_option("--threads", bo.threads, "client threads")->check(CLI::PositiveNumber);
-  bench->add_option("--locks", bo.locks, "distinct locks (uniform)")->check(CLI::PositiveNumber);
+  bench->add_option("--threads", bo.threads, "client threads (per process)")
+      ->check(CLI::PositiveNumber);
+  bench->add_option("--locks", bo.locks, "slots 0..N-1 the keys are drawn from")
+      ->check(CLI::PositiveNumber);
+  bench->add_option("--keys", bo.keys, "key distribution over the slots: uniform or zipf")
+      ->capture_default_str();
+  bench->add_option("--zipf-s", bo.zipf_s, "Zipf skew exponent (> 0) for --keys zipf")
+      ->capture_default_str();
+  bench
+      ->add_option("--batch", bo.batch,
+                   "distinct locks per set, acquired together (LockManySlots if > 1)")
+      ->capture_default_str();
+  bench
+      ->add_option("--rate", bo.rate,
+                   "open loop: start this many sets/s in all (fixed inter-arrival per thread; "
+                   "latency from the scheduled start); 0: closed loop")
+      ->capture_default_str();
+  bench
+      ->add_option("--processes", bo.processes,
+                   "run in this many processes, each with its own session and --threads threads")
+      ->capture_default_str();
   bench->add_option("--duration", bo.duration_s, "seconds to measure")->check(CLI::PositiveNumber);
   bench->add_option("--warmup", bo.warmup_s, "seconds before measuring")
       ->check(CLI::NonNegativeNumber);
@@ -521,10 +548,10 @@ int main(int argc, char** argv) {
   bench->add_flag("--token", bo.token, "request fencing tokens");
   bench->add_option("--hold-us", bo.hold_us, "hold each lock this many microseconds")
       ->check(CLI::NonNegativeNumber);
-  int idle_sessions = 0;
   bench
-      ->add_option("--idle-sessions", idle_sessions,
-                   "also open this many idle client sessions for the run (connection cost)")
+      ->add_option("--idle-sessions", bo.idle_sessions,
+                   "also open this many idle client sessions for the run, in the first process "
+                   "(connection cost)")
       ->check(CLI::Range(0, 4096));
   bool no_records = false;
   bench->add_flag("--no-records", no_records,
@@ -547,18 +574,12 @@ int main(int argc, char** argv) {
     return CmdAcquire(c, acq_name, acq_shared, acq_timeout, acq_grace, acq_cmd);
   }
   if (bench->parsed()) {
-    int code = 0;
     c.record_requests = !no_records;
-    auto client = ConnectOrDie(c, &code);
-    if (!client) return code;
-    std::vector<std::unique_ptr<rdmalock::Client>> idle;
-    for (int i = 0; i < idle_sessions; ++i) {
-      auto extra = ConnectOrDie(c, &code);
-      if (!extra) return code;
-      idle.push_back(std::move(extra));
-    }
     bo.json = c.json;
-    return lockctl::RunBench(*client, bo);
+    if (const int rc = lockctl::ValidateBenchOptions(bo); rc != 0) return rc;
+    if (ServerOf(c).empty()) return kExitUsage;
+    // Each bench process connects by itself, after the fork (RunBench).
+    return lockctl::RunBench(bo, [&c](int* code) { return ConnectOrDie(c, code); });
   }
   return kExitUsage;
 }
