@@ -1037,11 +1037,15 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
   if (ch.ok()) {
     ThreadChannel& c = **ch;
     std::lock_guard clk(c.mu);
-    // Posted, not waited for: the CAS's completion is reaped by this thread's next call, or by
-    // the keeper (ReapLeftReleases). Only the checks before posting can fail here.
+    // Posted, not waited for, unless waiters were seen queued behind: the CAS's completion is
+    // reaped by this thread's next call, or by the keeper (ReapLeftReleases). Only the checks
+    // before posting can fail here.
     st = c.Reap();
-    if (st.ok()) {
-      st = state_->session->engine->StartRelease(*c.mem, state_->grant, &c.pending, &c.events);
+    const LockEngine& engine = *state_->session->engine;
+    if (st.ok() && LockEngine::BlocksOthers(state_->grant)) {
+      st = engine.Release(*c.mem, state_->grant, &c.events);  // a handover: at once
+    } else if (st.ok()) {
+      st = engine.StartRelease(*c.mem, state_->grant, &c.pending, &c.events);
     }
     c.NotePending();
     if (c.pending.active) impl->ReleasePosted();

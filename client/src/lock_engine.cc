@@ -20,9 +20,9 @@ constexpr uint64_t Word1Off(uint64_t slot) { return proto::SlotOffset(slot) + pr
 // (60 us) and, in a VM, often a millisecond or more, which capped lock handovers at ~2,000/s on
 // rdma_rxe (4 threads, one lock); yielding raised that to ~5,900/s. Longer waits sleep, so that
 // a long queue of waiters never starves the holder of CPU.
-void Pause(nanoseconds d) {
+void Pause(nanoseconds d, bool may_spin = true) {
   if (d <= nanoseconds::zero()) return;
-  if (d < std::chrono::microseconds(500)) {
+  if (may_spin && d < std::chrono::microseconds(500)) {
     const auto end = Clock::now() + d;
     while (Clock::now() < end) std::this_thread::yield();
   } else {
@@ -97,14 +97,21 @@ void LockEngine::FillToken(Grant* g) const {
 }
 
 nanoseconds LockEngine::PollInterval(const RemoteMemory& mem, uint32_t ahead,
-                                     uint32_t unchanged_polls) const {
+                                     uint32_t unchanged_polls, nanoseconds handover) const {
   const nanoseconds rtt = std::max(mem.round_trip(), nanoseconds(100));
-  // Proportional to the queue ahead (each request ahead needs at least a round trip to release),
-  // and growing while nothing moves, so a long critical section is not polled at full rate.
-  const nanoseconds by_queue = rtt * std::max<uint32_t>(1, ahead);
+  // Each request ahead must be granted and released before ours. With an estimate of how long a
+  // handover takes on this lock (measured by watching the counters move), sleep until about
+  // half a handover before our turn: one or two READs per acquisition instead of a READ per
+  // round trip. Without one, a round trip per request ahead.
+  // The estimate is clamped to [1, 3] round trips: a handover needs at least the holder's
+  // release and our READ, and an estimate taken while waiters overslept would otherwise feed
+  // on itself (sleep longer, see slower handovers, sleep longer still).
+  const nanoseconds per = handover > nanoseconds::zero() ? std::clamp(handover, rtt, 3 * rtt) : rtt;
+  const nanoseconds by_queue = per * std::max<uint32_t>(1, ahead) - per / 2;
+  // Growing while nothing moves, so a long critical section is not polled at full rate.
   const nanoseconds by_idle = rtt * (int64_t{1} << std::min<uint32_t>(unchanged_polls, 3));
-  const nanoseconds cap = std::min<nanoseconds>(params_.lease / 8, rtt * 16);
-  return std::min(std::max(by_queue, by_idle), cap);
+  const nanoseconds cap = std::min<nanoseconds>(params_.lease / 8, rtt * 32);
+  return std::min(std::max({by_queue, by_idle, rtt}), cap);
 }
 
 Result<Grant> LockEngine::Acquire(RemoteMemory& mem, uint64_t slot, Mode mode,
@@ -231,6 +238,12 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
   Observed seen;
   Clock::time_point seen_since;
   uint32_t unchanged = 0;
+  // How long one handover takes on this lock: time between observations over the releases
+  // that happened in it. Kept with the channel across acquisitions (a hot lock stays hot).
+  nanoseconds handover_est = mem.handover_estimate(t.slot);
+  bool have_prev = false;
+  uint16_t prev_nx = 0, prev_ns = 0;
+  Clock::time_point prev_at;
 
   for (;;) {
     const auto now = Clock::now();
@@ -266,6 +279,19 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
     }
     if (proto::Skipped(w0, t.word, t.mode)) return WaitOutcome::kRestart;
     last_waiting_issue = issue;
+    const uint32_t moved =
+        static_cast<uint16_t>(w0.n_x - prev_nx) + static_cast<uint16_t>(w0.n_s - prev_ns);
+    if (!have_prev || moved > 0) {
+      if (have_prev && moved < 64) {
+        const nanoseconds sample = (done - prev_at) / moved;
+        handover_est = handover_est == nanoseconds::zero()
+                           ? sample
+                           : handover_est + (sample - handover_est) / 4;
+        mem.set_handover_estimate(t.slot, handover_est);
+      }
+      have_prev = true;
+      prev_nx = w0.n_x, prev_ns = w0.n_s, prev_at = done;
+    }
 
     if (!seen.Same(w0, rd.result[1])) {
       seen.Set(w0, rd.result[1]);
@@ -289,8 +315,11 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
     } else {
       ++unchanged;
     }
-    const nanoseconds pause = PollInterval(mem, proto::Ahead(w0, t.word, t.mode), unchanged);
-    Pause(std::min<nanoseconds>(pause, deadline - Clock::now()));
+    const uint32_t ahead = proto::Ahead(w0, t.word, t.mode);
+    const nanoseconds pause = PollInterval(mem, ahead, unchanged, handover_est);
+    // Waiters further back sleep rather than yield: the CPU they would spin on is the holder's
+    // (and, on a software NIC, the NIC's).
+    Pause(std::min<nanoseconds>(pause, deadline - Clock::now()), /*may_spin=*/ahead <= 1);
   }
 }
 

@@ -153,6 +153,16 @@ class LockEngine {
                                   EngineEvents* ev = nullptr) const;
   static constexpr size_t kBatchOps = 16;
 
+  // The grant, when last seen, had requests queued behind it that it blocks: their handover
+  // depends on this release, so it is better made at once (Release()) than posted.
+  static bool BlocksOthers(const Grant& g) {
+    const proto::Word0 t = g.ticket.word, s = g.seen;
+    if (g.ticket.mode == Mode::kExclusive) {
+      return s.max_x != static_cast<uint16_t>(t.max_x + 1) || s.max_s != t.max_s;
+    }
+    return s.max_x != t.max_x;
+  }
+
   // Extends the lease (FETCH_AND_ADD on word1) and checks the grant still stands.
   Status Renew(RemoteMemory& mem, Grant& g, EngineEvents* ev = nullptr) const;
 
@@ -193,7 +203,8 @@ class LockEngine {
   Status ResetDrained(RemoteMemory& mem, uint64_t slot, proto::Word0 drained,
                       EngineEvents* ev) const;
   std::chrono::nanoseconds PollInterval(const RemoteMemory& mem, uint32_t ahead,
-                                        uint32_t unchanged_polls) const;
+                                        uint32_t unchanged_polls,
+                                        std::chrono::nanoseconds handover) const;
   void FillToken(Grant* g) const;
 
   EngineParams params_;

@@ -110,6 +110,15 @@ class RemoteMemory {
   // A floor for round_trip(): the in-process backend answers in nanoseconds, and tests use this
   // to poll at a network's cadence instead of spinning.
   void set_min_round_trip(std::chrono::nanoseconds d) { min_round_trip_ = d; }
+  // The waiting engine's estimate of one lock handover on `slot`, kept with the channel (a thread
+  // that waits on a hot lock tends to wait on it again). Zero when unknown.
+  std::chrono::nanoseconds handover_estimate(uint64_t slot) const {
+    return slot == handover_slot_ ? handover_ : std::chrono::nanoseconds::zero();
+  }
+  void set_handover_estimate(uint64_t slot, std::chrono::nanoseconds d) {
+    handover_slot_ = slot;
+    handover_ = d;
+  }
 
  protected:
   virtual Status DoExecute(std::span<RemoteOp> ops) = 0;
@@ -128,6 +137,8 @@ class RemoteMemory {
   bool started_ = false;
   std::chrono::nanoseconds round_trip_{20'000};
   std::chrono::nanoseconds min_round_trip_{0};
+  uint64_t handover_slot_ = ~uint64_t{0};
+  std::chrono::nanoseconds handover_{0};
 };
 
 }  // namespace rdmalock

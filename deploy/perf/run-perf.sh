@@ -63,7 +63,8 @@ done
 
 section "start lockd"
 start_lockd "$state/lockd.log" --state-dir "$state" --log-level warn
-cpu_ms() { awk -v t="$(getconf CLK_TCK)" '{ print int(($14 + $15) * 1000 / t) }' "/proc/$lockd_pid/stat"; }
+# utime and stime of lockd (all threads), in ms.
+cpu_ms() { awk -v t="$(getconf CLK_TCK)" '{ print int($14 * 1000 / t), int($15 * 1000 / t) }' "/proc/$lockd_pid/stat"; }
 rss_kb() { awk '/^VmRSS/ { print $2 }' "/proc/$lockd_pid/status"; }
 json() {  # file key -> number after "key":
   sed -n "s/.*\"$2\":\\([0-9.]*\\).*/\\1/p" "$1" | head -1
@@ -76,8 +77,10 @@ json_p() {  # file object pct -> e.g. "pair_us" "p50"
 bench() {  # name processes args...
   local name=$1 procs=$2 i
   shift 2
-  local c0 w0 c1 w1
-  c0=$(cpu_ms)
+  local u0 s0 w0 u1 s1 w1
+  local c
+  c=$(cpu_ms)
+  u0=${c% *} s0=${c#* }
   w0=$(date +%s%N)
   local pids=()
   for i in $(seq 1 "$procs"); do
@@ -85,9 +88,10 @@ bench() {  # name processes args...
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p"; done
-  c1=$(cpu_ms)
+  c=$(cpu_ms)
+  u1=${c% *} s1=${c#* }
   w1=$(date +%s%N)
-  echo "$((c1 - c0)) $(((w1 - w0) / 1000000))" >"$out/$name.cpu"
+  echo "$((u1 - u0 + s1 - s0)) $(((w1 - w0) / 1000000)) $((u1 - u0)) $((s1 - s0))" >"$out/$name.cpu"
   section "$name: $(cat "$out/$name".*.json | tr '\n' ' ' | cut -c1-300)"
 }
 
@@ -95,7 +99,13 @@ section "rdmalock scenarios"
 bench uncontended 1 --threads 1 --locks 10000 --duration 5
 bench uncontended-norec 1 --threads 1 --locks 10000 --duration 5 --no-records
 bench throughput 1 --threads 8 --locks 10000 --duration 5
+bench throughput-norec 1 --threads 8 --locks 10000 --duration 5 --no-records
+bench throughput-many 1 --threads 4 --locks 10000 --batch 8 --duration 5
+bench onelock 1 --threads 1 --locks 1 --duration 5
 bench contended 2 --threads 4 --locks 1 --duration 5
+bench many 1 --threads 1 --locks 10000 --batch 8 --duration 5
+bench zipf 1 --threads 4 --locks 10000 --keys zipf --zipf-s 0.99 --shared-ratio 0.5 --duration 5
+bench openloop 1 --threads 2 --locks 10000 --rate 2000 --duration 5
 rss0=$(rss_kb)
 lockctl --json bench --threads 1 --locks 1000 --duration 4 --idle-sessions 256 \
   >"$out/sessions.json" &
@@ -108,6 +118,12 @@ wait "$spid"
 u=$out/uncontended.1.json
 n=$out/uncontended-norec.1.json
 t=$out/throughput.1.json
+m=$out/many.1.json
+tn=$out/throughput-norec.1.json
+tm=$out/throughput-many.1.json
+one=$out/onelock.1.json
+z=$out/zipf.1.json
+o=$out/openloop.1.json
 pairs_c=0
 ops_c=0
 for f in "$out"/contended.*.json; do
@@ -131,12 +147,25 @@ cpu_pct() { awk '{ printf "%.2f", ($2 > 0) ? 100 * $1 / $2 : 0 }' "$out/$1.cpu";
   row "  same, --no-records: pair p50 us" "$(json_p "$n" pair_us p50)" "$fa_med" ""
   row "throughput 8 threads, pairs/s vs ib_atomic_bw ops/s" "$(json "$t" pairs_per_s)" \
     "$(awk -v m="$bw_mpps" 'BEGIN { print m * 1e6 }')" ">= 0.45"
+  row "  same, --no-records: pairs/s vs ib_atomic_bw ops/s" "$(json "$tn" pairs_per_s)" \
+    "$(awk -v m="$bw_mpps" 'BEGIN { print m * 1e6 }')" ""
+  row "  same, 4 threads x acquire_many 8: locks/s vs ib_atomic_bw" "$(json "$tm" locks_per_s)" \
+    "$(awk -v m="$bw_mpps" 'BEGIN { print m * 1e6 }')" ">= 0.45"
   row "contended 2x4 on one lock: handovers/s vs 1/(FA+READ)" "$pairs_c" \
     "$(awk -v f="$fa_med" -v r="$rd_med" 'BEGIN { print 1e6 / (f + r) }')" ">= 1.0"
+  row "  ceiling here: 1 thread alone on one lock, pairs/s" "$(json "$one" pairs_per_s)" \
+    "$(awk -v f="$fa_med" -v r="$rd_med" 'BEGIN { print 1e6 / (f + r) }')" ""
   printf '%-58s %12.2f %12s %8s %s\n' "contended: RDMA ops per acquisition" "$ops_c" "" "" "<= 6"
-  printf '%-58s %12s %12s %8s %s\n' "acquire_many of 8 locks" "n/a" "" "" "not implemented yet"
-  for s in uncontended throughput contended; do
-    printf '%-58s %12s %12s %8s %s\n' "lockd CPU, % of wall time during $s" "$(cpu_pct "$s")" "" "" "< 1"
+  row "acquire_many of 8 locks: acquire p50 us vs FA median" "$(json_p "$m" acquire_us p50)" "$fa_med" "<= 1.5"
+  row "  same vs 8 FAs at ib_atomic_bw's rate (us)" "$(json_p "$m" acquire_us p50)" \
+    "$(awk -v m="$bw_mpps" 'BEGIN { print 8 / m }')" ""
+  row "  same: release_many p50 us vs FA median" "$(json_p "$m" release_us p50)" "$fa_med" ""
+  row "uncontended release p50 us (posted) vs FA median" "$(json_p "$u" release_us p50)" "$fa_med" "(caller's cost)"
+  row "zipf 0.99, 4 threads, 50% shared: pair p50 us vs FA median" "$(json_p "$z" pair_us p50)" "$fa_med" ""
+  row "open loop 2000/s, 2 threads: pair p99 us vs FA p99" "$(json_p "$o" pair_us p99)" "$fa_p99" ""
+  for s in uncontended throughput contended many; do
+    printf '%-58s %12s %12s %8s %s\n' "lockd CPU, % of wall time during $s (user+sys)" "$(cpu_pct "$s")" "" "" "< 1"
+    awk '{ printf "  %-56s %12s\n", "of which user / sys ms", $3 " / " $4 }' "$out/$s.cpu"
   done
   awk -v a="$rss0" -v b="$rss1" 'BEGIN {
     printf "%-58s %12.1f %12s %8s %s\n", "lockd memory growth per connection, KiB (256 sessions)",
