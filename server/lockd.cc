@@ -282,8 +282,8 @@ struct Server::Impl {
       Reject(id, proto::RejectReason::kInternal, peer, "request arrived on an unknown device");
       return id;
     }
-    if (Status st = rdma::CreateRcQp(id, dev->pd.get(), dev->cq.get(), rdma::QpSizes{1, 1, 1});
-        !st.ok()) {
+    rdma::QpSizes qp_sizes{1, 1, 1};
+    if (Status st = rdma::CreateRcQp(id, dev->pd.get(), dev->cq.get(), &qp_sizes); !st.ok()) {
       Reject(id, proto::RejectReason::kInternal, peer, "cannot create a QP");
       spdlog::error("connection from {}: {}", peer, st.ToString());
       return id;
@@ -492,7 +492,7 @@ struct Server::Impl {
     const auto now = SteadyClock::now();
     const auto timeout = std::chrono::milliseconds(config.heartbeat_timeout_ms);
     const bool check_qps = now >= next_qp_check;
-    if (check_qps) next_qp_check = now + timeout / 2;
+    if (check_qps) next_qp_check = now + timeout / 4;
     std::vector<std::pair<std::shared_ptr<Session>, std::string>> dead;
     for (auto& [sid, s] : sessions) {
       if (s->loopback) continue;
@@ -513,7 +513,7 @@ struct Server::Impl {
       // A QP in the error state: a bad operation of the client or a transport failure (rdma_rxe
       // reports no async event for these). rdma_cm also moves a QP to ERR when a disconnect
       // request arrives, before we see DISCONNECTED: so only a QP found in ERR at two checks in a
-      // row without a disconnect counts. Checked every half heartbeat timeout, not every tick: a
+      // row without a disconnect counts. Checked every quarter heartbeat timeout, not every tick: a
       // query is a system call per connection.
       if (!check_qps) continue;
       bool qp_error = false;

@@ -11,8 +11,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <span>
@@ -272,8 +275,103 @@ void PickSet(const BenchOptions& o, const KeySampler& keys, std::mt19937_64& rng
   }
 }
 
+// --inflight N: this thread keeps N asynchronous acquires (Client::LockSlotAsync) in flight. Each
+// completion is released by this thread, and a new request takes its place. Acquire latency runs
+// from the request to its callback; pair from the request to the end of the release.
+void AsyncWorker(Shared& sh, int global_thread, ThreadResult& r) {
+  const BenchOptions& o = *sh.o;
+  rdmalock::Client& client = *sh.client;
+  r.acquire.reserve(1 << 20);
+  r.release.reserve(1 << 20);
+  r.pair.reserve(1 << 20);
+  std::mt19937_64 rng(static_cast<uint64_t>(global_thread) * 7919 + 17);
+  std::bernoulli_distribution shared(o.shared_ratio);
+  struct Done {
+    rdmalock::Result<rdmalock::LockHandle> h;
+    Clock::time_point issued, granted;
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Done> done;
+  int outstanding = 0;
+  auto issue = [&] {
+    rdmalock::LockOptions lo;
+    lo.fencing_token = o.token;
+    lo.auto_renew = false;
+    lo.mode = shared(rng) ? rdmalock::LockMode::kShared : rdmalock::LockMode::kExclusive;
+    const auto t0 = Clock::now();
+    rdmalock::Status st = client.LockSlotAsync((*sh.keys)(rng), lo,
+                                               [&, t0](rdmalock::Result<rdmalock::LockHandle> h) {
+                                                 const auto t1 = Clock::now();
+                                                 {
+                                                   std::lock_guard lk(mu);
+                                                   done.push_back({std::move(h), t0, t1});
+                                                 }
+                                                 cv.notify_one();
+                                               });
+    if (!st.ok()) {
+      r.Error(st);
+      return false;
+    }
+    ++outstanding;
+    return true;
+  };
+  for (int i = 0; i < o.inflight; ++i) {
+    if (!issue()) break;
+  }
+  // Takes every completion there is at once, releases those handles together (ReleaseMany: one
+  // doorbell), then issues as many new requests.
+  std::vector<Done> got;
+  std::vector<rdmalock::LockHandle> handles;
+  while (outstanding > 0) {
+    {
+      std::unique_lock lk(mu);
+      cv.wait(lk, [&] { return !done.empty(); });
+      got.clear();
+      while (!done.empty()) {
+        got.push_back(std::move(done.front()));
+        done.pop_front();
+      }
+    }
+    outstanding -= static_cast<int>(got.size());
+    handles.clear();
+    for (auto& d : got) {
+      if (d.h.ok()) {
+        handles.push_back(std::move(*d.h));
+      } else {
+        r.Error(d.h.status());
+      }
+    }
+    Hold(o.hold_us);
+    const auto t1r = Clock::now();
+    if (!handles.empty()) {
+      const rdmalock::Status st = client.ReleaseMany(handles);
+      if (!st.ok()) r.Error(st);
+    }
+    const auto t2 = Clock::now();
+    if (sh.measuring.load(std::memory_order_relaxed)) {
+      for (auto& d : got) {
+        if (!d.h.ok()) continue;
+        r.acquire.push_back(EncodeNs(duration_cast<nanoseconds>(d.granted - d.issued).count()));
+        r.release.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - t1r).count()));
+        r.pair.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - d.issued).count()));
+        r.locks += 1;
+      }
+    }
+    if (!sh.stop.load(std::memory_order_relaxed)) {
+      for (size_t i = 0; i < got.size(); ++i) issue();
+    }
+  }
+  const rdmalock::Status fl = client.Flush();
+  if (!fl.ok()) r.Error(fl);
+}
+
 void Worker(Shared& sh, int global_thread, ThreadResult& r) {
   const BenchOptions& o = *sh.o;
+  if (o.inflight > 0) {
+    AsyncWorker(sh, global_thread, r);
+    return;
+  }
   rdmalock::Client& client = *sh.client;
   r.acquire.reserve(1 << 20);
   r.release.reserve(1 << 20);
@@ -651,10 +749,10 @@ int Report(const BenchOptions& o, std::vector<ProcResult>& procs, int failed_pro
         per(writes, d.acquires), u(d.recoveries), u(d.restarts), u(errors));
     std::printf(
         "\"processes\":%d,\"total_threads\":%d,\"failed_processes\":%d,\"keys\":\"%s\","
-        "\"zipf_s\":%.3f,\"batch\":%d,\"sets_per_s\":%.1f,\"locks_per_s\":%.1f,"
+        "\"zipf_s\":%.3f,\"batch\":%d,\"inflight\":%d,\"sets_per_s\":%.1f,\"locks_per_s\":%.1f,"
         "\"locks_acquired\":%llu,\"rdma_ops_per_set\":%.3f,\"rdma_ops_per_lock\":%.3f,",
         o.processes, o.threads * o.processes, failed_processes, o.keys.c_str(), o.zipf_s, o.batch,
-        sets_per_s, locks_per_s, u(locks), per(lock_ops + writes, n),
+        o.inflight, sets_per_s, locks_per_s, u(locks), per(lock_ops + writes, n),
         per(lock_ops + writes, locks));
     std::printf(
         "\"loop\":\"%s\",\"arrival\":\"%s\",\"target_rate\":%.1f,\"achieved_rate\":%.1f,"
@@ -745,6 +843,10 @@ int ValidateBenchOptions(const BenchOptions& o) {
     return bad(buf);
   }
   if (o.batch < 1) return bad("--batch must be at least 1");
+  if (o.inflight < 0 || o.inflight > 4096) return bad("--inflight must be between 0 and 4096");
+  if (o.inflight > 0 && (o.batch != 1 || o.rate > 0)) {
+    return bad("--inflight (async acquires) works with --batch 1 and a closed loop (no --rate)");
+  }
   if (static_cast<uint64_t>(o.batch) > o.locks) {
     std::snprintf(buf, sizeof(buf),
                   "--batch %d is larger than --locks %llu (a set takes distinct locks)", o.batch,

@@ -24,6 +24,7 @@ struct BenchOptions {
   std::string keys = "uniform";  // "uniform" or "zipf"
   double zipf_s = 0.99;          // Zipf exponent (keys == "zipf")
   int batch = 1;                 // distinct locks per set
+  int inflight = 0;              // >0: async acquires, this many in flight per thread
   double rate = 0;               // open loop: sets/s over all threads of all processes; 0: closed
   double duration_s = 5.0;
   double warmup_s = 0.5;

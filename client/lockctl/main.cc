@@ -532,6 +532,11 @@ int main(int argc, char** argv) {
                    "distinct locks per set, acquired together (LockManySlots if > 1)")
       ->capture_default_str();
   bench
+      ->add_option("--inflight", bo.inflight,
+                   "asynchronous acquires (LockSlotAsync) kept in flight per thread; 0: "
+                   "synchronous")
+      ->capture_default_str();
+  bench
       ->add_option("--rate", bo.rate,
                    "open loop: start this many sets/s in all (fixed inter-arrival per thread; "
                    "latency from the scheduled start); 0: closed loop")

@@ -85,7 +85,7 @@ struct LockHandle::State {
   bool lost_reported = false;
 };
 
-class Client::Impl {
+class Client::Impl : public std::enable_shared_from_this<Client::Impl> {
  public:
   Impl(ClientOptions opts, std::unique_ptr<VerbsMemory> first) : opts_(std::move(opts)) {
     std::random_device rd;
@@ -102,6 +102,7 @@ class Client::Impl {
   }
 
   ~Impl() {
+    StopAsync();
     {
       std::lock_guard lk(mu_);
       stopping_ = true;
@@ -565,7 +566,229 @@ class Client::Impl {
   uint64_t sessions_lost_ = 0, reconnects_ = 0;
   std::thread reaper_;
   std::thread keeper_;
+
+  // ---- Asynchronous acquires (Client::LockSlotAsync)
+ public:
+  struct AsyncRequest {
+    uint64_t slot = 0;
+    Mode mode = Mode::kExclusive;
+    LockOptions options;
+    Clock::time_point deadline = Clock::time_point::max();
+    Client::LockCallback done;
+  };
+  Status Submit(AsyncRequest req);
+  // Makes a handle for a grant of `ch`'s session (counted and tracked for renewal).
+  LockHandle MakeHandle(ThreadChannel& ch, const Grant& g, bool auto_renew);
+
+ private:
+  struct AsyncWait {
+    AsyncRequest req;
+    Grant queued;
+    bool frozen = false;
+  };
+  static constexpr size_t kAsyncBatch = 8;
+  static constexpr int kAsyncWaiters = 4;
+  void PumpLoop();
+  void WaiterLoop();
+  void StopAsync();
+
+  std::mutex async_mu_;               // guards the members below
+  std::condition_variable async_cv_;  // the pump waits on it
+  std::condition_variable wait_cv_;   // the waiters wait on it
+  bool async_stop_ = false;
+  std::deque<AsyncRequest> async_q_;
+  std::deque<AsyncWait> wait_q_;
+  std::thread pump_;
+  std::vector<std::thread> waiters_;
+  std::vector<std::thread::id> waiter_ids_;
 };
+
+Status Client::Impl::Submit(AsyncRequest req) {
+  {
+    std::lock_guard lk(async_mu_);
+    if (async_stop_) return Error(ErrorCode::kConnection, "client closed");
+    if (!pump_.joinable()) {
+      pump_ = std::thread([this] { PumpLoop(); });
+      for (int i = 0; i < kAsyncWaiters; ++i) {
+        waiters_.emplace_back([this] { WaiterLoop(); });
+        waiter_ids_.push_back(waiters_.back().get_id());
+      }
+    }
+    async_q_.push_back(std::move(req));
+  }
+  async_cv_.notify_one();
+  return Status::Ok();
+}
+
+LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, bool auto_renew) {
+  ++ch.acquires;
+  auto state = std::make_shared<LockHandle::State>();
+  state->client = weak_from_this();  // expired while the client closes: no throw
+  state->session = ch.session;
+  state->grant = g;
+  state->auto_renew = auto_renew;
+  Track(state);
+  return LockHandle(std::move(state));
+}
+
+// Takes up to kAsyncBatch queued requests and posts their FAs in one doorbell. Granted ones
+// complete here; the others go to the waiters.
+void Client::Impl::PumpLoop() {
+  for (;;) {
+    std::vector<AsyncRequest> batch;
+    {
+      std::unique_lock lk(async_mu_);
+      async_cv_.wait(lk, [&] { return async_stop_ || !async_q_.empty(); });
+      if (async_stop_) return;
+      while (!async_q_.empty() && batch.size() < kAsyncBatch) {
+        batch.push_back(std::move(async_q_.front()));
+        async_q_.pop_front();
+      }
+    }
+    Clock::time_point deadline = Clock::time_point::max();
+    for (const auto& r : batch) deadline = std::min(deadline, r.deadline);
+    auto chr = Channel(deadline);
+    if (!chr.ok()) {
+      for (auto& r : batch) r.done(chr.status());
+      continue;
+    }
+    ThreadChannel& ch = **chr;
+    const Session& sess = *ch.session;
+    std::vector<ManyRequest> reqs;
+    reqs.reserve(batch.size());
+    for (const auto& r : batch) {
+      reqs.push_back({r.slot, r.mode, r.options.fencing_token && r.mode == Mode::kExclusive});
+    }
+    Result<std::vector<Issued>> issued = Error(ErrorCode::kInternal, "not issued");
+    {
+      std::lock_guard clk(ch.mu);
+      Status st = ch.Reap();
+      if (st.ok()) {
+        issued = sess.engine->IssueMany(
+            *ch.mem, reqs, false,
+            [&] {
+              auto e = sess.pool->Take();
+              if (e.first == 0 && opts_.record_requests) ++ch.unrecorded;
+              return e;
+            },
+            &ch.pending, &ch.events);
+      } else {
+        issued = st;
+      }
+      ch.NotePending();
+    }
+    if (!issued.ok()) {
+      OnSessionError(sess.gen, issued.status());
+      for (auto& r : batch) r.done(issued.status());
+      continue;
+    }
+    std::vector<AsyncWait> waits;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const Issued& is = (*issued)[i];
+      if (is.granted) {
+        batch[i].done(MakeHandle(ch, is.grant, batch[i].options.auto_renew));
+      } else {
+        waits.push_back({std::move(batch[i]), is.grant, is.frozen});
+      }
+    }
+    if (!waits.empty()) {
+      {
+        std::lock_guard lk(async_mu_);
+        for (auto& w : waits) wait_q_.push_back(std::move(w));
+      }
+      wait_cv_.notify_all();
+    }
+  }
+}
+
+// Finishes requests the pump could not grant at once, one at a time, on this thread's channel.
+void Client::Impl::WaiterLoop() {
+  for (;;) {
+    AsyncWait w;
+    {
+      std::unique_lock lk(async_mu_);
+      wait_cv_.wait(lk, [&] { return async_stop_ || !wait_q_.empty(); });
+      if (async_stop_ && wait_q_.empty()) return;
+      w = std::move(wait_q_.front());
+      wait_q_.pop_front();
+    }
+    auto chr = Channel(w.req.deadline);
+    if (!chr.ok()) {
+      w.req.done(chr.status());
+      continue;
+    }
+    ThreadChannel& ch = **chr;
+    const Session& sess = *ch.session;
+    AcquireOptions ao;
+    ao.deadline = w.req.deadline;
+    ao.try_only = w.req.options.timeout && w.req.options.timeout->count() == 0;
+    ao.want_token = w.req.options.fencing_token && w.req.mode == Mode::kExclusive;
+    Result<Grant> g = Error(ErrorCode::kInternal, "not acquired");
+    {
+      std::lock_guard clk(ch.mu);
+      Status st = ch.Reap();
+      if (!st.ok()) {
+        g = st;
+      } else if (w.queued.ticket.record != 0 && w.frozen) {
+        g = Error(ErrorCode::kInternal, "frozen request with a record");  // IssueMany never does
+      } else if (w.frozen && ao.try_only) {
+        g = Error(ErrorCode::kBusy, "lock word is being reset; try again");
+      } else if (w.frozen) {
+        std::tie(ao.record, ao.record_seq) = sess.pool->Take();
+        ao.pending = &ch.pending;
+        g = sess.engine->Acquire(*ch.mem, w.req.slot, w.req.mode, ao, &ch.events);
+      } else {
+        g = sess.engine->FinishAcquire(*ch.mem, w.queued, ao, &ch.events);
+      }
+      ch.NotePending();
+    }
+    if (!g.ok()) {
+      if (g.status().code() == ErrorCode::kTimeout) ++ch.timeouts;
+      OnSessionError(sess.gen, g.status());
+      w.req.done(g.status());
+      continue;
+    }
+    w.req.done(MakeHandle(ch, *g, w.req.options.auto_renew));
+  }
+}
+
+// Stops the async threads. Waiters blocked in a wait are woken by shutting their connections
+// (after reaping any release they posted); what is still queued completes with kConnection.
+void Client::Impl::StopAsync() {
+  std::vector<std::thread::id> ids;
+  {
+    std::lock_guard lk(async_mu_);
+    async_stop_ = true;
+    ids = waiter_ids_;
+  }
+  async_cv_.notify_all();
+  wait_cv_.notify_all();
+  if (pump_.joinable()) pump_.join();
+  std::vector<std::shared_ptr<ThreadChannel>> chans;
+  {
+    std::lock_guard lk(mu_);
+    for (auto id : ids) {
+      if (auto it = channels_.find(id); it != channels_.end()) chans.push_back(it->second);
+    }
+  }
+  for (auto& ch : chans) {
+    std::unique_lock clk(ch->mu, std::try_to_lock);
+    if (clk.owns_lock()) (void)ch->Reap();
+  }
+  {
+    std::lock_guard lk(async_mu_);
+    for (auto& w : wait_q_) async_q_.push_back(std::move(w.req));
+    wait_q_.clear();
+  }
+  for (auto& ch : chans) ch->mem->Shutdown();
+  for (auto& t : waiters_) t.join();
+  std::deque<AsyncRequest> left;
+  {
+    std::lock_guard lk(async_mu_);
+    left.swap(async_q_);
+  }
+  for (auto& r : left) r.done(Error(ErrorCode::kConnection, "client closed"));
+}
 
 // ---- Client
 
@@ -676,6 +899,32 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   state->auto_renew = options.auto_renew;
   impl_->Track(state);
   return LockHandle(std::move(state));
+}
+
+Status Client::LockAsync(std::string_view name, const LockOptions& options, LockCallback done) {
+  if (name.empty()) return Error(ErrorCode::kInvalidArgument, "lock name is empty");
+  return LockSlotAsync(SlotForName(name, impl_->latest_session()->reply.lock_count), options,
+                       std::move(done));
+}
+
+Status Client::LockSlotAsync(uint64_t slot, const LockOptions& options, LockCallback done) {
+  if (!done) return Error(ErrorCode::kInvalidArgument, "LockSlotAsync needs a callback");
+  if (options.timeout && options.timeout->count() < 0) {
+    return Error(ErrorCode::kInvalidArgument, "negative lock timeout");
+  }
+  const uint64_t count = impl_->latest_session()->reply.lock_count;
+  if (slot >= count) {
+    return Error(ErrorCode::kInvalidArgument, "slot " + std::to_string(slot) +
+                                                  " is out of range (lock_count " +
+                                                  std::to_string(count) + ")");
+  }
+  Impl::AsyncRequest r;
+  r.slot = slot;
+  r.mode = static_cast<Mode>(options.mode);
+  r.options = options;
+  if (options.timeout) r.deadline = Clock::now() + *options.timeout;
+  r.done = std::move(done);
+  return impl_->Submit(std::move(r));
 }
 
 Result<std::vector<LockHandle>> Client::LockMany(std::span<const LockRequest> requests,

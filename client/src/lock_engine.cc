@@ -545,6 +545,104 @@ std::vector<Status> LockEngine::ReleaseMany(RemoteMemory& mem, std::span<const G
   return out;
 }
 
+Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
+                                                  std::span<const ManyRequest> reqs,
+                                                  bool want_token, const EntrySource& take,
+                                                  PendingRelease* pending, EngineEvents* ev) const {
+  for (const ManyRequest& r : reqs) {
+    if (r.slot >= params_.lock_count) {
+      return Error(ErrorCode::kInvalidArgument, "slot " + std::to_string(r.slot) +
+                                                    " is out of range (lock_count " +
+                                                    std::to_string(params_.lock_count) + ")");
+    }
+  }
+  const auto token = [&](const ManyRequest& r) {
+    return (want_token || r.want_token) && r.mode == Mode::kExclusive;
+  };
+  std::vector<Issued> got(reqs.size());
+  for (size_t base = 0; base < reqs.size();) {
+    RemoteOp ops[kBatchOps];
+    size_t fa_at[kBatchOps];
+    size_t n = 0, first = base;
+    for (; base < reqs.size() && n + 1 + (token(reqs[base]) ? 1 : 0) <= kBatchOps; ++base) {
+      fa_at[base - first] = n;
+      ops[n++] = RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(reqs[base].slot),
+                                    proto::AcquireIncrement(reqs[base].mode));
+      if (token(reqs[base]))
+        ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(reqs[base].slot), 8);
+    }
+    const auto issue = Clock::now();
+    RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops, n)));
+    RemoteOp queued[kBatchOps];
+    size_t nq = 0;
+    for (size_t i = first; i < base; ++i) {
+      const ManyRequest& r = reqs[i];
+      const RemoteOp& fa = ops[fa_at[i - first]];
+      Issued& s = got[i];
+      const Word0 prev = Word0::Decode(fa.result[0]);
+      s.grant.ticket = Ticket{r.slot, r.mode, prev, 0, 0};
+      s.grant.lease_start = issue;
+      if (prev.Frozen()) {
+        // The word awaits a reset: take the increment back; the caller queues again.
+        s.frozen = true;
+        RDMALOCK_RETURN_IF_ERROR(WithdrawFrozen(mem, r.slot, proto::AcquireIncrement(r.mode),
+                                                Word0::Decode(fa.result[0] + fa.operand), ev));
+        continue;
+      }
+      Ticket& t = s.grant.ticket;
+      if (take) std::tie(t.record, t.record_seq) = take();
+      if (t.record != 0) {
+        queued[nq++] = EntryWrite(t.record, t.record_seq, r.slot, r.mode,
+                                  proto::RequestEntry::State::kQueued, prev.Encode());
+      }
+      s.grant.seen = Word0::Decode(prev.Encode() + fa.operand);
+      if (token(r)) {
+        s.grant.generation = proto::Generation(ops[fa_at[i - first] + 1].result[0]);
+        s.grant.has_generation = true;
+      }
+      s.granted = proto::Granted(prev, prev, r.mode);
+      if (s.granted) FillToken(&s.grant);
+    }
+    if (nq > 0) RDMALOCK_RETURN_IF_ERROR(mem.Post(std::span<RemoteOp>(queued, nq)));
+    RDMALOCK_RETURN_IF_ERROR(ReapPending(mem, pending, ev));
+  }
+  return got;
+}
+
+Result<Grant> LockEngine::FinishAcquire(RemoteMemory& mem, const Grant& queued,
+                                        const AcquireOptions& opt, EngineEvents* ev) const {
+  const Ticket& t = queued.ticket;
+  Grant g = queued;
+  bool handed_off = false;
+  if (opt.try_only) {
+    auto gu = GiveUpTicket(mem, t, &g.seen, ev);
+    if (!gu.ok()) return gu.status();
+    if (*gu == GiveUp::kGranted) {
+      FillToken(&g);
+      return g;
+    }
+    if (*gu != GiveUp::kAbandoned) FreeRecord(mem, t.record, t.record_seq);
+    return Error(ErrorCode::kBusy, "slot " + std::to_string(t.slot) + " is held");
+  }
+  auto out = Wait(mem, t, g.lease_start, opt.deadline, &g, ev, &handed_off);
+  if (!out.ok()) return out.status();
+  if (*out == WaitOutcome::kGranted) {
+    FillToken(&g);
+    return g;
+  }
+  if (*out == WaitOutcome::kTimeout) {
+    if (!handed_off) FreeRecord(mem, t.record, t.record_seq);
+    return Error(ErrorCode::kTimeout, "timed out waiting for slot " + std::to_string(t.slot));
+  }
+  // Skipped, reset or paused: queue again, as Acquire() would, on the same record entry.
+  Count(&EngineEvents::restarts, ev);
+  AcquireOptions again = opt;
+  again.pending = nullptr;
+  again.record = t.record;
+  again.record_seq = t.record_seq;
+  return Acquire(mem, t.slot, t.mode, again, ev);
+}
+
 Result<std::vector<Grant>> LockEngine::AcquireMany(RemoteMemory& mem,
                                                    std::span<const ManyRequest> reqs,
                                                    const AcquireOptions& opt,
@@ -561,66 +659,11 @@ Result<std::vector<Grant>> LockEngine::AcquireMany(RemoteMemory& mem,
     }
   }
   RDMALOCK_RETURN_IF_ERROR(ReapPending(mem, opt.pending, ev));
-  const auto want_token = [&](const ManyRequest& r) {
-    return opt.want_token && r.mode == Mode::kExclusive;
-  };
-  auto no_entry = [] { return std::pair<uint64_t, uint32_t>{0, 0}; };
-  const EntrySource& take = take_entry ? take_entry : EntrySource(no_entry);
+  const EntrySource& take = take_entry;
 
   // Phase 1: every FA (and token READ) in as few doorbells as the batch limit allows.
-  struct Slot {
-    Ticket ticket;
-    Grant grant;
-    bool granted = false;  // granted at once
-    bool frozen = false;   // the FA hit a frozen word (the increment is taken back)
-  };
-  std::vector<Slot> got(reqs.size());
-  for (size_t base = 0; base < reqs.size();) {
-    RemoteOp ops[kBatchOps];
-    size_t fa_at[kBatchOps];
-    size_t n = 0, first = base;
-    for (; base < reqs.size() && n + 1 + (want_token(reqs[base]) ? 1 : 0) <= kBatchOps; ++base) {
-      fa_at[base - first] = n;
-      ops[n++] = RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(reqs[base].slot),
-                                    proto::AcquireIncrement(reqs[base].mode));
-      if (want_token(reqs[base])) {
-        ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(reqs[base].slot), 8);
-      }
-    }
-    const auto issue = Clock::now();
-    if (Status st = mem.Execute(std::span<RemoteOp>(ops, n)); !st.ok()) return st;
-    RemoteOp queued[kBatchOps];
-    size_t nq = 0;
-    for (size_t i = first; i < base; ++i) {
-      const ManyRequest& r = reqs[i];
-      const RemoteOp& fa = ops[fa_at[i - first]];
-      Slot& s = got[i];
-      const Word0 prev = Word0::Decode(fa.result[0]);
-      s.ticket = Ticket{r.slot, r.mode, prev, 0, 0};
-      if (prev.Frozen()) {
-        s.frozen = true;
-        RDMALOCK_RETURN_IF_ERROR(WithdrawFrozen(mem, r.slot, proto::AcquireIncrement(r.mode),
-                                                Word0::Decode(fa.result[0] + fa.operand), ev));
-        continue;
-      }
-      std::tie(s.ticket.record, s.ticket.record_seq) = take();
-      if (s.ticket.record != 0) {
-        queued[nq++] = EntryWrite(s.ticket.record, s.ticket.record_seq, r.slot, r.mode,
-                                  proto::RequestEntry::State::kQueued, prev.Encode());
-      }
-      s.grant.ticket = s.ticket;
-      s.grant.seen = Word0::Decode(prev.Encode() + fa.operand);
-      s.grant.lease_start = issue;
-      if (want_token(r)) {
-        s.grant.generation = proto::Generation(ops[fa_at[i - first] + 1].result[0]);
-        s.grant.has_generation = true;
-      }
-      s.granted = proto::Granted(prev, prev, r.mode);
-      if (s.granted) FillToken(&s.grant);
-    }
-    if (nq > 0) RDMALOCK_RETURN_IF_ERROR(mem.Post(std::span<RemoteOp>(queued, nq)));
-    RDMALOCK_RETURN_IF_ERROR(ReapPending(mem, opt.pending, ev));
-  }
+  RDMALOCK_ASSIGN_OR_RETURN(std::vector<Issued> got,
+                            IssueMany(mem, reqs, opt.want_token, take, opt.pending, ev));
   size_t k = 0;  // the first lock not granted at once
   while (k < got.size() && got[k].granted) ++k;
   std::vector<Grant> grants;
@@ -634,21 +677,22 @@ Result<std::vector<Grant>> LockEngine::AcquireMany(RemoteMemory& mem,
   auto give_back = [&](size_t from, bool include_from) {
     std::vector<Grant> rel;
     for (size_t i = include_from ? from : from + 1; i < got.size(); ++i) {
-      Slot& s = got[i];
+      Issued& s = got[i];
       if (s.frozen) continue;
       if (s.granted) {
         rel.push_back(s.grant);
         continue;
       }
       Word0 cur = s.grant.seen;
-      auto gu = GiveUpTicket(mem, s.ticket, &cur, ev);
+      const Ticket& tk = s.grant.ticket;
+      auto gu = GiveUpTicket(mem, tk, &cur, ev);
       if (!gu.ok()) return gu.status();
       if (*gu == GiveUp::kGranted) {
         Grant g = s.grant;
         g.seen = cur;
         rel.push_back(g);
       } else if (*gu != GiveUp::kAbandoned) {
-        FreeRecord(mem, s.ticket.record, s.ticket.record_seq);
+        FreeRecord(mem, tk.record, tk.record_seq);
       }
     }
     for (const Status& st : ReleaseMany(mem, rel, ev)) {
@@ -670,27 +714,22 @@ Result<std::vector<Grant>> LockEngine::AcquireMany(RemoteMemory& mem,
 
   // Phase 3: wait for k with the ticket in hand, then take the rest one by one, in order.
   for (size_t i = k; i < got.size(); ++i) {
-    Slot& s = got[i];
+    Issued& s = got[i];
     if (i == k && !s.frozen) {
-      bool handed_off = false;
-      Grant g = s.grant;
-      auto out = Wait(mem, s.ticket, g.lease_start, opt.deadline, &g, ev, &handed_off);
-      if (!out.ok()) return out.status();
-      if (*out == WaitOutcome::kGranted) {
-        FillToken(&g);
-        grants.push_back(g);
-        continue;
+      AcquireOptions one = opt;
+      one.pending = nullptr;
+      one.try_only = false;
+      auto g = FinishAcquire(mem, s.grant, one, ev);
+      if (!g.ok()) {
+        if (g.status().code() == ErrorCode::kConnection) return g.status();
+        return fail(g.status());
       }
-      if (!handed_off) FreeRecord(mem, s.ticket.record, s.ticket.record_seq);
-      if (*out == WaitOutcome::kTimeout) {
-        return fail(Error(ErrorCode::kTimeout,
-                          "timed out waiting for slot " + std::to_string(s.ticket.slot)));
-      }
-      // Skipped, reset or paused: queue again below, like a single acquire would.
+      grants.push_back(*g);
+      continue;
     }
     AcquireOptions one = opt;
     one.pending = nullptr;
-    std::tie(one.record, one.record_seq) = take();
+    if (take) std::tie(one.record, one.record_seq) = take();
     auto g = Acquire(mem, reqs[i].slot, reqs[i].mode, one, ev);
     if (!g.ok()) {
       if (g.status().code() == ErrorCode::kConnection) return g.status();

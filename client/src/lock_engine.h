@@ -69,10 +69,18 @@ struct AcquireOptions {
   PendingRelease* pending = nullptr;
 };
 
-// One lock of a set (LockEngine::AcquireMany).
+// One lock of a set (LockEngine::AcquireMany) or of a batch of independent requests (IssueMany).
 struct ManyRequest {
   uint64_t slot = 0;
   Mode mode = Mode::kExclusive;
+  bool want_token = false;  // IssueMany: this request wants a token (exclusive only)
+};
+
+// What one request's FETCH_AND_ADD found (LockEngine::IssueMany).
+struct Issued {
+  Grant grant;           // the ticket, and the grant if `granted`
+  bool granted = false;  // granted at once
+  bool frozen = false;   // hit a frozen word: its increment was taken back; queue again
 };
 
 // lockd's recovery of one request of a dead client: Reap() steps it without blocking.
@@ -147,6 +155,18 @@ class LockEngine {
   Result<std::vector<Grant>> AcquireMany(RemoteMemory& mem, std::span<const ManyRequest> reqs,
                                          const AcquireOptions& opt, const EntrySource& take_entry,
                                          EngineEvents* ev = nullptr) const;
+  // The first step of independent requests (slots in any order, repeats allowed): every FA
+  // (and token READ) in as few doorbells as kBatchOps allows, the record entries (from
+  // `take_entry`, may be empty) posted after. A request not granted at once must be finished with
+  // FinishAcquire (or, if frozen, queued again with Acquire).
+  Result<std::vector<Issued>> IssueMany(RemoteMemory& mem, std::span<const ManyRequest> reqs,
+                                        bool want_token, const EntrySource& take_entry,
+                                        PendingRelease* pending, EngineEvents* ev = nullptr) const;
+  // Waits for a ticket IssueMany queued (or, with opt.try_only, gives it up unless granted), as
+  // Acquire() would have after its FA. opt.deadline and try_only apply; its record is the ticket's.
+  Result<Grant> FinishAcquire(RemoteMemory& mem, const Grant& queued, const AcquireOptions& opt,
+                              EngineEvents* ev = nullptr) const;
+
   // Releases grants together: their done marks and CASes in one doorbell (per kBatchOps), then
   // Release() for any CAS that missed. One status per grant.
   std::vector<Status> ReleaseMany(RemoteMemory& mem, std::span<const Grant> grants,

@@ -94,6 +94,7 @@ struct VerbsMemory::Impl {
           wr.wr.rdma = {raddr, r.rkey};
           std::memcpy(buf, &op.operand, 8);
           std::memcpy(buf + 8, &op.swap, 8);
+          if (op.length <= conn->sizes.max_inline) wr.send_flags = IBV_SEND_INLINE;
           break;
       }
     }
@@ -120,7 +121,8 @@ struct VerbsMemory::Impl {
     for (size_t i = 0; i < n; ++i) {
       wrs[i].wr_id = next_wr_id++;
       wrs[i].next = i + 1 < n ? &wrs[i + 1] : nullptr;
-      wrs[i].send_flags = i + 1 == n ? IBV_SEND_SIGNALED : 0;
+      wrs[i].send_flags =
+          (wrs[i].send_flags & IBV_SEND_INLINE) | (i + 1 == n ? IBV_SEND_SIGNALED : 0);
     }
     ibv_send_wr* bad = nullptr;
     if (const int rc = ibv_post_send(conn->id->qp, &wrs[0], &bad); rc != 0) {
@@ -341,6 +343,8 @@ Status VerbsMemory::DoPost(std::span<RemoteOp> ops) {
     wr.num_sge = 1;
     wr.opcode = IBV_WR_RDMA_WRITE;
     wr.wr.rdma = {r.addr + op.offset, r.rkey};
+    // Inline where the device allows: the data is copied at post time, the NIC reads no buffer.
+    if (op.length <= m.conn->sizes.max_inline) wr.send_flags = IBV_SEND_INLINE;
     wr.next = i + 1 < ops.size() ? &m.wrs[i + 1] : nullptr;
     m.last_unsignalled = wr.wr_id;
   }
@@ -352,6 +356,8 @@ Status VerbsMemory::DoPost(std::span<RemoteOp> ops) {
   m.posted += ops.size();
   return Status::Ok();
 }
+
+uint32_t VerbsMemory::max_inline() const { return impl_->conn->sizes.max_inline; }
 
 void VerbsMemory::Shutdown() {
   impl_->broken = true;

@@ -39,6 +39,8 @@ class VerbsMemory : public RemoteMemory {
   VerbsMemory& operator=(const VerbsMemory&) = delete;
 
   const proto::AcceptReply& reply() const { return reply_; }
+  // Bytes a WRITE may carry inline on this QP (0: the device allows none; WRITEs use buffers).
+  uint32_t max_inline() const;
   Status ReadBytes(RegionId region, uint64_t offset, std::span<uint8_t> dst) override;
   // Fails if lockd disconnected this channel (an rdma_cm DISCONNECTED is pending) or it broke.
   Status CheckConnection();

@@ -158,19 +158,26 @@ Result<QpSizes> DeviceQpSizes(ibv_context* ctx, uint32_t want_send_depth) {
   return s;
 }
 
-Status CreateRcQp(rdma_cm_id* id, ibv_pd* pd, ibv_cq* cq, const QpSizes& sizes) {
+Status CreateRcQp(rdma_cm_id* id, ibv_pd* pd, ibv_cq* cq, QpSizes* sizes) {
   ibv_qp_init_attr attr{};
   attr.qp_type = IBV_QPT_RC;
   attr.send_cq = cq;
   attr.recv_cq = cq;
-  attr.cap.max_send_wr = sizes.send_depth;
-  attr.cap.max_recv_wr = sizes.recv_depth;
+  attr.cap.max_send_wr = sizes->send_depth;
+  attr.cap.max_recv_wr = sizes->recv_depth;
   attr.cap.max_send_sge = 1;
   attr.cap.max_recv_sge = 1;
+  attr.cap.max_inline_data = sizes->max_inline;
   attr.sq_sig_all = 0;  // selective signalling: only the last WR of a batch asks for a completion
   if (rdma_create_qp(id, pd, &attr) != 0) {
-    return ErrnoStatus(ErrorCode::kResource, "rdma_create_qp", errno);
+    if (sizes->max_inline == 0) return ErrnoStatus(ErrorCode::kResource, "rdma_create_qp", errno);
+    attr.cap.max_inline_data = 0;  // a device without inline sends
+    if (rdma_create_qp(id, pd, &attr) != 0) {
+      return ErrnoStatus(ErrorCode::kResource, "rdma_create_qp", errno);
+    }
   }
+  // The provider writes back what it granted (possibly more than asked).
+  sizes->max_inline = attr.cap.max_inline_data;
   return Status::Ok();
 }
 
@@ -239,9 +246,10 @@ Result<std::unique_ptr<ActiveConnection>> ConnectRc(const std::string& host, uin
                                   "resolving the route to " + where, nullptr, nullptr));
   ibv_context* ctx = c->id->verbs;
   RDMALOCK_ASSIGN_OR_RETURN(c->sizes, DeviceQpSizes(ctx, send_depth));
+  c->sizes.max_inline = 16;  // record WRITEs and the heartbeat are 8 or 16 bytes
   RDMALOCK_ASSIGN_OR_RETURN(c->pd, AllocPd(ctx));
   RDMALOCK_ASSIGN_OR_RETURN(c->cq, CreateCq(ctx, static_cast<int>(c->sizes.send_depth + 1)));
-  RDMALOCK_RETURN_IF_ERROR(CreateRcQp(c->id.get(), c->pd.get(), c->cq.get(), c->sizes));
+  RDMALOCK_RETURN_IF_ERROR(CreateRcQp(c->id.get(), c->pd.get(), c->cq.get(), &c->sizes));
 
   rdma_conn_param param{};
   param.private_data = private_data.data();

@@ -91,11 +91,15 @@ struct QpSizes {
   uint32_t send_depth = 64;
   uint32_t recv_depth = 1;
   uint32_t rd_atomic = 16;  // outstanding READs and atomics (initiator depth / responder res.)
+  // Bytes a send WR may carry inline: asked for at creation, set to what the device granted
+  // (0 where it allows none).
+  uint32_t max_inline = 0;
 };
 Result<QpSizes> DeviceQpSizes(ibv_context* ctx, uint32_t want_send_depth);
 
-// Creates an RC QP on `id` with both queues on `cq`.
-Status CreateRcQp(rdma_cm_id* id, ibv_pd* pd, ibv_cq* cq, const QpSizes& sizes);
+// Creates an RC QP on `id` with both queues on `cq`. If the device refuses the inline size asked
+// for, the QP is created without inline data; sizes->max_inline says what it got.
+Status CreateRcQp(rdma_cm_id* id, ibv_pd* pd, ibv_cq* cq, QpSizes* sizes);
 
 // The state an active-side connect leaves behind: who we reached and the accept private data.
 struct ActiveConnection {

@@ -11,8 +11,10 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <sstream>
 #include <string>
@@ -314,6 +316,8 @@ TEST_CASE("the NIC refuses an RDMA WRITE to the lock table") {
   ChannelParams p{RxeIp(), lockd.port(), 3000ms, "writer", 0};
   auto mem = VerbsMemory::Connect(p);
   REQUIRE(mem.ok());
+  // rdma_rxe grants inline sends: record WRITEs (16 bytes) go inline.
+  REQUIRE((*mem)->max_inline() >= 16);
   RemoteOp w = RemoteOp::Write(RegionId::kLocks, 0, 0xdeadbeef);
   const Status st = (*mem)->Execute(w);
   REQUIRE(st.code() == ErrorCode::kConnection);
@@ -1062,4 +1066,93 @@ TEST_CASE("a posted release that finds a new waiter is retried by the keeper, no
   WARN("handover after a posted release that missed: " << handover.count() << " ms");
   REQUIRE(handover < 2000ms);  // well under a lease: not stall recovery
   REQUIRE(a->Stats().deferred_releases >= 1);
+}
+
+namespace {
+// Collects LockAsync results.
+struct AsyncResults {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<Result<LockHandle>> got;
+  Client::LockCallback Callback() {
+    return [this](Result<LockHandle> r) {
+      {
+        std::lock_guard lk(mu);
+        got.push_back(std::move(r));
+      }
+      cv.notify_all();
+    };
+  }
+  bool WaitFor(size_t n, std::chrono::milliseconds timeout) {
+    std::unique_lock lk(mu);
+    return cv.wait_for(lk, timeout, [&] { return got.size() >= n; });
+  }
+};
+}  // namespace
+
+TEST_CASE("async acquires: many in flight from one thread, waits, try, timeout and close") {
+  Lockd lockd(7642, 4096);
+  auto a = MustConnect(lockd);
+  auto b = MustConnect(lockd);
+
+  // 64 requests on distinct slots from one thread, without waiting in between.
+  AsyncResults r;
+  const ClientStats before = a->Stats();
+  for (uint64_t s = 0; s < 64; ++s) {
+    REQUIRE(a->LockSlotAsync(s * 7, {.timeout = 5000ms}, r.Callback()).ok());
+  }
+  REQUIRE(r.WaitFor(64, 20000ms));
+  std::vector<LockHandle> held;
+  for (auto& g : r.got) {
+    REQUIRE(g.ok());
+    REQUIRE(g->state() == LockState::kHeld);
+    REQUIRE(g->fencing_token() != 0);
+    held.push_back(std::move(*g));
+  }
+  REQUIRE(a->Stats().acquires - before.acquires == 64);
+  REQUIRE(b->TryLockSlot(7 * 5).status().code() == ErrorCode::kBusy);
+  REQUIRE(a->ReleaseMany(held).ok());
+
+  // A request on a held lock waits (on a waiter thread) and is granted once it is released.
+  auto x = a->LockSlot(1);
+  REQUIRE(x.ok());
+  AsyncResults w;
+  REQUIRE(b->LockSlotAsync(1, {.timeout = 10000ms}, w.Callback()).ok());
+  REQUIRE(b->LockSlotAsync(1, {.timeout = 0ms}, w.Callback()).ok());  // a try: busy
+  REQUIRE(b->LockSlotAsync(2, {.timeout = 0ms}, w.Callback()).ok());  // a try: free
+  REQUIRE(w.WaitFor(2, 5000ms));
+  std::this_thread::sleep_for(200ms);
+  {
+    std::lock_guard lk(w.mu);
+    REQUIRE(w.got.size() == 2);  // the waiting one has not completed
+    int busy = 0, ok = 0;
+    for (auto& g : w.got) {
+      if (g.ok()) ok++;
+      if (g.status().code() == ErrorCode::kBusy) busy++;
+    }
+    REQUIRE(busy == 1);
+    REQUIRE(ok == 1);
+  }
+  REQUIRE(x->Release().ok());
+  REQUIRE(w.WaitFor(3, 5000ms));
+  REQUIRE(w.got[2].ok());
+  REQUIRE(w.got[2]->slot() == 1);
+
+  // A timeout completes with kTimeout.
+  AsyncResults t;
+  REQUIRE(a->LockSlotAsync(1, {.timeout = 300ms}, t.Callback()).ok());
+  REQUIRE(t.WaitFor(1, 5000ms));
+  REQUIRE(t.got[0].status().code() == ErrorCode::kTimeout);
+
+  // Closing a client with a request still waiting completes it with kConnection, promptly.
+  AsyncResults c;
+  auto closing = MustConnect(lockd);
+  REQUIRE(closing->LockSlotAsync(1, {}, c.Callback()).ok());  // waits for ever
+  std::this_thread::sleep_for(200ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  closing.reset();
+  REQUIRE(std::chrono::steady_clock::now() - t0 < 5000ms);
+  REQUIRE(c.WaitFor(1, 1000ms));
+  REQUIRE(c.got[0].status().code() == ErrorCode::kConnection);
+  REQUIRE(a->LockSlotAsync(99999, {}, c.Callback()).code() == ErrorCode::kInvalidArgument);
 }

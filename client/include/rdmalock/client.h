@@ -223,6 +223,18 @@ class Client {
                                            const LockOptions& options = {});
   Result<std::vector<LockHandle>> LockManySlots(std::span<const SlotRequest> requests,
                                                 const LockOptions& options = {});
+  // Asynchronous acquire: queues the request and returns at once; `done` runs exactly once, on
+  // one of the client's async threads, with the handle or the error (kTimeout, kBusy, ...). The
+  // client's async thread posts the FETCH_AND_ADDs of up to 8 queued requests in one doorbell, so
+  // one application thread can keep many requests in flight. A request that must wait goes to
+  // one of the client's 4 waiter threads, each waiting for one request at a time. Keep `done`
+  // short; it may release the handle or queue more requests. Errors found before queueing (a bad
+  // argument, the client closing) are returned, and `done` does not run. Requests still queued
+  // or waiting when the client closes complete with kConnection.
+  using LockCallback = std::function<void(Result<LockHandle>)>;
+  Status LockAsync(std::string_view name, const LockOptions& options, LockCallback done);
+  Status LockSlotAsync(uint64_t slot, const LockOptions& options, LockCallback done);
+
   // Releases handles together (their CASes in one doorbell). Returns the first error; every
   // handle is released or marked lost either way.
   Status ReleaseMany(std::span<LockHandle> handles);
