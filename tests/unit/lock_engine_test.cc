@@ -799,3 +799,40 @@ TEST_CASE("acquire_many: overlapping sets from many threads never deadlock and s
   REQUIRE(checks.failures.empty());
   for (uint64_t s = 1; s < 8; s += 2) REQUIRE(W0(table, s).Drained());
 }
+
+TEST_CASE("issue_many: independent requests in one doorbell; the queued ones finish like Acquire") {
+  InProcessTable table(8);
+  Reaper reaper(&table);
+  LockEngine e(Params(8), [&](const Ticket& t) { reaper.Add(t); });
+  InProcessMemory a(&table), b(&table);
+  auto held = e.Acquire(b, 3, Mode::kExclusive, {});
+  REQUIRE(held.ok());
+  // Slot 2 twice (the second queues behind the first), slot 3 held by b, slot 5 free.
+  const ManyRequest reqs[] = {{2, Mode::kExclusive, true},
+                              {2, Mode::kExclusive, false},
+                              {3, Mode::kShared, false},
+                              {5, Mode::kShared, false}};
+  auto is = e.IssueMany(a, reqs, false, nullptr, nullptr);
+  REQUIRE(is.ok());
+  REQUIRE(a.counters().batches.get() == 1);
+  REQUIRE(a.counters().read.get() == 1);  // one token asked for
+  REQUIRE((*is)[0].granted);
+  REQUIRE((*is)[0].grant.token != 0);
+  REQUIRE_FALSE((*is)[1].granted);
+  REQUIRE_FALSE((*is)[2].granted);
+  REQUIRE((*is)[3].granted);
+  // A try gives the queued ticket on 3 back; a timed wait on 2 is granted once 2 is released.
+  AcquireOptions try_opt;
+  try_opt.try_only = true;
+  REQUIRE(e.FinishAcquire(a, (*is)[2].grant, try_opt).status().code() == ErrorCode::kBusy);
+  REQUIRE(e.Release(a, (*is)[0].grant).ok());
+  AcquireOptions wait_opt;
+  wait_opt.deadline = Clock::now() + 2s;
+  auto second = e.FinishAcquire(a, (*is)[1].grant, wait_opt);
+  REQUIRE(second.ok());
+  REQUIRE(e.Release(a, *second).ok());
+  REQUIRE(e.Release(a, (*is)[3].grant).ok());
+  REQUIRE(e.Release(b, *held).ok());
+  reaper.DrainAll(e);
+  for (uint64_t s : {2, 3, 5}) REQUIRE(W0(table, s).Drained());
+}

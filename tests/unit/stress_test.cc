@@ -48,7 +48,7 @@ struct SlotShadow {
 
 struct Totals {
   std::atomic<uint64_t> grants{0}, violations{0}, token_violations{0}, crashes{0}, pauses{0},
-      timeouts{0}, lost{0}, renewals{0}, errors{0};
+      timeouts{0}, lost{0}, renewals{0}, errors{0}, posted{0};
 };
 
 // Fencing, as lockd does it: once a client is declared dead, none of its operations (from any of
@@ -311,6 +311,9 @@ void Stress(bool records) {
       mem = make_channel();
     };
     uint64_t serial = 0;
+    // Half the releases are posted without waiting (StartRelease) and reaped by the next
+    // acquire, as the SDK does.
+    PendingRelease pending;
     for (int i = 0; i < ops; ++i) {
       const uint64_t slot = rng() % kSlots;
       const Mode mode = chance(0.35) ? Mode::kExclusive : Mode::kShared;
@@ -321,9 +324,11 @@ void Stress(bool records) {
         std::tie(o.record, o.record_seq) = space.Take();
         if (o.record == 0) FAIL("out of record entries");
       }
+      o.pending = &pending;
       auto g = engine.Acquire(*mem, slot, mode, o);
       if (!g.ok()) {
         if (g.status().code() == ErrorCode::kConnection) {
+          pending.active = false;  // the channel is gone, and what it posted with it
           died();
         } else if (g.status().code() == ErrorCode::kTimeout) {
           tot.timeouts++;
@@ -358,7 +363,9 @@ void Stress(bool records) {
       bool alive = true;
       for (int r = 0; r < renewals && alive; ++r) {
         std::this_thread::sleep_for(lease / 4);
-        const Status st = engine.Renew(*mem, *g);
+        Status st = engine.FinishRelease(*mem, &pending);
+        if (st.code() == ErrorCode::kLockLost) st = Status::Ok();  // an earlier lock's
+        if (st.ok()) st = engine.Renew(*mem, *g);
         if (st.ok()) {
           tot.renewals++;
           std::lock_guard lk(sh.mu);
@@ -377,6 +384,7 @@ void Stress(bool records) {
         alive = false;  // dies holding the lock: never releases
       }
       if (!alive) {
+        pending.active = false;
         if (records) {  // a dead process no longer uses the resource; lockd may free it at once
           std::lock_guard lk(sh.mu);
           std::erase_if(sh.holders,
@@ -390,14 +398,27 @@ void Stress(bool records) {
         std::erase_if(sh.holders,
                       [&](const Holder& h) { return h.thread == id && h.serial == me; });
       }
-      const Status st = engine.Release(*mem, *g);
+      Status st;
+      if (chance(0.5)) {
+        st = engine.StartRelease(*mem, *g, &pending);
+        if (st.ok() && chance(0.1)) st = engine.FinishRelease(*mem, &pending);
+        if (st.ok()) tot.posted++;
+      } else {
+        st = engine.FinishRelease(*mem, &pending);
+        if (st.ok()) st = engine.Release(*mem, *g);
+      }
       if (st.code() == ErrorCode::kConnection) {
+        pending.active = false;
         died();
       } else if (st.code() == ErrorCode::kLockLost) {
         tot.lost++;
       } else if (!st.ok()) {
         tot.errors++;
       }
+    }
+    if (const Status st = engine.FinishRelease(*mem, &pending);
+        !st.ok() && st.code() != ErrorCode::kConnection && st.code() != ErrorCode::kLockLost) {
+      tot.errors++;
     }
   };
 
@@ -413,14 +434,15 @@ void Stress(bool records) {
   WARN("stress" << (records ? " (records, fast recovery)" : "") << ": " << threads << " threads x "
                 << ops << " ops: grants " << tot.grants << ", crashes " << tot.crashes
                 << ", pauses " << tot.pauses << ", timeouts " << tot.timeouts << ", lost "
-                << tot.lost << ", renewals " << tot.renewals << ", freed by fast recovery "
-                << fast_released);
+                << tot.lost << ", renewals " << tot.renewals << ", posted releases " << tot.posted
+                << ", freed by fast recovery " << fast_released);
   REQUIRE(tot.violations == 0);
   REQUIRE(tot.token_violations == 0);
   REQUIRE(tot.errors == 0);
   REQUIRE(tot.grants > static_cast<uint64_t>(threads) * ops / 2);
   REQUIRE(tot.crashes > 0);
   REQUIRE(tot.pauses > 0);
+  REQUIRE(tot.posted > 0);
   if (records) REQUIRE(fast_released > 0);
 }
 
