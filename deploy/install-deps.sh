@@ -10,7 +10,9 @@ packages=(
   spin
   # libraries
   libibverbs-dev librdmacm-dev libspdlog-dev libcli11-dev libyaml-cpp-dev catch2 libxxhash-dev
+  libsystemd-dev
   # RDMA runtime and tools (providers include rdma_rxe's userspace part; perftest for baselines)
+  systemd
   rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest iproute2
   # the Soft-RoCE VM (deploy/softroce/rxe-run)
   qemu-system-x86 busybox-static cpio kmod

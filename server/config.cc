@@ -174,3 +174,27 @@ std::string Config::ToYaml() const {
 }
 
 }  // namespace rdmalock::lockd
+
+namespace rdmalock::lockd {
+
+std::vector<std::string> ChangedKeys(const Config& a, const Config& b) {
+  std::vector<std::string> out;
+  auto cmp = [&](const char* key, const auto& x, const auto& y) {
+    if (x != y) out.emplace_back(key);
+  };
+  cmp("address", a.address, b.address);
+  cmp("port", a.port, b.port);
+  cmp("lock_count", a.lock_count, b.lock_count);
+  cmp("lease_ms", a.lease_ms, b.lease_ms);
+  cmp("stall_factor", a.stall_factor, b.stall_factor);
+  cmp("max_clients", a.max_clients, b.max_clients);
+  cmp("heartbeat_interval_ms", a.heartbeat_interval_ms, b.heartbeat_interval_ms);
+  cmp("heartbeat_timeout_ms", a.heartbeat_timeout_ms, b.heartbeat_timeout_ms);
+  cmp("restart_grace_ms", a.restart_grace_ms, b.restart_grace_ms);
+  cmp("state_dir", a.state_dir, b.state_dir);
+  cmp("admin_socket", a.admin_socket, b.admin_socket);
+  cmp("log_level", a.log_level, b.log_level);
+  return out;
+}
+
+}  // namespace rdmalock::lockd

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "rdmalock/status.h"
 
@@ -36,5 +37,8 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin);
 Result<Config> LoadConfig(const std::string& path);
 // Checks ranges and relations between keys.
 Status Validate(const Config& c);
+// The keys whose values differ between two configs, in file order (a reload applies log_level at
+// once; every other key needs a restart).
+std::vector<std::string> ChangedKeys(const Config& a, const Config& b);
 
 }  // namespace rdmalock::lockd

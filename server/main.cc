@@ -3,6 +3,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -20,7 +22,54 @@ using rdmalock::lockd::Config;
 
 int Fail(const rdmalock::Status& st) {
   spdlog::critical("{}", st.ToString());
+  (void)sd_notifyf(0, "STATUS=failed: %s", st.message().c_str());
   return 1;
+}
+
+uint64_t MonotonicUsec() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000 + static_cast<uint64_t>(ts.tv_nsec) / 1000;
+}
+
+// SIGHUP (systemctl reload): re-reads the config file. log_level applies at once; any other
+// changed key is named as needing a restart. A file that no longer parses or validates changes
+// nothing. Tells systemd RELOADING=1 first and READY=1 when done (sd_notify is a no-op outside
+// systemd).
+void Reload(const std::string& path, Config* running, const Config& overrides_applied,
+            const std::string& log_level_override) {
+  (void)sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu",
+                   static_cast<unsigned long long>(MonotonicUsec()));
+  if (path.empty()) {
+    spdlog::info("reload: no config file (started without --config); nothing to reload");
+  } else if (auto loaded = rdmalock::lockd::LoadConfig(path); !loaded.ok()) {
+    spdlog::error("reload: {}; keeping the running configuration", loaded.status().message());
+  } else if (auto st = rdmalock::lockd::Validate(*loaded); !st.ok()) {
+    spdlog::error("reload: invalid configuration in {}: {}; keeping the running configuration",
+                  path, st.message());
+  } else {
+    Config fresh = *loaded;
+    if (!log_level_override.empty()) fresh.log_level = log_level_override;
+    if (fresh.log_level != running->log_level) {
+      spdlog::set_level(spdlog::level::from_str(fresh.log_level));
+      spdlog::info("reload: log_level {} -> {}", running->log_level, fresh.log_level);
+      running->log_level = fresh.log_level;
+    }
+    // Keys given on the command line override the file; compare the file against what the file
+    // said at start, so that an override is not reported as a change.
+    std::string restart;
+    for (const auto& key : rdmalock::lockd::ChangedKeys(overrides_applied, fresh)) {
+      if (key == "log_level") continue;
+      restart += (restart.empty() ? "" : ", ") + key;
+    }
+    if (restart.empty()) {
+      spdlog::info("reload: {} re-read; nothing else changed", path);
+    } else {
+      spdlog::warn("reload: {} changed {}: restart lockd to apply (running with the old values)",
+                   path, restart);
+    }
+  }
+  (void)sd_notify(0, "READY=1\nSTATUS=serving");
 }
 
 }  // namespace
@@ -59,6 +108,7 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
 
   Config config;
+  Config from_file;  // what the file said at start (reload compares against it)
   if (!config_path.empty()) {
     auto loaded = rdmalock::lockd::LoadConfig(config_path);
     if (!loaded.ok()) {
@@ -66,6 +116,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     config = *loaded;
+    from_file = *loaded;
   }
   if (!log_level.empty()) config.log_level = log_level;
   if (!address.empty()) config.address = address;
@@ -130,17 +181,23 @@ int main(int argc, char** argv) {
     return 1;
   }
   spdlog::info("ready");
+  // systemd (Type=notify): ready once the regions are registered, lockd listens and its loopback
+  // works. A no-op when NOTIFY_SOCKET is unset.
+  (void)sd_notifyf(0, "READY=1\nSTATUS=serving %llu locks on %s:%u (epoch %llu)",
+                   static_cast<unsigned long long>(config.lock_count), config.address.c_str(),
+                   config.port, static_cast<unsigned long long>(*epoch));
 
   for (;;) {
     int sig = 0;
     if (sigwait(&signals, &sig) != 0) continue;
     if (sig == SIGHUP) {
-      spdlog::info("SIGHUP: nothing to reload yet (restart lockd to apply config changes)");
+      Reload(config_path, &config, from_file, log_level);
       continue;
     }
     spdlog::info("received {}, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     break;
   }
+  (void)sd_notify(0, "STOPPING=1\nSTATUS=stopping: disconnecting clients");
   stopping.store(true);
   (*server)->RequestStop();
   loop.join();

@@ -3,8 +3,11 @@
 // in the Soft-RoCE VM where the host kernel has no RDMA. Without them every test FAILS: an RDMA
 // test that cannot run must not pass.
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -95,9 +98,11 @@ class Lockd {
              "--state-dir",
              state_,
              "--admin-socket",
-             admin_,
-             "--log-level",
-             "debug"};
+             admin_};
+    // "--config-log-level": leave log_level to the config file (the reload test changes it).
+    if (std::erase(extra, std::string("--config-log-level")) == 0) {
+      args_.insert(args_.end(), {"--log-level", "debug"});
+    }
     args_.insert(args_.end(), extra.begin(), extra.end());
     Start();
   }
@@ -1155,4 +1160,60 @@ TEST_CASE("async acquires: many in flight from one thread, waits, try, timeout a
   REQUIRE(c.WaitFor(1, 1000ms));
   REQUIRE(c.got[0].status().code() == ErrorCode::kConnection);
   REQUIRE(a->LockSlotAsync(99999, {}, c.Callback()).code() == ErrorCode::kInvalidArgument);
+}
+
+TEST_CASE("lockd tells systemd READY, RELOADING and STOPPING; SIGHUP re-reads log_level") {
+  // A datagram socket standing in for systemd's NOTIFY_SOCKET.
+  const std::string dir = TempDir();
+  const std::string sock_path = dir + "/notify.sock";
+  const int sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  REQUIRE(sock >= 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", sock_path.c_str());
+  REQUIRE(bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  auto next_message = [&](std::chrono::milliseconds timeout) -> std::string {
+    pollfd p{sock, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(timeout.count())) <= 0) return "";
+    char buf[512];
+    const ssize_t n = recv(sock, buf, sizeof(buf), 0);
+    return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+  };
+  const std::string config = dir + "/lockd.yaml";
+  std::ofstream(config) << "log_level: info\nlease_ms: 2000\n";
+  REQUIRE(setenv("NOTIFY_SOCKET", sock_path.c_str(), 1) == 0);
+  Lockd lockd(7643, 64, 2000, 64, "", {"--config", config, "--config-log-level"});
+  REQUIRE(unsetenv("NOTIFY_SOCKET") == 0);
+  const std::string ready = next_message(5000ms);
+  INFO(ready);
+  REQUIRE(ready.find("READY=1") != std::string::npos);
+  REQUIRE(ready.find("STATUS=serving 64 locks") != std::string::npos);
+
+  // Reload: log_level applies at once; lease_ms needs a restart and says so.
+  std::ofstream(config) << "log_level: debug\nlease_ms: 3000\n";
+  REQUIRE(kill(lockd.pid(), SIGHUP) == 0);
+  const std::string reloading = next_message(5000ms);
+  REQUIRE(reloading.find("RELOADING=1") != std::string::npos);
+  REQUIRE(reloading.find("MONOTONIC_USEC=") != std::string::npos);
+  REQUIRE(next_message(5000ms).find("READY=1") != std::string::npos);
+  std::string log = lockd.Log();
+  INFO(log);
+  REQUIRE(log.find("reload: log_level info -> debug") != std::string::npos);
+  REQUIRE(log.find("changed lease_ms: restart lockd to apply") != std::string::npos);
+  // A broken file changes nothing, and lockd keeps serving.
+  std::ofstream(config) << "lease_ms: soon\n";
+  REQUIRE(kill(lockd.pid(), SIGHUP) == 0);
+  REQUIRE(next_message(5000ms).find("RELOADING=1") != std::string::npos);
+  REQUIRE(next_message(5000ms).find("READY=1") != std::string::npos);
+  REQUIRE(lockd.Log().find("keeping the running configuration") != std::string::npos);
+  auto c = MustConnect(lockd);
+  REQUIRE(c->Lock("after-reload").ok());
+  c.reset();
+
+  REQUIRE(kill(lockd.pid(), SIGTERM) == 0);
+  const std::string stopping = next_message(5000ms);
+  REQUIRE(stopping.find("STOPPING=1") != std::string::npos);
+  REQUIRE(WaitExit(lockd.pid(), 10s) == 0);
+  lockd.Forget();
+  close(sock);
 }

@@ -82,3 +82,13 @@ TEST_CASE("session keys: heartbeat and restart grace are read and checked") {
   bad("lease_ms: 2000\nrestart_grace_ms: 1000\n", "restart_grace_ms (1000) must be 0");
   bad("heartbeat_interval_ms: 1\n", "key 'heartbeat_interval_ms'");
 }
+
+TEST_CASE("ChangedKeys names what a reload would change, in file order") {
+  rdmalock::lockd::Config a, b;
+  REQUIRE(rdmalock::lockd::ChangedKeys(a, b).empty());
+  b.log_level = "debug";
+  b.lease_ms = 3000;
+  b.admin_socket = "";
+  const auto keys = rdmalock::lockd::ChangedKeys(a, b);
+  REQUIRE(keys == std::vector<std::string>{"lease_ms", "admin_socket", "log_level"});
+}
