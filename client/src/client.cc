@@ -74,7 +74,7 @@ struct ThreadChannel {
   }
 };
 
-struct LockHandle::State {
+struct [[gnu::visibility("hidden")]] LockHandle::State {
   std::weak_ptr<Client::Impl> client;
   std::shared_ptr<const Session> session;
   std::mutex mu;  // guards everything below: the owner and the renewer thread both use it
@@ -85,7 +85,9 @@ struct LockHandle::State {
   bool lost_reported = false;
 };
 
-class Client::Impl : public std::enable_shared_from_this<Client::Impl> {
+// Hidden: nested in an exported class, it would be exported too.
+class [[gnu::visibility("hidden")]] Client::Impl
+    : public std::enable_shared_from_this<Client::Impl> {
  public:
   Impl(ClientOptions opts, std::unique_ptr<VerbsMemory> first) : opts_(std::move(opts)) {
     std::random_device rd;

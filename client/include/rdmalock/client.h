@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "rdmalock/export.h"
 #include "rdmalock/status.h"
 
 namespace rdmalock {
@@ -70,7 +71,7 @@ class Client;
 
 // An acquired lock. Releases on destruction (errors then go to the loss callback only). Movable,
 // not copyable.
-class LockHandle {
+class RDMALOCK_EXPORT LockHandle {
  public:
   LockHandle() = default;
   LockHandle(LockHandle&&) noexcept;
@@ -195,7 +196,7 @@ struct ClientStats {
   uint64_t deferred_releases = 0;  // posted releases whose CAS had to be retried later
 };
 
-class Client {
+class RDMALOCK_EXPORT Client {
  public:
   // Connects to lockd and checks the handshake. Each thread that uses the client later opens its
   // own connection on first use.
@@ -264,6 +265,6 @@ class Client {
 };
 
 // The slot a name maps to among `lock_count` slots (XXH3-64, seed 0).
-uint64_t SlotForName(std::string_view name, uint64_t lock_count);
+RDMALOCK_EXPORT uint64_t SlotForName(std::string_view name, uint64_t lock_count);
 
 }  // namespace rdmalock

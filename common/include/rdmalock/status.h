@@ -8,6 +8,8 @@
 #include <string_view>
 #include <utility>
 
+#include "rdmalock/export.h"
+
 namespace rdmalock {
 
 // What went wrong, coarse enough to branch on. Details are in Status::message().
@@ -29,9 +31,9 @@ enum class ErrorCode : int {
 };
 
 // Human-readable name of a code, e.g. "timeout".
-std::string_view ErrorCodeName(ErrorCode code);
+RDMALOCK_EXPORT std::string_view ErrorCodeName(ErrorCode code);
 
-class [[nodiscard]] Status {
+class [[nodiscard]] RDMALOCK_EXPORT Status {
  public:
   Status() = default;
   Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
