@@ -23,7 +23,8 @@ fi
 public=$(nm -DC --defined-only "$lib" | grep -c ' rdmalock::Client::Connect' || true)
 [ "$public" -ge 1 ] || { echo "rdmalock::Client::Connect is not exported"; exit 1; }
 for f in include/rdmalock/client.h include/rdmalock/status.h include/rdmalock/export.h \
-  sbin/lockd bin/lockctl lib/systemd/system/lockd.service; do
+  sbin/lockd bin/lockctl lib/systemd/system/lockd.service share/man/man8/lockd.8 \
+  share/man/man1/lockctl.1; do
   [ -e "$prefix/$f" ] || { echo "not installed: $f"; exit 1; }
 done
 
