@@ -329,32 +329,69 @@ class [[gnu::visibility("hidden")]] Client::Impl
     {
       std::lock_guard lk(mu_);
       if (session_ == nullptr || session_->gen != gen) return;  // the session is gone anyway
-      abandoned_.push_back(t);
+      abandoned_.emplace_back(gen, t);
     }
     cv_.notify_all();
   }
 
-  // Drains tickets that timed out behind which others queued: waits for their turn and releases.
+  // Frees tickets that gave up (a timeout or a busy try) while others were queued behind them:
+  // each must be released when its turn comes. They are stepped together, without blocking
+  // (LockEngine::Reap, one READ each per round): draining them one at a time could stall them
+  // all behind one whose turn waits for a holder that itself waits behind another abandoned
+  // ticket (docs/protocol.md §3).
   void ReaperLoop() {
+    std::vector<ReapState> pending;
+    uint64_t pending_gen = 0;  // the session the pending tickets belong to
     for (;;) {
-      Ticket t;
       {
         std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] { return stopping_ || !abandoned_.empty(); });
+        const auto wake = [&] { return stopping_ || !abandoned_.empty(); };
+        if (pending.empty()) {
+          cv_.wait(lk, wake);
+        } else {
+          cv_.wait_for(lk, std::chrono::microseconds(500), wake);
+        }
         if (stopping_) return;
-        t = abandoned_.front();
-        abandoned_.pop_front();
+        while (!abandoned_.empty()) {
+          ReapState r;
+          r.ticket = abandoned_.front().second;
+          r.own = true;
+          if (abandoned_.front().first != pending_gen) pending.clear();  // an ended session's
+          pending_gen = abandoned_.front().first;
+          abandoned_.pop_front();
+          pending.push_back(r);
+        }
       }
       auto ch = Channel(Clock::now());
-      if (!ch.ok()) continue;  // the lock's waiters (or lockd) recover the ticket
+      if (!ch.ok()) {
+        pending.clear();  // the session ended: lockd frees what the record shows
+        continue;
+      }
       ThreadChannel& c = **ch;
+      if (c.session->gen != pending_gen) {
+        pending.clear();
+        continue;
+      }
       Status st;
       {
         std::lock_guard clk(c.mu);
         st = c.Reap();
-        if (st.ok()) st = c.session->engine->Drain(*c.mem, t, &c.events);
+        for (size_t i = 0; st.ok() && i < pending.size();) {
+          auto done = c.session->engine->Reap(*c.mem, pending[i], &c.events);
+          if (!done.ok()) {
+            st = done.status();
+          } else if (*done) {
+            pending[i] = pending.back();
+            pending.pop_back();
+          } else {
+            ++i;
+          }
+        }
       }
-      if (!st.ok()) OnSessionError(c.session->gen, st);
+      if (!st.ok()) {
+        pending.clear();
+        OnSessionError(c.session->gen, st);
+      }
     }
   }
 
@@ -473,7 +510,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
     return std::chrono::milliseconds(dist(rng_));
   }
 
-  bool Reconnect(std::chrono::milliseconds* backoff) {
+  bool Reconnect(std::chrono::milliseconds * backoff) {
     ChannelParams p{opts_.server, opts_.port, opts_.connect_timeout, opts_.client_name, 0};
     uint32_t retry_ms = 0;
     auto mem = VerbsMemory::Connect(p, &retry_ms);
@@ -499,7 +536,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
     return true;
   }
 
-  void RenewDue(ThreadChannel& c, std::chrono::nanoseconds lease) {
+  void RenewDue(ThreadChannel & c, std::chrono::nanoseconds lease) {
     std::vector<std::shared_ptr<LockHandle::State>> due;
     {
       std::lock_guard lk(mu_);
@@ -563,7 +600,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
   std::string last_error_;
   std::unordered_map<std::thread::id, std::shared_ptr<ThreadChannel>> channels_;
   ClientStats retired_;  // counters of the connections of ended sessions
-  std::deque<Ticket> abandoned_;
+  std::deque<std::pair<uint64_t, Ticket>> abandoned_;  // (session gen, ticket)
   std::vector<std::weak_ptr<LockHandle::State>> handles_;
   uint64_t sessions_lost_ = 0, reconnects_ = 0;
   std::thread reaper_;
@@ -580,7 +617,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
   };
   Status Submit(AsyncRequest req);
   // Makes a handle for a grant of `ch`'s session (counted and tracked for renewal).
-  LockHandle MakeHandle(ThreadChannel& ch, const Grant& g, bool auto_renew);
+  LockHandle MakeHandle(ThreadChannel & ch, const Grant& g, bool auto_renew);
 
  private:
   struct AsyncWait {

@@ -778,6 +778,7 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
     // We lost sight of the word for a lease (lockd was descheduled): the word may have been
     // reset meanwhile and the ticket's numbers reused. Leave it to the waiters' stall recovery.
     r.outcome = Outcome::kGaveUp;
+    if (r.own) FreeRecord(mem, t.record, t.record_seq);
     return true;
   }
   RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(t.slot), 16);
@@ -789,12 +790,15 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
   const Word0 w0 = Word0::Decode(rd.result[0]);
   if (proto::TicketGone(w0, t.word, t.mode) || proto::Skipped(w0, t.word, t.mode)) {
     r.outcome = Outcome::kAlreadyDone;
+    if (r.own) FreeRecord(mem, t.record, t.record_seq);
     return true;
   }
   if (proto::Granted(w0, t.word, t.mode)) {
     Grant g;
     g.ticket = t;
-    g.ticket.record = 0;  // lockd clears the dead session's record itself
+    // lockd clears a dead session's record itself; the SDK's own entry is marked done in the
+    // release's doorbell (and handed back by Release()).
+    if (!r.own) g.ticket.record = 0;
     g.seen = w0;
     g.lease_start = issue;
     Status st = Release(mem, g, ev);
@@ -822,6 +826,7 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
     return false;
   }
   Count(&EngineEvents::recoveries, ev);
+  if (r.own) FreeRecord(mem, t.record, t.record_seq);
   if (rec.Frozen() && rec.Drained()) RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, t.slot, rec, ev));
   r.outcome = Outcome::kRecovered;
   return true;

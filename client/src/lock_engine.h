@@ -86,6 +86,9 @@ struct Issued {
 // lockd's recovery of one request of a dead client: Reap() steps it without blocking.
 struct ReapState {
   Ticket ticket;
+  // The caller's own abandoned ticket (the SDK's reaper), not a dead client's (lockd): its record
+  // entry is marked done in the release's doorbell and handed back when the ticket is over.
+  bool own = false;
   bool started = false;
   bool seen_valid = false;
   uint16_t seen_n_x = 0, seen_n_s = 0;
@@ -186,7 +189,9 @@ class LockEngine {
   // Extends the lease (FETCH_AND_ADD on word1) and checks the grant still stands.
   Status Renew(RemoteMemory& mem, Grant& g, EngineEvents* ev = nullptr) const;
 
-  // Waits for an abandoned ticket's turn and releases it at once, so the queue moves on.
+  // Waits for an abandoned ticket's turn and releases it at once, so the queue moves on. Blocks:
+  // a reaper with several tickets must step them with Reap() instead (own = true), or one that
+  // waits behind a lock whose holder waits for another could stall them all (docs/protocol.md §3).
   Status Drain(RemoteMemory& mem, const Ticket& t, EngineEvents* ev = nullptr) const;
 
   // One step of freeing a dead client's request (lockd's fast recovery): one READ of the slot;

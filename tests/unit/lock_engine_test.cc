@@ -28,7 +28,8 @@ EngineParams Params(uint64_t locks, std::chrono::nanoseconds lease = 10s) {
   return p;
 }
 
-// Collects abandoned tickets and drains them on a channel of its own.
+// Collects abandoned tickets and frees them on a channel of its own, all stepped together without
+// blocking (LockEngine::Reap, own = true), as the SDK's reaper does.
 struct Reaper {
   explicit Reaper(InProcessTable* t) : table(t) {}
   InProcessTable* table;
@@ -38,15 +39,37 @@ struct Reaper {
     std::lock_guard lk(mu);
     tickets.push_back(t);
   }
+  // Steps every ticket (taking in new ones each round) until none is left. Returns how many it
+  // freed. Not thread-safe against itself: one caller at a time.
   size_t DrainAll(const LockEngine& e) {
-    std::vector<Ticket> ts;
-    {
-      std::lock_guard lk(mu);
-      ts.swap(tickets);
-    }
     InProcessMemory mem(table);
-    for (const auto& t : ts) REQUIRE(e.Drain(mem, t).ok());
-    return ts.size();
+    std::vector<ReapState> pending;
+    size_t total = 0;
+    for (;;) {
+      {
+        std::lock_guard lk(mu);
+        for (const Ticket& t : tickets) {
+          ReapState r;
+          r.ticket = t;
+          r.own = true;
+          pending.push_back(r);
+        }
+        total += tickets.size();
+        tickets.clear();
+      }
+      if (pending.empty()) return total;
+      for (size_t i = 0; i < pending.size();) {
+        auto done = e.Reap(mem, pending[i]);
+        REQUIRE(done.ok());
+        if (*done) {
+          pending[i] = pending.back();
+          pending.pop_back();
+        } else {
+          ++i;
+        }
+      }
+      if (!pending.empty()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
   }
 };
 

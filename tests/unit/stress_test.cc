@@ -79,7 +79,8 @@ class FencedMemory : public RemoteMemory {
   Fence* fence_;
 };
 
-// Drains abandoned tickets on its own channel, as the SDK's reaper does.
+// Frees abandoned tickets on its own channel, as the SDK's reaper does: all of them stepped
+// together without blocking (LockEngine::Reap, own = true).
 class Reaper {
  public:
   // `fence_of`: the fence of a ticket's owner (null: unfenced).
@@ -107,21 +108,40 @@ class Reaper {
  private:
   void Run() {
     InProcessMemory mem(table_);
+    std::vector<ReapState> pending;
     for (;;) {
-      Ticket t;
       {
         std::unique_lock lk(mu_);
-        cv_.wait(lk, [&] { return stop_ || !q_.empty(); });
+        const auto wake = [&] { return stop_ || !q_.empty(); };
+        if (pending.empty()) {
+          cv_.wait(lk, wake);
+        } else {
+          cv_.wait_for(lk, std::chrono::microseconds(200), wake);
+        }
         if (stop_) return;
-        t = q_.front();
-        q_.pop_front();
+        for (const Ticket& t : q_) {
+          ReapState r;
+          r.ticket = t;
+          r.own = true;
+          pending.push_back(r);
+        }
+        q_.clear();
       }
-      Fence* f = fence_of_ ? fence_of_(t) : nullptr;
-      if (f != nullptr) {
-        FencedMemory fm(table_, f);  // the reaper is part of the ticket's client process
-        (void)engine_->Drain(fm, t);
-      } else {
-        (void)engine_->Drain(mem, t);
+      for (size_t i = 0; i < pending.size();) {
+        Fence* f = fence_of_ ? fence_of_(pending[i].ticket) : nullptr;
+        Result<bool> done = false;
+        if (f != nullptr) {
+          FencedMemory fm(table_, f);  // the reaper is part of the ticket's client process
+          done = engine_->Reap(fm, pending[i]);
+        } else {
+          done = engine_->Reap(mem, pending[i]);
+        }
+        if (!done.ok() || *done) {  // finished, or its client died (fenced): nothing more to do
+          pending[i] = pending.back();
+          pending.pop_back();
+        } else {
+          ++i;
+        }
       }
     }
   }
