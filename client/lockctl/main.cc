@@ -14,6 +14,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -44,37 +45,117 @@ struct Common {
   std::string server;
   int port = 7471;
   int connect_timeout_ms = 5000;
+  bool port_given = false, timeout_given = false;  // on the command line
   bool json = false;
   bool record_requests = true;
 };
 
-// --server, else $RDMALOCK_SERVER; empty (after saying so) if neither is given.
-std::string ServerOf(const Common& c) {
-  std::string server = c.server;
-  if (server.empty()) {
-    if (const char* env = std::getenv("RDMALOCK_SERVER")) server = env;
+// Where lockctl finds lockd: --server, else $RDMALOCK_SERVER, else the client config file
+// ($XDG_CONFIG_HOME/rdmalock/client.yaml or ~/.config/rdmalock/client.yaml: keys server, port,
+// connect_timeout_ms). --port and --connect-timeout-ms given on the command line win over the
+// file.
+struct Target {
+  std::string server, source;
+  int port = 7471;
+  int connect_timeout_ms = 5000;
+  bool usage_error = false;
+};
+
+std::string ClientConfigPath() {
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x != nullptr && *x != '\0') {
+    return std::string(x) + "/rdmalock/client.yaml";
   }
-  if (server.empty()) {
-    std::cerr << "lockctl: no server: pass --server ADDRESS or set RDMALOCK_SERVER\n";
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') {
+    return std::string(h) + "/.config/rdmalock/client.yaml";
   }
-  return server;
+  return "";
+}
+
+// Reads the client config file into `t` (only keys the command line left open). A missing file
+// is fine; a bad one is a usage error that names the file, line and key.
+bool ReadClientConfig(const std::string& path, bool have_server, bool have_port, bool have_timeout,
+                      Target* t) {
+  if (path.empty() || access(path.c_str(), F_OK) != 0) return true;
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    std::cerr << "lockctl: " << path << ":" << e.mark.line + 1 << ": " << e.msg << "\n";
+    return false;
+  }
+  if (root.IsNull()) return true;
+  if (!root.IsMap()) {
+    std::cerr << "lockctl: " << path << ": expected a map of keys (server, port, "
+              << "connect_timeout_ms)\n";
+    return false;
+  }
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>("");
+    const int line = kv.first.Mark().line + 1;
+    auto bad = [&](const std::string& why) {
+      std::cerr << "lockctl: " << path << ":" << line << ": key '" << key << "': " << why << "\n";
+      return false;
+    };
+    if (!kv.second.IsScalar()) return bad("expected a single value");
+    const std::string v = kv.second.Scalar();
+    if (key == "server") {
+      if (v.empty()) return bad("empty");
+      if (!have_server) t->server = v, t->source = path;
+    } else if (key == "port" || key == "connect_timeout_ms") {
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      const long max = key == "port" ? 65535 : 3600000;
+      if (v.empty() || *end != '\0' || n < 1 || n > max) {
+        return bad("'" + v + "' is not an integer in 1.." + std::to_string(max));
+      }
+      if (key == "port" && !have_port) t->port = static_cast<int>(n);
+      if (key == "connect_timeout_ms" && !have_timeout) t->connect_timeout_ms = static_cast<int>(n);
+    } else {
+      return bad("unknown key (known: server, port, connect_timeout_ms)");
+    }
+  }
+  return true;
+}
+
+Target TargetOf(const Common& c) {
+  Target t;
+  t.port = c.port;
+  t.connect_timeout_ms = c.connect_timeout_ms;
+  if (!c.server.empty()) {
+    t.server = c.server, t.source = "--server";
+  } else if (const char* env = std::getenv("RDMALOCK_SERVER"); env != nullptr && *env != '\0') {
+    t.server = env, t.source = "RDMALOCK_SERVER";
+  }
+  const std::string path = ClientConfigPath();
+  if (!ReadClientConfig(path, !t.server.empty(), c.port_given, c.timeout_given, &t)) {
+    t.usage_error = true;
+    return t;
+  }
+  if (t.server.empty()) {
+    std::cerr << "lockctl: no server: pass --server ADDRESS, set RDMALOCK_SERVER, or put "
+                 "'server: ADDRESS' in "
+              << (path.empty() ? "~/.config/rdmalock/client.yaml" : path) << "\n";
+    t.usage_error = true;
+  }
+  return t;
 }
 
 std::unique_ptr<rdmalock::Client> ConnectOrDie(const Common& c, int* exit_code) {
-  const std::string server = ServerOf(c);
-  if (server.empty()) {
+  const Target t = TargetOf(c);
+  if (t.usage_error) {
     *exit_code = kExitUsage;
     return nullptr;
   }
   rdmalock::ClientOptions o;
-  o.server = server;
-  o.port = static_cast<uint16_t>(c.port);
-  o.connect_timeout = std::chrono::milliseconds(c.connect_timeout_ms);
+  o.server = t.server;
+  o.port = static_cast<uint16_t>(t.port);
+  o.connect_timeout = std::chrono::milliseconds(t.connect_timeout_ms);
   o.client_name = "lockctl";
   o.record_requests = c.record_requests;
   auto client = rdmalock::Client::Connect(o);
   if (!client.ok()) {
-    std::cerr << "lockctl: " << client.status().ToString() << "\n";
+    std::cerr << "lockctl: lockd at " << t.server << ":" << t.port << " (server from " << t.source
+              << "): " << client.status().ToString() << "\n";
     *exit_code = kExitUnavailable;
     return nullptr;
   }
@@ -471,7 +552,9 @@ int main(int argc, char** argv) {
       "--force refused."};
   app.require_subcommand(1);
   Common c;
-  app.add_option("-s,--server", c.server, "lockd address (default: $RDMALOCK_SERVER)");
+  app.add_option("-s,--server", c.server,
+                 "lockd address (default: $RDMALOCK_SERVER, then 'server' in "
+                 "~/.config/rdmalock/client.yaml)");
   app.add_option("-p,--port", c.port, "lockd port")->check(CLI::Range(1, 65535));
   app.add_option("--connect-timeout-ms", c.connect_timeout_ms, "connect timeout")
       ->check(CLI::PositiveNumber);
@@ -569,6 +652,8 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
   }
+  c.port_given = app.count("--port") > 0;
+  c.timeout_given = app.count("--connect-timeout-ms") > 0;
   if (status->parsed()) return CmdStatus(c);
   if (clients->parsed()) return CmdClients(c);
   if (inspect->parsed()) return CmdInspect(c, inspect_name, inspect_slot);
@@ -582,7 +667,7 @@ int main(int argc, char** argv) {
     c.record_requests = !no_records;
     bo.json = c.json;
     if (const int rc = lockctl::ValidateBenchOptions(bo); rc != 0) return rc;
-    if (ServerOf(c).empty()) return kExitUsage;
+    if (TargetOf(c).usage_error) return kExitUsage;
     // Each bench process connects by itself, after the fork (RunBench).
     return lockctl::RunBench(bo, [&c](int* code) { return ConnectOrDie(c, code); });
   }
