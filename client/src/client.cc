@@ -345,12 +345,15 @@ class [[gnu::visibility("hidden")]] Client::Impl
     for (;;) {
       {
         std::unique_lock lk(mu_);
-        const auto wake = [&] { return stopping_ || !abandoned_.empty(); };
-        if (pending.empty()) {
-          cv_.wait(lk, wake);
-        } else {
+        const auto wake = [&] { return stopping_ || !abandoned_.empty() || wake_reaper_; };
+        if (!pending.empty()) {
           cv_.wait_for(lk, std::chrono::microseconds(500), wake);
+        } else if (reap_fast_.load(std::memory_order_relaxed)) {
+          cv_.wait_for(lk, kReapTick, wake);
+        } else {
+          cv_.wait(lk, wake);
         }
+        wake_reaper_ = false;
         if (stopping_) return;
         while (!abandoned_.empty()) {
           ReapState r;
@@ -362,6 +365,10 @@ class [[gnu::visibility("hidden")]] Client::Impl
           pending.push_back(r);
         }
       }
+      // Releases other threads posted and left: reaped here, not on the keeper, whose heartbeat
+      // must never wait behind another connection's retransmissions.
+      if (reap_fast_.load(std::memory_order_relaxed)) ReapLeftReleases();
+      if (pending.empty()) continue;
       auto ch = Channel(Clock::now());
       if (!ch.ok()) {
         pending.clear();  // the session ended: lockd frees what the record shows
@@ -410,16 +417,12 @@ class [[gnu::visibility("hidden")]] Client::Impl
                           : lease / 4;
       auto tick = std::max<std::chrono::nanoseconds>(std::min(lease / 12, hb / 2),
                                                      std::chrono::milliseconds(1));
-      // While threads post releases, tick every millisecond to reap the ones left unreaped.
-      if (keeper_fast_.load(std::memory_order_relaxed)) tick = kReapTick;
       if (!sess) tick = Jittered(backoff);
       {
         std::unique_lock lk(mu_);
-        cv_.wait_for(lk, tick, [&] { return stopping_ || wake_keeper_; });
-        wake_keeper_ = false;
+        cv_.wait_for(lk, tick, [&] { return stopping_; });
         if (stopping_) return;
       }
-      if (sess) ReapLeftReleases();
       if (!sess) {
         if (!opts_.reconnect) continue;
         auto grace = std::chrono::milliseconds(0);
@@ -479,7 +482,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
     if (any) {
       idle_reap_ticks_ = 0;
     } else if (++idle_reap_ticks_ > 20) {
-      keeper_fast_.store(false, std::memory_order_relaxed);  // 20 ms with none: slow down
+      reap_fast_.store(false, std::memory_order_relaxed);  // 20 ms with none: slow down
     }
     for (auto& ch : left) {
       std::unique_lock clk(ch->mu, std::try_to_lock);
@@ -492,14 +495,14 @@ class [[gnu::visibility("hidden")]] Client::Impl
   }
 
  public:
-  // A thread posted a release: make sure the keeper ticks fast enough to reap it if the thread
-  // makes no further call.
+  // A thread posted a release: make sure the reaper thread ticks fast enough to reap it if the
+  // thread makes no further call.
   void ReleasePosted() {
-    if (keeper_fast_.load(std::memory_order_relaxed)) return;
+    if (reap_fast_.load(std::memory_order_relaxed)) return;
     {
       std::lock_guard lk(mu_);
-      keeper_fast_.store(true, std::memory_order_relaxed);
-      wake_keeper_ = true;
+      reap_fast_.store(true, std::memory_order_relaxed);
+      wake_reaper_ = true;
     }
     cv_.notify_all();
   }
@@ -587,13 +590,13 @@ class [[gnu::visibility("hidden")]] Client::Impl
   std::atomic<uint64_t> gen_{0};  // the current session's gen; 0 while there is none
   std::minstd_rand rng_;          // keeper thread only
   static constexpr std::chrono::milliseconds kReapTick{1};
-  std::atomic<bool> keeper_fast_{false};
-  int idle_reap_ticks_ = 0;  // keeper thread only
+  std::atomic<bool> reap_fast_{false};  // releases are being posted: the reaper ticks every 1 ms
+  int idle_reap_ticks_ = 0;             // reaper thread only
 
   mutable std::mutex mu_;  // guards the members below
   std::condition_variable cv_;
   bool stopping_ = false;
-  bool wake_keeper_ = false;
+  bool wake_reaper_ = false;
   uint64_t last_gen_ = 0;
   std::shared_ptr<const Session> session_;  // null while reconnecting
   std::shared_ptr<const Session> latest_;   // never null
@@ -1326,8 +1329,8 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
     ThreadChannel& c = **ch;
     std::lock_guard clk(c.mu);
     // Posted, not waited for, unless waiters were seen queued behind: the CAS's completion is
-    // reaped by this thread's next call, or by the keeper (ReapLeftReleases). Only the checks
-    // before posting can fail here.
+    // reaped by this thread's next call, or by the reaper thread (ReapLeftReleases). Only the
+    // checks before posting can fail here.
     st = c.Reap();
     const LockEngine& engine = *state_->session->engine;
     if (st.ok() && LockEngine::BlocksOthers(state_->grant)) {

@@ -1037,7 +1037,8 @@ TEST_CASE("acquire_many takes a set all or nothing; release_many frees it") {
   REQUIRE(b->Stats().batch_fallbacks >= 1);
 }
 
-TEST_CASE("a posted release that finds a new waiter is retried by the keeper, not left stalled") {
+TEST_CASE(
+    "a posted release that finds a new waiter is retried in the background, not left stalled") {
   // lease 2 s, F = 2: a release left unretried would hold the waiter for F x L = 4 s.
   Lockd lockd(7641, 64);
   auto a = MustConnect(lockd);
@@ -1063,7 +1064,7 @@ TEST_CASE("a posted release that finds a new waiter is retried by the keeper, no
   }
   const auto released = std::chrono::steady_clock::now();
   REQUIRE(h->Release().ok());
-  // ... and this thread makes no further call: the keeper must reap and retry the release.
+  // ... and this thread makes no further call: the reaper thread must reap and retry it.
   waiter.join();
   const auto handover = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - released);

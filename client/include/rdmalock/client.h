@@ -96,7 +96,7 @@ class RDMALOCK_EXPORT LockHandle {
   //
   // Unless requests were seen queued behind the grant (then it releases at once, for their
   // sake), the release's COMPARE_AND_SWAP is posted and Release() returns without waiting for it:
-  // its completion is reaped by this thread's next call on the client, or by the client's keeper
+  // its completion is reaped by this thread's next call on the client, or by the client's reaper
   // thread within about a millisecond. If the CAS finds requests queued since the grant was last
   // seen, the release is retried then. A failure found that late (the connection broke) ends the
   // session like any other: every held lock is reported lost. Client::Flush() waits for them.
