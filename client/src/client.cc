@@ -68,6 +68,13 @@ struct ThreadChannel {
     }
     return st;
   }
+  // A record entry for a new request from the session's pool; counts requests that go
+  // unrecorded because the record is full (when recording is on).
+  std::pair<uint64_t, uint32_t> TakeEntry(bool recording) {
+    auto e = session->pool->Take();
+    if (e.first == 0 && recording) ++unrecorded;
+    return e;
+  }
   void NotePending() {
     pending_since.store(pending.active ? Clock::now().time_since_epoch().count() : 0,
                         std::memory_order_relaxed);
@@ -707,13 +714,8 @@ void Client::Impl::PumpLoop() {
       Status st = ch.Reap();
       if (st.ok()) {
         issued = sess.engine->IssueMany(
-            *ch.mem, reqs, false,
-            [&] {
-              auto e = sess.pool->Take();
-              if (e.first == 0 && opts_.record_requests) ++ch.unrecorded;
-              return e;
-            },
-            &ch.pending, &ch.events);
+            *ch.mem, reqs, false, [&] { return ch.TakeEntry(opts_.record_requests); }, &ch.pending,
+            &ch.events);
       } else {
         issued = st;
       }
@@ -776,7 +778,7 @@ void Client::Impl::WaiterLoop() {
       } else if (w.frozen && ao.try_only) {
         g = Error(ErrorCode::kBusy, "lock word is being reset; try again");
       } else if (w.frozen) {
-        std::tie(ao.record, ao.record_seq) = sess.pool->Take();
+        std::tie(ao.record, ao.record_seq) = ch.TakeEntry(opts_.record_requests);
         ao.pending = &ch.pending;
         g = sess.engine->Acquire(*ch.mem, w.req.slot, w.req.mode, ao, &ch.events);
       } else {
@@ -922,8 +924,7 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   const Session& sess = *ch->session;
   ao.want_token = options.fencing_token && mode == Mode::kExclusive;
   std::unique_lock clk(ch->mu);
-  std::tie(ao.record, ao.record_seq) = sess.pool->Take();
-  if (ao.record == 0 && impl_->options().record_requests) ++ch->unrecorded;
+  std::tie(ao.record, ao.record_seq) = ch->TakeEntry(impl_->options().record_requests);
   ao.pending = &ch->pending;
   auto grant = sess.engine->Acquire(*ch->mem, slot, mode, ao, &ch->events);
   ch->NotePending();
@@ -933,14 +934,7 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
     impl_->OnSessionError(sess.gen, grant.status());
     return grant.status();
   }
-  ++ch->acquires;
-  auto state = std::make_shared<LockHandle::State>();
-  state->client = impl_;
-  state->session = ch->session;
-  state->grant = *grant;
-  state->auto_renew = options.auto_renew;
-  impl_->Track(state);
-  return LockHandle(std::move(state));
+  return impl_->MakeHandle(*ch, *grant, options.auto_renew);
 }
 
 Status Client::LockAsync(std::string_view name, const LockOptions& options, LockCallback done) {
@@ -1012,13 +1006,7 @@ Result<std::vector<LockHandle>> Client::LockManySlots(std::span<const SlotReques
   std::unique_lock clk(ch->mu);
   ao.pending = &ch->pending;
   auto grants = sess.engine->AcquireMany(
-      *ch->mem, reqs, ao,
-      [&] {
-        auto e = sess.pool->Take();
-        if (e.first == 0 && recording) ++ch->unrecorded;
-        return e;
-      },
-      &ch->events);
+      *ch->mem, reqs, ao, [&] { return ch->TakeEntry(recording); }, &ch->events);
   ch->NotePending();
   clk.unlock();
   if (!grants.ok()) {
@@ -1029,16 +1017,7 @@ Result<std::vector<LockHandle>> Client::LockManySlots(std::span<const SlotReques
   ++ch->batches;
   std::vector<LockHandle> out;
   out.reserve(grants->size());
-  for (const Grant& g : *grants) {
-    ++ch->acquires;
-    auto state = std::make_shared<LockHandle::State>();
-    state->client = impl_;
-    state->session = ch->session;
-    state->grant = g;
-    state->auto_renew = options.auto_renew;
-    impl_->Track(state);
-    out.push_back(LockHandle(std::move(state)));
-  }
+  for (const Grant& g : *grants) out.push_back(impl_->MakeHandle(*ch, g, options.auto_renew));
   return out;
 }
 

@@ -648,13 +648,8 @@ Result<std::vector<Grant>> LockEngine::AcquireMany(RemoteMemory& mem,
                                                    const AcquireOptions& opt,
                                                    const EntrySource& take_entry,
                                                    EngineEvents* ev) const {
-  for (size_t i = 0; i < reqs.size(); ++i) {
-    if (reqs[i].slot >= params_.lock_count) {
-      return Error(ErrorCode::kInvalidArgument, "slot " + std::to_string(reqs[i].slot) +
-                                                    " is out of range (lock_count " +
-                                                    std::to_string(params_.lock_count) + ")");
-    }
-    if (i > 0 && reqs[i].slot <= reqs[i - 1].slot) {
+  for (size_t i = 1; i < reqs.size(); ++i) {  // IssueMany checks the range
+    if (reqs[i].slot <= reqs[i - 1].slot) {
       return Error(ErrorCode::kInvalidArgument, "AcquireMany needs distinct slots in order");
     }
   }
