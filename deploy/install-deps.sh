@@ -10,7 +10,9 @@ packages=(
   spin
   # libraries
   libibverbs-dev librdmacm-dev libspdlog-dev libcli11-dev libyaml-cpp-dev catch2 libxxhash-dev
-  libsystemd-dev
+  libsystemd-dev libcpp-httplib-dev
+  # the demo and the docs read lockd's metrics with curl
+  curl
   # RDMA runtime and tools (providers include rdma_rxe's userspace part; perftest for baselines)
   systemd
   rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest iproute2

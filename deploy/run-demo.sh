@@ -59,6 +59,28 @@ lockctl acquire --timeout 1000 demo/orders -- sh -c 'echo "  [other] got demo/or
 section "contended workload: 4 threads on one lock, 30% shared"
 lockctl bench --threads 4 --locks 1 --duration 3 --shared-ratio 0.3
 
+section "lockd's metrics (Prometheus text at http://127.0.0.1:9477/metrics) move during a bench"
+metrics() { curl -sf --max-time 5 http://127.0.0.1:9477/metrics; }
+watch='^rdmalock_lockd_(sessions_connected|handshakes_accepted_total|connections_joined_total|lock_requests_total|locks_held|lock_waiters|locks_contended|sessions_ended_total\{reason="disconnected"\})'
+metrics >"$state/metrics-0.txt"
+lockctl bench --threads 4 --locks 4 --duration 8 >"$state/bench-metrics.txt" &
+bench=$!
+sleep 1.5
+# top reads the whole table (16 MiB here) twice; on rdma_rxe that takes a few seconds.
+echo "  lockctl top during the bench (one 500 ms refresh):"
+lockctl top --iterations 1 --interval-ms 500 -n 5 | sed 's/^/    /'
+metrics >"$state/metrics-1.txt"
+wait "$bench"
+metrics >"$state/metrics-2.txt"
+echo "  before / during / after the bench:"
+# (no process substitution: the VM has no /dev/fd)
+for i in 0 1 2; do grep -E "$watch" "$state/metrics-$i.txt" >"$state/m$i.txt"; done
+awk '{ print $2 }' "$state/m1.txt" >"$state/m1v.txt"
+awk '{ print $2 }' "$state/m2.txt" >"$state/m2v.txt"
+paste "$state/m0.txt" "$state/m1v.txt" "$state/m2v.txt" |
+  awk '{ printf "    %-62s %10s %10s %10s\n", $1, $2, $3, $4 }'
+grep -E '^(acquisitions|sdk histogram)' "$state/bench-metrics.txt" | sed 's/^/  bench: /'
+
 section "lockctl bench: 1 thread, 10,000 locks, uncontended exclusive"
 lockctl bench --threads 1 --locks 10000 --duration 5 | tee "$state/bench.txt"
 lockctl --json bench --threads 1 --locks 10000 --duration 5 >"$state/bench.json"

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "metrics.h"
 #include "rdmalock/proto/layout.h"
 
 namespace rdmalock::lockd {
@@ -73,6 +74,12 @@ Status Validate(const Config& c) {
                                          "critical, off");
   }
   if (c.address.empty()) return Error(ErrorCode::kConfig, "address is empty");
+  if (!c.metrics_address.empty()) {
+    std::string host;
+    uint16_t port = 0;
+    RDMALOCK_RETURN_IF_ERROR(
+        ParseHostPort(c.metrics_address, &host, &port).WithContext("metrics_address"));
+  }
   if (c.heartbeat_timeout_ms < 2 * c.heartbeat_interval_ms) {
     return Error(ErrorCode::kConfig, "heartbeat_timeout_ms (" +
                                          std::to_string(c.heartbeat_timeout_ms) +
@@ -127,6 +134,14 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
         st = ReadUnsigned(origin, key, v, 0, 3'600'000, &c.restart_grace_ms);
       } else if (key == "admin_socket") {
         st = ReadString(origin, key, v, &c.admin_socket);
+      } else if (key == "metrics_address") {
+        st = ReadString(origin, key, v, &c.metrics_address);
+        std::string host;
+        uint16_t port = 0;
+        if (st.ok() && !c.metrics_address.empty()) {
+          st = ParseHostPort(c.metrics_address, &host, &port);
+          if (!st.ok()) st = Error(ErrorCode::kConfig, Where(origin, v, key) + ": " + st.message());
+        }
       } else if (key == "state_dir") {
         st = ReadString(origin, key, v, &c.state_dir);
       } else if (key == "log_level") {
@@ -169,7 +184,8 @@ std::string Config::ToYaml() const {
     << "restart_grace_ms: " << restart_grace_ms << "\n"
     << "state_dir: \"" << state_dir << "\"\n"
     << "admin_socket: \"" << admin_socket << "\"\n"
-    << "log_level: " << log_level << "\n";
+    << "log_level: " << log_level << "\n"
+    << "metrics_address: \"" << metrics_address << "\"\n";
   return o.str();
 }
 
@@ -194,6 +210,7 @@ std::vector<std::string> ChangedKeys(const Config& a, const Config& b) {
   cmp("state_dir", a.state_dir, b.state_dir);
   cmp("admin_socket", a.admin_socket, b.admin_socket);
   cmp("log_level", a.log_level, b.log_level);
+  cmp("metrics_address", a.metrics_address, b.metrics_address);
   return out;
 }
 

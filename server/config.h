@@ -24,6 +24,8 @@ struct Config {
   std::string state_dir = "/var/lib/rdmalock";  // where the epoch persists; "" keeps it in memory
   std::string admin_socket = "/run/rdmalock/lockd.sock";  // local admin socket; "" disables
   std::string log_level = "info";  // trace, debug, info, warn, error, critical, off
+  // Where lockd serves Prometheus metrics over HTTP (GET /metrics), HOST:PORT; "" serves none.
+  std::string metrics_address = "127.0.0.1:9477";
 
   // The effective configuration as YAML, every key included.
   std::string ToYaml() const;

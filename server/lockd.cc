@@ -30,6 +30,7 @@
 #include "../client/src/lock_engine.h"
 #include "../client/src/verbs_memory.h"
 #include "../common/rdma/verbs.h"
+#include "metrics.h"
 #include "rdmalock/proto/handshake.h"
 #include "rdmalock/proto/layout.h"
 
@@ -153,6 +154,7 @@ struct Server::Impl {
   std::vector<uint32_t> free_records;
   uint64_t next_session_id = 1;
   uint64_t accepted_total = 0, rejected_total = 0, recoveries_total = 0;
+  Counters counters;  // for the metrics endpoint (atomics: its thread reads them)
   std::atomic<uint64_t> connected{0};
   int stop_fd = -1;
   int admin_fd = -1;
@@ -170,8 +172,20 @@ struct Server::Impl {
   std::thread rec_thread;
   bool stopped_with_clients = false;
   SteadyClock::time_point next_qp_check;
+  std::chrono::system_clock::time_point started_wall = std::chrono::system_clock::now();
+
+  // The metrics sampler's memory of the lock table (guarded by sample_mu: two HTTP workers).
+  std::mutex sample_mu;
+  std::vector<uint32_t> sample_issued;  // maxX + maxS per slot at the last scrape
+  std::vector<uint32_t> sample_gen;     // word1's generation (low 32 bits) at the last scrape
+  uint64_t sample_requests = 0;         // requests seen queueing, summed over scrapes
+  bool sampled = false;
+
+  // Declared last, so destroyed first: it reads the members above while it serves.
+  std::unique_ptr<MetricsServer> metrics;
 
   ~Impl() {
+    metrics.reset();
     StopRecovery();
     loopback.reset();
     graveyard.clear();
@@ -231,6 +245,8 @@ struct Server::Impl {
       spdlog::warn("rdma_reject for {} failed: {}", peer, std::strerror(errno));
     }
     ++rejected_total;
+    counters.rejected[std::min<size_t>(static_cast<size_t>(reason), Counters::kRejectReasons - 1)]
+        .fetch_add(1, std::memory_order_relaxed);
     PublishCounters();
     if (reason == proto::RejectReason::kGrace) {
       spdlog::info("refused {} during the restart grace period ({} ms left)", peer, retry_after_ms);
@@ -350,6 +366,7 @@ struct Server::Impl {
     c->session = sess;
     sess->conns.insert(id);
     conns.emplace(id, std::move(c));
+    if (join) counters.joined.fetch_add(1, std::memory_order_relaxed);
     spdlog::debug("accepted {} ({} session {}, client '{}', pid {})", peer, join ? "joins" : "new",
                   sess->session_id, sess->name, sess->pid);
     return nullptr;
@@ -364,6 +381,7 @@ struct Server::Impl {
     if (s.counted) return;  // a further connection of a session already counted
     s.counted = true;
     ++accepted_total;
+    counters.accepted.fetch_add(1, std::memory_order_relaxed);
     if (!s.loopback) connected.fetch_add(1);
     PublishCounters();
     spdlog::info("client connected: session {} from {} ('{}', pid {}){}", s.session_id, s.peer,
@@ -375,8 +393,12 @@ struct Server::Impl {
   // free at once (the client is gone: it disconnected, which the SDK does only after ending its
   // leases, or its process died); otherwise one lease later, when any lease it may still believe
   // in has run out.
-  void EndSession(const std::shared_ptr<Session>& s, const std::string& why, bool now) {
+  void EndSession(const std::shared_ptr<Session>& s, EndReason reason, const std::string& why,
+                  bool now) {
     if (sessions.erase(s->session_id) == 0) return;  // already ended
+    if (!s->loopback) {
+      counters.ended[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
+    }
     const auto ended = SteadyClock::now();
     for (rdma_cm_id* id : s->conns) {
       auto it = conns.find(id);
@@ -435,18 +457,19 @@ struct Server::Impl {
     if (!job.items.empty()) {
       std::lock_guard lk(rec_mu);
       rec_queue.push_back(std::move(job));
+      counters.recovery_queue.fetch_add(1, std::memory_order_relaxed);
       rec_cv.notify_all();
     }
   }
 
-  void DropConn(rdma_cm_id* id, const std::string& why, bool now) {
+  void DropConn(rdma_cm_id* id, EndReason reason, const std::string& why, bool now) {
     auto it = conns.find(id);
     if (it == conns.end()) return;
     std::shared_ptr<Session> s = it->second->session;
     if (!it->second->established && s->conns.size() == 1 && !s->counted) {
       spdlog::warn("connection from {} failed before it was established: {}", s->peer, why);
     }
-    EndSession(s, why, now);
+    EndSession(s, reason, why, now);
   }
 
   Status HandleOneEvent(bool* device_gone) {
@@ -465,13 +488,13 @@ struct Server::Impl {
         OnEstablished(ev->id);
         break;
       case RDMA_CM_EVENT_DISCONNECTED:
-        DropConn(ev->id, "disconnected", true);
+        DropConn(ev->id, EndReason::kDisconnected, "disconnected", true);
         break;
       case RDMA_CM_EVENT_REJECTED:
       case RDMA_CM_EVENT_CONNECT_ERROR:
       case RDMA_CM_EVENT_UNREACHABLE:
         // The connection never carried anything we can trust to be over: wait out a lease.
-        DropConn(ev->id, rdma_event_str(ev->event), false);
+        DropConn(ev->id, EndReason::kConnectFailed, rdma_event_str(ev->event), false);
         break;
       case RDMA_CM_EVENT_DEVICE_REMOVAL:
         spdlog::critical("RDMA device removed; shutting down");
@@ -493,7 +516,12 @@ struct Server::Impl {
     const auto timeout = std::chrono::milliseconds(config.heartbeat_timeout_ms);
     const bool check_qps = now >= next_qp_check;
     if (check_qps) next_qp_check = now + timeout / 4;
-    std::vector<std::pair<std::shared_ptr<Session>, std::string>> dead;
+    struct Dead {
+      std::shared_ptr<Session> session;
+      EndReason reason;
+      std::string why;
+    };
+    std::vector<Dead> dead;
     for (auto& [sid, s] : sessions) {
       if (s->loopback) continue;
       uint8_t* rec = RecordAt(s->index);
@@ -504,10 +532,11 @@ struct Server::Impl {
         Store64(rec, proto::SessionRecord::kHeartbeatSeenUnixNs,
                 UnixNs(std::chrono::system_clock::now()));
       } else if (s->counted && now - s->heartbeat_moved > timeout) {
-        dead.emplace_back(s, "no heartbeat for " +
-                                 std::to_string(static_cast<int64_t>(MsSince(s->heartbeat_moved))) +
-                                 " ms (heartbeat_timeout_ms " +
-                                 std::to_string(config.heartbeat_timeout_ms) + ")");
+        dead.push_back({s, EndReason::kHeartbeatTimeout,
+                        "no heartbeat for " +
+                            std::to_string(static_cast<int64_t>(MsSince(s->heartbeat_moved))) +
+                            " ms (heartbeat_timeout_ms " +
+                            std::to_string(config.heartbeat_timeout_ms) + ")"});
         continue;
       }
       // A QP in the error state: a bad operation of the client or a transport failure (rdma_rxe
@@ -531,12 +560,11 @@ struct Server::Impl {
       } else if (!s->qp_error_seen) {
         s->qp_error_seen = true;
       } else {
-        dead.emplace_back(s,
-                          "its QP is in the error state (a bad operation or a transport "
-                          "failure)");
+        dead.push_back({s, EndReason::kQpError,
+                        "its QP is in the error state (a bad operation or a transport failure)"});
       }
     }
-    for (auto& [s, why] : dead) EndSession(s, why, false);
+    for (auto& d : dead) EndSession(d.session, d.reason, d.why, false);
     graveyard.clear();
     PublishCounters();
   }
@@ -558,8 +586,8 @@ struct Server::Impl {
     }
     for (auto& [id, c] : conns) {
       if (id->qp == qp) {
-        EndSession(c->session, std::string("its QP failed (") + ibv_event_type_str(type) + ")",
-                   false);
+        EndSession(c->session, EndReason::kQpError,
+                   std::string("its QP failed (") + ibv_event_type_str(type) + ")", false);
         break;
       }
     }
@@ -637,7 +665,8 @@ struct Server::Impl {
         return "error no client session " + arg;
       }
       spdlog::warn("forced release of session {} requested by {}", n, asker);
-      EndSession(it->second, "forced release by " + asker, false);
+      counters.forced_releases.fetch_add(1, std::memory_order_relaxed);
+      EndSession(it->second, EndReason::kForced, "forced release by " + asker, false);
       graveyard.clear();
       return "ok session " + arg + " fenced; its locks are freed after one lease (" + lease +
              " ms), when its leases have run out";
@@ -675,12 +704,142 @@ struct Server::Impl {
       ids += (ids.empty() ? "" : ",") + std::to_string(s->session_id);
       spdlog::warn("forced release of slot {} requested by {}: fencing session {}", n, asker,
                    s->session_id);
-      EndSession(s, "forced release of slot " + arg + " by " + asker, false);
+      EndSession(s, EndReason::kForced, "forced release of slot " + arg + " by " + asker, false);
     }
+    counters.forced_releases.fetch_add(1, std::memory_order_relaxed);
     graveyard.clear();
     return "ok slot " + arg + ": fenced session(s) " + ids +
            "; their locks are freed after one lease (" + lease +
            " ms), when their leases have run out";
+  }
+
+  // ---- metrics (runs on the metrics server's threads: reads atomics and the lock table only)
+
+  std::string Render() {
+    using std::chrono::duration;
+    PromText p;
+    const auto now_wall = std::chrono::system_clock::now();
+    p.Family("rdmalock_lockd_info", "gauge", "lockd's version (label) and epoch; always 1");
+    p.Sample(uint64_t{1},
+             "version=\"" RDMALOCK_VERSION "\",epoch=\"" + std::to_string(epoch) + "\"");
+    p.Family("rdmalock_lockd_epoch", "gauge",
+             "epoch of this run (bumped at every start; it leads every fencing token)");
+    p.Sample(epoch);
+    p.Family("rdmalock_lockd_start_time_seconds", "gauge", "when lockd started, Unix seconds");
+    p.Sample(duration<double>(started_wall.time_since_epoch()).count());
+    p.Family("rdmalock_lockd_lease_seconds", "gauge", "a holder's lease (lease_ms)");
+    p.Sample(static_cast<double>(config.lease_ms) / 1000.0);
+    p.Family("rdmalock_lockd_stall_factor", "gauge",
+             "waiters recover a lock after stall_factor x lease without progress");
+    p.Sample(uint64_t{config.stall_factor});
+    p.Family("rdmalock_lockd_grace_remaining_seconds", "gauge",
+             "restart grace period left (clients are refused until it ends); 0 if none");
+    p.Sample(grace_until_wall > now_wall ? duration<double>(grace_until_wall - now_wall).count()
+                                         : 0.0);
+    p.Family("rdmalock_lockd_sessions_connected", "gauge", "client sessions connected now");
+    p.Sample(connected.load(std::memory_order_relaxed));
+    p.Family("rdmalock_lockd_sessions_max", "gauge", "max_clients");
+    p.Sample(uint64_t{config.max_clients});
+    p.Family("rdmalock_lockd_handshakes_accepted_total", "counter",
+             "client sessions admitted (their first connection established)");
+    p.Sample(counters.accepted.load(std::memory_order_relaxed));
+    p.Family("rdmalock_lockd_connections_joined_total", "counter",
+             "further connections accepted into existing sessions (one per client thread)");
+    p.Sample(counters.joined.load(std::memory_order_relaxed));
+    p.Family("rdmalock_lockd_handshakes_rejected_total", "counter",
+             "connections rejected, by reason");
+    for (uint16_t r = 1; r <= static_cast<uint16_t>(proto::RejectReason::kBadSession); ++r) {
+      const auto reason = static_cast<proto::RejectReason>(r);
+      p.Sample(counters.rejected[r].load(std::memory_order_relaxed),
+               "reason=\"" + std::string(proto::RejectReasonLabel(reason)) + "\"");
+    }
+    p.Family("rdmalock_lockd_sessions_ended_total", "counter",
+             "client sessions that ended, by reason (lockd then frees their recorded requests)");
+    for (size_t r = 0; r < static_cast<size_t>(EndReason::kCount); ++r) {
+      p.Sample(counters.ended[r].load(std::memory_order_relaxed),
+               "reason=\"" + std::string(EndReasonLabel(static_cast<EndReason>(r))) + "\"");
+    }
+    p.Family("rdmalock_lockd_forced_releases_total", "counter",
+             "lockctl release --force requests carried out");
+    p.Sample(counters.forced_releases.load(std::memory_order_relaxed));
+    p.Family("rdmalock_lockd_recovered_requests_total", "counter",
+             "recorded requests of ended sessions, by what lockd's recovery found: released (it "
+             "freed them), done (already over), recovered (waiters had recovered past them), "
+             "gave_up (left to waiters' stall recovery)");
+    p.Sample(counters.freed_released.load(std::memory_order_relaxed), "outcome=\"released\"");
+    p.Sample(counters.freed_done.load(std::memory_order_relaxed), "outcome=\"done\"");
+    p.Sample(counters.freed_recovered.load(std::memory_order_relaxed), "outcome=\"recovered\"");
+    p.Sample(counters.freed_gave_up.load(std::memory_order_relaxed), "outcome=\"gave_up\"");
+    p.Family("rdmalock_lockd_recovery_pending", "gauge",
+             "ended sessions whose recorded requests lockd has yet to free");
+    p.Sample(counters.recovery_queue.load(std::memory_order_relaxed));
+    RenderLockTable(p);
+    return p.text();
+  }
+
+  // Occupancy from one pass of relaxed loads over the lock table (not a snapshot: clients change
+  // words while it reads), and a count of requests that queued since the last scrape.
+  void RenderLockTable(PromText& p) {
+    const auto t0 = SteadyClock::now();
+    uint64_t held_x = 0, held_s = 0, holders = 0, waiting = 0, contended = 0, frozen = 0;
+    std::lock_guard lk(sample_mu);
+    if (sample_issued.size() != config.lock_count) {
+      sample_issued.assign(config.lock_count, 0);
+      sample_gen.assign(config.lock_count, 0);
+    }
+    for (uint64_t slot = 0; slot < config.lock_count; ++slot) {
+      const size_t off = proto::SlotOffset(slot);
+      const proto::Word0 w = proto::Word0::Decode(Load64(locks->data(), off));
+      const auto gen = static_cast<uint32_t>(proto::Generation(Load64(locks->data(), off + 8)));
+      const proto::Occupancy o = proto::OccupancyOf(w);
+      if (o.holders > 0) {
+        if (o.exclusive_outstanding > 0) {
+          ++held_x;
+        } else {
+          ++held_s;
+        }
+      }
+      holders += o.holders;
+      waiting += o.waiting;
+      if (o.waiting > 0) ++contended;
+      if (w.Frozen()) ++frozen;
+      // Tickets issued since the last scrape: 16-bit counters, so modulo 2^16; after a reset (the
+      // generation moved) the counters restarted, so count what they show now.
+      const auto prev_x = static_cast<uint16_t>(sample_issued[slot] >> 16);
+      const auto prev_s = static_cast<uint16_t>(sample_issued[slot]);
+      if (sampled) {
+        sample_requests += gen != sample_gen[slot]
+                               ? uint64_t{w.max_x} + w.max_s
+                               : uint64_t{static_cast<uint16_t>(w.max_x - prev_x)} +
+                                     static_cast<uint16_t>(w.max_s - prev_s);
+      }
+      sample_issued[slot] = (uint32_t{w.max_x} << 16) | w.max_s;
+      sample_gen[slot] = gen;
+    }
+    sampled = true;
+    p.Family("rdmalock_lockd_lock_slots", "gauge", "slots in the lock table (lock_count)");
+    p.Sample(config.lock_count);
+    p.Family("rdmalock_lockd_locks_held", "gauge",
+             "slots with a holder now, by mode (a queue of both modes counts as exclusive)");
+    p.Sample(held_x, "mode=\"exclusive\"");
+    p.Sample(held_s, "mode=\"shared\"");
+    p.Family("rdmalock_lockd_lock_holders", "gauge",
+             "requests holding a lock now (shared holders counted one by one)");
+    p.Sample(holders);
+    p.Family("rdmalock_lockd_lock_waiters", "gauge", "requests queued behind a holder now");
+    p.Sample(waiting);
+    p.Family("rdmalock_lockd_locks_contended", "gauge", "slots with at least one waiter now");
+    p.Sample(contended);
+    p.Family("rdmalock_lockd_locks_frozen", "gauge",
+             "slots whose counters reached the reset threshold and await a reset");
+    p.Sample(frozen);
+    p.Family("rdmalock_lockd_lock_requests_total", "counter",
+             "lock requests (FETCH_AND_ADDs) seen queueing in the table, counted at each scrape "
+             "(a slot with over 65535 requests between two scrapes is undercounted)");
+    p.Sample(sample_requests);
+    p.Family("rdmalock_lockd_table_scan_seconds", "gauge",
+             "how long this scrape took to read the lock table");
+    p.Sample(std::chrono::duration<double>(SteadyClock::now() - t0).count());
   }
 
   // ---- recovery thread
@@ -818,6 +977,11 @@ struct Server::Impl {
           ++it;
           continue;
         }
+        counters.freed_released.fetch_add(j.released, std::memory_order_relaxed);
+        counters.freed_done.fetch_add(j.already_done, std::memory_order_relaxed);
+        counters.freed_recovered.fetch_add(j.recovered, std::memory_order_relaxed);
+        counters.freed_gave_up.fetch_add(j.gave_up, std::memory_order_relaxed);
+        counters.recovery_queue.fetch_sub(1, std::memory_order_relaxed);
         spdlog::info(
             "recovered {}: {} lock(s) released for it, {} already released or recovered, {} "
             "freed by stall recovery, {} left to waiters; {:.1f} ms after it ended",
@@ -947,6 +1111,11 @@ Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t ep
     return rdma::ErrnoStatus(ErrorCode::kIo, "rdma_listen", errno);
   }
   RDMALOCK_RETURN_IF_ERROR(m->OpenAdminSocket());
+  if (!config.metrics_address.empty()) {
+    Impl* raw = m.get();
+    RDMALOCK_ASSIGN_OR_RETURN(
+        m->metrics, MetricsServer::Start(config.metrics_address, [raw] { return raw->Render(); }));
+  }
   spdlog::info("listening on {}:{} (epoch {}, {} locks, lease {} ms, stall factor {})",
                config.address, config.port, epoch, config.lock_count, config.lease_ms,
                config.stall_factor);

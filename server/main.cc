@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
   std::string log_level, address, state_dir;
   int64_t port = -1, lock_count = -1, lease_ms = -1, max_clients = -1, hb_interval = -1,
           hb_timeout = -1, grace = -1;
-  std::string admin_socket;
+  std::string admin_socket, metrics_address;
   app.add_option("-c,--config", config_path, "YAML config file (default: none, all defaults)");
   app.add_flag("--check-config", check_config, "validate the config and exit (0 if valid)");
   app.add_flag("--print-config", print_config, "print the effective config and exit");
@@ -101,6 +101,9 @@ int main(int argc, char** argv) {
   app.add_option("--restart-grace-ms", grace, "override restart_grace_ms (0: one lease)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--admin-socket", admin_socket, "override admin_socket (\"\" disables)");
+  app.add_option("--metrics-address", metrics_address,
+                 "override metrics_address, HOST:PORT (\"\" serves no metrics)");
+  app.set_version_flag("--version", "lockd " RDMALOCK_VERSION);
   CLI11_PARSE(app, argc, argv);
 
   auto logger = spdlog::stderr_color_mt("lockd");
@@ -129,6 +132,7 @@ int main(int argc, char** argv) {
   if (hb_timeout > 0) config.heartbeat_timeout_ms = static_cast<uint64_t>(hb_timeout);
   if (grace >= 0) config.restart_grace_ms = static_cast<uint64_t>(grace);
   if (app.count("--admin-socket") > 0) config.admin_socket = admin_socket;
+  if (app.count("--metrics-address") > 0) config.metrics_address = metrics_address;
   if (auto st = rdmalock::lockd::Validate(config); !st.ok()) {
     std::cerr << "lockd: invalid configuration: " << st.message() << "\n";
     return 2;

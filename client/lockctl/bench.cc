@@ -105,8 +105,11 @@ std::vector<std::pair<uint64_t, uint64_t>> Log2Histogram(const std::vector<uint3
 // Calls f(a.x, b.x) for every counter of ClientStats.
 template <typename A, typename B, typename F>
 void ForEachCounter(A& a, B& b, F f) {
-  static_assert(sizeof(rdmalock::ClientStats) == 21 * sizeof(uint64_t),
-                "ClientStats changed: list its new counters here");
+  static_assert(
+      sizeof(rdmalock::ClientStats) == 22 * sizeof(uint64_t) + sizeof(rdmalock::LatencyHistogram),
+      "ClientStats changed: list its new counters here");
+  static_assert(sizeof(rdmalock::LatencyHistogram) ==
+                (rdmalock::LatencyHistogram::kBuckets + 2) * sizeof(uint64_t));
   f(a.acquires, b.acquires);
   f(a.releases, b.releases);
   f(a.timeouts, b.timeouts);
@@ -128,6 +131,12 @@ void ForEachCounter(A& a, B& b, F f) {
   f(a.batches, b.batches);
   f(a.batch_fallbacks, b.batch_fallbacks);
   f(a.deferred_releases, b.deferred_releases);
+  f(a.waits, b.waits);
+  for (size_t i = 0; i < rdmalock::LatencyHistogram::kBuckets; ++i) {
+    f(a.acquire_latency.counts[i], b.acquire_latency.counts[i]);
+  }
+  f(a.acquire_latency.count, b.acquire_latency.count);
+  f(a.acquire_latency.sum_us, b.acquire_latency.sum_us);
 }
 
 rdmalock::ClientStats Delta(rdmalock::ClientStats end, const rdmalock::ClientStats& start) {
@@ -764,10 +773,12 @@ int Report(const BenchOptions& o, std::vector<ProcResult>& procs, int failed_pro
         "\"withdrawals\":%llu,\"deferred_releases\":%llu,\"batches\":%llu,"
         "\"batch_fallbacks\":%llu,\"timeouts\":%llu,\"lost\":%llu,\"resets\":%llu,"
         "\"abandoned\":%llu,\"sessions_lost\":%llu,\"reconnects\":%llu,"
-        "\"unrecorded\":%llu,\"pair_hist_us\":[",
+        "\"unrecorded\":%llu,\"waits\":%llu,\"sdk_acquire_p50_us_bound\":%llu,"
+        "\"sdk_acquire_p99_us_bound\":%llu,\"pair_hist_us\":[",
         u(d.withdrawals), u(d.deferred_releases), u(d.batches), u(d.batch_fallbacks), u(d.timeouts),
         u(d.lost), u(d.resets), u(d.abandoned), u(d.sessions_lost), u(d.reconnects),
-        u(d.unrecorded));
+        u(d.unrecorded), u(d.waits), u(d.acquire_latency.QuantileUs(0.5)),
+        u(d.acquire_latency.QuantileUs(0.99)));
     bool first = true;
     for (const auto& [bound, count] : Log2Histogram(pair)) {
       std::printf("%s[%llu,%llu]", first ? "" : ",", u(bound), u(count));
@@ -811,6 +822,11 @@ int Report(const BenchOptions& o, std::vector<ProcResult>& procs, int failed_pro
         "%llu  batches %llu  batch fallbacks %llu  timeouts %llu  lost %llu  reconnects %llu\n",
         u(d.recoveries), u(d.restarts), u(d.withdrawals), u(d.deferred_releases), u(d.batches),
         u(d.batch_fallbacks), u(d.timeouts), u(d.lost), u(d.reconnects));
+    std::printf(
+        "sdk histogram:       %llu acquires, %llu waited; acquire p50 <= %llu us, p99 <= %llu us "
+        "(ClientStats::acquire_latency, power-of-two buckets)\n",
+        u(d.acquire_latency.count), u(d.waits), u(d.acquire_latency.QuantileUs(0.5)),
+        u(d.acquire_latency.QuantileUs(0.99)));
     std::printf("errors %llu", u(errors));
     if (failed_processes > 0) std::printf("  failed processes %d", failed_processes);
     std::printf("\n");

@@ -28,6 +28,7 @@
 #include <iostream>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "bench.h"
@@ -459,6 +460,124 @@ int CmdRelease(const Common& c, bool force, const std::string& name, int64_t slo
   return ok ? 0 : 1;
 }
 
+// lockctl top: the most contended locks, refreshed every interval. Reads the whole lock table
+// with RDMA READs each time (lock_count x 16 bytes) and ranks slots by waiters, then by requests
+// queued per second since the previous read.
+int CmdTop(const Common& c, int interval_ms, int rows, int iterations,
+           const std::vector<std::string>& names) {
+  int code = 0;
+  auto client = ConnectOrDie(c, &code);
+  if (!client) return code;
+  const uint64_t n = client->lock_count();
+  std::unordered_map<uint64_t, std::string> label;
+  for (const auto& name : names) {
+    auto& l = label[client->SlotOf(name)];
+    l += (l.empty() ? "" : ",") + name;
+  }
+  const bool tty = !c.json && isatty(STDOUT_FILENO) == 1;
+  struct Prev {
+    uint32_t issued = 0;  // maxX << 16 | maxS
+    uint64_t generation = 0;
+  };
+  std::vector<Prev> prev;
+  auto last = std::chrono::steady_clock::now();
+  for (int it = 0; iterations == 0 || it <= iterations; ++it) {
+    if (it > 0) std::this_thread::sleep_for(std::chrono::milliseconds(interval_ms));
+    auto table = client->InspectRange(0, n);
+    if (!table.ok()) {
+      std::cerr << "lockctl: " << table.status().ToString() << "\n";
+      return kExitUnavailable;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const double secs = std::chrono::duration<double>(now - last).count();
+    last = now;
+    struct Row {
+      uint64_t slot;
+      uint32_t holders, waiting;
+      double rate;
+      const char* state;
+    };
+    std::vector<Row> out;
+    uint64_t held = 0, waiting = 0, contended = 0;
+    const bool have_prev = !prev.empty();
+    prev.resize(n);
+    for (const auto& v : *table) {
+      const uint32_t outstanding = v.exclusive_outstanding + v.shared_outstanding;
+      const uint32_t holders =
+          v.exclusive_outstanding > 0 ? (outstanding > 0 ? 1 : 0) : v.shared_outstanding;
+      const uint32_t w = outstanding - holders;
+      Prev& p = prev[v.slot];
+      uint64_t queued = 0;
+      if (have_prev) {
+        queued = v.generation != p.generation
+                     ? uint64_t{v.exclusive_issued} + v.shared_issued
+                     : uint64_t{static_cast<uint16_t>(v.exclusive_issued - (p.issued >> 16))} +
+                           static_cast<uint16_t>(v.shared_issued - (p.issued & 0xffff));
+      }
+      p.issued = (uint32_t{v.exclusive_issued} << 16) | v.shared_issued;
+      p.generation = v.generation;
+      if (holders > 0) ++held;
+      waiting += w;
+      if (w > 0) ++contended;
+      if (holders == 0 && queued == 0) continue;
+      const char* state = v.exclusive_held       ? "exclusive"
+                          : v.shared_holders > 0 ? "shared"
+                          : outstanding > 0      ? "mixed"
+                                                 : "free";
+      out.push_back(
+          {v.slot, holders, w, secs > 0 ? static_cast<double>(queued) / secs : 0.0, state});
+    }
+    if (it == 0) continue;  // the first read only sets the baseline for requests/s
+    std::sort(out.begin(), out.end(), [](const Row& a, const Row& b) {
+      if (a.waiting != b.waiting) return a.waiting > b.waiting;
+      if (a.rate != b.rate) return a.rate > b.rate;
+      return a.slot < b.slot;
+    });
+    if (out.size() > static_cast<size_t>(rows)) out.resize(static_cast<size_t>(rows));
+    const std::time_t wall = std::time(nullptr);
+    char when[32];
+    std::tm tm{};
+    gmtime_r(&wall, &tm);
+    std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    if (c.json) {
+      std::printf(
+          "{\"time\":\"%s\",\"interval_s\":%.3f,\"lock_count\":%llu,\"held\":%llu,"
+          "\"waiting\":%llu,\"contended\":%llu,\"locks\":[",
+          when, secs, static_cast<unsigned long long>(n), static_cast<unsigned long long>(held),
+          static_cast<unsigned long long>(waiting), static_cast<unsigned long long>(contended));
+      for (size_t i = 0; i < out.size(); ++i) {
+        const auto l = label.find(out[i].slot);
+        std::printf(
+            "%s{\"slot\":%llu,\"names\":\"%s\",\"state\":\"%s\",\"holders\":%u,"
+            "\"waiting\":%u,\"requests_per_s\":%.1f}",
+            i ? "," : "", static_cast<unsigned long long>(out[i].slot),
+            l == label.end() ? "" : JsonEscape(l->second).c_str(), out[i].state, out[i].holders,
+            out[i].waiting, out[i].rate);
+      }
+      std::printf("]}\n");
+    } else {
+      if (tty) std::printf("\033[H\033[2J");
+      std::printf(
+          "lockctl top  %s  %llu locks: %llu held, %llu waiting on %llu contended  (every %.1f "
+          "s)\n\n",
+          when, static_cast<unsigned long long>(n), static_cast<unsigned long long>(held),
+          static_cast<unsigned long long>(waiting), static_cast<unsigned long long>(contended),
+          interval_ms / 1000.0);
+      std::printf("%-10s %-10s %8s %8s %12s  %s\n", "SLOT", "STATE", "HOLDERS", "WAITING",
+                  "REQUESTS/S", "NAMES");
+      for (const auto& r : out) {
+        const auto l = label.find(r.slot);
+        std::printf("%-10llu %-10s %8u %8u %12.1f  %s\n", static_cast<unsigned long long>(r.slot),
+                    r.state, r.holders, r.waiting, r.rate,
+                    l == label.end() ? "" : l->second.c_str());
+      }
+      if (out.empty()) std::printf("(no lock held or requested in this interval)\n");
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 std::atomic<int> g_forward_signal{0};  // lockctl's own process-wide signal flag (main only)
 
 int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t timeout_ms,
@@ -551,6 +670,7 @@ int main(int argc, char** argv) {
       "unreachable, 70 internal, 75 lock not granted in time, 76 lock lost, 1 release "
       "--force refused."};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "lockctl " RDMALOCK_VERSION);
   Common c;
   app.add_option("-s,--server", c.server,
                  "lockd address (default: $RDMALOCK_SERVER, then 'server' in "
@@ -599,6 +719,23 @@ int main(int argc, char** argv) {
   acquire->add_option("--grace", acq_grace, "ms between SIGTERM and SIGKILL when the lock is lost")
       ->check(CLI::NonNegativeNumber);
   acquire->add_option("cmd", acq_cmd, "command and arguments (after --)");
+
+  auto* top = app.add_subcommand(
+      "top", "the most contended locks now: holders, waiters, requests/s; refreshes");
+  int top_interval = 1000, top_rows = 20, top_iterations = 0;
+  std::vector<std::string> top_names;
+  top->add_option("-i,--interval-ms", top_interval, "refresh interval")
+      ->check(CLI::Range(50, 3600000))
+      ->capture_default_str();
+  top->add_option("-n,--rows", top_rows, "locks shown")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  top->add_option("--iterations", top_iterations, "refreshes before exiting (0: until interrupted)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  top->add_option("--name", top_names,
+                  "label the slot of this lock name (repeatable; names are hashed, lockd "
+                  "does not know them)");
 
   auto* bench = app.add_subcommand("bench", "run a lock workload and print latency/throughput");
   lockctl::BenchOptions bo;
@@ -657,6 +794,7 @@ int main(int argc, char** argv) {
   if (status->parsed()) return CmdStatus(c);
   if (clients->parsed()) return CmdClients(c);
   if (inspect->parsed()) return CmdInspect(c, inspect_name, inspect_slot);
+  if (top->parsed()) return CmdTop(c, top_interval, top_rows, top_iterations, top_names);
   if (release->parsed()) {
     return CmdRelease(c, rel_force, rel_name, rel_slot, rel_session, rel_socket);
   }

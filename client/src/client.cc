@@ -45,6 +45,30 @@ struct Session {
 
 }  // namespace
 
+// LatencyHistogram's buckets as counters one thread writes and any thread reads.
+struct LatencyCounters {
+  Counter buckets[LatencyHistogram::kBuckets];
+  Counter count, sum_us;
+  void Add(Clock::duration d) {
+    const auto us = static_cast<uint64_t>(
+        std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::microseconds>(d).count()));
+    ++buckets[LatencyHistogram::BucketOf(us)];
+    ++count;
+    sum_us.Add(us);
+  }
+  void AddTo(LatencyHistogram* h) const {
+    for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) h->counts[i] += buckets[i].get();
+    h->count += count.get();
+    h->sum_us += sum_us.get();
+  }
+};
+
+void Merge(const LatencyHistogram& from, LatencyHistogram* to) {
+  for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) to->counts[i] += from.counts[i];
+  to->count += from.count;
+  to->sum_us += from.sum_us;
+}
+
 // One thread's connection to lockd (in one session) and what the engine did on it.
 struct ThreadChannel {
   std::shared_ptr<const Session> session;
@@ -56,6 +80,7 @@ struct ThreadChannel {
   std::atomic<int64_t> pending_since{0};  // steady-clock ns when posted; 0: none
   EngineEvents events;
   Counter acquires, releases, timeouts, lost, unrecorded, batches;
+  LatencyCounters latency;  // of the grants made on this channel
 
   // Reaps the posted release, if any. The caller holds `mu`.
   Status Reap() {
@@ -243,6 +268,8 @@ class [[gnu::visibility("hidden")]] Client::Impl
       out.read += c.read.get();
       out.write += c.write.get();
       out.acquires += ch.acquires.get();
+      out.waits += ch.events.waits.get();
+      ch.latency.AddTo(&out.acquire_latency);
       out.releases += ch.releases.get();
       out.timeouts += ch.timeouts.get();
       out.lost += ch.lost.get();
@@ -262,6 +289,8 @@ class [[gnu::visibility("hidden")]] Client::Impl
     out.read += retired_.read;
     out.write += retired_.write;
     out.acquires += retired_.acquires;
+    out.waits += retired_.waits;
+    Merge(retired_.acquire_latency, &out.acquire_latency);
     out.releases += retired_.releases;
     out.timeouts += retired_.timeouts;
     out.lost += retired_.lost;
@@ -447,9 +476,10 @@ class [[gnu::visibility("hidden")]] Client::Impl
       ThreadChannel& c = **ch;
       if (c.session != sess) continue;
       if (Clock::now() < next_beat && Clock::now() < next_renew_check) continue;
+      Status st;
       {
         std::lock_guard clk(c.mu);
-        Status st = c.mem->CheckConnection();
+        st = c.mem->CheckConnection();
         if (st.ok()) st = c.Reap();
         if (st.ok() && Clock::now() >= next_beat) {
           next_beat = Clock::now() + hb;
@@ -458,10 +488,12 @@ class [[gnu::visibility("hidden")]] Client::Impl
               sess->reply.session_record_offset + proto::SessionRecord::kHeartbeat, ++beat);
           st = c.mem->Execute(w);
         }
-        if (!st.ok()) {
-          OnSessionError(sess->gen, st);
-          continue;
-        }
+      }
+      // Outside the channel's lock: ending the session takes every handle's lock, and RenewDue
+      // takes a handle's lock before the channel's (one order for both).
+      if (!st.ok()) {
+        OnSessionError(sess->gen, st);
+        continue;
       }
       next_renew_check =
           Clock::now() + std::max<std::chrono::nanoseconds>(std::min(lease / 12, hb / 2),
@@ -624,10 +656,13 @@ class [[gnu::visibility("hidden")]] Client::Impl
     LockOptions options;
     Clock::time_point deadline = Clock::time_point::max();
     Client::LockCallback done;
+    Clock::time_point submitted = Clock::now();  // where its latency starts
   };
   Status Submit(AsyncRequest req);
-  // Makes a handle for a grant of `ch`'s session (counted and tracked for renewal).
-  LockHandle MakeHandle(ThreadChannel & ch, const Grant& g, bool auto_renew);
+  // Makes a handle for a grant of `ch`'s session (counted, its latency since `started` recorded,
+  // and tracked for renewal).
+  LockHandle MakeHandle(ThreadChannel & ch, const Grant& g, bool auto_renew,
+                        Clock::time_point started);
 
  private:
   struct AsyncWait {
@@ -669,8 +704,10 @@ Status Client::Impl::Submit(AsyncRequest req) {
   return Status::Ok();
 }
 
-LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, bool auto_renew) {
+LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, bool auto_renew,
+                                    Clock::time_point started) {
   ++ch.acquires;
+  ch.latency.Add(Clock::now() - started);
   auto state = std::make_shared<LockHandle::State>();
   state->client = weak_from_this();  // expired while the client closes: no throw
   state->session = ch.session;
@@ -730,7 +767,7 @@ void Client::Impl::PumpLoop() {
     for (size_t i = 0; i < batch.size(); ++i) {
       const Issued& is = (*issued)[i];
       if (is.granted) {
-        batch[i].done(MakeHandle(ch, is.grant, batch[i].options.auto_renew));
+        batch[i].done(MakeHandle(ch, is.grant, batch[i].options.auto_renew, batch[i].submitted));
       } else {
         waits.push_back({std::move(batch[i]), is.grant, is.frozen});
       }
@@ -792,7 +829,7 @@ void Client::Impl::WaiterLoop() {
       w.req.done(g.status());
       continue;
     }
-    w.req.done(MakeHandle(ch, *g, w.req.options.auto_renew));
+    w.req.done(MakeHandle(ch, *g, w.req.options.auto_renew, w.req.submitted));
   }
 }
 
@@ -914,6 +951,7 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   if (options.timeout && options.timeout->count() < 0) {
     return Error(ErrorCode::kInvalidArgument, "negative lock timeout");
   }
+  const Clock::time_point started = Clock::now();
   AcquireOptions ao;
   const auto mode = static_cast<Mode>(options.mode);
   if (options.timeout) {
@@ -934,7 +972,7 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
     impl_->OnSessionError(sess.gen, grant.status());
     return grant.status();
   }
-  return impl_->MakeHandle(*ch, *grant, options.auto_renew);
+  return impl_->MakeHandle(*ch, *grant, options.auto_renew, started);
 }
 
 Status Client::LockAsync(std::string_view name, const LockOptions& options, LockCallback done) {
@@ -983,6 +1021,7 @@ Result<std::vector<LockHandle>> Client::LockManySlots(std::span<const SlotReques
     return Error(ErrorCode::kInvalidArgument, "negative lock timeout");
   }
   if (requests.empty()) return std::vector<LockHandle>{};
+  const Clock::time_point started = Clock::now();
   // Canonical order, one request per slot (exclusive wins).
   std::vector<ManyRequest> reqs;
   reqs.reserve(requests.size());
@@ -1017,7 +1056,9 @@ Result<std::vector<LockHandle>> Client::LockManySlots(std::span<const SlotReques
   ++ch->batches;
   std::vector<LockHandle> out;
   out.reserve(grants->size());
-  for (const Grant& g : *grants) out.push_back(impl_->MakeHandle(*ch, g, options.auto_renew));
+  for (const Grant& g : *grants) {
+    out.push_back(impl_->MakeHandle(*ch, g, options.auto_renew, started));
+  }
   return out;
 }
 
@@ -1115,39 +1156,61 @@ Result<ServerInfo> Client::Info() {
   return info;
 }
 
-Result<SlotState> Client::Inspect(uint64_t slot) {
-  RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel());
-  if (slot >= ch->session->reply.lock_count) {
-    return Error(ErrorCode::kInvalidArgument,
-                 "slot " + std::to_string(slot) + " is out of range (lock_count " +
-                     std::to_string(ch->session->reply.lock_count) + ")");
-  }
-  RemoteOp rd = RemoteOp::Read(RegionId::kLocks, proto::SlotOffset(slot), 16);
-  std::unique_lock clk(ch->mu);
-  Status rs = ch->Reap();
-  if (rs.ok()) rs = ch->mem->Execute(rd);
-  clk.unlock();
-  if (Status st = rs; !st.ok()) {
-    impl_->OnSessionError(ch->session->gen, st);
-    return st;
-  }
-  const proto::Word0 w = proto::Word0::Decode(rd.result[0]);
+namespace {
+
+SlotState DecodeSlot(uint64_t slot, uint64_t word0, uint64_t word1) {
+  const proto::Word0 w = proto::Word0::Decode(word0);
+  const proto::Occupancy o = proto::OccupancyOf(w);
   SlotState s;
   s.slot = slot;
   s.exclusive_issued = w.max_x;
   s.shared_issued = w.max_s;
   s.exclusive_released = w.n_x;
   s.shared_released = w.n_s;
-  s.generation = proto::Generation(rd.result[1]);
-  s.renewals = static_cast<uint16_t>(rd.result[1]);
-  s.exclusive_outstanding = w.max_x >= w.n_x ? uint32_t(w.max_x - w.n_x) : 0;
-  s.shared_outstanding = w.max_s >= w.n_s ? uint32_t(w.max_s - w.n_s) : 0;
+  s.generation = proto::Generation(word1);
+  s.renewals = static_cast<uint16_t>(word1);
+  s.exclusive_outstanding = o.exclusive_outstanding;
+  s.shared_outstanding = o.shared_outstanding;
   s.frozen = w.Frozen();
   // Outstanding exclusive and shared requests interleave in ticket order; from the counters alone
   // one can tell whether the head of the queue is exclusive only if no shared request is pending.
-  s.exclusive_held = s.exclusive_outstanding > 0 && s.shared_outstanding == 0;
-  s.shared_holders = s.exclusive_outstanding == 0 ? s.shared_outstanding : 0;
+  s.exclusive_held = o.exclusive_held;
+  s.shared_holders = o.exclusive_outstanding == 0 ? o.shared_outstanding : 0;
   return s;
+}
+
+}  // namespace
+
+Result<SlotState> Client::Inspect(uint64_t slot) {
+  RDMALOCK_ASSIGN_OR_RETURN(auto range, InspectRange(slot, 1));
+  return range.front();
+}
+
+Result<std::vector<SlotState>> Client::InspectRange(uint64_t first, uint64_t count) {
+  RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel());
+  const uint64_t n = ch->session->reply.lock_count;
+  if (count == 0 || first >= n || count > n - first) {
+    return Error(ErrorCode::kInvalidArgument,
+                 "slots [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                     ") are out of range (lock_count " + std::to_string(n) + ")");
+  }
+  std::vector<uint8_t> bytes(count * proto::kSlotSize);
+  std::unique_lock clk(ch->mu);
+  Status rs = ch->Reap();
+  if (rs.ok()) rs = ch->mem->ReadBytes(RegionId::kLocks, proto::SlotOffset(first), bytes);
+  clk.unlock();
+  if (!rs.ok()) {
+    impl_->OnSessionError(ch->session->gen, rs);
+    return rs;
+  }
+  std::vector<SlotState> out;
+  out.reserve(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    uint64_t w[2];  // the words as the responder's atomics left them: host order, like READ ops
+    std::memcpy(w, bytes.data() + i * proto::kSlotSize, sizeof(w));
+    out.push_back(DecodeSlot(first + i, w[0], w[1]));
+  }
+  return out;
 }
 
 Result<std::vector<SessionInfo>> Client::Sessions() {

@@ -215,6 +215,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
       if (gu == GiveUp::kAbandoned) *handed_off = true;
       return Error(ErrorCode::kBusy, "slot " + std::to_string(slot) + " is held");
     }
+    Count(&EngineEvents::waits, ev);
     RDMALOCK_ASSIGN_OR_RETURN(const WaitOutcome out,
                               Wait(mem, t, issue, opt.deadline, &g, ev, handed_off));
     if (out == WaitOutcome::kGranted) {
@@ -624,6 +625,7 @@ Result<Grant> LockEngine::FinishAcquire(RemoteMemory& mem, const Grant& queued,
     if (*gu != GiveUp::kAbandoned) FreeRecord(mem, t.record, t.record_seq);
     return Error(ErrorCode::kBusy, "slot " + std::to_string(t.slot) + " is held");
   }
+  Count(&EngineEvents::waits, ev);
   auto out = Wait(mem, t, g.lease_start, opt.deadline, &g, ev, &handed_off);
   if (!out.ok()) return out.status();
   if (*out == WaitOutcome::kGranted) {

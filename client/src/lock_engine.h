@@ -105,6 +105,7 @@ struct ReapState {
 
 // What the engine did, for benchmarks and tests.
 struct EngineEvents {
+  Counter waits;            // acquires not granted by their FA (they waited in the queue)
   Counter recoveries;       // stall recoveries this caller performed
   Counter restarts;         // tickets given up after being skipped, reset or paused
   Counter withdrawals;      // increments withdrawn (frozen word, try-lock, timeout)

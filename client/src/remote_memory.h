@@ -59,7 +59,10 @@ struct RemoteOp {
 // A counter with one writing thread that any thread may read (relaxed; no lock-prefixed add).
 class Counter {
  public:
-  void operator++() { v_.store(v_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
+  void operator++() { Add(1); }
+  void Add(uint64_t n) {
+    v_.store(v_.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
   uint64_t get() const { return v_.load(std::memory_order_relaxed); }
 
  private:

@@ -2,6 +2,8 @@
 
 #include <catch2/catch.hpp>
 
+#include "metrics.h"
+
 using rdmalock::ErrorCode;
 using rdmalock::lockd::ParseConfig;
 
@@ -55,6 +57,25 @@ TEST_CASE("bad configs name the file, line and key") {
   check("port: [1, 2]\n", "expected a number");
   check("- a\n- b\n", "top level must be a mapping");
   check("port: 1\n  bad indent: : :\n", "bad.yaml:");
+  check("port: 1\nmetrics_address: localhost\n", "bad.yaml:2: key 'metrics_address'");
+  check("metrics_address: 127.0.0.1:0\n", "not in 1..65535");
+  check("metrics_address: ::1:9477\n", "without brackets");
+}
+
+TEST_CASE("metrics_address: a default, HOST:PORT or IPv6 in brackets, or empty to disable") {
+  REQUIRE(ParseConfig("", "m.yaml")->metrics_address == "127.0.0.1:9477");
+  REQUIRE(ParseConfig("metrics_address: \"\"\n", "m.yaml")->metrics_address.empty());
+  REQUIRE(ParseConfig("metrics_address: \"[::1]:9100\"\n", "m.yaml")->metrics_address ==
+          "[::1]:9100");
+  std::string host;
+  uint16_t port = 0;
+  REQUIRE(rdmalock::lockd::ParseHostPort("[::1]:9100", &host, &port).ok());
+  REQUIRE(host == "::1");
+  REQUIRE(port == 9100);
+  REQUIRE(rdmalock::lockd::ParseHostPort("0.0.0.0:80", &host, &port).ok());
+  REQUIRE(host == "0.0.0.0");
+  REQUIRE_FALSE(rdmalock::lockd::ParseHostPort(":80", &host, &port).ok());
+  REQUIRE_FALSE(rdmalock::lockd::ParseHostPort("h:80x", &host, &port).ok());
 }
 
 TEST_CASE("session keys: heartbeat and restart grace are read and checked") {

@@ -44,6 +44,30 @@ TEST_CASE("frozen and drained words") {
   REQUIRE_FALSE(Word0{.max_s = 3, .max_x = 5, .n_s = 2, .n_x = 5}.Drained());
 }
 
+TEST_CASE("occupancy: holders and waiters from the counters") {
+  const Occupancy free = OccupancyOf(Word0{.max_s = 3, .max_x = 5, .n_s = 3, .n_x = 5});
+  REQUIRE(free.holders == 0);
+  REQUIRE(free.waiting == 0);
+  REQUIRE_FALSE(free.exclusive_held);
+  // Three exclusive requests outstanding: one holds, two wait.
+  const Occupancy x = OccupancyOf(Word0{.max_s = 1, .max_x = 8, .n_s = 1, .n_x = 5});
+  REQUIRE(x.holders == 1);
+  REQUIRE(x.waiting == 2);
+  REQUIRE(x.exclusive_held);
+  // Only shared outstanding: all hold.
+  const Occupancy s = OccupancyOf(Word0{.max_s = 7, .max_x = 2, .n_s = 3, .n_x = 2});
+  REQUIRE(s.holders == 4);
+  REQUIRE(s.waiting == 0);
+  REQUIRE_FALSE(s.exclusive_held);
+  // Mixed: one head holds (a lower bound), the rest count as waiting; no exclusive claim.
+  const Occupancy m = OccupancyOf(Word0{.max_s = 2, .max_x = 2, .n_s = 0, .n_x = 1});
+  REQUIRE(m.exclusive_outstanding == 1);
+  REQUIRE(m.shared_outstanding == 2);
+  REQUIRE(m.holders == 1);
+  REQUIRE(m.waiting == 2);
+  REQUIRE_FALSE(m.exclusive_held);
+}
+
 TEST_CASE("recovered word marks everything up to the waiter as done") {
   const Word0 seen{.max_s = 4, .max_x = 6, .n_s = 2, .n_x = 3};
   const Word0 tx{.max_s = 3, .max_x = 5};

@@ -19,6 +19,8 @@
 // itself with back-off; calls made meanwhile wait for the new session within their timeout.
 #pragma once
 
+#include <array>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -183,8 +185,39 @@ struct SlotRequest {
   LockMode mode = LockMode::kExclusive;
 };
 
+// Acquire latency, from the call to the grant, in power-of-two buckets of microseconds.
+struct LatencyHistogram {
+  static constexpr size_t kBuckets = 26;
+  // counts[i]: acquires that took more than UpperBoundUs(i - 1) and at most UpperBoundUs(i)
+  // microseconds (bucket 0: at most 1 us); the last bucket has no upper bound.
+  std::array<uint64_t, kBuckets> counts{};
+  uint64_t count = 0;
+  uint64_t sum_us = 0;
+
+  static constexpr uint64_t UpperBoundUs(size_t i) { return uint64_t{1} << i; }
+  static constexpr size_t BucketOf(uint64_t us) {
+    const size_t b = us <= 1 ? 0 : static_cast<size_t>(std::bit_width(us - 1));
+    return b < kBuckets ? b : kBuckets - 1;
+  }
+  // The upper bound of the bucket the q-quantile (0 < q <= 1) falls in; 0 if empty. For the last
+  // bucket, its lower bound.
+  uint64_t QuantileUs(double q) const {
+    if (count == 0) return 0;
+    const auto rank = static_cast<uint64_t>(q * static_cast<double>(count) + 0.999999);
+    uint64_t seen = 0;
+    for (size_t i = 0; i < kBuckets; ++i) {
+      seen += counts[i];
+      if (seen >= rank && counts[i] > 0) {
+        return i + 1 < kBuckets ? UpperBoundUs(i) : UpperBoundUs(i - 1);
+      }
+    }
+    return UpperBoundUs(kBuckets - 2);
+  }
+};
+
 struct ClientStats {
   uint64_t acquires = 0, releases = 0, timeouts = 0, lost = 0;
+  uint64_t waits = 0;  // acquires not granted by their first atomic (they queued behind others)
   uint64_t renewals = 0, renew_failures = 0;  // background renewals, and those that failed
   uint64_t fetch_add = 0, compare_swap = 0, read = 0, write = 0;
   uint64_t recoveries = 0, restarts = 0, withdrawals = 0, resets = 0, abandoned = 0;
@@ -193,7 +226,8 @@ struct ClientStats {
   uint64_t unrecorded = 0;       // requests made without a record entry (record full)
   uint64_t batches = 0;          // LockMany calls that acquired their set
   uint64_t batch_fallbacks = 0;  // of those, sets not all free at once (acquired in slot order)
-  uint64_t deferred_releases = 0;  // posted releases whose CAS had to be retried later
+  uint64_t deferred_releases = 0;    // posted releases whose CAS had to be retried later
+  LatencyHistogram acquire_latency;  // every granted acquire, blocking, batched or async
 };
 
 class RDMALOCK_EXPORT Client {
@@ -252,6 +286,9 @@ class RDMALOCK_EXPORT Client {
 
   Result<ServerInfo> Info();
   Result<SlotState> Inspect(uint64_t slot);
+  // Slots [first, first + count) read in bulk (RDMA READs of up to 64 KiB): for tools that scan
+  // the table, such as lockctl top. Not a snapshot: words change while it reads.
+  Result<std::vector<SlotState>> InspectRange(uint64_t first, uint64_t count);
   // Every session lockd has now, with the requests its record shows.
   Result<std::vector<SessionInfo>> Sessions();
   // Counters summed over every thread's connection.

@@ -65,6 +65,31 @@ inline std::string_view RejectReasonName(RejectReason r) {
   return "unknown reason";
 }
 
+// A short label for metrics and JSON (snake_case).
+inline std::string_view RejectReasonLabel(RejectReason r) {
+  switch (r) {
+    case RejectReason::kNone:
+      return "none";
+    case RejectReason::kBadMagic:
+      return "bad_magic";
+    case RejectReason::kBadVersion:
+      return "bad_version";
+    case RejectReason::kBadLength:
+      return "bad_length";
+    case RejectReason::kServerFull:
+      return "server_full";
+    case RejectReason::kShuttingDown:
+      return "shutting_down";
+    case RejectReason::kInternal:
+      return "internal";
+    case RejectReason::kGrace:
+      return "grace";
+    case RejectReason::kBadSession:
+      return "bad_session";
+  }
+  return "unknown";
+}
+
 struct ConnectRequest {
   static constexpr size_t kMagic = 0, kVersion = 4, kLength = 6, kFlags = 8, kPid = 12,
                           kClientName = 16, kClientNameLen = 24, kJoinSession = 40, kJoinKey = 48;

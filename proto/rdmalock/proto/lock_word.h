@@ -41,6 +41,32 @@ struct Word0 {
   constexpr bool Drained() const { return n_x == max_x && n_s == max_s; }
 };
 
+// Who holds a lock and who waits, as far as the counters alone tell. A mode's outstanding requests
+// are its tickets issued minus its releases. With one mode outstanding this is exact: one
+// exclusive holder and the rest waiting, or every shared request holding. With both outstanding
+// the queue's order is not in the word: at least one request holds (counted as one holder) and
+// the rest are counted as waiting. lockd's metrics and lockctl use this.
+struct Occupancy {
+  uint32_t exclusive_outstanding = 0, shared_outstanding = 0;
+  uint32_t holders = 0;  // 0 (free), 1 (exclusive or a mixed queue's head), or the shared holders
+  uint32_t waiting = 0;
+  bool exclusive_held = false;  // only exclusive requests outstanding: the oldest holds it
+};
+constexpr Occupancy OccupancyOf(Word0 w) {
+  Occupancy o;
+  o.exclusive_outstanding = w.max_x >= w.n_x ? uint32_t(w.max_x - w.n_x) : 0;
+  o.shared_outstanding = w.max_s >= w.n_s ? uint32_t(w.max_s - w.n_s) : 0;
+  const uint32_t total = o.exclusive_outstanding + o.shared_outstanding;
+  if (o.exclusive_outstanding == 0) {
+    o.holders = o.shared_outstanding;
+  } else if (total > 0) {
+    o.holders = 1;
+    o.waiting = total - 1;
+    o.exclusive_held = o.shared_outstanding == 0;
+  }
+  return o;
+}
+
 // The FETCH_AND_ADD operands.
 inline constexpr uint64_t kAcquireExclusive = uint64_t{1} << 16;
 inline constexpr uint64_t kAcquireShared = 1;
