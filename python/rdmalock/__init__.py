@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import enum
+import math
 import os
 import pathlib
 import threading
@@ -191,11 +192,16 @@ def _check(status: int) -> None:
 
 
 def _timeout_ms(timeout: Optional[float]) -> int:
-    if timeout is None:
+    if timeout is None or timeout == math.inf:
         return _WAIT_FOREVER
     if timeout < 0:
         raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"timeout {timeout} is negative")
     return int(round(timeout * 1000))
+
+
+def _free_lock(handle: ctypes.c_void_p, keep: list) -> None:
+    _lib().rdmalock_lock_free(handle)
+    keep.clear()
 
 
 def library_version() -> str:
@@ -219,8 +225,10 @@ class Lock:
     def __init__(self, handle: int, name: Optional[str]):
         self._handle = ctypes.c_void_p(handle)
         self.name = name
-        self._lost_cb = None  # keeps the ctypes callback alive while the C side holds it
-        self._finalizer = weakref.finalize(self, _lib().rdmalock_lock_free, self._handle)
+        # The ctypes lost callback must outlive the C handle: the finalizer holds it until
+        # rdmalock_lock_free has returned (after which the library never calls it).
+        self._keep: list = []
+        self._finalizer = weakref.finalize(self, _free_lock, self._handle, self._keep)
 
     def _h(self) -> ctypes.c_void_p:
         if not self._finalizer.alive:
@@ -239,7 +247,6 @@ class Lock:
     def close(self) -> None:
         """Frees the handle, releasing the lock if still held (errors dropped). Idempotent."""
         self._finalizer()
-        self._lost_cb = None
 
     @property
     def token(self) -> int:
@@ -278,7 +285,7 @@ class Lock:
         thread: keep it short, and do not release or renew this lock from it). None clears it."""
         if callback is None:
             _check(_lib().rdmalock_lock_on_lost(self._h(), _LOST_FN(), None))
-            self._lost_cb = None
+            self._keep.clear()
             return
 
         def trampoline(code, message, _user):
@@ -286,7 +293,7 @@ class Lock:
 
         cb = _LOST_FN(trampoline)
         _check(_lib().rdmalock_lock_on_lost(self._h(), cb, None))
-        self._lost_cb = cb
+        self._keep[:] = [cb]  # the previous callback is replaced: the library no longer holds it
 
     def __enter__(self) -> "Lock":
         return self
@@ -310,7 +317,8 @@ class Lock:
 
 class Client:
     """A session with one lockd. Connects on construction; close() (or the end of a with-block)
-    ends the session, and lockd frees the locks it still held."""
+    ends the session, and lockd frees the locks it still held. Threads may share a Client, but
+    must not use it while one of them closes it."""
 
     def __init__(self, server: str, port: int = 7471, connect_timeout: float = 5.0,
                  client_name: Optional[str] = None, auto_renew: bool = True,

@@ -121,7 +121,7 @@ RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_lock(rdmalock_client_t* client, con
 /* One attempt: BUSY if the lock is held in a conflicting mode. */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_try_lock(rdmalock_client_t* client, const char* name,
                                                       rdmalock_mode_t mode, rdmalock_lock_t** out);
-/* As rdmalock_lock, by slot number (0 .. lock count - 1). */
+/* As rdmalock_lock, by slot number; INVALID_ARGUMENT if slot is not below the lock count. */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_lock_slot(rdmalock_client_t* client, uint64_t slot,
                                                        rdmalock_mode_t mode, int64_t timeout_ms,
                                                        rdmalock_lock_t** out);
