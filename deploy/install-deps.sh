@@ -16,6 +16,8 @@ packages=(
   # RDMA runtime and tools (providers include rdma_rxe's userspace part; perftest for baselines)
   systemd
   rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest iproute2
+  # the Python module's tests (tests/python, run by ctest and tests/sdk/run.sh)
+  python3 python3-pytest
   # the Soft-RoCE VM (deploy/softroce/rxe-run)
   qemu-system-x86 busybox-static cpio kmod
 )

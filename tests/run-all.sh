@@ -4,7 +4,8 @@
 #      build, under AddressSanitizer+UndefinedBehaviorSanitizer, and under ThreadSanitizer;
 #   2. the RDMA integration tests on real rdma_rxe, through deploy/softroce/rxe-run (natively if
 #      this kernel has RDMA, else in the Soft-RoCE VM);
-#   3. the two-host fault tests (tests/twohost/run.sh): lockd in one VM, clients in another.
+#   3. the C API and Python module against lockd on rdma_rxe (tests/sdk/run.sh);
+#   4. the two-host fault tests (tests/twohost/run.sh): lockd in one VM, clients in another.
 # An RDMA test that cannot run fails; nothing is skipped. Exits non-zero if anything failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -102,6 +103,18 @@ echo "=== RDMA integration tests on rdma_rxe"
   sh -c 'echo "rdma device: $RXE_DEV at $RXE_IP (in VM: ${RXE_IN_VM:-0})"; ibv_devices;
          exec "$0"/build/tests/rdma_tests --use-colour no --durations yes' "$root" 2>&1 | tee "$logs/rdma.log"
 count "RDMA tests (rdma_rxe)" "$logs/rdma.log" "${PIPESTATUS[0]}"
+
+echo "=== C API and Python module on rdma_rxe"
+"$root/deploy/softroce/rxe-run" --timeout 600 -- "$root/tests/sdk/run.sh" "$root/build" 2>&1 |
+  tee "$logs/sdk.log"
+rc=${PIPESTATUS[0]}
+s_ok=$(grep -c '^sdk-test: .*: ok$' "$logs/sdk.log")
+s_bad=$(grep -c '^sdk-test: .*: FAIL' "$logs/sdk.log")
+[ "$rc" -ne 0 ] && [ "$s_bad" -eq 0 ] && s_bad=1
+[ "$rc" -eq 0 ] && [ "$s_ok" -eq 0 ] && s_bad=1  # nothing ran: a failure
+passed=$((passed + s_ok))
+failed=$((failed + s_bad))
+results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "C API + Python (rdma_rxe)" "$s_ok" "$s_bad" "$rc")")
 
 echo "=== two-host fault tests (lockd and clients in two VMs)"
 twohost_out="$root/build/twohost"

@@ -1,0 +1,189 @@
+/* librdmalock's C API: the rdmalock client SDK for C and for languages that call C (Python's
+ * ctypes, Go's cgo, Rust's FFI, ...). It wraps the C++ API in client.h; see there for what locks,
+ * sessions, leases and fencing tokens mean.
+ *
+ *   rdmalock_options_t o;
+ *   rdmalock_options_init(&o);
+ *   o.server = "192.0.2.1";
+ *   rdmalock_client_t* client;
+ *   if (rdmalock_connect(&o, &client) != RDMALOCK_OK) {
+ *     fprintf(stderr, "%s\n", rdmalock_last_error());
+ *     return 1;
+ *   }
+ *   rdmalock_lock_t* lock;
+ *   if (rdmalock_lock(client, "orders/42", RDMALOCK_EXCLUSIVE, 2000, &lock) == RDMALOCK_OK) {
+ *     write_to_storage(rdmalock_lock_get_token(lock));
+ *     rdmalock_release(lock);
+ *     rdmalock_lock_free(lock);
+ *   }
+ *   rdmalock_close(client);
+ *
+ * Errors: every function that can fail returns an rdmalock_status_t (RDMALOCK_OK is 0; the other
+ * values are those of rdmalock::ErrorCode) and records a message for the calling thread, which
+ * rdmalock_last_error() returns. No C++ exception leaves the library.
+ *
+ * Threads: a client may be shared by any number of threads. A lock handle belongs to one thread at
+ * a time (it may be handed to another).
+ *
+ * ABI: the library is librdmalock.so.0. Structures the caller allocates carry their size in their
+ * first field, so that later versions can add fields at the end; set it with the *_init function.
+ * Everything else is an opaque handle. */
+#ifndef RDMALOCK_RDMALOCK_H_
+#define RDMALOCK_RDMALOCK_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define RDMALOCK_C_EXPORT __attribute__((visibility("default")))
+#else
+#define RDMALOCK_C_EXPORT
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The version of this C interface: bumped when functions or fields are added. */
+#define RDMALOCK_C_API_VERSION 1
+
+/* Result codes. The same values as rdmalock::ErrorCode in status.h. */
+typedef enum rdmalock_status {
+  RDMALOCK_OK = 0,
+  RDMALOCK_ERR_INVALID_ARGUMENT = 1, /* a NULL or bad argument, an empty name, a bad option */
+  RDMALOCK_ERR_TIMEOUT = 2,          /* the deadline passed before the lock was granted */
+  RDMALOCK_ERR_BUSY = 3,             /* try_lock found the lock taken */
+  RDMALOCK_ERR_LOCK_LOST = 4,        /* the grant is no longer valid (lease lapsed, recovered) */
+  RDMALOCK_ERR_NOT_HELD = 5,         /* the handle does not hold the lock (already released) */
+  RDMALOCK_ERR_CONNECTION = 6,       /* connecting to or talking to lockd failed */
+  RDMALOCK_ERR_REJECTED = 7,         /* lockd refused the handshake (the message says why) */
+  RDMALOCK_ERR_PROTOCOL = 8,         /* a peer broke the protocol */
+  RDMALOCK_ERR_RESOURCE = 9,         /* out of memory, QPs, sessions or descriptors */
+  RDMALOCK_ERR_UNSUPPORTED = 10,     /* the device, the peer or this library lacks a capability */
+  RDMALOCK_ERR_IO = 11,              /* a file or system call failed */
+  RDMALOCK_ERR_CONFIG = 12,          /* a configuration value is invalid */
+  RDMALOCK_ERR_INTERNAL = 13         /* a bug in rdmalock */
+} rdmalock_status_t;
+
+typedef enum rdmalock_mode { RDMALOCK_EXCLUSIVE = 0, RDMALOCK_SHARED = 1 } rdmalock_mode_t;
+
+typedef enum rdmalock_state {
+  RDMALOCK_HELD = 0,     /* granted; as far as this client knows the lease is valid */
+  RDMALOCK_RELEASED = 1, /* released by this client */
+  RDMALOCK_LOST = 2      /* the lease lapsed or the lock was recovered: stop using the resource */
+} rdmalock_state_t;
+
+/* timeout_ms value that waits for ever. */
+#define RDMALOCK_WAIT_FOREVER (-1)
+
+typedef struct rdmalock_client_s rdmalock_client_t; /* a session with one lockd */
+typedef struct rdmalock_lock_s rdmalock_lock_t;     /* an acquired lock */
+
+typedef struct rdmalock_options {
+  size_t struct_size;          /* sizeof(rdmalock_options_t); set by rdmalock_options_init */
+  const char* server;          /* lockd's address (an IP of its RDMA device, or a name). Required */
+  uint16_t port;               /* lockd's rdma_cm port; default 7471 */
+  uint32_t connect_timeout_ms; /* default 5000 */
+  const char* client_name;     /* shown to operators; NULL: the program's name */
+  int auto_renew;      /* nonzero (default): renew held locks in the background every lease/3 */
+  int record_requests; /* nonzero (default): lockd frees a dead client's locks at once */
+  int reconnect;       /* nonzero (default): start a new session when the session ends */
+} rdmalock_options_t;
+
+/* Fills *options with the defaults and sets struct_size. Call it before setting fields. */
+RDMALOCK_C_EXPORT void rdmalock_options_init(rdmalock_options_t* options);
+
+/* Connects to lockd and checks the handshake. On success *out is a client to pass to
+ * rdmalock_close(); on failure *out is NULL. The strings in *options are copied. Errors:
+ *   INVALID_ARGUMENT  NULL options or out; no server; a server name that does not resolve;
+ *                     struct_size not set by rdmalock_options_init
+ *   UNSUPPORTED       options sets fields (beyond struct_size of this library's header) that this
+ *                     library does not know
+ *   CONNECTION        nothing listens at server:port, or the connection failed
+ *   RESOURCE          no RDMA device on this host, or out of QPs or memory
+ *   REJECTED          lockd refused the handshake (version, too many clients, restart grace) */
+RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_connect(const rdmalock_options_t* options,
+                                                     rdmalock_client_t** out);
+
+/* Ends the session and frees the client; lockd frees the locks it still held. Their handles
+ * stay valid objects in state LOST (rdmalock_release returns LOCK_LOST) until rdmalock_lock_free.
+ * NULL is a no-op. */
+RDMALOCK_C_EXPORT void rdmalock_close(rdmalock_client_t* client);
+
+/* Acquires the lock `name` (its slot is XXH3-64(name) modulo the lock count), waiting up to
+ * timeout_ms milliseconds (RDMALOCK_WAIT_FOREVER: no limit; 0: one attempt, as try_lock).
+ * Exclusive grants carry a fencing token. On success *out is a handle to pass to
+ * rdmalock_lock_free(); on failure *out is NULL. Errors: INVALID_ARGUMENT (NULL client, name or
+ * out, empty name, a bad mode, timeout_ms < -1), TIMEOUT, BUSY (timeout_ms 0 only), CONNECTION. */
+RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_lock(rdmalock_client_t* client, const char* name,
+                                                  rdmalock_mode_t mode, int64_t timeout_ms,
+                                                  rdmalock_lock_t** out);
+/* One attempt: BUSY if the lock is held in a conflicting mode. */
+RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_try_lock(rdmalock_client_t* client, const char* name,
+                                                      rdmalock_mode_t mode, rdmalock_lock_t** out);
+/* As rdmalock_lock, by slot number; INVALID_ARGUMENT if slot is not below the lock count. */
+RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_lock_slot(rdmalock_client_t* client, uint64_t slot,
+                                                       rdmalock_mode_t mode, int64_t timeout_ms,
+                                                       rdmalock_lock_t** out);
+
+/* Releases the lock; the handle stays allocated (state RELEASED, or LOST on error). Errors:
+ * LOCK_LOST (nothing was released: the lease lapsed, the lock was recovered, the session ended or
+ * the client was closed), NOT_HELD (already released), CONNECTION (the connection failed: the
+ * lock is LOST). */
+RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_release(rdmalock_lock_t* lock);
+/* Waits until the releases this thread posted on `client` have completed. rdmalock_release posts
+ * its compare-and-swap and returns without waiting for it unless others were seen queued; another
+ * client's try_lock right after may still find the lock taken. Errors: INVALID_ARGUMENT (NULL),
+ * CONNECTION. */
+RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_flush(rdmalock_client_t* client);
+/* Extends the lease by one lease period from now (clients renew by themselves unless
+ * auto_renew is 0). Errors: NOT_HELD, LOCK_LOST, CONNECTION. */
+RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_renew(rdmalock_lock_t* lock);
+/* Releases the lock if it is still held (errors are dropped: call rdmalock_release first to see
+ * them) and frees the handle. After it returns the lost callback does not run. NULL is a no-op. */
+RDMALOCK_C_EXPORT void rdmalock_lock_free(rdmalock_lock_t* lock);
+
+/* Accessors; on NULL they return 0 (RDMALOCK_EXCLUSIVE, RDMALOCK_RELEASED). */
+/* The fencing token of an exclusive grant (0 for shared): epoch:16 | generation:32 | ticket:16.
+ * Successive exclusive holders of a lock get strictly larger tokens. */
+RDMALOCK_C_EXPORT uint64_t rdmalock_lock_get_token(const rdmalock_lock_t* lock);
+RDMALOCK_C_EXPORT uint64_t rdmalock_lock_get_slot(const rdmalock_lock_t* lock);
+RDMALOCK_C_EXPORT rdmalock_mode_t rdmalock_lock_get_mode(const rdmalock_lock_t* lock);
+RDMALOCK_C_EXPORT rdmalock_state_t rdmalock_lock_get_state(const rdmalock_lock_t* lock);
+/* Milliseconds until the lease ends unless renewed (0 if it has ended or the lock is not held). */
+RDMALOCK_C_EXPORT int64_t rdmalock_lock_lease_remaining_ms(const rdmalock_lock_t* lock);
+
+/* Called at most once if the lock is found lost while held (its lease could not be renewed, a
+ * waiter recovered it, or the session with lockd ended). `code` and `message` say why; the
+ * message is valid during the call only. It runs on a library thread or on a thread whose call
+ * noticed the loss: keep it short, and do not call rdmalock_release or rdmalock_renew on this lock
+ * from it. */
+typedef void (*rdmalock_lost_fn)(rdmalock_status_t code, const char* message, void* user_data);
+/* Sets (or with fn NULL, clears) the lost callback. Errors: INVALID_ARGUMENT (NULL lock). */
+RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_lock_on_lost(rdmalock_lock_t* lock,
+                                                          rdmalock_lost_fn fn, void* user_data);
+
+/* The client's session: lockd's lock count, lease (ms) and the current session id (0 while it
+ * reconnects). 0 for NULL. */
+RDMALOCK_C_EXPORT uint64_t rdmalock_client_lock_count(const rdmalock_client_t* client);
+RDMALOCK_C_EXPORT uint64_t rdmalock_client_lease_ms(const rdmalock_client_t* client);
+RDMALOCK_C_EXPORT uint64_t rdmalock_client_session_id(const rdmalock_client_t* client);
+
+/* The slot `name` maps to among lock_count slots (0 for NULL name or lock_count 0). */
+RDMALOCK_C_EXPORT uint64_t rdmalock_slot_for_name(const char* name, uint64_t lock_count);
+
+/* The message of this thread's last call that returns rdmalock_status_t: "" if it succeeded.
+ * Valid until this thread's next such call. Never NULL. */
+RDMALOCK_C_EXPORT const char* rdmalock_last_error(void);
+/* The name of a code, e.g. "timeout", "busy"; "unknown" for values not listed. Static storage. */
+RDMALOCK_C_EXPORT const char* rdmalock_error_name(rdmalock_status_t code);
+/* The library's version, e.g. "0.1.0". Static storage. */
+RDMALOCK_C_EXPORT const char* rdmalock_version(void);
+/* The C API version the library implements (RDMALOCK_C_API_VERSION of its header). */
+RDMALOCK_C_EXPORT int rdmalock_c_api_version(void);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* RDMALOCK_RDMALOCK_H_ */

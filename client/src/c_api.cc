@@ -1,0 +1,422 @@
+// The C API (rdmalock/rdmalock.h) over the C++ SDK. Every entry point catches everything: no
+// exception crosses into C. Each function that returns rdmalock_status_t stores its message in the
+// calling thread's last-error string.
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "rdmalock/client.h"
+#include "rdmalock/rdmalock.h"
+#include "rdmalock/status.h"
+
+#ifndef RDMALOCK_VERSION_STRING
+#error "RDMALOCK_VERSION_STRING must be defined by the build"
+#endif
+
+using rdmalock::ErrorCode;
+using rdmalock::Status;
+
+// The codes are rdmalock::ErrorCode's values, one for one.
+static_assert(RDMALOCK_OK == static_cast<int>(ErrorCode::kOk));
+static_assert(RDMALOCK_ERR_INVALID_ARGUMENT == static_cast<int>(ErrorCode::kInvalidArgument));
+static_assert(RDMALOCK_ERR_TIMEOUT == static_cast<int>(ErrorCode::kTimeout));
+static_assert(RDMALOCK_ERR_BUSY == static_cast<int>(ErrorCode::kBusy));
+static_assert(RDMALOCK_ERR_LOCK_LOST == static_cast<int>(ErrorCode::kLockLost));
+static_assert(RDMALOCK_ERR_NOT_HELD == static_cast<int>(ErrorCode::kNotHeld));
+static_assert(RDMALOCK_ERR_CONNECTION == static_cast<int>(ErrorCode::kConnection));
+static_assert(RDMALOCK_ERR_REJECTED == static_cast<int>(ErrorCode::kRejected));
+static_assert(RDMALOCK_ERR_PROTOCOL == static_cast<int>(ErrorCode::kProtocol));
+static_assert(RDMALOCK_ERR_RESOURCE == static_cast<int>(ErrorCode::kResource));
+static_assert(RDMALOCK_ERR_UNSUPPORTED == static_cast<int>(ErrorCode::kUnsupported));
+static_assert(RDMALOCK_ERR_IO == static_cast<int>(ErrorCode::kIo));
+static_assert(RDMALOCK_ERR_CONFIG == static_cast<int>(ErrorCode::kConfig));
+static_assert(RDMALOCK_ERR_INTERNAL == static_cast<int>(ErrorCode::kInternal));
+static_assert(RDMALOCK_EXCLUSIVE == static_cast<int>(rdmalock::LockMode::kExclusive));
+static_assert(RDMALOCK_SHARED == static_cast<int>(rdmalock::LockMode::kShared));
+static_assert(RDMALOCK_HELD == static_cast<int>(rdmalock::LockState::kHeld));
+static_assert(RDMALOCK_RELEASED == static_cast<int>(rdmalock::LockState::kReleased));
+static_assert(RDMALOCK_LOST == static_cast<int>(rdmalock::LockState::kLost));
+
+// The lost callback as the C caller set it. Shared with the std::function given to
+// LockHandle::OnLost, which may run on the client's keeper thread after the C handle is freed:
+// rdmalock_lock_free clears `fn` under `mu`, so no callback runs once it has returned. A callback
+// that frees its own lock runs with `mu` held on its own thread; `caller` lets the free see that.
+struct LostGate {
+  std::mutex mu;
+  rdmalock_lost_fn fn = nullptr;
+  void* user_data = nullptr;
+  std::atomic<std::thread::id> caller{};
+
+  void Call(const Status& why) {
+    std::lock_guard lk(mu);
+    if (fn == nullptr) return;
+    caller.store(std::this_thread::get_id());
+    fn(static_cast<rdmalock_status_t>(why.code()), why.message().c_str(), user_data);
+    caller.store(std::thread::id());
+  }
+  void Set(rdmalock_lost_fn f, void* data) {
+    if (caller.load() == std::this_thread::get_id()) {  // from inside the callback: mu is ours
+      fn = f;
+      user_data = data;
+      return;
+    }
+    std::lock_guard lk(mu);
+    fn = f;
+    user_data = data;
+  }
+};
+
+struct rdmalock_client_s {
+  std::unique_ptr<rdmalock::Client> client;
+};
+
+struct rdmalock_lock_s {
+  rdmalock::LockHandle handle;
+  std::shared_ptr<LostGate> gate;  // set by the first rdmalock_lock_on_lost
+  ~rdmalock_lock_s() {
+    if (gate) gate->Set(nullptr, nullptr);
+  }
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+rdmalock_status_t Record(const Status& st, const char* function) {
+  try {
+    if (st.ok()) {
+      last_error.clear();
+    } else {
+      last_error = function;
+      last_error += ": ";
+      last_error += st.message();
+    }
+  } catch (...) {
+    // Out of memory for the message: the code still says what happened.
+    last_error.clear();
+  }
+  return static_cast<rdmalock_status_t>(st.code());
+}
+
+rdmalock_status_t Fail(ErrorCode code, const char* function, const char* message) {
+  try {
+    return Record(Status(code, message), function);
+  } catch (...) {
+    last_error.clear();
+    return static_cast<rdmalock_status_t>(code);
+  }
+}
+
+// Turns an exception escaping the C++ SDK into a code and message.
+rdmalock_status_t FromException(const char* function) {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return Fail(ErrorCode::kResource, function, "out of memory");
+  } catch (const std::exception& e) {
+    return Fail(ErrorCode::kInternal, function, e.what());
+  } catch (...) {
+    return Fail(ErrorCode::kInternal, function, "unknown exception");
+  }
+}
+
+bool ValidMode(rdmalock_mode_t mode) {
+  return mode == RDMALOCK_EXCLUSIVE || mode == RDMALOCK_SHARED;
+}
+
+// The prefix of rdmalock_options_t that version 1 of the C API has.
+constexpr size_t kOptionsV1Size = sizeof(rdmalock_options_t);
+
+rdmalock_status_t Acquire(const char* function, rdmalock_client_t* client, const char* name,
+                          const uint64_t* slot, rdmalock_mode_t mode, int64_t timeout_ms,
+                          rdmalock_lock_t** out) {
+  if (out == nullptr) return Fail(ErrorCode::kInvalidArgument, function, "out is NULL");
+  *out = nullptr;
+  if (client == nullptr) return Fail(ErrorCode::kInvalidArgument, function, "client is NULL");
+  if (slot == nullptr && name == nullptr) {
+    return Fail(ErrorCode::kInvalidArgument, function, "lock name is NULL");
+  }
+  if (!ValidMode(mode)) {
+    return Fail(ErrorCode::kInvalidArgument, function,
+                ("mode " + std::to_string(static_cast<int>(mode)) +
+                 " is neither RDMALOCK_EXCLUSIVE nor RDMALOCK_SHARED")
+                    .c_str());
+  }
+  if (timeout_ms < RDMALOCK_WAIT_FOREVER) {
+    return Fail(
+        ErrorCode::kInvalidArgument, function,
+        ("timeout_ms " + std::to_string(timeout_ms) + " is negative (RDMALOCK_WAIT_FOREVER is -1)")
+            .c_str());
+  }
+  rdmalock::LockOptions o;
+  o.mode = static_cast<rdmalock::LockMode>(mode);
+  if (timeout_ms != RDMALOCK_WAIT_FOREVER) o.timeout = std::chrono::milliseconds(timeout_ms);
+  auto lock = std::make_unique<rdmalock_lock_s>();
+  auto r = slot != nullptr ? client->client->LockSlot(*slot, o)
+                           : client->client->Lock(std::string_view(name), o);
+  if (!r.ok()) return Record(r.status(), function);
+  lock->handle = std::move(r).value();
+  *out = lock.release();
+  return Record(Status::Ok(), function);
+}
+
+}  // namespace
+
+extern "C" {
+
+void rdmalock_options_init(rdmalock_options_t* options) {
+  if (options == nullptr) return;
+  std::memset(options, 0, sizeof(*options));
+  const rdmalock::ClientOptions defaults;
+  options->struct_size = sizeof(*options);
+  options->server = nullptr;
+  options->port = defaults.port;
+  options->connect_timeout_ms = static_cast<uint32_t>(defaults.connect_timeout.count());
+  options->client_name = nullptr;
+  options->auto_renew = defaults.auto_renew ? 1 : 0;
+  options->record_requests = defaults.record_requests ? 1 : 0;
+  options->reconnect = defaults.reconnect ? 1 : 0;
+}
+
+rdmalock_status_t rdmalock_connect(const rdmalock_options_t* options, rdmalock_client_t** out) {
+  constexpr const char* fn = "rdmalock_connect";
+  try {
+    if (out == nullptr) return Fail(ErrorCode::kInvalidArgument, fn, "out is NULL");
+    *out = nullptr;
+    if (options == nullptr) return Fail(ErrorCode::kInvalidArgument, fn, "options is NULL");
+    if (options->struct_size < kOptionsV1Size) {
+      return Fail(
+          ErrorCode::kInvalidArgument, fn,
+          ("options->struct_size is " + std::to_string(options->struct_size) + ", not at least " +
+           std::to_string(kOptionsV1Size) + ": call rdmalock_options_init first")
+              .c_str());
+    }
+    // A newer caller's fields beyond what this library knows must be unset (zero): an option the
+    // library cannot honour is refused, not ignored.
+    const auto* bytes = reinterpret_cast<const unsigned char*>(options);
+    for (size_t i = kOptionsV1Size; i < options->struct_size; ++i) {
+      if (bytes[i] != 0) {
+        return Fail(ErrorCode::kUnsupported, fn,
+                    ("options set fields this librdmalock (" RDMALOCK_VERSION_STRING
+                     ") does not know (struct_size " +
+                     std::to_string(options->struct_size) + ")")
+                        .c_str());
+      }
+    }
+    if (options->server == nullptr || options->server[0] == '\0') {
+      return Fail(ErrorCode::kInvalidArgument, fn,
+                  "options->server is not set: name lockd's address");
+    }
+    rdmalock::ClientOptions o;
+    o.server = options->server;
+    o.port = options->port;
+    o.connect_timeout = std::chrono::milliseconds(options->connect_timeout_ms);
+    if (options->client_name != nullptr) o.client_name = options->client_name;
+    o.auto_renew = options->auto_renew != 0;
+    o.record_requests = options->record_requests != 0;
+    o.reconnect = options->reconnect != 0;
+    auto c = std::make_unique<rdmalock_client_s>();
+    auto r = rdmalock::Client::Connect(o);
+    if (!r.ok()) return Record(r.status(), fn);
+    c->client = std::move(r).value();
+    *out = c.release();
+    return Record(Status::Ok(), fn);
+  } catch (...) {
+    return FromException(fn);
+  }
+}
+
+void rdmalock_close(rdmalock_client_t* client) {
+  try {
+    delete client;
+  } catch (...) {
+    // ~Client does not throw; nothing to report through a void function anyway.
+  }
+}
+
+rdmalock_status_t rdmalock_lock(rdmalock_client_t* client, const char* name, rdmalock_mode_t mode,
+                                int64_t timeout_ms, rdmalock_lock_t** out) {
+  try {
+    return Acquire("rdmalock_lock", client, name, nullptr, mode, timeout_ms, out);
+  } catch (...) {
+    return FromException("rdmalock_lock");
+  }
+}
+
+rdmalock_status_t rdmalock_try_lock(rdmalock_client_t* client, const char* name,
+                                    rdmalock_mode_t mode, rdmalock_lock_t** out) {
+  try {
+    return Acquire("rdmalock_try_lock", client, name, nullptr, mode, 0, out);
+  } catch (...) {
+    return FromException("rdmalock_try_lock");
+  }
+}
+
+rdmalock_status_t rdmalock_lock_slot(rdmalock_client_t* client, uint64_t slot, rdmalock_mode_t mode,
+                                     int64_t timeout_ms, rdmalock_lock_t** out) {
+  try {
+    return Acquire("rdmalock_lock_slot", client, nullptr, &slot, mode, timeout_ms, out);
+  } catch (...) {
+    return FromException("rdmalock_lock_slot");
+  }
+}
+
+rdmalock_status_t rdmalock_release(rdmalock_lock_t* lock) {
+  constexpr const char* fn = "rdmalock_release";
+  try {
+    if (lock == nullptr) return Fail(ErrorCode::kInvalidArgument, fn, "lock is NULL");
+    return Record(lock->handle.Release(), fn);
+  } catch (...) {
+    return FromException(fn);
+  }
+}
+
+rdmalock_status_t rdmalock_flush(rdmalock_client_t* client) {
+  constexpr const char* fn = "rdmalock_flush";
+  try {
+    if (client == nullptr) return Fail(ErrorCode::kInvalidArgument, fn, "client is NULL");
+    return Record(client->client->Flush(), fn);
+  } catch (...) {
+    return FromException(fn);
+  }
+}
+
+rdmalock_status_t rdmalock_renew(rdmalock_lock_t* lock) {
+  constexpr const char* fn = "rdmalock_renew";
+  try {
+    if (lock == nullptr) return Fail(ErrorCode::kInvalidArgument, fn, "lock is NULL");
+    return Record(lock->handle.Renew(), fn);
+  } catch (...) {
+    return FromException(fn);
+  }
+}
+
+void rdmalock_lock_free(rdmalock_lock_t* lock) {
+  try {
+    delete lock;  // ~rdmalock_lock_s closes the gate first; ~LockHandle releases if still held
+  } catch (...) {
+  }
+}
+
+uint64_t rdmalock_lock_get_token(const rdmalock_lock_t* lock) {
+  try {
+    return lock != nullptr ? lock->handle.fencing_token() : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+uint64_t rdmalock_lock_get_slot(const rdmalock_lock_t* lock) {
+  try {
+    return lock != nullptr ? lock->handle.slot() : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+rdmalock_mode_t rdmalock_lock_get_mode(const rdmalock_lock_t* lock) {
+  try {
+    return lock != nullptr ? static_cast<rdmalock_mode_t>(lock->handle.mode()) : RDMALOCK_EXCLUSIVE;
+  } catch (...) {
+    return RDMALOCK_EXCLUSIVE;
+  }
+}
+
+rdmalock_state_t rdmalock_lock_get_state(const rdmalock_lock_t* lock) {
+  try {
+    return lock != nullptr ? static_cast<rdmalock_state_t>(lock->handle.state())
+                           : RDMALOCK_RELEASED;
+  } catch (...) {
+    return RDMALOCK_RELEASED;
+  }
+}
+
+int64_t rdmalock_lock_lease_remaining_ms(const rdmalock_lock_t* lock) {
+  try {
+    if (lock == nullptr || lock->handle.state() != rdmalock::LockState::kHeld) return 0;
+    const auto left = lock->handle.lease_expiry() - std::chrono::steady_clock::now();
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(left).count();
+    return ms > 0 ? ms : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+rdmalock_status_t rdmalock_lock_on_lost(rdmalock_lock_t* lock, rdmalock_lost_fn fn,
+                                        void* user_data) {
+  constexpr const char* name = "rdmalock_lock_on_lost";
+  try {
+    if (lock == nullptr) return Fail(ErrorCode::kInvalidArgument, name, "lock is NULL");
+    if (!lock->gate) {
+      lock->gate = std::make_shared<LostGate>();
+      lock->handle.OnLost([gate = lock->gate](const Status& why) noexcept {
+        try {
+          gate->Call(why);
+        } catch (...) {
+          // A C callback cannot throw; a failed mutex lock is dropped.
+        }
+      });
+    }
+    lock->gate->Set(fn, user_data);
+    return Record(Status::Ok(), name);
+  } catch (...) {
+    return FromException(name);
+  }
+}
+
+uint64_t rdmalock_client_lock_count(const rdmalock_client_t* client) {
+  try {
+    return client != nullptr ? client->client->lock_count() : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+uint64_t rdmalock_client_lease_ms(const rdmalock_client_t* client) {
+  try {
+    if (client == nullptr) return 0;
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(client->client->lease()).count());
+  } catch (...) {
+    return 0;
+  }
+}
+
+uint64_t rdmalock_client_session_id(const rdmalock_client_t* client) {
+  try {
+    return client != nullptr ? client->client->session_id() : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+uint64_t rdmalock_slot_for_name(const char* name, uint64_t lock_count) {
+  try {
+    if (name == nullptr || lock_count == 0) return 0;
+    return rdmalock::SlotForName(name, lock_count);
+  } catch (...) {
+    return 0;
+  }
+}
+
+const char* rdmalock_last_error(void) { return last_error.c_str(); }
+
+const char* rdmalock_error_name(rdmalock_status_t code) {
+  // ErrorCodeName's views are string literals, so NUL-terminated.
+  const int c = static_cast<int>(code);
+  if (c < RDMALOCK_OK || c > RDMALOCK_ERR_INTERNAL) return "unknown";
+  return rdmalock::ErrorCodeName(static_cast<ErrorCode>(c)).data();
+}
+
+const char* rdmalock_version(void) { return RDMALOCK_VERSION_STRING; }
+
+int rdmalock_c_api_version(void) { return RDMALOCK_C_API_VERSION; }
+
+}  // extern "C"

@@ -1,0 +1,425 @@
+"""rdmalock for Python: distributed locks over RDMA, through librdmalock's C API (ctypes).
+
+    import rdmalock
+
+    with rdmalock.Client.connect("192.0.2.1") as client:
+        with client.lock("orders/42", timeout=2.0) as lock:
+            write_to_storage(lock.token)      # released when the block ends
+        maybe = client.try_lock("orders/43")  # None if another holder has it
+        if maybe is not None:
+            maybe.release()
+
+Every failure raises RdmalockError, whose ``code`` is an ErrorCode (the C API's
+rdmalock_status_t values). A Client may be shared between threads; a Lock belongs to one thread
+at a time.
+
+The library is found through the RDMALOCK_LIBRARY environment variable (a path to
+librdmalock.so), else the system's library search (ctypes.util.find_library), else the build
+tree next to this package (build/librdmalock.so).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import enum
+import math
+import os
+import pathlib
+import threading
+import weakref
+from typing import Callable, Optional
+
+__all__ = [
+    "Client",
+    "ErrorCode",
+    "Lock",
+    "LockState",
+    "RdmalockError",
+    "library_version",
+    "slot_for_name",
+]
+
+
+class ErrorCode(enum.IntEnum):
+    """The C API's rdmalock_status_t (and rdmalock::ErrorCode) values."""
+
+    OK = 0
+    INVALID_ARGUMENT = 1
+    TIMEOUT = 2
+    BUSY = 3
+    LOCK_LOST = 4
+    NOT_HELD = 5
+    CONNECTION = 6
+    REJECTED = 7
+    PROTOCOL = 8
+    RESOURCE = 9
+    UNSUPPORTED = 10
+    IO = 11
+    CONFIG = 12
+    INTERNAL = 13
+
+
+class LockState(enum.IntEnum):
+    """Where a Lock stands: HELD, RELEASED (by this client) or LOST (stop using the resource)."""
+
+    HELD = 0
+    RELEASED = 1
+    LOST = 2
+
+
+_EXCLUSIVE, _SHARED = 0, 1
+_WAIT_FOREVER = -1
+
+
+class RdmalockError(Exception):
+    """A failed rdmalock call.
+
+    Attributes: ``code`` (an ErrorCode, or the raw int for a code this module does not know),
+    ``name`` (the library's name for it, e.g. "busy") and ``message`` (what went wrong).
+    """
+
+    def __init__(self, code: int, message: str):
+        try:
+            self.code = ErrorCode(code)
+        except ValueError:
+            self.code = code
+        self.name = _lib().rdmalock_error_name(code).decode()
+        self.message = message
+        super().__init__(f"{self.name}: {message}")
+
+
+# ---- the library
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("server", ctypes.c_char_p),
+        ("port", ctypes.c_uint16),
+        ("connect_timeout_ms", ctypes.c_uint32),
+        ("client_name", ctypes.c_char_p),
+        ("auto_renew", ctypes.c_int),
+        ("record_requests", ctypes.c_int),
+        ("reconnect", ctypes.c_int),
+    ]
+
+
+_LOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+
+_loaded: Optional[ctypes.CDLL] = None
+_load_lock = threading.Lock()
+
+
+def _candidates() -> list[str]:
+    env = os.environ.get("RDMALOCK_LIBRARY")
+    if env:
+        return [env]  # named explicitly: nothing else is tried
+    found = []
+    system = ctypes.util.find_library("rdmalock")
+    if system:
+        found.append(system)
+    root = pathlib.Path(__file__).resolve().parents[2]
+    found.append(str(root / "build" / "librdmalock.so"))
+    return found
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    c_client, c_lock = ctypes.c_void_p, ctypes.c_void_p
+    st, u64, i64 = ctypes.c_int, ctypes.c_uint64, ctypes.c_int64
+    sigs = {
+        "rdmalock_options_init": (None, [ctypes.POINTER(_Options)]),
+        "rdmalock_connect": (st, [ctypes.POINTER(_Options), ctypes.POINTER(c_client)]),
+        "rdmalock_close": (None, [c_client]),
+        "rdmalock_lock": (st, [c_client, ctypes.c_char_p, ctypes.c_int, i64,
+                               ctypes.POINTER(c_lock)]),
+        "rdmalock_try_lock": (st, [c_client, ctypes.c_char_p, ctypes.c_int,
+                                   ctypes.POINTER(c_lock)]),
+        "rdmalock_lock_slot": (st, [c_client, u64, ctypes.c_int, i64, ctypes.POINTER(c_lock)]),
+        "rdmalock_flush": (st, [c_client]),
+        "rdmalock_release": (st, [c_lock]),
+        "rdmalock_renew": (st, [c_lock]),
+        "rdmalock_lock_free": (None, [c_lock]),
+        "rdmalock_lock_get_token": (u64, [c_lock]),
+        "rdmalock_lock_get_slot": (u64, [c_lock]),
+        "rdmalock_lock_get_mode": (ctypes.c_int, [c_lock]),
+        "rdmalock_lock_get_state": (ctypes.c_int, [c_lock]),
+        "rdmalock_lock_lease_remaining_ms": (i64, [c_lock]),
+        "rdmalock_lock_on_lost": (st, [c_lock, _LOST_FN, ctypes.c_void_p]),
+        "rdmalock_client_lock_count": (u64, [c_client]),
+        "rdmalock_client_lease_ms": (u64, [c_client]),
+        "rdmalock_client_session_id": (u64, [c_client]),
+        "rdmalock_slot_for_name": (u64, [ctypes.c_char_p, u64]),
+        "rdmalock_last_error": (ctypes.c_char_p, []),
+        "rdmalock_error_name": (ctypes.c_char_p, [ctypes.c_int]),
+        "rdmalock_version": (ctypes.c_char_p, []),
+        "rdmalock_c_api_version": (ctypes.c_int, []),
+    }
+    for name, (restype, argtypes) in sigs.items():
+        f = getattr(lib, name)
+        f.restype = restype
+        f.argtypes = argtypes
+
+
+def _lib() -> ctypes.CDLL:
+    global _loaded
+    if _loaded is not None:
+        return _loaded
+    with _load_lock:
+        if _loaded is None:
+            errors = []
+            for path in _candidates():
+                try:
+                    lib = ctypes.CDLL(path)
+                except OSError as e:
+                    errors.append(f"{path}: {e}")
+                    continue
+                _declare(lib)
+                if lib.rdmalock_c_api_version() < 1:
+                    errors.append(f"{path}: C API version {lib.rdmalock_c_api_version()} < 1")
+                    continue
+                _loaded = lib
+                break
+            else:
+                raise OSError("librdmalock not found (set RDMALOCK_LIBRARY to its path); tried "
+                              + "; ".join(errors))
+    return _loaded
+
+
+def _check(status: int) -> None:
+    if status != 0:
+        raise RdmalockError(status, _lib().rdmalock_last_error().decode(errors="replace"))
+
+
+def _timeout_ms(timeout: Optional[float]) -> int:
+    if timeout is None or timeout == math.inf:
+        return _WAIT_FOREVER
+    if timeout < 0:
+        raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"timeout {timeout} is negative")
+    return int(round(timeout * 1000))
+
+
+def _free_lock(handle: ctypes.c_void_p, keep: list) -> None:
+    _lib().rdmalock_lock_free(handle)
+    keep.clear()
+
+
+def library_version() -> str:
+    """librdmalock's version, e.g. "0.1.0"."""
+    return _lib().rdmalock_version().decode()
+
+
+def slot_for_name(name: str, lock_count: int) -> int:
+    """The slot ``name`` maps to among ``lock_count`` slots (XXH3-64 modulo the count)."""
+    return _lib().rdmalock_slot_for_name(name.encode(), lock_count)
+
+
+# ---- the API
+
+
+class Lock:
+    """An acquired lock. Use it as a context manager (released when the block ends), or call
+    release(). The handle is freed by close() or when the object is collected; a lock still held
+    then is released."""
+
+    def __init__(self, handle: int, name: Optional[str]):
+        self._handle = ctypes.c_void_p(handle)
+        self.name = name
+        # The ctypes lost callback must outlive the C handle: the finalizer holds it until
+        # rdmalock_lock_free has returned (after which the library never calls it).
+        self._keep: list = []
+        self._finalizer = weakref.finalize(self, _free_lock, self._handle, self._keep)
+
+    def _h(self) -> ctypes.c_void_p:
+        if not self._finalizer.alive:
+            raise RdmalockError(ErrorCode.INVALID_ARGUMENT, "lock handle was closed")
+        return self._handle
+
+    def release(self) -> None:
+        """Releases the lock. Raises RdmalockError: LOCK_LOST (it was lost, nothing released),
+        NOT_HELD (already released), CONNECTION (the client was closed or failed)."""
+        _check(_lib().rdmalock_release(self._h()))
+
+    def renew(self) -> None:
+        """Extends the lease by one lease period (the client also renews in the background)."""
+        _check(_lib().rdmalock_renew(self._h()))
+
+    def close(self) -> None:
+        """Frees the handle, releasing the lock if still held (errors dropped). Idempotent."""
+        self._finalizer()
+
+    @property
+    def token(self) -> int:
+        """The fencing token of an exclusive grant (0 for shared): larger for every later
+        exclusive holder."""
+        return _lib().rdmalock_lock_get_token(self._h())
+
+    @property
+    def slot(self) -> int:
+        return _lib().rdmalock_lock_get_slot(self._h())
+
+    @property
+    def shared(self) -> bool:
+        return _lib().rdmalock_lock_get_mode(self._h()) == _SHARED
+
+    @property
+    def mode(self) -> str:
+        """"exclusive" or "shared"."""
+        return "shared" if self.shared else "exclusive"
+
+    @property
+    def state(self) -> LockState:
+        return LockState(_lib().rdmalock_lock_get_state(self._h()))
+
+    @property
+    def held(self) -> bool:
+        return self.state == LockState.HELD
+
+    @property
+    def lease_remaining(self) -> float:
+        """Seconds until the lease ends unless renewed (0.0 if not held)."""
+        return _lib().rdmalock_lock_lease_remaining_ms(self._h()) / 1000.0
+
+    def on_lost(self, callback: Optional[Callable[[RdmalockError], None]]) -> None:
+        """Calls ``callback(error)`` at most once if the lock is lost while held (on a library
+        thread: keep it short, and do not release or renew this lock from it). None clears it."""
+        if callback is None:
+            _check(_lib().rdmalock_lock_on_lost(self._h(), _LOST_FN(), None))
+            self._keep.clear()
+            return
+
+        def trampoline(code, message, _user):
+            callback(RdmalockError(code, (message or b"").decode(errors="replace")))
+
+        cb = _LOST_FN(trampoline)
+        _check(_lib().rdmalock_lock_on_lost(self._h(), cb, None))
+        self._keep[:] = [cb]  # the previous callback is replaced: the library no longer holds it
+
+    def __enter__(self) -> "Lock":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        # Release unless already released. Losing the lock inside the block matters: raise it,
+        # unless the block is failing anyway. The handle stays readable (state, token).
+        if self._finalizer.alive and self.state != LockState.RELEASED:
+            try:
+                self.release()
+            except RdmalockError:
+                if exc_type is None:
+                    raise
+
+    def __repr__(self) -> str:
+        if not self._finalizer.alive:
+            return f"<rdmalock.Lock {self.name!r} closed>"
+        return (f"<rdmalock.Lock {self.name!r} slot={self.slot} {self.mode} "
+                f"{self.state.name.lower()} token={self.token:#x}>")
+
+
+class Client:
+    """A session with one lockd. Connects on construction; close() (or the end of a with-block)
+    ends the session, and lockd frees the locks it still held. Threads may share a Client, but
+    must not use it while one of them closes it."""
+
+    def __init__(self, server: str, port: int = 7471, connect_timeout: float = 5.0,
+                 client_name: Optional[str] = None, auto_renew: bool = True,
+                 record_requests: bool = True, reconnect: bool = True):
+        lib = _lib()
+        o = _Options()
+        lib.rdmalock_options_init(ctypes.byref(o))
+        o.server = server.encode() if server else None
+        if not 0 <= port <= 0xFFFF:
+            raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"port {port} is out of range")
+        o.port = port
+        if connect_timeout < 0:
+            raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
+                                f"connect_timeout {connect_timeout} is negative")
+        o.connect_timeout_ms = int(round(connect_timeout * 1000))
+        o.client_name = client_name.encode() if client_name else None
+        o.auto_renew = int(auto_renew)
+        o.record_requests = int(record_requests)
+        o.reconnect = int(reconnect)
+        handle = ctypes.c_void_p()
+        _check(lib.rdmalock_connect(ctypes.byref(o), ctypes.byref(handle)))
+        self._handle = handle
+        self.server, self.port = server, port
+        self._finalizer = weakref.finalize(self, lib.rdmalock_close, handle)
+
+    @classmethod
+    def connect(cls, server: str, port: int = 7471, **options) -> "Client":
+        """Connects to lockd at ``server`` (an IP of its RDMA device, or a name). Options:
+        connect_timeout (seconds), client_name, auto_renew, record_requests, reconnect."""
+        return cls(server, port, **options)
+
+    def _h(self) -> ctypes.c_void_p:
+        if not self._finalizer.alive:
+            raise RdmalockError(ErrorCode.CONNECTION, "client is closed")
+        return self._handle
+
+    def _acquire(self, name: str, shared: bool, timeout_ms: int) -> Lock:
+        if not isinstance(name, str):
+            raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
+                                f"lock name must be a str, not {type(name).__name__}")
+        out = ctypes.c_void_p()
+        _check(_lib().rdmalock_lock(self._h(), name.encode(), _SHARED if shared else _EXCLUSIVE,
+                                    timeout_ms, ctypes.byref(out)))
+        return Lock(out.value, name)
+
+    def lock(self, name: str, shared: bool = False, timeout: Optional[float] = None) -> Lock:
+        """Acquires ``name``, waiting up to ``timeout`` seconds (None: for ever). Raises
+        RdmalockError with code TIMEOUT if it was not granted in time."""
+        return self._acquire(name, shared, _timeout_ms(timeout))
+
+    def try_lock(self, name: str, shared: bool = False) -> Optional[Lock]:
+        """One attempt: the Lock, or None if the lock is held in a conflicting mode."""
+        try:
+            return self._acquire(name, shared, 0)
+        except RdmalockError as e:
+            if e.code == ErrorCode.BUSY:
+                return None
+            raise
+
+    def lock_slot(self, slot: int, shared: bool = False,
+                  timeout: Optional[float] = None) -> Lock:
+        """As lock(), by slot number (0 .. lock_count - 1)."""
+        if slot < 0:
+            raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"slot {slot} is negative")
+        out = ctypes.c_void_p()
+        _check(_lib().rdmalock_lock_slot(self._h(), slot, _SHARED if shared else _EXCLUSIVE,
+                                         _timeout_ms(timeout), ctypes.byref(out)))
+        return Lock(out.value, None)
+
+    def flush(self) -> None:
+        """Waits until this thread's posted releases have completed at lockd."""
+        _check(_lib().rdmalock_flush(self._h()))
+
+    @property
+    def lock_count(self) -> int:
+        return _lib().rdmalock_client_lock_count(self._h())
+
+    @property
+    def lease(self) -> float:
+        """lockd's lease, in seconds."""
+        return _lib().rdmalock_client_lease_ms(self._h()) / 1000.0
+
+    @property
+    def session_id(self) -> int:
+        """The current session (0 while reconnecting)."""
+        return _lib().rdmalock_client_session_id(self._h())
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Ends the session. Idempotent. Locks still held become LOST; lockd frees them."""
+        self._finalizer()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"session {self.session_id}"
+        return f"<rdmalock.Client {self.server}:{self.port} {state}>"

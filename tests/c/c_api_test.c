@@ -1,0 +1,576 @@
+/* Tests of the C API (rdmalock/rdmalock.h), built as C11 with -Wall -Wextra -Werror -pedantic.
+ *
+ *   c_api_test host
+ *       error paths that need no RDMA: bad options and arguments, error names, per-thread messages
+ *   c_api_test rdma SERVER PORT LOCKCTL ADMIN_SOCKET
+ *       against a running lockd (on real verbs): exclusion between clients, shared locks, fencing
+ *       tokens, release, accessors, closing with locks held, and a lost callback when the holder's
+ *       session is fenced (`LOCKCTL release --force` through lockd's ADMIN_SOCKET)
+ *
+ * Prints "c_api: <test>: ok" or "c_api: <test>: FAIL <why>" per test, then a count; exits 1 if
+ * anything failed. */
+#define _POSIX_C_SOURCE 200809L
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "rdmalock/rdmalock.h" /* first: it must stand on its own */
+
+static int passed, failed;
+static int cur_failed;
+static char cur_why[1024];
+
+static void fail_at(int line, const char* fmt, ...) {
+  va_list ap;
+  if (cur_failed) return; /* keep the first failure */
+  cur_failed = 1;
+  int n = snprintf(cur_why, sizeof cur_why, "line %d: ", line);
+  va_start(ap, fmt);
+  vsnprintf(cur_why + n, sizeof cur_why - (size_t)n, fmt, ap);
+  va_end(ap);
+}
+
+/* Records a failure and goes on. */
+#define CHECK(cond)                                                                        \
+  do {                                                                                     \
+    if (!(cond)) fail_at(__LINE__, "%s (last error: '%s')", #cond, rdmalock_last_error()); \
+  } while (0)
+/* Records a failure and leaves the test (whatever it allocated is left to the process's exit). */
+#define REQUIRE(cond)                                                           \
+  do {                                                                          \
+    if (!(cond)) {                                                              \
+      fail_at(__LINE__, "%s (last error: '%s')", #cond, rdmalock_last_error()); \
+      return;                                                                   \
+    }                                                                           \
+  } while (0)
+/* The call returns `want`; on success the thread's message is empty, on failure it is not. */
+#define EXPECT_STATUS(call, want)                                                            \
+  do {                                                                                       \
+    rdmalock_status_t got_ = (call);                                                         \
+    if (got_ != (want)) {                                                                    \
+      fail_at(__LINE__, "%s returned %s, want %s (last error: '%s')", #call,                 \
+              rdmalock_error_name(got_), rdmalock_error_name(want), rdmalock_last_error());  \
+    } else if (((want) == RDMALOCK_OK) != (rdmalock_last_error()[0] == '\0')) {              \
+      fail_at(__LINE__, "%s: last error '%s' does not fit %s", #call, rdmalock_last_error(), \
+              rdmalock_error_name(want));                                                    \
+    }                                                                                        \
+  } while (0)
+/* The thread's last message contains `part`. */
+#define EXPECT_MESSAGE(part)                                                                   \
+  do {                                                                                         \
+    if (strstr(rdmalock_last_error(), (part)) == NULL) {                                       \
+      fail_at(__LINE__, "last error '%s' does not mention '%s'", rdmalock_last_error(), part); \
+    }                                                                                          \
+  } while (0)
+
+static void run(const char* name, void (*test)(void)) {
+  cur_failed = 0;
+  cur_why[0] = '\0';
+  test();
+  if (cur_failed) {
+    printf("c_api: %s: FAIL %s\n", name, cur_why);
+    ++failed;
+  } else {
+    printf("c_api: %s: ok\n", name);
+    ++passed;
+  }
+  fflush(stdout);
+}
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1000.0 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ---- host: no lockd, no RDMA */
+
+static void test_version_and_names(void) {
+  CHECK(rdmalock_c_api_version() == RDMALOCK_C_API_VERSION);
+  CHECK(rdmalock_version() != NULL && rdmalock_version()[0] >= '0' && rdmalock_version()[0] <= '9');
+  CHECK(strcmp(rdmalock_error_name(RDMALOCK_OK), "ok") == 0);
+  CHECK(strcmp(rdmalock_error_name(RDMALOCK_ERR_BUSY), "busy") == 0);
+  CHECK(strcmp(rdmalock_error_name(RDMALOCK_ERR_TIMEOUT), "timeout") == 0);
+  CHECK(strcmp(rdmalock_error_name(RDMALOCK_ERR_INVALID_ARGUMENT), "invalid argument") == 0);
+  CHECK(strcmp(rdmalock_error_name(RDMALOCK_ERR_INTERNAL), "internal") == 0);
+  CHECK(strcmp(rdmalock_error_name((rdmalock_status_t)99), "unknown") == 0);
+  CHECK(strcmp(rdmalock_error_name((rdmalock_status_t)-1), "unknown") == 0);
+}
+
+static void test_options_defaults(void) {
+  rdmalock_options_t o;
+  memset(&o, 0xab, sizeof o);
+  rdmalock_options_init(&o);
+  CHECK(o.struct_size == sizeof o);
+  CHECK(o.server == NULL);
+  CHECK(o.client_name == NULL);
+  CHECK(o.port == 7471);
+  CHECK(o.connect_timeout_ms == 5000);
+  CHECK(o.auto_renew == 1 && o.record_requests == 1 && o.reconnect == 1);
+  rdmalock_options_init(NULL); /* a no-op, not a crash */
+}
+
+static void test_connect_bad_options(void) {
+  rdmalock_options_t o;
+  rdmalock_client_t* c = (rdmalock_client_t*)&o; /* must be overwritten with NULL */
+  rdmalock_options_init(&o);
+
+  EXPECT_STATUS(rdmalock_connect(NULL, &c), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("rdmalock_connect: options is NULL");
+  CHECK(c == NULL);
+  EXPECT_STATUS(rdmalock_connect(&o, NULL), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("out is NULL");
+
+  c = (rdmalock_client_t*)&o;
+  EXPECT_STATUS(rdmalock_connect(&o, &c), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("options->server is not set");
+  CHECK(c == NULL);
+  o.server = "";
+  EXPECT_STATUS(rdmalock_connect(&o, &c), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("options->server is not set");
+
+  /* Not initialized: struct_size 0. */
+  o.server = "192.0.2.1";
+  o.struct_size = 0;
+  EXPECT_STATUS(rdmalock_connect(&o, &c), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("call rdmalock_options_init first");
+}
+
+/* A caller built against a later header, with a field this library does not know. */
+struct options_v2 {
+  rdmalock_options_t v1;
+  uint64_t future_field;
+};
+
+static void test_connect_newer_options(void) {
+  struct options_v2 o;
+  rdmalock_client_t* c = NULL;
+  memset(&o, 0, sizeof o);
+  rdmalock_options_init(&o.v1);
+  o.v1.struct_size = sizeof o;
+  o.future_field = 7;
+  o.v1.server = "192.0.2.1";
+  EXPECT_STATUS(rdmalock_connect(&o.v1, &c), RDMALOCK_ERR_UNSUPPORTED);
+  EXPECT_MESSAGE("does not know");
+  CHECK(c == NULL);
+  /* Unset (zero) new fields are fine: the call goes on to the next check. */
+  o.future_field = 0;
+  o.v1.server = NULL;
+  EXPECT_STATUS(rdmalock_connect(&o.v1, &c), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("options->server is not set");
+}
+
+/* Where this host has no RDMA device, or nothing listens: an error naming the server, no client. */
+static void test_connect_unreachable(void) {
+  rdmalock_options_t o;
+  rdmalock_client_t* c = (rdmalock_client_t*)&o;
+  rdmalock_options_init(&o);
+  o.server = "192.0.2.77"; /* TEST-NET-1: nobody is there */
+  o.port = 7999;
+  o.connect_timeout_ms = 300;
+  const rdmalock_status_t st = rdmalock_connect(&o, &c);
+  CHECK(st != RDMALOCK_OK);
+  CHECK(c == NULL);
+  CHECK(rdmalock_last_error()[0] != '\0');
+  EXPECT_MESSAGE("rdmalock_connect: ");
+}
+
+static void test_null_arguments(void) {
+  rdmalock_lock_t* l = (rdmalock_lock_t*)&l;
+  EXPECT_STATUS(rdmalock_lock(NULL, "x", RDMALOCK_EXCLUSIVE, 0, &l), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("rdmalock_lock: client is NULL");
+  CHECK(l == NULL);
+  EXPECT_STATUS(rdmalock_try_lock(NULL, "x", RDMALOCK_SHARED, NULL), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("rdmalock_try_lock: out is NULL");
+  EXPECT_STATUS(rdmalock_lock_slot(NULL, 1, RDMALOCK_EXCLUSIVE, 0, &l),
+                RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("rdmalock_lock_slot: client is NULL");
+  EXPECT_STATUS(rdmalock_release(NULL), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("rdmalock_release: lock is NULL");
+  EXPECT_STATUS(rdmalock_renew(NULL), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("rdmalock_renew: lock is NULL");
+  EXPECT_STATUS(rdmalock_flush(NULL), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_STATUS(rdmalock_lock_on_lost(NULL, NULL, NULL), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("rdmalock_lock_on_lost: lock is NULL");
+  CHECK(rdmalock_lock_get_token(NULL) == 0);
+  CHECK(rdmalock_lock_get_slot(NULL) == 0);
+  CHECK(rdmalock_lock_get_mode(NULL) == RDMALOCK_EXCLUSIVE);
+  CHECK(rdmalock_lock_get_state(NULL) == RDMALOCK_RELEASED);
+  CHECK(rdmalock_lock_lease_remaining_ms(NULL) == 0);
+  CHECK(rdmalock_client_lock_count(NULL) == 0);
+  CHECK(rdmalock_client_lease_ms(NULL) == 0);
+  CHECK(rdmalock_client_session_id(NULL) == 0);
+  rdmalock_lock_free(NULL);
+  rdmalock_close(NULL);
+}
+
+static void test_slot_for_name(void) {
+  const uint64_t a = rdmalock_slot_for_name("orders/42", 65536);
+  CHECK(a < 65536);
+  CHECK(a == rdmalock_slot_for_name("orders/42", 65536));
+  /* XXH3-64 spreads names: 64 names over 65536 slots do not all land on one. */
+  int distinct = 0;
+  char name[32];
+  for (int i = 0; i < 64; ++i) {
+    snprintf(name, sizeof name, "orders/%d", i);
+    const uint64_t s = rdmalock_slot_for_name(name, 65536);
+    CHECK(s < 65536);
+    if (s != a) ++distinct;
+  }
+  CHECK(distinct >= 60);
+  CHECK(rdmalock_slot_for_name(NULL, 64) == 0);
+  CHECK(rdmalock_slot_for_name("x", 0) == 0);
+  CHECK(rdmalock_slot_for_name("x", 1) == 0);
+}
+
+static void* fail_on_other_thread(void* arg) {
+  char* seen = arg;
+  rdmalock_renew(NULL);
+  snprintf(seen, 256, "%s", rdmalock_last_error());
+  return NULL;
+}
+
+static void test_last_error_is_per_thread(void) {
+  char seen[256] = "";
+  pthread_t t;
+  EXPECT_STATUS(rdmalock_release(NULL), RDMALOCK_ERR_INVALID_ARGUMENT);
+  REQUIRE(pthread_create(&t, NULL, fail_on_other_thread, seen) == 0);
+  pthread_join(t, NULL);
+  CHECK(strstr(seen, "rdmalock_renew: lock is NULL") != NULL);
+  /* This thread's message is its own call's. */
+  EXPECT_MESSAGE("rdmalock_release: lock is NULL");
+}
+
+/* ---- rdma: against a running lockd */
+
+static const char* server;
+static uint16_t port;
+static const char* lockctl;
+static const char* admin_socket;
+
+static rdmalock_client_t* connect_as(const char* name) {
+  rdmalock_options_t o;
+  rdmalock_client_t* c = NULL;
+  rdmalock_options_init(&o);
+  o.server = server;
+  o.port = port;
+  o.connect_timeout_ms = 10000;
+  o.client_name = name;
+  if (rdmalock_connect(&o, &c) != RDMALOCK_OK) return NULL;
+  if (rdmalock_last_error()[0] != '\0') fail_at(__LINE__, "connect ok with a message");
+  return c;
+}
+
+static void test_connect_and_session(void) {
+  rdmalock_client_t* a = connect_as("c-api-a");
+  REQUIRE(a != NULL);
+  rdmalock_client_t* b = connect_as("c-api-b");
+  REQUIRE(b != NULL);
+  CHECK(rdmalock_client_session_id(a) != 0);
+  CHECK(rdmalock_client_session_id(b) != 0);
+  CHECK(rdmalock_client_session_id(a) != rdmalock_client_session_id(b));
+  CHECK(rdmalock_client_lock_count(a) == 1024); /* run.sh starts lockd with --lock-count 1024 */
+  CHECK(rdmalock_client_lease_ms(a) == 2000);   /* and --lease-ms 2000 */
+  rdmalock_close(b);
+  rdmalock_close(a);
+}
+
+static void test_exclusive_excludes_second_client(void) {
+  rdmalock_client_t* a = connect_as("c-api-a");
+  rdmalock_client_t* b = connect_as("c-api-b");
+  REQUIRE(a != NULL && b != NULL);
+  rdmalock_lock_t* la = NULL;
+  rdmalock_lock_t* lb = (rdmalock_lock_t*)&lb;
+  EXPECT_STATUS(rdmalock_lock(a, "c-api/excl", RDMALOCK_EXCLUSIVE, 5000, &la), RDMALOCK_OK);
+  REQUIRE(la != NULL);
+  CHECK(rdmalock_lock_get_state(la) == RDMALOCK_HELD);
+  CHECK(rdmalock_lock_get_mode(la) == RDMALOCK_EXCLUSIVE);
+  CHECK(rdmalock_lock_get_token(la) != 0);
+  CHECK(rdmalock_lock_get_slot(la) == rdmalock_slot_for_name("c-api/excl", 1024));
+  const int64_t left = rdmalock_lock_lease_remaining_ms(la);
+  CHECK(left > 0 && left <= 2000);
+
+  EXPECT_STATUS(rdmalock_try_lock(b, "c-api/excl", RDMALOCK_EXCLUSIVE, &lb), RDMALOCK_ERR_BUSY);
+  CHECK(lb == NULL);
+  EXPECT_STATUS(rdmalock_try_lock(b, "c-api/excl", RDMALOCK_SHARED, &lb), RDMALOCK_ERR_BUSY);
+  const double t0 = now_ms();
+  EXPECT_STATUS(rdmalock_lock(b, "c-api/excl", RDMALOCK_EXCLUSIVE, 300, &lb), RDMALOCK_ERR_TIMEOUT);
+  CHECK(now_ms() - t0 >= 290);
+  CHECK(lb == NULL);
+  CHECK(rdmalock_lock_get_state(la) == RDMALOCK_HELD); /* b's attempts did not disturb a */
+
+  EXPECT_STATUS(rdmalock_release(la), RDMALOCK_OK);
+  CHECK(rdmalock_lock_get_state(la) == RDMALOCK_RELEASED);
+  CHECK(rdmalock_lock_lease_remaining_ms(la) == 0);
+  EXPECT_STATUS(rdmalock_release(la), RDMALOCK_ERR_NOT_HELD);
+  EXPECT_MESSAGE("rdmalock_release: ");
+  EXPECT_STATUS(rdmalock_renew(la), RDMALOCK_ERR_NOT_HELD);
+  EXPECT_STATUS(rdmalock_flush(a), RDMALOCK_OK);
+
+  /* Released (and flushed): the other client gets it at once, with a larger token. */
+  EXPECT_STATUS(rdmalock_try_lock(b, "c-api/excl", RDMALOCK_EXCLUSIVE, &lb), RDMALOCK_OK);
+  REQUIRE(lb != NULL);
+  CHECK(rdmalock_lock_get_token(lb) > rdmalock_lock_get_token(la));
+  EXPECT_STATUS(rdmalock_release(lb), RDMALOCK_OK);
+  rdmalock_lock_free(lb);
+  rdmalock_lock_free(la);
+  rdmalock_close(b);
+  rdmalock_close(a);
+}
+
+static void test_release_then_try_lock_same_client(void) {
+  rdmalock_client_t* a = connect_as("c-api-a");
+  REQUIRE(a != NULL);
+  for (int i = 0; i < 20; ++i) {
+    rdmalock_lock_t* l = NULL;
+    EXPECT_STATUS(rdmalock_try_lock(a, "c-api/again", RDMALOCK_EXCLUSIVE, &l), RDMALOCK_OK);
+    REQUIRE(l != NULL);
+    EXPECT_STATUS(rdmalock_release(l), RDMALOCK_OK);
+    rdmalock_lock_free(l);
+  }
+  rdmalock_close(a);
+}
+
+static void test_tokens_increase(void) {
+  rdmalock_client_t* c[2] = {connect_as("c-api-a"), connect_as("c-api-b")};
+  REQUIRE(c[0] != NULL && c[1] != NULL);
+  uint64_t last = 0;
+  for (int i = 0; i < 10; ++i) {
+    rdmalock_lock_t* l = NULL;
+    EXPECT_STATUS(rdmalock_lock(c[i % 2], "c-api/tokens", RDMALOCK_EXCLUSIVE, 5000, &l),
+                  RDMALOCK_OK);
+    REQUIRE(l != NULL);
+    const uint64_t t = rdmalock_lock_get_token(l);
+    if (t <= last) {
+      fail_at(__LINE__, "grant %d: token %llu is not above the previous %llu", i,
+              (unsigned long long)t, (unsigned long long)last);
+    }
+    last = t;
+    EXPECT_STATUS(rdmalock_release(l), RDMALOCK_OK);
+    EXPECT_STATUS(rdmalock_flush(c[i % 2]), RDMALOCK_OK);
+    rdmalock_lock_free(l);
+  }
+  rdmalock_close(c[1]);
+  rdmalock_close(c[0]);
+}
+
+static void test_shared_coexist(void) {
+  rdmalock_client_t* a = connect_as("c-api-a");
+  rdmalock_client_t* b = connect_as("c-api-b");
+  REQUIRE(a != NULL && b != NULL);
+  rdmalock_lock_t *sa = NULL, *sb = NULL, *x = NULL;
+  EXPECT_STATUS(rdmalock_lock(a, "c-api/shared", RDMALOCK_SHARED, 5000, &sa), RDMALOCK_OK);
+  REQUIRE(sa != NULL);
+  EXPECT_STATUS(rdmalock_try_lock(b, "c-api/shared", RDMALOCK_SHARED, &sb), RDMALOCK_OK);
+  REQUIRE(sb != NULL);
+  CHECK(rdmalock_lock_get_mode(sa) == RDMALOCK_SHARED);
+  CHECK(rdmalock_lock_get_mode(sb) == RDMALOCK_SHARED);
+  CHECK(rdmalock_lock_get_token(sa) == 0); /* shared grants carry no token */
+  CHECK(rdmalock_lock_get_state(sb) == RDMALOCK_HELD);
+  /* Readers keep a writer out. */
+  EXPECT_STATUS(rdmalock_try_lock(b, "c-api/shared", RDMALOCK_EXCLUSIVE, &x), RDMALOCK_ERR_BUSY);
+  EXPECT_STATUS(rdmalock_release(sa), RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_flush(a), RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_try_lock(a, "c-api/shared", RDMALOCK_EXCLUSIVE, &x), RDMALOCK_ERR_BUSY);
+  EXPECT_STATUS(rdmalock_release(sb), RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_flush(b), RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_try_lock(a, "c-api/shared", RDMALOCK_EXCLUSIVE, &x), RDMALOCK_OK);
+  rdmalock_lock_free(x);
+  rdmalock_lock_free(sb);
+  rdmalock_lock_free(sa);
+  rdmalock_close(b);
+  rdmalock_close(a);
+}
+
+static void test_slots_and_renew(void) {
+  rdmalock_client_t* a = connect_as("c-api-a");
+  rdmalock_client_t* b = connect_as("c-api-b");
+  REQUIRE(a != NULL && b != NULL);
+  rdmalock_lock_t *l = NULL, *m = NULL;
+  EXPECT_STATUS(rdmalock_lock_slot(a, 3, RDMALOCK_EXCLUSIVE, 5000, &l), RDMALOCK_OK);
+  REQUIRE(l != NULL);
+  CHECK(rdmalock_lock_get_slot(l) == 3);
+  EXPECT_STATUS(rdmalock_lock_slot(b, 3, RDMALOCK_EXCLUSIVE, 0, &m), RDMALOCK_ERR_BUSY);
+  EXPECT_STATUS(rdmalock_lock_slot(b, 1024, RDMALOCK_EXCLUSIVE, 0, &m),
+                RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("out of range");
+  CHECK(m == NULL);
+  sleep_ms(300);
+  const int64_t before = rdmalock_lock_lease_remaining_ms(l);
+  EXPECT_STATUS(rdmalock_renew(l), RDMALOCK_OK);
+  const int64_t after = rdmalock_lock_lease_remaining_ms(l);
+  if (!(after > before && after <= 2000)) {
+    fail_at(__LINE__, "lease remaining %lld ms before renew, %lld after", (long long)before,
+            (long long)after);
+  }
+  rdmalock_lock_free(l); /* releases */
+  EXPECT_STATUS(rdmalock_flush(a), RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_lock_slot(b, 3, RDMALOCK_EXCLUSIVE, 0, &m), RDMALOCK_OK);
+  rdmalock_lock_free(m);
+  rdmalock_close(b);
+  rdmalock_close(a);
+}
+
+static void test_bad_arguments_live(void) {
+  rdmalock_client_t* a = connect_as("c-api-a");
+  REQUIRE(a != NULL);
+  rdmalock_lock_t* l = (rdmalock_lock_t*)&l;
+  EXPECT_STATUS(rdmalock_lock(a, NULL, RDMALOCK_EXCLUSIVE, 100, &l), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("rdmalock_lock: lock name is NULL");
+  CHECK(l == NULL);
+  EXPECT_STATUS(rdmalock_try_lock(a, NULL, RDMALOCK_EXCLUSIVE, &l), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("rdmalock_try_lock: lock name is NULL");
+  EXPECT_STATUS(rdmalock_lock(a, "", RDMALOCK_EXCLUSIVE, 100, &l), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("empty");
+  EXPECT_STATUS(rdmalock_lock(a, "x", (rdmalock_mode_t)7, 100, &l), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("mode 7");
+  EXPECT_STATUS(rdmalock_lock(a, "x", RDMALOCK_EXCLUSIVE, -5, &l), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("timeout_ms -5");
+  CHECK(l == NULL);
+  /* The client still works. */
+  EXPECT_STATUS(rdmalock_lock(a, "x", RDMALOCK_EXCLUSIVE, RDMALOCK_WAIT_FOREVER, &l), RDMALOCK_OK);
+  rdmalock_lock_free(l);
+  rdmalock_close(a);
+}
+
+static void test_unknown_server(void) {
+  rdmalock_options_t o;
+  rdmalock_client_t* c = (rdmalock_client_t*)&o;
+  rdmalock_options_init(&o);
+  o.server = "no-such-host.invalid";
+  o.connect_timeout_ms = 2000;
+  EXPECT_STATUS(rdmalock_connect(&o, &c), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("no-such-host.invalid");
+  CHECK(c == NULL);
+  /* lockd's address, a port where nothing listens. */
+  o.server = server;
+  o.port = (uint16_t)(port + 1);
+  o.connect_timeout_ms = 500;
+  EXPECT_STATUS(rdmalock_connect(&o, &c), RDMALOCK_ERR_CONNECTION);
+  EXPECT_MESSAGE("rdmalock_connect: ");
+  CHECK(c == NULL);
+}
+
+static void test_close_with_lock_held(void) {
+  rdmalock_client_t* a = connect_as("c-api-a");
+  rdmalock_client_t* b = connect_as("c-api-b");
+  REQUIRE(a != NULL && b != NULL);
+  rdmalock_lock_t *l = NULL, *m = NULL;
+  EXPECT_STATUS(rdmalock_lock(a, "c-api/orphan", RDMALOCK_EXCLUSIVE, 5000, &l), RDMALOCK_OK);
+  REQUIRE(l != NULL);
+  rdmalock_close(a); /* the session ends; lockd frees its locks */
+  CHECK(rdmalock_lock_get_state(l) == RDMALOCK_LOST);
+  EXPECT_STATUS(rdmalock_release(l), RDMALOCK_ERR_LOCK_LOST);
+  EXPECT_MESSAGE("rdmalock_release: ");
+  CHECK(rdmalock_lock_get_state(l) == RDMALOCK_LOST);
+  rdmalock_lock_free(l);
+  const double t0 = now_ms();
+  EXPECT_STATUS(rdmalock_lock(b, "c-api/orphan", RDMALOCK_EXCLUSIVE, 10000, &m), RDMALOCK_OK);
+  /* Freed by lockd when the session closed, well before waiters would recover it (2 x lease). */
+  CHECK(now_ms() - t0 < 3000);
+  rdmalock_lock_free(m);
+  rdmalock_close(b);
+}
+
+struct lost_seen {
+  atomic_int calls;
+  atomic_int code;
+  char message[256];
+};
+
+static void on_lost(rdmalock_status_t code, const char* message, void* user_data) {
+  struct lost_seen* s = user_data;
+  snprintf(s->message, sizeof s->message, "%s", message != NULL ? message : "(null)");
+  atomic_store(&s->code, (int)code);
+  atomic_fetch_add(&s->calls, 1);
+}
+
+static void test_lost_callback(void) {
+  static struct lost_seen seen, other;
+  rdmalock_client_t* a = connect_as("c-api-lost");
+  REQUIRE(a != NULL);
+  rdmalock_lock_t *l = NULL, *freed = NULL;
+  EXPECT_STATUS(rdmalock_lock(a, "c-api/lost", RDMALOCK_EXCLUSIVE, 5000, &l), RDMALOCK_OK);
+  REQUIRE(l != NULL);
+  EXPECT_STATUS(rdmalock_lock_on_lost(l, on_lost, &seen), RDMALOCK_OK);
+  /* A second lock of the session whose handle is freed before the loss: its callback must not
+   * run. It is given up by freeing (released). */
+  EXPECT_STATUS(rdmalock_lock(a, "c-api/lost-freed", RDMALOCK_EXCLUSIVE, 5000, &freed),
+                RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_lock_on_lost(freed, on_lost, &other), RDMALOCK_OK);
+  rdmalock_lock_free(freed);
+
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd,
+           "%s --server %s --port %u release --admin-socket %s --force c-api/lost >/dev/null",
+           lockctl, server, (unsigned)port, admin_socket);
+  const int rc = system(cmd);
+  if (rc != 0) {
+    fail_at(__LINE__, "'%s' exited with %d", cmd, rc);
+    return;
+  }
+  const double t0 = now_ms();
+  while (atomic_load(&seen.calls) == 0 && now_ms() - t0 < 15000) sleep_ms(20);
+  CHECK(atomic_load(&seen.calls) == 1);
+  CHECK(atomic_load(&seen.code) != RDMALOCK_OK);
+  CHECK(seen.message[0] != '\0');
+  CHECK(rdmalock_lock_get_state(l) == RDMALOCK_LOST);
+  EXPECT_STATUS(rdmalock_release(l), RDMALOCK_ERR_LOCK_LOST);
+  sleep_ms(200);
+  CHECK(atomic_load(&seen.calls) == 1); /* at most once */
+  CHECK(atomic_load(&other.calls) == 0);
+  rdmalock_lock_free(l);
+  rdmalock_close(a);
+  if (cur_failed) return;
+  printf("  lost callback: %s: %s (%.0f ms after the forced release)\n",
+         rdmalock_error_name((rdmalock_status_t)atomic_load(&seen.code)), seen.message,
+         now_ms() - t0);
+}
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && strcmp(argv[1], "host") == 0) {
+    run("version and error names", test_version_and_names);
+    run("options_init fills the defaults", test_options_defaults);
+    run("connect refuses bad options with a message", test_connect_bad_options);
+    run("connect refuses fields of a newer header it does not know", test_connect_newer_options);
+    run("connect to an unreachable server fails with a message", test_connect_unreachable);
+    run("NULL arguments give INVALID_ARGUMENT and name the argument", test_null_arguments);
+    run("slot_for_name", test_slot_for_name);
+    run("last error is per thread", test_last_error_is_per_thread);
+  } else if (argc == 6 && strcmp(argv[1], "rdma") == 0) {
+    server = argv[2];
+    port = (uint16_t)atoi(argv[3]);
+    lockctl = argv[4];
+    admin_socket = argv[5];
+    run("connect: two clients, two sessions", test_connect_and_session);
+    run("exclusive lock: another client's try_lock is busy, lock times out",
+        test_exclusive_excludes_second_client);
+    run("release then try_lock succeeds (same client, 20 times)",
+        test_release_then_try_lock_same_client);
+    run("fencing tokens strictly increase across grants", test_tokens_increase);
+    run("shared locks coexist and keep a writer out", test_shared_coexist);
+    run("lock_slot, slot range, renew extends the lease", test_slots_and_renew);
+    run("bad arguments on a live client", test_bad_arguments_live);
+    run("unknown server: INVALID_ARGUMENT naming it; closed port: CONNECTION", test_unknown_server);
+    run("close with a lock held: handle lost, lockd frees the lock", test_close_with_lock_held);
+    run("lost callback when the session is fenced (lockctl release --force)", test_lost_callback);
+  } else {
+    fprintf(stderr,
+            "usage: %s host\n"
+            "       %s rdma SERVER PORT LOCKCTL ADMIN_SOCKET\n",
+            argv[0], argv[0]);
+    return 64;
+  }
+  printf("c_api: %d passed, %d failed\n", passed, failed);
+  return failed == 0 ? 0 : 1;
+}

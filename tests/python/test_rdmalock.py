@@ -1,0 +1,208 @@
+"""The Python module against a running lockd (RDMALOCK_SERVER, RDMALOCK_PORT): run by
+tests/sdk/run.sh on real verbs."""
+
+import threading
+import time
+
+import pytest
+import rdmalock
+from rdmalock import ErrorCode, LockState, RdmalockError
+
+
+@pytest.fixture
+def client(lockd):
+    server, port = lockd
+    with rdmalock.Client.connect(server, port=port, connect_timeout=10, client_name="py-a") as c:
+        yield c
+
+
+@pytest.fixture
+def other(lockd):
+    server, port = lockd
+    with rdmalock.Client.connect(server, port=port, connect_timeout=10, client_name="py-b") as c:
+        yield c
+
+
+def test_connect_gives_a_session(client, other):
+    assert client.session_id != 0 and other.session_id != 0
+    assert client.session_id != other.session_id
+    assert client.lock_count == 1024  # tests/sdk/run.sh: --lock-count 1024
+    assert client.lease == 2.0        # and --lease-ms 2000
+    assert "session" in repr(client)
+
+
+def test_context_manager_releases(client, other):
+    with client.lock("py/cm", timeout=5) as lock:
+        assert lock.held and lock.mode == "exclusive" and not lock.shared
+        assert lock.slot == rdmalock.slot_for_name("py/cm", client.lock_count)
+        assert 0 < lock.lease_remaining <= 2.0
+        assert other.try_lock("py/cm") is None
+    assert lock.state == LockState.RELEASED
+    client.flush()
+    again = other.try_lock("py/cm")
+    assert again is not None
+    again.release()
+
+
+def test_try_lock_busy_from_a_second_client(client, other):
+    lock = client.lock("py/busy", timeout=5)
+    try:
+        assert other.try_lock("py/busy") is None
+        assert other.try_lock("py/busy", shared=True) is None
+        t0 = time.monotonic()
+        with pytest.raises(RdmalockError) as e:
+            other.lock("py/busy", timeout=0.3)
+        assert e.value.code == ErrorCode.TIMEOUT and e.value.name == "timeout"
+        assert time.monotonic() - t0 >= 0.29
+        assert lock.held
+    finally:
+        lock.release()
+
+
+def test_tokens_increase(client, other):
+    last = 0
+    for i in range(10):
+        c = (client, other)[i % 2]
+        with c.lock("py/tokens", timeout=5) as lock:
+            assert lock.token > last, f"grant {i}: token {lock.token:#x} <= {last:#x}"
+            last = lock.token
+        c.flush()
+
+
+def test_shared_locks_coexist(client, other):
+    with client.lock("py/shared", shared=True, timeout=5) as a:
+        b = other.try_lock("py/shared", shared=True)
+        assert b is not None
+        with b:
+            assert a.shared and b.shared and a.mode == "shared"
+            assert a.token == 0 and b.token == 0  # shared grants carry no token
+            assert other.try_lock("py/shared") is None  # readers keep a writer out
+    client.flush()
+    other.flush()
+    w = other.try_lock("py/shared")
+    assert w is not None
+    w.release()
+
+
+def test_release_twice_and_renew_raise_with_codes(client):
+    lock = client.lock("py/twice", timeout=5)
+    time.sleep(0.2)
+    before = lock.lease_remaining
+    lock.renew()
+    assert lock.lease_remaining > before
+    lock.release()
+    with pytest.raises(RdmalockError) as e:
+        lock.release()
+    assert e.value.code == ErrorCode.NOT_HELD
+    with pytest.raises(RdmalockError) as e:
+        lock.renew()
+    assert e.value.code == ErrorCode.NOT_HELD
+    lock.close()
+    with pytest.raises(RdmalockError):
+        lock.release()  # a closed handle
+
+
+def test_bad_arguments_raise_invalid_argument(client):
+    for call in (lambda: client.lock(""), lambda: client.lock("x", timeout=-1),
+                 lambda: client.lock_slot(client.lock_count), lambda: client.lock(None)):
+        with pytest.raises(RdmalockError) as e:
+            call()
+        assert e.value.code == ErrorCode.INVALID_ARGUMENT, e.value
+
+
+def test_lock_slot(client, other):
+    with client.lock_slot(5, timeout=5) as lock:
+        assert lock.slot == 5
+        with pytest.raises(RdmalockError) as e:
+            other.lock_slot(5, timeout=0)
+        assert e.value.code == ErrorCode.BUSY
+
+
+def test_unknown_server_raises_with_its_name(lockd):
+    with pytest.raises(RdmalockError) as e:
+        rdmalock.Client.connect("no-such-host.invalid", connect_timeout=2)
+    assert e.value.code == ErrorCode.INVALID_ARGUMENT
+    assert "no-such-host.invalid" in e.value.message
+    server, port = lockd
+    with pytest.raises(RdmalockError) as e:
+        rdmalock.Client.connect(server, port=port + 1, connect_timeout=0.5)  # nothing listens
+    assert e.value.code == ErrorCode.CONNECTION
+
+
+def test_closed_client_loses_its_locks(lockd, other):
+    server, port = lockd
+    c = rdmalock.Client.connect(server, port=port, connect_timeout=10)
+    lock = c.lock("py/orphan", timeout=5)
+    c.close()
+    assert c.closed
+    with pytest.raises(RdmalockError) as e:
+        c.try_lock("py/orphan")
+    assert e.value.code == ErrorCode.CONNECTION
+    assert lock.state == LockState.LOST
+    with pytest.raises(RdmalockError) as e:
+        with lock:
+            pass  # the context manager's release reports the lost lock
+    assert e.value.code == ErrorCode.LOCK_LOST
+    assert lock.state == LockState.LOST
+    with other.lock("py/orphan", timeout=3):
+        pass
+
+
+def test_locks_from_threads_exclude_each_other(client):
+    inside, overlaps, errors = [0], [0], []
+    guard = threading.Lock()
+
+    def worker():
+        try:
+            for _ in range(20):
+                with client.lock("py/threads", timeout=10):
+                    with guard:
+                        inside[0] += 1
+                        if inside[0] > 1:
+                            overlaps[0] += 1
+                    time.sleep(0.001)
+                    with guard:
+                        inside[0] -= 1
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and overlaps[0] == 0
+
+
+def test_on_lost_runs_when_the_session_is_fenced(lockd):
+    # lockctl release --force (through lockd's admin socket) fences the holder's session: the
+    # client reports the lock lost through the callback, once, and release() says LOCK_LOST.
+    import os
+    import subprocess
+
+    lockctl, sock = os.environ.get("RDMALOCK_LOCKCTL"), os.environ.get("RDMALOCK_ADMIN_SOCKET")
+    if not lockctl or not sock:
+        pytest.fail("RDMALOCK_LOCKCTL and RDMALOCK_ADMIN_SOCKET are not set (tests/sdk/run.sh "
+                    "sets them)", pytrace=False)
+    server, port = lockd
+    seen, done = [], threading.Event()
+
+    def lost(err):
+        seen.append(err)
+        done.set()
+
+    with rdmalock.Client.connect(server, port=port, connect_timeout=10) as c:
+        lock = c.lock("py/lost", timeout=5)
+        lock.on_lost(lost)
+        subprocess.run([lockctl, "--server", server, "--port", str(port), "release",
+                        "--admin-socket", sock, "--force", "py/lost"], check=True,
+                       stdout=subprocess.DEVNULL)
+        assert done.wait(15), "the lost callback did not run within 15 s"
+        assert isinstance(seen[0], RdmalockError) and seen[0].code != ErrorCode.OK
+        assert lock.state == LockState.LOST
+        with pytest.raises(RdmalockError) as e:
+            lock.release()
+        assert e.value.code == ErrorCode.LOCK_LOST
+        time.sleep(0.2)
+        assert len(seen) == 1
+        lock.close()
