@@ -90,6 +90,20 @@ void LockEngine::FreeRecord(RemoteMemory& mem, uint64_t record, uint32_t seq) co
   if (on_record_free_) on_record_free_(record);
 }
 
+// A token's generation must be read after the grant: the previous holder read its own before it
+// released, so a later read can only be as high or higher, even when a racing reset's generation
+// bump lands late (extra bumps are otherwise harmless). The FA's READ is after the grant when the
+// FA itself was granted, and the Wait loop's READ when it saw the grant; a grant that
+// GiveUpTicket found (the holder released while we gave up) has only the FA-time value, so it
+// is read again. One READ, on that rare path only, and only when a token is wanted.
+Status LockEngine::GenerationAfterGrant(RemoteMemory& mem, Grant* g) const {
+  if (!g->has_generation) return Status::Ok();
+  RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word1Off(g->ticket.slot), 8);
+  RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
+  g->generation = proto::Generation(rd.result[0]);
+  return Status::Ok();
+}
+
 void LockEngine::FillToken(Grant* g) const {
   if (g->ticket.mode == Mode::kExclusive && g->has_generation) {
     g->token = proto::FencingToken(params_.epoch, g->generation, g->ticket.word.max_x);
@@ -209,6 +223,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     if (opt.try_only) {
       RDMALOCK_ASSIGN_OR_RETURN(const GiveUp gu, GiveUpTicket(mem, t, &g.seen, ev));
       if (gu == GiveUp::kGranted) {  // the holder released in the meantime
+        RDMALOCK_RETURN_IF_ERROR(GenerationAfterGrant(mem, &g));
         FillToken(&g);
         return g;
       }
@@ -261,6 +276,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       grant->ticket = t;
       grant->seen = last;
       grant->lease_start = last_waiting_issue;
+      RDMALOCK_RETURN_IF_ERROR(GenerationAfterGrant(mem, grant));
       return WaitOutcome::kGranted;
     }
     RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(t.slot), 16);
@@ -619,6 +635,7 @@ Result<Grant> LockEngine::FinishAcquire(RemoteMemory& mem, const Grant& queued,
     auto gu = GiveUpTicket(mem, t, &g.seen, ev);
     if (!gu.ok()) return gu.status();
     if (*gu == GiveUp::kGranted) {
+      RDMALOCK_RETURN_IF_ERROR(GenerationAfterGrant(mem, &g));
       FillToken(&g);
       return g;
     }

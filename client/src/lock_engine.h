@@ -232,6 +232,7 @@ class LockEngine {
                                         uint32_t unchanged_polls,
                                         std::chrono::nanoseconds handover) const;
   void FillToken(Grant* g) const;
+  Status GenerationAfterGrant(RemoteMemory& mem, Grant* g) const;
 
   EngineParams params_;
   AbandonHandler on_abandon_;

@@ -125,6 +125,40 @@ TEST_CASE("a token comes with an exclusive grant when asked for, and increases")
   }
 }
 
+TEST_CASE("a token granted while giving up reads the generation after the grant") {
+  // A racing reset's generation bump may land late, between a request's FA (and its READ of the
+  // generation) and the grant of the request ahead of it. That request's token then carries the
+  // higher generation; ours, granted after it, must not carry the lower one.
+  InProcessTable table(4);
+  LockEngine e(Params(4), nullptr);
+  InProcessMemory h(&table), p(&table), x(&table);
+  auto held = e.Acquire(h, 1, Mode::kExclusive, {});
+  REQUIRE(held.ok());
+  const ManyRequest one[] = {{1, Mode::kExclusive, true}};
+  auto pq = e.IssueMany(p, one, false, nullptr, nullptr);  // ticket 1, queued
+  auto xq = e.IssueMany(x, one, false, nullptr, nullptr);  // ticket 2, queued
+  REQUIRE(pq.ok());
+  REQUIRE(xq.ok());
+  REQUIRE_FALSE((*pq)[0].granted);
+  REQUIRE_FALSE((*xq)[0].granted);
+  RemoteOp bump = RemoteOp::FetchAdd(RegionId::kLocks, proto::SlotOffset(1) + proto::kWord1Offset,
+                                     proto::kGenerationIncrement);
+  REQUIRE(h.Execute(bump).ok());  // the late bump
+  REQUIRE(e.Release(h, *held).ok());
+  AcquireOptions wait_opt;
+  wait_opt.deadline = Clock::now() + 2s;
+  auto pg = e.FinishAcquire(p, (*pq)[0].grant, wait_opt);  // granted in Wait: reads it
+  REQUIRE(pg.ok());
+  REQUIRE(e.Release(p, *pg).ok());
+  AcquireOptions try_opt;
+  try_opt.try_only = true;
+  auto xg = e.FinishAcquire(x, (*xq)[0].grant, try_opt);  // granted while giving up
+  REQUIRE(xg.ok());
+  INFO("tokens " << std::hex << pg->token << " then " << xg->token);
+  REQUIRE(xg->token > pg->token);
+  REQUIRE(e.Release(x, *xg).ok());
+}
+
 TEST_CASE("out-of-range slot is refused") {
   InProcessTable table(4);
   LockEngine e(Params(4), nullptr);
