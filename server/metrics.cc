@@ -111,7 +111,7 @@ void PromText::Family(std::string_view name, std::string_view type, std::string_
   out_ += '\n';
 }
 
-void PromText::Sample(uint64_t value, std::string_view labels) {
+void PromText::Begin(std::string_view labels) {
   out_ += family_;
   if (!labels.empty()) {
     out_ += '{';
@@ -119,20 +119,18 @@ void PromText::Sample(uint64_t value, std::string_view labels) {
     out_ += '}';
   }
   out_ += ' ';
+}
+
+void PromText::Sample(uint64_t value, std::string_view labels) {
+  Begin(labels);
   out_ += std::to_string(value);
   out_ += '\n';
 }
 
 void PromText::Sample(double value, std::string_view labels) {
-  out_ += family_;
-  if (!labels.empty()) {
-    out_ += '{';
-    out_ += labels;
-    out_ += '}';
-  }
+  Begin(labels);
   char buf[64];
   const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value);
-  out_ += ' ';
   out_.append(buf, ec == std::errc() ? end : buf);
   out_ += '\n';
 }

@@ -76,6 +76,7 @@ class PromText {
   const std::string& text() const { return out_; }
 
  private:
+  void Begin(std::string_view labels);  // the sample's name and labels, up to its value
   std::string out_;
   std::string family_;
 };
