@@ -64,6 +64,9 @@ lockd registers a table of 8-byte lock words with an RDMA NIC and hands
 librdmalock clients the keys; clients then acquire and release locks with
 one-sided RDMA atomics. Ships the systemd unit lockd.service (enabled, not
 started on first install) and /etc/rdmalock/lockd.yaml.")
+# procps: /bin/kill, the unit's ExecReload (as openssh-server depends on it for ssh.service); not in
+# a minbase system. The shared-library dependencies are appended by dpkg-shlibdeps.
+set(CPACK_DEBIAN_LOCKD_PACKAGE_DEPENDS "procps")
 # The verbs provider (e.g. rdma_rxe's userspace part) and rdma-core's udev rules and module
 # loading: lockd needs them on a real node, but not to be installed or to --check-config.
 set(CPACK_DEBIAN_LOCKD_PACKAGE_RECOMMENDS "rdma-core, ibverbs-providers")
