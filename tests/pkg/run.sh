@@ -8,10 +8,13 @@
 #      the archive; dpkg must report no problem;
 #   3. checks file placement (dpkg -L), lockd --version / --check-config from the package, the
 #      conffile (kept across a reinstall when edited) and the unit's enable symlink;
-#   4. runs the packaged lockd the way lockd.service does (ExecStartPre, ExecStart, LimitMEMLOCK,
-#      StateDirectory, RuntimeDirectory, UMask) on real verbs under deploy/softroce/rxe-run, with
-#      the tree as the share; the packaged lockctl's `status` must succeed against it and the epoch
-#      must appear in /var/lib/rdmalock (tests/pkg/in-vm.sh);
+#   4. runs the packaged lockd on real verbs under deploy/softroce/rxe-run, with the tree as the
+#      share: first the way lockd.service does (ExecStartPre, ExecStart, LimitMEMLOCK,
+#      StateDirectory, RuntimeDirectory, UMask; tests/pkg/in-vm.sh): the packaged lockctl's
+#      `status` must succeed against it and the epoch must appear in /var/lib/rdmalock; then the
+#      unit itself under systemd as PID 1, booting the tree with systemd-nspawn (systemd installed
+#      after our packages; tests/pkg/nspawn.sh, in-container.sh): lockd.service is active after
+#      boot, reloads, stops cleanly and starts again;
 #   5. removes and purges lockd (prerm/postrm must not fail).
 # Prints "pkg: <check>: ok" per check and "pkg: <check>: FAIL ..." on the first failure; exits
 # non-zero if anything failed or could not run. Needs root, debootstrap, dpkg-dev and network
@@ -45,7 +48,7 @@ trap cleanup EXIT
 
 # ---- preconditions: fail, never skip
 [ "$(id -u)" -eq 0 ] || fail "preconditions" "needs root (chroot, mounts)"
-for tool in debootstrap dpkg-shlibdeps cpack; do
+for tool in debootstrap dpkg-shlibdeps cpack systemd-nspawn; do
   command -v "$tool" >/dev/null || fail "preconditions" "$tool is missing (deploy/install-deps.sh)"
 done
 prefix=$(sed -n 's/^CMAKE_INSTALL_PREFIX:PATH=//p' "$build/CMakeCache.txt" 2>/dev/null || true)
@@ -100,6 +103,7 @@ need_dep lockd Depends "libc6 \\(>= [^)]*\\)"
 need_dep librdmalock Depends "libibverbs1 \\(>= [^)]*\\)"
 need_dep lockctl Depends "libyaml-cpp[0-9.]+( \\(>= [^)]*\\))?"
 need_dep lockd Recommends "rdma-core"
+need_dep lockd Depends "procps"  # /bin/kill for the unit's ExecReload
 # lockd is static in the engine; librdmalock's consumers are lockctl and -dev only.
 if field "$(deb_of lockd)" Depends | grep -q librdmalock; then
   fail "control data" "lockd depends on librdmalock, which it does not link"
@@ -223,19 +227,29 @@ case $link in
   *) fail "unit enabled" "no multi-user.target.wants/lockd.service symlink (got '$link')" ;;
 esac
 ok "unit enabled by postinst without a running systemd ($link)"
+
+# systemd for the boot under systemd-nspawn (step 4); installed after our packages, so the enable
+# symlink their postinst made is what starts lockd at boot.
+in_tree env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Use-Pty=0 install systemd \
+  >"$work/apt-systemd.log" 2>&1 || fail "systemd in the tree" "apt-get install systemd failed: $(tail -5 "$work/apt-systemd.log")"
 umount "$tree/proc"
 
-# ---- 4. the packaged lockd on real verbs, as the unit runs it
+# ---- 4. the packaged lockd on real verbs in one VM boot: as the unit runs it (in-vm.sh), then
+# under systemd as PID 1 in a systemd-nspawn container (nspawn.sh)
 {
   rc=0
-  "$root/deploy/softroce/rxe-run" --share "$work" --timeout 600 -- "$root/tests/pkg/in-vm.sh" "$tree" 2>&1 || rc=$?
+  "$root/deploy/softroce/rxe-run" --share "$work" --timeout 900 -- \
+    sh -c '"$0/in-vm.sh" "$1" && "$0/nspawn.sh" "$1"' "$root/tests/pkg" "$tree" 2>&1 || rc=$?
   echo "$rc" >"$work/vm.rc"
 } | tee "$work/vm.log"
 rc=$(cat "$work/vm.rc")
-[ "$rc" -eq 0 ] || fail "packaged lockd on rdma_rxe" "the VM run exited $rc (log: $work/vm.log)"
 grep -q '^pkg-vm: all checks passed$' "$work/vm.log" ||
-  fail "packaged lockd on rdma_rxe" "the VM run did not report its checks (log: $work/vm.log)"
+  fail "packaged lockd on rdma_rxe" "the VM run exited $rc without passing its checks (log: $work/vm.log)"
 ok "packaged lockd on rdma_rxe (unit settings, lockctl status, epoch in /var/lib/rdmalock, clean stop)"
+grep -q '^pkg-nspawn: all checks passed$' "$work/vm.log" ||
+  fail "lockd.service under systemd (nspawn)" "the VM run exited $rc without passing its checks (log: $work/vm.log)"
+[ "$rc" -eq 0 ] || fail "lockd.service under systemd (nspawn)" "the VM run exited $rc (log: $work/vm.log)"
+ok "lockd.service under systemd (nspawn): started at boot (READY=1), lockctl status, reload, stop, start"
 
 # ---- 5. remove, then purge
 mount -t proc proc "$tree/proc"
