@@ -3,8 +3,10 @@
 # TREE (a Debian 12 tree with the rdmalock packages and systemd installed) with systemd-nspawn -b,
 # so the packaged lockd.service runs under a real systemd as PID 1, with /dev/infiniband bound in
 # and the VM's network (rxe0 on $RXE_IP). tests/pkg/in-container.sh runs in there as a oneshot
-# service (--register=no --keep-unit: the VM has no D-Bus and no systemd to ask for a scope): lockd.service is active after boot (the package enabled it), reload keeps it active,
-# stop is clean, start reaches READY=1, and the packaged lockctl's status answers.
+# service (--register=no --keep-unit: the VM has no D-Bus and no systemd to ask for a scope):
+# lockd.service is active after boot (the package enabled it), reload keeps it active, stop is
+# clean, start reaches READY=1, the packaged lockctl's status answers, and reinstalling the
+# package (the upgrade path) restarts it.
 #   nspawn.sh TREE
 set -euo pipefail
 trap 'echo "pkg-nspawn: FAIL: unexpected failure at line $LINENO: $BASH_COMMAND (exit $?)"' ERR
@@ -37,7 +39,7 @@ rm -f "$tree/var/log/rdmalock-pkg-test.result" "$tree/var/log/rdmalock-pkg-test.
 
 echo "pkg-nspawn: booting $tree with systemd-nspawn -b"
 rc=0
-timeout 240 systemd-nspawn --quiet --register=no --keep-unit --directory="$tree" --boot \
+timeout 360 systemd-nspawn --quiet --register=no --keep-unit --directory="$tree" --boot \
   --bind=/dev/infiniband --bind-ro="$here:/rdmalock-test" --console=read-only \
   >"$tree/var/log/nspawn.log" 2>&1 </dev/null || rc=$?
 rm -f "$unit" "$tree/etc/systemd/system/multi-user.target.wants/rdmalock-pkg-test.service"

@@ -14,7 +14,7 @@
 #      `status` must succeed against it and the epoch must appear in /var/lib/rdmalock; then the
 #      unit itself under systemd as PID 1, booting the tree with systemd-nspawn (systemd installed
 #      after our packages; tests/pkg/nspawn.sh, in-container.sh): lockd.service is active after
-#      boot, reloads, stops cleanly and starts again;
+#      boot, reloads, stops cleanly, starts again and restarts on a reinstall (the upgrade path);
 #   5. removes and purges lockd (prerm/postrm must not fail).
 # Prints "pkg: <check>: ok" per check and "pkg: <check>: FAIL ..." on the first failure; exits
 # non-zero if anything failed or could not run. Needs root, debootstrap, dpkg-dev and network
@@ -249,13 +249,16 @@ ok "packaged lockd on rdma_rxe (unit settings, lockctl status, epoch in /var/lib
 grep -q '^pkg-nspawn: all checks passed$' "$work/vm.log" ||
   fail "lockd.service under systemd (nspawn)" "the VM run exited $rc without passing its checks (log: $work/vm.log)"
 [ "$rc" -eq 0 ] || fail "lockd.service under systemd (nspawn)" "the VM run exited $rc (log: $work/vm.log)"
-ok "lockd.service under systemd (nspawn): started at boot (READY=1), lockctl status, reload, stop, start"
+ok "lockd.service under systemd (nspawn): started at boot (READY=1), lockctl status, reload, stop, start, restart on upgrade"
 
 # ---- 5. remove, then purge
 mount -t proc proc "$tree/proc"
 in_tree env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Use-Pty=0 remove lockd >"$work/remove.log" 2>&1 ||
   fail "remove and purge" "apt-get remove lockd failed: $(tail -5 "$work/remove.log")"
+st=$(in_tree dpkg-query -W -f='${Status}' lockd)
+[ "$st" = "deinstall ok config-files" ] || fail "remove and purge" "after apt-get remove lockd is '$st'"
 [ -f "$tree/etc/rdmalock/lockd.yaml" ] || fail "remove and purge" "remove deleted the conffile"
+[ ! -e "$tree/usr/sbin/lockd" ] || fail "remove and purge" "remove left /usr/sbin/lockd"
 in_tree env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Use-Pty=0 purge lockd >>"$work/remove.log" 2>&1 ||
   fail "remove and purge" "apt-get purge lockd failed: $(tail -5 "$work/remove.log")"
 problems=$(grep -E '^(E:|W:)|dpkg: (error|warning)|warning:|error:' "$work/remove.log" || true)
@@ -263,7 +266,8 @@ problems=$(grep -E '^(E:|W:)|dpkg: (error|warning)|warning:|error:' "$work/remov
 [ ! -e "$tree/etc/rdmalock/lockd.yaml" ] || fail "remove and purge" "purge left /etc/rdmalock/lockd.yaml"
 [ ! -e "$tree/etc/systemd/system/multi-user.target.wants/lockd.service" ] ||
   fail "remove and purge" "purge left the enable symlink"
+[ ! -e "$tree/etc/systemd/system/lockd.service" ] || fail "remove and purge" "purge left a mask"
 [ -f "$tree/var/lib/rdmalock/epoch" ] || fail "remove and purge" "purge removed /var/lib/rdmalock/epoch"
-ok "remove and purge (conffile kept on remove, gone on purge; epoch kept)"
+ok "remove and purge (remove kept the conffile; purge removed it, the enable symlink and the mask; epoch kept)"
 umount "$tree/proc"
 echo "pkg: all checks passed"
