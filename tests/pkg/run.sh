@@ -80,6 +80,17 @@ for p in lockd librdmalock librdmalock-dev lockctl; do
 done
 ok "build packages (${debs[*]##*/})"
 
+# Everything `cmake --install` installs is in some package (an install rule without a COMPONENT
+# would fall out of every package silently).
+inst=$(mktemp -d)
+DESTDIR=$inst cmake --install "$build" >/dev/null || fail "every installed file packaged" "cmake --install failed"
+installed=$(cd "$inst" && find . ! -type d | sed 's|^\.||' | sort)
+rm -rf "$inst"
+packaged=$(for f in "${debs[@]}"; do dpkg-deb -c "$f"; done | awk '$1 !~ /^d/ { print $6 }' | sed 's|^\.||' | sort)
+unpackaged=$(comm -23 <(echo "$installed") <(echo "$packaged"))
+[ -z "$unpackaged" ] || fail "every installed file packaged" "installed by cmake --install but in no package:" "$unpackaged"
+ok "every installed file packaged ($(wc -l <<<"$installed") files)"
+
 # ---- control data
 field() { dpkg-deb -f "$1" "$2"; }
 deb_of() { echo "$build/pkg/${1}_${debver}_${arch}.deb"; }
