@@ -62,8 +62,8 @@ set(CPACK_DEBIAN_LOCKD_PACKAGE_SECTION net)
 set(CPACK_DEBIAN_LOCKD_DESCRIPTION "rdmalock lock server
 lockd registers a table of 8-byte lock words with an RDMA NIC and hands
 librdmalock clients the keys; clients then acquire and release locks with
-one-sided RDMA atomics. Ships the systemd unit lockd.service (enabled, not
-started on first install) and /etc/rdmalock/lockd.yaml.")
+one-sided RDMA atomics. Ships the systemd unit lockd.service (enabled; not
+started on install, not restarted on upgrade) and /etc/rdmalock/lockd.yaml.")
 # procps: /bin/kill, the unit's ExecReload (as openssh-server depends on it for ssh.service); not in
 # a minbase system. The shared-library dependencies are appended by dpkg-shlibdeps.
 set(CPACK_DEBIAN_LOCKD_PACKAGE_DEPENDS "procps")

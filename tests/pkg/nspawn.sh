@@ -6,7 +6,7 @@
 # service (--register=no --keep-unit: the VM has no D-Bus and no systemd to ask for a scope):
 # lockd.service is active after boot (the package enabled it), reload keeps it active, stop is
 # clean, start reaches READY=1, the packaged lockctl's status answers, and reinstalling the
-# package (the upgrade path) restarts it.
+# package (the upgrade path) leaves the running lockd alone.
 #   nspawn.sh TREE
 set -euo pipefail
 trap 'echo "pkg-nspawn: FAIL: unexpected failure at line $LINENO: $BASH_COMMAND (exit $?)"' ERR

@@ -14,7 +14,8 @@
 #      `status` must succeed against it and the epoch must appear in /var/lib/rdmalock; then the
 #      unit itself under systemd as PID 1, booting the tree with systemd-nspawn (systemd installed
 #      after our packages; tests/pkg/nspawn.sh, in-container.sh): lockd.service is active after
-#      boot, reloads, stops cleanly, starts again and restarts on a reinstall (the upgrade path);
+#      boot, reloads, stops cleanly, starts again, and a reinstall (the upgrade path) leaves it
+#      running;
 #   5. removes and purges lockd (prerm/postrm must not fail).
 # Prints "pkg: <check>: ok" per check and "pkg: <check>: FAIL ..." on the first failure; exits
 # non-zero if anything failed or could not run. Needs root, debootstrap, dpkg-dev and network
@@ -260,7 +261,7 @@ ok "packaged lockd on rdma_rxe (unit settings, lockctl status, epoch in /var/lib
 grep -q '^pkg-nspawn: all checks passed$' "$work/vm.log" ||
   fail "lockd.service under systemd (nspawn)" "the VM run exited $rc without passing its checks (log: $work/vm.log)"
 [ "$rc" -eq 0 ] || fail "lockd.service under systemd (nspawn)" "the VM run exited $rc (log: $work/vm.log)"
-ok "lockd.service under systemd (nspawn): started at boot (READY=1), lockctl status, reload, stop, start, restart on upgrade"
+ok "lockd.service under systemd (nspawn): started at boot (READY=1), lockctl status, reload, stop, start; an upgrade leaves it running"
 
 # ---- 5. remove, then purge
 mount -t proc proc "$tree/proc"
