@@ -20,6 +20,8 @@ packages=(
   python3 python3-pytest
   # the Soft-RoCE VM (deploy/softroce/rxe-run)
   qemu-system-x86 busybox-static cpio kmod
+  # Debian packages (cpack: dpkg-shlibdeps, file) and their test in a clean tree (tests/pkg/run.sh)
+  dpkg-dev file debootstrap systemd-container
 )
 
 missing=()

@@ -5,7 +5,9 @@
 #   2. the RDMA integration tests on real rdma_rxe, through deploy/softroce/rxe-run (natively if
 #      this kernel has RDMA, else in the Soft-RoCE VM);
 #   3. the C API and Python module against lockd on rdma_rxe (tests/sdk/run.sh);
-#   4. the two-host fault tests (tests/twohost/run.sh): lockd in one VM, clients in another.
+#   4. the two-host fault tests (tests/twohost/run.sh): lockd in one VM, clients in another;
+#   5. the Debian packages (tests/pkg/run.sh): built, installed with apt into a clean Debian 12
+#      tree, and the packaged lockd run on rdma_rxe.
 # An RDMA test that cannot run fails; nothing is skipped. Exits non-zero if anything failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -40,7 +42,9 @@ build() {  # dir sanitize targets...
   local dir=$1 san=$2
   shift 2
   mkdir -p "$root/$dir"
+  # Prefix /usr, as Debian's packages are laid out (the package stage builds them from build/).
   cmake -S "$root" -B "$root/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMALOCK_SANITIZE="$san" \
+    -DCMAKE_INSTALL_PREFIX=/usr \
     >"$root/$dir/configure.log" 2>&1 || { cat "$root/$dir/configure.log"; return 1; }
   cmake --build "$root/$dir" -j "$jobs" --target "$@"
 }
@@ -131,6 +135,17 @@ t_bad=$(grep -c 'twohost: .*: FAIL' "$logs/twohost.log")
 passed=$((passed + t_ok))
 failed=$((failed + t_bad))
 results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "two-host fault tests" "$t_ok" "$t_bad" "$rc")")
+
+echo "=== Debian packages (built, installed into a clean Debian 12 tree, lockd run from them on rdma_rxe)"
+"$root/tests/pkg/run.sh" "$root/build" 2>&1 | tee "$logs/pkg.log"
+rc=${PIPESTATUS[0]}
+k_ok=$(grep -c '^pkg: .*: ok$' "$logs/pkg.log")
+k_bad=$(grep -c '^pkg: .*: FAIL' "$logs/pkg.log")
+[ "$rc" -ne 0 ] && [ "$k_bad" -eq 0 ] && k_bad=1
+[ "$rc" -eq 0 ] && [ "$k_ok" -eq 0 ] && k_bad=1  # nothing ran: a failure
+passed=$((passed + k_ok))
+failed=$((failed + k_bad))
+results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "Debian packages" "$k_ok" "$k_bad" "$rc")")
 
 echo
 echo "=== summary"
