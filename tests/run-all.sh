@@ -38,6 +38,20 @@ count() {  # name log rc
   results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "$name" "$p" "$f" "$rc")")
 }
 
+# Adds a stage that prints one line per check to the totals: lines matching OK_RE pass, lines
+# matching BAD_RE fail. A non-zero exit with no failed line, or a clean exit with nothing passed
+# (nothing ran), counts as one failure.
+tally() {  # name log rc ok_re bad_re
+  local name=$1 log=$2 rc=$3 ok bad
+  ok=$(grep -cE "$4" "$log")
+  bad=$(grep -cE "$5" "$log")
+  [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
+  [ "$rc" -eq 0 ] && [ "$ok" -eq 0 ] && bad=1
+  passed=$((passed + ok))
+  failed=$((failed + bad))
+  results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "$name" "$ok" "$bad" "$rc")")
+}
+
 build() {  # dir sanitize targets...
   local dir=$1 san=$2
   shift 2
@@ -72,13 +86,7 @@ count "host unit tests" "$logs/unit.log" "${PIPESTATUS[0]}"
 
 echo "=== protocol model (spin)"
 "$root/tests/model/check.sh" 2>&1 | tee "$logs/model.log"
-rc=${PIPESTATUS[0]}
-m_ok=$(grep -c ': ok$' "$logs/model.log")
-m_bad=$(grep -cE ': (VIOLATION|INCOMPLETE)$' "$logs/model.log")
-[ "$rc" -ne 0 ] && [ "$m_bad" -eq 0 ] && m_bad=1
-passed=$((passed + m_ok))
-failed=$((failed + m_bad))
-results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "protocol model (spin)" "$m_ok" "$m_bad" "$rc")")
+tally "protocol model (spin)" "$logs/model.log" "${PIPESTATUS[0]}" ': ok$' ': (VIOLATION|INCOMPLETE)$'
 
 echo "=== host unit tests under ASan+UBSan"
 if build build-asan "address;undefined" unit_tests; then
@@ -111,14 +119,8 @@ count "RDMA tests (rdma_rxe)" "$logs/rdma.log" "${PIPESTATUS[0]}"
 echo "=== C API and Python module on rdma_rxe"
 "$root/deploy/softroce/rxe-run" --timeout 600 -- "$root/tests/sdk/run.sh" "$root/build" 2>&1 |
   tee "$logs/sdk.log"
-rc=${PIPESTATUS[0]}
-s_ok=$(grep -c '^sdk-test: .*: ok$' "$logs/sdk.log")
-s_bad=$(grep -c '^sdk-test: .*: FAIL' "$logs/sdk.log")
-[ "$rc" -ne 0 ] && [ "$s_bad" -eq 0 ] && s_bad=1
-[ "$rc" -eq 0 ] && [ "$s_ok" -eq 0 ] && s_bad=1  # nothing ran: a failure
-passed=$((passed + s_ok))
-failed=$((failed + s_bad))
-results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "C API + Python (rdma_rxe)" "$s_ok" "$s_bad" "$rc")")
+tally "C API + Python (rdma_rxe)" "$logs/sdk.log" "${PIPESTATUS[0]}" '^sdk-test: .*: ok$' \
+  '^sdk-test: .*: FAIL'
 
 echo "=== two-host fault tests (lockd and clients in two VMs)"
 twohost_out="$root/build/twohost"
@@ -127,25 +129,12 @@ mkdir -p "$twohost_out"
 # Two hosts are two VMs even where this kernel has RDMA (the harness's --vms 2 is vm mode only).
 "$root/deploy/softroce/rxe-run" --vms 2 --share "$twohost_out" --timeout 900 -- \
   "$root/tests/twohost/run.sh" "$twohost_out" "$root/build" 2>&1 | tee "$logs/twohost.log"
-rc=${PIPESTATUS[0]}
-t_ok=$(grep -c 'twohost: .*: ok ' "$logs/twohost.log")
-t_bad=$(grep -c 'twohost: .*: FAIL' "$logs/twohost.log")
-[ "$rc" -ne 0 ] && [ "$t_bad" -eq 0 ] && t_bad=1
-[ "$rc" -eq 0 ] && [ "$t_ok" -eq 0 ] && t_bad=1  # nothing ran: a failure
-passed=$((passed + t_ok))
-failed=$((failed + t_bad))
-results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "two-host fault tests" "$t_ok" "$t_bad" "$rc")")
+tally "two-host fault tests" "$logs/twohost.log" "${PIPESTATUS[0]}" 'twohost: .*: ok ' \
+  'twohost: .*: FAIL'
 
 echo "=== Debian packages (built, installed into a clean Debian 12 tree, lockd run from them on rdma_rxe)"
 "$root/tests/pkg/run.sh" "$root/build" 2>&1 | tee "$logs/pkg.log"
-rc=${PIPESTATUS[0]}
-k_ok=$(grep -c '^pkg: .*: ok$' "$logs/pkg.log")
-k_bad=$(grep -c '^pkg: .*: FAIL' "$logs/pkg.log")
-[ "$rc" -ne 0 ] && [ "$k_bad" -eq 0 ] && k_bad=1
-[ "$rc" -eq 0 ] && [ "$k_ok" -eq 0 ] && k_bad=1  # nothing ran: a failure
-passed=$((passed + k_ok))
-failed=$((failed + k_bad))
-results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "Debian packages" "$k_ok" "$k_bad" "$rc")")
+tally "Debian packages" "$logs/pkg.log" "${PIPESTATUS[0]}" '^pkg: .*: ok$' '^pkg: .*: FAIL'
 
 echo
 echo "=== summary"

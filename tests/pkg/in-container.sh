@@ -38,6 +38,15 @@ case $(systemctl show -p StatusText --value lockd.service) in
   *) finish "fail: StatusText is '$(systemctl show -p StatusText --value lockd.service)', not lockd's 'serving ...'" ;;
 esac
 status "boot"
+# The sandboxed unit serves metrics on the shipped config's metrics_address (no curl in a minimal
+# system: perl-base's IO::Socket).
+metrics=$(perl -MIO::Socket::INET -e '
+  my $s = IO::Socket::INET->new("127.0.0.1:9477") or die "connect: $!\n";
+  print $s "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  print while <$s>;' 2>&1) || finish "fail: GET http://127.0.0.1:9477/metrics: $metrics"
+echo "$metrics" | grep -q '^rdmalock_lockd_sessions_max 1024' ||
+  finish "fail: the metrics page lacks rdmalock_lockd_sessions_max 1024: $(echo "$metrics" | head -5)"
+echo "in-container: metrics served: $(echo "$metrics" | grep -c '^rdmalock_lockd_') samples, e.g. $(echo "$metrics" | grep '^rdmalock_lockd_handshakes_accepted_total')"
 # 2. reload: RELOADING=1 ... READY=1; still active, same main PID.
 pid=$(systemctl show -p MainPID --value lockd.service)
 systemctl reload lockd.service || finish "fail: systemctl reload lockd exited $?"
