@@ -6,6 +6,8 @@ set -euo pipefail
 packages=(
   # build
   build-essential cmake pkg-config clang-format
+  # the fuzzers (libFuzzer comes with clang's runtime)
+  clang libclang-rt-14-dev
   # the protocol model checker
   spin
   # libraries

@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cstdio>
 #include <fstream>
 #include <limits>
 #include <set>
@@ -171,9 +172,32 @@ Result<Config> LoadConfig(const std::string& path) {
   return ParseConfig(ss.str(), path);
 }
 
+namespace {
+
+// A YAML double-quoted scalar: parses back to exactly `v`, whatever it holds.
+std::string Quoted(const std::string& v) {
+  std::string o = "\"";
+  for (const char ch : v) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      o += '\\';
+      o += ch;
+    } else if (u < 0x20 || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\x%02x", u);
+      o += buf;
+    } else {
+      o += ch;
+    }
+  }
+  return o + "\"";
+}
+
+}  // namespace
+
 std::string Config::ToYaml() const {
   std::ostringstream o;
-  o << "address: " << address << "\n"
+  o << "address: " << Quoted(address) << "\n"
     << "port: " << port << "\n"
     << "lock_count: " << lock_count << "\n"
     << "lease_ms: " << lease_ms << "\n"
@@ -182,10 +206,10 @@ std::string Config::ToYaml() const {
     << "heartbeat_interval_ms: " << heartbeat_interval_ms << "\n"
     << "heartbeat_timeout_ms: " << heartbeat_timeout_ms << "\n"
     << "restart_grace_ms: " << restart_grace_ms << "\n"
-    << "state_dir: \"" << state_dir << "\"\n"
-    << "admin_socket: \"" << admin_socket << "\"\n"
-    << "log_level: " << log_level << "\n"
-    << "metrics_address: \"" << metrics_address << "\"\n";
+    << "state_dir: " << Quoted(state_dir) << "\n"
+    << "admin_socket: " << Quoted(admin_socket) << "\n"
+    << "log_level: " << Quoted(log_level) << "\n"
+    << "metrics_address: " << Quoted(metrics_address) << "\n";
   return o.str();
 }
 

@@ -113,3 +113,17 @@ TEST_CASE("ChangedKeys names what a reload would change, in file order") {
   const auto keys = rdmalock::lockd::ChangedKeys(a, b);
   REQUIRE(keys == std::vector<std::string>{"lease_ms", "admin_socket", "log_level"});
 }
+
+TEST_CASE("--print-config output parses back to the same configuration, whatever the strings") {
+  rdmalock::lockd::Config c;
+  c.state_dir = "/var/lib/odd \"dir\" \\ with: colon # and\nnewline\ttab";
+  c.admin_socket = "";
+  c.address = "192.0.2.1";
+  c.metrics_address = "[::1]:9100";
+  const auto again = ParseConfig(c.ToYaml(), "printed.yaml");
+  INFO(c.ToYaml());
+  REQUIRE(again.ok());
+  REQUIRE(again->state_dir == c.state_dir);
+  REQUIRE(again->admin_socket.empty());
+  REQUIRE(rdmalock::lockd::ChangedKeys(c, *again).empty());
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (ASan+UBSan) in build-fuzz/ and runs each for
+# FUZZ_SECONDS (default 60) from its seed corpus in tests/fuzz/corpus/NAME (kept in the repo; new
+# inputs go to a scratch copy). A crash, a sanitizer report or a failed property is a FAIL, and the
+# input is saved under OUT (default build/test-logs/fuzz). One line per target:
+#   fuzz: NAME: ok (RUNS runs in SECS s, COV coverage points, CORPUS inputs)  |  fuzz: NAME: FAIL ...
+#   run.sh [OUT]
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${1:-$root/build/test-logs/fuzz}
+secs=${FUZZ_SECONDS:-60}
+build=$root/build-fuzz
+mkdir -p "$out" "$build"
+
+if ! CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DRDMALOCK_FUZZ=ON -DRDMALOCK_BUILD_TESTS=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$build/configure.log" 2>&1; then
+  cat "$build/configure.log"
+  echo "fuzz: build: FAIL (configure)"
+  exit 1
+fi
+if ! cmake --build "$build" -j "${JOBS:-$(nproc)}" --target fuzz_handshake fuzz_config; then
+  echo "fuzz: build: FAIL"
+  exit 1
+fi
+
+rc=0
+for name in handshake config; do
+  seeds=$root/tests/fuzz/corpus/$name
+  work=$build/corpus-$name
+  rm -rf "$work"
+  mkdir -p "$work"
+  log=$out/$name.log
+  # -max_total_time bounds the run; a crash stops it with a non-zero status and a crash-* file.
+  "$build/tests/fuzz/fuzz_$name" -max_total_time="$secs" -print_final_stats=1 \
+    -artifact_prefix="$out/$name-" -timeout=10 -rss_limit_mb=2048 "$work" "$seeds" >"$log" 2>&1
+  status=$?
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)
+  n=$(find "$work" -type f | wc -l)
+  if [ "$status" -eq 0 ] && [ -n "$runs" ] && [ "$runs" -gt 0 ]; then
+    echo "fuzz: $name: ok (${runs} runs in ${secs} s, ${cov:-?} coverage points, $n new inputs)"
+  else
+    echo "fuzz: $name: FAIL (exit $status); log $log; last lines:"
+    tail -30 "$log" | sed 's/^/  /'
+    ls "$out/$name-"* 2>/dev/null | sed 's/^/  saved input: /'
+    rc=1
+  fi
+done
+exit "$rc"
