@@ -127,6 +127,8 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
         st = ReadUnsigned(origin, key, v, 2, 100, &c.stall_factor);
       } else if (key == "max_clients") {
         st = ReadUnsigned(origin, key, v, 1, 65536, &c.max_clients);
+      } else if (key == "max_connects_per_second") {
+        st = ReadUnsigned(origin, key, v, 0, 1'000'000, &c.max_connects_per_second);
       } else if (key == "heartbeat_interval_ms") {
         st = ReadUnsigned(origin, key, v, 10, 600'000, &c.heartbeat_interval_ms);
       } else if (key == "heartbeat_timeout_ms") {
@@ -203,6 +205,7 @@ std::string Config::ToYaml() const {
     << "lease_ms: " << lease_ms << "\n"
     << "stall_factor: " << stall_factor << "\n"
     << "max_clients: " << max_clients << "\n"
+    << "max_connects_per_second: " << max_connects_per_second << "\n"
     << "heartbeat_interval_ms: " << heartbeat_interval_ms << "\n"
     << "heartbeat_timeout_ms: " << heartbeat_timeout_ms << "\n"
     << "restart_grace_ms: " << restart_grace_ms << "\n"
@@ -228,6 +231,7 @@ std::vector<std::string> ChangedKeys(const Config& a, const Config& b) {
   cmp("lease_ms", a.lease_ms, b.lease_ms);
   cmp("stall_factor", a.stall_factor, b.stall_factor);
   cmp("max_clients", a.max_clients, b.max_clients);
+  cmp("max_connects_per_second", a.max_connects_per_second, b.max_connects_per_second);
   cmp("heartbeat_interval_ms", a.heartbeat_interval_ms, b.heartbeat_interval_ms);
   cmp("heartbeat_timeout_ms", a.heartbeat_timeout_ms, b.heartbeat_timeout_ms);
   cmp("restart_grace_ms", a.restart_grace_ms, b.restart_grace_ms);

@@ -11,12 +11,15 @@
 namespace rdmalock::lockd {
 
 struct Config {
-  std::string address = "0.0.0.0";       // address to listen on (an IP of the RDMA device, or any)
-  uint16_t port = 7471;                  // rdma_cm port
-  uint64_t lock_count = 65536;           // slots in the lock table (16 bytes each, pinned)
-  uint64_t lease_ms = 2000;              // L: a holder's lease
-  uint32_t stall_factor = 2;             // F: waiters recover after F x L without progress (F >= 2)
-  uint32_t max_clients = 1024;           // client sessions at once (a session's threads share one)
+  std::string address = "0.0.0.0";  // address to listen on (an IP of the RDMA device, or any)
+  uint16_t port = 7471;             // rdma_cm port
+  uint64_t lock_count = 65536;      // slots in the lock table (16 bytes each, pinned)
+  uint64_t lease_ms = 2000;         // L: a holder's lease
+  uint32_t stall_factor = 2;        // F: waiters recover after F x L without progress (F >= 2)
+  uint32_t max_clients = 1024;      // client sessions at once (a session's threads share one)
+  // Connection attempts admitted per second from one address (a burst of as many); 0: no limit.
+  // A thread joining its own session with the right key is not counted.
+  uint32_t max_connects_per_second = 100;
   uint64_t heartbeat_interval_ms = 200;  // how often clients write their heartbeat
   uint64_t heartbeat_timeout_ms = 1000;  // a session whose heartbeat stops this long is fenced
   uint64_t restart_grace_ms = 0;         // refuse clients this long after an unclean stop

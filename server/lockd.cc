@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -152,6 +153,13 @@ struct Server::Impl {
   std::unordered_map<uint64_t, std::shared_ptr<Session>> sessions;
   std::vector<std::unique_ptr<Conn>> graveyard;  // destroyed after the current event's ack
   std::vector<uint32_t> free_records;
+  struct PeerBucket {
+    double tokens = 0;
+    SteadyClock::time_point refilled, logged;
+    uint64_t refused = 0;  // since the last log line
+  };
+  static constexpr size_t kMaxTrackedPeers = 65536;
+  std::unordered_map<std::string, PeerBucket> peer_buckets;  // by peer address
   uint64_t next_session_id = 1;
   uint64_t accepted_total = 0, rejected_total = 0, recoveries_total = 0;
   Counters counters;  // for the metrics endpoint (atomics: its thread reads them)
@@ -235,7 +243,7 @@ struct Server::Impl {
   }
 
   void Reject(rdma_cm_id* id, proto::RejectReason reason, const std::string& peer,
-              const std::string& detail, uint32_t retry_after_ms = 0) {
+              const std::string& detail, uint32_t retry_after_ms = 0, bool log = true) {
     proto::RejectReply r;
     r.reason = reason;
     r.detail = detail;
@@ -248,6 +256,7 @@ struct Server::Impl {
     counters.rejected[std::min<size_t>(static_cast<size_t>(reason), Counters::kRejectReasons - 1)]
         .fetch_add(1, std::memory_order_relaxed);
     PublishCounters();
+    if (!log) return;
     if (reason == proto::RejectReason::kGrace) {
       spdlog::info("refused {} during the restart grace period ({} ms left)", peer, retry_after_ms);
     } else {
@@ -264,6 +273,23 @@ struct Server::Impl {
     const std::span<const uint8_t> bytes(data, data ? ev->param.conn.private_data_len : 0);
     proto::ConnectRequest req;
     const proto::RejectReason reason = proto::ConnectRequest::Decode(bytes, &req);
+    // Every attempt counts against its address's rate, except a thread joining its own session
+    // with the right key (a client's threads connect together when they start).
+    bool valid_join = false;
+    if (reason == proto::RejectReason::kNone && (req.flags & proto::kFlagJoin) != 0) {
+      auto it = sessions.find(req.join_session);
+      valid_join = it != sessions.end() && it->second->join_key == req.join_key &&
+                   (req.flags & proto::kFlagLoopback) == 0;
+    }
+    if (!valid_join) {
+      if (const uint32_t retry = RateLimit(peer); retry > 0) {
+        Reject(id, proto::RejectReason::kRateLimited, peer,
+               "over " + std::to_string(config.max_connects_per_second) +
+                   " connection attempts per second; retry in " + std::to_string(retry) + " ms",
+               retry, /*log=*/false);
+        return id;
+      }
+    }
     if (reason != proto::RejectReason::kNone) {
       Reject(id, reason, peer, "");
       return id;
@@ -510,9 +536,52 @@ struct Server::Impl {
     return Status::Ok();
   }
 
+  // A token bucket per peer address (without the port): max_connects_per_second tokens a second,
+  // bursts of as many. Returns 0 to admit, else the ms until a token is there. Refusals are
+  // logged at most once a second per address, with how many there were.
+  uint32_t RateLimit(const std::string& peer) {
+    const uint32_t rate = config.max_connects_per_second;
+    if (rate == 0) return 0;
+    const std::string addr = peer.substr(0, peer.rfind(':'));
+    const auto now = SteadyClock::now();
+    auto it = peer_buckets.find(addr);
+    if (it == peer_buckets.end()) {
+      if (peer_buckets.size() >= kMaxTrackedPeers) return 0;  // Tick evicts idle ones
+      it = peer_buckets.emplace(addr, PeerBucket{static_cast<double>(rate), now, {}, 0}).first;
+    }
+    PeerBucket& b = it->second;
+    b.tokens = std::min<double>(
+        rate, b.tokens + rate * std::chrono::duration<double>(now - b.refilled).count());
+    b.refilled = now;
+    if (b.tokens >= 1) {
+      b.tokens -= 1;
+      return 0;
+    }
+    ++b.refused;
+    if (now - b.logged >= std::chrono::seconds(1)) LogRefused(addr, b, now);
+    return static_cast<uint32_t>(std::ceil((1 - b.tokens) / rate * 1000.0));
+  }
+
+  void LogRefused(const std::string& addr, PeerBucket& b, SteadyClock::time_point now) {
+    spdlog::warn(
+        "rate limit: refused {} connection attempt(s) from {} (over max_connects_per_second {})",
+        b.refused, addr, config.max_connects_per_second);
+    b.refused = 0;
+    b.logged = now;
+  }
+
   // Every tick: publish the clock, watch heartbeats and QP states.
   void Tick() {
     const auto now = SteadyClock::now();
+    for (auto it = peer_buckets.begin(); it != peer_buckets.end();) {
+      if (it->second.refused > 0 && now - it->second.logged >= std::chrono::seconds(1)) {
+        LogRefused(it->first, it->second, now);
+      }
+      // Idle for 10 s: its bucket is full again; forget it.
+      it = now - it->second.refilled > std::chrono::seconds(10) && it->second.refused == 0
+               ? peer_buckets.erase(it)
+               : std::next(it);
+    }
     const auto timeout = std::chrono::milliseconds(config.heartbeat_timeout_ms);
     const bool check_qps = now >= next_qp_check;
     if (check_qps) next_qp_check = now + timeout / 4;
@@ -748,7 +817,7 @@ struct Server::Impl {
     p.Sample(counters.joined.load(std::memory_order_relaxed));
     p.Family("rdmalock_lockd_handshakes_rejected_total", "counter",
              "connections rejected, by reason");
-    for (uint16_t r = 1; r <= static_cast<uint16_t>(proto::RejectReason::kBadSession); ++r) {
+    for (uint16_t r = 1; r <= static_cast<uint16_t>(proto::RejectReason::kRateLimited); ++r) {
       const auto reason = static_cast<proto::RejectReason>(r);
       p.Sample(counters.rejected[r].load(std::memory_order_relaxed),
                "reason=\"" + std::string(proto::RejectReasonLabel(reason)) + "\"");

@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   bool check_config = false, print_config = false;
   std::string log_level, address, state_dir;
   int64_t port = -1, lock_count = -1, lease_ms = -1, max_clients = -1, hb_interval = -1,
-          hb_timeout = -1, grace = -1;
+          hb_timeout = -1, grace = -1, max_connects = -1;
   std::string admin_socket, metrics_address;
   app.add_option("-c,--config", config_path, "YAML config file (default: none, all defaults)");
   app.add_flag("--check-config", check_config, "validate the config and exit (0 if valid)");
@@ -93,6 +93,9 @@ int main(int argc, char** argv) {
   app.add_option("--lock-count", lock_count, "override lock_count")->check(CLI::PositiveNumber);
   app.add_option("--lease-ms", lease_ms, "override lease_ms")->check(CLI::PositiveNumber);
   app.add_option("--max-clients", max_clients, "override max_clients")->check(CLI::PositiveNumber);
+  app.add_option("--max-connects-per-second", max_connects,
+                 "override max_connects_per_second (0: no limit)")
+      ->check(CLI::Range(0, 1000000));
   app.add_option("--state-dir", state_dir, "override state_dir (where the epoch persists)");
   app.add_option("--heartbeat-interval-ms", hb_interval, "override heartbeat_interval_ms")
       ->check(CLI::PositiveNumber);
@@ -127,6 +130,7 @@ int main(int argc, char** argv) {
   if (lock_count > 0) config.lock_count = static_cast<uint64_t>(lock_count);
   if (lease_ms > 0) config.lease_ms = static_cast<uint64_t>(lease_ms);
   if (max_clients > 0) config.max_clients = static_cast<uint32_t>(max_clients);
+  if (max_connects >= 0) config.max_connects_per_second = static_cast<uint32_t>(max_connects);
   if (app.count("--state-dir") > 0) config.state_dir = state_dir;
   if (hb_interval > 0) config.heartbeat_interval_ms = static_cast<uint64_t>(hb_interval);
   if (hb_timeout > 0) config.heartbeat_timeout_ms = static_cast<uint64_t>(hb_timeout);

@@ -16,8 +16,8 @@
 #include "rdmalock/rdmalock.h"
 #include "rdmalock/status.h"
 
-#ifndef RDMALOCK_VERSION_STRING
-#error "RDMALOCK_VERSION_STRING must be defined by the build"
+#ifndef RDMALOCK_VERSION
+#error "RDMALOCK_VERSION must be defined by the build"
 #endif
 
 using rdmalock::ErrorCode;
@@ -204,7 +204,7 @@ rdmalock_status_t rdmalock_connect(const rdmalock_options_t* options, rdmalock_c
     for (size_t i = kOptionsV1Size; i < options->struct_size; ++i) {
       if (bytes[i] != 0) {
         return Fail(ErrorCode::kUnsupported, fn,
-                    ("options set fields this librdmalock (" RDMALOCK_VERSION_STRING
+                    ("options set fields this librdmalock (" RDMALOCK_VERSION
                      ") does not know (struct_size " +
                      std::to_string(options->struct_size) + ")")
                         .c_str());
@@ -415,7 +415,7 @@ const char* rdmalock_error_name(rdmalock_status_t code) {
   return rdmalock::ErrorCodeName(static_cast<ErrorCode>(c)).data();
 }
 
-const char* rdmalock_version(void) { return RDMALOCK_VERSION_STRING; }
+const char* rdmalock_version(void) { return RDMALOCK_VERSION; }
 
 int rdmalock_c_api_version(void) { return RDMALOCK_C_API_VERSION; }
 

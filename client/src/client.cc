@@ -559,7 +559,8 @@ class [[gnu::visibility("hidden")]] Client::Impl
     if (!mem.ok()) {
       std::lock_guard lk(mu_);
       last_error_ = mem.status().message();
-      // lockd's restart grace says when it will take us: come back then (the caller jitters).
+      // lockd's restart grace or rate limit says when it will take us: come back then (the
+      // caller jitters).
       if (retry_ms > 0) *backoff = std::chrono::milliseconds(retry_ms);
       return false;
     }
@@ -885,9 +886,10 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   ClientOptions opts = options;
   if (opts.client_name.empty()) opts.client_name = DefaultClientName();
   ChannelParams p{opts.server, opts.port, opts.connect_timeout, opts.client_name, 0};
-  // lockd in its restart grace period refuses connections for a while, and a lockd that is
-  // (re)starting may not listen yet: retry those, with back-off, within the connect timeout.
-  // Other refusals (version, server full, bad address) are final.
+  // lockd in its restart grace period refuses connections for a while, its per-address rate
+  // limit refuses bursts, and a lockd that is (re)starting may not listen yet: retry those (when
+  // lockd says, else with back-off) within the connect timeout. Other refusals (version, server
+  // full, bad address) are final.
   const auto deadline = Clock::now() + opts.connect_timeout;
   auto backoff = std::chrono::milliseconds(20);
   for (;;) {

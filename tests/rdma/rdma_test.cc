@@ -1448,3 +1448,59 @@ TEST_CASE("lockctl top ranks the contended lock first, by name, and --json says 
   REQUIRE(w1.ok());
   REQUIRE(w2.ok());
 }
+
+TEST_CASE("lockd rate-limits connection attempts per address; sessions and their threads go on") {
+  const std::string addr = "127.0.0.1:19479";
+  Lockd lockd(7645, 256, 2000, 64, "",
+              {"--max-connects-per-second", "4", "--metrics-address", addr});
+  std::this_thread::sleep_for(1100ms);  // the start-up probe's token comes back
+  auto keeper = MustConnect(lockd);
+  // A burst of sessions from this address with a 50 ms connect timeout (no time to wait for the
+  // limit): the burst's tokens are admitted, the rest refused with a reason and a retry time.
+  ClientOptions quick;
+  quick.server = RxeIp();
+  quick.port = lockd.port();
+  quick.connect_timeout = 50ms;
+  std::vector<std::unique_ptr<Client>> opened;
+  int refused = 0;
+  std::string message;
+  for (int i = 0; i < 12; ++i) {
+    auto c = Client::Connect(quick);
+    if (c.ok()) {
+      opened.push_back(std::move(c).value());
+      continue;
+    }
+    REQUIRE(c.status().code() == ErrorCode::kRejected);
+    message = c.status().message();
+    ++refused;
+  }
+  INFO(message);
+  REQUIRE(refused > 0);
+  REQUIRE(opened.size() <= 4);
+  REQUIRE(message.find("too many connection attempts from this address") != std::string::npos);
+  // A session's threads join without counting: 8 threads of `keeper` lock at once.
+  std::atomic<int> locked{0};
+  {
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+      threads.emplace_back([&, t] {
+        auto h = keeper->Lock("limited-" + std::to_string(t), {.timeout = 5000ms});
+        if (h.ok() && h->Release().ok()) ++locked;
+      });
+    }
+    for (auto& t : threads) t.join();
+  }
+  REQUIRE(locked == 8);
+  // Client::Connect waits as long as lockd says (within its timeout): it gets in despite the limit.
+  auto patient = lockd.Connect();
+  REQUIRE(patient.ok());
+  REQUIRE((*patient)->Lock("limited-0").ok());
+  const std::string page = Scrape(addr);
+  REQUIRE(Metric(page, "rdmalock_lockd_handshakes_rejected_total{reason=\"rate_limited\"}") >=
+          refused);
+  const auto end = std::chrono::steady_clock::now() + 5s;
+  while (lockd.Log().find("rate limit: refused") == std::string::npos) {
+    REQUIRE(std::chrono::steady_clock::now() < end);  // logged within a second, with a count
+    std::this_thread::sleep_for(100ms);
+  }
+}

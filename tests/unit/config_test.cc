@@ -60,6 +60,7 @@ TEST_CASE("bad configs name the file, line and key") {
   check("port: 1\nmetrics_address: localhost\n", "bad.yaml:2: key 'metrics_address'");
   check("metrics_address: 127.0.0.1:0\n", "not in 1..65535");
   check("metrics_address: ::1:9477\n", "without brackets");
+  check("max_connects_per_second: -5\n", "key 'max_connects_per_second'");
 }
 
 TEST_CASE("metrics_address: a default, HOST:PORT or IPv6 in brackets, or empty to disable") {

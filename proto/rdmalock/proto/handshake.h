@@ -39,6 +39,7 @@ enum class RejectReason : uint16_t {
   kInternal = 6,      // lockd failed to set up the connection
   kGrace = 7,         // lockd restarted after an unclean stop; retry after retry_after_ms
   kBadSession = 8,    // join of a session that does not exist (any more) or a wrong join key
+  kRateLimited = 9,   // too many connection attempts from this address; retry after retry_after_ms
 };
 
 inline std::string_view RejectReasonName(RejectReason r) {
@@ -61,6 +62,8 @@ inline std::string_view RejectReasonName(RejectReason r) {
       return "restart grace period (old leases may still run)";
     case RejectReason::kBadSession:
       return "no such session to join (it ended)";
+    case RejectReason::kRateLimited:
+      return "too many connection attempts from this address (max_connects_per_second)";
   }
   return "unknown reason";
 }
@@ -86,6 +89,8 @@ inline std::string_view RejectReasonLabel(RejectReason r) {
       return "grace";
     case RejectReason::kBadSession:
       return "bad_session";
+    case RejectReason::kRateLimited:
+      return "rate_limited";
   }
   return "unknown";
 }
