@@ -25,6 +25,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "args.h"
+
 namespace lockctl {
 namespace {
 
@@ -32,10 +34,6 @@ using Clock = std::chrono::steady_clock;
 using std::chrono::duration_cast;
 using std::chrono::nanoseconds;
 
-constexpr int kExitUsage = 64;
-constexpr int kExitInternal = 70;
-constexpr int kMaxProcesses = 256;
-constexpr uint64_t kMaxLocks = uint64_t{1} << 28;  // lockd's largest lock table
 // Open loop: a set that starts more than this after its scheduled time counts as late.
 constexpr int64_t kLateNs = 10'000;
 // How long the parent waits for a child to connect, or to report once the run is over.
@@ -840,56 +838,6 @@ int Report(const BenchOptions& o, std::vector<ProcResult>& procs, int failed_pro
 }
 
 }  // namespace
-
-int ValidateBenchOptions(const BenchOptions& o) {
-  auto bad = [](const char* what) {
-    std::fprintf(stderr, "lockctl bench: %s\n", what);
-    return kExitUsage;
-  };
-  char buf[160];
-  if (o.threads < 1) return bad("--threads must be at least 1");
-  if (o.processes < 1 || o.processes > kMaxProcesses) {
-    std::snprintf(buf, sizeof(buf), "--processes must be in [1, %d], not %d", kMaxProcesses,
-                  o.processes);
-    return bad(buf);
-  }
-  if (o.locks < 1 || o.locks > kMaxLocks) {
-    std::snprintf(buf, sizeof(buf), "--locks must be in [1, %llu]",
-                  static_cast<unsigned long long>(kMaxLocks));
-    return bad(buf);
-  }
-  if (o.batch < 1) return bad("--batch must be at least 1");
-  if (o.inflight < 0 || o.inflight > 4096) return bad("--inflight must be between 0 and 4096");
-  if (o.inflight > 0 && (o.batch != 1 || o.rate > 0)) {
-    return bad("--inflight (async acquires) works with --batch 1 and a closed loop (no --rate)");
-  }
-  if (static_cast<uint64_t>(o.batch) > o.locks) {
-    std::snprintf(buf, sizeof(buf),
-                  "--batch %d is larger than --locks %llu (a set takes distinct locks)", o.batch,
-                  static_cast<unsigned long long>(o.locks));
-    return bad(buf);
-  }
-  if (o.keys != "uniform" && o.keys != "zipf") {
-    const std::string msg = "--keys must be uniform or zipf, not '" + o.keys + "'";
-    return bad(msg.c_str());
-  }
-  if (!(o.zipf_s > 0) || !std::isfinite(o.zipf_s)) {
-    std::snprintf(buf, sizeof(buf), "--zipf-s must be a number > 0, not %g", o.zipf_s);
-    return bad(buf);
-  }
-  if (!(o.rate >= 0) || !std::isfinite(o.rate)) {
-    std::snprintf(buf, sizeof(buf), "--rate must be >= 0 sets/s (0: closed loop), not %g", o.rate);
-    return bad(buf);
-  }
-  if (!(o.duration_s > 0) || !std::isfinite(o.duration_s)) return bad("--duration must be > 0");
-  if (!(o.warmup_s >= 0) || !std::isfinite(o.warmup_s)) return bad("--warmup must be >= 0");
-  if (!(o.shared_ratio >= 0 && o.shared_ratio <= 1)) {
-    return bad("--shared-ratio must be in [0, 1]");
-  }
-  if (o.hold_us < 0) return bad("--hold-us must be >= 0");
-  if (o.idle_sessions < 0) return bad("--idle-sessions must be >= 0");
-  return 0;
-}
 
 int RunBench(const BenchOptions& o, const BenchConnect& connect) {
   if (const int rc = ValidateBenchOptions(o); rc != 0) return rc;

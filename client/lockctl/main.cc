@@ -14,9 +14,7 @@
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <yaml-cpp/yaml.h>
 
-#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -31,92 +29,21 @@
 #include <unordered_map>
 #include <vector>
 
+#include "args.h"
 #include "bench.h"
 #include "rdmalock/client.h"
 
 namespace {
 
-constexpr int kExitUsage = 64;
-constexpr int kExitUnavailable = 69;
-constexpr int kExitInternal = 70;
-constexpr int kExitTimeout = 75;
-constexpr int kExitLost = 76;
-
-struct Common {
-  std::string server;
-  int port = 7471;
-  int connect_timeout_ms = 5000;
-  bool port_given = false, timeout_given = false;  // on the command line
-  bool json = false;
-  bool record_requests = true;
-};
-
-// Where lockctl finds lockd: --server, else $RDMALOCK_SERVER, else the client config file
-// ($XDG_CONFIG_HOME/rdmalock/client.yaml or ~/.config/rdmalock/client.yaml: keys server, port,
-// connect_timeout_ms). --port and --connect-timeout-ms given on the command line win over the
-// file.
-struct Target {
-  std::string server, source;
-  int port = 7471;
-  int connect_timeout_ms = 5000;
-  bool usage_error = false;
-};
-
-std::string ClientConfigPath() {
-  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x != nullptr && *x != '\0') {
-    return std::string(x) + "/rdmalock/client.yaml";
-  }
-  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') {
-    return std::string(h) + "/.config/rdmalock/client.yaml";
-  }
-  return "";
-}
-
-// Reads the client config file into `t` (only keys the command line left open). A missing file
-// is fine; a bad one is a usage error that names the file, line and key.
-bool ReadClientConfig(const std::string& path, bool have_server, bool have_port, bool have_timeout,
-                      Target* t) {
-  if (path.empty() || access(path.c_str(), F_OK) != 0) return true;
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::Exception& e) {
-    std::cerr << "lockctl: " << path << ":" << e.mark.line + 1 << ": " << e.msg << "\n";
-    return false;
-  }
-  if (root.IsNull()) return true;
-  if (!root.IsMap()) {
-    std::cerr << "lockctl: " << path << ": expected a map of keys (server, port, "
-              << "connect_timeout_ms)\n";
-    return false;
-  }
-  for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>("");
-    const int line = kv.first.Mark().line + 1;
-    auto bad = [&](const std::string& why) {
-      std::cerr << "lockctl: " << path << ":" << line << ": key '" << key << "': " << why << "\n";
-      return false;
-    };
-    if (!kv.second.IsScalar()) return bad("expected a single value");
-    const std::string v = kv.second.Scalar();
-    if (key == "server") {
-      if (v.empty()) return bad("empty");
-      if (!have_server) t->server = v, t->source = path;
-    } else if (key == "port" || key == "connect_timeout_ms") {
-      char* end = nullptr;
-      const long n = std::strtol(v.c_str(), &end, 10);
-      const long max = key == "port" ? 65535 : 3600000;
-      if (v.empty() || *end != '\0' || n < 1 || n > max) {
-        return bad("'" + v + "' is not an integer in 1.." + std::to_string(max));
-      }
-      if (key == "port" && !have_port) t->port = static_cast<int>(n);
-      if (key == "connect_timeout_ms" && !have_timeout) t->connect_timeout_ms = static_cast<int>(n);
-    } else {
-      return bad("unknown key (known: server, port, connect_timeout_ms)");
-    }
-  }
-  return true;
-}
+using lockctl::ClientConfigPath;
+using lockctl::Common;
+using lockctl::kExitInternal;
+using lockctl::kExitLost;
+using lockctl::kExitTimeout;
+using lockctl::kExitUnavailable;
+using lockctl::kExitUsage;
+using lockctl::ReadClientConfig;
+using lockctl::Target;
 
 Target TargetOf(const Common& c) {
   Target t;
@@ -664,150 +591,26 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "lockctl: inspect and use an rdmalock lock server.\n"
-      "Exit codes: 0 ok (acquire: the command's status), 64 usage, 69 lockd "
-      "unreachable, 70 internal, 75 lock not granted in time, 76 lock lost, 1 release "
-      "--force refused."};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", "lockctl " RDMALOCK_VERSION);
-  Common c;
-  app.add_option("-s,--server", c.server,
-                 "lockd address (default: $RDMALOCK_SERVER, then 'server' in "
-                 "~/.config/rdmalock/client.yaml)");
-  app.add_option("-p,--port", c.port, "lockd port")->check(CLI::Range(1, 65535));
-  app.add_option("--connect-timeout-ms", c.connect_timeout_ms, "connect timeout")
-      ->check(CLI::PositiveNumber);
-  app.add_flag("--json", c.json, "print JSON");
-
-  auto* status = app.add_subcommand("status", "show lockd's epoch, lock count, lease, clients");
-  auto* clients = app.add_subcommand(
-      "clients",
-      "list lockd's sessions: name, pid, address, since when, last heartbeat, locks held");
-
-  auto* inspect = app.add_subcommand("inspect", "decode one lock slot: holders, waiters, tickets");
-  std::string inspect_name;
-  int64_t inspect_slot = -1;
-  inspect->add_option("name", inspect_name, "lock name");
-  inspect->add_option("--slot", inspect_slot, "slot number instead of a name")
-      ->check(CLI::NonNegativeNumber);
-
-  auto* release = app.add_subcommand(
-      "release",
-      "force-release: lockctl release --force NAME|--slot N|--session ID (on the lock node)");
-  bool rel_force = false;
-  std::string rel_name, rel_socket = "/run/rdmalock/lockd.sock";
-  int64_t rel_slot = -1, rel_session = -1;
-  release->add_flag("--force", rel_force, "required: fence the holder's session and free it");
-  release->add_option("name", rel_name, "lock name");
-  release->add_option("--slot", rel_slot, "slot number")->check(CLI::NonNegativeNumber);
-  release->add_option("--session", rel_session, "session id (see lockctl clients)")
-      ->check(CLI::NonNegativeNumber);
-  release->add_option("--admin-socket", rel_socket, "lockd's admin socket")->capture_default_str();
-
-  auto* acquire = app.add_subcommand(
-      "acquire", "hold a lock while a command runs: lockctl acquire NAME [--shared] -- CMD...");
-  std::string acq_name;
-  bool acq_shared = false;
-  int64_t acq_timeout = -1;
-  int acq_grace = 5000;
-  std::vector<std::string> acq_cmd;
-  acquire->add_option("name", acq_name, "lock name")->required();
-  acquire->add_flag("--shared", acq_shared, "take the lock in shared mode");
-  acquire->add_option("--timeout", acq_timeout, "ms to wait for the lock (default: for ever)")
-      ->check(CLI::NonNegativeNumber);
-  acquire->add_option("--grace", acq_grace, "ms between SIGTERM and SIGKILL when the lock is lost")
-      ->check(CLI::NonNegativeNumber);
-  acquire->add_option("cmd", acq_cmd, "command and arguments (after --)");
-
-  auto* top = app.add_subcommand(
-      "top", "the most contended locks now: holders, waiters, requests/s; refreshes");
-  int top_interval = 1000, top_rows = 20, top_iterations = 0;
-  std::vector<std::string> top_names;
-  top->add_option("-i,--interval-ms", top_interval, "refresh interval")
-      ->check(CLI::Range(50, 3600000))
-      ->capture_default_str();
-  top->add_option("-n,--rows", top_rows, "locks shown")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  top->add_option("--iterations", top_iterations, "refreshes before exiting (0: until interrupted)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  top->add_option("--name", top_names,
-                  "label the slot of this lock name (repeatable; names are hashed, lockd "
-                  "does not know them)");
-
-  auto* bench = app.add_subcommand("bench", "run a lock workload and print latency/throughput");
-  lockctl::BenchOptions bo;
-  bench->add_option("--threads", bo.threads, "client threads (per process)")
-      ->check(CLI::PositiveNumber);
-  bench->add_option("--locks", bo.locks, "slots 0..N-1 the keys are drawn from")
-      ->check(CLI::PositiveNumber);
-  bench->add_option("--keys", bo.keys, "key distribution over the slots: uniform or zipf")
-      ->capture_default_str();
-  bench->add_option("--zipf-s", bo.zipf_s, "Zipf skew exponent (> 0) for --keys zipf")
-      ->capture_default_str();
-  bench
-      ->add_option("--batch", bo.batch,
-                   "distinct locks per set, acquired together (LockManySlots if > 1)")
-      ->capture_default_str();
-  bench
-      ->add_option("--inflight", bo.inflight,
-                   "asynchronous acquires (LockSlotAsync) kept in flight per thread; 0: "
-                   "synchronous")
-      ->capture_default_str();
-  bench
-      ->add_option("--rate", bo.rate,
-                   "open loop: start this many sets/s in all (fixed inter-arrival per thread; "
-                   "latency from the scheduled start); 0: closed loop")
-      ->capture_default_str();
-  bench
-      ->add_option("--processes", bo.processes,
-                   "run in this many processes, each with its own session and --threads threads")
-      ->capture_default_str();
-  bench->add_option("--duration", bo.duration_s, "seconds to measure")->check(CLI::PositiveNumber);
-  bench->add_option("--warmup", bo.warmup_s, "seconds before measuring")
-      ->check(CLI::NonNegativeNumber);
-  bench->add_option("--shared-ratio", bo.shared_ratio, "fraction of shared acquisitions")
-      ->check(CLI::Range(0.0, 1.0));
-  bench->add_flag("--token", bo.token, "request fencing tokens");
-  bench->add_option("--hold-us", bo.hold_us, "hold each lock this many microseconds")
-      ->check(CLI::NonNegativeNumber);
-  bench
-      ->add_option("--idle-sessions", bo.idle_sessions,
-                   "also open this many idle client sessions for the run, in the first process "
-                   "(connection cost)")
-      ->check(CLI::Range(0, 4096));
-  bool no_records = false;
-  bench->add_flag("--no-records", no_records,
-                  "do not record requests in the session record (lockd cannot free them if this "
-                  "process dies; measures what recording costs)");
-
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : kExitUsage;
-  }
-  c.port_given = app.count("--port") > 0;
-  c.timeout_given = app.count("--connect-timeout-ms") > 0;
-  if (status->parsed()) return CmdStatus(c);
-  if (clients->parsed()) return CmdClients(c);
-  if (inspect->parsed()) return CmdInspect(c, inspect_name, inspect_slot);
-  if (top->parsed()) return CmdTop(c, top_interval, top_rows, top_iterations, top_names);
-  if (release->parsed()) {
-    return CmdRelease(c, rel_force, rel_name, rel_slot, rel_session, rel_socket);
-  }
-  if (acquire->parsed()) {
-    return CmdAcquire(c, acq_name, acq_shared, acq_timeout, acq_grace, acq_cmd);
-  }
-  if (bench->parsed()) {
-    c.record_requests = !no_records;
-    bo.json = c.json;
-    if (const int rc = lockctl::ValidateBenchOptions(bo); rc != 0) return rc;
-    if (TargetOf(c).usage_error) return kExitUsage;
-    // Each bench process connects by itself, after the fork (RunBench).
-    return lockctl::RunBench(bo, [&c](int* code) { return ConnectOrDie(c, code); });
+  lockctl::Args a;
+  if (const int rc = lockctl::ParseArgs(argc, argv, &a); rc >= 0) return rc;
+  const Common& c = a.common;
+  switch (a.command) {
+    case lockctl::Command::kStatus:
+      return CmdStatus(c);
+    case lockctl::Command::kClients:
+      return CmdClients(c);
+    case lockctl::Command::kInspect:
+      return CmdInspect(c, a.inspect_name, a.inspect_slot);
+    case lockctl::Command::kTop:
+      return CmdTop(c, a.top_interval, a.top_rows, a.top_iterations, a.top_names);
+    case lockctl::Command::kRelease:
+      return CmdRelease(c, a.rel_force, a.rel_name, a.rel_slot, a.rel_session, a.rel_socket);
+    case lockctl::Command::kAcquire:
+      return CmdAcquire(c, a.acq_name, a.acq_shared, a.acq_timeout, a.acq_grace, a.acq_cmd);
+    case lockctl::Command::kBench:
+      if (TargetOf(c).usage_error) return kExitUsage;
+      // Each bench process connects by itself, after the fork (RunBench).
+      return lockctl::RunBench(a.bench, [&c](int* code) { return ConnectOrDie(c, code); });
   }
   return kExitUsage;
 }

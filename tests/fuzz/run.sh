@@ -18,13 +18,13 @@ if ! CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DRDMALOCK_FUZZ=ON -DRDMA
   echo "fuzz: build: FAIL (configure)"
   exit 1
 fi
-if ! cmake --build "$build" -j "${JOBS:-$(nproc)}" --target fuzz_handshake fuzz_config; then
+if ! cmake --build "$build" -j "${JOBS:-$(nproc)}" --target fuzz_handshake fuzz_config fuzz_lockctl_args; then
   echo "fuzz: build: FAIL"
   exit 1
 fi
 
 rc=0
-for name in handshake config; do
+for name in handshake config lockctl_args; do
   seeds=$root/tests/fuzz/corpus/$name
   work=$build/corpus-$name
   rm -rf "$work"
@@ -32,7 +32,8 @@ for name in handshake config; do
   log=$out/$name.log
   # -max_total_time bounds the run; a crash stops it with a non-zero status and a crash-* file.
   "$build/tests/fuzz/fuzz_$name" -max_total_time="$secs" -print_final_stats=1 \
-    -artifact_prefix="$out/$name-" -timeout=10 -rss_limit_mb=2048 "$work" "$seeds" >"$log" 2>&1
+    -artifact_prefix="$out/$name-" -timeout=10 -rss_limit_mb=2048 -close_fd_mask=3 "$work" "$seeds" \
+    >"$log" 2>&1
   status=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | cut -d' ' -f2)

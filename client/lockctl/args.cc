@@ -1,0 +1,289 @@
+#include "args.h"
+
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace lockctl {
+
+std::string ClientConfigPath() {
+  if (const char* x = std::getenv("XDG_CONFIG_HOME"); x != nullptr && *x != '\0') {
+    return std::string(x) + "/rdmalock/client.yaml";
+  }
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != '\0') {
+    return std::string(h) + "/.config/rdmalock/client.yaml";
+  }
+  return "";
+}
+
+// Reads the client config file into `t` (only keys the command line left open). A missing file
+// is fine; a bad one is a usage error that names the file, line and key.
+bool ReadClientConfig(const std::string& path, bool have_server, bool have_port, bool have_timeout,
+                      Target* t) {
+  if (path.empty() || access(path.c_str(), F_OK) != 0) return true;
+  std::ifstream in(path);
+  if (!in) {
+    std::cerr << "lockctl: cannot read " << path << "\n";
+    return false;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ParseClientConfig(ss.str(), path, have_server, have_port, have_timeout, t);
+}
+
+bool ParseClientConfig(const std::string& text, const std::string& path, bool have_server,
+                       bool have_port, bool have_timeout, Target* t) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    std::cerr << "lockctl: " << path << ":" << e.mark.line + 1 << ": " << e.msg << "\n";
+    return false;
+  }
+  if (root.IsNull()) return true;
+  if (!root.IsMap()) {
+    std::cerr << "lockctl: " << path << ": expected a map of keys (server, port, "
+              << "connect_timeout_ms)\n";
+    return false;
+  }
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>("");
+    const int line = kv.first.Mark().line + 1;
+    auto bad = [&](const std::string& why) {
+      std::cerr << "lockctl: " << path << ":" << line << ": key '" << key << "': " << why << "\n";
+      return false;
+    };
+    if (!kv.second.IsScalar()) return bad("expected a single value");
+    const std::string v = kv.second.Scalar();
+    if (key == "server") {
+      if (v.empty()) return bad("empty");
+      if (!have_server) t->server = v, t->source = path;
+    } else if (key == "port" || key == "connect_timeout_ms") {
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      const long max = key == "port" ? 65535 : 3600000;
+      if (v.empty() || *end != '\0' || n < 1 || n > max) {
+        return bad("'" + v + "' is not an integer in 1.." + std::to_string(max));
+      }
+      if (key == "port" && !have_port) t->port = static_cast<int>(n);
+      if (key == "connect_timeout_ms" && !have_timeout) t->connect_timeout_ms = static_cast<int>(n);
+    } else {
+      return bad("unknown key (known: server, port, connect_timeout_ms)");
+    }
+  }
+  return true;
+}
+
+int ParseArgs(int argc, char** argv, Args* args) {
+  CLI::App app{
+      "lockctl: inspect and use an rdmalock lock server.\n"
+      "Exit codes: 0 ok (acquire: the command's status), 64 usage, 69 lockd "
+      "unreachable, 70 internal, 75 lock not granted in time, 76 lock lost, 1 release "
+      "--force refused."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "lockctl " RDMALOCK_VERSION);
+  Common& c = args->common;
+  app.add_option("-s,--server", c.server,
+                 "lockd address (default: $RDMALOCK_SERVER, then 'server' in "
+                 "~/.config/rdmalock/client.yaml)");
+  app.add_option("-p,--port", c.port, "lockd port")->check(CLI::Range(1, 65535));
+  app.add_option("--connect-timeout-ms", c.connect_timeout_ms, "connect timeout")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--json", c.json, "print JSON");
+
+  auto* status = app.add_subcommand("status", "show lockd's epoch, lock count, lease, clients");
+  auto* clients = app.add_subcommand(
+      "clients",
+      "list lockd's sessions: name, pid, address, since when, last heartbeat, locks held");
+
+  auto* inspect = app.add_subcommand("inspect", "decode one lock slot: holders, waiters, tickets");
+  std::string& inspect_name = args->inspect_name;
+  int64_t& inspect_slot = args->inspect_slot;
+  inspect->add_option("name", inspect_name, "lock name");
+  inspect->add_option("--slot", inspect_slot, "slot number instead of a name")
+      ->check(CLI::NonNegativeNumber);
+
+  auto* release = app.add_subcommand(
+      "release",
+      "force-release: lockctl release --force NAME|--slot N|--session ID (on the lock node)");
+  bool& rel_force = args->rel_force;
+  std::string& rel_name = args->rel_name;
+  std::string& rel_socket = args->rel_socket;
+  int64_t& rel_slot = args->rel_slot;
+  int64_t& rel_session = args->rel_session;
+  release->add_flag("--force", rel_force, "required: fence the holder's session and free it");
+  release->add_option("name", rel_name, "lock name");
+  release->add_option("--slot", rel_slot, "slot number")->check(CLI::NonNegativeNumber);
+  release->add_option("--session", rel_session, "session id (see lockctl clients)")
+      ->check(CLI::NonNegativeNumber);
+  release->add_option("--admin-socket", rel_socket, "lockd's admin socket")->capture_default_str();
+
+  auto* acquire = app.add_subcommand(
+      "acquire", "hold a lock while a command runs: lockctl acquire NAME [--shared] -- CMD...");
+  std::string& acq_name = args->acq_name;
+  bool& acq_shared = args->acq_shared;
+  int64_t& acq_timeout = args->acq_timeout;
+  int& acq_grace = args->acq_grace;
+  std::vector<std::string>& acq_cmd = args->acq_cmd;
+  acquire->add_option("name", acq_name, "lock name")->required();
+  acquire->add_flag("--shared", acq_shared, "take the lock in shared mode");
+  acquire->add_option("--timeout", acq_timeout, "ms to wait for the lock (default: for ever)")
+      ->check(CLI::NonNegativeNumber);
+  acquire->add_option("--grace", acq_grace, "ms between SIGTERM and SIGKILL when the lock is lost")
+      ->check(CLI::NonNegativeNumber);
+  acquire->add_option("cmd", acq_cmd, "command and arguments (after --)");
+
+  auto* top = app.add_subcommand(
+      "top", "the most contended locks now: holders, waiters, requests/s; refreshes");
+  int& top_interval = args->top_interval;
+  int& top_rows = args->top_rows;
+  int& top_iterations = args->top_iterations;
+  std::vector<std::string>& top_names = args->top_names;
+  top->add_option("-i,--interval-ms", top_interval, "refresh interval")
+      ->check(CLI::Range(50, 3600000))
+      ->capture_default_str();
+  top->add_option("-n,--rows", top_rows, "locks shown")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  top->add_option("--iterations", top_iterations, "refreshes before exiting (0: until interrupted)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  top->add_option("--name", top_names,
+                  "label the slot of this lock name (repeatable; names are hashed, lockd "
+                  "does not know them)");
+
+  auto* bench = app.add_subcommand("bench", "run a lock workload and print latency/throughput");
+  BenchOptions& bo = args->bench;
+  bench->add_option("--threads", bo.threads, "client threads (per process)")
+      ->check(CLI::PositiveNumber);
+  bench->add_option("--locks", bo.locks, "slots 0..N-1 the keys are drawn from")
+      ->check(CLI::PositiveNumber);
+  bench->add_option("--keys", bo.keys, "key distribution over the slots: uniform or zipf")
+      ->capture_default_str();
+  bench->add_option("--zipf-s", bo.zipf_s, "Zipf skew exponent (> 0) for --keys zipf")
+      ->capture_default_str();
+  bench
+      ->add_option("--batch", bo.batch,
+                   "distinct locks per set, acquired together (LockManySlots if > 1)")
+      ->capture_default_str();
+  bench
+      ->add_option("--inflight", bo.inflight,
+                   "asynchronous acquires (LockSlotAsync) kept in flight per thread; 0: "
+                   "synchronous")
+      ->capture_default_str();
+  bench
+      ->add_option("--rate", bo.rate,
+                   "open loop: start this many sets/s in all (fixed inter-arrival per thread; "
+                   "latency from the scheduled start); 0: closed loop")
+      ->capture_default_str();
+  bench
+      ->add_option("--processes", bo.processes,
+                   "run in this many processes, each with its own session and --threads threads")
+      ->capture_default_str();
+  bench->add_option("--duration", bo.duration_s, "seconds to measure")->check(CLI::PositiveNumber);
+  bench->add_option("--warmup", bo.warmup_s, "seconds before measuring")
+      ->check(CLI::NonNegativeNumber);
+  bench->add_option("--shared-ratio", bo.shared_ratio, "fraction of shared acquisitions")
+      ->check(CLI::Range(0.0, 1.0));
+  bench->add_flag("--token", bo.token, "request fencing tokens");
+  bench->add_option("--hold-us", bo.hold_us, "hold each lock this many microseconds")
+      ->check(CLI::NonNegativeNumber);
+  bench
+      ->add_option("--idle-sessions", bo.idle_sessions,
+                   "also open this many idle client sessions for the run, in the first process "
+                   "(connection cost)")
+      ->check(CLI::Range(0, 4096));
+  bool no_records = false;
+  bench->add_flag("--no-records", no_records,
+                  "do not record requests in the session record (lockd cannot free them if this "
+                  "process dies; measures what recording costs)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  c.port_given = app.count("--port") > 0;
+  c.timeout_given = app.count("--connect-timeout-ms") > 0;
+  if (status->parsed()) {
+    args->command = Command::kStatus;
+  } else if (clients->parsed()) {
+    args->command = Command::kClients;
+  } else if (inspect->parsed()) {
+    args->command = Command::kInspect;
+  } else if (top->parsed()) {
+    args->command = Command::kTop;
+  } else if (release->parsed()) {
+    args->command = Command::kRelease;
+  } else if (acquire->parsed()) {
+    args->command = Command::kAcquire;
+  } else if (bench->parsed()) {
+    args->command = Command::kBench;
+    c.record_requests = !no_records;
+    bo.json = c.json;
+    if (const int rc = ValidateBenchOptions(bo); rc != 0) return rc;
+  } else {
+    return kExitUsage;
+  }
+  return -1;
+}
+
+int ValidateBenchOptions(const BenchOptions& o) {
+  auto bad = [](const char* what) {
+    std::fprintf(stderr, "lockctl bench: %s\n", what);
+    return kExitUsage;
+  };
+  char buf[160];
+  if (o.threads < 1) return bad("--threads must be at least 1");
+  if (o.processes < 1 || o.processes > kMaxProcesses) {
+    std::snprintf(buf, sizeof(buf), "--processes must be in [1, %d], not %d", kMaxProcesses,
+                  o.processes);
+    return bad(buf);
+  }
+  if (o.locks < 1 || o.locks > kMaxLocks) {
+    std::snprintf(buf, sizeof(buf), "--locks must be in [1, %llu]",
+                  static_cast<unsigned long long>(kMaxLocks));
+    return bad(buf);
+  }
+  if (o.batch < 1) return bad("--batch must be at least 1");
+  if (o.inflight < 0 || o.inflight > 4096) return bad("--inflight must be between 0 and 4096");
+  if (o.inflight > 0 && (o.batch != 1 || o.rate > 0)) {
+    return bad("--inflight (async acquires) works with --batch 1 and a closed loop (no --rate)");
+  }
+  if (static_cast<uint64_t>(o.batch) > o.locks) {
+    std::snprintf(buf, sizeof(buf),
+                  "--batch %d is larger than --locks %llu (a set takes distinct locks)", o.batch,
+                  static_cast<unsigned long long>(o.locks));
+    return bad(buf);
+  }
+  if (o.keys != "uniform" && o.keys != "zipf") {
+    const std::string msg = "--keys must be uniform or zipf, not '" + o.keys + "'";
+    return bad(msg.c_str());
+  }
+  if (!(o.zipf_s > 0) || !std::isfinite(o.zipf_s)) {
+    std::snprintf(buf, sizeof(buf), "--zipf-s must be a number > 0, not %g", o.zipf_s);
+    return bad(buf);
+  }
+  if (!(o.rate >= 0) || !std::isfinite(o.rate)) {
+    std::snprintf(buf, sizeof(buf), "--rate must be >= 0 sets/s (0: closed loop), not %g", o.rate);
+    return bad(buf);
+  }
+  if (!(o.duration_s > 0) || !std::isfinite(o.duration_s)) return bad("--duration must be > 0");
+  if (!(o.warmup_s >= 0) || !std::isfinite(o.warmup_s)) return bad("--warmup must be >= 0");
+  if (!(o.shared_ratio >= 0 && o.shared_ratio <= 1)) {
+    return bad("--shared-ratio must be in [0, 1]");
+  }
+  if (o.hold_us < 0) return bad("--hold-us must be >= 0");
+  if (o.idle_sessions < 0) return bad("--idle-sessions must be >= 0");
+  return 0;
+}
+
+}  // namespace lockctl

@@ -1,0 +1,80 @@
+// lockctl's command line and client config file, parsed without touching the network (so that
+// the parsing can be fuzzed on its own: tests/fuzz/fuzz_lockctl_args.cc).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench.h"
+
+namespace lockctl {
+
+// Exit codes (also in --help, lockctl(1) and the README).
+inline constexpr int kExitUsage = 64;
+inline constexpr int kExitUnavailable = 69;
+inline constexpr int kExitInternal = 70;
+inline constexpr int kExitTimeout = 75;
+inline constexpr int kExitLost = 76;
+
+// bench's limits.
+inline constexpr int kMaxProcesses = 256;
+inline constexpr uint64_t kMaxLocks = uint64_t{1} << 28;  // lockd's largest lock table
+
+struct Common {
+  std::string server;
+  int port = 7471;
+  int connect_timeout_ms = 5000;
+  bool port_given = false, timeout_given = false;  // on the command line
+  bool json = false;
+  bool record_requests = true;
+};
+
+// Where lockctl finds lockd: --server, else $RDMALOCK_SERVER, else the client config file
+// ($XDG_CONFIG_HOME/rdmalock/client.yaml or ~/.config/rdmalock/client.yaml: keys server, port,
+// connect_timeout_ms). --port and --connect-timeout-ms given on the command line win over the
+// file.
+struct Target {
+  std::string server, source;
+  int port = 7471;
+  int connect_timeout_ms = 5000;
+  bool usage_error = false;
+};
+
+enum class Command { kStatus, kClients, kInspect, kRelease, kAcquire, kTop, kBench };
+
+// Everything the command line says.
+struct Args {
+  Common common;
+  Command command = Command::kStatus;
+  std::string inspect_name;
+  int64_t inspect_slot = -1;
+  bool rel_force = false;
+  std::string rel_name, rel_socket = "/run/rdmalock/lockd.sock";
+  int64_t rel_slot = -1, rel_session = -1;
+  std::string acq_name;
+  bool acq_shared = false;
+  int64_t acq_timeout = -1;
+  int acq_grace = 5000;
+  std::vector<std::string> acq_cmd;
+  int top_interval = 1000, top_rows = 20, top_iterations = 0;
+  std::vector<std::string> top_names;
+  BenchOptions bench;
+};
+
+// Parses argv into *args. Returns -1 when args->command should run; otherwise the exit status
+// (0 after --help or --version, kExitUsage for a usage error), having printed what to print.
+int ParseArgs(int argc, char** argv, Args* args);
+
+// $XDG_CONFIG_HOME/rdmalock/client.yaml, else ~/.config/rdmalock/client.yaml ("" if neither is
+// set).
+std::string ClientConfigPath();
+// Applies the client config `text` (read from `path`, named in messages) to `t`: only the keys
+// the command line left open. False after printing a message that names the file, line and key.
+bool ParseClientConfig(const std::string& text, const std::string& path, bool have_server,
+                       bool have_port, bool have_timeout, Target* t);
+// The same for the file at `path`; a missing file is fine.
+bool ReadClientConfig(const std::string& path, bool have_server, bool have_port, bool have_timeout,
+                      Target* t);
+
+}  // namespace lockctl
