@@ -9,7 +9,7 @@
 #   5. the Debian packages (tests/pkg/run.sh): built, installed with apt into a clean Debian 12
 #      tree, and the packaged lockd run on rdma_rxe;
 #   6. the libFuzzer targets (tests/fuzz/run.sh): the handshake, config and lockctl-argument
-#      parsers, 60 s each.
+#      parsers, 30 s each.
 # An RDMA test that cannot run fails; nothing is skipped. Exits non-zero if anything failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -112,7 +112,7 @@ else
   count "host unit tests (TSan)" /dev/null 1
 fi
 
-echo "=== fuzzers (libFuzzer + ASan/UBSan: handshake, config and lockctl-argument parsers, ${FUZZ_SECONDS:-60} s each)"
+echo "=== fuzzers (libFuzzer + ASan/UBSan: handshake, config and lockctl-argument parsers, ${FUZZ_SECONDS:-30} s each)"
 "$root/tests/fuzz/run.sh" "$logs/fuzz" 2>&1 | tee "$logs/fuzz.log"
 tally "fuzzers (libFuzzer)" "$logs/fuzz.log" "${PIPESTATUS[0]}" '^fuzz: .*: ok ' '^fuzz: .*: FAIL'
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with clang (ASan+UBSan) in build-fuzz/ and runs each for
-# FUZZ_SECONDS (default 60) from its seed corpus in tests/fuzz/corpus/NAME (kept in the repo; new
+# FUZZ_SECONDS (default 30) from its seed corpus in tests/fuzz/corpus/NAME (kept in the repo; new
 # inputs go to a scratch copy). A crash, a sanitizer report or a failed property is a FAIL, and the
 # input is saved under OUT (default build/test-logs/fuzz). One line per target:
 #   fuzz: NAME: ok (RUNS runs in SECS s, COV coverage points, CORPUS inputs)  |  fuzz: NAME: FAIL ...
@@ -8,7 +8,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${1:-$root/build/test-logs/fuzz}
-secs=${FUZZ_SECONDS:-60}
+secs=${FUZZ_SECONDS:-30}
 build=$root/build-fuzz
 mkdir -p "$out" "$build"
 
