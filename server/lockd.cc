@@ -100,7 +100,13 @@ struct Conn {
   rdma::CmId id;
   std::shared_ptr<Session> session;
   bool established = false;
+  std::chrono::steady_clock::time_point accepted_at = std::chrono::steady_clock::now();
 };
+
+// A connection lockd accepted must be established (the client's RTU) within this long. A client
+// that never completes the handshake holds a session record, and it has the rkeys from the accept
+// reply, so it is fenced like any other session that stops.
+constexpr auto kEstablishTimeout = std::chrono::seconds(5);
 
 // What lockd frees for an ended session, on its loopback QP (never with CPU stores).
 struct RecoveryJob {
@@ -570,9 +576,39 @@ struct Server::Impl {
     b.logged = now;
   }
 
+  // Connections accepted but not established within kEstablishTimeout: a session that never
+  // completed is ended (after a lease, like a fenced one: it had the rkeys); a thread's join that
+  // never completed is dropped alone.
+  void DropHalfOpen(SteadyClock::time_point now) {
+    std::vector<rdma_cm_id*> stale;
+    for (auto& [id, c] : conns) {
+      if (!c->established && now - c->accepted_at > kEstablishTimeout) stale.push_back(id);
+    }
+    for (rdma_cm_id* id : stale) {
+      auto it = conns.find(id);
+      if (it == conns.end()) continue;  // ended with its session meanwhile
+      std::shared_ptr<Session> s = it->second->session;
+      const std::string why = "connection from " + s->peer + " not established within " +
+                              std::to_string(kEstablishTimeout.count()) + " s of its accept";
+      if (s->counted) {
+        spdlog::warn("{}: dropping it (session {} keeps its other connections)", why,
+                     s->session_id);
+        it->second->id.FenceQp();
+        (void)rdma_disconnect(id);
+        s->conns.erase(id);
+        graveyard.push_back(std::move(it->second));
+        conns.erase(it);
+      } else {
+        spdlog::warn("{}: ending session {}", why, s->session_id);
+        EndSession(s, EndReason::kConnectFailed, why, false);
+      }
+    }
+  }
+
   // Every tick: publish the clock, watch heartbeats and QP states.
   void Tick() {
     const auto now = SteadyClock::now();
+    DropHalfOpen(now);
     for (auto it = peer_buckets.begin(); it != peer_buckets.end();) {
       if (it->second.refused > 0 && now - it->second.logged >= std::chrono::seconds(1)) {
         LogRefused(it->first, it->second, now);

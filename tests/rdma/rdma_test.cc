@@ -19,6 +19,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <random>
@@ -1503,4 +1504,139 @@ TEST_CASE("lockd rate-limits connection attempts per address; sessions and their
     REQUIRE(std::chrono::steady_clock::now() < end);  // logged within a second, with a count
     std::this_thread::sleep_for(100ms);
   }
+}
+
+namespace {
+
+// A client that sends a valid connect request and never completes the handshake: it asks
+// rdma_cm to connect without a QP, receives lockd's accept (with the rkeys) and never calls
+// rdma_establish, so lockd never sees the connection established.
+class HalfOpenClient {
+ public:
+  HalfOpenClient(const std::string& ip, uint16_t port) {
+    ch_ = rdma_create_event_channel();
+    REQUIRE(ch_ != nullptr);
+    REQUIRE(rdma_create_id(ch_, &id_, nullptr, RDMA_PS_TCP) == 0);
+    sockaddr_in sin{};
+    sin.sin_family = AF_INET;
+    sin.sin_port = htons(port);
+    REQUIRE(inet_pton(AF_INET, ip.c_str(), &sin.sin_addr) == 1);
+    REQUIRE(rdma_resolve_addr(id_, nullptr, reinterpret_cast<sockaddr*>(&sin), 2000) == 0);
+    Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
+    REQUIRE(rdma_resolve_route(id_, 2000) == 0);
+    Expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
+    proto::ConnectRequest req;
+    req.client_name = "half-open";
+    const auto bytes = req.Encode();
+    rdma_conn_param p{};
+    p.private_data = bytes.data();
+    p.private_data_len = static_cast<uint8_t>(bytes.size());
+    p.qp_num = 0x4242;  // no QP behind it
+    p.responder_resources = 1;
+    p.initiator_depth = 1;
+    p.retry_count = 7;
+    REQUIRE(rdma_connect(id_, &p) == 0);
+    Expect(RDMA_CM_EVENT_CONNECT_RESPONSE);  // lockd accepted; we never send the RTU
+  }
+  ~HalfOpenClient() {
+    if (id_ != nullptr) rdma_destroy_id(id_);
+    if (ch_ != nullptr) rdma_destroy_event_channel(ch_);
+  }
+
+ private:
+  void Expect(rdma_cm_event_type want) {
+    rdma_cm_event* ev = nullptr;
+    REQUIRE(rdma_get_cm_event(ch_, &ev) == 0);
+    const rdma_cm_event_type got = ev->event;
+    rdma_ack_cm_event(ev);
+    INFO("rdma_cm event " << rdma_event_str(got) << ", wanted " << rdma_event_str(want));
+    REQUIRE(got == want);
+  }
+  rdma_event_channel* ch_ = nullptr;
+  rdma_cm_id* id_ = nullptr;
+};
+
+size_t OpenFds(pid_t pid) {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+    ++n;
+  }
+  return n;
+}
+
+uint64_t RssKiB(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6));
+  }
+  FAIL("no VmRSS for pid " << pid);
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("a client that never completes the handshake is dropped; lockd keeps serving") {
+  const std::string addr = "127.0.0.1:19480";
+  Lockd lockd(7646, 256, 1000, /*max_clients=*/2, "", {"--metrics-address", addr});
+  auto existing = MustConnect(lockd);
+  auto half = std::make_unique<HalfOpenClient>(RxeIp(), lockd.port());
+  // It holds a session record: with max_clients 2 and one client connected, the table is full.
+  ClientOptions quick;
+  quick.server = RxeIp();
+  quick.port = lockd.port();
+  quick.connect_timeout = 200ms;
+  auto refused = Client::Connect(quick);
+  REQUIRE_FALSE(refused.ok());
+  REQUIRE(refused.status().message().find("server full") != std::string::npos);
+  // lockd keeps serving the connected client meanwhile.
+  for (int i = 0; i < 20; ++i) {
+    auto h = existing->Lock("while-half-open", {.timeout = 2000ms});
+    REQUIRE(h.ok());
+  }
+  // Within the establish timeout (5 s) and a tick, lockd ends the half-open session and says why.
+  const auto end = std::chrono::steady_clock::now() + 15s;
+  while (lockd.Log().find("not established within 5 s of its accept") == std::string::npos) {
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(100ms);
+  }
+  REQUIRE(Metric(Scrape(addr), "rdmalock_lockd_sessions_ended_total{reason=\"connect_failed\"}") ==
+          1);
+  auto fresh = lockd.Connect();  // its record is free again
+  REQUIRE(fresh.ok());
+  REQUIRE((*fresh)->Lock("after-half-open").ok());
+}
+
+TEST_CASE("1000 connect and disconnect cycles leak no descriptors or memory in lockd") {
+  Lockd lockd(7647, 1024, 2000, 64);
+  auto cycle = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      auto c = lockd.Connect();
+      REQUIRE(c.ok());
+      if (i % 4 == 0) REQUIRE((*c)->Lock("cycle-" + std::to_string(i % 16)).ok());
+    }
+  };
+  cycle(50);  // warm-up: allocator pools, spdlog, rdma_cm caches
+  std::this_thread::sleep_for(500ms);
+  const size_t fds_before = OpenFds(lockd.pid());
+  const uint64_t rss_before = RssKiB(lockd.pid());
+  const auto t0 = std::chrono::steady_clock::now();
+  cycle(1000);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // Let lockd see the last disconnects and free the last records.
+  auto probe = MustConnect(lockd);
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (probe->Info()->connected_clients != 1) {
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(50ms);
+  }
+  probe.reset();
+  std::this_thread::sleep_for(500ms);
+  const size_t fds_after = OpenFds(lockd.pid());
+  const uint64_t rss_after = RssKiB(lockd.pid());
+  WARN("1000 cycles in " << secs << " s; lockd fds " << fds_before << " -> " << fds_after
+                         << ", RSS " << rss_before << " -> " << rss_after << " KiB");
+  REQUIRE(fds_after <= fds_before);
+  // A leak of even 1 KiB per cycle would show as 1000 KiB.
+  REQUIRE(rss_after <= rss_before + 512);
 }
