@@ -596,7 +596,11 @@ class [[gnu::visibility("hidden")]] Client::Impl
       Status st;
       std::function<void(const Status&)> notify;
       {
-        std::lock_guard lk(s->mu);
+        // Never wait for a handle its owner is using (a release may wait out retransmissions):
+        // the keeper's heartbeat comes next, and a renewal skipped now is tried next tick (it is
+        // due at a third of the lease, with two thirds to spare).
+        std::unique_lock lk(s->mu, std::try_to_lock);
+        if (!lk.owns_lock()) continue;
         if (s->state != LockState::kHeld || !s->auto_renew || !opts_.auto_renew) continue;
         if (s->session != c.session) continue;  // from an ended session: EndLeases handles it
         if (Clock::now() - s->grant.lease_start < lease / 3) continue;

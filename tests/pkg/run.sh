@@ -21,14 +21,21 @@
 # non-zero if anything failed or could not run. Needs root, debootstrap, dpkg-dev and network
 # access to the Debian archive (apt).
 #   tests/pkg/run.sh [BUILD_DIR]      (default: build)
-# RDMALOCK_PKG_WORK=DIR: where the tree copy goes (default BUILD_DIR/pkg-test; not under /tmp or
-# /var/tmp, which the VM replaces); RDMALOCK_CHROOT_CACHE: see chroot-cache.sh.
+# RDMALOCK_PKG_WORK=DIR: where the tree copy goes (default BUILD_DIR/pkg-test, or the chroot
+# cache's work/ when BUILD_DIR is under /tmp or /var/tmp, which the VM replaces);
+# RDMALOCK_CHROOT_CACHE: see chroot-cache.sh.
 set -euo pipefail
 # Any command failing where no check expects it: say where, never exit silently.
 trap 'echo "pkg: unexpected failure: FAIL at line $LINENO: $BASH_COMMAND (exit $?)"' ERR
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
-work=${RDMALOCK_PKG_WORK:-$build/pkg-test}
+# The VM replaces /tmp and /var/tmp with tmpfs, so a build under them (a CI clone in /tmp) keeps
+# its tree copy in the chroot cache's directory instead.
+case $build in
+  /tmp/* | /var/tmp/*) default_work=${RDMALOCK_CHROOT_CACHE:-/var/cache/rdmalock-chroot}/work ;;
+  *) default_work=$build/pkg-test ;;
+esac
+work=${RDMALOCK_PKG_WORK:-$default_work}
 tree=$work/root
 debs_in_tree=/srv/rdmalock-debs
 
