@@ -190,9 +190,9 @@ struct Server::Impl {
 
   // The metrics sampler's memory of the lock table (guarded by sample_mu: two HTTP workers).
   std::mutex sample_mu;
-  std::vector<uint32_t> sample_issued;  // maxX + maxS per slot at the last scrape
-  std::vector<uint32_t> sample_gen;     // word1's generation (low 32 bits) at the last scrape
-  uint64_t sample_requests = 0;         // requests seen queueing, summed over scrapes
+  std::vector<uint64_t> sample_word0;  // word0 per slot at the last scrape
+  std::vector<uint32_t> sample_gen;    // word1's generation (low 32 bits) at the last scrape
+  uint64_t sample_requests = 0;        // requests seen queueing, summed over scrapes
   bool sampled = false;
 
   // Declared last, so destroyed first: it reads the members above while it serves.
@@ -888,8 +888,8 @@ struct Server::Impl {
     const auto t0 = SteadyClock::now();
     uint64_t held_x = 0, held_s = 0, holders = 0, waiting = 0, contended = 0, frozen = 0;
     std::lock_guard lk(sample_mu);
-    if (sample_issued.size() != config.lock_count) {
-      sample_issued.assign(config.lock_count, 0);
+    if (sample_word0.size() != config.lock_count) {
+      sample_word0.assign(config.lock_count, 0);
       sample_gen.assign(config.lock_count, 0);
     }
     for (uint64_t slot = 0; slot < config.lock_count; ++slot) {
@@ -908,17 +908,11 @@ struct Server::Impl {
       waiting += o.waiting;
       if (o.waiting > 0) ++contended;
       if (w.Frozen()) ++frozen;
-      // Tickets issued since the last scrape: 16-bit counters, so modulo 2^16; after a reset (the
-      // generation moved) the counters restarted, so count what they show now.
-      const auto prev_x = static_cast<uint16_t>(sample_issued[slot] >> 16);
-      const auto prev_s = static_cast<uint16_t>(sample_issued[slot]);
       if (sampled) {
-        sample_requests += gen != sample_gen[slot]
-                               ? uint64_t{w.max_x} + w.max_s
-                               : uint64_t{static_cast<uint16_t>(w.max_x - prev_x)} +
-                                     static_cast<uint16_t>(w.max_s - prev_s);
+        sample_requests += proto::RequestsBetween(proto::Word0::Decode(sample_word0[slot]),
+                                                  sample_gen[slot], w, gen);
       }
-      sample_issued[slot] = (uint32_t{w.max_x} << 16) | w.max_s;
+      sample_word0[slot] = w.Encode();
       sample_gen[slot] = gen;
     }
     sampled = true;

@@ -32,6 +32,7 @@
 #include "args.h"
 #include "bench.h"
 #include "rdmalock/client.h"
+#include "rdmalock/proto/lock_word.h"
 
 namespace {
 
@@ -403,8 +404,8 @@ int CmdTop(const Common& c, int interval_ms, int rows, int iterations,
   }
   const bool tty = !c.json && isatty(STDOUT_FILENO) == 1;
   struct Prev {
-    uint32_t issued = 0;  // maxX << 16 | maxS
-    uint64_t generation = 0;
+    rdmalock::proto::Word0 word;
+    uint32_t generation = 0;
   };
   std::vector<Prev> prev;
   auto last = std::chrono::steady_clock::now();
@@ -429,20 +430,18 @@ int CmdTop(const Common& c, int interval_ms, int rows, int iterations,
     const bool have_prev = !prev.empty();
     prev.resize(n);
     for (const auto& v : *table) {
-      const uint32_t outstanding = v.exclusive_outstanding + v.shared_outstanding;
-      const uint32_t holders =
-          v.exclusive_outstanding > 0 ? (outstanding > 0 ? 1 : 0) : v.shared_outstanding;
-      const uint32_t w = outstanding - holders;
+      const rdmalock::proto::Word0 word{.max_s = v.shared_issued,
+                                        .max_x = v.exclusive_issued,
+                                        .n_s = v.shared_released,
+                                        .n_x = v.exclusive_released};
+      const auto gen = static_cast<uint32_t>(v.generation);
+      const rdmalock::proto::Occupancy occ = rdmalock::proto::OccupancyOf(word);
+      const uint32_t holders = occ.holders, w = occ.waiting;
+      const uint32_t outstanding = occ.exclusive_outstanding + occ.shared_outstanding;
       Prev& p = prev[v.slot];
-      uint64_t queued = 0;
-      if (have_prev) {
-        queued = v.generation != p.generation
-                     ? uint64_t{v.exclusive_issued} + v.shared_issued
-                     : uint64_t{static_cast<uint16_t>(v.exclusive_issued - (p.issued >> 16))} +
-                           static_cast<uint16_t>(v.shared_issued - (p.issued & 0xffff));
-      }
-      p.issued = (uint32_t{v.exclusive_issued} << 16) | v.shared_issued;
-      p.generation = v.generation;
+      const uint64_t queued =
+          have_prev ? rdmalock::proto::RequestsBetween(p.word, p.generation, word, gen) : 0;
+      p = {word, gen};
       if (holders > 0) ++held;
       waiting += w;
       if (w > 0) ++contended;

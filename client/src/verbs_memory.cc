@@ -241,10 +241,10 @@ Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& p
   if (!conn.ok()) {
     if (conn.status().code() == ErrorCode::kRejected) {
       proto::RejectReply r;
-      // lockd says when to come back (restart grace, or its per-address connection rate limit).
+      // A refusal with a retry time (restart grace, the per-address rate limit) says when lockd
+      // will take us; the others are final.
       if (retry_after_ms != nullptr && proto::RejectReply::Decode(reject, &r) &&
-          (r.reason == proto::RejectReason::kGrace ||
-           r.reason == proto::RejectReason::kRateLimited)) {
+          r.retry_after_ms > 0) {
         *retry_after_ms = std::max<uint32_t>(r.retry_after_ms, 1);
       }
       return RejectStatus(where, reject);

@@ -12,6 +12,7 @@ build=${1:?usage: run.sh BUILD_DIR}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 ip=${RXE_IP:?RXE_IP is not set: run this through deploy/softroce/rxe-run}
 port=7480
+# Scratch for lockd (state, admin socket, log) and the test logs; removed on exit.
 work=$(mktemp -d /tmp/sdk-test.XXXXXX)
 log=$work/lockd.log
 sock=$work/admin.sock
@@ -24,14 +25,14 @@ stop_lockd() {
   wait "$lockd_pid" 2>/dev/null
   lockd_pid=
 }
-trap stop_lockd EXIT
+trap 'stop_lockd; rm -rf "$work"' EXIT
 
 for f in "$build/lockd" "$build/lockctl" "$build/tests/c_api_test" "$build/librdmalock.so"; do
   [ -e "$f" ] || { echo "sdk: $f is missing: build first"; exit 1; }
 done
 
 "$build/lockd" --address "$ip" --port "$port" --lock-count 1024 --lease-ms 2000 \
-  --state-dir "$work" --admin-socket "$sock" --log-level info >"$log" 2>&1 &
+  --state-dir "$work" --admin-socket "$sock" --metrics-address "" --log-level info >"$log" 2>&1 &
 lockd_pid=$!
 i=0
 until $lockctl status >/dev/null 2>&1; do

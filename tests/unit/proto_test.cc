@@ -68,6 +68,14 @@ TEST_CASE("occupancy: holders and waiters from the counters") {
   REQUIRE_FALSE(m.exclusive_held);
 }
 
+TEST_CASE("requests between two readings: modulo 2^16, and after a reset what the word shows") {
+  const Word0 before{.max_s = 10, .max_x = 65530};
+  REQUIRE(RequestsBetween(before, 7, Word0{.max_s = 12, .max_x = 65535}, 7) == 7);
+  REQUIRE(RequestsBetween(before, 7, Word0{.max_s = 10, .max_x = 4}, 7) == 10);  // wrapped
+  REQUIRE(RequestsBetween(before, 7, Word0{.max_s = 1, .max_x = 2}, 8) == 3);    // reset
+  REQUIRE(RequestsBetween(before, 7, before, 7) == 0);
+}
+
 TEST_CASE("recovered word marks everything up to the waiter as done") {
   const Word0 seen{.max_s = 4, .max_x = 6, .n_s = 2, .n_x = 3};
   const Word0 tx{.max_s = 3, .max_x = 5};

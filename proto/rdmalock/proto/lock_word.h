@@ -67,6 +67,17 @@ constexpr Occupancy OccupancyOf(Word0 w) {
   return o;
 }
 
+// Requests that queued on a slot between two readings of it, from the ticket counters (maxX,
+// maxS): 16 bits wide, so counted modulo 2^16 (exact while fewer than 65,536 arrive in between).
+// After a reset the generation has moved and the counters restarted: count what they show now.
+// lockd's metrics and lockctl top sample the table with it.
+constexpr uint64_t RequestsBetween(Word0 before, uint32_t generation_before, Word0 now,
+                                   uint32_t generation_now) {
+  if (generation_now != generation_before) return uint64_t{now.max_x} + now.max_s;
+  return uint64_t{static_cast<uint16_t>(now.max_x - before.max_x)} +
+         static_cast<uint16_t>(now.max_s - before.max_s);
+}
+
 // The FETCH_AND_ADD operands.
 inline constexpr uint64_t kAcquireExclusive = uint64_t{1} << 16;
 inline constexpr uint64_t kAcquireShared = 1;
