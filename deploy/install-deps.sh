@@ -11,7 +11,7 @@ packages=(
   # the protocol model checker
   spin
   # libraries
-  libibverbs-dev librdmacm-dev libspdlog-dev libcli11-dev libyaml-cpp-dev catch2 libxxhash-dev
+  libibverbs-dev librdmacm-dev libspdlog-dev libcli11-dev libyaml-cpp-dev catch2 libxxhash-dev libsodium-dev
   libsystemd-dev libcpp-httplib-dev
   # the demo and the docs read lockd's metrics with curl
   curl

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "acl.h"
 #include "metrics.h"
 #include "rdmalock/proto/layout.h"
 
@@ -53,6 +54,22 @@ Status ReadString(const std::string& origin, const std::string& key, const YAML:
   return Status::Ok();
 }
 
+Status ReadBool(const std::string& origin, const std::string& key, const YAML::Node& node,
+                bool* out) {
+  if (node.IsScalar()) {
+    const std::string v = node.Scalar();
+    if (v == "true" || v == "yes" || v == "on") {
+      *out = true;
+      return Status::Ok();
+    }
+    if (v == "false" || v == "no" || v == "off") {
+      *out = false;
+      return Status::Ok();
+    }
+  }
+  return Error(ErrorCode::kConfig, Where(origin, node, key) + ": expected true or false");
+}
+
 const std::set<std::string>& LogLevels() {
   static const std::set<std::string> levels = {"trace", "debug",    "info", "warn",
                                                "error", "critical", "off"};
@@ -75,6 +92,12 @@ Status Validate(const Config& c) {
                                          "critical, off");
   }
   if (c.address.empty()) return Error(ErrorCode::kConfig, "address is empty");
+  for (const std::string& r : c.allow_from) {
+    RDMALOCK_RETURN_IF_ERROR(Cidr::Parse(r).status().WithContext("allow_from"));
+  }
+  if (c.max_connections_per_session == 0) {
+    return Error(ErrorCode::kConfig, "max_connections_per_session must be at least 1");
+  }
   if (!c.metrics_address.empty()) {
     std::string host;
     uint16_t port = 0;
@@ -145,6 +168,33 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
           st = ParseHostPort(c.metrics_address, &host, &port);
           if (!st.ok()) st = Error(ErrorCode::kConfig, Where(origin, v, key) + ": " + st.message());
         }
+      } else if (key == "auth_key_file") {
+        st = ReadString(origin, key, v, &c.auth_key_file);
+      } else if (key == "allow_from") {
+        if (v.IsNull()) {
+          c.allow_from.clear();
+        } else if (!v.IsSequence()) {
+          st = Error(ErrorCode::kConfig, Where(origin, v, key) +
+                                             ": expected a list of address ranges, e.g. "
+                                             "[10.0.0.0/8, 192.0.2.7]");
+        } else {
+          for (const auto& item : v) {
+            std::string r;
+            st = ReadString(origin, key, item, &r);
+            if (st.ok()) {
+              if (auto cidr = Cidr::Parse(r); !cidr.ok()) {
+                st = Error(ErrorCode::kConfig,
+                           Where(origin, item, key) + ": " + cidr.status().message());
+              }
+            }
+            if (!st.ok()) break;
+            c.allow_from.push_back(r);
+          }
+        }
+      } else if (key == "memory_windows") {
+        st = ReadBool(origin, key, v, &c.memory_windows);
+      } else if (key == "max_connections_per_session") {
+        st = ReadUnsigned(origin, key, v, 1, 65536, &c.max_connections_per_session);
       } else if (key == "state_dir") {
         st = ReadString(origin, key, v, &c.state_dir);
       } else if (key == "log_level") {
@@ -212,7 +262,13 @@ std::string Config::ToYaml() const {
     << "state_dir: " << Quoted(state_dir) << "\n"
     << "admin_socket: " << Quoted(admin_socket) << "\n"
     << "log_level: " << Quoted(log_level) << "\n"
-    << "metrics_address: " << Quoted(metrics_address) << "\n";
+    << "metrics_address: " << Quoted(metrics_address) << "\n"
+    << "auth_key_file: " << Quoted(auth_key_file) << "\n"
+    << "allow_from: [";
+  for (size_t i = 0; i < allow_from.size(); ++i) o << (i ? ", " : "") << Quoted(allow_from[i]);
+  o << "]\n"
+    << "memory_windows: " << (memory_windows ? "true" : "false") << "\n"
+    << "max_connections_per_session: " << max_connections_per_session << "\n";
   return o.str();
 }
 
@@ -239,6 +295,10 @@ std::vector<std::string> ChangedKeys(const Config& a, const Config& b) {
   cmp("admin_socket", a.admin_socket, b.admin_socket);
   cmp("log_level", a.log_level, b.log_level);
   cmp("metrics_address", a.metrics_address, b.metrics_address);
+  cmp("auth_key_file", a.auth_key_file, b.auth_key_file);
+  cmp("allow_from", a.allow_from, b.allow_from);
+  cmp("memory_windows", a.memory_windows, b.memory_windows);
+  cmp("max_connections_per_session", a.max_connections_per_session, b.max_connections_per_session);
   return out;
 }
 

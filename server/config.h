@@ -29,6 +29,18 @@ struct Config {
   std::string log_level = "info";  // trace, debug, info, warn, error, critical, off
   // Where lockd serves Prometheus metrics over HTTP (GET /metrics), HOST:PORT; "" serves none.
   std::string metrics_address = "127.0.0.1:9477";
+  // A file holding the shared key clients must prove they know (mode 0600, the service user's);
+  // "" admits any client that reaches the port.
+  std::string auth_key_file;
+  // Address ranges clients may connect from (CIDR); empty: any.
+  std::vector<std::string> allow_from;
+  // Hand each connection type-2 memory windows bound to its QP instead of the regions' rkeys, so
+  // that a fenced client's rkeys stop working at once, and scope writes to the client's own
+  // session record. Off only for a device without memory windows.
+  bool memory_windows = true;
+  // QPs (threads) one session may open, the first included. Each brings up to rd_atomic
+  // outstanding READs/atomics (the NIC enforces that), so this bounds a session's requests.
+  uint32_t max_connections_per_session = 256;
 
   // The effective configuration as YAML, every key included.
   std::string ToYaml() const;

@@ -1,5 +1,6 @@
 #include "lockd.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
@@ -31,6 +32,8 @@
 #include "../client/src/lock_engine.h"
 #include "../client/src/verbs_memory.h"
 #include "../common/rdma/verbs.h"
+#include "acl.h"
+#include "auth.h"
 #include "metrics.h"
 #include "rdmalock/proto/handshake.h"
 #include "rdmalock/proto/layout.h"
@@ -75,7 +78,11 @@ struct Device {
   rdma::QpSizes sizes;
   rdma::ProtectionDomain pd;
   rdma::MemoryRegion info_mr, locks_mr, sessions_mr;
-  rdma::CompletionQueue cq;  // shared by the QPs of this device's sessions; nothing is posted
+  // Shared by the QPs of this device's connections: only the handshake's Hello receive, the
+  // Welcome or refusal SEND and the memory-window binds complete here, never a client's
+  // one-sided operation. Its channel wakes the event loop.
+  rdma::CompChannel comp_channel;
+  rdma::CompletionQueue cq;
 };
 
 // A client session: one record in the session table, one or more connections (QPs).
@@ -93,19 +100,45 @@ struct Session {
   uint64_t last_heartbeat = 0;
   std::chrono::steady_clock::time_point heartbeat_moved;
   bool qp_error_seen = false;  // a QP of it was in ERR at the last tick
+  // Its record registered on its own, per device (registered at its first admission there): the
+  // record window is bound to this MR, not to the whole table's. rdma_rxe checks a window's
+  // accesses against the range of the MR it is bound to, not against the window's own range, so
+  // a window over part of a larger MR would not confine the client to its record.
+  std::vector<std::pair<const Device*, rdma::MemoryRegion>> record_mrs;
 };
 
-// One rdma_cm connection of a session.
+// One rdma_cm connection of a session. Declaration order is destruction order reversed: the
+// memory windows go first (a window bound to a QP holds a reference on it: rdma_rxe's destroy of
+// the QP waits, for about a minute, until the windows are gone), then the QP, then the control
+// buffer's MR.
 struct Conn {
+  uint64_t serial = 0;  // names it in work request ids (a CQE may outlive the Conn)
+  std::array<uint8_t, 2 * proto::kControlMessageMax> control{};  // [0,n) receive, [n,2n) send
+  rdma::MemoryRegion control_mr;
+  std::shared_ptr<Session> session;  // destroyed after the windows (it owns the record's MR)
   rdma::CmId id;
-  std::shared_ptr<Session> session;
+  std::vector<rdma::MemoryWindow> windows;
+  Device* device = nullptr;
   bool established = false;
+  bool admitted = false;  // the Welcome (with the rkeys) was posted
+  bool refused = false;   // a refusal was posted; the connection is dropped when it completes
+  auth::Nonce nonce{};    // the challenge's
+  std::array<uint8_t, proto::ConnectRequest::kSize> request{};  // as received, for the proof
   std::chrono::steady_clock::time_point accepted_at = std::chrono::steady_clock::now();
 };
 
-// A connection lockd accepted must be established (the client's RTU) within this long. A client
-// that never completes the handshake holds a session record, and it has the rkeys from the accept
-// reply, so it is fenced like any other session that stops.
+// Work request ids on lockd's QPs: the connection's serial and what the request was.
+enum class WrKind : uint64_t { kHelloRecv = 0, kWelcome = 1, kRefusal = 2, kBind = 3 };
+uint64_t WrId(uint64_t serial, WrKind k) { return serial << 2 | static_cast<uint64_t>(k); }
+
+// Handshakes (accepted, not yet admitted or dropped) in progress at once; more are refused with
+// kBusy. Bounds the completions lockd's CQ must hold (a few per handshake).
+constexpr size_t kMaxHandshakes = 128;
+constexpr int kCqDepth = 8 * kMaxHandshakes;
+
+// A connection lockd accepted must be admitted (established, and its Hello verified) within this
+// long. A client that never completes holds a QP and a session record, but no rkey: the rkeys
+// travel only in the Welcome.
 constexpr auto kEstablishTimeout = std::chrono::seconds(5);
 
 // What lockd frees for an ended session, on its loopback QP (never with CPU stores).
@@ -156,6 +189,13 @@ struct Server::Impl {
   rdma::EventChannel channel;
   rdma::CmId listener;
   std::unordered_map<rdma_cm_id*, std::unique_ptr<Conn>> conns;
+  std::unordered_map<uint64_t, rdma_cm_id*> conn_by_serial;
+  uint64_t next_conn_serial = 1;
+  size_t handshakes = 0;         // conns neither admitted nor gone
+  std::string auth_key;          // "" : clients are not authenticated
+  std::vector<Cidr> allow_from;  // empty: any address
+  // When each (address, reason) was last logged: refusals are logged at most once a second each.
+  std::unordered_map<std::string, SteadyClock::time_point> refusal_logged;
   std::unordered_map<uint64_t, std::shared_ptr<Session>> sessions;
   std::vector<std::unique_ptr<Conn>> graveyard;  // destroyed after the current event's ack
   std::vector<uint32_t> free_records;
@@ -258,11 +298,30 @@ struct Server::Impl {
     if (rdma_reject(id, bytes.data(), static_cast<uint8_t>(bytes.size())) != 0) {
       spdlog::warn("rdma_reject for {} failed: {}", peer, std::strerror(errno));
     }
+    CountRefusal(reason);
+    if (!log) return;
+    LogRefusal(peer, reason, detail, retry_after_ms);
+  }
+
+  // Counts a refusal (the handshake's or rdma_cm's) without logging it.
+  void CountRefusal(proto::RejectReason reason) {
     ++rejected_total;
     counters.rejected[std::min<size_t>(static_cast<size_t>(reason), Counters::kRejectReasons - 1)]
         .fetch_add(1, std::memory_order_relaxed);
     PublishCounters();
-    if (!log) return;
+  }
+
+  // Logs a refusal with the peer and the reason, at most once a second per address and reason
+  // (a peer retrying in a loop cannot flood the log); says how many were not logged.
+  void LogRefusal(const std::string& peer, proto::RejectReason reason, const std::string& detail,
+                  uint32_t retry_after_ms) {
+    const std::string key =
+        peer.substr(0, peer.rfind(':')) + "/" + std::string(proto::RejectReasonLabel(reason));
+    const auto now = SteadyClock::now();
+    auto [it, fresh] = refusal_logged.try_emplace(key, now);
+    if (!fresh && now - it->second < std::chrono::seconds(1)) return;
+    if (refusal_logged.size() > kMaxTrackedPeers) refusal_logged.clear();
+    it->second = now;
     if (reason == proto::RejectReason::kGrace) {
       spdlog::info("refused {} during the restart grace period ({} ms left)", peer, retry_after_ms);
     } else {
@@ -279,6 +338,14 @@ struct Server::Impl {
     const std::span<const uint8_t> bytes(data, data ? ev->param.conn.private_data_len : 0);
     proto::ConnectRequest req;
     const proto::RejectReason reason = proto::ConnectRequest::Decode(bytes, &req);
+    const bool is_loopback =
+        reason == proto::RejectReason::kNone && (req.flags & proto::kFlagLoopback) != 0;
+    // lockd's own loopback comes from lockd's own address; anyone else must be in allow_from.
+    if (!AddressAllowed(allow_from, rdma_get_peer_addr(id)) &&
+        !(is_loopback && SameHost(rdma_get_peer_addr(id), rdma_get_local_addr(id)))) {
+      Reject(id, proto::RejectReason::kNotAllowed, peer, "not in allow_from");
+      return id;
+    }
     // Every attempt counts against its address's rate, except a thread joining its own session
     // with the right key (a client's threads connect together when they start).
     bool valid_join = false;
@@ -300,7 +367,6 @@ struct Server::Impl {
       Reject(id, reason, peer, "");
       return id;
     }
-    const bool is_loopback = (req.flags & proto::kFlagLoopback) != 0;
     const bool join = (req.flags & proto::kFlagJoin) != 0;
     const auto now = SteadyClock::now();
     if (!is_loopback && now < grace_until) {
@@ -309,6 +375,11 @@ struct Server::Impl {
       Reject(id, proto::RejectReason::kGrace, peer,
              "lockd restarted after an unclean stop; retry in " + std::to_string(left) + " ms",
              static_cast<uint32_t>(left));
+      return id;
+    }
+    if (handshakes >= kMaxHandshakes) {
+      Reject(id, proto::RejectReason::kBusy, peer,
+             std::to_string(kMaxHandshakes) + " handshakes in progress; retry in 100 ms", 100);
       return id;
     }
     std::shared_ptr<Session> sess;
@@ -320,6 +391,12 @@ struct Server::Impl {
         return id;
       }
       sess = it->second;
+      if (sess->conns.size() >= config.max_connections_per_session) {
+        Reject(id, proto::RejectReason::kTooManyConnections, peer,
+               "session " + std::to_string(sess->session_id) + " has " +
+                   std::to_string(sess->conns.size()) + " connections");
+        return id;
+      }
     } else if (free_records.empty() || (connected.load() >= config.max_clients && !is_loopback)) {
       Reject(id, proto::RejectReason::kServerFull, peer,
              "max_clients " + std::to_string(config.max_clients));
@@ -330,10 +407,40 @@ struct Server::Impl {
       Reject(id, proto::RejectReason::kInternal, peer, "request arrived on an unknown device");
       return id;
     }
-    rdma::QpSizes qp_sizes{1, 1, 1};
+    // Send queue: up to four memory-window binds and the Welcome (or one refusal). Receive queue:
+    // the Hello.
+    rdma::QpSizes qp_sizes{8, 1, 1};
     if (Status st = rdma::CreateRcQp(id, dev->pd.get(), dev->cq.get(), &qp_sizes); !st.ok()) {
       Reject(id, proto::RejectReason::kInternal, peer, "cannot create a QP");
       spdlog::error("connection from {}: {}", peer, st.ToString());
+      return id;
+    }
+    auto c = std::make_unique<Conn>();
+    c->serial = next_conn_serial++;
+    c->device = dev;
+    std::memcpy(c->request.data(), bytes.data(), c->request.size());
+    c->nonce = auth::NewNonce();
+    auto mr = rdma::RegisterMr(dev->pd.get(), c->control.data(), c->control.size(),
+                               IBV_ACCESS_LOCAL_WRITE);
+    Status posted = mr.status();
+    if (posted.ok()) {
+      c->control_mr = std::move(mr).value();
+      ibv_sge sge{reinterpret_cast<uint64_t>(c->control.data()),
+                  static_cast<uint32_t>(proto::kControlMessageMax), c->control_mr->lkey};
+      ibv_recv_wr rwr{};
+      rwr.wr_id = WrId(c->serial, WrKind::kHelloRecv);
+      rwr.sg_list = &sge;
+      rwr.num_sge = 1;
+      ibv_recv_wr* bad = nullptr;
+      if (const int rc = ibv_post_recv(id->qp, &rwr, &bad); rc != 0) {
+        posted = rdma::ErrnoStatus(ErrorCode::kResource, "ibv_post_recv", rc);
+      }
+    }
+    if (!posted.ok()) {
+      Reject(id, proto::RejectReason::kInternal, peer, "cannot set up the handshake");
+      spdlog::error("connection from {}: {}", peer, posted.ToString());
+      c->control_mr.reset();
+      rdma_destroy_qp(id);
       return id;
     }
     bool fresh = false;
@@ -352,28 +459,11 @@ struct Server::Impl {
       sess->heartbeat_moved = now;
     }
 
-    proto::AcceptReply reply;
-    reply.epoch = epoch;
-    reply.session_id = sess->session_id;
-    reply.lease_ns = config.lease_ms * 1'000'000;
-    reply.lock_count = config.lock_count;
-    reply.stall_factor = config.stall_factor;
-    reply.session_record_size = proto::kSessionRecordSize;
-    reply.info = {reinterpret_cast<uint64_t>(info->data()), proto::kInfoPageSize,
-                  dev->info_mr->rkey};
-    reply.locks = {reinterpret_cast<uint64_t>(locks->data()),
-                   proto::LockTableBytes(config.lock_count), dev->locks_mr->rkey};
-    reply.sessions = {reinterpret_cast<uint64_t>(sessions_mem->data()),
-                      sessions_mem->size(),  // whole pages; records past the last are zero
-                      dev->sessions_mr->rkey};
-    reply.session_record_offset = uint64_t{sess->index} * proto::kSessionRecordSize;
-    reply.max_sessions = config.max_clients;
-    reply.heartbeat_interval_ns = config.heartbeat_interval_ms * 1'000'000;
-    reply.heartbeat_timeout_ns = config.heartbeat_timeout_ms * 1'000'000;
-    reply.join_key = sess->join_key;
-    reply.record_entries = proto::SessionRecord::kMaxEntries;
-    const auto out = reply.Encode();
-
+    // The accept carries the challenge only: no rkey leaves lockd before the Hello is verified.
+    proto::Challenge challenge;
+    challenge.flags = auth_key.empty() ? 0 : proto::kChallengeAuthRequired;
+    challenge.nonce = c->nonce;
+    const auto out = challenge.Encode();
     rdma_conn_param param{};
     param.private_data = out.data();
     param.private_data_len = static_cast<uint8_t>(out.size());
@@ -386,6 +476,7 @@ struct Server::Impl {
     if (rdma_accept(id, &param) != 0) {
       spdlog::error("rdma_accept for {} failed: {}", peer, std::strerror(errno));
       if (fresh) free_records.push_back(sess->index);
+      c->control_mr.reset();
       rdma_destroy_qp(id);
       return id;
     }
@@ -393,31 +484,304 @@ struct Server::Impl {
       WriteRecord(*sess);
       sessions.emplace(sess->session_id, sess);
     }
-    auto c = std::make_unique<Conn>();
     c->id = rdma::CmId(id);
     c->session = sess;
     sess->conns.insert(id);
+    conn_by_serial.emplace(c->serial, id);
     conns.emplace(id, std::move(c));
-    if (join) counters.joined.fetch_add(1, std::memory_order_relaxed);
-    spdlog::debug("accepted {} ({} session {}, client '{}', pid {})", peer, join ? "joins" : "new",
-                  sess->session_id, sess->name, sess->pid);
+    ++handshakes;
+    spdlog::debug("accepted {} ({} session {}, client '{}', pid {}); awaiting its hello", peer,
+                  join ? "joins" : "new", sess->session_id, sess->name, sess->pid);
     return nullptr;
+  }
+
+  static bool SameHost(const sockaddr* a, const sockaddr* b) {
+    if (a == nullptr || b == nullptr || a->sa_family != b->sa_family) return false;
+    if (a->sa_family == AF_INET) {
+      return reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr ==
+             reinterpret_cast<const sockaddr_in*>(b)->sin_addr.s_addr;
+    }
+    if (a->sa_family == AF_INET6) {
+      return std::memcmp(&reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr,
+                         &reinterpret_cast<const sockaddr_in6*>(b)->sin6_addr,
+                         sizeof(in6_addr)) == 0;
+    }
+    return false;
   }
 
   void OnEstablished(rdma_cm_id* id) {
     auto it = conns.find(id);
     if (it == conns.end()) return;
+    it->second->established = true;
+  }
+
+  // ---- the handshake's messages (completions on a device's CQ)
+
+  void OnCompletions(Device& d) {
+    ibv_cq* ev_cq = nullptr;
+    void* ev_ctx = nullptr;
+    if (ibv_get_cq_event(d.comp_channel.get(), &ev_cq, &ev_ctx) != 0) return;
+    ibv_ack_cq_events(ev_cq, 1);
+    // Re-arm before polling, so that a completion arriving after the last poll still wakes us.
+    if (ibv_req_notify_cq(d.cq.get(), 0) != 0) {
+      spdlog::error("device {}: ibv_req_notify_cq failed: {}", d.name, std::strerror(errno));
+    }
+    PollCompletions(d);
+  }
+
+  void PollCompletions(Device& d) {
+    ibv_wc wc[16];
+    for (;;) {
+      const int n = ibv_poll_cq(d.cq.get(), 16, wc);
+      if (n <= 0) break;
+      for (int i = 0; i < n; ++i) OnCompletion(wc[i]);
+    }
+    graveyard.clear();
+  }
+
+  void OnCompletion(const ibv_wc& wc) {
+    const auto kind = static_cast<WrKind>(wc.wr_id & 3);
+    auto sit = conn_by_serial.find(wc.wr_id >> 2);
+    if (sit == conn_by_serial.end()) return;  // its connection is gone already
+    auto it = conns.find(sit->second);
+    if (it == conns.end()) return;
     Conn& c = *it->second;
-    c.established = true;
+    if (wc.status != IBV_WC_SUCCESS) {
+      if (wc.status != IBV_WC_WR_FLUSH_ERR) {
+        const char* what = kind == WrKind::kBind        ? "memory window bind"
+                           : kind == WrKind::kHelloRecv ? "hello receive"
+                                                        : "handshake send";
+        spdlog::warn("connection from {}: {} failed ({})", c.session->peer, what,
+                     ibv_wc_status_str(wc.status));
+      }
+      DropHandshake(c, std::string("handshake failed (") + ibv_wc_status_str(wc.status) + ")");
+      return;
+    }
+    switch (kind) {
+      case WrKind::kHelloRecv:
+        OnHello(c,
+                std::span<const uint8_t>(c.control.data(),
+                                         std::min<size_t>(wc.byte_len, proto::kControlMessageMax)),
+                (wc.wc_flags & IBV_WC_WITH_IMM) != 0 ? ntohl(wc.imm_data) : 0);
+        break;
+      case WrKind::kRefusal:
+        DropHandshake(c, "refused");
+        break;
+      case WrKind::kWelcome:
+      case WrKind::kBind:
+        break;
+    }
+  }
+
+  void OnHello(Conn& c, std::span<const uint8_t> msg, uint32_t imm) {
+    if (c.admitted || c.refused) return;
+    if (imm != static_cast<uint32_t>(proto::ControlKind::kHello)) {
+      Refuse(c, proto::RejectReason::kBadHello, "the first message is not a hello");
+      return;
+    }
+    proto::Hello hello;
+    if (const auto r = proto::Hello::Decode(msg, &hello); r != proto::RejectReason::kNone) {
+      Refuse(c, r, std::to_string(msg.size()) + " bytes");
+      return;
+    }
+    if (!auth_key.empty()) {
+      if ((hello.flags & proto::kHelloHasProof) == 0) {
+        Refuse(c, proto::RejectReason::kAuthFailed, "the client brought no key");
+        return;
+      }
+      if (!auth::MacEqual(hello.mac, auth::HelloMac(auth_key, c.nonce, hello.nonce, c.request))) {
+        Refuse(c, proto::RejectReason::kAuthFailed, "wrong key (its proof does not verify)");
+        return;
+      }
+    }
+    Admit(c, hello);
+  }
+
+  // Sends a refusal in place of the Welcome; the connection is dropped when it has gone out
+  // (or by the establish timeout). No rkey was handed out.
+  void Refuse(Conn& c, proto::RejectReason reason, const std::string& detail) {
+    c.refused = true;
+    CountRefusal(reason);
+    LogRefusal(c.session->peer, reason, detail, 0);
+    proto::RejectReply r;
+    r.reason = reason;
+    r.detail = detail;
+    if (!PostControl(c, r.Encode(), proto::ControlKind::kRefusal, WrKind::kRefusal, {}).ok()) {
+      DropHandshake(c, "refused");
+    }
+  }
+
+  // Posts `binds` (memory-window binds, unsignalled) and then `msg` as a signalled SEND with
+  // immediate data `kind`, in one chain: the binds execute before the SEND goes out.
+  Status PostControl(Conn& c, std::span<const uint8_t> msg, proto::ControlKind kind, WrKind wr_kind,
+                     std::span<ibv_send_wr> binds) {
+    uint8_t* buf = c.control.data() + proto::kControlMessageMax;
+    std::memcpy(buf, msg.data(), msg.size());
+    ibv_sge sge{reinterpret_cast<uint64_t>(buf), static_cast<uint32_t>(msg.size()),
+                c.control_mr->lkey};
+    ibv_send_wr wr{};
+    wr.wr_id = WrId(c.serial, wr_kind);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND_WITH_IMM;
+    wr.imm_data = htonl(static_cast<uint32_t>(kind));
+    wr.send_flags = IBV_SEND_SIGNALED | (binds.empty() ? 0 : IBV_SEND_FENCE);
+    for (size_t i = 0; i < binds.size(); ++i) {
+      binds[i].next = i + 1 < binds.size() ? &binds[i + 1] : &wr;
+    }
+    ibv_send_wr* bad = nullptr;
+    if (const int rc = ibv_post_send(c.id->qp, binds.empty() ? &wr : &binds[0], &bad); rc != 0) {
+      spdlog::warn("connection from {}: ibv_post_send of the handshake failed: {}", c.session->peer,
+                   std::strerror(rc));
+      return rdma::ErrnoStatus(ErrorCode::kConnection, "ibv_post_send", rc);
+    }
+    return Status::Ok();
+  }
+
+  // The Hello verified: bind this connection's memory windows and send the rkeys.
+  void Admit(Conn& c, const proto::Hello& hello) {
+    Device& dev = *c.device;
     Session& s = *c.session;
-    if (s.counted) return;  // a further connection of a session already counted
+    const uint64_t record_off = uint64_t{s.index} * proto::kSessionRecordSize;
+    struct Window {
+      ibv_mr* mr;
+      uint8_t* addr;
+      uint64_t len;
+      int access;
+    };
+    Window want[4] = {
+        {dev.info_mr.get(), info->data(), proto::kInfoPageSize, IBV_ACCESS_REMOTE_READ},
+        {dev.locks_mr.get(), locks->data(), proto::LockTableBytes(config.lock_count),
+         IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC},
+        {dev.sessions_mr.get(), sessions_mem->data(), sessions_mem->size(), IBV_ACCESS_REMOTE_READ},
+        {dev.sessions_mr.get(), sessions_mem->data() + record_off, proto::kSessionRecordSize,
+         IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE},
+    };
+    uint32_t rkeys[4];
+    ibv_send_wr binds[4]{};
+    size_t nbinds = 0;
+    if (config.memory_windows) {
+      ibv_mr* record_mr = nullptr;
+      for (auto& [d, mr] : s.record_mrs) {
+        if (d == &dev) record_mr = mr.get();
+      }
+      if (record_mr == nullptr) {
+        auto mr = rdma::RegisterMr(dev.pd.get(), sessions_mem->data() + record_off,
+                                   proto::kSessionRecordSize,
+                                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+        if (!mr.ok()) {
+          spdlog::error("connection from {}: {}", s.peer, mr.status().ToString());
+          Refuse(c, proto::RejectReason::kInternal, "cannot register the session record");
+          return;
+        }
+        record_mr = mr.value().get();
+        s.record_mrs.emplace_back(&dev, std::move(mr).value());
+      }
+      want[3].mr = record_mr;
+      for (size_t i = 0; i < 4; ++i) {
+        auto mw = rdma::AllocMw(dev.pd.get());
+        if (!mw.ok()) {
+          spdlog::error("connection from {}: {}", s.peer, mw.status().ToString());
+          Refuse(c, proto::RejectReason::kInternal, "cannot allocate a memory window");
+          return;
+        }
+        ibv_send_wr& b = binds[nbinds++];
+        b.wr_id = WrId(c.serial, WrKind::kBind);
+        b.opcode = IBV_WR_BIND_MW;
+        b.bind_mw.mw = mw.value().get();
+        b.bind_mw.rkey = ibv_inc_rkey(mw.value()->rkey);
+        b.bind_mw.bind_info.mr = want[i].mr;
+        b.bind_mw.bind_info.addr = reinterpret_cast<uint64_t>(want[i].addr);
+        b.bind_mw.bind_info.length = want[i].len;
+        b.bind_mw.bind_info.mw_access_flags = static_cast<unsigned>(want[i].access);
+        rkeys[i] = b.bind_mw.rkey;
+        c.windows.push_back(std::move(mw).value());
+      }
+    } else {
+      rkeys[0] = dev.info_mr->rkey;
+      rkeys[1] = dev.locks_mr->rkey;
+      rkeys[2] = rkeys[3] = dev.sessions_mr->rkey;
+    }
+    proto::AcceptReply reply;
+    reply.epoch = epoch;
+    reply.session_id = s.session_id;
+    reply.lease_ns = config.lease_ms * 1'000'000;
+    reply.lock_count = config.lock_count;
+    reply.stall_factor = config.stall_factor;
+    reply.session_record_size = proto::kSessionRecordSize;
+    reply.info = {reinterpret_cast<uint64_t>(info->data()), proto::kInfoPageSize, rkeys[0]};
+    reply.locks = {reinterpret_cast<uint64_t>(locks->data()),
+                   proto::LockTableBytes(config.lock_count), rkeys[1]};
+    reply.sessions = {reinterpret_cast<uint64_t>(sessions_mem->data()),
+                      sessions_mem->size(),  // whole pages; records past the last are zero
+                      rkeys[2]};
+    reply.record = {reinterpret_cast<uint64_t>(sessions_mem->data() + record_off),
+                    proto::kSessionRecordSize, rkeys[3]};
+    reply.session_record_offset = record_off;
+    reply.max_sessions = config.max_clients;
+    reply.heartbeat_interval_ns = config.heartbeat_interval_ms * 1'000'000;
+    reply.heartbeat_timeout_ns = config.heartbeat_timeout_ms * 1'000'000;
+    reply.join_key = s.join_key;
+    reply.record_entries = proto::SessionRecord::kMaxEntries;
+    auto out = reply.Encode();
+    if (!auth_key.empty()) {
+      reply.mac = auth::WelcomeMac(auth_key, hello.nonce, c.nonce,
+                                   std::span<const uint8_t>(out).first(proto::AcceptReply::kMac));
+      out = reply.Encode();
+    }
+    if (!PostControl(c, out, proto::ControlKind::kWelcome, WrKind::kWelcome,
+                     std::span<ibv_send_wr>(binds, nbinds))
+             .ok()) {
+      DropHandshake(c, "cannot send the welcome");
+      return;
+    }
+    c.admitted = true;
+    --handshakes;
+    const bool join = s.counted;
+    if (join) {
+      counters.joined.fetch_add(1, std::memory_order_relaxed);
+      spdlog::debug("connection from {} joined session {}", s.peer, s.session_id);
+      return;
+    }
     s.counted = true;
+    s.heartbeat_moved = SteadyClock::now();
     ++accepted_total;
     counters.accepted.fetch_add(1, std::memory_order_relaxed);
     if (!s.loopback) connected.fetch_add(1);
     PublishCounters();
-    spdlog::info("client connected: session {} from {} ('{}', pid {}){}", s.session_id, s.peer,
-                 s.name, s.pid, s.loopback ? " [lockd loopback]" : "");
+    spdlog::info("client connected: session {} from {} ('{}', pid {}){}{}", s.session_id, s.peer,
+                 s.name, s.pid, auth_key.empty() ? "" : ", authenticated",
+                 s.loopback ? " [lockd loopback]" : "");
+  }
+
+  // Ends a connection that never got its rkeys: the session with it if it has no other.
+  void DropHandshake(Conn& c, const std::string& why) {
+    std::shared_ptr<Session> s = c.session;
+    rdma_cm_id* id = c.id.get();
+    if (!c.admitted && !c.refused) {
+      spdlog::debug("handshake with {} ended: {}", s->peer, why);
+    }
+    if (s->counted) {
+      RemoveConn(id);
+    } else {
+      // No connection of this session was ever admitted: nothing of it can be in the table.
+      EndSession(s, EndReason::kConnectFailed, why, true);
+    }
+  }
+
+  // Fences, disconnects and forgets one connection of a session that lives on.
+  void RemoveConn(rdma_cm_id* id) {
+    auto it = conns.find(id);
+    if (it == conns.end()) return;
+    Conn& c = *it->second;
+    c.id.FenceQp();
+    (void)rdma_disconnect(id);
+    c.windows.clear();
+    if (!c.admitted) --handshakes;
+    c.session->conns.erase(id);
+    conn_by_serial.erase(c.serial);
+    graveyard.push_back(std::move(it->second));
+    conns.erase(it);
   }
 
   // Ends a session: every connection of it is fenced (QP to ERR, so nothing of it can land any
@@ -432,13 +796,10 @@ struct Server::Impl {
       counters.ended[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
     }
     const auto ended = SteadyClock::now();
-    for (rdma_cm_id* id : s->conns) {
-      auto it = conns.find(id);
-      if (it == conns.end()) continue;
-      it->second->id.FenceQp();
-      (void)rdma_disconnect(id);  // so that the peer sees DISCONNECTED too
-      graveyard.push_back(std::move(it->second));
-      conns.erase(it);
+    // The QP to ERR first (nothing more of it executes), then its memory windows are freed: an
+    // rkey the client kept is then invalid on any QP, a new connection of its own included.
+    for (rdma_cm_id* id : std::vector<rdma_cm_id*>(s->conns.begin(), s->conns.end())) {
+      RemoveConn(id);  // disconnects too, so that the peer sees DISCONNECTED
     }
     s->conns.clear();
     if (s->counted && !s->loopback) connected.fetch_sub(1);
@@ -475,6 +836,10 @@ struct Server::Impl {
     free_records.push_back(s->index);
     if (s->loopback) {
       spdlog::info("lockd's loopback connection closed: {}", why);
+    } else if (!s->counted) {
+      // Never admitted: it had no rkey, so nothing of it is in the table. Refusals are logged
+      // (rate-limited) where they happen; this line would let a peer flood the log.
+      spdlog::debug("{} ended before it was admitted: {}", job.who, why);
     } else {
       ++recoveries_total;
       spdlog::info(
@@ -500,6 +865,10 @@ struct Server::Impl {
     std::shared_ptr<Session> s = it->second->session;
     if (!it->second->established && s->conns.size() == 1 && !s->counted) {
       spdlog::warn("connection from {} failed before it was established: {}", s->peer, why);
+    }
+    if (!it->second->admitted) {  // it never had an rkey: it alone goes (its session, if new)
+      DropHandshake(*it->second, why);
+      return;
     }
     EndSession(s, reason, why, now);
   }
@@ -576,32 +945,30 @@ struct Server::Impl {
     b.logged = now;
   }
 
-  // Connections accepted but not established within kEstablishTimeout: a session that never
-  // completed is ended (after a lease, like a fenced one: it had the rkeys); a thread's join that
-  // never completed is dropped alone.
+  // Connections accepted but not admitted within kEstablishTimeout (never established, or no
+  // valid Hello): they got no rkey, so a session with no other connection ends at once; a
+  // thread's join that never completed is dropped alone.
   void DropHalfOpen(SteadyClock::time_point now) {
     std::vector<rdma_cm_id*> stale;
     for (auto& [id, c] : conns) {
-      if (!c->established && now - c->accepted_at > kEstablishTimeout) stale.push_back(id);
+      if (!c->admitted && now - c->accepted_at > kEstablishTimeout) stale.push_back(id);
     }
     for (rdma_cm_id* id : stale) {
       auto it = conns.find(id);
       if (it == conns.end()) continue;  // ended with its session meanwhile
-      std::shared_ptr<Session> s = it->second->session;
-      const std::string why = "connection from " + s->peer + " not established within " +
-                              std::to_string(kEstablishTimeout.count()) + " s of its accept";
+      Conn& c = *it->second;
+      std::shared_ptr<Session> s = c.session;
+      const std::string why = "connection from " + s->peer +
+                              (c.established ? " sent no valid hello" : " not established") +
+                              " within " + std::to_string(kEstablishTimeout.count()) +
+                              " s of its accept";
       if (s->counted) {
         spdlog::warn("{}: dropping it (session {} keeps its other connections)", why,
                      s->session_id);
-        it->second->id.FenceQp();
-        (void)rdma_disconnect(id);
-        s->conns.erase(id);
-        graveyard.push_back(std::move(it->second));
-        conns.erase(it);
       } else {
         spdlog::warn("{}: ending session {}", why, s->session_id);
-        EndSession(s, EndReason::kConnectFailed, why, false);
       }
+      DropHandshake(c, why);
     }
   }
 
@@ -853,7 +1220,7 @@ struct Server::Impl {
     p.Sample(counters.joined.load(std::memory_order_relaxed));
     p.Family("rdmalock_lockd_handshakes_rejected_total", "counter",
              "connections rejected, by reason");
-    for (uint16_t r = 1; r <= static_cast<uint16_t>(proto::RejectReason::kRateLimited); ++r) {
+    for (uint16_t r = 1; r < proto::kRejectReasonCount; ++r) {
       const auto reason = static_cast<proto::RejectReason>(r);
       p.Sample(counters.rejected[r].load(std::memory_order_relaxed),
                "reason=\"" + std::string(proto::RejectReasonLabel(reason)) + "\"");
@@ -965,6 +1332,7 @@ struct Server::Impl {
     std::string errors;
     for (const std::string& ip : candidates) {
       ChannelParams p{ip, config.port, timeout, "lockd", proto::kFlagLoopback};
+      p.auth_key = auth_key;
       auto mem = VerbsMemory::Connect(p);  // checks the atomic byte order with the probe word
       if (mem.ok()) {
         spdlog::info("loopback through {}: RC atomics work, byte order checked", ip);
@@ -1165,30 +1533,71 @@ Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t ep
       return rdma::ErrnoStatus(ErrorCode::kIo, "making " + d->name + "'s async fd non-blocking",
                                errno);
     }
+    ibv_device_attr dattr{};
+    if (const int rc = ibv_query_device(d->ctx, &dattr); rc != 0) {
+      return rdma::ErrnoStatus(ErrorCode::kResource, "ibv_query_device " + d->name, rc);
+    }
+    if (config.memory_windows && dattr.max_mw == 0) {
+      return Error(ErrorCode::kUnsupported,
+                   "device " + d->name +
+                       " has no memory windows (max_mw 0): set memory_windows: false in "
+                       "lockd.yaml (a fenced client's rkeys then stay valid until its QP is gone)");
+    }
     RDMALOCK_ASSIGN_OR_RETURN(d->pd, rdma::AllocPd(d->ctx));
-    RDMALOCK_ASSIGN_OR_RETURN(d->cq, rdma::CreateCq(d->ctx, 16));
-    // The NIC enforces who may do what: info READ only; the lock table atomics and READ, never
-    // WRITE (a WRITE racing a NIC atomic on one word is not atomic); session records READ/WRITE.
+    RDMALOCK_ASSIGN_OR_RETURN(d->comp_channel, rdma::CreateCompChannel(d->ctx));
+    if (const int fl = fcntl(d->comp_channel->fd, F_GETFL);
+        fl < 0 || fcntl(d->comp_channel->fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+      return rdma::ErrnoStatus(ErrorCode::kIo,
+                               "making " + d->name + "'s completion channel non-blocking", errno);
+    }
     RDMALOCK_ASSIGN_OR_RETURN(
-        d->info_mr,
-        rdma::RegisterMr(d->pd.get(), m->info->data(), m->info->size(), IBV_ACCESS_REMOTE_READ));
-    RDMALOCK_ASSIGN_OR_RETURN(d->locks_mr,
-                              rdma::RegisterMr(d->pd.get(), m->locks->data(), m->locks->size(),
-                                               IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
-                                                   IBV_ACCESS_REMOTE_ATOMIC));
+        d->cq, rdma::CreateCq(d->ctx, std::min(kCqDepth, dattr.max_cqe), d->comp_channel.get()));
+    if (ibv_req_notify_cq(d->cq.get(), 0) != 0) {
+      return rdma::ErrnoStatus(ErrorCode::kResource, "ibv_req_notify_cq", errno);
+    }
+    // The NIC enforces who may do what: info READ only; the lock table atomics and READ, never
+    // WRITE (a WRITE racing a NIC atomic on one word is not atomic); the session table READ, a
+    // client's own record WRITE. With memory windows (the default) the regions themselves grant
+    // no remote access at all: each connection gets windows bound to its QP (see Admit).
+    const int mw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND;
+    const bool w = config.memory_windows;
+    RDMALOCK_ASSIGN_OR_RETURN(d->info_mr,
+                              rdma::RegisterMr(d->pd.get(), m->info->data(), m->info->size(),
+                                               w ? mw : IBV_ACCESS_REMOTE_READ));
+    RDMALOCK_ASSIGN_OR_RETURN(
+        d->locks_mr,
+        rdma::RegisterMr(
+            d->pd.get(), m->locks->data(), m->locks->size(),
+            w ? mw : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC));
     RDMALOCK_ASSIGN_OR_RETURN(
         d->sessions_mr,
         rdma::RegisterMr(
             d->pd.get(), m->sessions_mem->data(), m->sessions_mem->size(),
-            IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE));
-    spdlog::info("device {}: regions registered (lock table {} bytes, rd_atomic {})", d->name,
-                 m->locks->size(), d->sizes.rd_atomic);
+            w ? mw : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE));
+    spdlog::info("device {}: regions registered (lock table {} bytes, rd_atomic {}, {})", d->name,
+                 m->locks->size(), d->sizes.rd_atomic,
+                 w ? "memory windows per connection (max_mw " + std::to_string(dattr.max_mw) + ")"
+                   : "shared rkeys (memory_windows: false)");
     m->devices.push_back(std::move(d));
   }
   if (m->devices.empty()) {
     return Error(ErrorCode::kUnsupported, "no RDMA device with RC atomics found");
   }
 
+  for (const std::string& r : config.allow_from) {
+    RDMALOCK_ASSIGN_OR_RETURN(Cidr c, Cidr::Parse(r));
+    m->allow_from.push_back(c);
+  }
+  if (!config.auth_key_file.empty()) {
+    RDMALOCK_ASSIGN_OR_RETURN(m->auth_key, auth::LoadKeyFile(config.auth_key_file, true));
+    spdlog::info("clients must prove the shared key in {} (HMAC-SHA256 challenge)",
+                 config.auth_key_file);
+  } else {
+    spdlog::warn(
+        "authentication is off (no auth_key_file): any host that reaches port {} can connect "
+        "and take or break locks; see docs/security.md",
+        config.port);
+  }
   RDMALOCK_ASSIGN_OR_RETURN(m->channel, rdma::CreateEventChannel());
   RDMALOCK_ASSIGN_OR_RETURN(m->listener, rdma::CreateId(m->channel.get(), nullptr));
   RDMALOCK_ASSIGN_OR_RETURN(
@@ -1240,6 +1649,7 @@ Status Server::Run() {
     std::vector<pollfd> fds = {
         {m.channel->fd, POLLIN, 0}, {m.stop_fd, POLLIN, 0}, {m.admin_fd, POLLIN, 0}};
     for (auto& d : m.devices) fds.push_back({d->ctx->async_fd, POLLIN, 0});
+    for (auto& d : m.devices) fds.push_back({d->comp_channel->fd, POLLIN, 0});
     // Rounded up: rounded down, the last millisecond before a tick was spent spinning in
     // poll(0), about 1% of a CPU at the default tick (measured under TCG: 40 ms of CPU per 5 s).
     const auto wait =
@@ -1259,6 +1669,7 @@ Status Server::Run() {
     if (rc > 0 && m.admin_fd >= 0 && fds[2].revents != 0) m.OnAdmin();
     for (size_t i = 0; rc > 0 && i < m.devices.size(); ++i) {
       if (fds[3 + i].revents != 0) m.OnAsyncEvent(*m.devices[i]);
+      if (fds[3 + m.devices.size() + i].revents != 0) m.OnCompletions(*m.devices[i]);
     }
     if (device_gone) break;
     if (std::chrono::steady_clock::now() >= next_tick) {
@@ -1276,7 +1687,7 @@ Status Server::Run() {
     c->id.FenceQp();
     (void)rdma_disconnect(id);
   }
-  for (auto& d : m.devices) {  // drain: nothing is posted on lockd's side, but reap any flush
+  for (auto& d : m.devices) {  // drain: reap the handshakes' flushed work requests
     ibv_wc wc[16];
     while (ibv_poll_cq(d->cq.get(), 16, wc) > 0) {
     }

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <thread>
 
+#include "auth.h"
 #include "config.h"
 #include "lockd.h"
 
@@ -83,7 +84,9 @@ int main(int argc, char** argv) {
   std::string log_level, address, state_dir;
   int64_t port = -1, lock_count = -1, lease_ms = -1, max_clients = -1, hb_interval = -1,
           hb_timeout = -1, grace = -1, max_connects = -1;
-  std::string admin_socket, metrics_address;
+  std::string admin_socket, metrics_address, auth_key_file, memory_windows;
+  std::vector<std::string> allow_from;
+  int64_t max_conns_per_session = -1;
   app.add_option("-c,--config", config_path, "YAML config file (default: none, all defaults)");
   app.add_flag("--check-config", check_config, "validate the config and exit (0 if valid)");
   app.add_flag("--print-config", print_config, "print the effective config and exit");
@@ -106,6 +109,16 @@ int main(int argc, char** argv) {
   app.add_option("--admin-socket", admin_socket, "override admin_socket (\"\" disables)");
   app.add_option("--metrics-address", metrics_address,
                  "override metrics_address, HOST:PORT (\"\" serves no metrics)");
+  app.add_option("--auth-key-file", auth_key_file,
+                 "override auth_key_file (the shared key clients must prove; \"\" admits any)");
+  app.add_option("--allow-from", allow_from,
+                 "override allow_from: address ranges clients may connect from (repeatable)");
+  app.add_option("--memory-windows", memory_windows,
+                 "override memory_windows (true: per-connection memory windows)")
+      ->check(CLI::IsMember({"true", "false"}));
+  app.add_option("--max-connections-per-session", max_conns_per_session,
+                 "override max_connections_per_session")
+      ->check(CLI::Range(1, 65536));
   app.set_version_flag("--version", "lockd " RDMALOCK_VERSION);
   CLI11_PARSE(app, argc, argv);
 
@@ -137,9 +150,21 @@ int main(int argc, char** argv) {
   if (grace >= 0) config.restart_grace_ms = static_cast<uint64_t>(grace);
   if (app.count("--admin-socket") > 0) config.admin_socket = admin_socket;
   if (app.count("--metrics-address") > 0) config.metrics_address = metrics_address;
+  if (app.count("--auth-key-file") > 0) config.auth_key_file = auth_key_file;
+  if (app.count("--allow-from") > 0) config.allow_from = allow_from;
+  if (!memory_windows.empty()) config.memory_windows = memory_windows == "true";
+  if (max_conns_per_session > 0) {
+    config.max_connections_per_session = static_cast<uint32_t>(max_conns_per_session);
+  }
   if (auto st = rdmalock::lockd::Validate(config); !st.ok()) {
     std::cerr << "lockd: invalid configuration: " << st.message() << "\n";
     return 2;
+  }
+  if (!config.auth_key_file.empty()) {  // its mode and length, before anything starts
+    if (auto key = rdmalock::auth::LoadKeyFile(config.auth_key_file, true); !key.ok()) {
+      std::cerr << "lockd: invalid configuration: " << key.status().message() << "\n";
+      return 2;
+    }
   }
   if (check_config) {
     std::cout << "configuration OK\n";

@@ -50,7 +50,7 @@ bool ParseClientConfig(const std::string& text, const std::string& path, bool ha
   if (root.IsNull()) return true;
   if (!root.IsMap()) {
     std::cerr << "lockctl: " << path << ": expected a map of keys (server, port, "
-              << "connect_timeout_ms)\n";
+              << "connect_timeout_ms, auth_key_file)\n";
     return false;
   }
   for (const auto& kv : root) {
@@ -74,8 +74,11 @@ bool ParseClientConfig(const std::string& text, const std::string& path, bool ha
       }
       if (key == "port" && !have_port) t->port = static_cast<int>(n);
       if (key == "connect_timeout_ms" && !have_timeout) t->connect_timeout_ms = static_cast<int>(n);
+    } else if (key == "auth_key_file") {
+      if (v.empty()) return bad("empty");
+      if (t->auth_key_file.empty()) t->auth_key_file = v;
     } else {
-      return bad("unknown key (known: server, port, connect_timeout_ms)");
+      return bad("unknown key (known: server, port, connect_timeout_ms, auth_key_file)");
     }
   }
   return true;
@@ -97,6 +100,9 @@ int ParseArgs(int argc, char** argv, Args* args) {
   app.add_option("--connect-timeout-ms", c.connect_timeout_ms, "connect timeout")
       ->check(CLI::PositiveNumber);
   app.add_flag("--json", c.json, "print JSON");
+  app.add_option("--auth-key-file", c.auth_key_file,
+                 "file with lockd's shared key (default: $RDMALOCK_AUTH_KEY, "
+                 "$RDMALOCK_AUTH_KEY_FILE, then 'auth_key_file' in client.yaml)");
 
   auto* status = app.add_subcommand("status", "show lockd's epoch, lock count, lease, clients");
   auto* clients = app.add_subcommand(
@@ -158,6 +164,9 @@ int ParseArgs(int argc, char** argv, Args* args) {
   top->add_option("--name", top_names,
                   "label the slot of this lock name (repeatable; names are hashed, lockd "
                   "does not know them)");
+
+  auto* keygen = app.add_subcommand(
+      "keygen", "print a new random shared key (for lockd's auth_key_file and its clients)");
 
   auto* bench = app.add_subcommand("bench", "run a lock workload and print latency/throughput");
   BenchOptions& bo = args->bench;
@@ -225,6 +234,8 @@ int ParseArgs(int argc, char** argv, Args* args) {
     args->command = Command::kRelease;
   } else if (acquire->parsed()) {
     args->command = Command::kAcquire;
+  } else if (keygen->parsed()) {
+    args->command = Command::kKeygen;
   } else if (bench->parsed()) {
     args->command = Command::kBench;
     c.record_requests = !no_records;

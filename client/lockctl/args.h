@@ -28,6 +28,7 @@ struct Common {
   bool port_given = false, timeout_given = false;  // on the command line
   bool json = false;
   bool record_requests = true;
+  std::string auth_key_file;  // --auth-key-file
 };
 
 // Where lockctl finds lockd: --server, else $RDMALOCK_SERVER, else the client config file
@@ -36,12 +37,13 @@ struct Common {
 // file.
 struct Target {
   std::string server, source;
+  std::string auth_key_file;  // --auth-key-file, else 'auth_key_file' in the file
   int port = 7471;
   int connect_timeout_ms = 5000;
   bool usage_error = false;
 };
 
-enum class Command { kStatus, kClients, kInspect, kRelease, kAcquire, kTop, kBench };
+enum class Command { kStatus, kClients, kInspect, kRelease, kAcquire, kTop, kBench, kKeygen };
 
 // Everything the command line says.
 struct Args {

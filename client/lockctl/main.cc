@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "args.h"
+#include "auth.h"
 #include "bench.h"
 #include "rdmalock/client.h"
 #include "rdmalock/proto/lock_word.h"
@@ -49,6 +50,7 @@ using lockctl::Target;
 Target TargetOf(const Common& c) {
   Target t;
   t.port = c.port;
+  t.auth_key_file = c.auth_key_file;
   t.connect_timeout_ms = c.connect_timeout_ms;
   if (!c.server.empty()) {
     t.server = c.server, t.source = "--server";
@@ -81,6 +83,10 @@ std::unique_ptr<rdmalock::Client> ConnectOrDie(const Common& c, int* exit_code) 
   o.connect_timeout = std::chrono::milliseconds(t.connect_timeout_ms);
   o.client_name = "lockctl";
   o.record_requests = c.record_requests;
+  // The environment's key (RDMALOCK_AUTH_KEY, RDMALOCK_AUTH_KEY_FILE) wins over the config file's.
+  const bool env_key = std::getenv("RDMALOCK_AUTH_KEY") != nullptr ||
+                       std::getenv("RDMALOCK_AUTH_KEY_FILE") != nullptr;
+  if (!c.auth_key_file.empty() || !env_key) o.auth_key_file = t.auth_key_file;
   auto client = rdmalock::Client::Connect(o);
   if (!client.ok()) {
     std::cerr << "lockctl: lockd at " << t.server << ":" << t.port << " (server from " << t.source
@@ -606,6 +612,9 @@ int main(int argc, char** argv) {
       return CmdRelease(c, a.rel_force, a.rel_name, a.rel_slot, a.rel_session, a.rel_socket);
     case lockctl::Command::kAcquire:
       return CmdAcquire(c, a.acq_name, a.acq_shared, a.acq_timeout, a.acq_grace, a.acq_cmd);
+    case lockctl::Command::kKeygen:
+      std::cout << rdmalock::auth::NewKeyHex() << "\n";
+      return 0;
     case lockctl::Command::kBench:
       if (TargetOf(c).usage_error) return kExitUsage;
       // Each bench process connects by itself, after the fork (RunBench).

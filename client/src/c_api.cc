@@ -183,6 +183,7 @@ void rdmalock_options_init(rdmalock_options_t* options) {
   options->auto_renew = defaults.auto_renew ? 1 : 0;
   options->record_requests = defaults.record_requests ? 1 : 0;
   options->reconnect = defaults.reconnect ? 1 : 0;
+  options->auth_key_file = nullptr;
 }
 
 rdmalock_status_t rdmalock_connect(const rdmalock_options_t* options, rdmalock_client_t** out) {
@@ -222,6 +223,7 @@ rdmalock_status_t rdmalock_connect(const rdmalock_options_t* options, rdmalock_c
     o.auto_renew = options->auto_renew != 0;
     o.record_requests = options->record_requests != 0;
     o.reconnect = options->reconnect != 0;
+    if (options->auth_key_file != nullptr) o.auth_key_file = options->auth_key_file;
     auto c = std::make_unique<rdmalock_client_s>();
     auto r = rdmalock::Client::Connect(o);
     if (!r.ok()) return Record(r.status(), fn);

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <mutex>
 #include <random>
@@ -14,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "auth.h"
 #include "entry_pool.h"
 #include "lock_engine.h"
 #include "rdmalock/proto/layout.h"
@@ -204,8 +207,25 @@ class [[gnu::visibility("hidden")]] Client::Impl
     ChannelParams p{opts_.server,        opts_.port,       opts_.connect_timeout,
                     opts_.client_name,   proto::kFlagJoin, sess->reply.session_id,
                     sess->reply.join_key};
-    auto mem = VerbsMemory::Connect(p);
-    if (!mem.ok()) {
+    p.auth_key = opts_.auth_key;
+    // lockd may refuse a thread's join while the session itself is fine: too many handshakes at
+    // once (retried within the connect timeout) or the session's connection limit (this thread
+    // gets kResource; the session and the other threads go on).
+    const auto join_deadline = std::min(deadline, Clock::now() + opts_.connect_timeout);
+    Result<std::unique_ptr<VerbsMemory>> mem = Error(ErrorCode::kInternal, "not connected");
+    for (;;) {
+      uint32_t retry_ms = 0;
+      proto::RejectReason reason = proto::RejectReason::kNone;
+      mem = VerbsMemory::Connect(p, &retry_ms, &reason);
+      if (mem.ok()) break;
+      if (reason == proto::RejectReason::kTooManyConnections) {
+        return Error(ErrorCode::kResource, mem.status().message());
+      }
+      if (reason == proto::RejectReason::kBusy &&
+          Clock::now() + std::chrono::milliseconds(retry_ms) < join_deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(retry_ms));
+        continue;
+      }
       OnSessionError(sess->gen, mem.status());
       return mem.status();
     }
@@ -554,6 +574,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
 
   bool Reconnect(std::chrono::milliseconds * backoff) {
     ChannelParams p{opts_.server, opts_.port, opts_.connect_timeout, opts_.client_name, 0};
+    p.auth_key = opts_.auth_key;
     uint32_t retry_ms = 0;
     auto mem = VerbsMemory::Connect(p, &retry_ms);
     if (!mem.ok()) {
@@ -878,6 +899,29 @@ void Client::Impl::StopAsync() {
 
 // ---- Client
 
+namespace {
+
+// The key from the options, else from the environment (see ClientOptions::auth_key).
+Result<std::string> ResolveAuthKey(const ClientOptions& o) {
+  if (!o.auth_key.empty()) {
+    RDMALOCK_RETURN_IF_ERROR(auth::CheckKey(o.auth_key, "ClientOptions::auth_key"));
+    return o.auth_key;
+  }
+  if (!o.auth_key_file.empty()) return auth::LoadKeyFile(o.auth_key_file, false);
+  if (const char* k = std::getenv("RDMALOCK_AUTH_KEY"); k != nullptr && *k != '\0') {
+    std::string key(k);
+    while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
+    RDMALOCK_RETURN_IF_ERROR(auth::CheckKey(key, "RDMALOCK_AUTH_KEY"));
+    return key;
+  }
+  if (const char* f = std::getenv("RDMALOCK_AUTH_KEY_FILE"); f != nullptr && *f != '\0') {
+    return auth::LoadKeyFile(f, false);
+  }
+  return std::string();
+}
+
+}  // namespace
+
 Client::Client(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
 
@@ -889,7 +933,10 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   }
   ClientOptions opts = options;
   if (opts.client_name.empty()) opts.client_name = DefaultClientName();
+  RDMALOCK_ASSIGN_OR_RETURN(opts.auth_key, ResolveAuthKey(opts));
+  opts.auth_key_file.clear();
   ChannelParams p{opts.server, opts.port, opts.connect_timeout, opts.client_name, 0};
+  p.auth_key = opts.auth_key;
   // lockd in its restart grace period refuses connections for a while, its per-address rate
   // limit refuses bursts, and a lockd that is (re)starting may not listen yet: retry those (when
   // lockd says, else with back-off) within the connect timeout. Other refusals (version, server

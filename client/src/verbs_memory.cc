@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "../../common/rdma/verbs.h"
+#include "auth.h"
 #include "rdmalock/proto/layout.h"
 
 namespace rdmalock {
@@ -28,6 +29,12 @@ struct VerbsMemory::Impl {
   std::vector<uint8_t> buffer;  // ops (kMaxBatch x kOpScratch), post ring, then kBulkBytes
   rdma::MemoryRegion mr;
   proto::RegionDesc regions[3];
+  proto::RegionDesc record;  // this session's record: WRITEs to kSessions use its rkey
+
+  uint32_t Rkey(RegionId region, bool write) const {
+    if (write && region == RegionId::kSessions && record.rkey != 0) return record.rkey;
+    return regions[static_cast<int>(region)].rkey;
+  }
   bool swap_atomics = false;
   std::atomic<bool> broken{false};
   uint64_t next_wr_id = 1;
@@ -79,19 +86,19 @@ struct VerbsMemory::Impl {
       switch (op.kind) {
         case RemoteOp::Kind::kFetchAdd:
           wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-          wr.wr.atomic = {raddr, op.operand, 0, r.rkey};
+          wr.wr.atomic = {raddr, op.operand, 0, Rkey(op.region, false)};
           break;
         case RemoteOp::Kind::kCompareSwap:
           wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
-          wr.wr.atomic = {raddr, op.operand, op.swap, r.rkey};
+          wr.wr.atomic = {raddr, op.operand, op.swap, Rkey(op.region, false)};
           break;
         case RemoteOp::Kind::kRead:
           wr.opcode = IBV_WR_RDMA_READ;
-          wr.wr.rdma = {raddr, r.rkey};
+          wr.wr.rdma = {raddr, Rkey(op.region, false)};
           break;
         case RemoteOp::Kind::kWrite:
           wr.opcode = IBV_WR_RDMA_WRITE;
-          wr.wr.rdma = {raddr, r.rkey};
+          wr.wr.rdma = {raddr, Rkey(op.region, true)};
           std::memcpy(buf, &op.operand, 8);
           std::memcpy(buf + 8, &op.swap, 8);
           if (op.length <= conn->sizes.max_inline) wr.send_flags = IBV_SEND_INLINE;
@@ -226,7 +233,8 @@ Status RejectStatus(const std::string& where, const std::vector<uint8_t>& data) 
 }
 
 Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& params,
-                                                          uint32_t* retry_after_ms) {
+                                                          uint32_t* retry_after_ms,
+                                                          proto::RejectReason* reason) {
   proto::ConnectRequest req;
   req.flags = params.flags;
   req.pid = static_cast<uint32_t>(getpid());
@@ -237,15 +245,17 @@ Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& p
   std::vector<uint8_t> reject;
   const std::string where = params.host + ":" + std::to_string(params.port);
   auto conn = rdma::ConnectRc(params.host, params.port, bytes, params.connect_timeout,
-                              4 * kMaxBatch, &reject);
+                              4 * kMaxBatch, proto::kControlMessageMax, &reject);
   if (!conn.ok()) {
     if (conn.status().code() == ErrorCode::kRejected) {
       proto::RejectReply r;
       // A refusal with a retry time (restart grace, the per-address rate limit) says when lockd
       // will take us; the others are final.
-      if (retry_after_ms != nullptr && proto::RejectReply::Decode(reject, &r) &&
-          r.retry_after_ms > 0) {
-        *retry_after_ms = std::max<uint32_t>(r.retry_after_ms, 1);
+      if (proto::RejectReply::Decode(reject, &r)) {
+        if (reason != nullptr) *reason = r.reason;
+        if (retry_after_ms != nullptr && r.retry_after_ms > 0) {
+          *retry_after_ms = std::max<uint32_t>(r.retry_after_ms, 1);
+        }
       }
       return RejectStatus(where, reject);
     }
@@ -253,9 +263,58 @@ Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& p
   }
   auto impl = std::make_unique<Impl>();
   impl->conn = std::move(conn).value();
+
+  // Version 3: lockd's accept is a challenge; our Hello answers it; the Welcome brings the rkeys.
+  proto::Challenge challenge;
+  if (!proto::Challenge::Decode(impl->conn->accept_data, &challenge)) {
+    return Error(ErrorCode::kProtocol, "lockd at " + where + " sent a malformed challenge");
+  }
+  const bool lockd_auth = (challenge.flags & proto::kChallengeAuthRequired) != 0;
+  if (!lockd_auth && !params.auth_key.empty()) {
+    return Error(ErrorCode::kRejected,
+                 "lockd at " + where +
+                     " does not authenticate clients (it has no auth_key_file), but this client "
+                     "was given a key: refusing a lockd that cannot prove it holds the key");
+  }
+  proto::Hello hello;
+  hello.nonce = auth::NewNonce();
+  if (lockd_auth && !params.auth_key.empty()) {
+    hello.flags = proto::kHelloHasProof;
+    hello.mac = auth::HelloMac(params.auth_key, challenge.nonce, hello.nonce, bytes);
+  }
+  std::vector<uint8_t> msg;
+  uint32_t kind = 0;
+  RDMALOCK_RETURN_IF_ERROR(rdma::ExchangeControl(impl->conn.get(), hello.Encode(),
+                                                 static_cast<uint32_t>(proto::ControlKind::kHello),
+                                                 params.connect_timeout, &msg, &kind));
+  if (kind == static_cast<uint32_t>(proto::ControlKind::kRefusal)) {
+    proto::RejectReply r;
+    if (proto::RejectReply::Decode(msg, &r)) {
+      if (reason != nullptr) *reason = r.reason;
+      if (retry_after_ms != nullptr && r.retry_after_ms > 0) {
+        *retry_after_ms = std::max<uint32_t>(r.retry_after_ms, 1);
+      }
+    }
+    Status st = RejectStatus(where, msg);
+    if (r.reason == proto::RejectReason::kAuthFailed && params.auth_key.empty()) {
+      st = Error(st.code(), st.message() +
+                                "; lockd requires authentication: give this client lockd's key "
+                                "(auth_key_file in client.yaml, or RDMALOCK_AUTH_KEY_FILE)");
+    }
+    return st;
+  }
   proto::AcceptReply reply;
-  if (!proto::AcceptReply::Decode(impl->conn->accept_data, &reply)) {
-    return Error(ErrorCode::kProtocol, "lockd at " + where + " sent a malformed accept reply");
+  if (kind != static_cast<uint32_t>(proto::ControlKind::kWelcome) ||
+      !proto::AcceptReply::Decode(msg, &reply)) {
+    return Error(ErrorCode::kProtocol, "lockd at " + where + " sent a malformed welcome");
+  }
+  if (lockd_auth &&
+      !auth::MacEqual(reply.mac, auth::WelcomeMac(params.auth_key, hello.nonce, challenge.nonce,
+                                                  std::span<const uint8_t>(msg).first(
+                                                      proto::AcceptReply::kMac)))) {
+    return Error(ErrorCode::kRejected, "lockd at " + where +
+                                           " did not prove that it holds the shared key (its "
+                                           "welcome's MAC is wrong): not using it");
   }
   if (reply.lock_count == 0 || reply.locks.length < proto::LockTableBytes(reply.lock_count) ||
       reply.lease_ns == 0 || reply.stall_factor == 0) {
@@ -264,6 +323,7 @@ Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& p
   impl->regions[0] = reply.info;
   impl->regions[1] = reply.locks;
   impl->regions[2] = reply.sessions;
+  impl->record = reply.record;
   impl->buffer.assign((2 * kMaxBatch + kPostRing) * kOpScratch + kBulkBytes, 0);
   RDMALOCK_ASSIGN_OR_RETURN(
       impl->mr, rdma::RegisterMr(impl->conn->pd.get(), impl->buffer.data(), impl->buffer.size(),
@@ -344,7 +404,7 @@ Status VerbsMemory::DoPost(std::span<RemoteOp> ops) {
     wr.sg_list = &m.sges[i];
     wr.num_sge = 1;
     wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.wr.rdma = {r.addr + op.offset, r.rkey};
+    wr.wr.rdma = {r.addr + op.offset, m.Rkey(op.region, true)};
     // Inline where the device allows: the data is copied at post time, the NIC reads no buffer.
     if (op.length <= m.conn->sizes.max_inline) wr.send_flags = IBV_SEND_INLINE;
     wr.next = i + 1 < ops.size() ? &m.wrs[i + 1] : nullptr;
@@ -357,6 +417,13 @@ Status VerbsMemory::DoPost(std::span<RemoteOp> ops) {
   }
   m.posted += ops.size();
   return Status::Ok();
+}
+
+void VerbsMemory::UseRkeysOf(const proto::AcceptReply& other) {
+  impl_->regions[0].rkey = other.info.rkey;
+  impl_->regions[1].rkey = other.locks.rkey;
+  impl_->regions[2].rkey = other.sessions.rkey;
+  impl_->record.rkey = other.record.rkey;
 }
 
 uint32_t VerbsMemory::max_inline() const { return impl_->conn->sizes.max_inline; }
@@ -389,7 +456,7 @@ Status VerbsMemory::ReadBytes(RegionId region, uint64_t offset, std::span<uint8_
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.opcode = IBV_WR_RDMA_READ;
-    wr.wr.rdma = {r.addr + offset + done, r.rkey};
+    wr.wr.rdma = {r.addr + offset + done, m.Rkey(region, false)};
     RDMALOCK_RETURN_IF_ERROR(m.PostAndWait(1));
     std::memcpy(dst.data() + done, m.bulk_buf(), n);
     done += n;

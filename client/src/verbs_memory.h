@@ -23,6 +23,8 @@ struct ChannelParams {
   uint32_t flags = 0;
   uint64_t join_session = 0;  // with proto::kFlagJoin
   uint64_t join_key = 0;
+  // The shared key lockd authenticates clients with ("": none; then lockd must require none).
+  std::string auth_key;
 };
 
 class VerbsMemory : public RemoteMemory {
@@ -32,13 +34,18 @@ class VerbsMemory : public RemoteMemory {
 
   // Connects, completes the handshake and checks the byte order of atomic replies.
   // A rejection in lockd's restart grace sets *retry_after_ms (when given) to lockd's estimate.
+  // A refusal sets *reason (when given).
   static Result<std::unique_ptr<VerbsMemory>> Connect(const ChannelParams& params,
-                                                      uint32_t* retry_after_ms = nullptr);
+                                                      uint32_t* retry_after_ms = nullptr,
+                                                      proto::RejectReason* reason = nullptr);
   ~VerbsMemory() override;
   VerbsMemory(const VerbsMemory&) = delete;
   VerbsMemory& operator=(const VerbsMemory&) = delete;
 
   const proto::AcceptReply& reply() const { return reply_; }
+  // For tests: address lockd's regions with the rkeys of `other` (another connection's reply),
+  // as a client that kept them would.
+  void UseRkeysOf(const proto::AcceptReply& other);
   // Bytes a WRITE may carry inline on this QP (0: the device allows none; WRITEs use buffers).
   uint32_t max_inline() const;
   Status ReadBytes(RegionId region, uint64_t offset, std::span<uint8_t> dst) override;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 namespace rdmalock::rdma {
 
@@ -65,10 +66,24 @@ Result<ProtectionDomain> AllocPd(ibv_context* ctx) {
   return ProtectionDomain(pd);
 }
 
-Result<CompletionQueue> CreateCq(ibv_context* ctx, int depth) {
-  ibv_cq* cq = ibv_create_cq(ctx, depth, nullptr, nullptr, 0);
+Result<CompletionQueue> CreateCq(ibv_context* ctx, int depth, ibv_comp_channel* ch) {
+  ibv_cq* cq = ibv_create_cq(ctx, depth, nullptr, ch, 0);
   if (cq == nullptr) return ErrnoStatus(ErrorCode::kResource, "ibv_create_cq", errno);
   return CompletionQueue(cq);
+}
+
+Result<CompChannel> CreateCompChannel(ibv_context* ctx) {
+  ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
+  if (ch == nullptr) return ErrnoStatus(ErrorCode::kResource, "ibv_create_comp_channel", errno);
+  return CompChannel(ch);
+}
+
+int DeallocMw(ibv_mw* mw) { return ibv_dealloc_mw(mw); }
+
+Result<MemoryWindow> AllocMw(ibv_pd* pd) {
+  ibv_mw* mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+  if (mw == nullptr) return ErrnoStatus(ErrorCode::kResource, "ibv_alloc_mw (type 2)", errno);
+  return MemoryWindow(mw);
 }
 
 Result<MemoryRegion> RegisterMr(ibv_pd* pd, void* addr, size_t len, int access) {
@@ -189,6 +204,10 @@ ActiveConnection::~ActiveConnection() {
 
 namespace {
 
+// Work request ids of the control exchange (the one-sided path's ids are small indexes).
+constexpr uint64_t kControlRecvId = 0xc0de'0000'0000'0001ULL;
+constexpr uint64_t kControlSendId = 0xc0de'0000'0000'0002ULL;
+
 // Waits for `want` on the channel; anything else is an error that names what arrived.
 Status Expect(rdma_event_channel* ch, rdma_cm_event_type want, std::chrono::milliseconds timeout,
               const std::string& step, std::vector<uint8_t>* data_out,
@@ -218,7 +237,7 @@ Status Expect(rdma_event_channel* ch, rdma_cm_event_type want, std::chrono::mill
 Result<std::unique_ptr<ActiveConnection>> ConnectRc(const std::string& host, uint16_t port,
                                                     std::span<const uint8_t> private_data,
                                                     std::chrono::milliseconds timeout,
-                                                    uint32_t send_depth,
+                                                    uint32_t send_depth, size_t control_bytes,
                                                     std::vector<uint8_t>* reject_data) {
   auto c = std::make_unique<ActiveConnection>();
   RDMALOCK_ASSIGN_OR_RETURN(c->channel, CreateEventChannel());
@@ -248,8 +267,23 @@ Result<std::unique_ptr<ActiveConnection>> ConnectRc(const std::string& host, uin
   RDMALOCK_ASSIGN_OR_RETURN(c->sizes, DeviceQpSizes(ctx, send_depth));
   c->sizes.max_inline = 16;  // record WRITEs and the heartbeat are 8 or 16 bytes
   RDMALOCK_ASSIGN_OR_RETURN(c->pd, AllocPd(ctx));
-  RDMALOCK_ASSIGN_OR_RETURN(c->cq, CreateCq(ctx, static_cast<int>(c->sizes.send_depth + 1)));
+  RDMALOCK_ASSIGN_OR_RETURN(c->cq, CreateCq(ctx, static_cast<int>(c->sizes.send_depth + 2)));
   RDMALOCK_RETURN_IF_ERROR(CreateRcQp(c->id.get(), c->pd.get(), c->cq.get(), &c->sizes));
+  // The receive for lockd's first control message, posted before the connect so that it is
+  // there whenever lockd sends.
+  c->control.assign(2 * control_bytes, 0);
+  RDMALOCK_ASSIGN_OR_RETURN(c->control_mr, RegisterMr(c->pd.get(), c->control.data(),
+                                                      c->control.size(), IBV_ACCESS_LOCAL_WRITE));
+  ibv_sge sge{reinterpret_cast<uint64_t>(c->control.data()), static_cast<uint32_t>(control_bytes),
+              c->control_mr->lkey};
+  ibv_recv_wr rwr{};
+  rwr.wr_id = kControlRecvId;
+  rwr.sg_list = &sge;
+  rwr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  if (const int rc = ibv_post_recv(c->id->qp, &rwr, &bad); rc != 0) {
+    return ErrnoStatus(ErrorCode::kConnection, "ibv_post_recv", rc);
+  }
 
   rdma_conn_param param{};
   param.private_data = private_data.data();
@@ -265,6 +299,56 @@ Result<std::unique_ptr<ActiveConnection>> ConnectRc(const std::string& host, uin
   RDMALOCK_RETURN_IF_ERROR(Expect(c->channel.get(), RDMA_CM_EVENT_ESTABLISHED, timeout,
                                   "connecting to lockd at " + where, &c->accept_data, reject_data));
   return c;
+}
+
+Status ExchangeControl(ActiveConnection* c, std::span<const uint8_t> msg, uint32_t imm,
+                       std::chrono::milliseconds timeout, std::vector<uint8_t>* reply,
+                       uint32_t* reply_imm) {
+  const size_t n = c->control.size() / 2;
+  if (msg.size() > n) return Error(ErrorCode::kInternal, "control message too large");
+  std::memcpy(c->control.data() + n, msg.data(), msg.size());
+  ibv_sge sge{reinterpret_cast<uint64_t>(c->control.data() + n), static_cast<uint32_t>(msg.size()),
+              c->control_mr->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = kControlSendId;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.imm_data = htonl(imm);
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  if (const int rc = ibv_post_send(c->id->qp, &wr, &bad); rc != 0) {
+    return ErrnoStatus(ErrorCode::kConnection, "ibv_post_send (control message)", rc);
+  }
+  bool sent = false, received = false;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!sent || !received) {
+    ibv_wc wc[2];
+    const int got = ibv_poll_cq(c->cq.get(), 2, wc);
+    if (got < 0) return Error(ErrorCode::kConnection, "ibv_poll_cq failed");
+    for (int i = 0; i < got; ++i) {
+      if (wc[i].status != IBV_WC_SUCCESS) {
+        return Error(ErrorCode::kConnection,
+                     std::string("handshake message ") +
+                         (wc[i].wr_id == kControlRecvId ? "receive" : "send") + " failed (" +
+                         ibv_wc_status_str(wc[i].status) + "): lockd closed the connection");
+      }
+      if (wc[i].wr_id == kControlSendId) {
+        sent = true;
+      } else if (wc[i].wr_id == kControlRecvId) {
+        received = true;
+        reply->assign(c->control.data(), c->control.data() + std::min<size_t>(wc[i].byte_len, n));
+        *reply_imm = (wc[i].wc_flags & IBV_WC_WITH_IMM) != 0 ? ntohl(wc[i].imm_data) : 0;
+      }
+    }
+    if (got > 0) continue;
+    if (std::chrono::steady_clock::now() > deadline) {
+      return Error(ErrorCode::kTimeout, "lockd did not answer the handshake's hello within " +
+                                            std::to_string(timeout.count()) + " ms");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return Status::Ok();
 }
 
 }  // namespace rdmalock::rdma

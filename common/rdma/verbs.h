@@ -33,6 +33,11 @@ using ProtectionDomain = std::unique_ptr<ibv_pd, Deleter<ibv_dealloc_pd>>;
 using CompletionQueue = std::unique_ptr<ibv_cq, Deleter<ibv_destroy_cq>>;
 using MemoryRegion = std::unique_ptr<ibv_mr, Deleter<ibv_dereg_mr>>;
 using CmEvent = std::unique_ptr<rdma_cm_event, Deleter<rdma_ack_cm_event>>;
+using CompChannel = std::unique_ptr<ibv_comp_channel, Deleter<ibv_destroy_comp_channel>>;
+// ibv_dealloc_mw is static inline in verbs.h; a deleter needs a function with linkage.
+int DeallocMw(ibv_mw* mw);
+// A type-2 memory window: deallocating it invalidates its rkey at once.
+using MemoryWindow = std::unique_ptr<ibv_mw, Deleter<DeallocMw>>;
 
 // An rdma_cm id and the QP created on it (if any). Destruction moves the QP to ERR, destroys it,
 // then destroys the id.
@@ -71,7 +76,9 @@ Status ErrnoStatus(ErrorCode code, const std::string& what, int err);
 Result<EventChannel> CreateEventChannel();
 Result<CmId> CreateId(rdma_event_channel* ch, void* context);
 Result<ProtectionDomain> AllocPd(ibv_context* ctx);
-Result<CompletionQueue> CreateCq(ibv_context* ctx, int depth);
+Result<CompletionQueue> CreateCq(ibv_context* ctx, int depth, ibv_comp_channel* ch = nullptr);
+Result<CompChannel> CreateCompChannel(ibv_context* ctx);
+Result<MemoryWindow> AllocMw(ibv_pd* pd);  // type 2
 Result<MemoryRegion> RegisterMr(ibv_pd* pd, void* addr, size_t len, int access);
 
 // Waits for the next event on `ch` for at most `timeout` (the channel is made non-blocking).
@@ -103,10 +110,13 @@ Status CreateRcQp(rdma_cm_id* id, ibv_pd* pd, ibv_cq* cq, QpSizes* sizes);
 
 // The state an active-side connect leaves behind: who we reached and the accept private data.
 struct ActiveConnection {
-  // Destroyed in reverse order: the id (and its QP) before the CQ and PD, the channel last.
+  // Destroyed in reverse order: the id (and its QP) before the control buffer's MR, the CQ and
+  // the PD, the channel last.
   EventChannel channel;
   ProtectionDomain pd;
   CompletionQueue cq;
+  std::vector<uint8_t> control;  // [0, n): the posted receive; [n, 2n): what ExchangeControl sends
+  MemoryRegion control_mr;
   CmId id;
   std::vector<uint8_t> accept_data;
   QpSizes sizes;
@@ -118,10 +128,18 @@ struct ActiveConnection {
 
 // Connects an RC QP to `host:port` with `private_data`, waiting at most `timeout` for each step.
 // A reject is returned as kRejected with the reject private data in `reject_data`.
+// Before connecting it posts one receive of `control_bytes` for the peer's first control message.
 Result<std::unique_ptr<ActiveConnection>> ConnectRc(const std::string& host, uint16_t port,
                                                     std::span<const uint8_t> private_data,
                                                     std::chrono::milliseconds timeout,
-                                                    uint32_t send_depth,
+                                                    uint32_t send_depth, size_t control_bytes,
                                                     std::vector<uint8_t>* reject_data);
+
+// On a connection from ConnectRc: SENDs `msg` with immediate data `imm`, then waits at most
+// `timeout` for the peer's control message in the receive posted at connect. The message is
+// returned in *reply with its immediate data in *reply_imm.
+Status ExchangeControl(ActiveConnection* c, std::span<const uint8_t> msg, uint32_t imm,
+                       std::chrono::milliseconds timeout, std::vector<uint8_t>* reply,
+                       uint32_t* reply_imm);
 
 }  // namespace rdmalock::rdma

@@ -102,6 +102,7 @@ class _Options(ctypes.Structure):
         ("auto_renew", ctypes.c_int),
         ("record_requests", ctypes.c_int),
         ("reconnect", ctypes.c_int),
+        ("auth_key_file", ctypes.c_char_p),
     ]
 
 
@@ -322,7 +323,8 @@ class Client:
 
     def __init__(self, server: str, port: int = 7471, connect_timeout: float = 5.0,
                  client_name: Optional[str] = None, auto_renew: bool = True,
-                 record_requests: bool = True, reconnect: bool = True):
+                 record_requests: bool = True, reconnect: bool = True,
+                 auth_key_file: Optional[str] = None):
         lib = _lib()
         o = _Options()
         lib.rdmalock_options_init(ctypes.byref(o))
@@ -338,6 +340,7 @@ class Client:
         o.auto_renew = int(auto_renew)
         o.record_requests = int(record_requests)
         o.reconnect = int(reconnect)
+        o.auth_key_file = auth_key_file.encode() if auth_key_file else None
         handle = ctypes.c_void_p()
         _check(lib.rdmalock_connect(ctypes.byref(o), ctypes.byref(handle)))
         self._handle = handle
@@ -347,7 +350,8 @@ class Client:
     @classmethod
     def connect(cls, server: str, port: int = 7471, **options) -> "Client":
         """Connects to lockd at ``server`` (an IP of its RDMA device, or a name). Options:
-        connect_timeout (seconds), client_name, auto_renew, record_requests, reconnect."""
+        connect_timeout (seconds), client_name, auto_renew, record_requests, reconnect,
+        auth_key_file (else $RDMALOCK_AUTH_KEY / $RDMALOCK_AUTH_KEY_FILE)."""
         return cls(server, port, **options)
 
     def _h(self) -> ctypes.c_void_p:

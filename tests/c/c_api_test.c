@@ -461,6 +461,25 @@ static void test_unknown_server(void) {
   CHECK(c == NULL);
 }
 
+/* tests/sdk/run.sh starts lockd with a key, found through RDMALOCK_AUTH_KEY_FILE; an explicit
+ * auth_key_file wins: a missing one is a config error, not a silent fall-back. */
+static void test_auth_key_file(void) {
+  rdmalock_options_t o;
+  rdmalock_client_t* c = NULL;
+  rdmalock_options_init(&o);
+  o.server = server;
+  o.port = port;
+  o.connect_timeout_ms = 5000;
+  o.auth_key_file = "/nonexistent/rdmalock.key";
+  EXPECT_STATUS(rdmalock_connect(&o, &c), RDMALOCK_ERR_CONFIG);
+  EXPECT_MESSAGE("/nonexistent/rdmalock.key");
+  CHECK(c == NULL);
+  o.auth_key_file = getenv("RDMALOCK_AUTH_KEY_FILE");
+  REQUIRE(o.auth_key_file != NULL);
+  EXPECT_STATUS(rdmalock_connect(&o, &c), RDMALOCK_OK);
+  rdmalock_close(c);
+}
+
 static void test_close_with_lock_held(void) {
   rdmalock_client_t* a = connect_as("c-api-a");
   rdmalock_client_t* b = connect_as("c-api-b");
@@ -562,6 +581,7 @@ int main(int argc, char** argv) {
     run("lock_slot, slot range, renew extends the lease", test_slots_and_renew);
     run("bad arguments on a live client", test_bad_arguments_live);
     run("unknown server: INVALID_ARGUMENT naming it; closed port: CONNECTION", test_unknown_server);
+    run("auth_key_file: a missing file is CONFIG; lockd's key admits", test_auth_key_file);
     run("close with a lock held: handle lost, lockd frees the lock", test_close_with_lock_held);
     run("lost callback when the session is fenced (lockctl release --force)", test_lost_callback);
   } else {

@@ -1,5 +1,6 @@
-// libFuzzer target: the rdma_cm private data parsers. lockd decodes ConnectRequest from any peer
-// that reaches its port; a client decodes AcceptReply and RejectReply from whatever answers. None
+// libFuzzer target: the handshake parsers. lockd decodes ConnectRequest (rdma_cm private data) and
+// Hello (the first SEND) from any peer that reaches its port; a client decodes Challenge,
+// AcceptReply (the Welcome) and RejectReply from whatever answers. None
 // may crash, read out of bounds or hit undefined behaviour, and what decodes must round-trip.
 #include <cstddef>
 #include <cstdint>
@@ -39,7 +40,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     AcceptReply acc2;
     Check(AcceptReply::Decode(acc.Encode(), &acc2));
     Check(acc2.epoch == acc.epoch && acc2.lock_count == acc.lock_count &&
-          acc2.locks.rkey == acc.locks.rkey && acc2.join_key == acc.join_key);
+          acc2.locks.rkey == acc.locks.rkey && acc2.join_key == acc.join_key &&
+          acc2.record.rkey == acc.record.rkey && acc2.mac == acc.mac);
+  }
+
+  Hello hello;
+  if (Hello::Decode(in, &hello) == RejectReason::kNone) {
+    Check(size == Hello::kSize);
+    Hello hello2;
+    Check(Hello::Decode(hello.Encode(), &hello2) == RejectReason::kNone);
+    Check(hello2.flags == hello.flags && hello2.nonce == hello.nonce && hello2.mac == hello.mac);
+  }
+
+  Challenge ch;
+  if (Challenge::Decode(in, &ch)) {
+    Challenge ch2;
+    Check(Challenge::Decode(ch.Encode(), &ch2));
+    Check(ch2.flags == ch.flags && ch2.nonce == ch.nonce && ch2.version == ch.version);
   }
 
   RejectReply rej;

@@ -206,3 +206,24 @@ def test_on_lost_runs_when_the_session_is_fenced(lockd):
         time.sleep(0.2)
         assert len(seen) == 1
         lock.close()
+
+
+def test_authentication_key_from_the_environment_or_a_file(lockd, tmp_path):
+    """tests/sdk/run.sh starts lockd with a key; RDMALOCK_AUTH_KEY_FILE names it for every
+    client. An explicit auth_key_file wins over the environment."""
+    import os
+    server, port = lockd
+    key_file = os.environ["RDMALOCK_AUTH_KEY_FILE"]
+    with rdmalock.Client.connect(server, port=port, connect_timeout=10,
+                                 auth_key_file=key_file) as c:
+        with c.lock("py/auth", timeout=5) as lock:
+            assert lock.held
+    wrong = tmp_path / "wrong.key"
+    wrong.write_text("not-the-key-but-long-enough-0123456789\n")
+    with pytest.raises(RdmalockError) as e:
+        rdmalock.Client.connect(server, port=port, connect_timeout=10, auth_key_file=str(wrong))
+    assert e.value.code == ErrorCode.REJECTED
+    assert "authentication failed" in str(e.value)
+    with pytest.raises(RdmalockError) as e:
+        rdmalock.Client.connect(server, port=port, auth_key_file=str(tmp_path / "missing.key"))
+    assert e.value.code == ErrorCode.CONFIG

@@ -30,9 +30,11 @@
 #include <vector>
 
 #include "../../common/rdma/verbs.h"
+#include "auth.h"
 #include "lock_engine.h"
 #include "rdmalock/client.h"
 #include "rdmalock/proto/handshake.h"
+#include "rdmalock/proto/layout.h"
 #include "verbs_memory.h"
 #include "worker_shared.h"
 
@@ -104,6 +106,19 @@ class Lockd {
              state_,
              "--admin-socket",
              admin_};
+    // "--test-auth-key KEY": lockd requires that key (written to a 0600 file); Connect() uses it.
+    if (auto it = std::find(extra.begin(), extra.end(), "--test-auth-key"); it != extra.end()) {
+      key_ = *(it + 1);
+      extra.erase(it, it + 2);
+      const std::string key_file = dir_ + "/auth.key";
+      const int fd = open(key_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      REQUIRE(fd >= 0);
+      REQUIRE(write(fd, key_.data(), key_.size()) == static_cast<ssize_t>(key_.size()));
+      close(fd);
+      args_.insert(args_.end(), {"--auth-key-file", key_file});
+    }
+    // "--test-no-wait": ready when lockd logs that it listens (it may refuse this host).
+    no_wait_ = std::erase(extra, std::string("--test-no-wait")) > 0;
     // "--config-log-level": leave log_level to the config file (the reload test changes it).
     if (std::erase(extra, std::string("--config-log-level")) == 0) {
       args_.insert(args_.end(), {"--log-level", "debug"});
@@ -131,7 +146,11 @@ class Lockd {
     }
     // Ready once a client can connect.
     const auto end = std::chrono::steady_clock::now() + 20s;
-    for (;;) {
+    while (no_wait_ && Log().find("listening on") == std::string::npos) {
+      REQUIRE(std::chrono::steady_clock::now() < end);
+      std::this_thread::sleep_for(50ms);
+    }
+    for (; !no_wait_;) {
       auto c = Connect();
       if (c.ok()) break;
       int status = 0;
@@ -158,8 +177,10 @@ class Lockd {
     o.port = port_;
     o.connect_timeout = 3s;
     o.auto_renew = auto_renew;
+    o.auth_key = key_;
     return Client::Connect(o);
   }
+  const std::string& key() const { return key_; }
   std::string Log() const {
     std::ifstream in(log_);
     std::stringstream ss;
@@ -181,7 +202,8 @@ class Lockd {
  private:
   uint16_t port_;
   pid_t pid_ = -1;
-  std::string dir_, log_, state_, admin_;
+  std::string dir_, log_, state_, admin_, key_;
+  bool no_wait_ = false;
   std::vector<std::string> args_;
 };
 
@@ -267,7 +289,7 @@ TEST_CASE("lockd rejects malformed and wrong-version requests and keeps serving"
   const std::string ip = RxeIp();
   auto try_connect = [&](std::vector<uint8_t> data) {
     std::vector<uint8_t> reject;
-    auto conn = rdma::ConnectRc(ip, lockd.port(), data, 3s, 4, &reject);
+    auto conn = rdma::ConnectRc(ip, lockd.port(), data, 3s, 4, proto::kControlMessageMax, &reject);
     REQUIRE_FALSE(conn.ok());
     REQUIRE(conn.status().code() == ErrorCode::kRejected);
     proto::RejectReply r;
@@ -1639,4 +1661,329 @@ TEST_CASE("1000 connect and disconnect cycles leak no descriptors or memory in l
   REQUIRE(fds_after <= fds_before);
   // A leak of even 1 KiB per cycle would show as 1000 KiB.
   REQUIRE(rss_after <= rss_before + 512);
+}
+
+namespace {
+
+// A raw channel to lockd (no session keeper: it never heartbeats, so lockd fences it after
+// heartbeat_timeout_ms).
+std::unique_ptr<VerbsMemory> RawChannel(const Lockd& lockd, const std::string& name) {
+  ChannelParams p{RxeIp(), lockd.port(), 3s, name, 0};
+  p.auth_key = lockd.key();
+  auto m = VerbsMemory::Connect(p);
+  INFO(m.status().ToString());
+  REQUIRE(m.ok());
+  return std::move(m).value();
+}
+
+void WaitForLog(const Lockd& lockd, const std::string& text, std::chrono::seconds limit = 15s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (lockd.Log().find(text) == std::string::npos) {
+    if (std::chrono::steady_clock::now() > end)
+      FAIL("lockd never logged '" << text << "':\n" << lockd.Log());
+    std::this_thread::sleep_for(50ms);
+  }
+}
+
+bool Alive(pid_t pid) { return kill(pid, 0) == 0 && waitpid(pid, nullptr, WNOHANG) == 0; }
+
+}  // namespace
+
+TEST_CASE("authentication: no key, a wrong key or a replayed proof gets no rkey; the key admits") {
+  const std::string key = "0123456789abcdef-rdmalock-test-key";
+  const std::string addr = "127.0.0.1:19481";
+  Lockd lockd(7650, 1024, 2000, 16, "", {"--test-auth-key", key, "--metrics-address", addr});
+  const std::string ip = RxeIp();
+
+  // The right key: the SDK connects, lockd proves the key back, locks work.
+  auto good = MustConnect(lockd);
+  REQUIRE(good->Lock("auth").ok());
+
+  ClientOptions o;
+  o.server = ip;
+  o.port = lockd.port();
+  o.connect_timeout = 3s;
+  auto none = Client::Connect(o);
+  REQUIRE_FALSE(none.ok());
+  INFO(none.status().ToString());
+  REQUIRE(none.status().code() == ErrorCode::kRejected);
+  REQUIRE(none.status().message().find("authentication failed") != std::string::npos);
+  REQUIRE(none.status().message().find("RDMALOCK_AUTH_KEY_FILE") != std::string::npos);
+  o.auth_key = "a-wrong-key-of-enough-length!!";
+  auto wrong = Client::Connect(o);
+  REQUIRE_FALSE(wrong.ok());
+  REQUIRE(wrong.status().message().find("wrong key") != std::string::npos);
+  o.auth_key = "short";
+  auto too_short = Client::Connect(o);
+  REQUIRE(too_short.status().code() == ErrorCode::kConfig);
+
+  // Raw: lockd's accept is a challenge and nothing else (no rkey, no address).
+  proto::ConnectRequest req;
+  req.client_name = "replayer";
+  const auto bytes = req.Encode();
+  std::vector<uint8_t> reject;
+  auto first = rdma::ConnectRc(ip, lockd.port(), bytes, 3s, 4, proto::kControlMessageMax, &reject);
+  REQUIRE(first.ok());
+  proto::Challenge ch1;
+  REQUIRE(proto::Challenge::Decode((*first)->accept_data, &ch1));
+  REQUIRE((ch1.flags & proto::kChallengeAuthRequired) != 0);
+  for (size_t i = proto::Challenge::kSize; i < (*first)->accept_data.size(); ++i) {
+    REQUIRE((*first)->accept_data[i] == 0);
+  }
+  // A correct proof for this connection's nonce is welcomed, with lockd's proof of the key.
+  proto::Hello hello;
+  hello.flags = proto::kHelloHasProof;
+  hello.nonce = auth::NewNonce();
+  hello.mac = auth::HelloMac(key, ch1.nonce, hello.nonce, bytes);
+  const auto hello_bytes = hello.Encode();
+  std::vector<uint8_t> msg;
+  uint32_t kind = 0;
+  REQUIRE(rdma::ExchangeControl(first->get(), hello_bytes,
+                                static_cast<uint32_t>(proto::ControlKind::kHello), 3s, &msg, &kind)
+              .ok());
+  REQUIRE(kind == static_cast<uint32_t>(proto::ControlKind::kWelcome));
+  proto::AcceptReply welcome;
+  REQUIRE(proto::AcceptReply::Decode(msg, &welcome));
+  REQUIRE(welcome.locks.rkey != 0);
+  REQUIRE(auth::MacEqual(welcome.mac, auth::WelcomeMac(key, hello.nonce, ch1.nonce,
+                                                       std::span<const uint8_t>(msg).first(
+                                                           proto::AcceptReply::kMac))));
+  // The same Hello replayed on a second connection (another nonce) is refused.
+  auto second = rdma::ConnectRc(ip, lockd.port(), bytes, 3s, 4, proto::kControlMessageMax, &reject);
+  REQUIRE(second.ok());
+  REQUIRE(rdma::ExchangeControl(second->get(), hello_bytes,
+                                static_cast<uint32_t>(proto::ControlKind::kHello), 3s, &msg, &kind)
+              .ok());
+  REQUIRE(kind == static_cast<uint32_t>(proto::ControlKind::kRefusal));
+  proto::RejectReply r;
+  REQUIRE(proto::RejectReply::Decode(msg, &r));
+  REQUIRE(r.reason == proto::RejectReason::kAuthFailed);
+
+  // Counted by reason, logged with the peer and the reason; lockd serves on.
+  const std::string page = Scrape(addr);
+  REQUIRE(Metric(page, "rdmalock_lockd_handshakes_rejected_total{reason=\"auth_failed\"}") == 3);
+  REQUIRE(lockd.Log().find("rejected connection from " + ip) != std::string::npos);
+  REQUIRE(lockd.Log().find("authentication failed: the client brought no key") !=
+          std::string::npos);
+  REQUIRE(good->Lock("auth-after").ok());
+
+  // A client that has a key refuses a lockd that cannot prove it has one.
+  Lockd open_lockd(7651, 1024);
+  ClientOptions ko;
+  ko.server = ip;
+  ko.port = open_lockd.port();
+  ko.connect_timeout = 3s;
+  ko.auth_key = key;
+  auto distrust = Client::Connect(ko);
+  REQUIRE_FALSE(distrust.ok());
+  REQUIRE(distrust.status().message().find("does not authenticate clients") != std::string::npos);
+}
+
+TEST_CASE("allow_from: a peer outside the ranges is refused; lockd's own loopback is not") {
+  const std::string addr = "127.0.0.1:19482";
+  Lockd lockd(7652, 1024, 2000, 16, "",
+              {"--allow-from", "192.0.2.0/24", "--metrics-address", addr, "--test-no-wait"});
+  WaitForLog(lockd, "loopback through");  // recovery's own connection was let in
+  auto c = lockd.Connect();
+  REQUIRE_FALSE(c.ok());
+  REQUIRE(c.status().message().find("address not allowed") != std::string::npos);
+  REQUIRE(Metric(Scrape(addr),
+                 "rdmalock_lockd_handshakes_rejected_total{reason=\"not_allowed\"}") >= 1);
+  REQUIRE(lockd.Log().find("not in allow_from") != std::string::npos);
+  // The same lockd with our address in its list takes us.
+  Lockd allowing(7653, 1024, 2000, 16, "", {"--allow-from", RxeIp() + "/32"});
+  auto ok = allowing.Connect();
+  REQUIRE(ok.ok());
+}
+
+TEST_CASE("memory windows: a fenced client's rkeys fail with a remote access error on any QP") {
+  Lockd lockd(7654, 1024, 1000, 16);
+  REQUIRE(lockd.Log().find("memory windows per connection") != std::string::npos);
+  auto a = RawChannel(lockd, "fenced-to-be");
+  const proto::AcceptReply old = a->reply();
+  RemoteOp rd = RemoteOp::Read(RegionId::kLocks, 0, 8);
+  REQUIRE(a->Execute(rd).ok());
+  RemoteOp beat = RemoteOp::Write(RegionId::kSessions,
+                                  old.session_record_offset + proto::SessionRecord::kHeartbeat, 1);
+  REQUIRE(a->Execute(beat).ok());
+
+  // Another connection cannot use a live connection's rkeys: the windows are bound to a's QP.
+  auto b = RawChannel(lockd, "borrower");
+  b->UseRkeysOf(old);
+  RemoteOp rd_b = RemoteOp::Read(RegionId::kLocks, 0, 8);
+  const Status borrowed = b->Execute(rd_b);
+  INFO(borrowed.ToString());
+  REQUIRE_FALSE(borrowed.ok());
+  REQUIRE(borrowed.message().find("remote access error") != std::string::npos);
+
+  // A client's record window covers its own record only.
+  auto c = RawChannel(lockd, "neighbour");
+  const uint64_t own = c->reply().session_record_offset;
+  RemoteOp mine = RemoteOp::Write(RegionId::kSessions, own + proto::SessionRecord::kHeartbeat, 7);
+  REQUIRE(c->Execute(mine).ok());
+  RemoteOp theirs = RemoteOp::Write(
+      RegionId::kSessions, old.session_record_offset + proto::SessionRecord::kHeartbeat, 7);
+  const Status trespass = c->Execute(theirs);
+  REQUIRE_FALSE(trespass.ok());
+  REQUIRE(trespass.message().find("remote access error") != std::string::npos);
+
+  // a stops its heartbeat: lockd fences it (1 s) and frees its windows.
+  WaitForLog(lockd, "session " + std::to_string(old.session_id) + " ('fenced-to-be'");
+  REQUIRE_FALSE(a->Execute(rd).ok());
+  // Its rkeys on a brand-new connection of the same client: a remote access error.
+  auto again = RawChannel(lockd, "fenced-to-be");
+  again->UseRkeysOf(old);
+  RemoteOp rd_again = RemoteOp::Read(RegionId::kLocks, 0, 8);
+  const Status stale = again->Execute(rd_again);
+  INFO(stale.ToString());
+  REQUIRE_FALSE(stale.ok());
+  REQUIRE(stale.message().find("remote access error") != std::string::npos);
+  RemoteOp fa = RemoteOp::FetchAdd(RegionId::kLocks, 0, 1);
+  auto again2 = RawChannel(lockd, "fenced-to-be");
+  again2->UseRkeysOf(old);
+  REQUIRE(again2->Execute(fa).message().find("remote access error") != std::string::npos);
+
+  // lockd serves everyone else on.
+  REQUIRE(Alive(lockd.pid()));
+  auto client = MustConnect(lockd);
+  REQUIRE(client->Lock("after-fence").ok());
+
+  // Without memory windows (memory_windows: false) the same stale rkey still works on a new
+  // connection: what the windows close.
+  Lockd shared(7655, 1024, 1000, 16, "", {"--memory-windows", "false"});
+  auto s1 = RawChannel(shared, "shared-rkeys");
+  const proto::AcceptReply s_old = s1->reply();
+  s1.reset();
+  auto s2 = RawChannel(shared, "shared-rkeys");
+  s2->UseRkeysOf(s_old);
+  RemoteOp rd_s = RemoteOp::Read(RegionId::kLocks, 0, 8);
+  REQUIRE(s2->Execute(rd_s).ok());
+}
+
+TEST_CASE(
+    "hostile hellos: malformed, truncated, oversized and wrong-version messages are refused") {
+  const std::string addr = "127.0.0.1:19483";
+  Lockd lockd(7656, 1024, 2000, 16, "", {"--metrics-address", addr});
+  const std::string ip = RxeIp();
+  auto keep = MustConnect(lockd);
+  auto held = keep->Lock("hostile");
+  REQUIRE(held.ok());
+  proto::ConnectRequest req;
+  const auto bytes = req.Encode();
+  // Sends `msg` as the hello with immediate `imm`; returns lockd's refusal reason (kNone if it
+  // sent no refusal: the connection failed instead).
+  auto send_hello = [&](std::vector<uint8_t> msg, uint32_t imm) {
+    std::vector<uint8_t> reject, reply;
+    auto conn = rdma::ConnectRc(ip, lockd.port(), bytes, 3s, 4, 2048, &reject);
+    REQUIRE(conn.ok());
+    uint32_t kind = 0;
+    const Status st = rdma::ExchangeControl(conn->get(), msg, imm, 3s, &reply, &kind);
+    if (!st.ok()) return proto::RejectReason::kNone;
+    REQUIRE(kind == static_cast<uint32_t>(proto::ControlKind::kRefusal));
+    proto::RejectReply r;
+    REQUIRE(proto::RejectReply::Decode(reply, &r));
+    return r.reason;
+  };
+  const uint32_t kHello = static_cast<uint32_t>(proto::ControlKind::kHello);
+  proto::Hello h;
+  const auto good = h.Encode();
+  std::vector<uint8_t> v(good.begin(), good.end());
+  REQUIRE(send_hello(v, 12345) == proto::RejectReason::kBadHello);  // not a hello
+  REQUIRE(send_hello({v.begin(), v.begin() + 10}, kHello) == proto::RejectReason::kBadHello);
+  auto future = v;
+  future[proto::Hello::kVersion] = 9;
+  REQUIRE(send_hello(future, kHello) == proto::RejectReason::kBadVersion);
+  auto flags = v;
+  flags[proto::Hello::kFlags] = 0x80;
+  REQUIRE(send_hello(flags, kHello) == proto::RejectReason::kBadHello);
+  // Larger than lockd's receive buffer: the receive fails on lockd's side, the connection is
+  // dropped without a refusal.
+  REQUIRE(send_hello(std::vector<uint8_t>(1500, 0xab), kHello) == proto::RejectReason::kNone);
+  // An oversized connect request: rdma_cm itself refuses more than 56 bytes of private data.
+  std::vector<uint8_t> big(200, 0x11), reject;
+  auto over = rdma::ConnectRc(ip, lockd.port(), big, 3s, 4, proto::kControlMessageMax, &reject);
+  REQUIRE_FALSE(over.ok());
+
+  const std::string page = Scrape(addr);
+  REQUIRE(Metric(page, "rdmalock_lockd_handshakes_rejected_total{reason=\"bad_hello\"}") == 3);
+  REQUIRE(Metric(page, "rdmalock_lockd_handshakes_rejected_total{reason=\"bad_version\"}") == 1);
+  REQUIRE(lockd.Log().find("malformed hello") != std::string::npos);
+  REQUIRE(lockd.Log().find("hello receive failed") != std::string::npos);
+  // Nothing was lost: the holder still holds, lockd serves a new client.
+  REQUIRE(Alive(lockd.pid()));
+  REQUIRE(held->state() == LockState::kHeld);
+  REQUIRE(held->Release().ok());
+  auto fresh = MustConnect(lockd);
+  REQUIRE(fresh->Lock("hostile", {.timeout = 2000ms}).ok());
+}
+
+TEST_CASE("a client that writes garbage into its own session record hurts no one") {
+  Lockd lockd(7657, 1024, 1000, 16);
+  auto other = MustConnect(lockd);
+  auto held = other->Lock("victim");
+  REQUIRE(held.ok());
+  const uint64_t token = held->fencing_token();
+  auto vandal = RawChannel(lockd, "vandal");
+  const uint64_t rec = vandal->reply().session_record_offset;
+  std::mt19937_64 rng(20261129);
+  for (uint64_t off = 0; off < proto::kSessionRecordSize; off += 16) {
+    RemoteOp w = RemoteOp::Write16(RegionId::kSessions, rec + off, rng(), rng());
+    REQUIRE(vandal->Execute(w).ok());
+  }
+  // One byte past its record: outside its window.
+  RemoteOp past = RemoteOp::Write(RegionId::kSessions, rec + proto::kSessionRecordSize, 1);
+  REQUIRE(vandal->Execute(past).message().find("remote access error") != std::string::npos);
+  // lockd fences it (QP error or heartbeat) and reads its record: garbage, ignored.
+  WaitForLog(lockd, "unreadable entr");
+  REQUIRE(lockd.Log().find("'vandal'") != std::string::npos);
+  REQUIRE(Alive(lockd.pid()));
+  // The victim's lock and token are untouched; it releases normally; others lock on.
+  REQUIRE(held->state() == LockState::kHeld);
+  REQUIRE(held->fencing_token() == token);
+  REQUIRE(held->Release().ok());
+  auto next = MustConnect(lockd);
+  auto h2 = next->Lock("victim", {.timeout = 2000ms});
+  REQUIRE(h2.ok());
+  REQUIRE(h2->fencing_token() > token);
+}
+
+TEST_CASE(
+    "max_connections_per_session: threads past the limit get kResource; the session goes on") {
+  const std::string addr = "127.0.0.1:19484";
+  Lockd lockd(7658, 1024, 2000, 16, "",
+              {"--max-connections-per-session", "4", "--metrics-address", addr});
+  auto c = MustConnect(lockd);
+  std::atomic<int> ok{0}, limited{0}, other{0};
+  std::string other_error;
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 6; ++i) {
+    threads.emplace_back([&, i] {
+      auto h = c->Lock("limit-" + std::to_string(i), {.timeout = 5000ms});
+      if (h.ok()) {
+        ++ok;
+        if (!h->Release().ok()) ++other;  // (no REQUIRE off the test's thread)
+      } else if (h.status().code() == ErrorCode::kResource &&
+                 h.status().message().find("max_connections_per_session") != std::string::npos) {
+        ++limited;
+      } else {
+        std::lock_guard lk(mu);
+        other_error = h.status().ToString();
+        ++other;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  INFO(other_error);
+  REQUIRE(other == 0);
+  REQUIRE(ok >= 1);
+  REQUIRE(limited >= 1);
+  REQUIRE(ok + limited == 6);
+  // The session lives on: a thread that has a connection locks again; lockd counted the refusals.
+  REQUIRE(c->Lock("limit-after", {.timeout = 2000ms}).ok());
+  // (at least one refused attempt per limited thread)
+  REQUIRE(Metric(Scrape(addr),
+                 "rdmalock_lockd_handshakes_rejected_total{reason=\"too_many_connections\"}") >=
+          limited);
+  REQUIRE(c->Stats().sessions_lost == 0);
 }

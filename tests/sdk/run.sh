@@ -31,8 +31,14 @@ for f in "$build/lockd" "$build/lockctl" "$build/tests/c_api_test" "$build/librd
   [ -e "$f" ] || { echo "sdk: $f is missing: build first"; exit 1; }
 done
 
+# lockd requires a shared key: the C API, the Python module and lockctl find it through the
+# environment (RDMALOCK_AUTH_KEY_FILE), as a deployment's clients would.
+key=$work/lockd.key
+(umask 077 && "$build/lockctl" keygen >"$key") || { echo "sdk: lockctl keygen failed"; exit 1; }
+export RDMALOCK_AUTH_KEY_FILE=$key
 "$build/lockd" --address "$ip" --port "$port" --lock-count 1024 --lease-ms 2000 \
-  --state-dir "$work" --admin-socket "$sock" --metrics-address "" --log-level info >"$log" 2>&1 &
+  --state-dir "$work" --admin-socket "$sock" --metrics-address "" --log-level info \
+  --auth-key-file "$key" >"$log" 2>&1 &
 lockd_pid=$!
 i=0
 until $lockctl status >/dev/null 2>&1; do

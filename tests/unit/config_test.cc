@@ -115,16 +115,46 @@ TEST_CASE("ChangedKeys names what a reload would change, in file order") {
   REQUIRE(keys == std::vector<std::string>{"lease_ms", "admin_socket", "log_level"});
 }
 
-TEST_CASE("--print-config output parses back to the same configuration, whatever the strings") {
+TEST_CASE(
+    "lockd --print-config output parses back to the same configuration, whatever the strings") {
   rdmalock::lockd::Config c;
   c.state_dir = "/var/lib/odd \"dir\" \\ with: colon # and\nnewline\ttab";
   c.admin_socket = "";
   c.address = "192.0.2.1";
   c.metrics_address = "[::1]:9100";
+  c.auth_key_file = "/etc/rdmalock/lockd.key";
+  c.allow_from = {"10.0.0.0/8", "fd00::/8"};
+  c.memory_windows = false;
+  c.max_connections_per_session = 9;
   const auto again = ParseConfig(c.ToYaml(), "printed.yaml");
   INFO(c.ToYaml());
   REQUIRE(again.ok());
   REQUIRE(again->state_dir == c.state_dir);
   REQUIRE(again->admin_socket.empty());
   REQUIRE(rdmalock::lockd::ChangedKeys(c, *again).empty());
+}
+
+TEST_CASE("security keys: auth_key_file, allow_from, memory_windows, max_connections_per_session") {
+  auto c = ParseConfig(
+      "auth_key_file: /etc/rdmalock/lockd.key\nallow_from: [10.0.0.0/8, 192.0.2.7]\n"
+      "memory_windows: false\nmax_connections_per_session: 8\n",
+      "sec.yaml");
+  REQUIRE(c.ok());
+  REQUIRE(c->auth_key_file == "/etc/rdmalock/lockd.key");
+  REQUIRE(c->allow_from.size() == 2);
+  REQUIRE_FALSE(c->memory_windows);
+  REQUIRE(c->max_connections_per_session == 8);
+  auto d = ParseConfig("", "empty.yaml");
+  REQUIRE(d->memory_windows);
+  REQUIRE(d->auth_key_file.empty());
+  REQUIRE(d->allow_from.empty());
+
+  auto bad_range = ParseConfig("port: 1\nallow_from:\n  - 10.0.0.0/8\n  - 10.1.2.3/8\n", "r.yaml");
+  REQUIRE(bad_range.status().code() == ErrorCode::kConfig);
+  REQUIRE(bad_range.status().message().find("r.yaml:4: key 'allow_from'") != std::string::npos);
+  auto not_list = ParseConfig("allow_from: 10.0.0.0/8\n", "l.yaml");
+  REQUIRE(not_list.status().message().find("expected a list") != std::string::npos);
+  auto not_bool = ParseConfig("memory_windows: maybe\n", "b.yaml");
+  REQUIRE(not_bool.status().message().find("expected true or false") != std::string::npos);
+  REQUIRE_FALSE(ParseConfig("max_connections_per_session: 0\n", "m.yaml").ok());
 }

@@ -213,8 +213,11 @@ TEST_CASE("accept and reject replies round-trip within their limits") {
   a.locks = {0x7f0000001000ull, 16 << 20, 0xabcd};
   a.sessions = {0x7f0000002000ull, 4096, 0x1234};
   a.session_record_offset = 512;
+  a.record = {0x7f0000002200ull, 4096, 0x5678};
+  a.mac[0] = 0xee;
+  a.mac[31] = 0x11;
   const auto b = a.Encode();
-  REQUIRE(b.size() <= kMaxAcceptPrivateData);
+  REQUIRE(b.size() <= kControlMessageMax);
   AcceptReply out;
   REQUIRE(AcceptReply::Decode(b, &out));
   REQUIRE(out.epoch == 9);
@@ -223,6 +226,9 @@ TEST_CASE("accept and reject replies round-trip within their limits") {
   REQUIRE(out.locks.rkey == 0xabcd);
   REQUIRE(out.sessions.length == 4096);
   REQUIRE(out.session_record_offset == 512);
+  REQUIRE(out.record.rkey == 0x5678);
+  REQUIRE(out.record.addr == 0x7f0000002200ull);
+  REQUIRE(out.mac == a.mac);
   auto bad = b;
   bad[AcceptReply::kLength] = 0;
   REQUIRE_FALSE(AcceptReply::Decode(bad, &out));
@@ -251,4 +257,61 @@ TEST_CASE("info page round-trips") {
   REQUIRE(q.epoch == 3);
   REQUIRE(q.lock_count == 1000);
   REQUIRE(q.connected_clients == 12);
+}
+
+TEST_CASE("the challenge fits rdma_cm's accept and carries only a nonce and a flag") {
+  Challenge c;
+  c.flags = kChallengeAuthRequired;
+  c.nonce[0] = 1;
+  c.nonce[31] = 2;
+  const auto b = c.Encode();
+  REQUIRE(b.size() <= kMaxAcceptPrivateData);
+  std::vector<uint8_t> padded(b.begin(), b.end());
+  padded.resize(kMaxAcceptPrivateData, 0);  // as the client receives it
+  Challenge out;
+  REQUIRE(Challenge::Decode(padded, &out));
+  REQUIRE(out.flags == kChallengeAuthRequired);
+  REQUIRE(out.nonce == c.nonce);
+  auto old = padded;
+  old[Challenge::kVersion] = 2;  // a version-2 lockd's accept is not a challenge
+  REQUIRE_FALSE(Challenge::Decode(old, &out));
+}
+
+TEST_CASE("hellos: exact size, known flags, zero padding, this version") {
+  Hello h;
+  h.flags = kHelloHasProof;
+  h.nonce[5] = 9;
+  h.mac[7] = 3;
+  const auto b = h.Encode();
+  std::vector<uint8_t> v(b.begin(), b.end());
+  Hello out;
+  REQUIRE(Hello::Decode(v, &out) == RejectReason::kNone);
+  REQUIRE(out.nonce == h.nonce);
+  REQUIRE(out.mac == h.mac);
+  REQUIRE(Hello::Decode(std::vector<uint8_t>(v.begin(), v.end() - 1), &out) ==
+          RejectReason::kBadHello);
+  auto longer = v;
+  longer.push_back(0);
+  REQUIRE(Hello::Decode(longer, &out) == RejectReason::kBadHello);
+  auto magic = v;
+  magic[0] ^= 1;
+  REQUIRE(Hello::Decode(magic, &out) == RejectReason::kBadHello);
+  auto version = v;
+  version[Hello::kVersion] = 2;
+  REQUIRE(Hello::Decode(version, &out) == RejectReason::kBadVersion);
+  auto flags = v;
+  flags[Hello::kFlags] = 2;
+  REQUIRE(Hello::Decode(flags, &out) == RejectReason::kBadHello);
+  auto pad = v;
+  pad[12] = 1;
+  REQUIRE(Hello::Decode(pad, &out) == RejectReason::kBadHello);
+  REQUIRE(Hello::Decode({}, &out) == RejectReason::kBadHello);
+}
+
+TEST_CASE("every reject reason has a name and a metrics label") {
+  for (size_t r = 1; r < kRejectReasonCount; ++r) {
+    const auto reason = static_cast<RejectReason>(r);
+    REQUIRE(RejectReasonName(reason) != "unknown reason");
+    REQUIRE(RejectReasonLabel(reason) != "unknown");
+  }
 }

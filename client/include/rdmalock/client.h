@@ -50,6 +50,12 @@ struct ClientOptions {
   bool record_requests = true;
   // Reconnect by itself when the session ends. Off: calls fail with kConnection from then on.
   bool reconnect = true;
+  // The shared key of a lockd that authenticates clients (its auth_key_file). auth_key gives the
+  // bytes; auth_key_file names a file holding them (trailing whitespace is stripped). Both empty:
+  // the environment's RDMALOCK_AUTH_KEY, else the file RDMALOCK_AUTH_KEY_FILE names, else no key.
+  // With a key the client also checks that lockd proves it holds the same one.
+  std::string auth_key_file;
+  std::string auth_key;
 };
 
 struct LockOptions {

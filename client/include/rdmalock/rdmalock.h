@@ -88,6 +88,9 @@ typedef struct rdmalock_options {
   int auto_renew;      /* nonzero (default): renew held locks in the background every lease/3 */
   int record_requests; /* nonzero (default): lockd frees a dead client's locks at once */
   int reconnect;       /* nonzero (default): start a new session when the session ends */
+  /* A file holding the key of a lockd that authenticates clients (its auth_key_file). NULL: the
+   * environment's RDMALOCK_AUTH_KEY, else RDMALOCK_AUTH_KEY_FILE, else no key. */
+  const char* auth_key_file;
 } rdmalock_options_t;
 
 /* Fills *options with the defaults and sets struct_size. Call it before setting fields. */
@@ -101,7 +104,9 @@ RDMALOCK_C_EXPORT void rdmalock_options_init(rdmalock_options_t* options);
  *                     library does not know
  *   CONNECTION        nothing listens at server:port, or the connection failed
  *   RESOURCE          no RDMA device on this host, or out of QPs or memory
- *   REJECTED          lockd refused the handshake (version, too many clients, restart grace) */
+ *   REJECTED          lockd refused the handshake (version, too many clients, restart grace,
+ *                     authentication failed)
+ *   CONFIG            the auth key (file) cannot be read or is shorter than 16 bytes */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_connect(const rdmalock_options_t* options,
                                                      rdmalock_client_t** out);
 

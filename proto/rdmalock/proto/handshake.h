@@ -15,8 +15,10 @@ namespace rdmalock::proto {
 
 inline constexpr uint32_t kHandshakeMagic = 0x314b4c52;  // "RLK1" read little-endian
 // Version 2: sessions (join), heartbeats and request records; not compatible with version 1.
-inline constexpr uint16_t kProtocolVersion = 2;
-inline constexpr uint16_t kMinProtocolVersion = 2;
+// Version 3: lockd's accept carries a challenge, never an rkey; the rkeys (memory windows bound to
+// the connection's QP) travel in a Welcome SEND after the client's Hello proved the shared key.
+inline constexpr uint16_t kProtocolVersion = 3;
+inline constexpr uint16_t kMinProtocolVersion = 3;
 
 // rdma_cm limits (verified on rdma_rxe; the IB CM sets them): connect 56, accept 196, reject 148.
 inline constexpr size_t kMaxConnectPrivateData = 56;
@@ -40,7 +42,13 @@ enum class RejectReason : uint16_t {
   kGrace = 7,         // lockd restarted after an unclean stop; retry after retry_after_ms
   kBadSession = 8,    // join of a session that does not exist (any more) or a wrong join key
   kRateLimited = 9,   // too many connection attempts from this address; retry after retry_after_ms
+  kAuthFailed = 10,   // the Hello did not prove the shared key (or brought none)
+  kNotAllowed = 11,   // the peer address is outside lockd's allow_from
+  kBusy = 12,         // too many handshakes in progress; retry after retry_after_ms
+  kTooManyConnections = 13,  // the session has max_connections_per_session connections
+  kBadHello = 14,            // the Hello message is malformed
 };
+inline constexpr size_t kRejectReasonCount = 15;
 
 inline std::string_view RejectReasonName(RejectReason r) {
   switch (r) {
@@ -64,6 +72,16 @@ inline std::string_view RejectReasonName(RejectReason r) {
       return "no such session to join (it ended)";
     case RejectReason::kRateLimited:
       return "too many connection attempts from this address (max_connects_per_second)";
+    case RejectReason::kAuthFailed:
+      return "authentication failed";
+    case RejectReason::kNotAllowed:
+      return "address not allowed (allow_from)";
+    case RejectReason::kBusy:
+      return "too many handshakes in progress";
+    case RejectReason::kTooManyConnections:
+      return "session has too many connections (max_connections_per_session)";
+    case RejectReason::kBadHello:
+      return "malformed hello";
   }
   return "unknown reason";
 }
@@ -91,6 +109,16 @@ inline std::string_view RejectReasonLabel(RejectReason r) {
       return "bad_session";
     case RejectReason::kRateLimited:
       return "rate_limited";
+    case RejectReason::kAuthFailed:
+      return "auth_failed";
+    case RejectReason::kNotAllowed:
+      return "not_allowed";
+    case RejectReason::kBusy:
+      return "busy";
+    case RejectReason::kTooManyConnections:
+      return "too_many_connections";
+    case RejectReason::kBadHello:
+      return "bad_hello";
   }
   return "unknown";
 }
@@ -149,6 +177,88 @@ struct ConnectRequest {
 };
 static_assert(ConnectRequest::kSize <= kMaxConnectPrivateData);
 
+// lockd's accept private data (version 3): a fresh nonce for this connection, and whether lockd
+// requires proof of the shared key. It carries no rkey: those come in the Welcome.
+inline constexpr uint32_t kChallengeAuthRequired = 1;
+struct Challenge {
+  static constexpr size_t kMagic = 0, kVersion = 4, kLength = 6, kFlags = 8, kNonce = 16;
+  static constexpr size_t kNonceSize = 32;
+  static constexpr size_t kSize = kNonce + kNonceSize;
+
+  uint16_t version = kProtocolVersion;
+  uint32_t flags = 0;
+  std::array<uint8_t, kNonceSize> nonce{};
+
+  std::array<uint8_t, kSize> Encode() const {
+    std::array<uint8_t, kSize> b{};
+    PutLe(b, kMagic, kHandshakeMagic, 4);
+    PutLe(b, kVersion, version, 2);
+    PutLe(b, kLength, kSize, 2);
+    PutLe(b, kFlags, flags, 4);
+    std::memcpy(b.data() + kNonce, nonce.data(), nonce.size());
+    return b;
+  }
+  static bool Decode(std::span<const uint8_t> data, Challenge* out) {
+    if (data.size() < kSize || GetLe(data, kMagic, 4) != kHandshakeMagic) return false;
+    if (GetLe(data, kLength, 2) != kSize) return false;
+    out->version = static_cast<uint16_t>(GetLe(data, kVersion, 2));
+    if (out->version < kMinProtocolVersion || out->version > kProtocolVersion) return false;
+    out->flags = static_cast<uint32_t>(GetLe(data, kFlags, 4));
+    std::memcpy(out->nonce.data(), data.data() + kNonce, out->nonce.size());
+    return true;
+  }
+};
+static_assert(Challenge::kSize <= kMaxAcceptPrivateData);
+
+// Messages after the rdma_cm handshake travel as SEND with immediate data naming their kind, into
+// a receive buffer of kControlMessageMax bytes.
+inline constexpr size_t kControlMessageMax = 256;
+enum class ControlKind : uint32_t {
+  kHello = 0x52484c4f,
+  kWelcome = 0x5257454c,
+  kRefusal = 0x52524546
+};
+
+// The client's first SEND: its nonce and, where lockd requires it, the HMAC-SHA256 over lockd's
+// nonce, its own nonce and the 56 bytes of its connect request (see common auth.h).
+inline constexpr uint32_t kHelloHasProof = 1;
+struct Hello {
+  static constexpr size_t kMagic = 0, kVersion = 4, kLength = 6, kFlags = 8, kNonce = 16, kMac = 48;
+  static constexpr size_t kSize = 80;
+
+  uint16_t version = kProtocolVersion;
+  uint32_t flags = 0;
+  std::array<uint8_t, 32> nonce{};
+  std::array<uint8_t, 32> mac{};
+
+  std::array<uint8_t, kSize> Encode() const {
+    std::array<uint8_t, kSize> b{};
+    PutLe(b, kMagic, kHandshakeMagic, 4);
+    PutLe(b, kVersion, version, 2);
+    PutLe(b, kLength, kSize, 2);
+    PutLe(b, kFlags, flags, 4);
+    std::memcpy(b.data() + kNonce, nonce.data(), nonce.size());
+    std::memcpy(b.data() + kMac, mac.data(), mac.size());
+    return b;
+  }
+  // Exactly kSize bytes, lockd's version, known flags, zero padding; kNone on success.
+  static RejectReason Decode(std::span<const uint8_t> data, Hello* out) {
+    if (data.size() != kSize) return RejectReason::kBadHello;
+    if (GetLe(data, kMagic, 4) != kHandshakeMagic) return RejectReason::kBadHello;
+    if (GetLe(data, kLength, 2) != kSize) return RejectReason::kBadHello;
+    const auto version = static_cast<uint16_t>(GetLe(data, kVersion, 2));
+    if (version < kMinProtocolVersion || version > kProtocolVersion)
+      return RejectReason::kBadVersion;
+    const auto flags = static_cast<uint32_t>(GetLe(data, kFlags, 4));
+    if ((flags & ~kHelloHasProof) != 0 || GetLe(data, 12, 4) != 0) return RejectReason::kBadHello;
+    out->version = version;
+    out->flags = flags;
+    std::memcpy(out->nonce.data(), data.data() + kNonce, out->nonce.size());
+    std::memcpy(out->mac.data(), data.data() + kMac, out->mac.size());
+    return RejectReason::kNone;
+  }
+};
+
 struct RegionDesc {
   uint64_t addr = 0;
   uint64_t length = 0;
@@ -161,9 +271,9 @@ struct AcceptReply {
                           kSessionRecordSize = 44, kInfo = 48, kLocks = 72, kSessions = 96,
                           kSessionRecordOffset = 120, kMaxSessions = 128,
                           kHeartbeatIntervalNs = 136, kHeartbeatTimeoutNs = 144, kJoinKey = 152,
-                          kRecordEntries = 160, kReserved = 164;
+                          kRecordEntries = 160, kReserved = 164, kRecord = 168, kMac = 192;
   static constexpr size_t kRegionDescSize = 24;
-  static constexpr size_t kSize = 168;
+  static constexpr size_t kSize = 224;
 
   uint16_t version = kProtocolVersion;
   uint64_t epoch = 0;
@@ -172,13 +282,19 @@ struct AcceptReply {
   uint64_t lock_count = 0;
   uint32_t stall_factor = 0;
   uint32_t session_record_size = 0;
-  RegionDesc info, locks, sessions;
+  // info: READ. locks: READ and atomics. sessions: READ of the whole table. record: READ and WRITE
+  // of this client's own record (an address inside `sessions`). With memory windows every rkey
+  // is valid only on the QP the reply came over.
+  RegionDesc info, locks, sessions, record;
   uint64_t session_record_offset = 0;  // this client's record inside the session table
   uint64_t max_sessions = 0;
   uint64_t heartbeat_interval_ns = 0;  // how often the client writes its heartbeat
   uint64_t heartbeat_timeout_ns = 0;   // lockd fences a session whose heartbeat stops this long
   uint64_t join_key = 0;               // what further connections of this session present
   uint32_t record_entries = 0;         // request entries in the session record
+  // HMAC-SHA256 by which lockd proves it knows the shared key (zero without authentication); it
+  // covers bytes [0, kMac) of this message. Encode writes it as given.
+  std::array<uint8_t, 32> mac{};
 
   std::array<uint8_t, kSize> Encode() const {
     std::array<uint8_t, kSize> b{};
@@ -200,6 +316,8 @@ struct AcceptReply {
     PutLe(b, kHeartbeatTimeoutNs, heartbeat_timeout_ns, 8);
     PutLe(b, kJoinKey, join_key, 8);
     PutLe(b, kRecordEntries, record_entries, 4);
+    PutRegion(b, kRecord, record);
+    std::memcpy(b.data() + kMac, mac.data(), mac.size());
     return b;
   }
 
@@ -226,6 +344,8 @@ struct AcceptReply {
     out->heartbeat_timeout_ns = GetLe(data, kHeartbeatTimeoutNs, 8);
     out->join_key = GetLe(data, kJoinKey, 8);
     out->record_entries = static_cast<uint32_t>(GetLe(data, kRecordEntries, 4));
+    out->record = GetRegion(data, kRecord);
+    std::memcpy(out->mac.data(), data.data() + kMac, out->mac.size());
     return true;
   }
 
@@ -241,8 +361,7 @@ struct AcceptReply {
                       static_cast<uint32_t>(GetLe(b, off + 16, 4))};
   }
 };
-static_assert(AcceptReply::kReserved + 4 == AcceptReply::kSize);
-static_assert(AcceptReply::kSize <= kMaxAcceptPrivateData);
+static_assert(AcceptReply::kMac + 32 == AcceptReply::kSize);
 
 struct RejectReply {
   static constexpr size_t kMagic = 0, kVersion = 4, kLength = 6, kReason = 8, kMinVersion = 10,
@@ -280,5 +399,7 @@ struct RejectReply {
 };
 static_assert(RejectReply::kRetryAfterMs + 4 == RejectReply::kSize);
 static_assert(RejectReply::kSize <= kMaxRejectPrivateData);
+static_assert(AcceptReply::kSize <= kControlMessageMax &&
+              RejectReply::kSize <= kControlMessageMax && Hello::kSize <= kControlMessageMax);
 
 }  // namespace rdmalock::proto

@@ -1,0 +1,29 @@
+// lockd's allow-list: address ranges (CIDR) a client connection may come from.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "rdmalock/status.h"
+
+namespace rdmalock::lockd {
+
+struct Cidr {
+  int family = 0;                  // AF_INET or AF_INET6
+  std::array<uint8_t, 16> addr{};  // network byte order; IPv4 in the first 4 bytes
+  uint32_t prefix = 0;             // bits that must match
+
+  // "10.0.0.0/8", "192.0.2.7" (a /32), "fd00::/8", "::1" (a /128). Host bits must be zero.
+  static Result<Cidr> Parse(const std::string& text);
+  std::string ToString() const;
+};
+
+// True if `sa` is inside one of `ranges` (an IPv4-mapped IPv6 peer matches IPv4 ranges). An
+// empty list allows every address.
+bool AddressAllowed(const std::vector<Cidr>& ranges, const sockaddr* sa);
+
+}  // namespace rdmalock::lockd

@@ -1,0 +1,118 @@
+#include "auth.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <string>
+
+#include "acl.h"
+
+using rdmalock::ErrorCode;
+namespace auth = rdmalock::auth;
+using rdmalock::lockd::AddressAllowed;
+using rdmalock::lockd::Cidr;
+
+namespace {
+
+std::string WriteKey(const std::string& content, mode_t mode) {
+  char path[] = "/tmp/rdmalock-key-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()));
+  REQUIRE(fchmod(fd, mode) == 0);
+  close(fd);
+  return path;
+}
+
+sockaddr_storage V4(const char* ip) {
+  sockaddr_storage ss{};
+  auto* in = reinterpret_cast<sockaddr_in*>(&ss);
+  in->sin_family = AF_INET;
+  REQUIRE(inet_pton(AF_INET, ip, &in->sin_addr) == 1);
+  return ss;
+}
+
+sockaddr_storage V6(const char* ip) {
+  sockaddr_storage ss{};
+  auto* in = reinterpret_cast<sockaddr_in6*>(&ss);
+  in->sin6_family = AF_INET6;
+  REQUIRE(inet_pton(AF_INET6, ip, &in->sin6_addr) == 1);
+  return ss;
+}
+
+const sockaddr* Sa(const sockaddr_storage& ss) { return reinterpret_cast<const sockaddr*>(&ss); }
+
+}  // namespace
+
+TEST_CASE("key files: private, long enough, trailing newline stripped") {
+  const std::string key = "0123456789abcdef0123456789abcdef";
+  const std::string ok = WriteKey(key + "\n", 0600);
+  auto k = auth::LoadKeyFile(ok, true);
+  REQUIRE(k.ok());
+  REQUIRE(*k == key);
+
+  const std::string open_to_all = WriteKey(key, 0644);
+  auto refused = auth::LoadKeyFile(open_to_all, true);
+  REQUIRE(refused.status().code() == ErrorCode::kConfig);
+  REQUIRE(refused.status().message().find("mode 0644") != std::string::npos);
+  REQUIRE(auth::LoadKeyFile(open_to_all, false).ok());  // a client's copy may be shared
+
+  const std::string short_key = WriteKey("tooshort\n", 0600);
+  REQUIRE(auth::LoadKeyFile(short_key, true).status().message().find("at least 16") !=
+          std::string::npos);
+  REQUIRE(auth::LoadKeyFile("/nonexistent/key", true).status().message().find("cannot open") !=
+          std::string::npos);
+  unlink(ok.c_str());
+  unlink(open_to_all.c_str());
+  unlink(short_key.c_str());
+}
+
+TEST_CASE("proofs depend on the key, both nonces and the request; keys and nonces are fresh") {
+  const std::string key = "0123456789abcdef0123456789abcdef";
+  const auto n1 = auth::NewNonce(), n2 = auth::NewNonce();
+  REQUIRE(n1 != n2);
+  const std::array<uint8_t, 4> req{1, 2, 3, 4}, req2{1, 2, 3, 5};
+  const auto mac = auth::HelloMac(key, n1, n2, req);
+  REQUIRE(auth::MacEqual(mac, auth::HelloMac(key, n1, n2, req)));
+  REQUIRE_FALSE(auth::MacEqual(mac, auth::HelloMac(key + "x", n1, n2, req)));
+  REQUIRE_FALSE(auth::MacEqual(mac, auth::HelloMac(key, n2, n1, req)));
+  REQUIRE_FALSE(auth::MacEqual(mac, auth::HelloMac(key, n1, n2, req2)));
+  // The welcome's proof uses another label: a hello's MAC is never a valid welcome MAC.
+  REQUIRE_FALSE(auth::MacEqual(mac, auth::WelcomeMac(key, n1, n2, req)));
+  const std::string a = auth::NewKeyHex(), b = auth::NewKeyHex();
+  REQUIRE(a.size() == 64);
+  REQUIRE(a != b);
+  REQUIRE(a.find_first_not_of("0123456789abcdef") == std::string::npos);
+}
+
+TEST_CASE("allow_from ranges: parsing, IPv4, IPv6 and IPv4-mapped peers") {
+  REQUIRE(Cidr::Parse("10.0.0.0/8").ok());
+  REQUIRE(Cidr::Parse("192.0.2.7")->prefix == 32);
+  REQUIRE(Cidr::Parse("fd00::/8").ok());
+  REQUIRE(Cidr::Parse("::1")->prefix == 128);
+  REQUIRE(Cidr::Parse("0.0.0.0/0").ok());
+  for (const char* bad : {"10.0.0.0/33", "10.0.0.0/", "10.0.0.0/x", "host.example", "",
+                          "fd00::/129", "10.0.0.0/-1"}) {
+    INFO(bad);
+    REQUIRE(Cidr::Parse(bad).status().code() == ErrorCode::kConfig);
+  }
+  auto host_bits = Cidr::Parse("10.1.2.3/8");
+  REQUIRE(host_bits.status().message().find("10.0.0.0/8") != std::string::npos);
+
+  std::vector<Cidr> ranges = {*Cidr::Parse("10.0.0.0/8"), *Cidr::Parse("192.0.2.128/25"),
+                              *Cidr::Parse("fd00::/8")};
+  REQUIRE(AddressAllowed(ranges, Sa(V4("10.200.1.1"))));
+  REQUIRE_FALSE(AddressAllowed(ranges, Sa(V4("11.0.0.1"))));
+  REQUIRE(AddressAllowed(ranges, Sa(V4("192.0.2.200"))));
+  REQUIRE_FALSE(AddressAllowed(ranges, Sa(V4("192.0.2.127"))));
+  REQUIRE(AddressAllowed(ranges, Sa(V6("fd12::1"))));
+  REQUIRE_FALSE(AddressAllowed(ranges, Sa(V6("fe80::1"))));
+  REQUIRE(AddressAllowed(ranges, Sa(V6("::ffff:10.1.1.1"))));  // IPv4-mapped
+  REQUIRE_FALSE(AddressAllowed(ranges, Sa(V6("::ffff:11.1.1.1"))));
+  REQUIRE(AddressAllowed({}, Sa(V4("203.0.113.9"))));  // no list: anyone
+  REQUIRE_FALSE(AddressAllowed(ranges, nullptr));
+}
