@@ -127,6 +127,63 @@ sleep 3
 rss1=$(rss_kb)
 wait "$spid"
 
+# Memory windows (the default) against shared rkeys (memory_windows: false), a second lockd in the
+# same boot; the two are measured alternately, four rounds of 3 s each, so that drift hits both
+# alike; the table gives the median of the rounds.
+section "memory windows vs shared rkeys"
+port2=7472
+"$bin/lockd" --address 0.0.0.0 --port "$port2" --state-dir "$state/shared" --memory-windows false \
+  --admin-socket "" --metrics-address "" --log-level warn 2>"$state/lockd-shared.log" &
+lockd2_pid=$!
+trap 'kill -TERM $lockd_pid $lockd2_pid 2>/dev/null; wait $lockd_pid $lockd2_pid 2>/dev/null' EXIT
+for _ in $(seq 1 100); do
+  "$bin/lockctl" --server "$ip" --port "$port2" --connect-timeout-ms 500 status >/dev/null 2>&1 && break
+  sleep 0.1
+done
+connect_ms() {  # port -> mean ms of 20 `lockctl status` runs (process start, handshake, one READ)
+  local t0 t1
+  t0=$(date +%s%N)
+  for _ in $(seq 1 20); do "$bin/lockctl" --server "$ip" --port "$1" status >/dev/null; done
+  t1=$(date +%s%N)
+  awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f\n", (b - a) / 20 / 1e6 }'
+}
+rounds="1 2 3 4"
+for r in $rounds; do
+  for mode in mw shared; do
+    p=$port
+    [ "$mode" = shared ] && p=$port2
+    "$bin/lockctl" --server "$ip" --port "$p" --json bench --threads 1 --locks 10000 --duration 3 \
+      >"$out/$mode-unc-$r.json"
+    "$bin/lockctl" --server "$ip" --port "$p" --json bench --threads 8 --locks 10000 --duration 3 \
+      >"$out/$mode-tput-$r.json"
+    connect_ms "$p" >"$out/$mode-connect-$r.txt"
+  done
+done
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+rounds_of() {  # prefix key [pct] -> one value per round, a line each
+  local r
+  for r in $rounds; do
+    if [ $# = 3 ]; then json_p "$out/$1-$r.json" "$2" "$3"; else json "$out/$1-$r.json" "$2"; fi
+  done
+}
+mw_unc=$(rounds_of mw-unc pair_us p50 | median)
+sh_unc=$(rounds_of shared-unc pair_us p50 | median)
+mw_acq=$(rounds_of mw-unc acquire_us p50 | median)
+sh_acq=$(rounds_of shared-unc acquire_us p50 | median)
+mw_tput=$(rounds_of mw-tput pairs_per_s | median)
+sh_tput=$(rounds_of shared-tput pairs_per_s | median)
+mw_conn=$(cat "$out"/mw-connect-*.txt | median)
+sh_conn=$(cat "$out"/shared-connect-*.txt | median)
+# Every round, for the spread.
+{
+  echo "memory windows vs shared rkeys, round by round (uncontended pair p50 us; 8-thread pairs/s):"
+  for r in $rounds; do
+    printf '  round %s: windows %s us, %s/s; shared %s us, %s/s\n' "$r" \
+      "$(json_p "$out/mw-unc-$r.json" pair_us p50)" "$(json "$out/mw-tput-$r.json" pairs_per_s)" \
+      "$(json_p "$out/shared-unc-$r.json" pair_us p50)" "$(json "$out/shared-tput-$r.json" pairs_per_s)"
+  done
+} >"$out/windows-rounds.txt"
+
 # ---- the table
 u=$out/uncontended.1.json
 n=$out/uncontended-norec.1.json
@@ -189,7 +246,14 @@ cpu_pct_window() { awk '{ printf "%.2f", ($6 > 0) ? 100 * $5 / $6 : 0 }' "$out/$
   awk -v a="$rss0" -v b="$rss1" 'BEGIN {
     printf "%-58s %12.1f %12s %8s %s\n", "lockd memory growth per connection, KiB (256 sessions)",
       (b - a) / 256, "", "", "< 64" }'
+  printf '%-58s %12s %12s %8s\n' "memory windows (rdmalock) vs shared rkeys (raw column)" \
+    "windows" "shared" "ratio"
+  row "  uncontended pair p50 us (median of 4 alternating runs)" "$mw_unc" "$sh_unc" "~1.0"
+  row "  uncontended acquire p50 us" "$mw_acq" "$sh_acq" "~1.0"
+  row "  throughput 8 threads, pairs/s" "$mw_tput" "$sh_tput" "~1.0"
+  row "  lockctl status incl. connect, ms each (median of 4 x 20)" "$mw_conn" "$sh_conn" ""
 } | tee "$out/table.txt"
+cat "$out/windows-rounds.txt"
 
 {
   printf '{"raw":{"fa_median_us":%s,"fa_p99_us":%s,"read8_median_us":%s,"atomic_bw_mpps":%s},' \
