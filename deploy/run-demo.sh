@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: builds rdmalock and runs lockd plus clients on Soft-RoCE (rdma_rxe), natively
-# where this kernel has RDMA, else inside the Soft-RoCE VM. It shows lockctl status, a lock held by
-# one process as seen from another, and benchmark figures next to the raw verbs latency
+# where this kernel has RDMA, else inside the Soft-RoCE VM. It shows lockctl status, a client
+# without lockd's key refused, a lock held by one process as seen from another, and benchmark figures next to the raw verbs latency
 # (ib_atomic_lat) measured in the same boot.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -36,12 +36,22 @@ wait "$srv" 2>/dev/null || true
 grep -E '^ *#bytes|^ *8 ' "$state/atomic_lat.txt" || { cat "$state/atomic_lat.txt"; exit 1; }
 raw_typical=$(awk '$1 == 8 && NF >= 5 { print $5; exit }' "$state/atomic_lat.txt")
 
-section "start lockd (1,048,576 locks)"
-start_lockd "$state/lockd.log" --lock-count 1048576 --state-dir "$state"
+section "start lockd (1,048,576 locks; clients must prove a shared key)"
+(umask 077 && "$bin/lockctl" keygen >"$state/lockd.key")
+export RDMALOCK_AUTH_KEY_FILE=$state/lockd.key  # every client below finds the key here
+start_lockd "$state/lockd.log" --lock-count 1048576 --state-dir "$state" \
+  --auth-key-file "$state/lockd.key"
 sed 's/^/  lockd: /' "$state/lockd.log"
 
 section "lockctl status"
 lockctl status
+
+section "authentication: a client without the key gets no rkey"
+set +e
+env -u RDMALOCK_AUTH_KEY_FILE "$bin/lockctl" --server "$ip" --port "$port" status 2>&1 |
+  sed 's/^/  [no key] /'
+set -e
+grep 'rejected connection from' "$state/lockd.log" | tail -1 | sed 's/^/  lockd: /'
 
 section "a lock held by one process, seen from another"
 lockctl acquire demo/orders -- sh -c 'echo "  [holder] running with $RDMALOCK_NAME (slot $RDMALOCK_SLOT, token $RDMALOCK_TOKEN)"; sleep 3' &

@@ -6,6 +6,7 @@
 #   in-container.sh ADDRESS
 set -u
 addr=$1
+export RDMALOCK_AUTH_KEY_FILE=/etc/rdmalock/lockd.key  # nspawn.sh configured lockd with it
 result=/var/log/rdmalock-pkg-test.result
 exec >/var/log/rdmalock-pkg-test.log 2>&1
 

@@ -23,6 +23,13 @@ if ! mountpoint -q /sys/fs/cgroup; then
 fi
 
 sed -i "s/^address: .*/address: $RXE_IP/" "$tree/etc/rdmalock/lockd.yaml"
+# The secure deployment of docs/security.md: a key made by the packaged lockctl, mode 0600, named
+# in the conffile; clients in the container find it through RDMALOCK_AUTH_KEY_FILE.
+chroot "$tree" sh -c 'umask 077 && lockctl keygen >/etc/rdmalock/lockd.key' ||
+  fail "lockctl keygen in the tree failed"
+sed -i 's|^auth_key_file: .*|auth_key_file: /etc/rdmalock/lockd.key|' "$tree/etc/rdmalock/lockd.yaml"
+grep -qx 'auth_key_file: /etc/rdmalock/lockd.key' "$tree/etc/rdmalock/lockd.yaml" ||
+  fail "could not set auth_key_file in lockd.yaml"
 unit=$tree/etc/systemd/system/rdmalock-pkg-test.service
 cat >"$unit" <<UNIT
 [Unit]
