@@ -50,6 +50,9 @@ timeout 360 systemd-nspawn --quiet --register=no --keep-unit --directory="$tree"
   --bind=/dev/infiniband --bind-ro="$here:/rdmalock-test" --console=read-only \
   >"$tree/var/log/nspawn.log" 2>&1 </dev/null || rc=$?
 rm -f "$unit" "$tree/etc/systemd/system/multi-user.target.wants/rdmalock-pkg-test.service"
+# The key is the test's (an admin's file, not the package's): gone again, so that removing the
+# package finds /etc/rdmalock as the package left it.
+rm -f "$tree/etc/rdmalock/lockd.key"
 result=$(cat "$tree/var/log/rdmalock-pkg-test.result" 2>/dev/null || true)
 if [ -f "$tree/var/log/rdmalock-pkg-test.log" ]; then
   sed 's/^/  /' "$tree/var/log/rdmalock-pkg-test.log"

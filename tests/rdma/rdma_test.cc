@@ -1553,7 +1553,10 @@ class HalfOpenClient {
     rdma_conn_param p{};
     p.private_data = bytes.data();
     p.private_data_len = static_cast<uint8_t>(bytes.size());
-    p.qp_num = 0x4242;  // no QP behind it
+    // No QP behind it. Distinct numbers: the CM refuses a second request from the same QPN
+    // as a stale connection.
+    static std::atomic<uint32_t> next_qpn{0x4242};
+    p.qp_num = next_qpn++;
     p.responder_resources = 1;
     p.initiator_depth = 1;
     p.retry_count = 7;
@@ -1986,4 +1989,33 @@ TEST_CASE(
                  "rdmalock_lockd_handshakes_rejected_total{reason=\"too_many_connections\"}") >=
           limited);
   REQUIRE(c->Stats().sessions_lost == 0);
+}
+
+TEST_CASE("128 handshakes in progress: the next is refused busy; lockd serves on and recovers") {
+  const std::string addr = "127.0.0.1:19485";
+  Lockd lockd(7659, 1024, 2000, /*max_clients=*/200, "",
+              {"--max-connects-per-second", "0", "--metrics-address", addr});
+  auto existing = MustConnect(lockd);
+  std::vector<std::unique_ptr<HalfOpenClient>> stalled;
+  for (int i = 0; i < 128; ++i) stalled.push_back(std::make_unique<HalfOpenClient>(RxeIp(), 7659));
+  ClientOptions quick;
+  quick.server = RxeIp();
+  quick.port = lockd.port();
+  quick.connect_timeout = 300ms;
+  auto refused = Client::Connect(quick);
+  REQUIRE_FALSE(refused.ok());
+  INFO(refused.status().ToString());
+  REQUIRE(refused.status().message().find("too many handshakes in progress") != std::string::npos);
+  REQUIRE(Metric(Scrape(addr), "rdmalock_lockd_handshakes_rejected_total{reason=\"busy\"}") >= 1);
+  // The admitted client is not affected.
+  for (int i = 0; i < 20; ++i) REQUIRE(existing->Lock("busy-" + std::to_string(i)).ok());
+  // After the establish timeout lockd drops them all, and new clients get in again.
+  const auto end = std::chrono::steady_clock::now() + 20s;
+  for (;;) {
+    auto c = lockd.Connect();
+    if (c.ok()) break;
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(200ms);
+  }
+  REQUIRE(Alive(lockd.pid()));
 }
