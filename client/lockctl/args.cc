@@ -84,6 +84,53 @@ bool ParseClientConfig(const std::string& text, const std::string& path, bool ha
   return true;
 }
 
+bool ParseClusterMap(const std::string& text, const std::string& path, rdmalock::ClusterMap* out) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    std::cerr << "lockctl: " << path << ":" << e.mark.line + 1 << ": " << e.msg << "\n";
+    return false;
+  }
+  auto bad = [&](const YAML::Node& n, const std::string& why) {
+    std::cerr << "lockctl: " << path << ":" << n.Mark().line + 1 << ": " << why << "\n";
+    return false;
+  };
+  if (!root.IsMap() || !root["shards"] || !root["shards"].IsSequence()) {
+    return bad(root, "expected 'shards:', a list of {name, server, port}");
+  }
+  out->shards.clear();
+  for (const auto& item : root["shards"]) {
+    if (!item.IsMap()) return bad(item, "a shard must be a map of name, server, port");
+    rdmalock::ShardSpec s;
+    for (const auto& kv : item) {
+      const std::string key = kv.first.as<std::string>("");
+      if (!kv.second.IsScalar()) return bad(kv.first, "key '" + key + "': expected a value");
+      const std::string v = kv.second.Scalar();
+      if (key == "name") {
+        s.name = v;
+      } else if (key == "server") {
+        s.server = v;
+      } else if (key == "port") {
+        char* end = nullptr;
+        const long n = std::strtol(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || n < 1 || n > 65535) {
+          return bad(kv.first, "key 'port': '" + v + "' is not a port (1..65535)");
+        }
+        s.port = static_cast<uint16_t>(n);
+      } else {
+        return bad(kv.first, "key '" + key + "': unknown (known: name, server, port)");
+      }
+    }
+    out->shards.push_back(s);
+  }
+  if (const rdmalock::Status st = out->Validate(); !st.ok()) {
+    std::cerr << "lockctl: " << path << ": " << st.message() << "\n";
+    return false;
+  }
+  return true;
+}
+
 int ParseArgs(int argc, char** argv, Args* args) {
   CLI::App app{
       "lockctl: inspect and use an rdmalock lock server.\n"
@@ -100,6 +147,10 @@ int ParseArgs(int argc, char** argv, Args* args) {
   app.add_option("--connect-timeout-ms", c.connect_timeout_ms, "connect timeout")
       ->check(CLI::PositiveNumber);
   app.add_flag("--json", c.json, "print JSON");
+  app.add_option("--cluster", c.cluster_file,
+                 "cluster map (YAML: shards: [{name, server, port}]); a command's lock name "
+                 "picks the shard by rendezvous hashing, or --shard names one");
+  app.add_option("--shard", c.shard, "with --cluster: the shard to talk to, by name");
   app.add_option("--auth-key-file", c.auth_key_file,
                  "file with lockd's shared key (default: $RDMALOCK_AUTH_KEY, "
                  "$RDMALOCK_AUTH_KEY_FILE, then 'auth_key_file' in client.yaml)");

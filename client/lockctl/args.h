@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "rdmalock/cluster.h"
 
 namespace lockctl {
 
@@ -29,6 +30,9 @@ struct Common {
   bool json = false;
   bool record_requests = true;
   std::string auth_key_file;  // --auth-key-file
+  // --cluster FILE: a cluster map; the command's lock name (route_name, set from the command's
+  // arguments) or --shard picks the lockd.
+  std::string cluster_file, shard, route_name;
 };
 
 // Where lockctl finds lockd: --server, else $RDMALOCK_SERVER, else the client config file
@@ -44,6 +48,10 @@ struct Target {
 };
 
 enum class Command { kStatus, kClients, kInspect, kRelease, kAcquire, kTop, kBench, kKeygen };
+
+// Reads a cluster map (YAML: `shards:` a list of {name, server, port}); on error prints it (file,
+// line, key) and returns false.
+bool ParseClusterMap(const std::string& text, const std::string& path, rdmalock::ClusterMap* out);
 
 // Everything the command line says.
 struct Args {

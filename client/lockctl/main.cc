@@ -23,7 +23,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -51,6 +53,44 @@ Target TargetOf(const Common& c) {
   Target t;
   t.port = c.port;
   t.auth_key_file = c.auth_key_file;
+  if (!c.cluster_file.empty()) {
+    std::ifstream in(c.cluster_file);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    rdmalock::ClusterMap map;
+    if (!in) {
+      std::cerr << "lockctl: cannot read cluster map " << c.cluster_file << "\n";
+      t.usage_error = true;
+      return t;
+    }
+    if (!lockctl::ParseClusterMap(ss.str(), c.cluster_file, &map)) {
+      t.usage_error = true;
+      return t;
+    }
+    size_t shard = map.shards.size();
+    if (!c.shard.empty()) {
+      for (size_t i = 0; i < map.shards.size(); ++i) {
+        if (map.shards[i].name == c.shard) shard = i;
+      }
+      if (shard == map.shards.size()) {
+        std::cerr << "lockctl: no shard '" << c.shard << "' in " << c.cluster_file << "\n";
+        t.usage_error = true;
+        return t;
+      }
+    } else if (!c.route_name.empty()) {
+      shard = rdmalock::ShardForName(map, c.route_name);
+    } else {
+      std::cerr << "lockctl: with --cluster, this command needs --shard NAME\n";
+      t.usage_error = true;
+      return t;
+    }
+    t.server = map.shards[shard].server;
+    t.port = map.shards[shard].port;
+    t.source = c.cluster_file + ", shard " + map.shards[shard].name;
+    const std::string path = ClientConfigPath();
+    if (!ReadClientConfig(path, true, true, c.timeout_given, &t)) t.usage_error = true;
+    return t;
+  }
   t.connect_timeout_ms = c.connect_timeout_ms;
   if (!c.server.empty()) {
     t.server = c.server, t.source = "--server";
@@ -598,6 +638,11 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
 int main(int argc, char** argv) {
   lockctl::Args a;
   if (const int rc = lockctl::ParseArgs(argc, argv, &a); rc >= 0) return rc;
+  // With --cluster, the lock a command is about picks the shard.
+  if (a.command == lockctl::Command::kAcquire) a.common.route_name = a.acq_name;
+  if (a.command == lockctl::Command::kInspect && a.inspect_slot < 0) {
+    a.common.route_name = a.inspect_name;
+  }
   const Common& c = a.common;
   switch (a.command) {
     case lockctl::Command::kStatus:

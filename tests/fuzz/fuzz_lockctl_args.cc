@@ -55,6 +55,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Check(t.connect_timeout_ms >= 1 && t.connect_timeout_ms <= 3600000);
       Check(t.server.empty() == t.source.empty());
     }
+    // The same bytes as a cluster map: what parses is a valid map with a shard for any name.
+    rdmalock::ClusterMap map;
+    if (lockctl::ParseClusterMap(rest, "cluster.yaml", &map)) {
+      Check(map.Validate().ok());
+      Check(rdmalock::ShardForName(map, rest) < map.shards.size());
+    }
   }
   return 0;
 }

@@ -1,0 +1,70 @@
+// A sharded lock space: many lockds (shards) behind one client. A lock name picks its shard by
+// rendezvous hashing, then its slot inside that shard as with one lockd (SlotForName). The client
+// keeps one session per shard it uses, opened on first use.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rdmalock/client.h"
+#include "rdmalock/export.h"
+#include "rdmalock/status.h"
+
+namespace rdmalock {
+
+// One shard: its name (what the hash uses: renaming a shard moves its locks) and its lockd.
+struct ShardSpec {
+  std::string name;
+  std::string server;
+  uint16_t port = 7471;
+};
+
+// The cluster map: every shard, in any order (the hash does not depend on the order).
+struct RDMALOCK_EXPORT ClusterMap {
+  std::vector<ShardSpec> shards;
+  // Names unique and non-empty, servers non-empty, at least one shard.
+  Status Validate() const;
+};
+
+// The index in `map.shards` of the shard that owns `name`: the shard with the highest
+// XXH3-64(lock name, seed XXH3-64(shard name)). Adding or removing a shard moves only the
+// names that shard gains or loses (about 1/n of them).
+RDMALOCK_EXPORT size_t ShardForName(const ClusterMap& map, std::string_view name);
+
+class RDMALOCK_EXPORT ClusterClient {
+ public:
+  // Checks the map; connects to no shard yet. `options.server` and `.port` are ignored (each
+  // shard's come from the map); everything else applies to every shard's session.
+  static Result<std::unique_ptr<ClusterClient>> Connect(const ClusterMap& map,
+                                                        const ClientOptions& options);
+  ~ClusterClient();
+  ClusterClient(const ClusterClient&) = delete;
+  ClusterClient& operator=(const ClusterClient&) = delete;
+
+  Result<LockHandle> Lock(std::string_view name, const LockOptions& options = {});
+  Result<LockHandle> TryLock(std::string_view name, LockMode mode = LockMode::kExclusive);
+  // A set of locks across shards, all or none. Shards are taken one after another in the map's
+  // order of shard names, each shard's part with Client::LockMany (ascending slots when it must
+  // wait), so two sets never deadlock: every client follows one global order, (shard name,
+  // slot). On failure no lock of the set is held. The handles come back grouped by shard in
+  // that order.
+  Result<std::vector<LockHandle>> LockMany(std::span<const LockRequest> requests,
+                                           const LockOptions& options = {});
+
+  size_t ShardOf(std::string_view name) const;
+  const ClusterMap& map() const;
+  // The session with one shard, connected on first use (kConnection if it cannot be reached).
+  Result<Client*> Shard(size_t index);
+
+  class Impl;
+
+ private:
+  explicit ClusterClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rdmalock

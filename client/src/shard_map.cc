@@ -1,0 +1,42 @@
+// The cluster map and rendezvous hashing: no RDMA, so host unit tests compile it on its own.
+#include <xxhash.h>
+
+#include <set>
+
+#include "rdmalock/cluster.h"
+
+namespace rdmalock {
+
+Status ClusterMap::Validate() const {
+  if (shards.empty()) return Error(ErrorCode::kInvalidArgument, "the cluster map has no shard");
+  std::set<std::string> names;
+  for (const ShardSpec& s : shards) {
+    if (s.name.empty()) return Error(ErrorCode::kInvalidArgument, "a shard has no name");
+    if (s.server.empty()) {
+      return Error(ErrorCode::kInvalidArgument, "shard '" + s.name + "' has no server");
+    }
+    if (!names.insert(s.name).second) {
+      return Error(ErrorCode::kInvalidArgument, "shard name '" + s.name + "' appears twice");
+    }
+  }
+  return Status::Ok();
+}
+
+size_t ShardForName(const ClusterMap& map, std::string_view name) {
+  size_t best = 0;
+  uint64_t best_score = 0;
+  for (size_t i = 0; i < map.shards.size(); ++i) {
+    const auto& shard = map.shards[i].name;
+    const uint64_t score =
+        XXH3_64bits_withSeed(name.data(), name.size(), XXH3_64bits(shard.data(), shard.size()));
+    // Ties (astronomically rare) go to the smaller shard name, so every client agrees.
+    if (i == 0 || score > best_score ||
+        (score == best_score && map.shards[i].name < map.shards[best].name)) {
+      best = i;
+      best_score = score;
+    }
+  }
+  return best;
+}
+
+}  // namespace rdmalock

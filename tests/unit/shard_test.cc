@@ -1,0 +1,61 @@
+#include <catch2/catch.hpp>
+#include <map>
+#include <string>
+
+#include "rdmalock/cluster.h"
+
+using rdmalock::ClusterMap;
+using rdmalock::ErrorCode;
+using rdmalock::ShardForName;
+
+namespace {
+
+ClusterMap Map(std::initializer_list<const char*> names) {
+  ClusterMap m;
+  for (const char* n : names) m.shards.push_back({n, "192.0.2.1", 7471});
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("cluster maps: at least one shard, names unique and set, servers set") {
+  REQUIRE(Map({"a", "b"}).Validate().ok());
+  REQUIRE(Map({}).Validate().code() == ErrorCode::kInvalidArgument);
+  REQUIRE(Map({"a", "a"}).Validate().message().find("appears twice") != std::string::npos);
+  REQUIRE(Map({""}).Validate().message().find("no name") != std::string::npos);
+  ClusterMap no_server = Map({"a"});
+  no_server.shards[0].server.clear();
+  REQUIRE(no_server.Validate().message().find("no server") != std::string::npos);
+}
+
+TEST_CASE("rendezvous hashing: even spread, order-free, and a new shard moves only its own") {
+  const ClusterMap two = Map({"shard-a", "shard-b"});
+  const ClusterMap two_swapped = Map({"shard-b", "shard-a"});
+  const ClusterMap three = Map({"shard-a", "shard-b", "shard-c"});
+  std::map<std::string, int> count2, count3;
+  int moved = 0, moved_elsewhere = 0;
+  const int n = 30000;
+  for (int i = 0; i < n; ++i) {
+    const std::string name = "orders/" + std::to_string(i);
+    const std::string s2 = two.shards[ShardForName(two, name)].name;
+    // The map's order does not matter, only the shard names.
+    REQUIRE(two_swapped.shards[ShardForName(two_swapped, name)].name == s2);
+    const std::string s3 = three.shards[ShardForName(three, name)].name;
+    ++count2[s2];
+    ++count3[s3];
+    if (s3 != s2) {
+      ++moved;
+      if (s3 != "shard-c") ++moved_elsewhere;
+    }
+  }
+  // Even within a few percent (binomial sd at n/2 is under 1%).
+  REQUIRE(count2["shard-a"] > n * 0.47);
+  REQUIRE(count2["shard-b"] > n * 0.47);
+  for (const char* s : {"shard-a", "shard-b", "shard-c"}) REQUIRE(count3[s] > n * 0.30);
+  // Adding a third shard moves about a third of the names, all of them to the new shard.
+  REQUIRE(moved_elsewhere == 0);
+  REQUIRE(moved > n * 0.30);
+  REQUIRE(moved < n * 0.37);
+  // One shard: everything there.
+  REQUIRE(ShardForName(Map({"only"}), "anything") == 0);
+}
