@@ -38,15 +38,25 @@ bool ReadClientConfig(const std::string& path, bool have_server, bool have_port,
   return ParseClientConfig(ss.str(), path, have_server, have_port, have_timeout, t);
 }
 
-bool ParseClientConfig(const std::string& text, const std::string& path, bool have_server,
-                       bool have_port, bool have_timeout, Target* t) {
-  YAML::Node root;
+namespace {
+
+// Parses YAML text; a syntax error is printed with the file and line.
+bool LoadYaml(const std::string& text, const std::string& path, YAML::Node* root) {
   try {
-    root = YAML::Load(text);
+    *root = YAML::Load(text);
+    return true;
   } catch (const YAML::Exception& e) {
     std::cerr << "lockctl: " << path << ":" << e.mark.line + 1 << ": " << e.msg << "\n";
     return false;
   }
+}
+
+}  // namespace
+
+bool ParseClientConfig(const std::string& text, const std::string& path, bool have_server,
+                       bool have_port, bool have_timeout, Target* t) {
+  YAML::Node root;
+  if (!LoadYaml(text, path, &root)) return false;
   if (root.IsNull()) return true;
   if (!root.IsMap()) {
     std::cerr << "lockctl: " << path << ": expected a map of keys (server, port, "
@@ -86,12 +96,7 @@ bool ParseClientConfig(const std::string& text, const std::string& path, bool ha
 
 bool ParseClusterMap(const std::string& text, const std::string& path, rdmalock::ClusterMap* out) {
   YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    std::cerr << "lockctl: " << path << ":" << e.mark.line + 1 << ": " << e.msg << "\n";
-    return false;
-  }
+  if (!LoadYaml(text, path, &root)) return false;
   auto bad = [&](const YAML::Node& n, const std::string& why) {
     std::cerr << "lockctl: " << path << ":" << n.Mark().line + 1 << ": " << why << "\n";
     return false;

@@ -31,6 +31,14 @@ inline constexpr uint32_t kFlagLoopback = 1;  // lockd's own connection to itsel
 // join key from the session's accept reply. It shares the session's record and fate.
 inline constexpr uint32_t kFlagJoin = 2;
 
+// Every handshake message starts with the magic (u32 at 0), its version (u16 at 4) and its own
+// length (u16 at 6).
+inline void PutHeader(std::span<uint8_t> b, uint16_t version, size_t size) {
+  PutLe(b, 0, kHandshakeMagic, 4);
+  PutLe(b, 4, version, 2);
+  PutLe(b, 6, size, 2);
+}
+
 enum class RejectReason : uint16_t {
   kNone = 0,
   kBadMagic = 1,      // not an rdmalock client
@@ -137,9 +145,7 @@ struct ConnectRequest {
 
   std::array<uint8_t, kSize> Encode() const {
     std::array<uint8_t, kSize> b{};
-    PutLe(b, kMagic, kHandshakeMagic, 4);
-    PutLe(b, kVersion, version, 2);
-    PutLe(b, kLength, kSize, 2);
+    PutHeader(b, version, kSize);
     PutLe(b, kFlags, flags, 4);
     PutLe(b, kPid, pid, 4);
     PutText(b, kClientName, kClientNameLen, client_name);
@@ -191,9 +197,7 @@ struct Challenge {
 
   std::array<uint8_t, kSize> Encode() const {
     std::array<uint8_t, kSize> b{};
-    PutLe(b, kMagic, kHandshakeMagic, 4);
-    PutLe(b, kVersion, version, 2);
-    PutLe(b, kLength, kSize, 2);
+    PutHeader(b, version, kSize);
     PutLe(b, kFlags, flags, 4);
     std::memcpy(b.data() + kNonce, nonce.data(), nonce.size());
     return b;
@@ -233,9 +237,7 @@ struct Hello {
 
   std::array<uint8_t, kSize> Encode() const {
     std::array<uint8_t, kSize> b{};
-    PutLe(b, kMagic, kHandshakeMagic, 4);
-    PutLe(b, kVersion, version, 2);
-    PutLe(b, kLength, kSize, 2);
+    PutHeader(b, version, kSize);
     PutLe(b, kFlags, flags, 4);
     std::memcpy(b.data() + kNonce, nonce.data(), nonce.size());
     std::memcpy(b.data() + kMac, mac.data(), mac.size());
@@ -298,9 +300,7 @@ struct AcceptReply {
 
   std::array<uint8_t, kSize> Encode() const {
     std::array<uint8_t, kSize> b{};
-    PutLe(b, kMagic, kHandshakeMagic, 4);
-    PutLe(b, kVersion, version, 2);
-    PutLe(b, kLength, kSize, 2);
+    PutHeader(b, version, kSize);
     PutLe(b, kEpoch, epoch, 8);
     PutLe(b, kSessionId, session_id, 8);
     PutLe(b, kLeaseNs, lease_ns, 8);
@@ -376,9 +376,7 @@ struct RejectReply {
 
   std::array<uint8_t, kSize> Encode() const {
     std::array<uint8_t, kSize> b{};
-    PutLe(b, kMagic, kHandshakeMagic, 4);
-    PutLe(b, kVersion, kProtocolVersion, 2);
-    PutLe(b, kLength, kSize, 2);
+    PutHeader(b, kProtocolVersion, kSize);
     PutLe(b, kReason, static_cast<uint16_t>(reason), 2);
     PutLe(b, kMinVersion, min_version, 2);
     PutLe(b, kMaxVersion, max_version, 2);
