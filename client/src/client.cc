@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -909,8 +908,7 @@ Result<std::string> ResolveAuthKey(const ClientOptions& o) {
   }
   if (!o.auth_key_file.empty()) return auth::LoadKeyFile(o.auth_key_file, false);
   if (const char* k = std::getenv("RDMALOCK_AUTH_KEY"); k != nullptr && *k != '\0') {
-    std::string key(k);
-    while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
+    const std::string key = auth::TrimKey(k);
     RDMALOCK_RETURN_IF_ERROR(auth::CheckKey(key, "RDMALOCK_AUTH_KEY"));
     return key;
   }

@@ -84,12 +84,9 @@ Result<std::vector<LockHandle>> ClusterClient::LockMany(std::span<const LockRequ
       const auto used = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
       o.timeout = std::max(std::chrono::milliseconds(0), *options.timeout - used);
     }
-    Result<std::vector<LockHandle>> part = Error(ErrorCode::kInternal, "unset");
-    if (auto c = impl_->Shard(i); c.ok()) {
-      part = (*c)->LockMany(by_shard[i], o);
-    } else {
-      part = c.status();
-    }
+    auto c = impl_->Shard(i);
+    auto part =
+        c.ok() ? (*c)->LockMany(by_shard[i], o) : Result<std::vector<LockHandle>>(c.status());
     if (!part.ok()) {
       for (LockHandle& h : held) (void)h.Release();  // all or none
       return part.status();

@@ -81,11 +81,16 @@ Result<std::string> LoadKeyFile(const std::string& path, bool require_private) {
     got += static_cast<size_t>(n);
   }
   close(fd);
+  key = TrimKey(std::move(key));
+  if (Status st = CheckKey(key, "auth key file " + path); !st.ok()) return st;
+  return key;
+}
+
+std::string TrimKey(std::string key) {
   while (!key.empty() &&
          (key.back() == '\n' || key.back() == '\r' || key.back() == ' ' || key.back() == '\t')) {
     key.pop_back();
   }
-  if (Status st = CheckKey(key, "auth key file " + path); !st.ok()) return st;
   return key;
 }
 

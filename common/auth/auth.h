@@ -28,6 +28,8 @@ inline constexpr size_t kMinKeyBytes = 16;
 Result<std::string> LoadKeyFile(const std::string& path, bool require_private);
 // Checks a key given directly (the environment): at least kMinKeyBytes.
 Status CheckKey(const std::string& key, const std::string& origin);
+// A key as written in a file or the environment: trailing whitespace (a newline) is not part of it.
+std::string TrimKey(std::string key);
 
 // A fresh random nonce (libsodium's randombytes).
 Nonce NewNonce();
