@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -9,6 +10,7 @@
 #include <sstream>
 
 #include "acl.h"
+#include "etcd.h"
 #include "metrics.h"
 #include "rdmalock/proto/layout.h"
 
@@ -110,6 +112,41 @@ Status Validate(const Config& c) {
                                          ") must be at least twice heartbeat_interval_ms (" +
                                          std::to_string(c.heartbeat_interval_ms) + ")");
   }
+  if (c.cluster_mode()) {
+    for (const auto& e : c.etcd_endpoints) {
+      RDMALOCK_RETURN_IF_ERROR(etcd::ParseEndpoint(e).status().WithContext("etcd_endpoints"));
+    }
+    auto name_ok = [](const std::string& n) {
+      if (n.empty() || n.size() > 64) return false;
+      for (const char ch : n) {
+        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') {
+          return false;
+        }
+      }
+      return true;
+    };
+    if (c.shard.empty()) {
+      return Error(ErrorCode::kConfig,
+                   "etcd_endpoints is set but shard is not: name the shard this lockd serves");
+    }
+    if (!name_ok(c.shard) || !name_ok(c.cluster)) {
+      return Error(ErrorCode::kConfig, "shard '" + c.shard + "' and cluster '" + c.cluster +
+                                           "' must be 1-64 letters, digits, '-', '_' or '.'");
+    }
+    std::string host;
+    uint16_t port = 0;
+    if (c.advertise_address.empty()) {
+      if (c.address == "0.0.0.0" || c.address == "::" || c.address.empty()) {
+        return Error(ErrorCode::kConfig,
+                     "in cluster mode clients must be told where to connect: set "
+                     "advertise_address (HOST:PORT) or a real address (not " +
+                         c.address + ")");
+      }
+    } else {
+      RDMALOCK_RETURN_IF_ERROR(
+          ParseHostPort(c.advertise_address, &host, &port).WithContext("advertise_address"));
+    }
+  }
   if (c.restart_grace_ms != 0 && c.restart_grace_ms < c.lease_ms) {
     return Error(ErrorCode::kConfig, "restart_grace_ms (" + std::to_string(c.restart_grace_ms) +
                                          ") must be 0 (one lease) or at least lease_ms (" +
@@ -195,6 +232,35 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
         st = ReadBool(origin, key, v, &c.memory_windows);
       } else if (key == "max_connections_per_session") {
         st = ReadUnsigned(origin, key, v, 1, 65536, &c.max_connections_per_session);
+      } else if (key == "etcd_endpoints") {
+        c.etcd_endpoints.clear();
+        if (v.IsNull()) {
+        } else if (!v.IsSequence()) {
+          st = Error(ErrorCode::kConfig, Where(origin, v, key) +
+                                             ": expected a list of etcd endpoints, e.g. "
+                                             "[http://10.0.0.1:2379, http://10.0.0.2:2379]");
+        } else {
+          for (const auto& item : v) {
+            std::string e;
+            st = ReadString(origin, key, item, &e);
+            if (st.ok()) {
+              if (auto ep = etcd::ParseEndpoint(e); !ep.ok()) {
+                st = Error(ErrorCode::kConfig,
+                           Where(origin, item, key) + ": " + ep.status().message());
+              }
+            }
+            if (!st.ok()) break;
+            c.etcd_endpoints.push_back(e);
+          }
+        }
+      } else if (key == "cluster") {
+        st = ReadString(origin, key, v, &c.cluster);
+      } else if (key == "shard") {
+        st = ReadString(origin, key, v, &c.shard);
+      } else if (key == "advertise_address") {
+        st = ReadString(origin, key, v, &c.advertise_address);
+      } else if (key == "etcd_lease_ttl_s") {
+        st = ReadUnsigned(origin, key, v, 2, 600, &c.etcd_lease_ttl_s);
       } else if (key == "state_dir") {
         st = ReadString(origin, key, v, &c.state_dir);
       } else if (key == "log_level") {
@@ -268,13 +334,28 @@ std::string Config::ToYaml() const {
   for (size_t i = 0; i < allow_from.size(); ++i) o << (i ? ", " : "") << Quoted(allow_from[i]);
   o << "]\n"
     << "memory_windows: " << (memory_windows ? "true" : "false") << "\n"
-    << "max_connections_per_session: " << max_connections_per_session << "\n";
+    << "max_connections_per_session: " << max_connections_per_session << "\n"
+    << "etcd_endpoints: [";
+  for (size_t i = 0; i < etcd_endpoints.size(); ++i) {
+    o << (i ? ", " : "") << Quoted(etcd_endpoints[i]);
+  }
+  o << "]\n"
+    << "cluster: " << Quoted(cluster) << "\n"
+    << "shard: " << Quoted(shard) << "\n"
+    << "advertise_address: " << Quoted(advertise_address) << "\n"
+    << "etcd_lease_ttl_s: " << etcd_lease_ttl_s << "\n";
   return o.str();
 }
 
 }  // namespace rdmalock::lockd
 
 namespace rdmalock::lockd {
+
+std::string Config::Advertised() const {
+  if (!advertise_address.empty()) return advertise_address;
+  if (address.find(':') != std::string::npos) return "[" + address + "]:" + std::to_string(port);
+  return address + ":" + std::to_string(port);
+}
 
 std::vector<std::string> ChangedKeys(const Config& a, const Config& b) {
   std::vector<std::string> out;
@@ -299,6 +380,11 @@ std::vector<std::string> ChangedKeys(const Config& a, const Config& b) {
   cmp("allow_from", a.allow_from, b.allow_from);
   cmp("memory_windows", a.memory_windows, b.memory_windows);
   cmp("max_connections_per_session", a.max_connections_per_session, b.max_connections_per_session);
+  cmp("etcd_endpoints", a.etcd_endpoints, b.etcd_endpoints);
+  cmp("cluster", a.cluster, b.cluster);
+  cmp("shard", a.shard, b.shard);
+  cmp("advertise_address", a.advertise_address, b.advertise_address);
+  cmp("etcd_lease_ttl_s", a.etcd_lease_ttl_s, b.etcd_lease_ttl_s);
   return out;
 }
 

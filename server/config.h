@@ -2,6 +2,7 @@
 // and bad values are errors that name the file, the line and the key.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,10 +43,31 @@ struct Config {
   // outstanding READs/atomics (the NIC enforces that), so this bounds a session's requests.
   uint32_t max_connections_per_session = 256;
 
+  // Cluster mode (docs/operations.md, "Failover with etcd"): with etcd endpoints, lockd serves
+  // only while it is its shard's primary in etcd, and campaigns for that with a standby of the
+  // same shard. Without, lockd serves alone (the default).
+  std::vector<std::string> etcd_endpoints;  // http://HOST:PORT, any number of etcd members
+  std::string cluster = "default";          // the etcd key prefix: /rdmalock/<cluster>/
+  std::string shard;                        // this lockd's shard (required with etcd_endpoints)
+  // What clients are told to connect to, HOST:PORT; "" means address:port (address must then be
+  // a real address, not 0.0.0.0).
+  std::string advertise_address;
+  // The TTL of lockd's lease in etcd: a dead primary is detected within it, and a primary cut
+  // off from etcd stops serving before it ends. etcd raises TTLs under 2 s to 2 s.
+  uint32_t etcd_lease_ttl_s = 5;
+
   // The effective configuration as YAML, every key included.
   std::string ToYaml() const;
   // The restart grace period in effect (restart_grace_ms, or one lease when 0).
   uint64_t GraceMs() const { return restart_grace_ms == 0 ? lease_ms : restart_grace_ms; }
+  bool cluster_mode() const { return !etcd_endpoints.empty(); }
+  // The grace period a new primary waits before it serves: a client lease plus the old
+  // primary's etcd lease, at least (restart_grace_ms if that is longer).
+  uint64_t TakeoverGraceMs() const {
+    return std::max<uint64_t>(GraceMs(), lease_ms + uint64_t{etcd_lease_ttl_s} * 1000);
+  }
+  // advertise_address, or address:port.
+  std::string Advertised() const;
 };
 
 // Parses YAML text; `origin` names the file in messages.

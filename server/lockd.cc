@@ -225,6 +225,7 @@ struct Server::Impl {
   std::unique_ptr<VerbsMemory> loopback;  // the recovery thread's once it runs
   std::thread rec_thread;
   bool stopped_with_clients = false;
+  std::chrono::steady_clock::time_point fenced_at{};
   SteadyClock::time_point next_qp_check;
   std::chrono::system_clock::time_point started_wall = std::chrono::system_clock::now();
 
@@ -1678,15 +1679,16 @@ Status Server::Run() {
     }
   }
   // Shutdown: stop taking connections, fence every QP (to ERR), disconnect, then destroy in order.
+  // Every client's QP to the error state first: from then on no client's RDMA reaches the
+  // regions (in cluster mode this is the fence a lost primary must finish before its deadline).
+  for (auto& [id, c] : m.conns) c->id.FenceQp();
+  m.fenced_at = std::chrono::steady_clock::now();
   spdlog::info("shutting down: disconnecting {} client(s)", m.connected.load());
   m.stopped_with_clients = m.connected.load() > 0;
   m.StopRecovery();
   m.listener.Reset();
   m.loopback.reset();
-  for (auto& [id, c] : m.conns) {
-    c->id.FenceQp();
-    (void)rdma_disconnect(id);
-  }
+  for (auto& [id, c] : m.conns) (void)rdma_disconnect(id);
   for (auto& d : m.devices) {  // drain: reap the handshakes' flushed work requests
     ibv_wc wc[16];
     while (ibv_poll_cq(d->cq.get(), 16, wc) > 0) {
@@ -1699,6 +1701,7 @@ Status Server::Run() {
 }
 
 bool Server::stopped_with_clients() const { return impl_->stopped_with_clients; }
+std::chrono::steady_clock::time_point Server::fenced_at() const { return impl_->fenced_at; }
 
 Status Server::ProbeLoopback(std::chrono::milliseconds timeout) {
   Impl& m = *impl_;

@@ -36,6 +36,8 @@ class Server {
   uint16_t port() const;
   // After Run(): whether clients were connected when it stopped (their leases may still run).
   bool stopped_with_clients() const;
+  // After Run(): when every client's QP was moved to the error state.
+  std::chrono::steady_clock::time_point fenced_at() const;
   // Sessions connected now (lockd's own loopback excluded).
   uint64_t connected_clients() const;
 

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "auth.h"
+#include "campaign.h"
 #include "config.h"
 #include "lockd.h"
 
@@ -73,6 +74,133 @@ void Reload(const std::string& path, Config* running, const Config& overrides_ap
   (void)sd_notify(0, "READY=1\nSTATUS=serving");
 }
 
+int64_t MonoNs(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+// Cluster mode: campaigns for the shard's primary in etcd; serves while primary (after the
+// takeover grace); stops serving, fencing every client, a margin before its etcd lease could
+// expire; campaigns again. The main thread handles signals meanwhile.
+int RunCluster(const Config& config, sigset_t signals, const std::string& config_path,
+               const Config& from_file, const std::string& log_level) {
+  using rdmalock::lockd::Campaign;
+  using rdmalock::lockd::Server;
+  auto campaign = Campaign::Create(config);
+  if (!campaign.ok()) return Fail(campaign.status());
+  std::atomic<bool> stop{false};
+  int rc = 0;
+  Config running = config;
+  std::thread worker([&] {
+    auto fatal = [&](const rdmalock::Status& st) {
+      rc = Fail(st);
+      stop.store(true);
+      kill(getpid(), SIGTERM);  // wake main
+    };
+    while (!stop.load()) {
+      auto epoch = (*campaign)->Win(stop);
+      if (!epoch.ok()) continue;  // stopped
+      Config c = config;
+      c.restart_grace_ms = config.TakeoverGraceMs();
+      spdlog::info(
+          "primary of shard {} (epoch {}), advertised as {}; serving after the takeover grace of "
+          "{} ms (lease {} ms + etcd lease {} s) [won_mono_ns={}]",
+          config.shard, *epoch, config.Advertised(), c.restart_grace_ms, config.lease_ms,
+          config.etcd_lease_ttl_s, MonoNs(std::chrono::steady_clock::now()));
+      // The lease is kept by a thread of its own from here on: creating the server and probing
+      // its loopback can take a while, and the deadline does not wait. When the lease is lost,
+      // that thread stops the server itself, so the fence does not wait for this one either.
+      std::atomic<bool> lost{false}, done{false};
+      std::atomic<Server*> live{nullptr};
+      std::thread holder([&] {
+        while (!done.load() && !stop.load()) {
+          if (!(*campaign)->Hold(done)) {
+            lost.store(true);
+            if (Server* s = live.load(); s != nullptr) s->RequestStop();
+            return;
+          }
+        }
+      });
+      auto server = Server::Create(c, *epoch, /*unclean_start=*/true);
+      if (!server.ok()) {
+        done.store(true);
+        holder.join();
+        (*campaign)->Resign();
+        fatal(server.status());
+        return;
+      }
+      rdmalock::Status loop_status;
+      std::atomic<bool> loop_done{false};
+      std::thread loop([&] {
+        loop_status = (*server)->Run();
+        loop_done.store(true);
+      });
+      live.store(server->get());
+      if (lost.load()) (*server)->RequestStop();  // lost before `live` was set
+      if (auto st = (*server)->ProbeLoopback(std::chrono::seconds(10)); !st.ok() && !lost.load()) {
+        (*server)->RequestStop();
+        loop.join();
+        done.store(true);
+        holder.join();
+        (*campaign)->Resign();
+        fatal(st);
+        return;
+      }
+      (void)sd_notifyf(0, "STATUS=primary of shard %s, epoch %llu", config.shard.c_str(),
+                       static_cast<unsigned long long>(*epoch));
+      // The fence point is watched here too: the holder may be stuck in a request to etcd.
+      bool deadline_hit = false;
+      while (!stop.load() && !loop_done.load() && !lost.load()) {
+        if (std::chrono::steady_clock::now() >= (*campaign)->fence_at()) {
+          deadline_hit = true;
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      (*server)->RequestStop();
+      loop.join();
+      const auto fenced = (*server)->fenced_at();
+      done.store(true);
+      holder.join();
+      live.store(nullptr);
+      server->reset();
+      if (lost.load() || deadline_hit) {
+        const auto deadline = (*campaign)->deadline();
+        spdlog::warn(
+            "no longer primary of shard {}: {}; stopped serving (every client's QP in the error "
+            "state) {} ms before the lease deadline [fenced_mono_ns={} deadline_mono_ns={}]",
+            config.shard,
+            lost.load() ? (*campaign)->why_lost()
+                        : std::string("the etcd lease was not refreshed in time"),
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - fenced).count(),
+            MonoNs(fenced), MonoNs(deadline));
+        (void)sd_notifyf(0, "STATUS=standby for shard %s (lost the primary)", config.shard.c_str());
+        continue;
+      }
+      (*campaign)->Resign();
+      if (!loop_status.ok()) fatal(loop_status);
+      return;
+    }
+  });
+  (void)sd_notifyf(0, "READY=1\nSTATUS=campaigning for shard %s", config.shard.c_str());
+  while (!stop.load()) {
+    int sig = 0;
+    if (sigwait(&signals, &sig) != 0) continue;
+    if (sig == SIGHUP) {
+      Reload(config_path, &running, from_file, log_level);
+      continue;
+    }
+    if (!stop.load()) {
+      spdlog::info("received {}, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    }
+    break;
+  }
+  (void)sd_notify(0, "STOPPING=1\nSTATUS=stopping");
+  stop.store(true);
+  worker.join();
+  if (rc == 0) spdlog::info("stopped cleanly");
+  return rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -87,6 +215,9 @@ int main(int argc, char** argv) {
   std::string admin_socket, metrics_address, auth_key_file, memory_windows;
   std::vector<std::string> allow_from;
   int64_t max_conns_per_session = -1;
+  std::vector<std::string> etcd_endpoints;
+  std::string cluster, shard, advertise;
+  int64_t etcd_ttl = -1;
   app.add_option("-c,--config", config_path, "YAML config file (default: none, all defaults)");
   app.add_flag("--check-config", check_config, "validate the config and exit (0 if valid)");
   app.add_flag("--print-config", print_config, "print the effective config and exit");
@@ -119,6 +250,14 @@ int main(int argc, char** argv) {
   app.add_option("--max-connections-per-session", max_conns_per_session,
                  "override max_connections_per_session")
       ->check(CLI::Range(1, 65536));
+  app.add_option("--etcd", etcd_endpoints,
+                 "override etcd_endpoints: cluster mode, http://HOST:PORT (repeatable)");
+  app.add_option("--cluster", cluster, "override cluster (the etcd key prefix)");
+  app.add_option("--shard", shard, "override shard (this lockd's shard in cluster mode)");
+  app.add_option("--advertise-address", advertise,
+                 "override advertise_address (HOST:PORT clients are told to use)");
+  app.add_option("--etcd-lease-ttl-s", etcd_ttl, "override etcd_lease_ttl_s")
+      ->check(CLI::Range(2, 600));
   app.set_version_flag("--version", "lockd " RDMALOCK_VERSION);
   CLI11_PARSE(app, argc, argv);
 
@@ -156,6 +295,11 @@ int main(int argc, char** argv) {
   if (max_conns_per_session > 0) {
     config.max_connections_per_session = static_cast<uint32_t>(max_conns_per_session);
   }
+  if (!etcd_endpoints.empty()) config.etcd_endpoints = etcd_endpoints;
+  if (!cluster.empty()) config.cluster = cluster;
+  if (!shard.empty()) config.shard = shard;
+  if (app.count("--advertise-address") > 0) config.advertise_address = advertise;
+  if (etcd_ttl > 0) config.etcd_lease_ttl_s = static_cast<uint32_t>(etcd_ttl);
   if (auto st = rdmalock::lockd::Validate(config); !st.ok()) {
     std::cerr << "lockd: invalid configuration: " << st.message() << "\n";
     return 2;
@@ -191,6 +335,12 @@ int main(int argc, char** argv) {
         "RLIMIT_MEMLOCK is {} bytes; registering the lock table may fail (set "
         "LimitMEMLOCK=infinity or ulimit -l unlimited)",
         lim.rlim_cur);
+  }
+
+  if (config.cluster_mode()) {
+    spdlog::info("cluster mode: shard {} of cluster {}, etcd at {}", config.shard, config.cluster,
+                 fmt::join(config.etcd_endpoints, ", "));
+    return RunCluster(config, signals, config_path, from_file, log_level);
   }
 
   auto epoch = rdmalock::lockd::BumpEpoch(config.state_dir);

@@ -158,3 +158,40 @@ TEST_CASE("security keys: auth_key_file, allow_from, memory_windows, max_connect
   REQUIRE(not_bool.status().message().find("expected true or false") != std::string::npos);
   REQUIRE_FALSE(ParseConfig("max_connections_per_session: 0\n", "m.yaml").ok());
 }
+
+TEST_CASE("cluster keys: etcd endpoints, shard, advertise address, TTL; what each needs") {
+  auto c = ParseConfig(
+      "address: 192.0.2.1\netcd_endpoints: [http://10.0.9.1:2379, http://10.0.9.2:2379]\n"
+      "cluster: prod\nshard: a\netcd_lease_ttl_s: 3\n",
+      "c.yaml");
+  REQUIRE(c.ok());
+  REQUIRE(c->cluster_mode());
+  REQUIRE(c->etcd_endpoints.size() == 2);
+  REQUIRE(c->Advertised() == "192.0.2.1:7471");
+  // The takeover grace: a client lease plus the etcd TTL.
+  REQUIRE(c->TakeoverGraceMs() == c->lease_ms + 3000);
+  auto again = ParseConfig(c->ToYaml(), "printed.yaml");
+  REQUIRE(again.ok());
+  REQUIRE(again->etcd_endpoints == c->etcd_endpoints);
+  REQUIRE(again->shard == "a");
+  REQUIRE_FALSE(ParseConfig("", "e.yaml")->cluster_mode());
+
+  auto msg = [](const std::string& text) {
+    auto r = ParseConfig(text, "x.yaml");
+    REQUIRE_FALSE(r.ok());
+    return r.status().message();
+  };
+  CHECK(msg("etcd_endpoints: [http://e:2379]\naddress: 10.0.0.1\n").find("shard is not") !=
+        std::string::npos);
+  CHECK(msg("etcd_endpoints: [http://e:2379]\nshard: a\n").find("advertise_address") !=
+        std::string::npos);  // address 0.0.0.0 cannot be told to clients
+  CHECK(msg("etcd_endpoints: [e:2379]\n").find("x.yaml:1: key 'etcd_endpoints'") !=
+        std::string::npos);
+  CHECK(msg("etcd_endpoints: [http://e:2379]\naddress: 10.0.0.1\nshard: a/b\n")
+            .find("letters, digits") != std::string::npos);
+  CHECK(msg("etcd_lease_ttl_s: 1\n").find("out of range") != std::string::npos);
+  auto adv = ParseConfig(
+      "etcd_endpoints: [http://e:2379]\nshard: a\nadvertise_address: 10.0.0.1:7000\n", "a.yaml");
+  REQUIRE(adv.ok());
+  REQUIRE(adv->Advertised() == "10.0.0.1:7000");
+}

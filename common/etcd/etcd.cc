@@ -1,0 +1,255 @@
+#include "etcd.h"
+
+#include <httplib.h>
+#include <sodium.h>
+
+#include <charconv>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+namespace rdmalock::etcd {
+namespace {
+
+using json = nlohmann::json;
+
+std::string B64(std::string_view s) {
+  std::string out(sodium_base64_ENCODED_LEN(s.size(), sodium_base64_VARIANT_ORIGINAL), '\0');
+  sodium_bin2base64(out.data(), out.size(), reinterpret_cast<const unsigned char*>(s.data()),
+                    s.size(), sodium_base64_VARIANT_ORIGINAL);
+  out.resize(std::strlen(out.c_str()));
+  return out;
+}
+
+Result<std::string> Unb64(const std::string& s) {
+  std::string out(s.size(), '\0');
+  size_t len = 0;
+  if (sodium_base642bin(reinterpret_cast<unsigned char*>(out.data()), out.size(), s.data(),
+                        s.size(), nullptr, &len, nullptr, sodium_base64_VARIANT_ORIGINAL) != 0) {
+    return Error(ErrorCode::kProtocol, "etcd sent a value that is not base64");
+  }
+  out.resize(len);
+  return out;
+}
+
+// etcd's gateway writes 64-bit integers as JSON strings, and leaves out fields that are zero.
+Result<int64_t> Int(const json& j, const char* field) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return int64_t{0};
+  if (it->is_number_integer()) return it->get<int64_t>();
+  if (it->is_string()) {
+    const std::string& s = it->get_ref<const std::string&>();
+    int64_t v = 0;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec == std::errc() && p == s.data() + s.size()) return v;
+  }
+  return Error(ErrorCode::kProtocol, std::string("etcd sent a bad '") + field + "'");
+}
+
+Result<KeyValue> ToKeyValue(const json& j) {
+  KeyValue kv;
+  if (!j.is_object()) return Error(ErrorCode::kProtocol, "etcd sent a key-value that is no object");
+  RDMALOCK_ASSIGN_OR_RETURN(kv.key, Unb64(j.value("key", std::string())));
+  RDMALOCK_ASSIGN_OR_RETURN(kv.value, Unb64(j.value("value", std::string())));
+  RDMALOCK_ASSIGN_OR_RETURN(kv.create_revision, Int(j, "create_revision"));
+  RDMALOCK_ASSIGN_OR_RETURN(kv.mod_revision, Int(j, "mod_revision"));
+  RDMALOCK_ASSIGN_OR_RETURN(kv.lease, Int(j, "lease"));
+  return kv;
+}
+
+// The first key-value of a range reply, if any.
+Result<std::optional<KeyValue>> FirstKv(const json& range) {
+  auto it = range.find("kvs");
+  if (it == range.end() || !it->is_array() || it->empty()) return std::optional<KeyValue>();
+  RDMALOCK_ASSIGN_OR_RETURN(KeyValue kv, ToKeyValue(it->front()));
+  return std::optional<KeyValue>(std::move(kv));
+}
+
+Result<json> ParseJson(const std::string& body) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return Error(ErrorCode::kProtocol, "etcd sent a reply that is not a JSON object");
+  }
+  return j;
+}
+
+}  // namespace
+
+Result<std::pair<std::string, uint16_t>> ParseEndpoint(std::string_view endpoint) {
+  const std::string_view scheme = "http://";
+  auto bad = [&](const std::string& why) {
+    return Error(ErrorCode::kConfig, "etcd endpoint '" + std::string(endpoint) + "': " + why +
+                                         " (expected http://HOST:PORT)");
+  };
+  if (endpoint.substr(0, scheme.size()) != scheme) {
+    return bad(endpoint.substr(0, 8) == "https://" ? "https is not supported" : "not http://");
+  }
+  std::string_view rest = endpoint.substr(scheme.size());
+  while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
+  std::string host;
+  std::string_view port;
+  if (!rest.empty() && rest.front() == '[') {
+    const size_t close = rest.find(']');
+    if (close == std::string_view::npos) return bad("unclosed '['");
+    host = std::string(rest.substr(1, close - 1));
+    rest.remove_prefix(close + 1);
+    if (rest.empty() || rest.front() != ':') return bad("no port");
+    port = rest.substr(1);
+  } else {
+    const size_t colon = rest.rfind(':');
+    if (colon == std::string_view::npos) return bad("no port");
+    host = std::string(rest.substr(0, colon));
+    port = rest.substr(colon + 1);
+  }
+  if (host.empty()) return bad("no host");
+  if (port.find('/') != std::string_view::npos) return bad("a path is not allowed");
+  unsigned p = 0;
+  auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), p);
+  if (ec != std::errc() || ptr != port.data() + port.size() || p == 0 || p > 65535) {
+    return bad("bad port '" + std::string(port) + "'");
+  }
+  return std::make_pair(host, static_cast<uint16_t>(p));
+}
+
+Client::Client(std::vector<Endpoint> endpoints) : parsed_(std::move(endpoints)) {
+  for (const auto& e : parsed_) endpoints_.push_back(e.url);
+}
+Client::~Client() = default;
+
+Result<std::unique_ptr<Client>> Client::Create(const std::vector<std::string>& endpoints) {
+  if (endpoints.empty()) return Error(ErrorCode::kConfig, "no etcd endpoint given");
+  std::vector<Endpoint> parsed;
+  for (const auto& e : endpoints) {
+    RDMALOCK_ASSIGN_OR_RETURN(auto hp, ParseEndpoint(e));
+    parsed.push_back({e, hp.first, hp.second});
+  }
+  return std::unique_ptr<Client>(new Client(std::move(parsed)));
+}
+
+Result<std::string> Client::Post(const std::string& path, const std::string& body, Ms timeout) {
+  size_t first;
+  {
+    std::lock_guard lk(mu_);
+    first = preferred_;
+  }
+  std::string errors;
+  const auto per_try = std::max(Ms(1), timeout / static_cast<int64_t>(parsed_.size()));
+  for (size_t n = 0; n < parsed_.size(); ++n) {
+    const size_t i = (first + n) % parsed_.size();
+    const Endpoint& e = parsed_[i];
+    httplib::Client http(e.host, e.port);
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(per_try).count();
+    http.set_connection_timeout(us / 1000000, us % 1000000);
+    http.set_read_timeout(us / 1000000, us % 1000000);
+    http.set_write_timeout(us / 1000000, us % 1000000);
+    auto res = http.Post(path, body, "application/json");
+    std::string why;
+    if (!res) {
+      why = httplib::to_string(res.error());
+    } else if (res->status != 200) {
+      why = "HTTP " + std::to_string(res->status);
+      // etcd's gateway explains: {"error": "...", "code": N}
+      json j = json::parse(res->body, nullptr, false);
+      if (j.is_object() && j.contains("error") && j["error"].is_string()) {
+        why += ": " + j["error"].get<std::string>();
+      }
+    } else {
+      std::lock_guard lk(mu_);
+      preferred_ = i;
+      return std::move(res->body);
+    }
+    errors += (errors.empty() ? "" : "; ") + e.url + ": " + why;
+  }
+  return Error(ErrorCode::kConnection, "etcd " + path + " failed: " + errors);
+}
+
+Result<std::optional<KeyValue>> Client::Get(std::string_view key, Ms timeout) {
+  const std::string req = json{{"key", B64(key)}}.dump();
+  RDMALOCK_ASSIGN_OR_RETURN(std::string body, Post("/v3/kv/range", req, timeout));
+  RDMALOCK_ASSIGN_OR_RETURN(json j, ParseJson(body));
+  return FirstKv(j);
+}
+
+Status Client::Put(std::string_view key, std::string_view value, int64_t lease, Ms timeout) {
+  json req{{"key", B64(key)}, {"value", B64(value)}};
+  if (lease != 0) req["lease"] = std::to_string(lease);
+  RDMALOCK_ASSIGN_OR_RETURN(std::string body, Post("/v3/kv/put", req.dump(), timeout));
+  return ParseJson(body).status();
+}
+
+Status Client::Delete(std::string_view key, Ms timeout) {
+  const std::string req = json{{"key", B64(key)}}.dump();
+  RDMALOCK_ASSIGN_OR_RETURN(std::string body, Post("/v3/kv/deleterange", req, timeout));
+  return ParseJson(body).status();
+}
+
+Result<bool> Client::CreateIfAbsent(std::string_view key, std::string_view value, int64_t lease,
+                                    Ms timeout, std::optional<KeyValue>* existing) {
+  json put{{"key", B64(key)}, {"value", B64(value)}};
+  if (lease != 0) put["lease"] = std::to_string(lease);
+  const json req{
+      {"compare",
+       json::array({{{"target", "CREATE"}, {"key", B64(key)}, {"create_revision", "0"}}})},
+      {"success", json::array({{{"request_put", put}}})},
+      {"failure", json::array({{{"request_range", {{"key", B64(key)}}}}})}};
+  RDMALOCK_ASSIGN_OR_RETURN(std::string body, Post("/v3/kv/txn", req.dump(), timeout));
+  RDMALOCK_ASSIGN_OR_RETURN(json j, ParseJson(body));
+  if (j.value("succeeded", false)) return true;
+  if (existing != nullptr) {
+    existing->reset();
+    auto rs = j.find("responses");
+    if (rs != j.end() && rs->is_array() && !rs->empty() && rs->front().contains("response_range")) {
+      RDMALOCK_ASSIGN_OR_RETURN(*existing, FirstKv(rs->front()["response_range"]));
+    }
+  }
+  return false;
+}
+
+Result<bool> Client::CompareAndPut(std::string_view key, int64_t mod_revision,
+                                   std::string_view value, Ms timeout) {
+  json cmp{{"key", B64(key)}};
+  if (mod_revision == 0) {
+    cmp["target"] = "CREATE";
+    cmp["create_revision"] = "0";
+  } else {
+    cmp["target"] = "MOD";
+    cmp["mod_revision"] = std::to_string(mod_revision);
+  }
+  const json req{
+      {"compare", json::array({cmp})},
+      {"success", json::array({{{"request_put", {{"key", B64(key)}, {"value", B64(value)}}}}})}};
+  RDMALOCK_ASSIGN_OR_RETURN(std::string body, Post("/v3/kv/txn", req.dump(), timeout));
+  RDMALOCK_ASSIGN_OR_RETURN(json j, ParseJson(body));
+  return j.value("succeeded", false);
+}
+
+Result<Lease> Client::GrantLease(int64_t ttl_s, Ms timeout) {
+  const std::string req = json{{"TTL", ttl_s}}.dump();
+  RDMALOCK_ASSIGN_OR_RETURN(std::string body, Post("/v3/lease/grant", req, timeout));
+  RDMALOCK_ASSIGN_OR_RETURN(json j, ParseJson(body));
+  Lease l;
+  RDMALOCK_ASSIGN_OR_RETURN(l.id, Int(j, "ID"));
+  RDMALOCK_ASSIGN_OR_RETURN(l.ttl_s, Int(j, "TTL"));
+  if (l.id == 0 || l.ttl_s <= 0) {
+    return Error(ErrorCode::kProtocol, "etcd granted no lease: " + j.value("error", body));
+  }
+  return l;
+}
+
+Result<int64_t> Client::KeepAlive(int64_t lease, Ms timeout) {
+  const std::string req = json{{"ID", std::to_string(lease)}}.dump();
+  RDMALOCK_ASSIGN_OR_RETURN(std::string body, Post("/v3/lease/keepalive", req, timeout));
+  RDMALOCK_ASSIGN_OR_RETURN(json j, ParseJson(body));
+  auto it = j.find("result");
+  if (it == j.end() || !it->is_object()) {
+    return Error(ErrorCode::kProtocol, "etcd's keepalive reply has no result");
+  }
+  return Int(*it, "TTL");  // absent (0) once the lease has expired
+}
+
+Status Client::Revoke(int64_t lease, Ms timeout) {
+  const std::string req = json{{"ID", std::to_string(lease)}}.dump();
+  RDMALOCK_ASSIGN_OR_RETURN(std::string body, Post("/v3/lease/revoke", req, timeout));
+  return ParseJson(body).status();
+}
+
+}  // namespace rdmalock::etcd

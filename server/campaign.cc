@@ -1,0 +1,186 @@
+#include "campaign.h"
+
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+#include <thread>
+
+namespace rdmalock::lockd {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr milliseconds kPoll{250};  // a standby's attempt to take the primary key
+
+milliseconds Until(Campaign::Clock::time_point t) {
+  return std::chrono::duration_cast<milliseconds>(t - Campaign::Clock::now());
+}
+
+// Sleeps until `t` or until `stop` is set, in steps short enough to notice `stop` quickly.
+void SleepUntil(Campaign::Clock::time_point t, const std::atomic<bool>& stop) {
+  while (!stop.load() && Campaign::Clock::now() < t) {
+    std::this_thread::sleep_for(std::min(Until(t), milliseconds(50)));
+  }
+}
+
+}  // namespace
+
+Campaign::Campaign(const Config& config, std::unique_ptr<etcd::Client> etcd)
+    : config_(config),
+      etcd_(std::move(etcd)),
+      prefix_("/rdmalock/" + config.cluster + "/shard/" + config.shard + "/"),
+      me_(config.Advertised()) {}
+
+Result<std::unique_ptr<Campaign>> Campaign::Create(const Config& config) {
+  RDMALOCK_ASSIGN_OR_RETURN(auto etcd, etcd::Client::Create(config.etcd_endpoints));
+  return std::unique_ptr<Campaign>(new Campaign(config, std::move(etcd)));
+}
+
+Status Campaign::NewLease() {
+  const auto sent = Clock::now();
+  RDMALOCK_ASSIGN_OR_RETURN(etcd::Lease l,
+                            etcd_->GrantLease(config_.etcd_lease_ttl_s, milliseconds(2000)));
+  lease_ = l.id;
+  ttl_ = std::chrono::seconds(l.ttl_s);
+  margin_ = ttl_ / 3;
+  deadline_ = sent + ttl_;
+  deadline_ns_.store(deadline_.time_since_epoch().count());
+  next_refresh_ = sent + ttl_ / 6;
+  return Status::Ok();
+}
+
+Result<bool> Campaign::Refresh(milliseconds timeout) {
+  const auto sent = Clock::now();
+  RDMALOCK_ASSIGN_OR_RETURN(int64_t ttl, etcd_->KeepAlive(lease_, timeout));
+  if (ttl <= 0) return false;
+  deadline_ = sent + std::chrono::seconds(ttl);
+  deadline_ns_.store(deadline_.time_since_epoch().count());
+  next_refresh_ = sent + ttl_ / 6;
+  return true;
+}
+
+Result<uint64_t> Campaign::BumpEpoch() {
+  const std::string key = prefix_ + "epoch";
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    RDMALOCK_ASSIGN_OR_RETURN(auto kv, etcd_->Get(key, milliseconds(2000)));
+    uint64_t epoch = 0;
+    if (kv.has_value()) {
+      const std::string& v = kv->value;
+      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), epoch);
+      if (ec != std::errc() || p != v.data() + v.size()) {
+        return Error(ErrorCode::kProtocol, "etcd key " + key + " holds '" + v +
+                                               "', not an epoch number; fix or delete it");
+      }
+    }
+    if (epoch + 1 > 0xffff) {
+      return Error(ErrorCode::kResource, "etcd key " + key +
+                                             ": the epoch would exceed 65535, the width of the "
+                                             "token's epoch field");
+    }
+    RDMALOCK_ASSIGN_OR_RETURN(
+        bool wrote, etcd_->CompareAndPut(key, kv ? kv->mod_revision : 0, std::to_string(epoch + 1),
+                                         milliseconds(2000)));
+    if (wrote) return epoch + 1;
+  }
+  return Error(ErrorCode::kBusy, "etcd key " + key + " kept changing under us");
+}
+
+Result<uint64_t> Campaign::Win(const std::atomic<bool>& stop) {
+  std::string last_seen, last_error;
+  auto error = [&](const Status& st) {
+    if (st.message() != last_error) {
+      spdlog::warn("shard {}: etcd: {} (retrying)", config_.shard, st.message());
+      last_error = st.message();
+    }
+  };
+  while (!stop.load()) {
+    if (lease_ == 0 || Clock::now() >= deadline_ - margin_) {
+      lease_ = 0;
+      if (Status st = NewLease(); !st.ok()) {
+        error(st);
+        SleepUntil(Clock::now() + milliseconds(500), stop);
+        continue;
+      }
+    } else if (Clock::now() >= next_refresh_) {
+      auto alive = Refresh(ttl_ / 6);
+      if (!alive.ok()) {
+        error(alive.status());
+      } else if (!*alive) {
+        lease_ = 0;
+        continue;
+      }
+    }
+    std::optional<etcd::KeyValue> holder;
+    auto won = etcd_->CreateIfAbsent(primary_key(), me_, lease_, milliseconds(2000), &holder);
+    if (!won.ok()) {
+      error(won.status());
+    } else if (*won) {
+      // Ours. The epoch next: if etcd cannot be reached for it before our deadline, the lease
+      // goes and we start over (serving without a new epoch could repeat tokens).
+      for (;;) {
+        auto epoch = BumpEpoch();
+        if (epoch.ok()) return *epoch;
+        error(epoch.status());
+        if (stop.load() || Clock::now() >= deadline_ - margin_) break;
+        SleepUntil(Clock::now() + milliseconds(200), stop);
+      }
+      Resign();
+      continue;
+    } else {
+      last_error.clear();
+      const std::string now = holder ? holder->value : "(none)";
+      if (now != last_seen) {
+        spdlog::info("standby for shard {}: the primary is {} (etcd key {})", config_.shard, now,
+                     primary_key());
+        last_seen = now;
+      }
+    }
+    SleepUntil(Clock::now() + kPoll, stop);
+  }
+  return Error(ErrorCode::kConnection, "stopped");
+}
+
+bool Campaign::Hold(const std::atomic<bool>& stop) {
+  const auto fence_at = deadline_ - margin_;
+  if (Clock::now() >= fence_at) {
+    why_lost_ = "the etcd lease could not be refreshed in time (the deadline is " +
+                std::to_string(Until(deadline_).count()) + " ms away)";
+    return false;
+  }
+  if (Clock::now() >= next_refresh_) {
+    // All the time left before the fence: a slow etcd (a loaded host) may answer late and still
+    // in time.
+    auto alive = Refresh(std::max(Until(fence_at), milliseconds(1)));
+    if (!alive.ok()) {
+      spdlog::warn("shard {}: refreshing the primary's etcd lease failed: {} ({} ms to the fence)",
+                   config_.shard, alive.status().message(), Until(fence_at).count());
+      // Try again soon; the fence comes by itself if this goes on.
+      next_refresh_ = Clock::now() + milliseconds(100);
+    } else if (!*alive) {
+      why_lost_ = "etcd says the lease has expired";
+      return false;
+    } else {
+      // The key must still be ours: someone may have deleted it (etcdctl del), and a standby then
+      // wins while our lease lives on.
+      auto kv = etcd_->Get(primary_key(), std::clamp(Until(fence_at), milliseconds(1), ttl_ / 6));
+      if (kv.ok() && (!kv->has_value() || (*kv)->lease != lease_)) {
+        why_lost_ = "the primary key " + primary_key() + " is no longer ours (now " +
+                    (kv->has_value() ? (*kv)->value : std::string("absent")) + ")";
+        return false;
+      }
+    }
+  }
+  SleepUntil(std::min(next_refresh_, deadline_ - margin_), stop);
+  return true;
+}
+
+void Campaign::Resign() {
+  if (lease_ == 0) return;
+  if (Status st = etcd_->Revoke(lease_, milliseconds(1000)); !st.ok()) {
+    spdlog::warn("shard {}: revoking the etcd lease failed: {} (it expires by itself in {} s)",
+                 config_.shard, st.message(), ttl_.count() / 1000);
+  }
+  lease_ = 0;
+}
+
+}  // namespace rdmalock::lockd

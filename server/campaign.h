@@ -1,0 +1,79 @@
+// Cluster mode: lockd's campaign for its shard's primary in etcd, and the lease that keeps it.
+//
+// etcd keys (docs/operations.md, "Failover with etcd"), under /rdmalock/<cluster>/:
+//   map                  the shard names, comma-separated (written by lockctl cluster init)
+//   shard/<s>/primary    the primary's HOST:PORT, attached to the primary's etcd lease
+//   shard/<s>/epoch      the shard's epoch: bumped by each new primary; it leads every token
+//
+// A lockd of shard s grants itself a lease (etcd_lease_ttl_s) and creates shard/<s>/primary with
+// it if no one holds it; the winner bumps the epoch, then serves after the takeover grace. While
+// primary it refreshes the lease every TTL/6 and keeps a local deadline: the send time of the
+// last refresh etcd confirmed, plus the TTL. etcd cannot expire the lease (and so let a standby
+// win) before that deadline, because etcd's own countdown started when the refresh arrived. The
+// primary stops serving (every QP to the error state) a margin before the deadline, whether or
+// not it can reach etcd: a primary cut off from etcd fences itself before anyone can replace it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "config.h"
+#include "etcd.h"
+#include "rdmalock/status.h"
+
+namespace rdmalock::lockd {
+
+class Campaign {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  static Result<std::unique_ptr<Campaign>> Create(const Config& config);
+
+  // Campaigns until this lockd holds its shard's primary key, then bumps the shard's epoch and
+  // returns it. Returns kConnection "stopped" once `stop` is set.
+  Result<uint64_t> Win(const std::atomic<bool>& stop);
+
+  // While primary: refreshes the lease when due and checks that the primary key is still ours.
+  // Returns false when this lockd must stop serving now: the deadline is within the margin, or
+  // etcd says the lease or the key is gone. Waits at most until the next refresh is due (or
+  // `stop`).
+  bool Hold(const std::atomic<bool>& stop);
+
+  // Gives up the primary key at a clean stop (revokes the lease), so a standby need not wait for
+  // it to expire (it still waits the takeover grace).
+  void Resign();
+
+  // The last moment this lockd may serve (see above), and the margin it stops before it. Any
+  // thread may read them (Hold moves them).
+  Clock::time_point deadline() const {
+    return Clock::time_point(Clock::duration(deadline_ns_.load()));
+  }
+  Clock::time_point fence_at() const { return deadline() - margin_; }
+  std::chrono::milliseconds margin() const { return margin_; }
+  const std::string& why_lost() const { return why_lost_; }
+  std::string primary_key() const { return prefix_ + "primary"; }
+
+ private:
+  Campaign(const Config& config, std::unique_ptr<etcd::Client> etcd);
+  Status NewLease();
+  Result<uint64_t> BumpEpoch();
+  // Refreshes the lease; on success moves the deadline. Returns whether the lease is alive.
+  Result<bool> Refresh(std::chrono::milliseconds timeout);
+
+  Config config_;
+  std::unique_ptr<etcd::Client> etcd_;
+  std::string prefix_;  // /rdmalock/<cluster>/shard/<shard>/
+  std::string me_;      // what we write in the primary key: our advertised HOST:PORT
+  int64_t lease_ = 0;
+  std::chrono::milliseconds ttl_{0};
+  std::chrono::milliseconds margin_{0};
+  Clock::time_point deadline_{};
+  std::atomic<Clock::rep> deadline_ns_{0};  // deadline_, for other threads
+  Clock::time_point next_refresh_{};
+  std::string why_lost_;
+};
+
+}  // namespace rdmalock::lockd

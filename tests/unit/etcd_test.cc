@@ -1,0 +1,250 @@
+// The etcd client and lockd's campaign, against a real etcd (Debian's etcd-server) started by the
+// test on loopback ports of its own. No etcd binary is a failure, not a skip.
+#include "etcd.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "campaign.h"
+#include "config.h"
+
+using rdmalock::ErrorCode;
+using std::chrono::milliseconds;
+namespace etcd = rdmalock::etcd;
+
+namespace {
+
+uint16_t FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+  socklen_t len = sizeof(a);
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// A single-member etcd on 127.0.0.1, in a temporary directory, killed at the end.
+class LocalEtcd {
+ public:
+  LocalEtcd() {
+    char tmpl[] = "/tmp/rdmalock-etcd-XXXXXX";
+    REQUIRE(mkdtemp(tmpl) != nullptr);
+    dir_ = tmpl;
+    const uint16_t client = FreePort(), peer = FreePort();
+    url_ = "http://127.0.0.1:" + std::to_string(client);
+    const std::string peer_url = "http://127.0.0.1:" + std::to_string(peer);
+    const std::string log = dir_ + "/etcd.log";
+    pid_ = fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      if (freopen(log.c_str(), "w", stderr) == nullptr) _exit(126);
+      execlp("etcd", "etcd", "--name", "t", "--data-dir", (dir_ + "/data").c_str(),
+             "--listen-client-urls", url_.c_str(), "--advertise-client-urls", url_.c_str(),
+             "--listen-peer-urls", peer_url.c_str(), "--initial-advertise-peer-urls",
+             peer_url.c_str(), "--initial-cluster", ("t=" + peer_url).c_str(), nullptr);
+      _exit(127);
+    }
+    auto c = etcd::Client::Create({url_});
+    REQUIRE(c.ok());
+    for (int i = 0; i < 300; ++i) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        FAIL("etcd exited (is Debian's etcd-server installed? see " << log << ")");
+      }
+      if ((*c)->Get("/probe", milliseconds(500)).ok()) return;
+      std::this_thread::sleep_for(milliseconds(100));
+    }
+    FAIL("etcd did not answer at " << url_ << " within 30 s (see " << log << ")");
+  }
+  ~LocalEtcd() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  const std::string& url() const { return url_; }
+  void Pause() { kill(pid_, SIGSTOP); }
+  void Resume() { kill(pid_, SIGCONT); }
+
+ private:
+  std::string dir_, url_;
+  pid_t pid_ = -1;
+};
+
+rdmalock::lockd::Config ShardConfig(const std::string& url, const std::string& me) {
+  rdmalock::lockd::Config c;
+  c.etcd_endpoints = {url};
+  c.cluster = "test";
+  c.shard = "a";
+  c.address = "127.0.0.1";
+  c.advertise_address = me;
+  c.etcd_lease_ttl_s = 2;
+  REQUIRE(rdmalock::lockd::Validate(c).ok());
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("etcd: endpoints are http://HOST:PORT, and a bad one is named", "[etcd]") {
+  auto ok = etcd::ParseEndpoint("http://10.0.0.1:2379");
+  REQUIRE(ok.ok());
+  CHECK(ok->first == "10.0.0.1");
+  CHECK(ok->second == 2379);
+  auto v6 = etcd::ParseEndpoint("http://[fd00::1]:2379/");
+  REQUIRE(v6.ok());
+  CHECK(v6->first == "fd00::1");
+  for (const char* bad : {"10.0.0.1:2379", "https://h:2379", "http://h", "http://:2379",
+                          "http://h:0", "http://h:70000", "http://h:2379/v3", "http://[::1"}) {
+    auto r = etcd::ParseEndpoint(bad);
+    INFO(bad);
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == ErrorCode::kConfig);
+    CHECK(r.status().message().find(bad) != std::string::npos);
+  }
+  CHECK_FALSE(etcd::Client::Create({}).ok());
+}
+
+TEST_CASE("etcd: keys, transactions and leases against a real etcd", "[etcd]") {
+  LocalEtcd server;
+  auto c = etcd::Client::Create({"http://127.0.0.1:1", server.url()});  // the first is dead
+  REQUIRE(c.ok());
+  etcd::Client& e = **c;
+  const milliseconds t(2000);
+
+  auto none = e.Get("/k", t);
+  REQUIRE(none.ok());
+  CHECK_FALSE(none->has_value());
+  // Binary-safe keys and values.
+  const std::string value("v\0\xff/=", 5);
+  REQUIRE(e.Put("/k", value, 0, t).ok());
+  auto got = e.Get("/k", t);
+  REQUIRE(got.ok());
+  REQUIRE(got->has_value());
+  CHECK((*got)->value == value);
+  CHECK((*got)->mod_revision > 0);
+
+  std::optional<etcd::KeyValue> existing;
+  auto created = e.CreateIfAbsent("/k", "other", 0, t, &existing);
+  REQUIRE(created.ok());
+  CHECK_FALSE(*created);
+  REQUIRE(existing.has_value());
+  CHECK(existing->value == value);
+
+  CHECK(*e.CompareAndPut("/k", (*got)->mod_revision, "2", t));
+  CHECK_FALSE(*e.CompareAndPut("/k", (*got)->mod_revision, "3", t));  // stale revision
+  CHECK_FALSE(*e.CompareAndPut("/k", 0, "4", t));                     // exists
+  CHECK(*e.CompareAndPut("/new", 0, "1", t));
+  REQUIRE(e.Delete("/k", t).ok());
+  CHECK_FALSE(e.Get("/k", t)->has_value());
+
+  // A key on a lease goes with the lease.
+  auto lease = e.GrantLease(1, t);
+  REQUIRE(lease.ok());
+  CHECK(lease->ttl_s >= 1);
+  CHECK(*e.CreateIfAbsent("/leased", "x", lease->id, t));
+  auto leased = e.Get("/leased", t);
+  REQUIRE(leased->has_value());
+  CHECK((*leased)->lease == lease->id);
+  CHECK(*e.KeepAlive(lease->id, t) > 0);
+  REQUIRE(e.Revoke(lease->id, t).ok());
+  CHECK_FALSE(e.Get("/leased", t)->has_value());
+  CHECK(*e.KeepAlive(lease->id, t) == 0);  // gone
+
+  // No etcd at all: a connection error that names the endpoint.
+  auto dead = etcd::Client::Create({"http://127.0.0.1:1"});
+  auto r = (*dead)->Get("/k", milliseconds(300));
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().code() == ErrorCode::kConnection);
+  CHECK(r.status().message().find("127.0.0.1:1") != std::string::npos);
+}
+
+TEST_CASE("campaign: one primary per shard, and each new primary's epoch is higher", "[etcd]") {
+  LocalEtcd server;
+  auto a = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), "10.0.0.1:7471"));
+  auto b = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), "10.0.0.2:7471"));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  std::atomic<bool> stop{false};
+  auto ea = (*a)->Win(stop);
+  REQUIRE(ea.ok());
+  CHECK(*ea == 1);
+
+  // b campaigns while a holds: it must not win.
+  std::atomic<bool> b_stop{false};
+  rdmalock::Result<uint64_t> eb = rdmalock::Error(ErrorCode::kInternal, "not run");
+  std::atomic<bool> b_done{false};
+  std::thread tb([&] {
+    eb = (*b)->Win(b_stop);
+    b_done.store(true);
+  });
+  const auto until = std::chrono::steady_clock::now() + milliseconds(3000);  // > the TTL
+  while (std::chrono::steady_clock::now() < until) {
+    REQUIRE((*a)->Hold(stop));  // a keeps its lease alive
+    REQUIRE_FALSE(b_done.load());
+  }
+  auto e = etcd::Client::Create({server.url()});
+  auto primary = (*e)->Get((*a)->primary_key(), milliseconds(2000));
+  REQUIRE(primary->has_value());
+  CHECK((*primary)->value == "10.0.0.1:7471");
+
+  // a resigns (a clean stop): b wins at once, with the next epoch.
+  (*a)->Resign();
+  tb.join();
+  REQUIRE(eb.ok());
+  CHECK(*eb == 2);
+  primary = (*e)->Get((*b)->primary_key(), milliseconds(2000));
+  REQUIRE(primary->has_value());
+  CHECK((*primary)->value == "10.0.0.2:7471");
+
+  // A stopped campaign returns.
+  stop.store(true);
+  CHECK_FALSE((*a)->Win(stop).ok());
+}
+
+TEST_CASE("campaign: a primary cut off from etcd gives up before its lease can expire", "[etcd]") {
+  LocalEtcd server;
+  auto a = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), "10.0.0.1:7471"));
+  REQUIRE(a.ok());
+  std::atomic<bool> stop{false};
+  REQUIRE((*a)->Win(stop).ok());
+  for (int i = 0; i < 4; ++i) REQUIRE((*a)->Hold(stop));
+  // Freeze etcd: every request now hangs, as in a partition.
+  server.Pause();
+  const auto cut = std::chrono::steady_clock::now();
+  bool held = true;
+  while (held && std::chrono::steady_clock::now() < cut + milliseconds(5000)) {
+    held = (*a)->Hold(stop);
+  }
+  const auto gave_up = std::chrono::steady_clock::now();
+  server.Resume();
+  REQUIRE_FALSE(held);
+  INFO((*a)->why_lost());
+  // Before the deadline, with about the margin to spare (no more than a refresh's timeout late).
+  CHECK(gave_up < (*a)->deadline());
+  CHECK((*a)->deadline() - gave_up > (*a)->margin() / 2);
+  CHECK((*a)->why_lost().find("could not be refreshed") != std::string::npos);
+
+  // Once etcd is back, a standby wins with the next epoch (after a's lease expires).
+  auto b = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), "10.0.0.2:7471"));
+  auto eb = (*b)->Win(stop);
+  REQUIRE(eb.ok());
+  CHECK(*eb == 2);
+}
