@@ -155,7 +155,12 @@ int ParseArgs(int argc, char** argv, Args* args) {
   app.add_option("--cluster", c.cluster_file,
                  "cluster map (YAML: shards: [{name, server, port}]); a command's lock name "
                  "picks the shard by rendezvous hashing, or --shard names one");
-  app.add_option("--shard", c.shard, "with --cluster: the shard to talk to, by name");
+  app.add_option("--etcd", c.etcd,
+                 "etcd endpoint, http://HOST:PORT (repeatable): the cluster map and each shard's "
+                 "primary come from etcd (lockd's cluster mode)");
+  app.add_option("--etcd-cluster", c.etcd_cluster, "with --etcd: the cluster's name")
+      ->capture_default_str();
+  app.add_option("--shard", c.shard, "with --cluster or --etcd: the shard to talk to, by name");
   app.add_option("--auth-key-file", c.auth_key_file,
                  "file with lockd's shared key (default: $RDMALOCK_AUTH_KEY, "
                  "$RDMALOCK_AUTH_KEY_FILE, then 'auth_key_file' in client.yaml)");
@@ -224,6 +229,14 @@ int ParseArgs(int argc, char** argv, Args* args) {
   auto* keygen = app.add_subcommand(
       "keygen", "print a new random shared key (for lockd's auth_key_file and its clients)");
 
+  auto* cluster = app.add_subcommand(
+      "cluster", "with --etcd: show the cluster map and each shard's primary, or write the map");
+  auto* cluster_init = cluster->add_subcommand(
+      "init", "write the cluster map to etcd: the shard names, comma-separated");
+  cluster_init->add_option("shards", args->cluster_init, "shard names, e.g. a,b")->required();
+  cluster_init->add_flag("--replace", args->cluster_replace,
+                         "replace a different map (moves lock names between shards)");
+
   auto* bench = app.add_subcommand("bench", "run a lock workload and print latency/throughput");
   BenchOptions& bo = args->bench;
   bench->add_option("--threads", bo.threads, "client threads (per process)")
@@ -277,6 +290,10 @@ int ParseArgs(int argc, char** argv, Args* args) {
     return rc == 0 ? 0 : kExitUsage;
   }
   c.port_given = app.count("--port") > 0;
+  if (!c.etcd.empty() && !c.cluster_file.empty()) {
+    std::cerr << "lockctl: --cluster FILE and --etcd URL both give a cluster map: pass one\n";
+    return kExitUsage;
+  }
   c.timeout_given = app.count("--connect-timeout-ms") > 0;
   if (status->parsed()) {
     args->command = Command::kStatus;
@@ -292,10 +309,17 @@ int ParseArgs(int argc, char** argv, Args* args) {
     args->command = Command::kAcquire;
   } else if (keygen->parsed()) {
     args->command = Command::kKeygen;
+  } else if (cluster->parsed()) {
+    args->command = Command::kCluster;
+    if (c.etcd.empty()) {
+      std::cerr << "lockctl: cluster needs --etcd URL (where the cluster map lives)\n";
+      return kExitUsage;
+    }
   } else if (bench->parsed()) {
     args->command = Command::kBench;
     c.record_requests = !no_records;
     bo.json = c.json;
+    bo.cluster = !c.cluster_file.empty() || !c.etcd.empty();
     if (const int rc = ValidateBenchOptions(bo); rc != 0) return rc;
   } else {
     return kExitUsage;
@@ -324,6 +348,14 @@ int ValidateBenchOptions(const BenchOptions& o) {
   if (o.inflight < 0 || o.inflight > 4096) return bad("--inflight must be between 0 and 4096");
   if (o.inflight > 0 && (o.batch != 1 || o.rate > 0)) {
     return bad("--inflight (async acquires) works with --batch 1 and a closed loop (no --rate)");
+  }
+  if (o.cluster && (o.batch != 1 || o.inflight != 0)) {
+    return bad(
+        "over a cluster (--cluster or --etcd) bench takes single synchronous locks: "
+        "--batch 1 and --inflight 0");
+  }
+  if (o.cluster && o.locks > (uint64_t{1} << 22)) {
+    return bad("over a cluster, --locks is at most 4194304 (each key is a lock name in memory)");
   }
   if (static_cast<uint64_t>(o.batch) > o.locks) {
     std::snprintf(buf, sizeof(buf),

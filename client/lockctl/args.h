@@ -33,6 +33,10 @@ struct Common {
   // --cluster FILE: a cluster map; the command's lock name (route_name, set from the command's
   // arguments) or --shard picks the lockd.
   std::string cluster_file, shard, route_name;
+  // --etcd URL (repeatable) and --etcd-cluster NAME: the cluster map and each shard's primary
+  // come from etcd (lockd's cluster mode) instead of a file.
+  std::vector<std::string> etcd;
+  std::string etcd_cluster = "default";
 };
 
 // Where lockctl finds lockd: --server, else $RDMALOCK_SERVER, else the client config file
@@ -45,9 +49,20 @@ struct Target {
   int port = 7471;
   int connect_timeout_ms = 5000;
   bool usage_error = false;
+  bool unavailable = false;  // with usage_error: the map is fine but the shard has no lockd now
 };
 
-enum class Command { kStatus, kClients, kInspect, kRelease, kAcquire, kTop, kBench, kKeygen };
+enum class Command {
+  kStatus,
+  kClients,
+  kInspect,
+  kRelease,
+  kAcquire,
+  kTop,
+  kBench,
+  kKeygen,
+  kCluster
+};
 
 // Reads a cluster map (YAML: `shards:` a list of {name, server, port}); on error prints it (file,
 // line, key) and returns false.
@@ -67,6 +82,9 @@ struct Args {
   int64_t acq_timeout = -1;
   int acq_grace = 5000;
   std::vector<std::string> acq_cmd;
+  // cluster [init SHARDS [--replace]]
+  std::string cluster_init;
+  bool cluster_replace = false;
   int top_interval = 1000, top_rows = 20, top_iterations = 0;
   std::vector<std::string> top_names;
   BenchOptions bench;

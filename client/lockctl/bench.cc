@@ -210,7 +210,9 @@ struct ProcResult {
 };
 
 struct Shared {
-  rdmalock::Client* client = nullptr;
+  rdmalock::Client* client = nullptr;          // one lockd, or
+  rdmalock::ClusterClient* cluster = nullptr;  // a cluster, locking names[key]
+  const std::vector<std::string>* names = nullptr;
   const BenchOptions* o = nullptr;
   const KeySampler* keys = nullptr;
   int total_threads = 1;   // over all processes
@@ -379,7 +381,7 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
     AsyncWorker(sh, global_thread, r);
     return;
   }
-  rdmalock::Client& client = *sh.client;
+  rdmalock::Client* client = sh.client;  // null over a cluster
   r.acquire.reserve(1 << 20);
   r.release.reserve(1 << 20);
   r.pair.reserve(1 << 20);
@@ -416,7 +418,8 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
     Clock::time_point t1, t1r, t2;
     rdmalock::Status st;
     if (o.batch == 1) {
-      auto h = client.LockSlot(slot, lo);
+      auto h =
+          client != nullptr ? client->LockSlot(slot, lo) : sh.cluster->Lock((*sh.names)[slot], lo);
       t1 = Clock::now();
       if (!h.ok()) {
         r.Error(h.status());
@@ -427,7 +430,7 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
       st = h->Release();
       t2 = Clock::now();
     } else {
-      auto hs = client.LockManySlots(set, lo);
+      auto hs = client->LockManySlots(set, lo);
       t1 = Clock::now();
       if (!hs.ok()) {
         r.Error(hs.status());
@@ -441,7 +444,7 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
       }
       Hold(o.hold_us);
       t1r = Clock::now();
-      st = client.ReleaseMany(*hs);
+      st = client->ReleaseMany(*hs);
       t2 = Clock::now();
     }
     if (!st.ok()) r.Error(st);
@@ -458,14 +461,39 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
     }
   }
   // Releases are posted without waiting for their completions: reap them before the thread goes.
-  const rdmalock::Status fl = client.Flush();
-  if (!fl.ok()) r.Error(fl);
+  if (client != nullptr) {
+    const rdmalock::Status fl = client->Flush();
+    if (!fl.ok()) r.Error(fl);
+    return;
+  }
+  for (size_t i = 0; i < sh.cluster->map().shards.size(); ++i) {
+    auto c = sh.cluster->Shard(i);
+    const rdmalock::Status fl = c.ok() ? (*c)->Flush() : c.status();
+    if (!fl.ok()) r.Error(fl);
+  }
 }
 
-ProcResult RunWorkload(rdmalock::Client& client, const BenchOptions& o, const KeySampler& keys,
+// The client's counters; over a cluster, every shard's summed.
+rdmalock::ClientStats StatsOf(const BenchTarget& t) {
+  if (t.client) return t.client->Stats();
+  rdmalock::ClientStats sum;
+  for (size_t i = 0; i < t.cluster->map().shards.size(); ++i) {
+    if (auto c = t.cluster->Shard(i); c.ok()) Accumulate(sum, (*c)->Stats());
+  }
+  return sum;
+}
+
+ProcResult RunWorkload(const BenchTarget& target, const BenchOptions& o, const KeySampler& keys,
                        int proc) {
   Shared sh;
-  sh.client = &client;
+  sh.client = target.client.get();
+  sh.cluster = target.cluster.get();
+  std::vector<std::string> names;
+  if (sh.cluster != nullptr) {
+    names.reserve(o.locks);
+    for (uint64_t k = 0; k < o.locks; ++k) names.push_back("bench/" + std::to_string(k));
+    sh.names = &names;
+  }
   sh.o = &o;
   sh.keys = &keys;
   sh.total_threads = o.threads * o.processes;
@@ -479,14 +507,14 @@ ProcResult RunWorkload(rdmalock::Client& client, const BenchOptions& o, const Ke
     });
   }
   std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup_s));
-  const rdmalock::ClientStats at_start = client.Stats();
+  const rdmalock::ClientStats at_start = StatsOf(target);
   sh.measuring.store(true);
   const auto start = Clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(o.duration_s));
   sh.measuring.store(false);
   ProcResult p;
   p.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
-  p.stats = Delta(client.Stats(), at_start);
+  p.stats = Delta(StatsOf(target), at_start);
   sh.stop.store(true);
   for (auto& w : workers) w.join();
   for (auto& r : results) {
@@ -594,23 +622,30 @@ bool ReceiveResult(int fd, Clock::time_point deadline, ProcResult* p) {
 
 // Connects, checks the lock count and opens the idle sessions (the first process only).
 struct Session {
-  std::unique_ptr<rdmalock::Client> client;
-  std::vector<std::unique_ptr<rdmalock::Client>> idle;
+  BenchTarget target;
+  std::vector<BenchTarget> idle;
 };
 
 int Connect(const BenchOptions& o, const BenchConnect& connect, int proc, Session* s) {
   int code = 0;
-  s->client = connect(&code);
-  if (!s->client) return code != 0 ? code : kExitInternal;
-  if (o.locks > s->client->lock_count()) {
+  s->target = connect(&code);
+  if (!s->target.client && !s->target.cluster) return code != 0 ? code : kExitInternal;
+  if (s->target.cluster) {  // names hash to slots: any number of keys fits
+    for (size_t i = 0; i < s->target.cluster->map().shards.size(); ++i) {
+      if (auto c = s->target.cluster->Shard(i); !c.ok()) {  // connect every shard before the run
+        std::fprintf(stderr, "lockctl bench: %s\n", c.status().ToString().c_str());
+        return kExitUnavailable;
+      }
+    }
+  } else if (o.locks > s->target.client->lock_count()) {
     std::fprintf(stderr, "lockctl bench: --locks %llu is more than lockd's %llu locks\n",
                  static_cast<unsigned long long>(o.locks),
-                 static_cast<unsigned long long>(s->client->lock_count()));
+                 static_cast<unsigned long long>(s->target.client->lock_count()));
     return kExitUsage;
   }
   for (int i = 0; proc == 0 && i < o.idle_sessions; ++i) {
     auto extra = connect(&code);
-    if (!extra) return code != 0 ? code : kExitInternal;
+    if (!extra.client && !extra.cluster) return code != 0 ? code : kExitInternal;
     s->idle.push_back(std::move(extra));
   }
   return 0;
@@ -631,7 +666,7 @@ int ChildMain(const BenchOptions& o, const BenchConnect& connect, int proc, int 
   }
   if (n != 1) return kExitInternal;
   close(go_fd);
-  const ProcResult p = RunWorkload(*s.client, o, keys, proc);
+  const ProcResult p = RunWorkload(s.target, o, keys, proc);
   if (!SendResult(result_fd, p)) {
     std::fprintf(stderr, "lockctl bench: process %d: cannot send its result: %s\n", proc,
                  std::strerror(errno));
@@ -755,12 +790,13 @@ int Report(const BenchOptions& o, std::vector<ProcResult>& procs, int failed_pro
         o.hold_us, per(lock_ops + writes, d.acquires), per(lock_ops, d.acquires),
         per(writes, d.acquires), u(d.recoveries), u(d.restarts), u(errors));
     std::printf(
-        "\"processes\":%d,\"total_threads\":%d,\"failed_processes\":%d,\"keys\":\"%s\","
+        "\"cluster\":%s,\"processes\":%d,\"total_threads\":%d,\"failed_processes\":%d,"
+        "\"keys\":\"%s\","
         "\"zipf_s\":%.3f,\"batch\":%d,\"inflight\":%d,\"sets_per_s\":%.1f,\"locks_per_s\":%.1f,"
         "\"locks_acquired\":%llu,\"rdma_ops_per_set\":%.3f,\"rdma_ops_per_lock\":%.3f,",
-        o.processes, o.threads * o.processes, failed_processes, o.keys.c_str(), o.zipf_s, o.batch,
-        o.inflight, sets_per_s, locks_per_s, u(locks), per(lock_ops + writes, n),
-        per(lock_ops + writes, locks));
+        o.cluster ? "true" : "false", o.processes, o.threads * o.processes, failed_processes,
+        o.keys.c_str(), o.zipf_s, o.batch, o.inflight, sets_per_s, locks_per_s, u(locks),
+        per(lock_ops + writes, n), per(lock_ops + writes, locks));
     std::printf(
         "\"loop\":\"%s\",\"arrival\":\"%s\",\"target_rate\":%.1f,\"achieved_rate\":%.1f,"
         "\"late\":%llu,\"late_pct\":%.3f,\"late_threshold_us\":%.1f,"
@@ -787,9 +823,9 @@ int Report(const BenchOptions& o, std::vector<ProcResult>& procs, int failed_pro
     std::printf("bench: processes=%d threads=%d locks=%llu keys=%s", o.processes, o.threads,
                 u(o.locks), o.keys.c_str());
     if (o.keys == "zipf") std::printf(" (s=%.2f)", o.zipf_s);
-    std::printf(" batch=%d %s duration=%.2fs shared_ratio=%.2f token=%s hold=%dus\n", o.batch,
+    std::printf(" batch=%d %s duration=%.2fs shared_ratio=%.2f token=%s hold=%dus%s\n", o.batch,
                 open ? "open-loop" : "closed-loop", elapsed, o.shared_ratio, o.token ? "yes" : "no",
-                o.hold_us);
+                o.hold_us, o.cluster ? " cluster (names bench/K over the shards)" : "");
     std::printf(
         "acquisitions:        %llu sets of %d (%.1f acquire+release sets/s, %.1f locks/s)\n", u(n),
         o.batch, sets_per_s, locks_per_s);
@@ -922,7 +958,7 @@ int RunBench(const BenchOptions& o, const BenchConnect& connect) {
   }
 
   std::vector<ProcResult> procs;
-  procs.push_back(RunWorkload(*s.client, o, *keys, 0));
+  procs.push_back(RunWorkload(s.target, o, *keys, 0));
   s = Session{};  // the parent's sessions end now, as the children's do when they exit
 
   int failed = 0, child_code = 0;

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "rdmalock/client.h"
+#include "rdmalock/cluster.h"
 
 namespace lockctl {
 
@@ -33,11 +34,21 @@ struct BenchOptions {
   int hold_us = 0;            // critical section: hold each set this long (busy-wait)
   int idle_sessions = 0;      // extra idle client sessions, opened by the first process only
   bool json = false;
+  // Over a cluster (lockctl --cluster or --etcd): key k is the lock name "bench/k", which picks
+  // its shard, then its slot there (ClusterClient::Lock). Single locks, synchronous only.
+  bool cluster = false;
+};
+
+// What a bench process locks through: one lockd, or a cluster of them.
+struct BenchTarget {
+  std::unique_ptr<rdmalock::Client> client;
+  std::unique_ptr<rdmalock::ClusterClient> cluster;
 };
 
 // Connects a client, or prints why not, sets *exit_code and returns null. RunBench calls it once
 // per process (plus idle_sessions times in the first), after forking.
-using BenchConnect = std::function<std::unique_ptr<rdmalock::Client>(int* exit_code)>;
+// Returns a target with neither set on failure.
+using BenchConnect = std::function<BenchTarget(int* exit_code)>;
 
 // Checks what can be checked without lockd. Prints the problem, naming the option, and returns 64;
 // 0 if the options are good.

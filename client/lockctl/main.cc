@@ -35,6 +35,7 @@
 #include "auth.h"
 #include "bench.h"
 #include "rdmalock/client.h"
+#include "rdmalock/cluster.h"
 #include "rdmalock/proto/lock_word.h"
 
 namespace {
@@ -49,21 +50,40 @@ using lockctl::kExitUsage;
 using lockctl::ReadClientConfig;
 using lockctl::Target;
 
+// The cluster map of --cluster FILE or --etcd URL; on failure prints why and returns false
+// (*unavailable: etcd could not be reached).
+bool LoadClusterMap(const Common& c, rdmalock::ClusterMap* map, std::string* source,
+                    bool* unavailable) {
+  if (!c.etcd.empty()) {
+    auto read = rdmalock::ReadClusterMap({c.etcd, c.etcd_cluster});
+    if (!read.ok()) {
+      std::cerr << "lockctl: " << read.status().message() << "\n";
+      *unavailable = read.status().code() == rdmalock::ErrorCode::kConnection;
+      return false;
+    }
+    *map = *read;
+    *source = "etcd cluster " + c.etcd_cluster;
+    return true;
+  }
+  std::ifstream in(c.cluster_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (!in) {
+    std::cerr << "lockctl: cannot read cluster map " << c.cluster_file << "\n";
+    return false;
+  }
+  *source = c.cluster_file;
+  return lockctl::ParseClusterMap(ss.str(), c.cluster_file, map);
+}
+
 Target TargetOf(const Common& c) {
   Target t;
   t.port = c.port;
   t.auth_key_file = c.auth_key_file;
-  if (!c.cluster_file.empty()) {
-    std::ifstream in(c.cluster_file);
-    std::stringstream ss;
-    ss << in.rdbuf();
+  if (!c.cluster_file.empty() || !c.etcd.empty()) {
     rdmalock::ClusterMap map;
-    if (!in) {
-      std::cerr << "lockctl: cannot read cluster map " << c.cluster_file << "\n";
-      t.usage_error = true;
-      return t;
-    }
-    if (!lockctl::ParseClusterMap(ss.str(), c.cluster_file, &map)) {
+    std::string source;
+    if (!LoadClusterMap(c, &map, &source, &t.unavailable)) {
       t.usage_error = true;
       return t;
     }
@@ -73,20 +93,28 @@ Target TargetOf(const Common& c) {
         if (map.shards[i].name == c.shard) shard = i;
       }
       if (shard == map.shards.size()) {
-        std::cerr << "lockctl: no shard '" << c.shard << "' in " << c.cluster_file << "\n";
+        std::cerr << "lockctl: no shard '" << c.shard << "' in " << source << "\n";
         t.usage_error = true;
         return t;
       }
     } else if (!c.route_name.empty()) {
       shard = rdmalock::ShardForName(map, c.route_name);
     } else {
-      std::cerr << "lockctl: with --cluster, this command needs --shard NAME\n";
+      std::cerr << "lockctl: with a cluster map, this command needs --shard NAME\n";
       t.usage_error = true;
       return t;
     }
     t.server = map.shards[shard].server;
     t.port = map.shards[shard].port;
-    t.source = c.cluster_file + ", shard " + map.shards[shard].name;
+    t.source = source + ", shard " + map.shards[shard].name;
+    if (t.server.empty()) {  // from etcd: the shard has no primary now
+      std::cerr << "lockctl: shard '" << map.shards[shard].name
+                << "' has no primary in etcd now (a standby takes over within its grace "
+                   "period; try again)\n";
+      t.usage_error = true;
+      t.unavailable = true;
+      return t;
+    }
     const std::string path = ClientConfigPath();
     if (!ReadClientConfig(path, true, true, c.timeout_given, &t)) t.usage_error = true;
     return t;
@@ -114,7 +142,7 @@ Target TargetOf(const Common& c) {
 std::unique_ptr<rdmalock::Client> ConnectOrDie(const Common& c, int* exit_code) {
   const Target t = TargetOf(c);
   if (t.usage_error) {
-    *exit_code = kExitUsage;
+    *exit_code = t.unavailable ? kExitUnavailable : kExitUsage;
     return nullptr;
   }
   rdmalock::ClientOptions o;
@@ -132,6 +160,32 @@ std::unique_ptr<rdmalock::Client> ConnectOrDie(const Common& c, int* exit_code) 
     std::cerr << "lockctl: lockd at " << t.server << ":" << t.port << " (server from " << t.source
               << "): " << client.status().ToString() << "\n";
     *exit_code = kExitUnavailable;
+    return nullptr;
+  }
+  return std::move(client).value();
+}
+
+// A session with every shard of the cluster map (--cluster or --etcd), for bench.
+std::unique_ptr<rdmalock::ClusterClient> ConnectClusterOrDie(const Common& c, int* exit_code) {
+  rdmalock::ClusterMap map;
+  std::string source;
+  bool unavailable = false;
+  if (!LoadClusterMap(c, &map, &source, &unavailable)) {
+    *exit_code = unavailable ? kExitUnavailable : kExitUsage;
+    return nullptr;
+  }
+  rdmalock::ClientOptions o;
+  o.connect_timeout = std::chrono::milliseconds(c.connect_timeout_ms);
+  o.client_name = "lockctl";
+  o.record_requests = c.record_requests;
+  o.auth_key_file = c.auth_key_file;  // else the SDK reads the environment
+  auto client = c.etcd.empty() ? rdmalock::ClusterClient::Connect(map, o)
+                               : rdmalock::ClusterClient::Connect(
+                                     rdmalock::EtcdCluster{c.etcd, c.etcd_cluster}, o);
+  if (!client.ok()) {
+    std::cerr << "lockctl: cluster from " << source << ": " << client.status().ToString() << "\n";
+    *exit_code =
+        client.status().code() == rdmalock::ErrorCode::kConnection ? kExitUnavailable : kExitUsage;
     return nullptr;
   }
   return std::move(client).value();
@@ -633,6 +687,47 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
   return kExitInternal;
 }
 
+// lockctl --etcd URL cluster [init SHARDS [--replace]]
+int CmdCluster(const Common& c, const std::string& init, bool replace) {
+  const rdmalock::EtcdCluster e{c.etcd, c.etcd_cluster};
+  if (!init.empty()) {
+    std::vector<std::string> names;
+    std::stringstream ss(init);
+    for (std::string n; std::getline(ss, n, ',');) names.push_back(n);
+    if (auto st = rdmalock::PublishClusterMap(e, names, replace); !st.ok()) {
+      std::cerr << "lockctl: " << st.message() << "\n";
+      return st.code() == rdmalock::ErrorCode::kConnection ? kExitUnavailable : kExitUsage;
+    }
+  }
+  auto map = rdmalock::ReadClusterMap(e);
+  if (!map.ok()) {
+    std::cerr << "lockctl: " << map.status().message() << "\n";
+    return map.status().code() == rdmalock::ErrorCode::kConnection ? kExitUnavailable : kExitUsage;
+  }
+  if (c.json) {
+    std::cout << "{\"cluster\":\"" << c.etcd_cluster << "\",\"shards\":[";
+    for (size_t i = 0; i < map->shards.size(); ++i) {
+      const auto& s = map->shards[i];
+      std::cout << (i ? "," : "") << "{\"name\":\"" << s.name << "\",\"primary\":";
+      if (s.server.empty()) {
+        std::cout << "null}";
+      } else {
+        std::cout << "\"" << s.server << ":" << s.port << "\"}";
+      }
+    }
+    std::cout << "]}\n";
+  } else {
+    std::cout << "cluster " << c.etcd_cluster << ": " << map->shards.size() << " shard(s)\n";
+    for (const auto& s : map->shards) {
+      std::cout << "  " << s.name << "  primary "
+                << (s.server.empty() ? std::string("(none now)")
+                                     : s.server + ":" + std::to_string(s.port))
+                << "\n";
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -660,10 +755,20 @@ int main(int argc, char** argv) {
     case lockctl::Command::kKeygen:
       std::cout << rdmalock::auth::NewKeyHex() << "\n";
       return 0;
+    case lockctl::Command::kCluster:
+      return CmdCluster(c, a.cluster_init, a.cluster_replace);
     case lockctl::Command::kBench:
-      if (TargetOf(c).usage_error) return kExitUsage;
+      if (c.cluster_file.empty() && c.etcd.empty() && TargetOf(c).usage_error) return kExitUsage;
       // Each bench process connects by itself, after the fork (RunBench).
-      return lockctl::RunBench(a.bench, [&c](int* code) { return ConnectOrDie(c, code); });
+      return lockctl::RunBench(a.bench, [&c](int* code) {
+        lockctl::BenchTarget t;
+        if (c.cluster_file.empty() && c.etcd.empty()) {
+          t.client = ConnectOrDie(c, code);
+        } else {
+          t.cluster = ConnectClusterOrDie(c, code);
+        }
+        return t;
+      });
   }
   return kExitUsage;
 }

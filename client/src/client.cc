@@ -37,9 +37,18 @@ std::string DefaultClientName() {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// One connection attempt's limit. A lockd that can move (a shard's primary, looked up in etcd
+// before each attempt) is given a few seconds: the one named may be cut off, and waiting the whole
+// connect timeout for it would leave a failed-over shard unused meanwhile.
+std::chrono::milliseconds AttemptTimeout(std::chrono::milliseconds connect_timeout, bool moving) {
+  return moving ? std::min(connect_timeout, std::chrono::milliseconds(3000)) : connect_timeout;
+}
+
 // One session with lockd: the handshake's answer, the engine for its parameters and its record.
 struct Session {
-  uint64_t gen = 0;  // the client's count of sessions, from 1
+  uint64_t gen = 0;    // the client's count of sessions, from 1
+  std::string server;  // the lockd it is with (threads join it there)
+  uint16_t port = 0;
   proto::AcceptReply reply;
   std::shared_ptr<EntryPool> pool;
   std::unique_ptr<LockEngine> engine;
@@ -123,12 +132,15 @@ struct [[gnu::visibility("hidden")]] LockHandle::State {
 class [[gnu::visibility("hidden")]] Client::Impl
     : public std::enable_shared_from_this<Client::Impl> {
  public:
-  Impl(ClientOptions opts, std::unique_ptr<VerbsMemory> first) : opts_(std::move(opts)) {
+  // `opts.server` and `.port` are where `first` is connected; `resolve` (may be empty) says where
+  // to reconnect.
+  Impl(ClientOptions opts, std::unique_ptr<VerbsMemory> first, Client::Resolver resolve)
+      : opts_(std::move(opts)), resolve_(std::move(resolve)) {
     std::random_device rd;
     nonce_ = (uint64_t{rd()} << 32) | rd();
     rng_.seed(rd());
     auto ch = std::make_shared<ThreadChannel>();
-    ch->session = MakeSession(first->reply());
+    ch->session = MakeSession(first->reply(), opts_.server, opts_.port);
     ch->mem = std::move(first);
     session_ = ch->session;
     latest_ = session_;
@@ -203,7 +215,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
       }
       sess = session_;
     }
-    ChannelParams p{opts_.server,        opts_.port,       opts_.connect_timeout,
+    ChannelParams p{sess->server,        sess->port,       opts_.connect_timeout,
                     opts_.client_name,   proto::kFlagJoin, sess->reply.session_id,
                     sess->reply.join_key};
     p.auth_key = opts_.auth_key;
@@ -328,9 +340,12 @@ class [[gnu::visibility("hidden")]] Client::Impl
   std::atomic<uint64_t> renewals_{0}, renew_failures_{0};
 
  private:
-  std::shared_ptr<const Session> MakeSession(const proto::AcceptReply& reply) {
+  std::shared_ptr<const Session> MakeSession(const proto::AcceptReply& reply,
+                                             const std::string& server, uint16_t port) {
     auto s = std::make_shared<Session>();
     s->gen = ++last_gen_;
+    s->server = server;
+    s->port = port;
     s->reply = reply;
     const uint32_t entries = opts_.record_requests
                                  ? std::min(reply.record_entries, proto::SessionRecord::kMaxEntries)
@@ -463,6 +478,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
     uint64_t beat = 0;
     Clock::time_point next_beat, next_renew_check;
     std::chrono::milliseconds backoff{50};
+    bool told_retry = false;  // backoff is lockd's retry-after
     for (;;) {
       std::shared_ptr<const Session> sess = session();
       const auto lease = sess ? std::chrono::nanoseconds(sess->reply.lease_ns)
@@ -472,7 +488,9 @@ class [[gnu::visibility("hidden")]] Client::Impl
                           : lease / 4;
       auto tick = std::max<std::chrono::nanoseconds>(std::min(lease / 12, hb / 2),
                                                      std::chrono::milliseconds(1));
-      if (!sess) tick = Jittered(backoff);
+      // lockd said when to come back (its grace period): then, plus up to a quarter more (at most
+      // 250 ms) so that its clients do not all arrive at once; never earlier. Else back off.
+      if (!sess) tick = told_retry ? backoff + SmallJitter(backoff) : Jittered(backoff);
       {
         std::unique_lock lk(mu_);
         cv_.wait_for(lk, tick, [&] { return stopping_; });
@@ -483,10 +501,11 @@ class [[gnu::visibility("hidden")]] Client::Impl
         auto grace = std::chrono::milliseconds(0);
         if (Reconnect(&grace)) {
           backoff = std::chrono::milliseconds(50);
+          told_retry = false;
           next_beat = Clock::time_point{};
         } else {
-          backoff =
-              grace.count() > 0 ? grace : std::min(backoff * 2, std::chrono::milliseconds(2000));
+          told_retry = grace.count() > 0;
+          backoff = told_retry ? grace : std::min(backoff * 2, std::chrono::milliseconds(2000));
         }
         continue;
       }
@@ -566,13 +585,31 @@ class [[gnu::visibility("hidden")]] Client::Impl
   }
 
  private:
+  std::chrono::nanoseconds SmallJitter(std::chrono::milliseconds d) {
+    const int64_t most = std::clamp<int64_t>(d.count() / 4, 1, 250);
+    std::uniform_int_distribution<int64_t> dist(0, most);
+    return std::chrono::milliseconds(dist(rng_));
+  }
+
   std::chrono::nanoseconds Jittered(std::chrono::milliseconds d) {
     std::uniform_int_distribution<int64_t> dist(d.count() / 2, d.count() * 3 / 2);
     return std::chrono::milliseconds(dist(rng_));
   }
 
   bool Reconnect(std::chrono::milliseconds * backoff) {
-    ChannelParams p{opts_.server, opts_.port, opts_.connect_timeout, opts_.client_name, 0};
+    std::string server = opts_.server;
+    uint16_t port = opts_.port;
+    if (resolve_) {
+      auto where = resolve_();
+      if (!where.ok()) {
+        std::lock_guard lk(mu_);
+        last_error_ = where.status().message();
+        return false;
+      }
+      std::tie(server, port) = *where;
+    }
+    ChannelParams p{server, port, AttemptTimeout(opts_.connect_timeout, resolve_ != nullptr),
+                    opts_.client_name, 0};
     p.auth_key = opts_.auth_key;
     uint32_t retry_ms = 0;
     auto mem = VerbsMemory::Connect(p, &retry_ms);
@@ -589,7 +626,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
     {
       std::lock_guard lk(mu_);
       if (stopping_) return false;
-      ch->session = MakeSession(ch->mem->reply());
+      ch->session = MakeSession(ch->mem->reply(), server, port);
       session_ = ch->session;
       latest_ = session_;
       channels_[std::this_thread::get_id()] = ch;
@@ -650,6 +687,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
   }
 
   ClientOptions opts_;
+  Client::Resolver resolve_;  // empty: lockd is at opts_.server, opts_.port
   uint64_t nonce_ = 0;
   std::atomic<uint64_t> gen_{0};  // the current session's gen; 0 while there is none
   std::minstd_rand rng_;          // keeper thread only
@@ -929,32 +967,52 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
                  "ClientOptions::server is empty: name lockd's "
                  "address");
   }
+  return ConnectResolving(options, nullptr);
+}
+
+Result<std::unique_ptr<Client>> Client::ConnectResolving(const ClientOptions& options,
+                                                         Resolver resolve) {
   ClientOptions opts = options;
   if (opts.client_name.empty()) opts.client_name = DefaultClientName();
   RDMALOCK_ASSIGN_OR_RETURN(opts.auth_key, ResolveAuthKey(opts));
   opts.auth_key_file.clear();
-  ChannelParams p{opts.server, opts.port, opts.connect_timeout, opts.client_name, 0};
-  p.auth_key = opts.auth_key;
   // lockd in its restart grace period refuses connections for a while, its per-address rate
   // limit refuses bursts, and a lockd that is (re)starting may not listen yet: retry those (when
   // lockd says, else with back-off) within the connect timeout. Other refusals (version, server
-  // full, bad address) are final.
+  // full, bad address) are final. A lockd that can move (a resolver) is looked up before every
+  // attempt, and any connection failure is retried: the one it named may have just failed.
   const auto deadline = Clock::now() + opts.connect_timeout;
   auto backoff = std::chrono::milliseconds(20);
   for (;;) {
+    Status failed;
     uint32_t retry_ms = 0;
-    auto first = VerbsMemory::Connect(p, &retry_ms);
-    if (first.ok()) {
-      return std::unique_ptr<Client>(
-          new Client(std::make_shared<Impl>(opts, std::move(first).value())));
+    if (resolve) {
+      auto where = resolve();
+      if (where.ok()) {
+        std::tie(opts.server, opts.port) = *where;
+      } else {
+        failed = where.status();
+      }
+    }
+    if (failed.ok()) {
+      ChannelParams p{opts.server, opts.port,
+                      AttemptTimeout(opts.connect_timeout, resolve != nullptr), opts.client_name,
+                      0};
+      p.auth_key = opts.auth_key;
+      auto first = VerbsMemory::Connect(p, &retry_ms);
+      if (first.ok()) {
+        return std::unique_ptr<Client>(
+            new Client(std::make_shared<Impl>(opts, std::move(first).value(), std::move(resolve))));
+      }
+      failed = first.status();
     }
     std::chrono::milliseconds retry = backoff;
     if (retry_ms > 0) {
       retry = std::chrono::milliseconds(retry_ms);
-    } else if (!IsNotListening(first.status())) {
-      return first.status();
+    } else if (!IsNotListening(failed) && !(resolve && failed.code() == ErrorCode::kConnection)) {
+      return failed;
     }
-    if (Clock::now() + retry >= deadline) return first.status();
+    if (Clock::now() + retry >= deadline) return failed;
     std::this_thread::sleep_for(retry);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }

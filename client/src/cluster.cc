@@ -1,10 +1,123 @@
 #include "rdmalock/cluster.h"
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <chrono>
 #include <mutex>
+#include <optional>
+#include <set>
+
+#include "etcd.h"
 
 namespace rdmalock {
+namespace {
+
+constexpr std::chrono::milliseconds kEtcdTimeout{2000};
+
+std::string MapKey(const EtcdCluster& e) { return "/rdmalock/" + e.cluster + "/map"; }
+std::string PrimaryKey(const EtcdCluster& e, const std::string& shard) {
+  return "/rdmalock/" + e.cluster + "/shard/" + shard + "/primary";
+}
+
+Result<std::vector<std::string>> ParseShardList(const std::string& text, const std::string& key) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    std::string name = text.substr(pos, comma - pos);
+    name.erase(0, name.find_first_not_of(" \t\n"));
+    name.erase(name.find_last_not_of(" \t\n") + 1);
+    bool ok = !name.empty() && name.size() <= 64 && seen.insert(name).second;
+    for (const char ch : name) {
+      ok = ok &&
+           (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.');
+    }
+    if (!ok) {
+      return Error(ErrorCode::kConfig,
+                   "etcd key " + key + " holds '" + text +
+                       "': expected distinct shard names (letters, digits, '-', '_', '.'), "
+                       "comma-separated");
+    }
+    out.push_back(name);
+    pos = comma + 1;
+  }
+  return out;
+}
+
+// HOST:PORT or [HOST]:PORT, as lockd writes its advertise address.
+Result<std::pair<std::string, uint16_t>> ParseHostPort(const std::string& s,
+                                                       const std::string& key) {
+  const size_t colon = s.rfind(':');
+  unsigned port = 0;
+  if (colon != std::string::npos && colon > 0) {
+    auto [p, ec] = std::from_chars(s.data() + colon + 1, s.data() + s.size(), port);
+    if (ec == std::errc() && p == s.data() + s.size() && port > 0 && port < 65536) {
+      std::string host = s.substr(0, colon);
+      if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+        host = host.substr(1, host.size() - 2);
+      }
+      return std::make_pair(host, static_cast<uint16_t>(port));
+    }
+  }
+  return Error(ErrorCode::kProtocol, "etcd key " + key + " holds '" + s + "', not HOST:PORT");
+}
+
+Result<std::pair<std::string, uint16_t>> Primary(etcd::Client& etcd, const EtcdCluster& e,
+                                                 const std::string& shard) {
+  const std::string key = PrimaryKey(e, shard);
+  RDMALOCK_ASSIGN_OR_RETURN(auto kv, etcd.Get(key, kEtcdTimeout));
+  if (!kv.has_value()) {
+    return Error(ErrorCode::kConnection,
+                 "shard '" + shard + "' has no primary in etcd now (" + key +
+                     " is absent; a standby takes it over within its grace period)");
+  }
+  return ParseHostPort(kv->value, key);
+}
+
+}  // namespace
+
+Result<ClusterMap> ReadClusterMap(const EtcdCluster& e) {
+  RDMALOCK_ASSIGN_OR_RETURN(auto etcd, etcd::Client::Create(e.endpoints));
+  RDMALOCK_ASSIGN_OR_RETURN(auto kv, etcd->Get(MapKey(e), kEtcdTimeout));
+  if (!kv.has_value()) {
+    return Error(ErrorCode::kConfig, "etcd has no cluster map for cluster '" + e.cluster + "' (" +
+                                         MapKey(e) +
+                                         "); write one with lockctl --etcd ... cluster init");
+  }
+  RDMALOCK_ASSIGN_OR_RETURN(auto names, ParseShardList(kv->value, MapKey(e)));
+  ClusterMap map;
+  for (const auto& n : names) {
+    ShardSpec s{n, "", 0};
+    if (auto p = Primary(*etcd, e, n); p.ok()) std::tie(s.server, s.port) = *p;
+    map.shards.push_back(s);
+  }
+  return map;
+}
+
+Status PublishClusterMap(const EtcdCluster& e, const std::vector<std::string>& shards,
+                         bool replace) {
+  std::string text;
+  for (const auto& s : shards) text += (text.empty() ? "" : ",") + s;
+  if (auto parsed = ParseShardList(text, MapKey(e)); !parsed.ok()) {
+    return Error(
+        ErrorCode::kInvalidArgument,
+        "shard names '" + text + "': expected distinct names of letters, digits, '-', '_' and '.'");
+  }
+  RDMALOCK_ASSIGN_OR_RETURN(auto etcd, etcd::Client::Create(e.endpoints));
+  std::optional<etcd::KeyValue> existing;
+  RDMALOCK_ASSIGN_OR_RETURN(bool created,
+                            etcd->CreateIfAbsent(MapKey(e), text, 0, kEtcdTimeout, &existing));
+  if (created || (existing && existing->value == text)) return Status::Ok();
+  if (!replace) {
+    return Error(ErrorCode::kBusy, "etcd already has a different map for cluster '" + e.cluster +
+                                       "': " + (existing ? existing->value : "") +
+                                       " (replacing it moves lock names between shards)");
+  }
+  return etcd->Put(MapKey(e), text, 0, kEtcdTimeout);
+}
 
 class ClusterClient::Impl {
  public:
@@ -13,6 +126,8 @@ class ClusterClient::Impl {
   std::vector<size_t> order;  // shard indexes in ascending shard name: the global lock order
   std::mutex mu;
   std::vector<std::unique_ptr<Client>> clients;  // by shard index; null until first use
+  std::optional<EtcdCluster> etcd_cluster;       // where primaries are looked up, if anywhere
+  std::shared_ptr<etcd::Client> etcd;
 
   Result<Client*> Shard(size_t i) {
     if (i >= map.shards.size()) {
@@ -23,7 +138,15 @@ class ClusterClient::Impl {
       ClientOptions o = options;
       o.server = map.shards[i].server;
       o.port = map.shards[i].port;
-      auto c = Client::Connect(o);
+      Result<std::unique_ptr<Client>> c = Error(ErrorCode::kInternal, "");
+      if (etcd != nullptr) {
+        c = Client::ConnectResolving(
+            o, [e = etcd, cluster = *etcd_cluster, shard = map.shards[i].name] {
+              return Primary(*e, cluster, shard);
+            });
+      } else {
+        c = Client::Connect(o);
+      }
       if (!c.ok()) {
         return Error(c.status().code(),
                      "shard '" + map.shards[i].name + "': " + c.status().message());
@@ -44,6 +167,22 @@ Result<std::unique_ptr<ClusterClient>> ClusterClient::Connect(const ClusterMap& 
   impl->map = map;
   impl->options = options;
   impl->clients.resize(map.shards.size());
+  for (size_t i = 0; i < map.shards.size(); ++i) impl->order.push_back(i);
+  std::sort(impl->order.begin(), impl->order.end(),
+            [&map](size_t a, size_t b) { return map.shards[a].name < map.shards[b].name; });
+  return std::unique_ptr<ClusterClient>(new ClusterClient(std::move(impl)));
+}
+
+Result<std::unique_ptr<ClusterClient>> ClusterClient::Connect(const EtcdCluster& etcd,
+                                                              const ClientOptions& options) {
+  RDMALOCK_ASSIGN_OR_RETURN(ClusterMap map, ReadClusterMap(etcd));
+  RDMALOCK_ASSIGN_OR_RETURN(auto client, etcd::Client::Create(etcd.endpoints));
+  auto impl = std::make_unique<Impl>();
+  impl->map = map;
+  impl->options = options;
+  impl->clients.resize(map.shards.size());
+  impl->etcd_cluster = etcd;
+  impl->etcd = std::move(client);
   for (size_t i = 0; i < map.shards.size(); ++i) impl->order.push_back(i);
   std::sort(impl->order.begin(), impl->order.end(),
             [&map](size_t a, size_t b) { return map.shards[a].name < map.shards[b].name; });

@@ -20,7 +20,11 @@ constexpr size_t kBulkBytes = 64 * 1024;  // ReadBytes bounce buffer
 // twice that size is never reused while the NIC may still read it.
 constexpr size_t kMaxPosted = 15;
 constexpr size_t kPostRing = 32;
-constexpr auto kCompletionTimeout = std::chrono::seconds(30);
+// A backstop: RC retries (ACK timeout 67 ms, 7 retries) end a stuck operation in about half a
+// second, and lockd fences a session whose heartbeat stops for heartbeat_timeout_ms. Past this
+// the connection is treated as lost (the session ends, its locks are reported lost), so that a
+// client of a failed-over shard moves on to the new primary instead of waiting here.
+constexpr auto kCompletionTimeout = std::chrono::seconds(5);
 }  // namespace
 
 struct VerbsMemory::Impl {
@@ -172,7 +176,7 @@ struct VerbsMemory::Impl {
       if (got == 0 && spins > 64) {
         if (std::chrono::steady_clock::now() > deadline) {
           broken = true;
-          return Error(ErrorCode::kConnection, "no completion from lockd within 30 s");
+          return Error(ErrorCode::kConnection, "no completion from lockd within 5 s");
         }
         // While waiting, look for a disconnect on the connection's rdma_cm channel (lockd
         // stopped or dropped us): fail at once instead of waiting out RC retries.

@@ -29,6 +29,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "rdmalock/export.h"
@@ -303,6 +304,12 @@ class RDMALOCK_EXPORT Client {
   class Impl;
 
  private:
+  friend class ClusterClient;
+  // Where lockd is now (server, port): asked before every (re)connection, for a lockd that can
+  // move (a shard's primary in etcd). options.server and .port are ignored.
+  using Resolver = std::function<Result<std::pair<std::string, uint16_t>>()>;
+  static Result<std::unique_ptr<Client>> ConnectResolving(const ClientOptions& options,
+                                                          Resolver resolve);
   explicit Client(std::shared_ptr<Impl> impl);
   std::shared_ptr<Impl> impl_;
 };

@@ -35,11 +35,33 @@ struct RDMALOCK_EXPORT ClusterMap {
 // names that shard gains or loses (about 1/n of them).
 RDMALOCK_EXPORT size_t ShardForName(const ClusterMap& map, std::string_view name);
 
+// A cluster whose map and primaries live in etcd (lockd's cluster mode; docs/operations.md,
+// "Failover with etcd"). The map is the shard names in /rdmalock/<cluster>/map; each shard's
+// primary is in /rdmalock/<cluster>/shard/<name>/primary, and moves when a standby takes over.
+struct EtcdCluster {
+  std::vector<std::string> endpoints;  // http://HOST:PORT of etcd members (any number, >= 1)
+  std::string cluster = "default";
+};
+
+// Reads the map from etcd: every shard, with its current primary as server ("" if it has none
+// now).
+RDMALOCK_EXPORT Result<ClusterMap> ReadClusterMap(const EtcdCluster& etcd);
+// Writes the shard names as the cluster's map. An existing, different map is replaced only with
+// `replace` (renaming, adding or removing a shard moves names between shards; see
+// docs/operations.md before doing it on a live cluster).
+RDMALOCK_EXPORT Status PublishClusterMap(const EtcdCluster& etcd,
+                                         const std::vector<std::string>& shards, bool replace);
+
 class RDMALOCK_EXPORT ClusterClient {
  public:
   // Checks the map; connects to no shard yet. `options.server` and `.port` are ignored (each
   // shard's come from the map); everything else applies to every shard's session.
   static Result<std::unique_ptr<ClusterClient>> Connect(const ClusterMap& map,
+                                                        const ClientOptions& options);
+  // Reads the map from etcd; each shard's session connects to the shard's primary as etcd names
+  // it, and reconnects to whichever lockd etcd names next when the session ends (a failover).
+  // Locks held through a failover are reported lost, as with a lockd restart.
+  static Result<std::unique_ptr<ClusterClient>> Connect(const EtcdCluster& etcd,
                                                         const ClientOptions& options);
   ~ClusterClient();
   ClusterClient(const ClusterClient&) = delete;
