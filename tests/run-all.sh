@@ -6,9 +6,11 @@
 #      this kernel has RDMA, else in the Soft-RoCE VM);
 #   3. the C API and Python module against lockd on rdma_rxe (tests/sdk/run.sh);
 #   4. the two-host fault tests (tests/twohost/run.sh): lockd in one VM, clients in another;
-#   5. the Debian packages (tests/pkg/run.sh): built, installed with apt into a clean Debian 12
+#   5. the failover tests (tests/failover/run.sh): three lockds in two shards with etcd, across two
+#      VMs: a partitioned primary and a killed one;
+#   6. the Debian packages (tests/pkg/run.sh): built, installed with apt into a clean Debian 12
 #      tree, and the packaged lockd run on rdma_rxe;
-#   6. the libFuzzer targets (tests/fuzz/run.sh): the handshake, config and lockctl-argument
+#   7. the libFuzzer targets (tests/fuzz/run.sh): the handshake, config and lockctl-argument
 #      parsers, 30 s each.
 # An RDMA test that cannot run fails; nothing is skipped. Exits non-zero if anything failed.
 set -uo pipefail
@@ -137,6 +139,15 @@ mkdir -p "$twohost_out"
   "$root/tests/twohost/run.sh" "$twohost_out" "$root/build" 2>&1 | tee "$logs/twohost.log"
 tally "two-host fault tests" "$logs/twohost.log" "${PIPESTATUS[0]}" 'twohost: .*: ok ' \
   'twohost: .*: FAIL'
+
+echo "=== failover tests (two shards, one with a standby, etcd; two VMs)"
+failover_out="$root/build/failover"
+rm -rf "$failover_out"
+mkdir -p "$failover_out"
+"$root/deploy/softroce/rxe-run" --vms 2 --share "$failover_out" --timeout 900 -- \
+  "$root/tests/failover/run.sh" "$failover_out" "$root/build" 2>&1 | tee "$logs/failover.log"
+tally "failover tests" "$logs/failover.log" "${PIPESTATUS[0]}" 'failover: .*: ok ' \
+  'failover: .*: FAIL'
 
 echo "=== Debian packages (built, installed into a clean Debian 12 tree, lockd run from them on rdma_rxe)"
 "$root/tests/pkg/run.sh" "$root/build" 2>&1 | tee "$logs/pkg.log"

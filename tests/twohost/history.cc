@@ -16,6 +16,14 @@
 //     PID holds lock NAME. Queues for NAME, kills PID with SIGKILL once queued, and prints the time
 //     from the kill to the grant (and lockd's F x L for comparison).
 //
+//   rdma_history run --etcd URL [--etcd-cluster NAME] [--prefix P] --out FILE [...]
+//     The same over a cluster whose map and primaries are in etcd (ClusterClient): names
+//     P0..P(N-1) spread over the shards, and each G line ends with the name's shard; the
+//     "slot" field is the name's number.
+//
+//   rdma_history now
+//     Prints this host's CLOCK_MONOTONIC in ns (the records' clock), for scripts.
+//
 //   rdma_history check FILE...
 //     Reads the records of every process of one host (one clock) and checks, per slot: no
 //     exclusive grant's valid interval overlaps another grant's, and exclusive tokens strictly
@@ -34,12 +42,14 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "rdmalock/client.h"
+#include "rdmalock/cluster.h"
 
 using namespace rdmalock;
 using Clock = std::chrono::steady_clock;
@@ -60,6 +70,10 @@ struct RunOptions {
   double shared_ratio = 0.2;
   int hold_us = 200;
   int timeout_ms = 5000;
+  // Cluster mode: the map and primaries come from etcd; lock names spread over the shards.
+  std::vector<std::string> etcd;
+  std::string etcd_cluster = "default";
+  std::string prefix = "h";  // lock names are <prefix><k>
 };
 
 int Run(const RunOptions& o) {
@@ -74,10 +88,23 @@ int Run(const RunOptions& o) {
   co.port = o.port;
   co.client_name = "rdma_history";
   co.connect_timeout = std::chrono::milliseconds(20000);
-  auto client = Client::Connect(co);
-  if (!client.ok()) {
-    std::fprintf(stderr, "rdma_history: %s\n", client.status().ToString().c_str());
-    return 3;
+  std::unique_ptr<Client> single;
+  std::unique_ptr<ClusterClient> cluster;
+  if (o.etcd.empty()) {
+    auto c = Client::Connect(co);
+    if (!c.ok()) {
+      std::fprintf(stderr, "rdma_history: %s\n", c.status().ToString().c_str());
+      return 3;
+    }
+    single = std::move(c).value();
+  } else {
+    co.connect_timeout = std::chrono::milliseconds(10000);
+    auto c = ClusterClient::Connect(EtcdCluster{o.etcd, o.etcd_cluster}, co);
+    if (!c.ok()) {
+      std::fprintf(stderr, "rdma_history: %s\n", c.status().ToString().c_str());
+      return 3;
+    }
+    cluster = std::move(c).value();
   }
   std::mutex mu;  // guards `out` and `errors`
   std::map<std::string, uint64_t> errors;
@@ -88,11 +115,12 @@ int Run(const RunOptions& o) {
     std::mt19937_64 rng(static_cast<uint64_t>(id) * 7919u + static_cast<uint64_t>(getpid()));
     std::uniform_real_distribution<> u(0, 1);
     while (Clock::now() < end) {
-      const std::string name = "h" + std::to_string(rng() % static_cast<uint64_t>(o.locks));
+      const uint64_t k = rng() % static_cast<uint64_t>(o.locks);
+      const std::string name = o.prefix + std::to_string(k);
       LockOptions lo;
       lo.mode = u(rng) < o.shared_ratio ? LockMode::kShared : LockMode::kExclusive;
       lo.timeout = std::chrono::milliseconds(o.timeout_ms);
-      auto h = (*client)->Lock(name, lo);
+      auto h = single ? single->Lock(name, lo) : cluster->Lock(name, lo);
       if (!h.ok()) {
         std::lock_guard lk(mu);
         const std::string code(ErrorCodeName(h.status().code()));
@@ -121,15 +149,33 @@ int Run(const RunOptions& o) {
       }
       ++grants;
       std::lock_guard lk(mu);
-      std::fprintf(out, "G %" PRIu64 " %s %" PRIu64 " %" PRId64 " %" PRId64 " %s\n", h->slot(),
-                   lo.mode == LockMode::kShared ? "s" : "x", h->fencing_token(), Ns(granted),
-                   valid_until, how);
+      // One lock per slot with one lockd; per name (and its shard) over a cluster.
+      std::fprintf(out, "G %" PRIu64 " %s %" PRIu64 " %" PRId64 " %" PRId64 " %s %s\n",
+                   single ? h->slot() : k, lo.mode == LockMode::kShared ? "s" : "x",
+                   h->fencing_token(), Ns(granted), valid_until, how,
+                   single ? "-" : cluster->map().shards[cluster->ShardOf(name)].name.c_str());
     }
   };
   std::vector<std::thread> ts;
   for (int i = 0; i < o.threads; ++i) ts.emplace_back(worker, i);
   for (auto& t : ts) t.join();
-  const ClientStats s = (*client)->Stats();
+  ClientStats s;
+  if (single) {
+    s = single->Stats();
+  } else {
+    for (size_t i = 0; i < cluster->map().shards.size(); ++i) {
+      auto c = cluster->Shard(i);
+      if (!c.ok()) continue;
+      const ClientStats one = (*c)->Stats();
+      s.sessions_lost += one.sessions_lost;
+      s.reconnects += one.reconnects;
+      s.recoveries += one.recoveries;
+      s.fetch_add += one.fetch_add;
+      s.compare_swap += one.compare_swap;
+      s.read += one.read;
+      s.write += one.write;
+    }
+  }
   std::fprintf(out, "S grants=%" PRIu64 " lost=%" PRIu64, grants.load(), lost.load());
   for (const auto& [code, n] : errors) std::fprintf(out, " error_%s=%" PRIu64, code.c_str(), n);
   std::fprintf(out,
@@ -186,6 +232,7 @@ int KillWait(const std::string& server, uint16_t port, const std::string& name, 
 }
 
 struct Grant {
+  std::string shard;  // "-" with one lockd
   uint64_t slot = 0;
   bool exclusive = true;
   uint64_t token = 0;
@@ -194,7 +241,8 @@ struct Grant {
 };
 
 int Check(const std::vector<std::string>& files) {
-  std::map<uint64_t, std::vector<Grant>> by_slot;
+  std::map<std::pair<std::string, uint64_t>, std::vector<Grant>> by_slot;
+  std::map<std::string, std::pair<uint64_t, std::set<uint64_t>>> per_shard;  // grants, epochs
   uint64_t total = 0, errors = 0;
   for (const auto& f : files) {
     std::ifstream in(f);
@@ -212,13 +260,17 @@ int Check(const std::vector<std::string>& files) {
       Grant g;
       std::string mode, how;
       ls >> g.slot >> mode >> g.token >> g.start >> g.end >> how;
-      if (!ls) {
+      if (ls && !(ls >> g.shard)) g.shard = "-";  // older records have no shard
+      if (!ls && g.shard.empty()) {
         std::printf("history: malformed line in %s: %s\n", f.c_str(), line.c_str());
         return 2;
       }
       g.exclusive = mode == "x";
       g.file = f;
-      by_slot[g.slot].push_back(g);
+      auto& ps = per_shard[g.shard];
+      ++ps.first;
+      if (g.exclusive) ps.second.insert(g.token >> 48);  // shared grants carry no token
+      by_slot[{g.shard, g.slot}].push_back(g);
       ++total;
     }
   }
@@ -232,7 +284,8 @@ int Check(const std::vector<std::string>& files) {
   int64_t gap = 0;
   for (size_t i = 1; i < starts.size(); ++i) gap = std::max(gap, starts[i] - starts[i - 1]);
   uint64_t overlaps = 0, regressions = 0;
-  for (auto& [slot, gs] : by_slot) {
+  for (auto& [key, gs] : by_slot) {
+    const uint64_t slot = key.second;
     std::sort(gs.begin(), gs.end(),
               [](const Grant& a, const Grant& b) { return a.start < b.start; });
     // Any two overlapping intervals: the later-starting one starts inside the earlier one.
@@ -263,6 +316,15 @@ int Check(const std::vector<std::string>& files) {
       }
     }
   }
+  if (per_shard.size() > 1 || per_shard.count("-") == 0) {
+    std::printf("history: per shard:");
+    for (const auto& [shard, ps] : per_shard) {
+      std::printf(" %s %" PRIu64 " grants (exclusive tokens' epochs", shard.c_str(), ps.first);
+      for (const uint64_t e : ps.second) std::printf(" %" PRIu64, e);
+      std::printf(");");
+    }
+    std::printf("\n");
+  }
   std::printf("history: %" PRIu64 " grants on %zu locks from %zu process(es), %" PRIu64
               " failed acquisitions; %" PRIu64
               " overlaps of lease-valid exclusive holders, %" PRIu64
@@ -276,6 +338,10 @@ int Check(const std::vector<std::string>& files) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "now") {  // this host's clock, as the records use it
+    std::printf("%" PRId64 "\n", Ns(Clock::now()));
+    return 0;
+  }
   if (argc >= 2 && std::string(argv[1]) == "check") {
     std::vector<std::string> files(argv + 2, argv + argc);
     if (files.empty()) {
@@ -326,13 +392,19 @@ int main(int argc, char** argv) {
       o.hold_us = std::atoi(v.c_str());
     } else if (k == "--timeout-ms") {
       o.timeout_ms = std::atoi(v.c_str());
+    } else if (k == "--etcd") {
+      o.etcd.push_back(v);
+    } else if (k == "--etcd-cluster") {
+      o.etcd_cluster = v;
+    } else if (k == "--prefix") {
+      o.prefix = v;
     } else {
       std::fprintf(stderr, "rdma_history: unknown option %s\n", k.c_str());
       return 64;
     }
   }
-  if (o.server.empty() || o.out.empty() || o.threads < 1 || o.locks < 1) {
-    std::fprintf(stderr, "rdma_history run: --server and --out are required\n");
+  if ((o.server.empty() && o.etcd.empty()) || o.out.empty() || o.threads < 1 || o.locks < 1) {
+    std::fprintf(stderr, "rdma_history run: --server (or --etcd) and --out are required\n");
     return 64;
   }
   return Run(o);

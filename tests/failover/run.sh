@@ -1,0 +1,277 @@
+#!/bin/bash
+# Failover tests: three lockds in two shards, with etcd, across the harness's two VMs. Run through
+# the harness, which starts this script in both VMs:
+#
+#   deploy/softroce/rxe-run --vms 2 --share OUT -- tests/failover/run.sh OUT [BUILD_DIR]
+#
+#   "server" VM (192.0.2.1): a1, shard a's first primary; the partition observer.
+#   "client" VM (192.0.2.2): etcd; b1 (shard b); a2 (shard a's standby); the clients.
+#
+# The client side drives the scenarios through files in OUT (the share both VMs see) and checks
+# each with rdma_history's history checker over every grant its clients recorded (one clock):
+#   1. a workload over 400 names spreads over both shards as the hash says;
+#   2. a1 is cut off by netem (100% loss on its VM's link) under load: it must stop granting
+#      (fence every client) before its etcd lease could expire, and a2 takes over;
+#   3. kill -9 of the primary (now a2) under load: the standby (a1) takes over.
+# Each prints "failover: <check>: ok|FAIL ..." with the measured figures; the client exits
+# non-zero if any check failed.
+set -u
+out=${1:?usage: run.sh OUT_DIR [BUILD_DIR]}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+build=${2:-$root/build}
+hist=$build/tests/rdma_history
+lease_ms=1000
+ttl_s=3
+grace_ms=$((lease_ms + ttl_s * 1000)) # lockd's takeover grace: a client lease + the etcd TTL
+poll_ms=250                           # a standby's campaign poll (server/campaign.cc)
+
+# start_lockd NAME SHARD PORT ETCD_IP: a cluster-mode lockd in the background ($! is its pid),
+# logging to OUT/NAME.log.
+start_lockd() {
+  "$build/lockd" --address "$RXE_IP" --port "$3" --etcd "http://$4:2379" --cluster t \
+    --shard "$2" --etcd-lease-ttl-s "$ttl_s" --lease-ms "$lease_ms" \
+    --heartbeat-interval-ms 100 --heartbeat-timeout-ms 1000 --state-dir "" --admin-socket "" \
+    --metrics-address "" --log-level info >>"$out/$1.log" 2>&1 &
+}
+
+# Waits for file $1 for up to $2 seconds.
+wait_file() {
+  local i=0
+  while [ ! -s "$1" ]; do
+    i=$((i + 1))
+    [ "$i" -gt $(($2 * 10)) ] && return 1
+    sleep 0.1
+  done
+}
+
+# Waits up to $3 seconds for a line matching $2 in file $1.
+wait_log() {
+  local i=0
+  until grep -q "$2" "$1" 2>/dev/null; do
+    i=$((i + 1))
+    [ "$i" -gt $(($3 * 10)) ] && return 1
+    sleep 0.1
+  done
+}
+
+server() {
+  wait_file "$out/etcd.ready" 180 || { echo "failover: etcd never became ready"; exit 1; }
+  local a1 obs="" stop=0 n=1
+  start_lockd a1 a 7471 "$RXE_PEER_IP"
+  a1=$!
+  wait_log "$out/a1.log" "primary of shard a" 60 || { echo "failover: a1 never became primary"; }
+  echo "$a1" >"$out/a1.ready"
+  trap 'stop=1' TERM
+  while [ "$stop" = 0 ] && [ ! -f "$out/stop" ]; do
+    if [ -f "$out/cmd.$n" ]; then
+      local reply=done
+      case $(cat "$out/cmd.$n") in
+        partition)
+          # A client in a1's own VM (rdma_rxe loopback: the partition does not cut it off), for
+          # 3 s before the cut and 11 s after it.
+          "$hist" run --server "$RXE_IP" --port 7471 --out "$out/observer.1" --threads 2 \
+            --locks 8 --prefix p --seconds 14 --hold-us 500 --timeout-ms 300 &
+          obs=$!
+          sleep 3
+          tc qdisc add dev eth0 root netem loss 100%
+          reply=$("$hist" now)
+          ;;
+        heal)
+          tc qdisc del dev eth0 root
+          [ -n "$obs" ] && wait "$obs"
+          ;;
+      esac
+      echo "$reply" >"$out/ack.$n"
+      n=$((n + 1))
+    fi
+    sleep 0.05
+  done
+  kill -TERM "$a1" 2>/dev/null
+  wait "$a1" 2>/dev/null
+  exit 0
+}
+
+fails=0
+verdict() { # verdict NAME STATUS DETAIL
+  if [ "$2" -eq 0 ]; then
+    echo "failover: $1: ok $3"
+  else
+    echo "failover: $1: FAIL $3"
+    fails=$((fails + 1))
+  fi
+}
+
+ncmd=0
+ACK=""
+ask() { # ask WORD: asks the server VM, waits for its answer (in $ACK)
+  ncmd=$((ncmd + 1))
+  echo "$1" >"$out/cmd.$ncmd"
+  ACK=""
+  wait_file "$out/ack.$ncmd" 30 || { echo "failover: the server VM did not answer '$1'" >&2; return 1; }
+  ACK=$(cat "$out/ack.$ncmd")
+}
+
+workload() { # workload PREFIX PROCESSES SECONDS
+  local pids=() i
+  for i in $(seq 1 "$2"); do
+    "$hist" run --etcd "http://127.0.0.1:2379" --etcd-cluster t --out "$out/$1.$i" --threads 4 \
+      --locks 400 --seconds "$3" --shared-ratio 0.2 --hold-us 500 --timeout-ms 2000 &
+    pids+=($!)
+  done
+  local rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  return $rc
+}
+
+summaries() { grep -h '^[ES] ' "$out/$1".* | sort | uniq -c | sed 's/^/  /'; }
+
+# The first grant on shard a with epoch $2 or later in records $1.*: its time (ns).
+first_grant() {
+  awk -v e="$2" '$1 == "G" && $8 == "a" && int($4 / 281474976710656) >= e { print $5 }' \
+    "$out/$1".* | sort -n | head -1
+}
+
+# The measured takeover: ms from $1 (ns) to the first grant on shard a with epoch $3 in $2.*.
+takeover_ms() {
+  local first
+  first=$(first_grant "$2" "$3")
+  [ -n "$first" ] || { echo "none"; return; }
+  echo $(((first - $1) / 1000000))
+}
+
+client() {
+  local etcd_url="http://127.0.0.1:2379" lockctl="$build/lockctl --etcd http://127.0.0.1:2379 --etcd-cluster t"
+  # etcd first in line for the VM's one CPU: in production it has hosts of its own.
+  nice -n -10 etcd --name f --data-dir /tmp/etcd-f --listen-client-urls "http://$RXE_IP:2379,$etcd_url" \
+    --advertise-client-urls "http://$RXE_IP:2379" --listen-peer-urls http://127.0.0.1:2380 \
+    --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster f=http://127.0.0.1:2380 >"$out/etcd.log" 2>&1 &
+  local etcd_pid=$! i=0
+  until $lockctl cluster init a,b >/dev/null 2>&1; do
+    i=$((i + 1))
+    [ "$i" -gt 60 ] && { echo "failover: etcd did not start (see etcd.log)"; exit 1; }
+    sleep 1
+  done
+  echo "$(etcd --version | head -1) at $RXE_IP:2379; cluster map: a,b" >"$out/etcd.ready"
+  wait_file "$out/a1.ready" 90 || { echo "failover: a1 never became primary"; exit 1; }
+  local b1 a2
+  start_lockd b1 b 7472 127.0.0.1
+  b1=$!
+  start_lockd a2 a 7471 127.0.0.1
+  a2=$!
+  # Both shards serving (a1 and b1 past their grace), a2 a standby.
+  i=0
+  until $lockctl --shard a status >/dev/null 2>&1 && $lockctl --shard b status >/dev/null 2>&1 &&
+    grep -q "standby for shard a" "$out/a2.log"; do
+    i=$((i + 1))
+    [ "$i" -gt 60 ] && { echo "failover: the cluster did not come up"; $lockctl cluster; exit 1; }
+    sleep 1
+  done
+  echo "failover: etcd $(cat "$out/etcd.ready")"
+  $lockctl cluster | sed 's/^/  /'
+
+  # 1. Names spread over both shards as the hash says.
+  workload spread 2 8
+  local wl=$? check rc
+  summaries spread
+  check=$("$hist" check "$out"/spread.*)
+  rc=$?
+  echo "$check" | sed 's/^/  /'
+  local na nb
+  na=$(awk '$1 == "G" && $8 == "a"' "$out"/spread.* | wc -l)
+  nb=$(awk '$1 == "G" && $8 == "b"' "$out"/spread.* | wc -l)
+  local shares_ok=0
+  # 400 names: the hash gives each shard about half; each must get at least a third of grants.
+  [ "$na" -gt 0 ] && [ "$nb" -gt 0 ] && [ $((na * 3)) -ge $((na + nb)) ] &&
+    [ $((nb * 3)) -ge $((na + nb)) ] || shares_ok=1
+  verdict "400 names over 2 shards, 2 processes x 4 threads for 8 s" $((rc + wl + shares_ok)) \
+    "(shard a $na grants, shard b $nb)"
+
+  # 2. The primary of shard a (a1) cut off from everything by netem, under load.
+  workload partition 2 28 &
+  local wpid=$!
+  sleep 2
+  local t_part
+  ask partition # the server VM starts its observer, and cuts itself off 3 s later
+  t_part=$ACK
+  wait_log "$out/a1.log" "no longer primary of shard a" 30
+  wait "$wpid"
+  wl=$?
+  ask heal
+  summaries partition
+  check=$("$hist" check "$out"/partition.*)
+  rc=$?
+  echo "$check" | sed 's/^/  /'
+  echo "  observer (a client in a1's VM, still connected to a1):"
+  summaries observer | sed 's/^/  /'
+  local fence deadline last_obs after spare=""
+  fence=$(sed -n 's/.*fenced_mono_ns=\([0-9]*\).*/\1/p' "$out/a1.log" | head -1)
+  deadline=$(sed -n 's/.*deadline_mono_ns=\([0-9]*\).*/\1/p' "$out/a1.log" | head -1)
+  last_obs=$(awk '$1 == "G" { print $5 }' "$out"/observer.* | sort -n | tail -1)
+  after=$(awk -v p="$t_part" '$1 == "G" && $5 > p' "$out"/observer.* | wc -l)
+  local fence_ok=1
+  if [ -n "$fence" ] && [ -n "$deadline" ] && [ -n "$last_obs" ]; then
+    echo "  a1 (server VM clock): cut off at 0; granted to the observer until $(((last_obs - t_part) / 1000000)) ms" \
+      "($after grants after the cut); fenced itself at $(((fence - t_part) / 1000000)) ms," \
+      "$(((deadline - fence) / 1000000)) ms before its lease deadline ($(((deadline - t_part) / 1000000)) ms)"
+    [ "$last_obs" -lt "$fence" ] && [ "$fence" -lt "$deadline" ] && fence_ok=0
+    spare=$(((deadline - fence) / 1000000))
+  else
+    echo "  a1 did not log its fence (fence='$fence' deadline='$deadline' last observer grant='$last_obs')"
+  fi
+  # a2's side, on the client VM's clock: when it won the primary key, and its first grant.
+  local won first take=none
+  won=$(sed -n 's/.*primary of shard a (epoch 2).*won_mono_ns=\([0-9]*\).*/\1/p' "$out/a2.log" | head -1)
+  first=$(first_grant partition 2)
+  if [ -n "$won" ] && [ -n "$first" ]; then
+    take=$(((first - won) / 1000000))
+    echo "  a2 (client VM clock): won the primary key (epoch 2) once etcd expired a1's lease (no" \
+      "earlier than a1's deadline); first grant $take ms later (grace $grace_ms ms + starting lockd)"
+    [ "$take" -ge "$grace_ms" ] || fence_ok=1 # it must not serve before the grace is out
+  else
+    echo "  a2 never served shard a (won='$won' first grant='$first')"
+    fence_ok=1
+  fi
+  verdict "netem 100% loss cuts off a1, the primary, under load" $((rc + wl + fence_ok)) \
+    "(a1 fenced its clients ${spare:-?} ms before its lease could end; a2 granted ${take} ms after winning)"
+
+  # 3. kill -9 of the primary (a2, in this VM) under load: a1 takes over.
+  workload kill 2 24 &
+  wpid=$!
+  sleep 6
+  local t_kill
+  t_kill=$("$hist" now)
+  { kill -9 "$a2" && wait "$a2"; } 2>/dev/null
+  wait "$wpid"
+  wl=$?
+  summaries kill
+  check=$("$hist" check "$out"/kill.*)
+  rc=$?
+  echo "$check" | sed 's/^/  /'
+  take=$(takeover_ms "$t_kill" kill 3)
+  local lost
+  lost=$(grep -h '^S ' "$out"/kill.* | grep -vc 'sessions_lost=0')
+  echo "  kill -9 of a2 -> first grant by a1 (epoch 3): ${take} ms (detection: etcd TTL ${ttl_s} s" \
+    "after a2's last refresh + poll $poll_ms ms; grace $grace_ms ms = lease $lease_ms ms + TTL)"
+  local take_ok=1
+  [ "$take" != none ] && grep -q "primary of shard a (epoch 3)" "$out/a1.log" && [ "$lost" -eq 2 ] &&
+    take_ok=0
+  verdict "kill -9 of the primary under load" $((rc + wl + take_ok)) \
+    "(takeover ${take} ms; $lost of 2 processes lost their shard-a session and recovered)"
+
+  echo stop >"$out/stop"
+  kill -TERM "$b1" 2>/dev/null
+  wait "$b1" 2>/dev/null
+  kill "$etcd_pid" 2>/dev/null
+  echo "failover: $fails check(s) failed"
+  [ "$fails" -eq 0 ]
+}
+
+case "${RXE_ROLE:-}" in
+  server) server ;;
+  client) client ;;
+  *)
+    echo "run.sh: RXE_ROLE is not set: run it through deploy/softroce/rxe-run --vms 2" >&2
+    exit 2
+    ;;
+esac
