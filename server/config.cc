@@ -56,6 +56,27 @@ Status ReadString(const std::string& origin, const std::string& key, const YAML:
   return Status::Ok();
 }
 
+// A list of strings, each checked by `check` (whose message is given with the item's line); null
+// is the empty list.
+template <typename Check>
+Status ReadList(const std::string& origin, const std::string& key, const YAML::Node& node,
+                const char* what, Check check, std::vector<std::string>* out) {
+  out->clear();
+  if (node.IsNull()) return Status::Ok();
+  if (!node.IsSequence()) {
+    return Error(ErrorCode::kConfig, Where(origin, node, key) + ": expected a list of " + what);
+  }
+  for (const auto& item : node) {
+    std::string s;
+    RDMALOCK_RETURN_IF_ERROR(ReadString(origin, key, item, &s));
+    if (Status st = check(s); !st.ok()) {
+      return Error(ErrorCode::kConfig, Where(origin, item, key) + ": " + st.message());
+    }
+    out->push_back(s);
+  }
+  return Status::Ok();
+}
+
 Status ReadBool(const std::string& origin, const std::string& key, const YAML::Node& node,
                 bool* out) {
   if (node.IsScalar()) {
@@ -208,51 +229,18 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
       } else if (key == "auth_key_file") {
         st = ReadString(origin, key, v, &c.auth_key_file);
       } else if (key == "allow_from") {
-        if (v.IsNull()) {
-          c.allow_from.clear();
-        } else if (!v.IsSequence()) {
-          st = Error(ErrorCode::kConfig, Where(origin, v, key) +
-                                             ": expected a list of address ranges, e.g. "
-                                             "[10.0.0.0/8, 192.0.2.7]");
-        } else {
-          for (const auto& item : v) {
-            std::string r;
-            st = ReadString(origin, key, item, &r);
-            if (st.ok()) {
-              if (auto cidr = Cidr::Parse(r); !cidr.ok()) {
-                st = Error(ErrorCode::kConfig,
-                           Where(origin, item, key) + ": " + cidr.status().message());
-              }
-            }
-            if (!st.ok()) break;
-            c.allow_from.push_back(r);
-          }
-        }
+        st = ReadList(
+            origin, key, v, "address ranges, e.g. [10.0.0.0/8, 192.0.2.7]",
+            [](const std::string& r) { return Cidr::Parse(r).status(); }, &c.allow_from);
       } else if (key == "memory_windows") {
         st = ReadBool(origin, key, v, &c.memory_windows);
       } else if (key == "max_connections_per_session") {
         st = ReadUnsigned(origin, key, v, 1, 65536, &c.max_connections_per_session);
       } else if (key == "etcd_endpoints") {
-        c.etcd_endpoints.clear();
-        if (v.IsNull()) {
-        } else if (!v.IsSequence()) {
-          st = Error(ErrorCode::kConfig, Where(origin, v, key) +
-                                             ": expected a list of etcd endpoints, e.g. "
-                                             "[http://10.0.0.1:2379, http://10.0.0.2:2379]");
-        } else {
-          for (const auto& item : v) {
-            std::string e;
-            st = ReadString(origin, key, item, &e);
-            if (st.ok()) {
-              if (auto ep = etcd::ParseEndpoint(e); !ep.ok()) {
-                st = Error(ErrorCode::kConfig,
-                           Where(origin, item, key) + ": " + ep.status().message());
-              }
-            }
-            if (!st.ok()) break;
-            c.etcd_endpoints.push_back(e);
-          }
-        }
+        st = ReadList(
+            origin, key, v, "etcd endpoints, e.g. [http://10.0.0.1:2379, http://10.0.0.2:2379]",
+            [](const std::string& e) { return etcd::ParseEndpoint(e).status(); },
+            &c.etcd_endpoints);
       } else if (key == "cluster") {
         st = ReadString(origin, key, v, &c.cluster);
       } else if (key == "shard") {

@@ -19,6 +19,8 @@ set -u
 out=${1:?usage: run.sh OUT_DIR [BUILD_DIR]}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${2:-$root/build}
+# shellcheck source=tests/vm-lib.sh
+. "$root/tests/vm-lib.sh"
 hist=$build/tests/rdma_history
 lease_ms=1000
 ttl_s=3
@@ -32,16 +34,6 @@ start_lockd() {
     --shard "$2" --etcd-lease-ttl-s "$ttl_s" --lease-ms "$lease_ms" \
     --heartbeat-interval-ms 100 --heartbeat-timeout-ms 1000 --state-dir "" --admin-socket "" \
     --metrics-address "" --log-level info >>"$out/$1.log" 2>&1 &
-}
-
-# Waits for file $1 for up to $2 seconds.
-wait_file() {
-  local i=0
-  while [ ! -s "$1" ]; do
-    i=$((i + 1))
-    [ "$i" -gt $(($2 * 10)) ] && return 1
-    sleep 0.1
-  done
 }
 
 # Waits up to $3 seconds for a line matching $2 in file $1.
@@ -91,16 +83,6 @@ server() {
   exit 0
 }
 
-fails=0
-verdict() { # verdict NAME STATUS DETAIL
-  if [ "$2" -eq 0 ]; then
-    echo "failover: $1: ok $3"
-  else
-    echo "failover: $1: FAIL $3"
-    fails=$((fails + 1))
-  fi
-}
-
 ncmd=0
 ACK=""
 ask() { # ask WORD: asks the server VM, waits for its answer (in $ACK)
@@ -122,8 +104,6 @@ workload() { # workload PREFIX PROCESSES SECONDS
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   return $rc
 }
-
-summaries() { grep -h '^[ES] ' "$out/$1".* | sort | uniq -c | sed 's/^/  /'; }
 
 # The first grant on shard a with epoch $2 or later in records $1.*: its time (ns).
 first_grant() {
@@ -184,7 +164,7 @@ client() {
   # 400 names: the hash gives each shard about half; each must get at least a third of grants.
   [ "$na" -gt 0 ] && [ "$nb" -gt 0 ] && [ $((na * 3)) -ge $((na + nb)) ] &&
     [ $((nb * 3)) -ge $((na + nb)) ] || shares_ok=1
-  verdict "400 names over 2 shards, 2 processes x 4 threads for 8 s" $((rc + wl + shares_ok)) \
+  verdict failover "400 names over 2 shards, 2 processes x 4 threads for 8 s" $((rc + wl + shares_ok)) \
     "(shard a $na grants, shard b $nb)"
 
   # 2. The primary of shard a (a1) cut off from everything by netem, under load.
@@ -232,7 +212,7 @@ client() {
     echo "  a2 never served shard a (won='$won' first grant='$first')"
     fence_ok=1
   fi
-  verdict "netem 100% loss cuts off a1, the primary, under load" $((rc + wl + fence_ok)) \
+  verdict failover "netem 100% loss cuts off a1, the primary, under load" $((rc + wl + fence_ok)) \
     "(a1 fenced its clients ${spare:-?} ms before its lease could end; a2 granted ${take} ms after winning)"
 
   # 3. kill -9 of the primary (a2, in this VM) under load: a1 takes over.
@@ -256,7 +236,7 @@ client() {
   local take_ok=1
   [ "$take" != none ] && grep -q "primary of shard a (epoch 3)" "$out/a1.log" && [ "$lost" -eq 2 ] &&
     take_ok=0
-  verdict "kill -9 of the primary under load" $((rc + wl + take_ok)) \
+  verdict failover "kill -9 of the primary under load" $((rc + wl + take_ok)) \
     "(takeover ${take} ms; $lost of 2 processes lost their shard-a session and recovered)"
 
   echo stop >"$out/stop"

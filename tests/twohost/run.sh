@@ -16,6 +16,8 @@ set -u
 out=${1:?usage: run.sh OUT_DIR [BUILD_DIR]}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${2:-$root/build}
+# shellcheck source=tests/vm-lib.sh
+. "$root/tests/vm-lib.sh"
 port=7471
 lease_ms=1000
 
@@ -52,26 +54,6 @@ server() {
   exit 0
 }
 
-fails=0
-verdict() {  # verdict NAME STATUS DETAIL
-  if [ "$2" -eq 0 ]; then
-    echo "twohost: $1: ok $3"
-  else
-    echo "twohost: $1: FAIL $3"
-    fails=$((fails + 1))
-  fi
-}
-
-# Waits for file $1 for up to $2 seconds.
-wait_file() {
-  local i=0
-  while [ ! -s "$1" ]; do
-    i=$((i + 1))
-    [ "$i" -gt $(($2 * 10)) ] && return 1
-    sleep 0.1
-  done
-}
-
 workload() {  # workload PREFIX PROCESSES SECONDS
   local pids=() i
   for i in $(seq 1 "$2"); do
@@ -84,9 +66,6 @@ workload() {  # workload PREFIX PROCESSES SECONDS
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
   return $rc
 }
-
-# Prints the E lines (failed acquisitions, with their messages) and the summaries.
-summaries() { grep -h '^[ES] ' "$out/$1".* | sort | uniq -c | sed 's/^/  /'; }
 
 client() {
   local lockctl="$build/lockctl --server $RXE_PEER_IP --port $port"
@@ -113,7 +92,7 @@ client() {
   # healthy lockd should give under loss (a 10 s timeout that expired).
   local unexpected
   unexpected=$(grep -h '^E ' "$out"/netem.* | grep -vc '^E timeout ')
-  verdict "netem 5% loss + 1 ms delay, 2 processes x 4 threads on 2 locks for 15 s" \
+  verdict twohost "netem 5% loss + 1 ms delay, 2 processes x 4 threads on 2 locks for 15 s" \
     $((rc + wl + unexpected)) "($check; $unexpected unexpected errors)"
 
   # 2. lockd kill -9 and restart under load.
@@ -135,7 +114,7 @@ client() {
   gap=$(echo "$check" | sed -n 's/.*longest gap between grants \([0-9.]*\) ms.*/\1/p')
   echo "  lockd restart under load: clients serving again ${gap} ms after their last grant before" \
     "the kill -9 (restart grace = one lease = $lease_ms ms)"
-  verdict "lockd kill -9 + restart under load (grace = lease $lease_ms ms)" $((rc + wl)) \
+  verdict twohost "lockd kill -9 + restart under load (grace = lease $lease_ms ms)" $((rc + wl)) \
     "($check; $lost of 2 processes saw their session end and reconnected)"
 
   # 3. A client killed while holding.
@@ -152,7 +131,7 @@ client() {
     --pid "$holder")
   rc=$?
   wait "$holder" 2>/dev/null
-  verdict "client killed while holding" $rc "($line)"
+  verdict twohost "client killed while holding" $rc "($line)"
 
   echo "twohost: $fails check(s) failed"
   [ "$fails" -eq 0 ]
