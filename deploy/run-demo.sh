@@ -2,17 +2,26 @@
 # The main job: builds rdmalock and runs lockd plus clients on Soft-RoCE (rdma_rxe), natively
 # where this kernel has RDMA, else inside the Soft-RoCE VM. It shows lockctl status, a client
 # without lockd's key refused, a lock held by one process as seen from another, and benchmark figures next to the raw verbs latency
-# (ib_atomic_lat) measured in the same boot.
+# (ib_atomic_lat) measured in the same boot. With --cluster it then runs etcd and three lockds
+# in two shards, one with a standby, and kills a primary (deploy/run-cluster-demo.sh).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 if [ "${1:-}" != "--inside" ]; then
+  cluster=()
+  case "${1:-}" in
+    --cluster) cluster=(--cluster) ;;
+    "") ;;
+    *) echo "usage: $0 [--cluster]   (--cluster: also shards and failover with etcd)" >&2; exit 64 ;;
+  esac
   "$root/deploy/install-deps.sh"
   cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build "$root/build" -j "$(nproc)" --target lockd lockctl
   cd "$root"
-  exec "$root/deploy/softroce/rxe-run" --timeout 600 -- "$root/deploy/run-demo.sh" --inside
+  exec "$root/deploy/softroce/rxe-run" --timeout 600 -- "$root/deploy/run-demo.sh" --inside \
+    "${cluster[@]}"
 fi
+with_cluster=${2:-}
 
 # ---- inside: rdma_rxe is up, RXE_IP is the address rdma_cm reaches it by.
 bin="$root/build"
@@ -121,3 +130,7 @@ kill -TERM "$lockd_pid"
 wait "$lockd_pid"
 trap - EXIT
 tail -n 2 "$state/lockd.log" | sed 's/^/  lockd: /'
+
+if [ "$with_cluster" = --cluster ]; then
+  "$root/deploy/run-cluster-demo.sh"
+fi

@@ -406,6 +406,16 @@ int CmdInspect(const Common& c, const std::string& name, int64_t slot) {
     return 0;
   }
   if (!name.empty()) std::printf("name         %s\n", name.c_str());
+  if (!c.cluster_file.empty() || !c.etcd.empty()) {  // which shard answered
+    rdmalock::ClusterMap map;
+    std::string source;
+    bool unavailable = false;
+    if (!name.empty() && c.shard.empty() && LoadClusterMap(c, &map, &source, &unavailable)) {
+      std::printf("shard        %s\n", map.shards[rdmalock::ShardForName(map, name)].name.c_str());
+    } else if (!c.shard.empty()) {
+      std::printf("shard        %s\n", c.shard.c_str());
+    }
+  }
   std::printf("slot         %llu\n", static_cast<unsigned long long>(v.slot));
   std::printf("state        %s\n", state);
   std::printf("exclusive    %u outstanding (tickets issued %u, released %u)\n",

@@ -184,6 +184,44 @@ sh_conn=$(cat "$out"/shared-connect-*.txt | median)
   done
 } >"$out/windows-rounds.txt"
 
+# Two shards against one: a second lockd (port 7473, same settings as the first) and two static
+# cluster maps; `lockctl --cluster MAP bench` locks names (bench/K) through ClusterClient, so the
+# name picks the shard. Alternated, three rounds of 3 s, medians. Both lockds share this one
+# machine's CPUs and its one rxe device, so this measures what sharding costs and gains here,
+# not what two lock nodes with NICs of their own give.
+section "two shards vs one (ClusterClient, names over shards)"
+kill -TERM "$lockd2_pid" 2>/dev/null
+wait "$lockd2_pid" 2>/dev/null || true
+port3=7473
+"$bin/lockd" --address 0.0.0.0 --port "$port3" --state-dir "$state/shard-b" \
+  --admin-socket "" --metrics-address "" --log-level warn 2>"$state/lockd-shard-b.log" &
+lockd2_pid=$!
+for _ in $(seq 1 100); do
+  "$bin/lockctl" --server "$ip" --port "$port3" --connect-timeout-ms 500 status >/dev/null 2>&1 && break
+  sleep 0.1
+done
+printf 'shards:\n  - {name: a, server: %s, port: %s}\n' "$ip" "$port" >"$out/one-shard.yaml"
+printf 'shards:\n  - {name: a, server: %s, port: %s}\n  - {name: b, server: %s, port: %s}\n' \
+  "$ip" "$port" "$ip" "$port3" >"$out/two-shards.yaml"
+shard_rounds="1 2 3"
+for r in $shard_rounds; do
+  for k in one-shard two-shards; do
+    "$bin/lockctl" --cluster "$out/$k.yaml" --json bench --threads 8 --locks 10000 --duration 3 \
+      >"$out/$k-$r.json"
+  done
+done
+one_tput=$(for r in $shard_rounds; do json "$out/one-shard-$r.json" pairs_per_s; done | median)
+two_tput=$(for r in $shard_rounds; do json "$out/two-shards-$r.json" pairs_per_s; done | median)
+one_p50=$(for r in $shard_rounds; do json_p "$out/one-shard-$r.json" pair_us p50; done | median)
+two_p50=$(for r in $shard_rounds; do json_p "$out/two-shards-$r.json" pair_us p50; done | median)
+{
+  echo "two shards vs one, round by round (8 threads, pairs/s):"
+  for r in $shard_rounds; do
+    printf '  round %s: one shard %s/s, two shards %s/s\n' "$r" \
+      "$(json "$out/one-shard-$r.json" pairs_per_s)" "$(json "$out/two-shards-$r.json" pairs_per_s)"
+  done
+} >"$out/shard-rounds.txt"
+
 # ---- the table
 u=$out/uncontended.1.json
 n=$out/uncontended-norec.1.json
@@ -252,8 +290,12 @@ cpu_pct_window() { awk '{ printf "%.2f", ($6 > 0) ? 100 * $5 / $6 : 0 }' "$out/$
   row "  uncontended acquire p50 us" "$mw_acq" "$sh_acq" "~1.0"
   row "  throughput 8 threads, pairs/s" "$mw_tput" "$sh_tput" "~1.0"
   row "  lockctl status incl. connect, ms each (median of 4 x 20)" "$mw_conn" "$sh_conn" ""
+  printf '%-58s %12s %12s %8s\n' "two shards (rdmalock) vs one shard (raw column)" \
+    "two" "one" "ratio"
+  row "  throughput 8 threads, pairs/s (median of 3 alternating)" "$two_tput" "$one_tput" ""
+  row "  pair p50 us, 8 threads" "$two_p50" "$one_p50" ""
 } | tee "$out/table.txt"
-cat "$out/windows-rounds.txt"
+cat "$out/windows-rounds.txt" "$out/shard-rounds.txt"
 
 {
   printf '{"raw":{"fa_median_us":%s,"fa_p99_us":%s,"read8_median_us":%s,"atomic_bw_mpps":%s},' \
