@@ -42,6 +42,13 @@ Status Campaign::NewLease() {
                             etcd_->GrantLease(config_.etcd_lease_ttl_s, milliseconds(2000)));
   lease_ = l.id;
   ttl_ = std::chrono::seconds(l.ttl_s);
+  // Membership, for operators (lockctl cluster): this lockd is a member of the shard while its
+  // lease lives. Best effort: the campaign does not depend on it.
+  if (Status st = etcd_->Put(prefix_ + "members/" + me_, me_, lease_, milliseconds(2000));
+      !st.ok()) {
+    spdlog::warn("shard {}: registering as a member in etcd failed: {}", config_.shard,
+                 st.message());
+  }
   margin_ = ttl_ / 3;
   deadline_ = sent + ttl_;
   deadline_ns_.store(deadline_.time_since_epoch().count());

@@ -4,6 +4,7 @@
 //   map                  the shard names, comma-separated (written by lockctl cluster init)
 //   shard/<s>/primary    the primary's HOST:PORT, attached to the primary's etcd lease
 //   shard/<s>/epoch      the shard's epoch: bumped by each new primary; it leads every token
+//   shard/<s>/members/<HOST:PORT>  every lockd of the shard, primary or standby, on its lease
 //
 // A lockd of shard s grants itself a lease (etcd_lease_ttl_s) and creates shard/<s>/primary with
 // it if no one holds it; the winner bumps the epoch, then serves after the takeover grace. While

@@ -34,6 +34,7 @@
 #include "args.h"
 #include "auth.h"
 #include "bench.h"
+#include "etcd.h"
 #include "rdmalock/client.h"
 #include "rdmalock/cluster.h"
 #include "rdmalock/proto/lock_word.h"
@@ -714,25 +715,50 @@ int CmdCluster(const Common& c, const std::string& init, bool replace) {
     std::cerr << "lockctl: " << map.status().message() << "\n";
     return map.status().code() == rdmalock::ErrorCode::kConnection ? kExitUnavailable : kExitUsage;
   }
+  // Every lockd of each shard (primary or standby), as each registers itself on its etcd lease.
+  std::vector<std::vector<std::string>> members(map->shards.size());
+  if (auto etcd = rdmalock::etcd::Client::Create(c.etcd); etcd.ok()) {
+    for (size_t i = 0; i < map->shards.size(); ++i) {
+      const std::string prefix =
+          "/rdmalock/" + c.etcd_cluster + "/shard/" + map->shards[i].name + "/members/";
+      auto kvs = (*etcd)->GetPrefix(prefix, std::chrono::milliseconds(2000));
+      if (!kvs.ok()) continue;
+      for (const auto& kv : *kvs) members[i].push_back(kv.value);
+    }
+  }
+  auto primary = [](const rdmalock::ShardSpec& s) {
+    return s.server.empty() ? std::string() : s.server + ":" + std::to_string(s.port);
+  };
   if (c.json) {
     std::cout << "{\"cluster\":\"" << c.etcd_cluster << "\",\"shards\":[";
     for (size_t i = 0; i < map->shards.size(); ++i) {
       const auto& s = map->shards[i];
       std::cout << (i ? "," : "") << "{\"name\":\"" << s.name << "\",\"primary\":";
       if (s.server.empty()) {
-        std::cout << "null}";
+        std::cout << "null";
       } else {
-        std::cout << "\"" << s.server << ":" << s.port << "\"}";
+        std::cout << "\"" << primary(s) << "\"";
       }
+      std::cout << ",\"members\":[";
+      for (size_t k = 0; k < members[i].size(); ++k) {
+        std::cout << (k ? "," : "") << "\"" << members[i][k] << "\"";
+      }
+      std::cout << "]}";
     }
     std::cout << "]}\n";
   } else {
     std::cout << "cluster " << c.etcd_cluster << ": " << map->shards.size() << " shard(s)\n";
-    for (const auto& s : map->shards) {
+    for (size_t i = 0; i < map->shards.size(); ++i) {
+      const auto& s = map->shards[i];
       std::cout << "  " << s.name << "  primary "
-                << (s.server.empty() ? std::string("(none now)")
-                                     : s.server + ":" + std::to_string(s.port))
-                << "\n";
+                << (s.server.empty() ? std::string("(none now)") : primary(s));
+      std::string standbys;
+      for (const auto& m : members[i]) {
+        const bool is_primary =
+            m == primary(s) || m == "[" + s.server + "]:" + std::to_string(s.port);  // IPv6
+        if (!is_primary) standbys += (standbys.empty() ? "" : ", ") + m;
+      }
+      std::cout << "  standby " << (standbys.empty() ? "(none)" : standbys) << "\n";
     }
   }
   return 0;

@@ -169,6 +169,29 @@ Result<std::optional<KeyValue>> Client::Get(std::string_view key, Ms timeout) {
   return FirstKv(j);
 }
 
+Result<std::vector<KeyValue>> Client::GetPrefix(std::string_view prefix, Ms timeout) {
+  // range_end: the prefix with its last byte that is not 0xff incremented, the rest dropped
+  // ("\0" for an empty prefix: every key).
+  std::string end(prefix);
+  while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) end.pop_back();
+  if (end.empty()) {
+    end.assign(1, '\0');
+  } else {
+    end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+  }
+  const std::string req = json{{"key", B64(prefix)}, {"range_end", B64(end)}}.dump();
+  RDMALOCK_ASSIGN_OR_RETURN(std::string body, Post("/v3/kv/range", req, timeout));
+  RDMALOCK_ASSIGN_OR_RETURN(json j, ParseJson(body));
+  std::vector<KeyValue> out;
+  auto it = j.find("kvs");
+  if (it == j.end() || !it->is_array()) return out;
+  for (const json& e : *it) {
+    RDMALOCK_ASSIGN_OR_RETURN(KeyValue kv, ToKeyValue(e));
+    out.push_back(std::move(kv));
+  }
+  return out;
+}
+
 Status Client::Put(std::string_view key, std::string_view value, int64_t lease, Ms timeout) {
   json req{{"key", B64(key)}, {"value", B64(value)}};
   if (lease != 0) req["lease"] = std::to_string(lease);

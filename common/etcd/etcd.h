@@ -52,6 +52,8 @@ class Client {
 
   // The key's current value, or nullopt if there is none.
   Result<std::optional<KeyValue>> Get(std::string_view key, Ms timeout);
+  // Every key that starts with `prefix`, in key order.
+  Result<std::vector<KeyValue>> GetPrefix(std::string_view prefix, Ms timeout);
   Status Put(std::string_view key, std::string_view value, int64_t lease, Ms timeout);
   Status Delete(std::string_view key, Ms timeout);
 

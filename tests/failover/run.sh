@@ -239,6 +239,8 @@ client() {
   verdict failover "kill -9 of the primary under load" $((rc + wl + take_ok)) \
     "(takeover ${take} ms; $lost of 2 processes lost their shard-a session and recovered)"
 
+  echo "  the cluster now (a1 primary again, no standby: a2 was killed):"
+  $lockctl cluster | sed 's/^/    /'
   echo stop >"$out/stop"
   kill -TERM "$b1" 2>/dev/null
   wait "$b1" 2>/dev/null

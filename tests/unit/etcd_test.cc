@@ -152,6 +152,16 @@ TEST_CASE("etcd: keys, transactions and leases against a real etcd", "[etcd]") {
   CHECK_FALSE(*e.CompareAndPut("/k", (*got)->mod_revision, "3", t));  // stale revision
   CHECK_FALSE(*e.CompareAndPut("/k", 0, "4", t));                     // exists
   CHECK(*e.CompareAndPut("/new", 0, "1", t));
+  // A prefix: its keys in order, and nothing past it.
+  REQUIRE(e.Put("/p/b", "2", 0, t).ok());
+  REQUIRE(e.Put("/p/a", "1", 0, t).ok());
+  REQUIRE(e.Put("/q", "x", 0, t).ok());
+  auto under = e.GetPrefix("/p/", t);
+  REQUIRE(under.ok());
+  REQUIRE(under->size() == 2);
+  CHECK((*under)[0].key == "/p/a");
+  CHECK((*under)[1].value == "2");
+  CHECK(e.GetPrefix("/none/", t)->empty());
   REQUIRE(e.Delete("/k", t).ok());
   CHECK_FALSE(e.Get("/k", t)->has_value());
 
@@ -201,6 +211,12 @@ TEST_CASE("campaign: one primary per shard, and each new primary's epoch is high
     REQUIRE_FALSE(b_done.load());
   }
   auto e = etcd::Client::Create({server.url()});
+  // Both are members of the shard (lockctl cluster lists them), the standby too.
+  auto members = (*e)->GetPrefix("/rdmalock/test/shard/a/members/", milliseconds(2000));
+  REQUIRE(members.ok());
+  REQUIRE(members->size() == 2);
+  CHECK((*members)[0].value == "10.0.0.1:7471");
+  CHECK((*members)[1].value == "10.0.0.2:7471");
   auto primary = (*e)->Get((*a)->primary_key(), milliseconds(2000));
   REQUIRE(primary->has_value());
   CHECK((*primary)->value == "10.0.0.1:7471");
