@@ -184,20 +184,24 @@ client() {
   echo "$check" | sed 's/^/  /'
   echo "  observer (a client in a1's VM, still connected to a1):"
   summaries observer | sed 's/^/  /'
-  local fence deadline last_obs after spare=""
+  local fence deadline last_obs last_issued after spare=""
   fence=$(sed -n 's/.*fenced_mono_ns=\([0-9]*\).*/\1/p' "$out/a1.log" | head -1)
   deadline=$(sed -n 's/.*deadline_mono_ns=\([0-9]*\).*/\1/p' "$out/a1.log" | head -1)
+  # The last grant seen, and the last request issued that was granted: no request issued after
+  # the fence can have been granted (one issued before it may be seen a moment after).
   last_obs=$(awk '$1 == "G" { print $5 }' "$out"/observer.* | sort -n | tail -1)
+  last_issued=$(awk '$1 == "G" { print $9 }' "$out"/observer.* | sort -n | tail -1)
   after=$(awk -v p="$t_part" '$1 == "G" && $5 > p' "$out"/observer.* | wc -l)
   local fence_ok=1
-  if [ -n "$fence" ] && [ -n "$deadline" ] && [ -n "$last_obs" ]; then
-    echo "  a1 (server VM clock): cut off at 0; granted to the observer until $(((last_obs - t_part) / 1000000)) ms" \
-      "($after grants after the cut); fenced itself at $(((fence - t_part) / 1000000)) ms," \
+  if [ -n "$fence" ] && [ -n "$deadline" ] && [ -n "$last_issued" ]; then
+    echo "  a1 (server VM clock): cut off at 0; the observer's last granted request was issued at" \
+      "$(((last_issued - t_part) / 1000000)) ms and seen granted at $(((last_obs - t_part) / 1000000)) ms" \
+      "($after grants after the cut); a1 fenced at $(((fence - t_part) / 1000000)) ms," \
       "$(((deadline - fence) / 1000000)) ms before its lease deadline ($(((deadline - t_part) / 1000000)) ms)"
-    [ "$last_obs" -lt "$fence" ] && [ "$fence" -lt "$deadline" ] && fence_ok=0
+    [ "$last_issued" -lt "$fence" ] && [ "$fence" -lt "$deadline" ] && fence_ok=0
     spare=$(((deadline - fence) / 1000000))
   else
-    echo "  a1 did not log its fence (fence='$fence' deadline='$deadline' last observer grant='$last_obs')"
+    echo "  a1 did not log its fence (fence='$fence' deadline='$deadline' last observer request granted='$last_issued')"
   fi
   # a2's side, on the client VM's clock: when it won the primary key, and its first grant.
   local won first take=none

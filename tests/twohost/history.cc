@@ -6,11 +6,14 @@
 //                    [--seconds D] [--shared-ratio R] [--hold-us U] [--timeout-ms M]
 //     Each thread loops: pick a lock, acquire (exclusive or shared, with a fencing token and a
 //     timeout), hold it for up to U microseconds, release. Every grant becomes one line of FILE:
-//       G <slot> <x|s> <token> <granted_ns> <valid_until_ns> <released|lost|expired>
+//       G <slot> <x|s> <token> <granted_ns> <valid_until_ns> <released|lost|expired> <shard>
+//         <issued_ns>
 //     granted_ns is when the grant was seen (after its completion), valid_until_ns the end of its
 //     lease-valid holding: the release's issue time, or the lease expiry, or the moment the SDK
 //     reported the lock lost, whichever came first (CLOCK_MONOTONIC of this host). Failed
 //     acquisitions become  E <error code> <message>; a summary line  S key=value...  ends the file.
+//     <shard> is "-" with one lockd; issued_ns is when the acquire was called (a grant seen after
+//     some moment may have been made at lockd before it; one issued after it cannot have been).
 //
 //   rdma_history killwait --server S [--port P] --name NAME --pid PID
 //     PID holds lock NAME. Queues for NAME, kills PID with SIGKILL once queued, and prints the time
@@ -120,6 +123,7 @@ int Run(const RunOptions& o) {
       LockOptions lo;
       lo.mode = u(rng) < o.shared_ratio ? LockMode::kShared : LockMode::kExclusive;
       lo.timeout = std::chrono::milliseconds(o.timeout_ms);
+      const auto issued = Clock::now();
       auto h = single ? single->Lock(name, lo) : cluster->Lock(name, lo);
       if (!h.ok()) {
         std::lock_guard lk(mu);
@@ -150,10 +154,11 @@ int Run(const RunOptions& o) {
       ++grants;
       std::lock_guard lk(mu);
       // One lock per slot with one lockd; per name (and its shard) over a cluster.
-      std::fprintf(out, "G %" PRIu64 " %s %" PRIu64 " %" PRId64 " %" PRId64 " %s %s\n",
+      std::fprintf(out, "G %" PRIu64 " %s %" PRIu64 " %" PRId64 " %" PRId64 " %s %s %" PRId64 "\n",
                    single ? h->slot() : k, lo.mode == LockMode::kShared ? "s" : "x",
                    h->fencing_token(), Ns(granted), valid_until, how,
-                   single ? "-" : cluster->map().shards[cluster->ShardOf(name)].name.c_str());
+                   single ? "-" : cluster->map().shards[cluster->ShardOf(name)].name.c_str(),
+                   Ns(issued));
     }
   };
   std::vector<std::thread> ts;
