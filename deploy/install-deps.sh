@@ -12,9 +12,10 @@ packages=(
   spin
   # libraries
   libibverbs-dev librdmacm-dev libspdlog-dev libcli11-dev libyaml-cpp-dev catch2 libxxhash-dev libsodium-dev
-  libsystemd-dev libcpp-httplib-dev nlohmann-json3-dev
-  # cluster mode: etcd (the tests and the main job start their own; see docs/operations.md)
-  etcd-server
+  libsystemd-dev libcpp-httplib-dev libssl-dev nlohmann-json3-dev
+  # cluster mode: etcd (the tests and the main job start their own; see docs/operations.md), and
+  # openssl to make the certificates of the etcd-over-TLS test
+  etcd-server openssl
   # the demo and the docs read lockd's metrics with curl
   curl
   # RDMA runtime and tools (providers include rdma_rxe's userspace part; perftest for baselines)

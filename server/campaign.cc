@@ -32,7 +32,8 @@ Campaign::Campaign(const Config& config, std::unique_ptr<etcd::Client> etcd)
       me_(config.Advertised()) {}
 
 Result<std::unique_ptr<Campaign>> Campaign::Create(const Config& config) {
-  RDMALOCK_ASSIGN_OR_RETURN(auto etcd, etcd::Client::Create(config.etcd_endpoints));
+  const etcd::Tls tls{config.etcd_ca_file, config.etcd_cert_file, config.etcd_key_file};
+  RDMALOCK_ASSIGN_OR_RETURN(auto etcd, etcd::Client::Create(config.etcd_endpoints, tls));
   return std::unique_ptr<Campaign>(new Campaign(config, std::move(etcd)));
 }
 

@@ -150,6 +150,10 @@ Status Validate(const Config& c) {
       return Error(ErrorCode::kConfig,
                    "etcd_endpoints is set but shard is not: name the shard this lockd serves");
     }
+    if (c.etcd_cert_file.empty() != c.etcd_key_file.empty()) {
+      return Error(ErrorCode::kConfig,
+                   "etcd_cert_file and etcd_key_file go together: give both or neither");
+    }
     if (!name_ok(c.shard) || !name_ok(c.cluster)) {
       return Error(ErrorCode::kConfig, "shard '" + c.shard + "' and cluster '" + c.cluster +
                                            "' must be 1-64 letters, digits, '-', '_' or '.'");
@@ -247,6 +251,12 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
         st = ReadString(origin, key, v, &c.shard);
       } else if (key == "advertise_address") {
         st = ReadString(origin, key, v, &c.advertise_address);
+      } else if (key == "etcd_ca_file") {
+        st = ReadString(origin, key, v, &c.etcd_ca_file);
+      } else if (key == "etcd_cert_file") {
+        st = ReadString(origin, key, v, &c.etcd_cert_file);
+      } else if (key == "etcd_key_file") {
+        st = ReadString(origin, key, v, &c.etcd_key_file);
       } else if (key == "etcd_lease_ttl_s") {
         st = ReadUnsigned(origin, key, v, 2, 600, &c.etcd_lease_ttl_s);
       } else if (key == "state_dir") {
@@ -331,7 +341,10 @@ std::string Config::ToYaml() const {
     << "cluster: " << Quoted(cluster) << "\n"
     << "shard: " << Quoted(shard) << "\n"
     << "advertise_address: " << Quoted(advertise_address) << "\n"
-    << "etcd_lease_ttl_s: " << etcd_lease_ttl_s << "\n";
+    << "etcd_lease_ttl_s: " << etcd_lease_ttl_s << "\n"
+    << "etcd_ca_file: " << Quoted(etcd_ca_file) << "\n"
+    << "etcd_cert_file: " << Quoted(etcd_cert_file) << "\n"
+    << "etcd_key_file: " << Quoted(etcd_key_file) << "\n";
   return o.str();
 }
 
@@ -373,6 +386,9 @@ std::vector<std::string> ChangedKeys(const Config& a, const Config& b) {
   cmp("shard", a.shard, b.shard);
   cmp("advertise_address", a.advertise_address, b.advertise_address);
   cmp("etcd_lease_ttl_s", a.etcd_lease_ttl_s, b.etcd_lease_ttl_s);
+  cmp("etcd_ca_file", a.etcd_ca_file, b.etcd_ca_file);
+  cmp("etcd_cert_file", a.etcd_cert_file, b.etcd_cert_file);
+  cmp("etcd_key_file", a.etcd_key_file, b.etcd_key_file);
   return out;
 }
 

@@ -55,6 +55,11 @@ struct Config {
   // The TTL of lockd's lease in etcd: a dead primary is detected within it, and a primary cut
   // off from etcd stops serving before it ends. etcd raises TTLs under 2 s to 2 s.
   uint32_t etcd_lease_ttl_s = 5;
+  // For https:// endpoints: the CA of etcd's certificate ("" trusts the system's), and this
+  // lockd's client certificate and key if etcd requires one (both or neither).
+  std::string etcd_ca_file;
+  std::string etcd_cert_file;
+  std::string etcd_key_file;
 
   // The effective configuration as YAML, every key included.
   std::string ToYaml() const;

@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> allow_from;
   int64_t max_conns_per_session = -1;
   std::vector<std::string> etcd_endpoints;
-  std::string cluster, shard, advertise;
+  std::string cluster, shard, advertise, etcd_ca, etcd_cert, etcd_key;
   int64_t etcd_ttl = -1;
   app.add_option("-c,--config", config_path, "YAML config file (default: none, all defaults)");
   app.add_flag("--check-config", check_config, "validate the config and exit (0 if valid)");
@@ -256,6 +256,10 @@ int main(int argc, char** argv) {
   app.add_option("--shard", shard, "override shard (this lockd's shard in cluster mode)");
   app.add_option("--advertise-address", advertise,
                  "override advertise_address (HOST:PORT clients are told to use)");
+  app.add_option("--etcd-ca-file", etcd_ca, "override etcd_ca_file (CA of etcd's certificate)");
+  app.add_option("--etcd-cert-file", etcd_cert,
+                 "override etcd_cert_file (client certificate for etcd)");
+  app.add_option("--etcd-key-file", etcd_key, "override etcd_key_file (its key)");
   app.add_option("--etcd-lease-ttl-s", etcd_ttl, "override etcd_lease_ttl_s")
       ->check(CLI::Range(2, 600));
   app.set_version_flag("--version", "lockd " RDMALOCK_VERSION);
@@ -300,6 +304,9 @@ int main(int argc, char** argv) {
   if (!shard.empty()) config.shard = shard;
   if (app.count("--advertise-address") > 0) config.advertise_address = advertise;
   if (etcd_ttl > 0) config.etcd_lease_ttl_s = static_cast<uint32_t>(etcd_ttl);
+  if (app.count("--etcd-ca-file") > 0) config.etcd_ca_file = etcd_ca;
+  if (app.count("--etcd-cert-file") > 0) config.etcd_cert_file = etcd_cert;
+  if (app.count("--etcd-key-file") > 0) config.etcd_key_file = etcd_key;
   if (auto st = rdmalock::lockd::Validate(config); !st.ok()) {
     std::cerr << "lockd: invalid configuration: " << st.message() << "\n";
     return 2;

@@ -160,6 +160,12 @@ int ParseArgs(int argc, char** argv, Args* args) {
                  "primary come from etcd (lockd's cluster mode)");
   app.add_option("--etcd-cluster", c.etcd_cluster, "with --etcd: the cluster's name")
       ->capture_default_str();
+  app.add_option("--etcd-ca-file", c.etcd_ca_file,
+                 "with https:// etcd endpoints: the CA of etcd's certificate (default: the "
+                 "system's CAs)");
+  app.add_option("--etcd-cert-file", c.etcd_cert_file,
+                 "with https:// etcd endpoints: a client certificate for etcd");
+  app.add_option("--etcd-key-file", c.etcd_key_file, "the key of --etcd-cert-file");
   app.add_option("--shard", c.shard, "with --cluster or --etcd: the shard to talk to, by name");
   app.add_option("--auth-key-file", c.auth_key_file,
                  "file with lockd's shared key (default: $RDMALOCK_AUTH_KEY, "

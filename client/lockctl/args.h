@@ -37,6 +37,10 @@ struct Common {
   // come from etcd (lockd's cluster mode) instead of a file.
   std::vector<std::string> etcd;
   std::string etcd_cluster = "default";
+  std::string etcd_ca_file, etcd_cert_file, etcd_key_file;  // for https:// endpoints
+  rdmalock::EtcdCluster Etcd() const {
+    return {etcd, etcd_cluster, etcd_ca_file, etcd_cert_file, etcd_key_file};
+  }
 };
 
 // Where lockctl finds lockd: --server, else $RDMALOCK_SERVER, else the client config file

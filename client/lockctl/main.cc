@@ -56,7 +56,7 @@ using lockctl::Target;
 bool LoadClusterMap(const Common& c, rdmalock::ClusterMap* map, std::string* source,
                     bool* unavailable) {
   if (!c.etcd.empty()) {
-    auto read = rdmalock::ReadClusterMap({c.etcd, c.etcd_cluster});
+    auto read = rdmalock::ReadClusterMap(c.Etcd());
     if (!read.ok()) {
       std::cerr << "lockctl: " << read.status().message() << "\n";
       *unavailable = read.status().code() == rdmalock::ErrorCode::kConnection;
@@ -181,8 +181,7 @@ std::unique_ptr<rdmalock::ClusterClient> ConnectClusterOrDie(const Common& c, in
   o.record_requests = c.record_requests;
   o.auth_key_file = c.auth_key_file;  // else the SDK reads the environment
   auto client = c.etcd.empty() ? rdmalock::ClusterClient::Connect(map, o)
-                               : rdmalock::ClusterClient::Connect(
-                                     rdmalock::EtcdCluster{c.etcd, c.etcd_cluster}, o);
+                               : rdmalock::ClusterClient::Connect(c.Etcd(), o);
   if (!client.ok()) {
     std::cerr << "lockctl: cluster from " << source << ": " << client.status().ToString() << "\n";
     *exit_code =
@@ -700,7 +699,7 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
 
 // lockctl --etcd URL cluster [init SHARDS [--replace]]
 int CmdCluster(const Common& c, const std::string& init, bool replace) {
-  const rdmalock::EtcdCluster e{c.etcd, c.etcd_cluster};
+  const rdmalock::EtcdCluster e = c.Etcd();
   if (!init.empty()) {
     std::vector<std::string> names;
     std::stringstream ss(init);
@@ -717,7 +716,9 @@ int CmdCluster(const Common& c, const std::string& init, bool replace) {
   }
   // Every lockd of each shard (primary or standby), as each registers itself on its etcd lease.
   std::vector<std::vector<std::string>> members(map->shards.size());
-  if (auto etcd = rdmalock::etcd::Client::Create(c.etcd); etcd.ok()) {
+  if (auto etcd = rdmalock::etcd::Client::Create(
+          c.etcd, {c.etcd_ca_file, c.etcd_cert_file, c.etcd_key_file});
+      etcd.ok()) {
     for (size_t i = 0; i < map->shards.size(); ++i) {
       const std::string prefix =
           "/rdmalock/" + c.etcd_cluster + "/shard/" + map->shards[i].name + "/members/";

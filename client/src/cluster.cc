@@ -15,6 +15,8 @@ namespace {
 
 constexpr std::chrono::milliseconds kEtcdTimeout{2000};
 
+etcd::Tls TlsOf(const EtcdCluster& e) { return {e.ca_file, e.cert_file, e.key_file}; }
+
 std::string MapKey(const EtcdCluster& e) { return "/rdmalock/" + e.cluster + "/map"; }
 std::string PrimaryKey(const EtcdCluster& e, const std::string& shard) {
   return "/rdmalock/" + e.cluster + "/shard/" + shard + "/primary";
@@ -80,7 +82,7 @@ Result<std::pair<std::string, uint16_t>> Primary(etcd::Client& etcd, const EtcdC
 }  // namespace
 
 Result<ClusterMap> ReadClusterMap(const EtcdCluster& e) {
-  RDMALOCK_ASSIGN_OR_RETURN(auto etcd, etcd::Client::Create(e.endpoints));
+  RDMALOCK_ASSIGN_OR_RETURN(auto etcd, etcd::Client::Create(e.endpoints, TlsOf(e)));
   RDMALOCK_ASSIGN_OR_RETURN(auto kv, etcd->Get(MapKey(e), kEtcdTimeout));
   if (!kv.has_value()) {
     return Error(ErrorCode::kConfig, "etcd has no cluster map for cluster '" + e.cluster + "' (" +
@@ -106,7 +108,7 @@ Status PublishClusterMap(const EtcdCluster& e, const std::vector<std::string>& s
         ErrorCode::kInvalidArgument,
         "shard names '" + text + "': expected distinct names of letters, digits, '-', '_' and '.'");
   }
-  RDMALOCK_ASSIGN_OR_RETURN(auto etcd, etcd::Client::Create(e.endpoints));
+  RDMALOCK_ASSIGN_OR_RETURN(auto etcd, etcd::Client::Create(e.endpoints, TlsOf(e)));
   std::optional<etcd::KeyValue> existing;
   RDMALOCK_ASSIGN_OR_RETURN(bool created,
                             etcd->CreateIfAbsent(MapKey(e), text, 0, kEtcdTimeout, &existing));
@@ -176,7 +178,7 @@ Result<std::unique_ptr<ClusterClient>> ClusterClient::Connect(const ClusterMap& 
 Result<std::unique_ptr<ClusterClient>> ClusterClient::Connect(const EtcdCluster& etcd,
                                                               const ClientOptions& options) {
   RDMALOCK_ASSIGN_OR_RETURN(ClusterMap map, ReadClusterMap(etcd));
-  RDMALOCK_ASSIGN_OR_RETURN(auto client, etcd::Client::Create(etcd.endpoints));
+  RDMALOCK_ASSIGN_OR_RETURN(auto client, etcd::Client::Create(etcd.endpoints, TlsOf(etcd)));
   auto impl = std::make_unique<Impl>();
   impl->map = map;
   impl->options = options;

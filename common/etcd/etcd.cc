@@ -1,8 +1,11 @@
 #include "etcd.h"
 
 #include <httplib.h>
+#include <openssl/x509.h>
 #include <sodium.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -75,14 +78,15 @@ Result<json> ParseJson(const std::string& body) {
 }  // namespace
 
 Result<std::pair<std::string, uint16_t>> ParseEndpoint(std::string_view endpoint) {
-  const std::string_view scheme = "http://";
   auto bad = [&](const std::string& why) {
     return Error(ErrorCode::kConfig, "etcd endpoint '" + std::string(endpoint) + "': " + why +
-                                         " (expected http://HOST:PORT)");
+                                         " (expected http://HOST:PORT or https://HOST:PORT)");
   };
-  if (endpoint.substr(0, scheme.size()) != scheme) {
-    return bad(endpoint.substr(0, 8) == "https://" ? "https is not supported" : "not http://");
+  std::string_view scheme;
+  for (std::string_view s : {"http://", "https://"}) {
+    if (endpoint.substr(0, s.size()) == s) scheme = s;
   }
+  if (scheme.empty()) return bad("no http:// or https://");
   std::string_view rest = endpoint.substr(scheme.size());
   while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
   std::string host;
@@ -110,19 +114,31 @@ Result<std::pair<std::string, uint16_t>> ParseEndpoint(std::string_view endpoint
   return std::make_pair(host, static_cast<uint16_t>(p));
 }
 
-Client::Client(std::vector<Endpoint> endpoints) : parsed_(std::move(endpoints)) {
+Client::Client(std::vector<Endpoint> endpoints, Tls tls)
+    : parsed_(std::move(endpoints)), tls_(std::move(tls)) {
   for (const auto& e : parsed_) endpoints_.push_back(e.url);
 }
 Client::~Client() = default;
 
-Result<std::unique_ptr<Client>> Client::Create(const std::vector<std::string>& endpoints) {
+Result<std::unique_ptr<Client>> Client::Create(const std::vector<std::string>& endpoints,
+                                               const Tls& tls) {
   if (endpoints.empty()) return Error(ErrorCode::kConfig, "no etcd endpoint given");
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return Error(ErrorCode::kConfig,
+                 "an etcd client certificate needs both the certificate and its key file");
+  }
+  for (const std::string* f : {&tls.ca_file, &tls.cert_file, &tls.key_file}) {
+    if (!f->empty() && access(f->c_str(), R_OK) != 0) {
+      return Error(ErrorCode::kConfig,
+                   "cannot read etcd TLS file " + *f + ": " + std::strerror(errno));
+    }
+  }
   std::vector<Endpoint> parsed;
   for (const auto& e : endpoints) {
     RDMALOCK_ASSIGN_OR_RETURN(auto hp, ParseEndpoint(e));
-    parsed.push_back({e, hp.first, hp.second});
+    parsed.push_back({e, hp.first, hp.second, e.substr(0, 8) == "https://"});
   }
-  return std::unique_ptr<Client>(new Client(std::move(parsed)));
+  return std::unique_ptr<Client>(new Client(std::move(parsed), tls));
 }
 
 Result<std::string> Client::Post(const std::string& path, const std::string& body, Ms timeout) {
@@ -136,7 +152,18 @@ Result<std::string> Client::Post(const std::string& path, const std::string& bod
   for (size_t n = 0; n < parsed_.size(); ++n) {
     const size_t i = (first + n) % parsed_.size();
     const Endpoint& e = parsed_[i];
-    httplib::Client http(e.host, e.port);
+    // https: verify etcd's certificate (against ca_file, else the system's CAs) and offer the
+    // client certificate if there is one.
+    const std::string host = e.host.find(':') != std::string::npos ? "[" + e.host + "]" : e.host;
+    auto client = e.https ? std::make_unique<httplib::Client>(
+                                "https://" + host + ":" + std::to_string(e.port), tls_.cert_file,
+                                tls_.key_file)
+                          : std::make_unique<httplib::Client>(e.host, e.port);
+    httplib::Client& http = *client;
+    if (e.https) {
+      http.enable_server_certificate_verification(true);
+      if (!tls_.ca_file.empty()) http.set_ca_cert_path(tls_.ca_file);
+    }
     const auto us = std::chrono::duration_cast<std::chrono::microseconds>(per_try).count();
     http.set_connection_timeout(us / 1000000, us % 1000000);
     http.set_read_timeout(us / 1000000, us % 1000000);
@@ -145,6 +172,13 @@ Result<std::string> Client::Post(const std::string& path, const std::string& bod
     std::string why;
     if (!res) {
       why = httplib::to_string(res.error());
+      if (res.error() == httplib::Error::SSLServerVerification) {
+        why += " (etcd's certificate did not verify: " +
+               std::string(X509_verify_cert_error_string(http.get_openssl_verify_result())) +
+               "; check etcd_ca_file)";
+      } else if (res.error() == httplib::Error::SSLConnection) {
+        why += " (the TLS handshake failed: does etcd want a client certificate?)";
+      }
     } else if (res->status != 200) {
       why = "HTTP " + std::to_string(res->status);
       // etcd's gateway explains: {"error": "...", "code": N}

@@ -39,15 +39,27 @@ struct Lease {
   int64_t ttl_s = 0;  // what etcd granted (it raises small TTLs to its minimum)
 };
 
-// Checks an endpoint, "http://HOST:PORT" (HOST may be [IPv6]); returns host and port.
+// Checks an endpoint, "http://HOST:PORT" or "https://HOST:PORT" (HOST may be [IPv6]); returns
+// host and port.
 Result<std::pair<std::string, uint16_t>> ParseEndpoint(std::string_view endpoint);
+
+// TLS for https:// endpoints: the CA that signed etcd's certificate ("" trusts the system's CAs),
+// and a client certificate and key for an etcd that requires them (--client-cert-auth): both or
+// neither.
+struct Tls {
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+};
 
 class Client {
  public:
   using Ms = std::chrono::milliseconds;
 
   // Checks the endpoints (at least one); connects to none yet.
-  static Result<std::unique_ptr<Client>> Create(const std::vector<std::string>& endpoints);
+  // Checks the TLS files exist (they are read at each connection).
+  static Result<std::unique_ptr<Client>> Create(const std::vector<std::string>& endpoints,
+                                                const Tls& tls = {});
   ~Client();
 
   // The key's current value, or nullopt if there is none.
@@ -78,14 +90,16 @@ class Client {
     std::string url;
     std::string host;
     uint16_t port;
+    bool https;
   };
-  explicit Client(std::vector<Endpoint> endpoints);
+  Client(std::vector<Endpoint> endpoints, Tls tls);
   // POSTs `body` to `path` on the endpoints in turn; returns the reply body of the first that
   // answers 200.
   Result<std::string> Post(const std::string& path, const std::string& body, Ms timeout);
 
   std::vector<std::string> endpoints_;
   std::vector<Endpoint> parsed_;
+  Tls tls_;
   std::mutex mu_;
   size_t preferred_ = 0;
 };

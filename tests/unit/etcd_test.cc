@@ -13,8 +13,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "campaign.h"
 #include "config.h"
@@ -38,28 +40,55 @@ uint16_t FreePort() {
   return ntohs(a.sin_port);
 }
 
-// A single-member etcd on 127.0.0.1, in a temporary directory, killed at the end.
+// A single-member etcd on 127.0.0.1, in a temporary directory, killed at the end. With `tls`, it
+// serves https with a certificate of a CA made here, and requires a client certificate from the
+// same CA (ca(), cert(), key() give a client's files).
 class LocalEtcd {
  public:
-  LocalEtcd() {
+  explicit LocalEtcd(bool tls = false) {
     char tmpl[] = "/tmp/rdmalock-etcd-XXXXXX";
     REQUIRE(mkdtemp(tmpl) != nullptr);
     dir_ = tmpl;
+    if (tls) MakeCerts();
     const uint16_t client = FreePort(), peer = FreePort();
-    url_ = "http://127.0.0.1:" + std::to_string(client);
+    url_ = std::string(tls ? "https" : "http") + "://127.0.0.1:" + std::to_string(client);
     const std::string peer_url = "http://127.0.0.1:" + std::to_string(peer);
     const std::string log = dir_ + "/etcd.log";
+    std::vector<std::string> args = {"etcd",
+                                     "--name",
+                                     "t",
+                                     "--data-dir",
+                                     dir_ + "/data",
+                                     "--listen-client-urls",
+                                     url_,
+                                     "--advertise-client-urls",
+                                     url_,
+                                     "--listen-peer-urls",
+                                     peer_url,
+                                     "--initial-advertise-peer-urls",
+                                     peer_url,
+                                     "--initial-cluster",
+                                     "t=" + peer_url};
+    if (tls) {
+      for (const std::string& a :
+           {"--cert-file=" + dir_ + "/server.crt", "--key-file=" + dir_ + "/server.key",
+            "--trusted-ca-file=" + ca(), std::string("--client-cert-auth")}) {
+        args.push_back(a);
+      }
+    }
     pid_ = fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
       if (freopen(log.c_str(), "w", stderr) == nullptr) _exit(126);
-      execlp("etcd", "etcd", "--name", "t", "--data-dir", (dir_ + "/data").c_str(),
-             "--listen-client-urls", url_.c_str(), "--advertise-client-urls", url_.c_str(),
-             "--listen-peer-urls", peer_url.c_str(), "--initial-advertise-peer-urls",
-             peer_url.c_str(), "--initial-cluster", ("t=" + peer_url).c_str(), nullptr);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execvp("etcd", argv.data());
       _exit(127);
     }
-    auto c = etcd::Client::Create({url_});
+    etcd::Tls client_tls;
+    if (tls) client_tls = {ca(), cert(), key()};
+    auto c = etcd::Client::Create({url_}, client_tls);
     REQUIRE(c.ok());
     for (int i = 0; i < 300; ++i) {
       int status = 0;
@@ -81,10 +110,38 @@ class LocalEtcd {
     std::filesystem::remove_all(dir_, ec);
   }
   const std::string& url() const { return url_; }
+  std::string ca() const { return dir_ + "/ca.crt"; }
+  std::string cert() const { return dir_ + "/client.crt"; }
+  std::string key() const { return dir_ + "/client.key"; }
   void Pause() { kill(pid_, SIGSTOP); }
   void Resume() { kill(pid_, SIGCONT); }
 
  private:
+  // A CA, a server certificate for 127.0.0.1 (also usable as a client: etcd's gateway dials
+  // etcd with it) and a client certificate, with openssl(1).
+  void MakeCerts() {
+    const std::string d = dir_;
+    {
+      std::ofstream sh(d + "/make-certs.sh");
+      sh << "set -e\ncd " << d << "\nexec 2>openssl.log\n"
+         << "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 "
+            "-subj /CN=rdmalock-test-ca\n"
+         << "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' "
+            ">server.ext\n"
+         << "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr "
+            "-subj /CN=127.0.0.1\n"
+         << "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
+            "-out server.crt -days 1 -extfile server.ext\n"
+         << "printf 'extendedKeyUsage=clientAuth\\n' >client.ext\n"
+         << "openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr "
+            "-subj /CN=client\n"
+         << "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
+            "-out client.crt -days 1 -extfile client.ext\n";
+    }
+    INFO("see " << d << "/openssl.log");
+    REQUIRE(std::system(("sh " + d + "/make-certs.sh").c_str()) == 0);
+  }
+
   std::string dir_, url_;
   pid_t pid_ = -1;
 };
@@ -111,8 +168,9 @@ TEST_CASE("etcd: endpoints are http://HOST:PORT, and a bad one is named", "[etcd
   auto v6 = etcd::ParseEndpoint("http://[fd00::1]:2379/");
   REQUIRE(v6.ok());
   CHECK(v6->first == "fd00::1");
-  for (const char* bad : {"10.0.0.1:2379", "https://h:2379", "http://h", "http://:2379",
-                          "http://h:0", "http://h:70000", "http://h:2379/v3", "http://[::1"}) {
+  CHECK(etcd::ParseEndpoint("https://etcd.example:2379").ok());
+  for (const char* bad : {"10.0.0.1:2379", "ftp://h:2379", "http://h", "http://:2379", "http://h:0",
+                          "http://h:70000", "http://h:2379/v3", "http://[::1"}) {
     auto r = etcd::ParseEndpoint(bad);
     INFO(bad);
     REQUIRE_FALSE(r.ok());
@@ -120,6 +178,13 @@ TEST_CASE("etcd: endpoints are http://HOST:PORT, and a bad one is named", "[etcd
     CHECK(r.status().message().find(bad) != std::string::npos);
   }
   CHECK_FALSE(etcd::Client::Create({}).ok());
+  // A client certificate needs its key; TLS files must be readable.
+  auto half = etcd::Client::Create({"https://h:2379"}, {"", "/etc/hostname", ""});
+  REQUIRE_FALSE(half.ok());
+  CHECK(half.status().message().find("both") != std::string::npos);
+  auto missing = etcd::Client::Create({"https://h:2379"}, {"/nonexistent/ca.crt", "", ""});
+  REQUIRE_FALSE(missing.ok());
+  CHECK(missing.status().message().find("/nonexistent/ca.crt") != std::string::npos);
 }
 
 TEST_CASE("etcd: keys, transactions and leases against a real etcd", "[etcd]") {
@@ -263,4 +328,29 @@ TEST_CASE("campaign: a primary cut off from etcd gives up before its lease can e
   auto eb = (*b)->Win(stop);
   REQUIRE(eb.ok());
   CHECK(*eb == 2);
+}
+
+TEST_CASE("etcd over TLS: etcd's certificate is verified, and a client certificate offered",
+          "[etcd]") {
+  LocalEtcd server(/*tls=*/true);
+  const milliseconds t(3000);
+  auto good = etcd::Client::Create({server.url()}, {server.ca(), server.cert(), server.key()});
+  REQUIRE(good.ok());
+  REQUIRE((*good)->Put("/tls", "yes", 0, t).ok());
+  auto v = (*good)->Get("/tls", t);
+  REQUIRE(v.ok());
+  REQUIRE(v->has_value());
+  CHECK((*v)->value == "yes");
+
+  // Without our CA, etcd's certificate does not verify (the system's CAs did not sign it).
+  auto no_ca = etcd::Client::Create({server.url()}, {"", server.cert(), server.key()});
+  auto r1 = (*no_ca)->Get("/tls", t);
+  REQUIRE_FALSE(r1.ok());
+  CHECK(r1.status().message().find("did not verify") != std::string::npos);
+  // Without a client certificate, etcd (--client-cert-auth) refuses the handshake.
+  auto no_cert = etcd::Client::Create({server.url()}, {server.ca(), "", ""});
+  auto r2 = (*no_cert)->Get("/tls", t);
+  REQUIRE_FALSE(r2.ok());
+  INFO(r2.status().message());
+  CHECK(r2.status().code() == ErrorCode::kConnection);
 }

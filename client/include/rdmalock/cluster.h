@@ -39,8 +39,14 @@ RDMALOCK_EXPORT size_t ShardForName(const ClusterMap& map, std::string_view name
 // "Failover with etcd"). The map is the shard names in /rdmalock/<cluster>/map; each shard's
 // primary is in /rdmalock/<cluster>/shard/<name>/primary, and moves when a standby takes over.
 struct EtcdCluster {
-  std::vector<std::string> endpoints;  // http://HOST:PORT of etcd members (any number, >= 1)
+  // http://HOST:PORT or https://HOST:PORT of etcd members (any number, >= 1)
+  std::vector<std::string> endpoints;
   std::string cluster = "default";
+  // For https: the CA of etcd's certificate ("" trusts the system's CAs), and a client
+  // certificate and its key for an etcd that requires one (both or neither). PEM files.
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
 };
 
 // Reads the map from etcd: every shard, with its current primary as server ("" if it has none
