@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 #include <openssl/x509.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sodium.h>
 #include <unistd.h>
 
@@ -141,7 +143,48 @@ Result<std::unique_ptr<Client>> Client::Create(const std::vector<std::string>& e
   return std::unique_ptr<Client>(new Client(std::move(parsed), tls));
 }
 
+namespace {
+
+// Keeps SIGPIPE from killing the process while this thread talks to etcd: a peer that closes a
+// connection (etcd refusing a TLS handshake, say) makes the next write raise it, and OpenSSL
+// writes with plain write(). Blocks it for this thread, and takes back one that this thread
+// raised meanwhile; the process's own handling of SIGPIPE is left alone.
+class NoSigpipe {
+ public:
+  NoSigpipe() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigemptyset(&pending);
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~NoSigpipe() {
+    if (!was_pending_) {
+      sigset_t pending;
+      sigemptyset(&pending);
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        const timespec zero{};
+        while (sigtimedwait(&pipe_, nullptr, &zero) == -1 && errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  NoSigpipe(const NoSigpipe&) = delete;
+  NoSigpipe& operator=(const NoSigpipe&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+};
+
+}  // namespace
+
 Result<std::string> Client::Post(const std::string& path, const std::string& body, Ms timeout) {
+  const NoSigpipe no_sigpipe;
   size_t first;
   {
     std::lock_guard lk(mu_);

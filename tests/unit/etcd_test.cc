@@ -4,6 +4,7 @@
 
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -79,6 +80,9 @@ class LocalEtcd {
     pid_ = fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {
+      // etcd dies with the test, and holds none of its output (a pipe a CI log reads).
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (freopen("/dev/null", "w", stdout) == nullptr) _exit(126);
       if (freopen(log.c_str(), "w", stderr) == nullptr) _exit(126);
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
@@ -86,6 +90,16 @@ class LocalEtcd {
       execvp("etcd", argv.data());
       _exit(127);
     }
+    try {
+      WaitReady(tls, log);
+    } catch (...) {  // a failed REQUIRE: the destructor will not run (keep the log)
+      Stop(/*remove_dir=*/false);
+      throw;
+    }
+  }
+  ~LocalEtcd() { Stop(); }
+
+  void WaitReady(bool tls, const std::string& log) {
     etcd::Tls client_tls;
     if (tls) client_tls = {ca(), cert(), key()};
     auto c = etcd::Client::Create({url_}, client_tls);
@@ -101,13 +115,14 @@ class LocalEtcd {
     }
     FAIL("etcd did not answer at " << url_ << " within 30 s (see " << log << ")");
   }
-  ~LocalEtcd() {
+  void Stop(bool remove_dir = true) {
     if (pid_ > 0) {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
+      pid_ = -1;
     }
     std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
+    if (remove_dir) std::filesystem::remove_all(dir_, ec);
   }
   const std::string& url() const { return url_; }
   std::string ca() const { return dir_ + "/ca.crt"; }
