@@ -123,6 +123,13 @@ Status PublishClusterMap(const EtcdCluster& e, const std::vector<std::string>& s
 
 class ClusterClient::Impl {
  public:
+  Impl(ClusterMap m, ClientOptions o)
+      : map(std::move(m)), options(std::move(o)), clients(map.shards.size()) {
+    for (size_t i = 0; i < map.shards.size(); ++i) order.push_back(i);
+    std::sort(order.begin(), order.end(),
+              [this](size_t a, size_t b) { return map.shards[a].name < map.shards[b].name; });
+  }
+
   ClusterMap map;
   ClientOptions options;
   std::vector<size_t> order;  // shard indexes in ascending shard name: the global lock order
@@ -165,29 +172,16 @@ ClusterClient::~ClusterClient() = default;
 Result<std::unique_ptr<ClusterClient>> ClusterClient::Connect(const ClusterMap& map,
                                                               const ClientOptions& options) {
   RDMALOCK_RETURN_IF_ERROR(map.Validate());
-  auto impl = std::make_unique<Impl>();
-  impl->map = map;
-  impl->options = options;
-  impl->clients.resize(map.shards.size());
-  for (size_t i = 0; i < map.shards.size(); ++i) impl->order.push_back(i);
-  std::sort(impl->order.begin(), impl->order.end(),
-            [&map](size_t a, size_t b) { return map.shards[a].name < map.shards[b].name; });
-  return std::unique_ptr<ClusterClient>(new ClusterClient(std::move(impl)));
+  return std::unique_ptr<ClusterClient>(new ClusterClient(std::make_unique<Impl>(map, options)));
 }
 
 Result<std::unique_ptr<ClusterClient>> ClusterClient::Connect(const EtcdCluster& etcd,
                                                               const ClientOptions& options) {
   RDMALOCK_ASSIGN_OR_RETURN(ClusterMap map, ReadClusterMap(etcd));
   RDMALOCK_ASSIGN_OR_RETURN(auto client, etcd::Client::Create(etcd.endpoints, TlsOf(etcd)));
-  auto impl = std::make_unique<Impl>();
-  impl->map = map;
-  impl->options = options;
-  impl->clients.resize(map.shards.size());
+  auto impl = std::make_unique<Impl>(map, options);
   impl->etcd_cluster = etcd;
   impl->etcd = std::move(client);
-  for (size_t i = 0; i < map.shards.size(); ++i) impl->order.push_back(i);
-  std::sort(impl->order.begin(), impl->order.end(),
-            [&map](size_t a, size_t b) { return map.shards[a].name < map.shards[b].name; });
   return std::unique_ptr<ClusterClient>(new ClusterClient(std::move(impl)));
 }
 
