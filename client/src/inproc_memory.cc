@@ -52,7 +52,24 @@ Status InProcessMemory::ExecuteSessions(RemoteOp& op) {
   return Status::Ok();
 }
 
+Status InProcessMemory::DoPost(std::span<RemoteOp> ops) {
+  if (!hold_posts_) return Run(ops);
+  held_.insert(held_.end(), ops.begin(), ops.end());
+  return Status::Ok();
+}
+
+void InProcessMemory::LandHeld() {
+  std::vector<RemoteOp> held;
+  held.swap(held_);
+  (void)Run(held);
+}
+
 Status InProcessMemory::DoExecute(std::span<RemoteOp> ops) {
+  LandHeld();  // RC: what this channel posted earlier lands first
+  return Run(ops);
+}
+
+Status InProcessMemory::Run(std::span<RemoteOp> ops) {
   for (RemoteOp& op : ops) {
     if (broken_.load()) return Error(ErrorCode::kConnection, "channel broken (injected)");
     if (hook_ && !hook_(op)) {

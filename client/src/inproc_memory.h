@@ -52,19 +52,28 @@ class InProcessMemory : public RemoteMemory {
   void set_hook(Hook hook) { hook_ = std::move(hook); }
   // Makes every later operation fail with kConnection, as a dropped QP would.
   void Break() { broken_.store(true); }
+  // While set, what is posted without waiting (Post) is held back, as a retransmission holds a
+  // write on a real QP: it lands at this channel's next Execute or Start (RC keeps a QP's order)
+  // or at LandHeld(). Lets a test land one QP's write after another QP's.
+  void set_hold_posts(bool hold) { hold_posts_ = hold; }
+  void LandHeld();
 
   Status ReadBytes(RegionId region, uint64_t offset, std::span<uint8_t> dst) override;
 
  protected:
   Status DoExecute(std::span<RemoteOp> ops) override;
+  Status DoPost(std::span<RemoteOp> ops) override;
 
  private:
   Status ExecuteSessions(RemoteOp& op);
   Status Check(const RemoteOp& op) const;
+  Status Run(std::span<RemoteOp> ops);
 
   InProcessTable* table_;
   Hook hook_;
   std::atomic<bool> broken_{false};
+  bool hold_posts_ = false;
+  std::vector<RemoteOp> held_;  // posted, not landed yet (hold_posts_)
 };
 
 }  // namespace rdmalock

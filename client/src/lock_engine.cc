@@ -83,10 +83,17 @@ RemoteOp EntryDone(uint64_t record, uint32_t seq) {
 
 }  // namespace
 
+// The done mark is waited for before the entry goes back to the pool. Posted and handed back at
+// once, it could still be in flight on this QP (a retransmission) when another thread reuses the
+// entry on its own QP; landing after that use's own done mark, it would make the finished use
+// look live, and lockd would release its ticket a second time (issue 16, finding 3). Only a
+// request that ends without its grant comes here (a busy try, a timeout, a lapsed lease), so the
+// round trip is off the lock path. After a failure the entry is not handed back: the connection
+// is broken, so the session ends and its record with it.
 void LockEngine::FreeRecord(RemoteMemory& mem, uint64_t record, uint32_t seq) const {
   if (record == 0) return;
   RemoteOp done = EntryDone(record, seq);
-  (void)mem.Post(done);  // a failure breaks the channel; the session's record goes with it
+  if (!mem.Execute(done).ok()) return;
   if (on_record_free_) on_record_free_(record);
 }
 
@@ -174,7 +181,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     if (prev.Frozen()) {
       // The word awaits a reset: take the increment back (by CAS, never FA of -inc) and retry.
       RDMALOCK_RETURN_IF_ERROR(
-          WithdrawFrozen(mem, slot, inc, Word0::Decode(ops[fa].result[0] + inc), ev));
+          WithdrawFrozen(mem, slot, inc, Word0::Decode(ops[fa].result[0] + inc), issue, ev));
       RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(slot), 16);
       RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
       const Word0 w0 = Word0::Decode(rd.result[0]);
@@ -372,8 +379,19 @@ Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Tic
   }
 }
 
+// The retry after a missed CAS is where an ABA hides (issue 16, finding 8). If the frozen word's
+// stall rescue reset it after our FA (our increment went with it) and it froze again with other
+// requesters' increments, a CAS from the value the miss returned would take back one of theirs.
+// A reset word starts from zero and needs COUNT_MAX new tickets before it is frozen again, which
+// no NIC issues on one word within kFreshWithdrawal. So a value seen within that time of our
+// FA's issue is a word of our FA's generation, still holding our increment (only a reset or our
+// own withdrawal removes it), and a CAS against it is safe. A miss seen later (a preempted
+// thread, a retransmission) is not retried: the increment stays, and to the word it is a
+// requester that died between its FA and its withdrawal, which the rescue frees after F x L.
+// (Checking the generation instead would not do: a rescue bumps it before it zeroes word0, and
+// the zeroing can land after our READ of it.)
 Status LockEngine::WithdrawFrozen(RemoteMemory& mem, uint64_t slot, uint64_t inc, Word0 cur,
-                                  EngineEvents* ev) const {
+                                  Clock::time_point issued, EngineEvents* ev) const {
   for (;;) {
     const uint16_t field = inc == proto::kAcquireExclusive ? cur.max_x : cur.max_s;
     // Once the word is no longer frozen it has been reset, and our increment went with it.
@@ -385,6 +403,10 @@ Status LockEngine::WithdrawFrozen(RemoteMemory& mem, uint64_t slot, uint64_t inc
       Count(&EngineEvents::withdrawals, ev);
       const Word0 now = Word0::Decode(cur.Encode() - inc);
       if (now.Frozen() && now.Drained()) return ResetDrained(mem, slot, now, ev);
+      return Status::Ok();
+    }
+    if (Clock::now() - issued > kFreshWithdrawal) {
+      Count(&EngineEvents::frozen_left, ev);
       return Status::Ok();
     }
     cur = Word0::Decode(cas.result[0]);
@@ -459,10 +481,9 @@ Status LockEngine::Release(RemoteMemory& mem, const Grant& g, EngineEvents* ev) 
     // that is delayed (a paused process, a retransmission) past a recovery changes nothing.
     RemoteOp ops[2];
     const size_t first = ReleaseOps(t, cur, ops);
-    if (Status st = mem.Execute(std::span<RemoteOp>(ops + first, 2 - first)); !st.ok()) {
-      if (t.record != 0 && on_record_free_) on_record_free_(t.record);
-      return st;
-    }
+    // On failure the entry stays out of the pool: its done mark may not have landed, and the
+    // session ends with the connection.
+    RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops + first, 2 - first)));
     if (ops[1].result[0] == cur.Encode()) {
       if (t.record != 0 && on_record_free_) on_record_free_(t.record);
       const Word0 now = Word0::Decode(cur.Encode() + inc);
@@ -479,10 +500,7 @@ Status LockEngine::StartRelease(RemoteMemory& mem, const Grant& g, PendingReleas
   RDMALOCK_RETURN_IF_ERROR(CheckReleasable(mem, g, g.seen));
   p->grant = g;
   p->first = ReleaseOps(g.ticket, g.seen, p->ops);
-  if (Status st = mem.Start(std::span<RemoteOp>(p->ops + p->first, 2 - p->first)); !st.ok()) {
-    if (g.ticket.record != 0 && on_record_free_) on_record_free_(g.ticket.record);
-    return st;
-  }
+  RDMALOCK_RETURN_IF_ERROR(mem.Start(std::span<RemoteOp>(p->ops + p->first, 2 - p->first)));
   p->active = true;
   return Status::Ok();
 }
@@ -492,10 +510,7 @@ Status LockEngine::FinishRelease(RemoteMemory& mem, PendingRelease* p, EngineEve
   p->active = false;
   const Grant& g = p->grant;
   const Ticket& t = g.ticket;
-  if (Status st = mem.Await(); !st.ok()) {
-    if (t.record != 0 && on_record_free_) on_record_free_(t.record);
-    return st;
-  }
+  RDMALOCK_RETURN_IF_ERROR(mem.Await());  // on failure the entry stays out (see Release)
   const RemoteOp& cas = p->ops[1];
   if (cas.result[0] == cas.operand) {
     if (t.record != 0 && on_record_free_) on_record_free_(t.record);
@@ -538,11 +553,7 @@ std::vector<Status> LockEngine::ReleaseMany(RemoteMemory& mem, std::span<const G
       idx[k++] = base;
     }
     if (Status st = mem.Execute(std::span<RemoteOp>(ops, n)); !st.ok()) {
-      for (size_t i = 0; i < k; ++i) {
-        const Ticket& t = grants[idx[i]].ticket;
-        if (t.record != 0 && on_record_free_) on_record_free_(t.record);
-        out[idx[i]] = st;
-      }
+      for (size_t i = 0; i < k; ++i) out[idx[i]] = st;  // entries stay out (see Release)
       continue;
     }
     for (size_t i = 0; i < k; ++i) {
@@ -603,7 +614,8 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
         // The word awaits a reset: take the increment back; the caller queues again.
         s.frozen = true;
         RDMALOCK_RETURN_IF_ERROR(WithdrawFrozen(mem, r.slot, proto::AcquireIncrement(r.mode),
-                                                Word0::Decode(fa.result[0] + fa.operand), ev));
+                                                Word0::Decode(fa.result[0] + fa.operand), issue,
+                                                ev));
         continue;
       }
       Ticket& t = s.grant.ticket;

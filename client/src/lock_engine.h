@@ -111,6 +111,7 @@ struct EngineEvents {
   Counter withdrawals;      // increments withdrawn (frozen word, try-lock, timeout)
   Counter resets;           // counter resets this caller performed
   Counter abandoned;        // tickets handed to the abandon handler
+  Counter frozen_left;      // frozen-word increments left to the stall rescue (finding 8)
   Counter deferred;         // posted releases whose CAS had to be retried when reaped
   Counter batch_fallbacks;  // sets not all granted at once (acquired in slot order instead)
 };
@@ -216,11 +217,18 @@ class LockEngine {
   Status ReapPending(RemoteMemory& mem, PendingRelease* p, EngineEvents* ev) const;
   // Release()'s checks before anything is posted: the lease runs and `cur` shows the grant.
   Status CheckReleasable(RemoteMemory& mem, const Grant& g, proto::Word0 cur) const;
-  // Marks a request's entry done (posted, not waited for) and hands the entry back.
+  // Marks a request's entry done, waits for the mark to land, then hands the entry back.
   void FreeRecord(RemoteMemory& mem, uint64_t record, uint32_t seq) const;
-  // Takes back an increment from a frozen word; resets the word if that drains it.
+  // Takes back an increment from a frozen word; resets the word if that drains it. `cur` is the
+  // word right after our FETCH_AND_ADD, issued at `issued`. Leaves the increment to the frozen
+  // word's stall rescue when it cannot prove the increment is still in the word.
   Status WithdrawFrozen(RemoteMemory& mem, uint64_t slot, uint64_t inc, proto::Word0 cur,
-                        EngineEvents* ev) const;
+                        Clock::time_point issued, EngineEvents* ev) const;
+  // How soon after its FETCH_AND_ADD a frozen-word withdrawal must have seen the word for its
+  // retries to be safe. A word reset behind our back (the stall rescue) starts again from zero
+  // and must issue COUNT_MAX = 32768 new tickets before it looks frozen again; no NIC serves that
+  // many atomics on one word in 1 ms (that would be 33 M/s on one address).
+  static constexpr std::chrono::microseconds kFreshWithdrawal{1000};
   enum class GiveUp { kWithdrawn, kAbandoned, kGranted, kGone };
   // Gives a queued, not yet granted ticket back: withdraws it if nothing queued behind it.
   // `cur` is our best guess of word0 on entry and the last value seen on return.

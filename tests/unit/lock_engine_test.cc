@@ -8,8 +8,10 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "entry_pool.h"
 #include "inproc_memory.h"
 #include "rdmalock/proto/layout.h"
 
@@ -892,4 +894,90 @@ TEST_CASE("issue_many: independent requests in one doorbell; the queued ones fin
   REQUIRE(e.Release(b, *held).ok());
   reaper.DrainAll(e);
   for (uint64_t s : {2, 3, 5}) REQUIRE(W0(table, s).Drained());
+}
+
+// ---- Issue 16's findings on the engine (each test failed on the code before its fix)
+
+TEST_CASE("finding 3: an entry goes back to the pool only once its done mark has landed") {
+  // A's try-lock gives up and marks its entry done; the mark is still in flight on A's QP (a
+  // retransmission) when the entry is handed back. B takes the same entry (the pool is LIFO) on
+  // its own QP, is granted a shared lock and releases it. A's late mark then lands last. The
+  // record must not show B's finished request as live: lockd would release B's shared ticket a
+  // second time and admit a writer beside a reader.
+  InProcessTable table(1, 2 * 4096);
+  const uint64_t rec = 4096;
+  EntryPool pool(rec, 4);
+  LockEngine e(Params(1), nullptr, [&](uint64_t entry) { pool.Give(entry); });
+  InProcessMemory h(&table), a(&table), b(&table);
+  auto held = e.Acquire(h, 0, Mode::kExclusive, {});
+  REQUIRE(held.ok());
+
+  a.set_hold_posts(true);  // what A posts without waiting lands only when the test says
+  AcquireOptions o;
+  std::tie(o.record, o.record_seq) = pool.Take();
+  o.try_only = true;
+  REQUIRE(e.Acquire(a, 0, Mode::kExclusive, o).status().code() == ErrorCode::kBusy);
+  REQUIRE(e.Release(h, *held).ok());
+
+  AcquireOptions ob;
+  std::tie(ob.record, ob.record_seq) = pool.Take();
+  INFO("A's entry " << o.record << ", B's entry " << ob.record);
+  auto gb = e.Acquire(b, 0, Mode::kShared, ob);
+  REQUIRE(gb.ok());
+  REQUIRE(e.Release(b, *gb).ok());
+  a.LandHeld();  // A's late done mark
+  InProcessMemory c(&table);
+  auto gc = e.Acquire(c, 0, Mode::kShared, {});  // another reader holds now
+  REQUIRE(gc.ok());
+
+  const uint64_t entry = ob.record;
+  proto::RequestEntry seen;
+  const bool live = proto::RequestEntry::DecodeLive(table.session_word(entry).load(),
+                                                    table.session_word(entry + 8).load(),
+                                                    table.session_word(entry + 16).load(), &seen);
+  CHECK_FALSE(live);
+  // What lockd does with that record when the session ends: nothing to release, so C's
+  // shared grant still counts and a writer would wait.
+  CHECK(ReapRecord(table, e, rec) == 0);
+  CHECK(W0(table, 0).n_s + 1 == W0(table, 0).max_s);
+  REQUIRE(e.Release(c, *gc).ok());
+}
+
+TEST_CASE(
+    "finding 8: a frozen-word withdrawal never takes back an increment of a later generation") {
+  // W's FETCH_AND_ADD lands on frozen word F1, whose drain waits on a dead requester's increment.
+  // W is preempted before its withdrawal; meanwhile others rescue the word (generation + 1, word
+  // to 0), and it fills up and freezes again as F2 with other requesters' increments. W's first
+  // CAS misses; it must not then withdraw from F2, whose increments are not W's.
+  InProcessTable table(1);
+  const auto lease = 20ms;
+  LockEngine e(Params(1, lease), nullptr);
+  const uint16_t cmax = proto::kCountMax;
+  const Word0 f1{.max_s = 4, .max_x = uint16_t(cmax + 1), .n_s = 4, .n_x = cmax};
+  table.Store(0, 0, f1.Encode());
+  const Word0 f2{.max_s = 2, .max_x = uint16_t(cmax + 3), .n_s = 2, .n_x = cmax};
+  InProcessMemory w(&table), other(&table);
+  int ops = 0;
+  w.set_hook([&](const RemoteOp& op) {
+    // Before W's first operation after its FA: the rescue and the refill happen (on another QP),
+    // while W sleeps a while as a preempted thread does.
+    if (ops++ == 1 && op.kind == RemoteOp::Kind::kCompareSwap) {
+      RemoteOp r[2] = {
+          RemoteOp::FetchAdd(RegionId::kLocks, proto::SlotOffset(0) + 8,
+                             proto::kGenerationIncrement),
+          RemoteOp::CompareSwap(RegionId::kLocks, proto::SlotOffset(0), table.Load(0, 0), 0)};
+      REQUIRE(other.Execute(r).ok());
+      RemoteOp fill = RemoteOp::FetchAdd(RegionId::kLocks, proto::SlotOffset(0), f2.Encode());
+      REQUIRE(other.Execute(fill).ok());
+      std::this_thread::sleep_for(5ms);
+    }
+    return true;
+  });
+  AcquireOptions o;
+  o.try_only = true;
+  (void)e.Acquire(w, 0, Mode::kExclusive, o);
+  const Word0 now = W0(table, 0);
+  INFO("word0 after W's withdrawal: maxX " << now.max_x << " maxS " << now.max_s << " nX "
+                                           << now.n_x << " nS " << now.n_s);
+  CHECK(now == f2);  // F2's increments are all still there
 }
