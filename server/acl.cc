@@ -94,4 +94,24 @@ bool AddressAllowed(const std::vector<Cidr>& ranges, const sockaddr* sa) {
   return false;
 }
 
+bool SameHost(const sockaddr* a, const sockaddr* b) {
+  if (a == nullptr || b == nullptr || a->sa_family != b->sa_family) return false;
+  if (a->sa_family == AF_INET) {
+    return reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr ==
+           reinterpret_cast<const sockaddr_in*>(b)->sin_addr.s_addr;
+  }
+  if (a->sa_family == AF_INET6) {
+    return std::memcmp(&reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr,
+                       &reinterpret_cast<const sockaddr_in6*>(b)->sin6_addr, sizeof(in6_addr)) == 0;
+  }
+  return false;
+}
+
+bool LoopbackProven(const LoopbackSecret& secret, uint64_t a, uint64_t b, const sockaddr* peer,
+                    const sockaddr* local) {
+  // Compared without an early exit; a zero secret (never drawn) proves nothing.
+  const uint64_t diff = (secret.a ^ a) | (secret.b ^ b);
+  return (secret.a | secret.b) != 0 && diff == 0 && SameHost(peer, local);
+}
+
 }  // namespace rdmalock::lockd

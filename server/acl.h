@@ -26,4 +26,16 @@ struct Cidr {
 // empty list allows every address.
 bool AddressAllowed(const std::vector<Cidr>& ranges, const sockaddr* sa);
 
+// What proves a connection flagged proto::kFlagLoopback is lockd's own (issue 16, finding 7): a
+// secret lockd draws at start and carries in the request's join fields, and the same address at
+// both ends. The flag skips the restart grace, max_clients and fencing, so a peer that merely sets
+// it must be refused, whatever allow_from says.
+struct LoopbackSecret {
+  uint64_t a = 0, b = 0;
+};
+bool LoopbackProven(const LoopbackSecret& secret, uint64_t a, uint64_t b, const sockaddr* peer,
+                    const sockaddr* local);
+// Whether two socket addresses name the same host (the port is ignored).
+bool SameHost(const sockaddr* a, const sockaddr* b);
+
 }  // namespace rdmalock::lockd

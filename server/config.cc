@@ -172,6 +172,13 @@ Status Validate(const Config& c) {
           ParseHostPort(c.advertise_address, &host, &port).WithContext("advertise_address"));
     }
   }
+  if (c.state_dir.empty() && !c.cluster_mode()) {
+    // The epoch leads every fencing token and must grow across restarts; without a place to keep
+    // it, every start would be epoch 1 and tokens would go backwards (issue 16, finding 6).
+    return Error(ErrorCode::kConfig,
+                 "state_dir is empty: lockd keeps its epoch there so that fencing tokens grow "
+                 "across restarts; name a directory (in cluster mode etcd keeps it instead)");
+  }
   if (c.restart_grace_ms != 0 && c.restart_grace_ms < c.lease_ms) {
     return Error(ErrorCode::kConfig, "restart_grace_ms (" + std::to_string(c.restart_grace_ms) +
                                          ") must be 0 (one lease) or at least lease_ms (" +

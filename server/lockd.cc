@@ -22,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <sstream>
@@ -214,7 +215,12 @@ struct Server::Impl {
   int admin_fd = -1;
   SteadyClock::time_point grace_until;
   std::chrono::system_clock::time_point grace_until_wall;
-  std::mt19937_64 rng{std::random_device{}()};
+  // Drawn from libsodium's CSPRNG at start: what lockd's own loopback connection presents.
+  const LoopbackSecret loopback_secret{auth::RandomU64() | 1, auth::RandomU64()};
+  // The latest time a lease of a session fenced without proof of death (heartbeat, QP error,
+  // operator) may still run: a clean stop before it must leave the restart grace to the next
+  // start (issue 16, finding 5).
+  SteadyClock::time_point fenced_leases_until{};
 
   // The recovery thread and what it owns: lockd's loopback channel to its own lock table.
   std::unique_ptr<LockEngine> engine;
@@ -339,11 +345,19 @@ struct Server::Impl {
     const std::span<const uint8_t> bytes(data, data ? ev->param.conn.private_data_len : 0);
     proto::ConnectRequest req;
     const proto::RejectReason reason = proto::ConnectRequest::Decode(bytes, &req);
-    const bool is_loopback =
+    const bool flagged_loopback =
         reason == proto::RejectReason::kNone && (req.flags & proto::kFlagLoopback) != 0;
-    // lockd's own loopback comes from lockd's own address; anyone else must be in allow_from.
-    if (!AddressAllowed(allow_from, rdma_get_peer_addr(id)) &&
-        !(is_loopback && SameHost(rdma_get_peer_addr(id), rdma_get_local_addr(id)))) {
+    // lockd's own loopback proves itself with the secret it drew at start, from its own address;
+    // a peer that only sets the flag is refused. Anyone else must be in allow_from.
+    const bool is_loopback =
+        flagged_loopback && LoopbackProven(loopback_secret, req.join_session, req.join_key,
+                                           rdma_get_peer_addr(id), rdma_get_local_addr(id));
+    if (flagged_loopback && !is_loopback) {
+      Reject(id, proto::RejectReason::kNotAllowed, peer,
+             "the loopback flag from a peer that is not this lockd");
+      return id;
+    }
+    if (!is_loopback && !AddressAllowed(allow_from, rdma_get_peer_addr(id))) {
       Reject(id, proto::RejectReason::kNotAllowed, peer, "not in allow_from");
       return id;
     }
@@ -449,7 +463,7 @@ struct Server::Impl {
       fresh = true;
       sess = std::make_shared<Session>();
       sess->session_id = next_session_id++;
-      sess->join_key = rng() | 1;
+      sess->join_key = auth::RandomU64() | 1;  // a CSPRNG: a client must not guess another's
       sess->index = free_records.back();
       free_records.pop_back();
       sess->peer = peer;
@@ -494,20 +508,6 @@ struct Server::Impl {
     spdlog::debug("accepted {} ({} session {}, client '{}', pid {}); awaiting its hello", peer,
                   join ? "joins" : "new", sess->session_id, sess->name, sess->pid);
     return nullptr;
-  }
-
-  static bool SameHost(const sockaddr* a, const sockaddr* b) {
-    if (a == nullptr || b == nullptr || a->sa_family != b->sa_family) return false;
-    if (a->sa_family == AF_INET) {
-      return reinterpret_cast<const sockaddr_in*>(a)->sin_addr.s_addr ==
-             reinterpret_cast<const sockaddr_in*>(b)->sin_addr.s_addr;
-    }
-    if (a->sa_family == AF_INET6) {
-      return std::memcmp(&reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr,
-                         &reinterpret_cast<const sockaddr_in6*>(b)->sin6_addr,
-                         sizeof(in6_addr)) == 0;
-    }
-    return false;
   }
 
   void OnEstablished(rdma_cm_id* id) {
@@ -804,6 +804,10 @@ struct Server::Impl {
     }
     s->conns.clear();
     if (s->counted && !s->loopback) connected.fetch_sub(1);
+    if (s->counted && !s->loopback && !now) {
+      fenced_leases_until =
+          std::max(fenced_leases_until, ended + std::chrono::milliseconds(config.lease_ms));
+    }
 
     RecoveryJob job;
     job.session_id = s->session_id;
@@ -1332,7 +1336,13 @@ struct Server::Impl {
     }
     std::string errors;
     for (const std::string& ip : candidates) {
-      ChannelParams p{ip, config.port, timeout, "lockd", proto::kFlagLoopback};
+      ChannelParams p{ip,
+                      config.port,
+                      timeout,
+                      "lockd",
+                      proto::kFlagLoopback,
+                      loopback_secret.a,
+                      loopback_secret.b};
       p.auth_key = auth_key;
       auto mem = VerbsMemory::Connect(p);  // checks the atomic byte order with the probe word
       if (mem.ok()) {
@@ -1684,7 +1694,10 @@ Status Server::Run() {
   for (auto& [id, c] : m.conns) c->id.FenceQp();
   m.fenced_at = std::chrono::steady_clock::now();
   spdlog::info("shutting down: disconnecting {} client(s)", m.connected.load());
-  m.stopped_with_clients = m.connected.load() > 0;
+  // Clients connected now, or fenced ones whose leases may still run (a heartbeat fence frees
+  // their locks one lease later): either way the next start must wait out the restart grace.
+  m.stopped_with_clients =
+      m.connected.load() > 0 || std::chrono::steady_clock::now() < m.fenced_leases_until;
   m.StopRecovery();
   m.listener.Reset();
   m.loopback.reset();
@@ -1710,6 +1723,63 @@ Status Server::ProbeLoopback(std::chrono::milliseconds timeout) {
   return Status::Ok();
 }
 
+namespace {
+
+// Writes `text` to `path` so that a crash leaves the old contents or the new, never a mix or
+// nothing: a temporary file, fsync'd, renamed over `path`, then the directory fsync'd (without
+// it the rename itself may be lost in a crash, and an epoch would be handed out twice).
+Status WriteFileAtomically(const std::string& dir, const std::string& path,
+                           const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return rdma::ErrnoStatus(ErrorCode::kIo, "open " + tmp, errno);
+  const bool ok =
+      write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && fsync(fd) == 0;
+  const int err = errno;
+  close(fd);
+  if (!ok) return rdma::ErrnoStatus(ErrorCode::kIo, "write " + tmp, err);
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    return rdma::ErrnoStatus(ErrorCode::kIo, "rename " + tmp, errno);
+  }
+  const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return rdma::ErrnoStatus(ErrorCode::kIo, "open " + dir, errno);
+  const bool synced = fsync(dfd) == 0;
+  const int derr = errno;
+  close(dfd);
+  if (!synced) return rdma::ErrnoStatus(ErrorCode::kIo, "fsync " + dir, derr);
+  return Status::Ok();
+}
+
+// The whole file, or nullopt when it does not exist. Any other failure is an error: an epoch
+// file that exists but cannot be read must not be taken for a first start.
+Result<std::optional<std::string>> ReadSmallFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::optional<std::string>();
+    return rdma::ErrnoStatus(ErrorCode::kIo, "open " + path, errno);
+  }
+  std::string text;
+  char buf[256];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      return rdma::ErrnoStatus(ErrorCode::kIo, "read " + path, err);
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > 4096) {
+      close(fd);
+      return Error(ErrorCode::kIo, path + " is larger than an epoch file can be");
+    }
+  }
+  close(fd);
+  return std::optional<std::string>(std::move(text));
+}
+
+}  // namespace
+
 Result<bool> MarkRunning(const std::string& state_dir) {
   if (state_dir.empty()) return true;  // nothing tells us how the last run ended: assume the worst
   const std::string path = state_dir + "/running";
@@ -1731,7 +1801,9 @@ void MarkStoppedCleanly(const std::string& state_dir) {
 }
 
 Result<uint64_t> BumpEpoch(const std::string& state_dir) {
-  if (state_dir.empty()) return uint64_t{1};
+  if (state_dir.empty()) {
+    return Error(ErrorCode::kConfig, "state_dir is empty: nowhere to keep the epoch");
+  }
   std::error_code ec;
   std::filesystem::create_directories(state_dir, ec);
   if (ec) {
@@ -1739,18 +1811,17 @@ Result<uint64_t> BumpEpoch(const std::string& state_dir) {
   }
   const std::string path = state_dir + "/epoch";
   uint64_t epoch = 0;
-  {
-    std::ifstream in(path);
-    if (in) {
-      std::string text;
-      in >> text;
-      try {
-        size_t used = 0;
-        epoch = std::stoull(text, &used);
-        if (used != text.size()) throw std::invalid_argument(text);
-      } catch (const std::exception&) {
-        return Error(ErrorCode::kIo, path + " does not hold an epoch number ('" + text + "')");
-      }
+  RDMALOCK_ASSIGN_OR_RETURN(const std::optional<std::string> old, ReadSmallFile(path));
+  if (old) {
+    std::string text = *old;
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    try {
+      size_t used = 0;
+      epoch = std::stoull(text, &used);
+      if (used != text.size()) throw std::invalid_argument(text);
+    } catch (const std::exception&) {
+      return Error(ErrorCode::kIo, path + " does not hold an epoch number ('" + text +
+                                       "'); lockd will not guess one (tokens must only grow)");
     }
   }
   ++epoch;
@@ -1759,18 +1830,7 @@ Result<uint64_t> BumpEpoch(const std::string& state_dir) {
                                      ": epoch would exceed 65535, the width of the token's "
                                      "epoch field");
   }
-  const std::string tmp = path + ".tmp";
-  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return rdma::ErrnoStatus(ErrorCode::kIo, "open " + tmp, errno);
-  const std::string text = std::to_string(epoch) + "\n";
-  const bool ok =
-      write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && fsync(fd) == 0;
-  const int err = errno;
-  close(fd);
-  if (!ok) return rdma::ErrnoStatus(ErrorCode::kIo, "write " + tmp, err);
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    return rdma::ErrnoStatus(ErrorCode::kIo, "rename " + tmp, errno);
-  }
+  RDMALOCK_RETURN_IF_ERROR(WriteFileAtomically(state_dir, path, std::to_string(epoch) + "\n"));
   return epoch;
 }
 

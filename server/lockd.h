@@ -49,7 +49,8 @@ class Server {
 };
 
 // Reads the epoch persisted in `state_dir`, adds one and writes it back (atomically, fsync'd).
-// An empty state_dir gives epoch 1 and persists nothing.
+// An empty state_dir, or an epoch file that exists but cannot be read, is an error: an epoch
+// handed out twice would let fencing tokens go backwards.
 Result<uint64_t> BumpEpoch(const std::string& state_dir);
 
 // Marks lockd as running in `state_dir`; returns whether the previous run did not stop cleanly

@@ -395,7 +395,9 @@ int main(int argc, char** argv) {
   server->reset();
   if (!loop_status.ok()) return Fail(loop_status);
   if (had_clients) {
-    spdlog::info("clients were connected: the next start waits out the restart grace period");
+    spdlog::info(
+        "clients were connected, or fenced less than a lease ago: the next start waits out the "
+        "restart grace period");
   } else {
     rdmalock::lockd::MarkStoppedCleanly(config.state_dir);
   }

@@ -658,8 +658,23 @@ class [[gnu::visibility("hidden")]] Client::Impl
         // due at a third of the lease, with two thirds to spare).
         std::unique_lock lk(s->mu, std::try_to_lock);
         if (!lk.owns_lock()) continue;
-        if (s->state != LockState::kHeld || !s->auto_renew || !opts_.auto_renew) continue;
+        if (s->state != LockState::kHeld) continue;
         if (s->session != c.session) continue;  // from an ended session: EndLeases handles it
+        if (!s->auto_renew || !opts_.auto_renew) {
+          // Not renewed here: the lock is lost once its lease runs out, and the owner is told
+          // (issue 16, finding 12).
+          if (!c.session->engine->LeaseValid(s->grant, Clock::now())) {
+            s->state = LockState::kLost;
+            if (!s->lost_reported) {
+              s->lost_reported = true;
+              notify = s->on_lost;
+            }
+            st = Error(ErrorCode::kLockLost, "lease ran out without a renewal; lock lost");
+            lk.unlock();
+            if (notify) notify(st);
+          }
+          continue;
+        }
         if (Clock::now() - s->grant.lease_start < lease / 3) continue;
         {
           std::lock_guard clk(c.mu);
@@ -1425,9 +1440,15 @@ uint64_t LockHandle::slot() const { return state_ ? state_->grant.ticket.slot : 
 LockMode LockHandle::mode() const {
   return state_ ? static_cast<LockMode>(state_->grant.ticket.mode) : LockMode::kExclusive;
 }
+// A grant whose lease has run out is lost, whether or not the keeper has noticed yet (it may be
+// stuck, or renewal off): waiters may recover it from then on.
 LockState LockHandle::state() const {
   if (!state_) return LockState::kReleased;
   std::lock_guard lk(state_->mu);
+  if (state_->state == LockState::kHeld &&
+      !state_->session->engine->LeaseValid(state_->grant, Clock::now())) {
+    return LockState::kLost;
+  }
   return state_->state;
 }
 uint64_t LockHandle::fencing_token() const {

@@ -101,6 +101,13 @@ Nonce NewNonce() {
   return n;
 }
 
+uint64_t RandomU64() {
+  InitSodium();
+  uint64_t v = 0;
+  randombytes_buf(&v, sizeof(v));
+  return v;
+}
+
 std::string NewKeyHex() {
   const Nonce raw = NewNonce();
   char hex[2 * 32 + 1];

@@ -33,6 +33,8 @@ std::string TrimKey(std::string key);
 
 // A fresh random nonce (libsodium's randombytes).
 Nonce NewNonce();
+// 64 random bits from libsodium's CSPRNG (join keys, secrets).
+uint64_t RandomU64();
 // 32 random bytes as 64 hex digits: a new key (lockctl keygen).
 std::string NewKeyHex();
 

@@ -192,6 +192,13 @@ class Lockd {
   void Forget() { pid_ = -1; }
   uint16_t port() const { return port_; }
   const std::string& admin_socket() const { return admin_; }
+  // SIGTERM (a clean stop) and waits for lockd to exit 0.
+  void Stop() {
+    REQUIRE(pid_ > 0);
+    kill(pid_, SIGTERM);
+    REQUIRE(WaitExit(pid_, 20s) == 0);
+    pid_ = -1;
+  }
   // kill -9 (an unclean stop: the next start has a restart grace period).
   void Kill9() {
     REQUIRE(pid_ > 0);
@@ -1395,9 +1402,10 @@ TEST_CASE("lockd does not start when its metrics address is taken, and says whic
   REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&sin), sizeof(sin)) == 0);
   REQUIRE(listen(fd, 1) == 0);
   const std::string dir = TempDir();
-  auto [rc, out] = Capture("timeout 30 " + std::string(LOCKD_PATH) +
-                           " --port 7642 --state-dir '' --admin-socket '' --metrics-address "
-                           "127.0.0.1:19478 2>&1");
+  auto [rc, out] =
+      Capture("timeout 30 " + std::string(LOCKD_PATH) + " --port 7642 --state-dir " + dir +
+              " --admin-socket '' --metrics-address "
+              "127.0.0.1:19478 2>&1");
   close(fd);
   INFO(out);
   REQUIRE(rc == 1);
@@ -2104,4 +2112,65 @@ TEST_CASE("a sharded lock space: names spread over two lockds as the hash says; 
     INFO(n);
     REQUIRE(h.ok());
   }
+}
+
+// ---- Issue 16's findings on lockd and the SDK (each test failed on the code before its fix)
+
+TEST_CASE("finding 5: a clean stop after a heartbeat fence keeps the restart grace") {
+  // A holder with a 4 s lease stops (SIGSTOP); lockd fences it by heartbeat after 200 ms, but its
+  // lease may run until 4 s after its last renewal. lockd is then stopped cleanly, with no client
+  // connected, and started again: nobody may be granted the lock before the stopped holder's
+  // lease could have ended.
+  const std::string state = TempDir();
+  Lockd lockd(7662, 64, 4000, 64, state,
+              {"--heartbeat-interval-ms", "50", "--heartbeat-timeout-ms", "200"});
+  SharedFile shf;
+  const pid_t holder = StartHolder(lockd, shf, "f5", false);
+  REQUIRE(kill(holder, SIGSTOP) == 0);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  WaitForLog(lockd, "no heartbeat for");
+  lockd.Stop();
+  lockd.Start();
+  auto c = MustConnect(lockd);
+  auto h = c->Lock("f5", {.timeout = 20000ms});
+  const double ms = Ms(std::chrono::steady_clock::now() - stopped_at);
+  INFO(lockd.Log());
+  REQUIRE(h.ok());
+  WARN("finding 5: holder stopped -> fenced -> lockd stopped cleanly and restarted -> next grant "
+       << ms << " ms after the stop (lease 4000 ms)");
+  kill(holder, SIGKILL);
+  WaitExit(holder, 10s);
+  REQUIRE(ms >= 4000);
+}
+
+TEST_CASE("finding 7: only lockd itself may connect as lockd's loopback") {
+  // allow_from is empty (the default): before the fix any peer that set the loopback flag was
+  // taken for lockd's own connection, skipping the restart grace, max_clients and fencing.
+  Lockd lockd(7663, 64, 2000, 64);
+  ChannelParams p{RxeIp(), lockd.port(), 3000ms, "impostor", proto::kFlagLoopback};
+  proto::RejectReason reason = proto::RejectReason::kNone;
+  auto mem = VerbsMemory::Connect(p, nullptr, &reason);
+  INFO((mem.ok() ? std::string("admitted") : mem.status().ToString()));
+  REQUIRE_FALSE(mem.ok());
+  REQUIRE(reason == proto::RejectReason::kNotAllowed);
+  REQUIRE(lockd.Log().find("loopback flag") != std::string::npos);
+  // lockd's own loopback still works: it frees a killed client's lock in milliseconds.
+  auto c = MustConnect(lockd);
+  REQUIRE(c->Lock("f7").ok());
+}
+
+TEST_CASE("finding 12: a handle that is not renewed turns lost when its lease runs out") {
+  Lockd lockd(7664, 64, 1000, 64);
+  auto c = MustConnect(lockd, /*auto_renew=*/false);
+  auto h = c->Lock("f12");
+  REQUIRE(h.ok());
+  std::atomic<int> lost{0};
+  h->OnLost([&](const Status&) { ++lost; });
+  REQUIRE(h->state() == LockState::kHeld);
+  std::this_thread::sleep_for(1300ms);  // past the 1 s lease, no renewal
+  CHECK(h->state() == LockState::kLost);
+  const auto end = std::chrono::steady_clock::now() + 2s;
+  while (lost == 0 && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(5ms);
+  CHECK(lost == 1);
+  CHECK(h->Release().code() == ErrorCode::kLockLost);
 }

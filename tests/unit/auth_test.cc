@@ -116,3 +116,18 @@ TEST_CASE("allow_from ranges: parsing, IPv4, IPv6 and IPv4-mapped peers") {
   REQUIRE(AddressAllowed({}, Sa(V4("203.0.113.9"))));  // no list: anyone
   REQUIRE_FALSE(AddressAllowed(ranges, nullptr));
 }
+
+TEST_CASE(
+    "finding 7: the loopback flag counts only with lockd's secret, from lockd's own address") {
+  using rdmalock::lockd::LoopbackProven;
+  using rdmalock::lockd::LoopbackSecret;
+  const LoopbackSecret secret{0x1234567890abcdefULL, 0x0fedcba987654321ULL};
+  auto here = V4("192.0.2.1"), other = V4("192.0.2.9");
+  REQUIRE(LoopbackProven(secret, secret.a, secret.b, Sa(here), Sa(here)));
+  REQUIRE_FALSE(LoopbackProven(secret, 0, 0, Sa(here), Sa(here)));  // the flag alone
+  REQUIRE_FALSE(LoopbackProven(secret, secret.a, secret.b ^ 1, Sa(here), Sa(here)));
+  REQUIRE_FALSE(LoopbackProven(secret, secret.a, secret.b, Sa(other), Sa(here)));
+  REQUIRE_FALSE(LoopbackProven(LoopbackSecret{}, 0, 0, Sa(here), Sa(here)));  // none drawn
+  // Join keys come from the CSPRNG: two draws differ (a seeded mt19937 would be predictable).
+  REQUIRE(auth::RandomU64() != auth::RandomU64());
+}

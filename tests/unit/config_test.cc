@@ -1,7 +1,11 @@
 #include "config.h"
 
-#include <catch2/catch.hpp>
+#include <stdlib.h>
 
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "lockd.h"
 #include "metrics.h"
 
 using rdmalock::ErrorCode;
@@ -194,4 +198,38 @@ TEST_CASE("cluster keys: etcd endpoints, shard, advertise address, TTL; what eac
       "etcd_endpoints: [http://e:2379]\nshard: a\nadvertise_address: 10.0.0.1:7000\n", "a.yaml");
   REQUIRE(adv.ok());
   REQUIRE(adv->Advertised() == "10.0.0.1:7000");
+}
+
+TEST_CASE("finding 6: without a state_dir lockd could not keep its epoch, so it does not start") {
+  auto c = ParseConfig("state_dir: \"\"\n", "s.yaml");
+  REQUIRE_FALSE(c.ok());
+  REQUIRE(c.status().message().find("state_dir") != std::string::npos);
+  // In cluster mode the epoch lives in etcd: no state_dir is needed.
+  auto cluster = ParseConfig(
+      "state_dir: \"\"\netcd_endpoints: [\"http://127.0.0.1:2379\"]\nshard: a\n"
+      "address: 192.0.2.1\n",
+      "c.yaml");
+  INFO(cluster.status().ToString());
+  REQUIRE(cluster.ok());
+}
+
+TEST_CASE("finding 6 (and issue 17's 6): the epoch file is replaced atomically and never guessed") {
+  namespace fs = std::filesystem;
+  char tmpl[] = "/tmp/rdmalock-state-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  auto e1 = rdmalock::lockd::BumpEpoch(dir);
+  auto e2 = rdmalock::lockd::BumpEpoch(dir);
+  REQUIRE(e1.ok());
+  REQUIRE(e2.ok());
+  REQUIRE(*e2 == *e1 + 1);
+  REQUIRE_FALSE(fs::exists(dir + "/epoch.tmp"));
+  // An epoch file that exists but cannot be read is an error naming it, not a fresh start at 1.
+  fs::remove(dir + "/epoch");
+  fs::create_directory(dir + "/epoch");
+  auto bad = rdmalock::lockd::BumpEpoch(dir);
+  REQUIRE_FALSE(bad.ok());
+  INFO(bad.status().ToString());
+  REQUIRE(bad.status().message().find(dir + "/epoch") != std::string::npos);
+  fs::remove_all(dir);
 }

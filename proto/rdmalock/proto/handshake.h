@@ -140,8 +140,8 @@ struct ConnectRequest {
   uint32_t flags = 0;
   uint32_t pid = 0;
   std::string client_name;    // at most kClientNameLen bytes travel
-  uint64_t join_session = 0;  // with kFlagJoin; zero otherwise
-  uint64_t join_key = 0;      // with kFlagJoin; zero otherwise
+  uint64_t join_session = 0;  // with kFlagJoin (with kFlagLoopback: lockd's secret); else zero
+  uint64_t join_key = 0;      // with kFlagJoin (with kFlagLoopback: lockd's secret); else zero
 
   std::array<uint8_t, kSize> Encode() const {
     std::array<uint8_t, kSize> b{};
@@ -164,7 +164,10 @@ struct ConnectRequest {
     if (GetLe(data, kLength, 2) != kSize || data.size() < kSize) return RejectReason::kBadLength;
     const uint32_t flags = static_cast<uint32_t>(GetLe(data, kFlags, 4));
     if ((flags & ~(kFlagLoopback | kFlagJoin)) != 0) return RejectReason::kBadLength;
-    if ((flags & kFlagJoin) == 0) {
+    // A join carries its session's id and key there, lockd's loopback the secret that proves it
+    // is lockd's own (never both); anyone else sends zeros.
+    if ((flags & kFlagJoin) != 0 && (flags & kFlagLoopback) != 0) return RejectReason::kBadLength;
+    if ((flags & (kFlagJoin | kFlagLoopback)) == 0) {
       for (size_t i = kJoinSession; i < kSize; ++i) {
         if (data[i] != 0) return RejectReason::kBadLength;  // unused bytes must be zero
       }
