@@ -9,6 +9,7 @@
 //   76       `acquire`: the lock was lost while the command ran (the command was terminated)
 //   1        `release --force`: lockd refused (no such session, no recorded holder)
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -19,12 +20,14 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
 #include <iostream>
+#include <new>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -616,6 +619,73 @@ int CmdTop(const Common& c, int interval_ms, int rows, int iterations,
 
 std::atomic<int> g_forward_signal{0};  // lockctl's own process-wide signal flag (main only)
 
+// What lockctl tells the supervisor of an acquired command, in memory they share (issue 16,
+// finding 13). Times are CLOCK_MONOTONIC (std::chrono::steady_clock) nanoseconds.
+struct CommandWatch {
+  std::atomic<int64_t> term_at_ns{INT64_MAX};  // SIGTERM the command's process group from then
+  std::atomic<int64_t> kill_at_ns{INT64_MAX};  // and SIGKILL it from then, at the latest
+  std::atomic<int> forward{0};                 // a signal lockctl received, for the command
+  std::atomic<int> stopped_for_loss{0};        // set by the supervisor when it terminated it
+};
+static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
+
+int64_t MonotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The supervisor: a forked copy of lockctl (which has threads), so only async-signal-safe calls.
+// It runs the command in a process group of its own and ends the whole group (a background
+// grandchild included) when the command exits, when lockctl dies (or was already gone), and at
+// the times lockctl last wrote, which follow the lease: if lockctl is stopped or stuck and
+// renews nothing, the command is still stopped before its lease can end. Exits with the
+// command's status (128+N for signal N).
+[[noreturn]] void Supervise(CommandWatch* w, pid_t lockctl, char* const* argv, char* const* envp,
+                            int64_t grace_ns) {
+  sigset_t all, old;
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, &old);  // signals for the command come through lockctl
+  if (getppid() != lockctl) _exit(kExitInternal);
+  const pid_t cmd = fork();
+  if (cmd < 0) _exit(kExitInternal);
+  if (cmd == 0) {
+    setpgid(0, 0);
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    execvpe(argv[0], argv, envp);
+    const char* err = std::strerror(errno);  // glibc's table: no allocation
+    const char* parts[] = {"lockctl: cannot run ", argv[0], ": ", err, "\n"};
+    for (const char* p : parts) (void)!write(2, p, std::strlen(p));
+    _exit(127);
+  }
+  setpgid(cmd, cmd);
+  int status = 0;
+  int64_t termed = 0;
+  for (;;) {
+    const pid_t r = waitpid(cmd, &status, WNOHANG);
+    if (r == cmd) break;
+    const int64_t now = MonotonicNs();
+    if (getppid() != lockctl) {  // lockctl died: nothing holds the lock for the command
+      kill(-cmd, SIGKILL);
+    }
+    if (const int sig = w->forward.exchange(0); sig != 0) kill(-cmd, sig);
+    if (termed == 0 && now >= w->term_at_ns.load()) {
+      w->stopped_for_loss.store(1);
+      kill(-cmd, SIGTERM);
+      termed = now;
+    }
+    if (termed != 0 && (now >= termed + grace_ns || now >= w->kill_at_ns.load())) {
+      kill(-cmd, SIGKILL);
+    }
+    const timespec tick{0, 5'000'000};
+    nanosleep(&tick, nullptr);
+  }
+  kill(-cmd, SIGKILL);  // whatever the command left running in its group ends with it
+  if (WIFEXITED(status)) _exit(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) _exit(128 + WTERMSIG(status));
+  _exit(kExitInternal);
+}
+
 int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t timeout_ms,
                int grace_ms, const std::vector<std::string>& cmd) {
   if (cmd.empty()) {
@@ -639,31 +709,58 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
   std::atomic<bool> lost{false};
   lock->OnLost([&](const rdmalock::Status&) { lost.store(true); });
 
+  // Everything the child needs is built before the fork: after it, only async-signal-safe calls.
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "RDMALOCK_NAME=", 14) == 0 ||
+        std::strncmp(*e, "RDMALOCK_SLOT=", 14) == 0 ||
+        std::strncmp(*e, "RDMALOCK_MODE=", 14) == 0 ||
+        std::strncmp(*e, "RDMALOCK_TOKEN=", 15) == 0) {
+      continue;
+    }
+    env.emplace_back(*e);
+  }
+  env.push_back("RDMALOCK_NAME=" + name);
+  env.push_back("RDMALOCK_SLOT=" + std::to_string(lock->slot()));
+  env.push_back(std::string("RDMALOCK_MODE=") + (shared ? "shared" : "exclusive"));
+  if (!shared) env.push_back("RDMALOCK_TOKEN=" + std::to_string(lock->fencing_token()));
+  std::vector<char*> envp, argv;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  void* shm = mmap(nullptr, sizeof(CommandWatch), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shm == MAP_FAILED) {
+    std::perror("lockctl: mmap");
+    return kExitInternal;
+  }
+  auto* watch = new (shm) CommandWatch();
+  // The command is stopped once a renewal is a third of a lease overdue (they come every third),
+  // and killed before the lease could end, whatever lockctl is doing then.
+  const auto lease = client->lease();
+  const auto steady_ns = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  };
+  const auto follow_lease = [&] {
+    const auto end = lock->lease_expiry();
+    watch->term_at_ns.store(steady_ns(end - lease / 3));
+    watch->kill_at_ns.store(steady_ns(end - lease / 10));
+  };
+  follow_lease();
+  const int64_t grace_ns = int64_t{grace_ms} * 1'000'000;
+  const pid_t lockctl_pid = getpid();
+
   const pid_t child = fork();
   if (child < 0) {
     std::perror("lockctl: fork");
     return kExitInternal;
   }
-  if (child == 0) {
-    // If lockctl dies, the command must not run on without the lock: lockd frees a dead
-    // client's locks at once.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    setenv("RDMALOCK_NAME", name.c_str(), 1);
-    setenv("RDMALOCK_SLOT", std::to_string(lock->slot()).c_str(), 1);
-    setenv("RDMALOCK_MODE", shared ? "shared" : "exclusive", 1);
-    if (!shared) setenv("RDMALOCK_TOKEN", std::to_string(lock->fencing_token()).c_str(), 1);
-    std::vector<char*> argv;
-    for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execvp(argv[0], argv.data());
-    std::fprintf(stderr, "lockctl: cannot run %s: %s\n", argv[0], std::strerror(errno));
-    _exit(127);
-  }
+  if (child == 0) Supervise(watch, lockctl_pid, argv.data(), envp.data(), grace_ns);
   signal(SIGTERM, [](int s) { g_forward_signal.store(s); });
   signal(SIGINT, [](int s) { g_forward_signal.store(s); });
   int status = 0;
-  bool terminated_for_loss = false;
-  std::chrono::steady_clock::time_point term_sent;
+  bool told = false;
   for (;;) {
     const pid_t r = waitpid(child, &status, WNOHANG);
     if (r == child) break;
@@ -671,29 +768,34 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
       std::perror("lockctl: waitpid");
       return kExitInternal;
     }
-    if (const int s = g_forward_signal.exchange(0); s != 0) kill(child, s);
-    const bool is_lost = lost.load() || lock->state() == rdmalock::LockState::kLost ||
-                         std::chrono::steady_clock::now() >= lock->lease_expiry();
-    if (is_lost && !terminated_for_loss) {
-      std::cerr << "lockctl: lock '" << name << "' lost; sending SIGTERM to the command\n";
-      kill(child, SIGTERM);
-      terminated_for_loss = true;
-      term_sent = std::chrono::steady_clock::now();
-    }
-    if (terminated_for_loss &&
-        std::chrono::steady_clock::now() - term_sent > std::chrono::milliseconds(grace_ms)) {
-      kill(child, SIGKILL);
+    if (const int s = g_forward_signal.exchange(0); s != 0) watch->forward.store(s);
+    const bool is_lost = lost.load() || lock->state() == rdmalock::LockState::kLost;
+    if (is_lost) {
+      if (!told) {
+        std::cerr << "lockctl: lock '" << name << "' lost; sending SIGTERM to the command\n";
+        const int64_t now = MonotonicNs();
+        watch->kill_at_ns.store(now + grace_ns);
+        watch->term_at_ns.store(now);
+        told = true;
+      }
+    } else {
+      follow_lease();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  const bool stopped = watch->stopped_for_loss.load() != 0;
+  if (stopped && !told) {
+    std::cerr << "lockctl: lock '" << name
+              << "': its lease was about to run out without a renewal; the command was stopped\n";
+  }
   const rdmalock::Status rel = lock->Release();
-  if (terminated_for_loss) return kExitLost;
+  munmap(shm, sizeof(CommandWatch));
+  if (stopped) return kExitLost;
   if (!rel.ok()) {
     std::cerr << "lockctl: release of '" << name << "': " << rel.ToString() << "\n";
     if (rel.code() == rdmalock::ErrorCode::kLockLost) return kExitLost;
   }
   if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return kExitInternal;
 }
 

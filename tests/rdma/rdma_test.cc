@@ -2174,3 +2174,87 @@ TEST_CASE("finding 12: a handle that is not renewed turns lost when its lease ru
   CHECK(lost == 1);
   CHECK(h->Release().code() == ErrorCode::kLockLost);
 }
+
+namespace {
+
+// Whether process `pid` (any process, not only a child) exists and is not a zombie.
+bool ProcAlive(pid_t pid) {
+  std::ifstream st("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(st, line)) return false;
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
+}
+
+pid_t ReadPid(const std::string& path, std::chrono::seconds limit = 30s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    std::ifstream in(path);
+    pid_t pid = 0;
+    if (in >> pid && pid > 0) return pid;
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+bool GoneWithin(pid_t pid, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (ProcAlive(pid)) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl or the lock") {
+  Lockd lockd(7665, 64, 1000);
+  const std::string dir = TempDir();
+  const std::string port = std::to_string(lockd.port());
+  const auto run = [&](const std::string& script) {
+    const pid_t p = fork();
+    REQUIRE(p >= 0);
+    if (p == 0) {
+      execl(LOCKCTL_PATH, "lockctl", "--server", std::getenv("RXE_IP"), "--port", port.c_str(),
+            "acquire", "f13", "--", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    return p;
+  };
+  SECTION("lockctl is killed: the command's background grandchild ends too") {
+    const pid_t lockctl = run("sleep 300 & echo $! > " + dir + "/bg; wait");
+    const pid_t bg = ReadPid(dir + "/bg");
+    REQUIRE(ProcAlive(bg));
+    REQUIRE(kill(lockctl, SIGKILL) == 0);
+    WaitExit(lockctl, 5s);
+    CHECK(GoneWithin(bg, 2000ms));
+    kill(bg, SIGKILL);
+  }
+  SECTION("the command exits and leaves a background process: it ends before the release") {
+    const pid_t lockctl = run("sleep 300 & echo $! > " + dir + "/bg2");
+    const pid_t bg = ReadPid(dir + "/bg2");
+    REQUIRE(WaitExit(lockctl, 20s) == 0);
+    CHECK(GoneWithin(bg, 500ms));
+    kill(bg, SIGKILL);
+  }
+  SECTION("lockctl is stopped: the command is ended before the lease runs out") {
+    const pid_t lockctl = run("echo $$ > " + dir + "/sh; while :; do sleep 0.05; done");
+    const pid_t sh = ReadPid(dir + "/sh");
+    auto c = MustConnect(lockd);
+    REQUIRE(kill(lockctl, SIGSTOP) == 0);
+    const auto stopped_at = std::chrono::steady_clock::now();
+    auto got = c->Lock("f13", {.timeout = 10000ms});
+    REQUIRE(got.ok());
+    const auto granted_at = std::chrono::steady_clock::now();
+    // Not running when the next holder was granted: it was ended within the lease.
+    const bool running = ProcAlive(sh);
+    WARN("finding 13: lockctl stopped -> next grant "
+         << Ms(granted_at - stopped_at) << " ms; the command was "
+         << (running ? "still running" : "gone") << " then");
+    CHECK_FALSE(running);
+    REQUIRE(kill(lockctl, SIGCONT) == 0);
+    CHECK(WaitExit(lockctl, 20s) == 76);
+    REQUIRE(got->Release().ok());
+  }
+}
