@@ -92,6 +92,8 @@ class RDMALOCK_EXPORT LockHandle {
   bool valid() const { return state_ != nullptr; }
   uint64_t slot() const;
   LockMode mode() const;
+  // kLost as soon as the lease has run out, whether or not anything renewed it (auto_renew off,
+  // or the renewer stuck); OnLost fires then too (from the keeper, within a twelfth of a lease).
   LockState state() const;
   // Fencing token of an exclusive grant (0 for shared grants or without
   // LockOptions::fencing_token): epoch:16 | generation:32 | ticket:16. Successive exclusive holders
