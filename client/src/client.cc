@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "auth.h"
+#include "client_test_peer.h"
 #include "entry_pool.h"
 #include "lock_engine.h"
 #include "rdmalock/proto/layout.h"
@@ -276,10 +277,21 @@ class [[gnu::visibility("hidden")]] Client::Impl
     for (auto& ch : old) ch->mem->Shutdown();
   }
 
-  void Track(const std::shared_ptr<LockHandle::State>& s) {
+  // Tracks a new grant's handle for renewal and loss reports, atomically with the session's end:
+  // a grant of a session that OnSessionError has ended already (its EndLeases ran without this
+  // handle, and lockd frees the grant once the connections close) is not tracked and returns
+  // false; the caller reports the grant lost (issue 16, finding 1).
+  bool Track(const std::shared_ptr<LockHandle::State>& s) {
     std::lock_guard lk(mu_);
     handles_.push_back(s);
+    return true;
   }
+
+  // Test seam (ClientTestPeer): runs the fault hook at a named point.
+  void Fault(std::string_view point) {
+    if (fault_) fault_(point);
+  }
+  std::function<void(std::string_view)> fault_;  // set before use (ClientTestPeer)
 
   ClientStats Stats() {
     std::lock_guard lk(mu_);
@@ -791,9 +803,22 @@ LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, bool auto
   state->session = ch.session;
   state->grant = g;
   state->auto_renew = auto_renew;
-  Track(state);
+  if (!Track(state)) {
+    state->state = LockState::kLost;  // the session ended while the grant was made
+    state->lost_reported = true;
+  }
   return LockHandle(std::move(state));
 }
+
+namespace {
+
+// A handle MakeHandle made for a session that had ended meanwhile: the caller gets an error.
+Status EndedWhileGranted() {
+  return Error(ErrorCode::kConnection,
+               "the session with lockd ended while the lock was granted; lock lost");
+}
+
+}  // namespace
 
 // Takes up to kAsyncBatch queued requests and posts their FAs in one doorbell. Granted ones
 // complete here; the others go to the waiters.
@@ -845,7 +870,13 @@ void Client::Impl::PumpLoop() {
     for (size_t i = 0; i < batch.size(); ++i) {
       const Issued& is = (*issued)[i];
       if (is.granted) {
-        batch[i].done(MakeHandle(ch, is.grant, batch[i].options.auto_renew, batch[i].submitted));
+        Fault("granted");
+        LockHandle h = MakeHandle(ch, is.grant, batch[i].options.auto_renew, batch[i].submitted);
+        if (h.state() == LockState::kLost) {
+          batch[i].done(EndedWhileGranted());
+        } else {
+          batch[i].done(std::move(h));
+        }
       } else {
         waits.push_back({std::move(batch[i]), is.grant, is.frozen});
       }
@@ -907,7 +938,13 @@ void Client::Impl::WaiterLoop() {
       w.req.done(g.status());
       continue;
     }
-    w.req.done(MakeHandle(ch, *g, w.req.options.auto_renew, w.req.submitted));
+    Fault("granted");
+    LockHandle h = MakeHandle(ch, *g, w.req.options.auto_renew, w.req.submitted);
+    if (h.state() == LockState::kLost) {
+      w.req.done(EndedWhileGranted());
+    } else {
+      w.req.done(std::move(h));
+    }
   }
 }
 
@@ -1096,7 +1133,10 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
     impl_->OnSessionError(sess.gen, grant.status());
     return grant.status();
   }
-  return impl_->MakeHandle(*ch, *grant, options.auto_renew, started);
+  impl_->Fault("granted");
+  LockHandle h = impl_->MakeHandle(*ch, *grant, options.auto_renew, started);
+  if (h.state() == LockState::kLost) return EndedWhileGranted();
+  return h;
 }
 
 Status Client::LockAsync(std::string_view name, const LockOptions& options, LockCallback done) {
@@ -1180,9 +1220,13 @@ Result<std::vector<LockHandle>> Client::LockManySlots(std::span<const SlotReques
   ++ch->batches;
   std::vector<LockHandle> out;
   out.reserve(grants->size());
+  impl_->Fault("granted");
+  bool ended = false;
   for (const Grant& g : *grants) {
     out.push_back(impl_->MakeHandle(*ch, g, options.auto_renew, started));
+    ended = ended || out.back().state() == LockState::kLost;
   }
+  if (ended) return EndedWhileGranted();  // all or nothing: the handles' session is gone
   return out;
 }
 
@@ -1550,6 +1594,23 @@ Status LockHandle::Renew() {
   }
   if (st.code() == ErrorCode::kConnection) impl->OnSessionError(state_->session->gen, st);
   return st;
+}
+
+// ---- ClientTestPeer
+
+void ClientTestPeer::SetFaultPoint(Client& c, std::function<void(std::string_view)> fn) {
+  c.impl_->fault_ = std::move(fn);
+}
+
+void ClientTestPeer::FailSession(Client& c, const std::string& why) {
+  if (auto s = c.impl_->session()) {
+    c.impl_->OnSessionError(s->gen, Error(ErrorCode::kConnection, why));
+  }
+}
+
+uint64_t ClientTestPeer::JoinKey(Client& c) {
+  auto s = c.impl_->session();
+  return s ? s->reply.join_key : 0;
 }
 
 }  // namespace rdmalock

@@ -31,6 +31,7 @@
 
 #include "../../common/rdma/verbs.h"
 #include "auth.h"
+#include "client_test_peer.h"
 #include "lock_engine.h"
 #include "rdmalock/client.h"
 #include "rdmalock/cluster.h"
@@ -2257,4 +2258,60 @@ TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl 
     CHECK(WaitExit(lockctl, 20s) == 76);
     REQUIRE(got->Release().ok());
   }
+}
+
+TEST_CASE("finding 1: a grant made while the SDK ends the session is reported lost, never held") {
+  Lockd lockd(7666, 64, 2000, 64);
+  auto a = MustConnect(lockd);
+  // The session ends (another thread's connection error) between the grant and its handle.
+  ClientTestPeer::SetFaultPoint(*a, [&](std::string_view point) {
+    if (point == "granted") ClientTestPeer::FailSession(*a, "injected connection error");
+  });
+  auto h = a->Lock("f1");
+  ClientTestPeer::SetFaultPoint(*a, nullptr);
+  const bool held = h.ok() && h->state() == LockState::kHeld;
+  INFO((h.ok() ? "handle returned" : h.status().ToString()));
+  // lockd frees what the ended session held: another client gets the lock.
+  auto b = MustConnect(lockd);
+  Result<LockHandle> other = Error(ErrorCode::kInternal, "not tried");
+  for (int i = 0; i < 100; ++i) {
+    other = b->TryLock("f1");
+    if (other.ok()) break;
+    std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(other.ok());
+  WARN("finding 1: after the injected session end, A's Lock "
+       << (h.ok() ? std::string("returned a handle in state ") +
+                        std::to_string(static_cast<int>(h->state()))
+                  : "failed: " + h.status().ToString())
+       << "; B was granted the same lock");
+  CHECK_FALSE(held);  // never two holders that both believe in their lock
+}
+
+TEST_CASE("finding 2: one connection of a session closing ends only that connection") {
+  Lockd lockd(7667, 64, 2000, 64);
+  auto a = MustConnect(lockd);
+  auto h = a->Lock("f2");
+  REQUIRE(h.ok());
+  // A join of A's session, admitted by lockd and then abandoned by the client, as the SDK does
+  // when a thread's setup fails after the Welcome: its cm_id is destroyed (a DREQ).
+  {
+    ChannelParams p{RxeIp(),
+                    lockd.port(),
+                    3000ms,
+                    "joiner",
+                    proto::kFlagJoin,
+                    a->session_id(),
+                    ClientTestPeer::JoinKey(*a)};
+    auto j = VerbsMemory::Connect(p);
+    INFO(j.status().ToString());
+    REQUIRE(j.ok());
+  }
+  std::this_thread::sleep_for(500ms);
+  auto b = MustConnect(lockd);
+  auto other = b->TryLock("f2");
+  INFO(lockd.Log());
+  CHECK(other.status().code() == ErrorCode::kBusy);  // A still holds it at lockd
+  CHECK(h->state() == LockState::kHeld);
+  CHECK(h->Release().ok());
 }

@@ -307,6 +307,7 @@ class RDMALOCK_EXPORT Client {
 
  private:
   friend class ClusterClient;
+  friend class ClientTestPeer;  // tests' seams (client/src/client_test_peer.h), not installed
   // Where lockd is now (server, port): asked before every (re)connection, for a lockd that can
   // move (a shard's primary in etcd). options.server and .port are ignored.
   using Resolver = std::function<Result<std::pair<std::string, uint16_t>>()>;
