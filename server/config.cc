@@ -179,6 +179,15 @@ Status Validate(const Config& c) {
                  "state_dir is empty: lockd keeps its epoch there so that fencing tokens grow "
                  "across restarts; name a directory (in cluster mode etcd keeps it instead)");
   }
+  if (c.LivenessTimeoutMs() < c.heartbeat_timeout_ms + 2 * c.heartbeat_interval_ms) {
+    // Clients see lockd tick through their heartbeat READs: T must cover a tick interval (at
+    // most a quarter of the heartbeat timeout) and two heartbeat intervals, with room to spare.
+    return Error(ErrorCode::kConfig,
+                 "liveness_timeout_ms (" + std::to_string(c.LivenessTimeoutMs()) +
+                     ") must be at least heartbeat_timeout_ms + 2 x heartbeat_interval_ms (" +
+                     std::to_string(c.heartbeat_timeout_ms + 2 * c.heartbeat_interval_ms) +
+                     "), or 0 for twice heartbeat_timeout_ms");
+  }
   if (c.restart_grace_ms != 0 && c.restart_grace_ms < c.lease_ms) {
     return Error(ErrorCode::kConfig, "restart_grace_ms (" + std::to_string(c.restart_grace_ms) +
                                          ") must be 0 (one lease) or at least lease_ms (" +
@@ -266,6 +275,8 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
         st = ReadString(origin, key, v, &c.etcd_key_file);
       } else if (key == "etcd_lease_ttl_s") {
         st = ReadUnsigned(origin, key, v, 2, 600, &c.etcd_lease_ttl_s);
+      } else if (key == "liveness_timeout_ms") {
+        st = ReadUnsigned(origin, key, v, 0, 3'600'000, &c.liveness_timeout_ms);
       } else if (key == "state_dir") {
         st = ReadString(origin, key, v, &c.state_dir);
       } else if (key == "log_level") {
@@ -349,6 +360,7 @@ std::string Config::ToYaml() const {
     << "shard: " << Quoted(shard) << "\n"
     << "advertise_address: " << Quoted(advertise_address) << "\n"
     << "etcd_lease_ttl_s: " << etcd_lease_ttl_s << "\n"
+    << "liveness_timeout_ms: " << liveness_timeout_ms << "\n"
     << "etcd_ca_file: " << Quoted(etcd_ca_file) << "\n"
     << "etcd_cert_file: " << Quoted(etcd_cert_file) << "\n"
     << "etcd_key_file: " << Quoted(etcd_key_file) << "\n";
@@ -393,6 +405,7 @@ std::vector<std::string> ChangedKeys(const Config& a, const Config& b) {
   cmp("shard", a.shard, b.shard);
   cmp("advertise_address", a.advertise_address, b.advertise_address);
   cmp("etcd_lease_ttl_s", a.etcd_lease_ttl_s, b.etcd_lease_ttl_s);
+  cmp("liveness_timeout_ms", a.liveness_timeout_ms, b.liveness_timeout_ms);
   cmp("etcd_ca_file", a.etcd_ca_file, b.etcd_ca_file);
   cmp("etcd_cert_file", a.etcd_cert_file, b.etcd_cert_file);
   cmp("etcd_key_file", a.etcd_key_file, b.etcd_key_file);

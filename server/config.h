@@ -55,6 +55,7 @@ struct Config {
   // The TTL of lockd's lease in etcd: a dead primary is detected within it, and a primary cut
   // off from etcd stops serving before it ends. etcd raises TTLs under 2 s to 2 s.
   uint32_t etcd_lease_ttl_s = 5;
+  uint64_t liveness_timeout_ms = 0;  // T (cluster mode); 0: twice heartbeat_timeout_ms
   // For https:// endpoints: the CA of etcd's certificate ("" trusts the system's), and this
   // lockd's client certificate and key if etcd requires one (both or neither).
   std::string etcd_ca_file;
@@ -68,8 +69,17 @@ struct Config {
   bool cluster_mode() const { return !etcd_endpoints.empty(); }
   // The grace period a new primary waits before it serves: a client lease plus the old
   // primary's etcd lease, at least (restart_grace_ms if that is longer).
+  // T (cluster mode): a client trusts its leases only while it has seen lockd's event loop tick
+  // within this time. 0 in the file means twice heartbeat_timeout_ms.
+  uint64_t LivenessTimeoutMs() const {
+    return liveness_timeout_ms != 0 ? liveness_timeout_ms : 2 * heartbeat_timeout_ms;
+  }
+  // A new primary serves only once every lease of the old one has ended: the old primary's
+  // clients stop trusting it T after its last tick, which came no later than its etcd lease's
+  // end; their leases end L after their last renewal at the latest.
   uint64_t TakeoverGraceMs() const {
-    return std::max<uint64_t>(GraceMs(), lease_ms + uint64_t{etcd_lease_ttl_s} * 1000);
+    return std::max<uint64_t>(GraceMs(),
+                              lease_ms + uint64_t{etcd_lease_ttl_s} * 1000 + LivenessTimeoutMs());
   }
   // advertise_address, or address:port.
   std::string Advertised() const;

@@ -221,6 +221,10 @@ struct Server::Impl {
   // operator) may still run: a clean stop before it must leave the restart grace to the next
   // start (issue 16, finding 5).
   SteadyClock::time_point fenced_leases_until{};
+  // Until when (steady-clock ns) the event loop advances the info page's alive ticks: for ever
+  // with one lockd, in cluster mode up to the fence point the campaign sets (SetAliveUntil).
+  std::atomic<int64_t> alive_until_ns{INT64_MAX};
+  uint64_t alive_ticks = 0;  // event loop only
 
   // The recovery thread and what it owns: lockd's loopback channel to its own lock table.
   std::unique_ptr<LockEngine> engine;
@@ -246,6 +250,7 @@ struct Server::Impl {
   std::unique_ptr<MetricsServer> metrics;
 
   ~Impl() {
+    for (auto& a : admin_conns) close(a.fd);
     metrics.reset();
     StopRecovery();
     loopback.reset();
@@ -790,8 +795,9 @@ struct Server::Impl {
   // free at once (the client is gone: it disconnected, which the SDK does only after ending its
   // leases, or its process died); otherwise one lease later, when any lease it may still believe
   // in has run out.
-  void EndSession(const std::shared_ptr<Session>& s, EndReason reason, const std::string& why,
-                  bool now) {
+  // `s` is taken by value: callers pass references into `sessions` or into a Conn, which the
+  // first lines below erase (issue 17, finding 1: a use-after-free on release --force --session).
+  void EndSession(std::shared_ptr<Session> s, EndReason reason, const std::string& why, bool now) {
     if (sessions.erase(s->session_id) == 0) return;  // already ended
     if (!s->loopback) {
       counters.ended[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
@@ -874,6 +880,25 @@ struct Server::Impl {
     if (!it->second->admitted) {  // it never had an rkey: it alone goes (its session, if new)
       DropHandshake(*it->second, why);
       return;
+    }
+    if (reason == EndReason::kDisconnected) {
+      // A DISCONNECTED is not proof that the client is gone: the SDK closes a thread's join that
+      // failed after the Welcome (a resource or a timeout at the client) while the session's
+      // other threads hold leases (issue 16, finding 2). Only that connection goes; the session
+      // ends when its last connection does (a dead process closes them all), by heartbeat, or
+      // when the SDK, having ended every lease, closes them.
+      size_t others = 0;
+      for (rdma_cm_id* other : s->conns) {
+        auto o = conns.find(other);
+        if (other != id && o != conns.end() && o->second->admitted) ++others;
+      }
+      if (others > 0) {
+        spdlog::info("session {}: one of its connections closed ({}); {} other(s) remain",
+                     s->session_id, why, others);
+        RemoveConn(id);
+        PublishCounters();
+        return;
+      }
     }
     EndSession(s, reason, why, now);
   }
@@ -980,6 +1005,11 @@ struct Server::Impl {
   // Every tick: publish the clock, watch heartbeats and QP states.
   void Tick() {
     const auto now = SteadyClock::now();
+    // The sign of life clients of a cluster-mode lockd must see (issue 16, finding 4): advanced
+    // only by this loop, and only while lockd may serve (its etcd lease provably valid).
+    if (now.time_since_epoch().count() < alive_until_ns.load(std::memory_order_relaxed)) {
+      Store64(info->data(), proto::InfoPage::kAliveTicks, ++alive_ticks);
+    }
     DropHalfOpen(now);
     for (auto it = peer_buckets.begin(); it != peer_buckets.end();) {
       if (it->second.refused > 0 && now - it->second.logged >= std::chrono::seconds(1)) {
@@ -1098,27 +1128,71 @@ struct Server::Impl {
     return Status::Ok();
   }
 
-  void OnAdmin() {
-    const int fd = accept4(admin_fd, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) return;
-    ucred cred{};
-    socklen_t len = sizeof(cred);
-    (void)getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
+  // The admin socket never blocks the event loop (issue 16, finding 4: a peer that trickled its
+  // line could hold it for up to 1024 s before): each connection is non-blocking, read as bytes
+  // arrive, answered with a non-blocking send (MSG_NOSIGNAL: a peer that has gone cannot raise
+  // SIGPIPE), and dropped after kAdminTimeout. At most kMaxAdminConns are open at once.
+  struct AdminConn {
+    int fd = -1;
     std::string line;
-    char buf[256];
-    while (line.find('\n') == std::string::npos && line.size() < 1024) {
-      pollfd p{fd, POLLIN, 0};
-      if (poll(&p, 1, 1000) <= 0) break;
-      const ssize_t n = read(fd, buf, sizeof(buf));
-      if (n <= 0) break;
-      line.append(buf, static_cast<size_t>(n));
+    SteadyClock::time_point deadline;
+    ucred cred{};
+  };
+  static constexpr size_t kMaxAdminConns = 16;
+  static constexpr auto kAdminTimeout = std::chrono::seconds(2);
+  std::vector<AdminConn> admin_conns;  // event loop only
+
+  void OnAdmin() {
+    const int fd = accept4(admin_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;
+    if (admin_conns.size() >= kMaxAdminConns) {
+      close(fd);
+      return;
     }
-    if (auto nl = line.find('\n'); nl != std::string::npos) line.resize(nl);
+    AdminConn c;
+    c.fd = fd;
+    c.deadline = SteadyClock::now() + kAdminTimeout;
+    socklen_t len = sizeof(c.cred);
+    (void)getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c.cred, &len);
+    admin_conns.push_back(std::move(c));
+  }
+
+  // Reads what connection `i` has sent; once its line is complete (or it closed, or sent too
+  // much), answers and closes it. Returns false when the connection is gone.
+  bool OnAdminReadable(AdminConn& c) {
+    char buf[256];
+    bool done = false;
+    for (;;) {
+      const ssize_t n = read(c.fd, buf, sizeof(buf));
+      if (n > 0) {
+        c.line.append(buf, static_cast<size_t>(n));
+        if (c.line.find('\n') != std::string::npos || c.line.size() >= 1024) {
+          done = true;
+          break;
+        }
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (n < 0 && errno == EINTR) continue;
+      done = true;  // EOF or an error: answer what came
+      break;
+    }
+    if (!done) return true;
+    if (auto nl = c.line.find('\n'); nl != std::string::npos) c.line.resize(nl);
     const std::string asker =
-        "uid " + std::to_string(cred.uid) + " pid " + std::to_string(cred.pid);
-    const std::string reply = AdminCommand(line, asker) + "\n";
-    (void)!write(fd, reply.data(), reply.size());
-    close(fd);
+        "uid " + std::to_string(c.cred.uid) + " pid " + std::to_string(c.cred.pid);
+    const std::string reply = AdminCommand(c.line, asker) + "\n";
+    (void)!send(c.fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    close(c.fd);
+    return false;
+  }
+
+  void ExpireAdmin(SteadyClock::time_point now) {
+    std::erase_if(admin_conns, [now](const AdminConn& c) {
+      if (now < c.deadline) return false;
+      close(c.fd);
+      return true;
+    });
   }
 
   // One request per connection: "release-slot SLOT" or "release-session ID". The reply starts with
@@ -1480,6 +1554,9 @@ Server::~Server() = default;
 
 uint16_t Server::port() const { return impl_->config.port; }
 uint64_t Server::connected_clients() const { return impl_->connected.load(); }
+void Server::SetAliveUntil(std::chrono::steady_clock::time_point t) {
+  impl_->alive_until_ns.store(t.time_since_epoch().count(), std::memory_order_relaxed);
+}
 
 Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t epoch,
                                                bool unclean_start) {
@@ -1516,6 +1593,10 @@ Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t ep
         "the previous lockd did not stop cleanly (or stopped with clients connected): refusing "
         "clients for {} ms, until every lease it may have granted has run out",
         config.GraceMs());
+  }
+  if (config.cluster_mode()) {
+    page.liveness_timeout_ns = config.LivenessTimeoutMs() * 1'000'000;
+    m->alive_until_ns.store(0);  // not until the campaign says how long the lease holds
   }
   page.EncodeTo(std::span<uint8_t>(m->info->data(), proto::kInfoPageSize));
   // One record per client plus one for lockd's own loopback connection.
@@ -1661,6 +1742,8 @@ Status Server::Run() {
         {m.channel->fd, POLLIN, 0}, {m.stop_fd, POLLIN, 0}, {m.admin_fd, POLLIN, 0}};
     for (auto& d : m.devices) fds.push_back({d->ctx->async_fd, POLLIN, 0});
     for (auto& d : m.devices) fds.push_back({d->comp_channel->fd, POLLIN, 0});
+    const size_t admin_base = fds.size();
+    for (const auto& a : m.admin_conns) fds.push_back({a.fd, POLLIN, 0});
     // Rounded up: rounded down, the last millisecond before a tick was spent spinning in
     // poll(0), about 1% of a CPU at the default tick (measured under TCG: 40 ms of CPU per 5 s).
     const auto wait =
@@ -1677,6 +1760,15 @@ Status Server::Run() {
         if (poll(&p, 1, 0) <= 0) break;
       }
     }
+    if (rc > 0) {  // admin connections first: OnAdmin may add one
+      std::vector<Impl::AdminConn> keep;
+      for (size_t i = 0; i < m.admin_conns.size(); ++i) {
+        const bool ready = admin_base + i < fds.size() && fds[admin_base + i].revents != 0;
+        if (!ready || m.OnAdminReadable(m.admin_conns[i]))
+          keep.push_back(std::move(m.admin_conns[i]));
+      }
+      m.admin_conns.swap(keep);
+    }
     if (rc > 0 && m.admin_fd >= 0 && fds[2].revents != 0) m.OnAdmin();
     for (size_t i = 0; rc > 0 && i < m.devices.size(); ++i) {
       if (fds[3 + i].revents != 0) m.OnAsyncEvent(*m.devices[i]);
@@ -1684,6 +1776,7 @@ Status Server::Run() {
     }
     if (device_gone) break;
     if (std::chrono::steady_clock::now() >= next_tick) {
+      m.ExpireAdmin(std::chrono::steady_clock::now());
       m.Tick();
       next_tick = std::chrono::steady_clock::now() + tick;
     }

@@ -40,6 +40,9 @@ class Server {
   std::chrono::steady_clock::time_point fenced_at() const;
   // Sessions connected now (lockd's own loopback excluded).
   uint64_t connected_clients() const;
+  // Cluster mode: the event loop advances the info page's alive ticks only before `t` (the
+  // campaign's fence point); clients stop trusting a lockd whose ticks stop. Any thread.
+  void SetAliveUntil(std::chrono::steady_clock::time_point t);
 
   struct Impl;
 

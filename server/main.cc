@@ -103,9 +103,10 @@ int RunCluster(const Config& config, sigset_t signals, const std::string& config
       c.restart_grace_ms = config.TakeoverGraceMs();
       spdlog::info(
           "primary of shard {} (epoch {}), advertised as {}; serving after the takeover grace of "
-          "{} ms (lease {} ms + etcd lease {} s) [won_mono_ns={}]",
+          "{} ms (lease {} ms + etcd lease {} s + liveness timeout {} ms) [won_mono_ns={}]",
           config.shard, *epoch, config.Advertised(), c.restart_grace_ms, config.lease_ms,
-          config.etcd_lease_ttl_s, MonoNs(std::chrono::steady_clock::now()));
+          config.etcd_lease_ttl_s, config.LivenessTimeoutMs(),
+          MonoNs(std::chrono::steady_clock::now()));
       // The lease is kept by a thread of its own from here on: creating the server and probing
       // its loopback can take a while, and the deadline does not wait. When the lease is lost,
       // that thread stops the server itself, so the fence does not wait for this one either.
@@ -150,6 +151,7 @@ int RunCluster(const Config& config, sigset_t signals, const std::string& config
       // The fence point is watched here too: the holder may be stuck in a request to etcd.
       bool deadline_hit = false;
       while (!stop.load() && !loop_done.load() && !lost.load()) {
+        (*server)->SetAliveUntil((*campaign)->fence_at());
         if (std::chrono::steady_clock::now() >= (*campaign)->fence_at()) {
           deadline_hit = true;
           break;

@@ -693,11 +693,37 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
     return kExitUsage;
   }
   int code = 0;
-  auto client = ConnectOrDie(c, &code);
-  if (!client) return code;
+  const auto started = std::chrono::steady_clock::now();
+  // Through etcd, the shard's primary is looked up before every connection attempt, and
+  // connecting may take as long as the acquire's own timeout: a failover in progress costs time,
+  // not an error (issue 16, finding 14).
+  std::unique_ptr<rdmalock::ClusterClient> cluster;
+  std::unique_ptr<rdmalock::Client> single;
+  rdmalock::Client* client = nullptr;
+  if (!c.etcd.empty()) {
+    Common cc = c;
+    if (timeout_ms > cc.connect_timeout_ms) cc.connect_timeout_ms = static_cast<int>(timeout_ms);
+    cluster = ConnectClusterOrDie(cc, &code);
+    if (!cluster) return code;
+    auto shard = cluster->Shard(cluster->ShardOf(name));
+    if (!shard.ok()) {
+      std::cerr << "lockctl: lock '" << name << "': " << shard.status().ToString() << "\n";
+      return kExitUnavailable;
+    }
+    client = *shard;
+  } else {
+    single = ConnectOrDie(c, &code);
+    if (!single) return code;
+    client = single.get();
+  }
   rdmalock::LockOptions lo;
   lo.mode = shared ? rdmalock::LockMode::kShared : rdmalock::LockMode::kExclusive;
-  if (timeout_ms >= 0) lo.timeout = std::chrono::milliseconds(timeout_ms);
+  if (timeout_ms >= 0) {
+    const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - started);
+    lo.timeout =
+        std::max(std::chrono::milliseconds(0), std::chrono::milliseconds(timeout_ms) - spent);
+  }
   auto lock = client->Lock(name, lo);
   if (!lock.ok()) {
     std::cerr << "lockctl: lock '" << name << "': " << lock.status().ToString() << "\n";

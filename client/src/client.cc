@@ -53,7 +53,19 @@ struct Session {
   proto::AcceptReply reply;
   std::shared_ptr<EntryPool> pool;
   std::unique_ptr<LockEngine> engine;
+  // A cluster-mode lockd's liveness timeout T (0: none): its leases count only while the keeper
+  // has seen lockd's event loop tick within T. trusted_until_ns is that limit (steady-clock ns),
+  // which the engine's LeaseValid applies to every grant of the session (issue 16, finding 4).
+  std::chrono::nanoseconds liveness{0};
+  mutable std::atomic<int64_t> trusted_until_ns{INT64_MAX};
 };
+
+// A channel's first READ of lockd's info page: its liveness timeout (0 for a lockd without one).
+Result<std::chrono::nanoseconds> ReadLiveness(RemoteMemory& mem) {
+  RemoteOp rd = RemoteOp::Read(RegionId::kInfo, proto::InfoPage::kLivenessTimeoutNs, 8);
+  RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
+  return std::chrono::nanoseconds(static_cast<int64_t>(rd.result[0]));
+}
 
 }  // namespace
 
@@ -135,13 +147,14 @@ class [[gnu::visibility("hidden")]] Client::Impl
  public:
   // `opts.server` and `.port` are where `first` is connected; `resolve` (may be empty) says where
   // to reconnect.
-  Impl(ClientOptions opts, std::unique_ptr<VerbsMemory> first, Client::Resolver resolve)
+  Impl(ClientOptions opts, std::unique_ptr<VerbsMemory> first, std::chrono::nanoseconds liveness,
+       Client::Resolver resolve)
       : opts_(std::move(opts)), resolve_(std::move(resolve)) {
     std::random_device rd;
     nonce_ = (uint64_t{rd()} << 32) | rd();
     rng_.seed(rd());
     auto ch = std::make_shared<ThreadChannel>();
-    ch->session = MakeSession(first->reply(), opts_.server, opts_.port);
+    ch->session = MakeSession(*first, liveness, opts_.server, opts_.port);
     ch->mem = std::move(first);
     session_ = ch->session;
     latest_ = session_;
@@ -283,6 +296,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // false; the caller reports the grant lost (issue 16, finding 1).
   bool Track(const std::shared_ptr<LockHandle::State>& s) {
     std::lock_guard lk(mu_);
+    if (session_ != s->session) return false;
     handles_.push_back(s);
     return true;
   }
@@ -352,9 +366,15 @@ class [[gnu::visibility("hidden")]] Client::Impl
   std::atomic<uint64_t> renewals_{0}, renew_failures_{0};
 
  private:
-  std::shared_ptr<const Session> MakeSession(const proto::AcceptReply& reply,
+  std::shared_ptr<const Session> MakeSession(const VerbsMemory& first,
+                                             std::chrono::nanoseconds liveness,
                                              const std::string& server, uint16_t port) {
+    const proto::AcceptReply& reply = first.reply();
     auto s = std::make_shared<Session>();
+    s->liveness = liveness;
+    if (liveness > std::chrono::nanoseconds::zero()) {
+      s->trusted_until_ns.store((first.connect_started() + liveness).time_since_epoch().count());
+    }
     s->gen = ++last_gen_;
     s->server = server;
     s->port = port;
@@ -368,6 +388,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
     p.lease = std::chrono::nanoseconds(reply.lease_ns);
     p.stall_factor = reply.stall_factor;
     p.epoch = static_cast<uint16_t>(reply.epoch);
+    if (liveness > std::chrono::nanoseconds::zero()) p.trusted_until = &s->trusted_until_ns;
     std::weak_ptr<EntryPool> pool = s->pool;
     const uint64_t gen = s->gen;
     s->engine = std::make_unique<LockEngine>(
@@ -486,7 +507,27 @@ class [[gnu::visibility("hidden")]] Client::Impl
 
   // The keeper: writes the heartbeat, renews tracked grants once a third of their lease has
   // passed, watches for lockd disconnecting us, and reconnects after the session ends.
+  // The keeper's view of lockd's alive ticks (cluster mode): when a READ shows them moved since
+  // the previous one, lockd's loop ran after that previous READ was issued, so the session's
+  // leases may be trusted until that issue time plus T.
+  struct AliveWatch {
+    uint64_t gen = 0, ticks = 0;
+    Clock::time_point prev_issue{};
+    void Saw(const Session& s, uint64_t now_ticks, Clock::time_point issued) {
+      if (gen != s.gen) {
+        gen = s.gen;
+        ticks = now_ticks;
+      } else if (now_ticks != ticks) {
+        ticks = now_ticks;
+        const int64_t until = (prev_issue + s.liveness).time_since_epoch().count();
+        if (until > s.trusted_until_ns.load()) s.trusted_until_ns.store(until);
+      }
+      prev_issue = issued;
+    }
+  };
+
   void KeeperLoop() {
+    AliveWatch alive;
     uint64_t beat = 0;
     Clock::time_point next_beat, next_renew_check;
     std::chrono::milliseconds backoff{50};
@@ -533,11 +574,31 @@ class [[gnu::visibility("hidden")]] Client::Impl
         if (st.ok()) st = c.Reap();
         if (st.ok() && Clock::now() >= next_beat) {
           next_beat = Clock::now() + hb;
-          RemoteOp w = RemoteOp::Write(
-              RegionId::kSessions,
-              sess->reply.session_record_offset + proto::SessionRecord::kHeartbeat, ++beat);
-          st = c.mem->Execute(w);
+          // With the heartbeat, in the same doorbell, a READ of lockd's alive ticks when lockd
+          // asks to be watched (cluster mode).
+          RemoteOp ops[2] = {
+              RemoteOp::Write(RegionId::kSessions,
+                              sess->reply.session_record_offset + proto::SessionRecord::kHeartbeat,
+                              ++beat),
+              RemoteOp::Read(RegionId::kInfo, proto::InfoPage::kAliveTicks, 8)};
+          const bool watch = sess->liveness > std::chrono::nanoseconds::zero();
+          const auto issued = Clock::now();
+          st = c.mem->Execute(std::span<RemoteOp>(ops, watch ? 2 : 1));
+          if (st.ok() && watch) alive.Saw(*sess, ops[1].result[0], issued);
         }
+      }
+      if (st.ok() && sess->liveness > std::chrono::nanoseconds::zero() &&
+          Clock::now().time_since_epoch().count() >= sess->trusted_until_ns.load()) {
+        // lockd's event loop has not been seen to tick for T: it is stopped, frozen, stuck or
+        // no longer primary, while its NIC may still answer. Its leases cannot be trusted; a
+        // standby may serve after its grace. End the session; the keeper reconnects (through
+        // etcd: to the new primary).
+        st = Error(
+            ErrorCode::kConnection,
+            "lockd has not been seen alive for " +
+                std::to_string(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(sess->liveness).count()) +
+                " ms (stopped, stuck or no longer primary); its leases are not trusted");
       }
       // Outside the channel's lock: ending the session takes every handle's lock, and RenewDue
       // takes a handle's lock before the channel's (one order for both).
@@ -625,9 +686,11 @@ class [[gnu::visibility("hidden")]] Client::Impl
     p.auth_key = opts_.auth_key;
     uint32_t retry_ms = 0;
     auto mem = VerbsMemory::Connect(p, &retry_ms);
-    if (!mem.ok()) {
+    Result<std::chrono::nanoseconds> liveness = mem.status();
+    if (mem.ok()) liveness = ReadLiveness(**mem);
+    if (!liveness.ok()) {
       std::lock_guard lk(mu_);
-      last_error_ = mem.status().message();
+      last_error_ = liveness.status().message();
       // lockd's restart grace or rate limit says when it will take us: come back then (the
       // caller jitters).
       if (retry_ms > 0) *backoff = std::chrono::milliseconds(retry_ms);
@@ -638,7 +701,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
     {
       std::lock_guard lk(mu_);
       if (stopping_) return false;
-      ch->session = MakeSession(ch->mem->reply(), server, port);
+      ch->session = MakeSession(*ch->mem, *liveness, server, port);
       session_ = ch->session;
       latest_ = session_;
       channels_[std::this_thread::get_id()] = ch;
@@ -1052,16 +1115,24 @@ Result<std::unique_ptr<Client>> Client::ConnectResolving(const ClientOptions& op
                       0};
       p.auth_key = opts.auth_key;
       auto first = VerbsMemory::Connect(p, &retry_ms);
-      if (first.ok()) {
-        return std::unique_ptr<Client>(
-            new Client(std::make_shared<Impl>(opts, std::move(first).value(), std::move(resolve))));
+      Result<std::chrono::nanoseconds> liveness = first.status();
+      if (first.ok()) liveness = ReadLiveness(**first);
+      if (liveness.ok()) {
+        return std::unique_ptr<Client>(new Client(
+            std::make_shared<Impl>(opts, std::move(first).value(), *liveness, std::move(resolve))));
       }
-      failed = first.status();
+      failed = liveness.status();
     }
     std::chrono::milliseconds retry = backoff;
+    // With a resolver, whatever did not come as lockd's own refusal is retried: the lockd it
+    // named may be a stopped or cut-off primary (its rdma_cm never answers: kTimeout), and
+    // etcd names the new one once its key expires. A failover costs time, not an error
+    // (issue 16, finding 14).
+    const bool moving_retry = resolve && (failed.code() == ErrorCode::kConnection ||
+                                          failed.code() == ErrorCode::kTimeout);
     if (retry_ms > 0) {
       retry = std::chrono::milliseconds(retry_ms);
-    } else if (!IsNotListening(failed) && !(resolve && failed.code() == ErrorCode::kConnection)) {
+    } else if (!IsNotListening(failed) && !moving_retry) {
       return failed;
     }
     if (Clock::now() + retry >= deadline) return failed;
@@ -1503,7 +1574,13 @@ uint64_t LockHandle::fencing_token() const {
 std::chrono::steady_clock::time_point LockHandle::lease_expiry() const {
   if (!state_) return {};
   std::lock_guard lk(state_->mu);
-  return state_->grant.lease_start + state_->session->engine->params().lease;
+  const auto end = state_->grant.lease_start + state_->session->engine->params().lease;
+  if (const auto* t = state_->session->engine->params().trusted_until; t != nullptr) {
+    // A cluster-mode lockd not seen alive: no lease lasts past that (issue 16, finding 4).
+    const auto trusted = Clock::time_point(Clock::duration(t->load()));
+    return std::min(end, trusted);
+  }
+  return end;
 }
 
 void LockHandle::OnLost(std::function<void(const Status&)> callback) {

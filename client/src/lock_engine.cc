@@ -154,6 +154,10 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
   }
   const uint64_t inc = proto::AcquireIncrement(mode);
   nanoseconds backoff = mem.round_trip();
+  // The request's record entry; it goes with a ticket handed to the abandon handler, and the
+  // requests after that one go unrecorded.
+  uint64_t record = opt.record;
+  uint32_t record_seq = opt.record_seq;
   // Watches a frozen word that nobody resets (its last participant died holding an increment).
   Observed frozen_seen;
   Clock::time_point frozen_since;
@@ -208,10 +212,10 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     }
     frozen_seen = Observed{};
 
-    const Ticket t{slot, mode, prev, opt.record, opt.record_seq};
-    if (opt.record != 0) {
+    const Ticket t{slot, mode, prev, record, record_seq};
+    if (record != 0) {
       // The ticket, posted without waiting: it lands before anything this channel sends next.
-      RemoteOp queued = EntryWrite(opt.record, opt.record_seq, slot, mode,
+      RemoteOp queued = EntryWrite(record, record_seq, slot, mode,
                                    proto::RequestEntry::State::kQueued, prev.Encode());
       RDMALOCK_RETURN_IF_ERROR(mem.Post(queued));
     }
@@ -247,7 +251,8 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     if (out == WaitOutcome::kTimeout) {
       return Error(ErrorCode::kTimeout, "timed out waiting for slot " + std::to_string(slot));
     }
-    Count(&EngineEvents::restarts, ev);  // skipped, reset or paused: queue again
+    Count(&EngineEvents::restarts, ev);           // skipped, reset or paused: queue again
+    if (*handed_off) record = 0, record_seq = 0;  // that entry went with the paused ticket
   }
 }
 
@@ -271,9 +276,17 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
   for (;;) {
     const auto now = Clock::now();
     if (now - last_waiting_issue > params_.lease) {
-      // We lost sight of the word for longer than a lease (the process was paused): we may have
-      // been skipped and the word reset meanwhile, so the ticket cannot be trusted. Queue again;
-      // if the old ticket still counts, waiters recover it after F x L.
+      // We lost sight of the word for longer than a lease (the process was paused, or an async
+      // request waited in the queue for a waiter thread): a grant found now would have a lease
+      // that already ran out, so queue again. The old ticket goes to the abandon handler (the
+      // client's reaper), which releases it when its turn comes, or drops it once it is skipped
+      // or gone: left in the word, it would stall the lock for F x L (issue 16, finding 9).
+      // Without a handler, waiters recover it after F x L.
+      if (on_abandon_ && handed_off != nullptr) {
+        Count(&EngineEvents::abandoned, ev);
+        on_abandon_(t);
+        *handed_off = true;
+      }
       return WaitOutcome::kRestart;
     }
     if (now >= deadline) {
@@ -665,12 +678,13 @@ Result<Grant> LockEngine::FinishAcquire(RemoteMemory& mem, const Grant& queued,
     if (!handed_off) FreeRecord(mem, t.record, t.record_seq);
     return Error(ErrorCode::kTimeout, "timed out waiting for slot " + std::to_string(t.slot));
   }
-  // Skipped, reset or paused: queue again, as Acquire() would, on the same record entry.
+  // Skipped, reset or paused: queue again, as Acquire() would, on the same record entry (none
+  // when the paused ticket took it to the abandon handler).
   Count(&EngineEvents::restarts, ev);
   AcquireOptions again = opt;
   again.pending = nullptr;
-  again.record = t.record;
-  again.record_seq = t.record_seq;
+  again.record = handed_off ? 0 : t.record;
+  again.record_seq = handed_off ? 0 : t.record_seq;
   return Acquire(mem, t.slot, t.mode, again, ev);
 }
 

@@ -5,6 +5,7 @@
 // each call takes the caller's own channel.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -26,6 +27,9 @@ struct EngineParams {
   std::chrono::nanoseconds lease{std::chrono::seconds(2)};  // L
   uint32_t stall_factor = 2;                                // F
   uint16_t epoch = 0;                                       // lockd's epoch, leads tokens
+  // Steady-clock ns until which lockd is trusted (a cluster-mode lockd seen alive; issue 16,
+  // finding 4): no lease is valid past it. Null: no such limit. Owned by the session.
+  const std::atomic<int64_t>* trusted_until = nullptr;
 };
 
 // A queued request: the slot, the mode and word0 as the FETCH_AND_ADD found it.
@@ -203,7 +207,10 @@ class LockEngine {
   Result<bool> Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev = nullptr) const;
 
   bool LeaseValid(const Grant& g, Clock::time_point now) const {
-    return now < g.lease_start + params_.lease;
+    return now < g.lease_start + params_.lease &&
+           (params_.trusted_until == nullptr ||
+            now.time_since_epoch().count() <
+                params_.trusted_until->load(std::memory_order_acquire));
   }
 
  private:

@@ -239,6 +239,7 @@ Status RejectStatus(const std::string& where, const std::vector<uint8_t>& data) 
 Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& params,
                                                           uint32_t* retry_after_ms,
                                                           proto::RejectReason* reason) {
+  const auto started = std::chrono::steady_clock::now();
   proto::ConnectRequest req;
   req.flags = params.flags;
   req.pid = static_cast<uint32_t>(getpid());
@@ -334,6 +335,7 @@ Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& p
                                  IBV_ACCESS_LOCAL_WRITE));
   auto mem = std::unique_ptr<VerbsMemory>(new VerbsMemory(std::move(impl)));
   mem->reply_ = reply;
+  mem->connect_started_ = started;
   RDMALOCK_RETURN_IF_ERROR(mem->ProbeByteOrder());
   return mem;
 }

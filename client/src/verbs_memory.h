@@ -43,6 +43,9 @@ class VerbsMemory : public RemoteMemory {
   VerbsMemory& operator=(const VerbsMemory&) = delete;
 
   const proto::AcceptReply& reply() const { return reply_; }
+  // When Connect() began: lockd's CPU answered the handshake after it, so lockd was alive (and
+  // admitting clients, so serving) at some moment after this.
+  std::chrono::steady_clock::time_point connect_started() const { return connect_started_; }
   // For tests: address lockd's regions with the rkeys of `other` (another connection's reply),
   // as a client that kept them would.
   void UseRkeysOf(const proto::AcceptReply& other);
@@ -68,6 +71,7 @@ class VerbsMemory : public RemoteMemory {
 
   std::unique_ptr<Impl> impl_;
   proto::AcceptReply reply_;
+  std::chrono::steady_clock::time_point connect_started_{};
 };
 
 // Decodes rdma_cm reject private data into a Status that names lockd's reason.

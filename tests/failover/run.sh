@@ -12,7 +12,10 @@
 #   1. a workload over 400 names spreads over both shards as the hash says;
 #   2. a1 is cut off by netem (100% loss on its VM's link) under load: it must stop granting
 #      (fence every client) before its etcd lease could expire, and a2 takes over;
-#   3. kill -9 of the primary (now a2) under load: the standby (a1) takes over.
+#   3. kill -9 of the primary (now a2) under load: the standby (a1) takes over;
+#   4. the primary (a1 again) stopped with SIGSTOP under load, its NIC still answering: its
+#      clients must stop trusting it within the liveness timeout, and the standby (a2, started
+#      again) serves only after every old lease has ended (issue 16, finding 4).
 # Each prints "failover: <check>: ok|FAIL ..." with the measured figures; the client exits
 # non-zero if any check failed.
 set -u
@@ -24,7 +27,9 @@ build=${2:-$root/build}
 hist=$build/tests/rdma_history
 lease_ms=1000
 ttl_s=3
-grace_ms=$((lease_ms + ttl_s * 1000)) # lockd's takeover grace: a client lease + the etcd TTL
+liveness_ms=2000                      # T: twice the heartbeat timeout (1000 ms), the default
+# lockd's takeover grace: a client lease + the etcd TTL + T
+grace_ms=$((lease_ms + ttl_s * 1000 + liveness_ms))
 poll_ms=250                           # a standby's campaign poll (server/campaign.cc)
 
 # start_lockd NAME SHARD PORT ETCD_IP: a cluster-mode lockd in the background ($! is its pid),
@@ -71,6 +76,13 @@ server() {
         heal)
           tc qdisc del dev eth0 root
           [ -n "$obs" ] && wait "$obs"
+          ;;
+        sigstop)
+          kill -STOP "$a1"
+          reply=$("$hist" now)
+          ;;
+        sigcont)
+          kill -CONT "$a1"
           ;;
       esac
       echo "$reply" >"$out/ack.$n"
@@ -243,9 +255,77 @@ client() {
   verdict failover "kill -9 of the primary under load" $((rc + wl + take_ok)) \
     "(takeover ${take} ms; $lost of 2 processes lost their shard-a session and recovered)"
 
-  echo "  the cluster now (a1 primary again, no standby: a2 was killed):"
+  # 4. a1, the primary again, stopped (SIGSTOP) under load with a2 as its standby. rdma_rxe runs in
+  # a1's kernel, so a1's NIC goes on answering its clients' atomics, renewals and heartbeats. W1's
+  # clients were connected to a1 before the stop; W2 starts once a2 serves.
+  start_lockd a2 a 7471 127.0.0.1
+  a2=$!
+  i=0
+  until [ "$(grep -c "standby for shard a" "$out/a2.log")" -ge 2 ]; do
+    i=$((i + 1))
+    [ "$i" -gt 60 ] && break
+    sleep 0.5
+  done
+  # A name on shard a for lockctl acquire (finding 14: a caller's timeout covers a failover).
+  local n14="" k
+  for k in $(seq 0 30); do
+    if $lockctl inspect "f14-$k" 2>/dev/null | grep -q '^shard *a$'; then n14="f14-$k" && break; fi
+  done
+  workload stop1 1 24 &
+  wpid=$!
+  sleep 4
+  ask sigstop
+  local t_stop
+  t_stop=$("$hist" now)
+  local acq_pid
+  { $lockctl acquire --timeout 40000 "${n14:-f14-0}" -- true >"$out/f14.out" 2>&1
+    echo "$? $("$hist" now)" >"$out/f14.rc"; } &
+  acq_pid=$!
+  wait_log "$out/a2.log" "primary of shard a (epoch 4)" 30
+  sleep $(((grace_ms + 999) / 1000))
+  workload stop2 1 10
+  local wl2=$?
+  wait "$wpid"
+  wl=$?
+  ask sigcont
+  wait_log "$out/a1.log" "standby for shard a (lost the primary)" 30 ||
+    grep -q "no longer primary of shard a" "$out/a1.log"
+  wait "$acq_pid"
+  local acq_rc acq_ms acq_end
+  read -r acq_rc acq_end <"$out/f14.rc"
+  acq_ms=$(((acq_end - t_stop) / 1000000))
+  echo "  lockctl --etcd ... acquire --timeout 40000 ${n14:-?} -- true, started at the stop: exit" \
+    "$acq_rc after $acq_ms ms"
+  sed 's/^/    /' "$out/f14.out"
+  local acq_ok=1
+  [ -n "$n14" ] && [ "$acq_rc" = 0 ] && acq_ok=0
+  verdict failover "lockctl acquire through etcd waits out a failover within its timeout" \
+    "$acq_ok" "(exit $acq_rc after $acq_ms ms)"
+  summaries stop1
+  summaries stop2
+  check=$("$hist" check "$out"/stop1.* "$out"/stop2.*)
+  rc=$?
+  echo "$check" | sed 's/^/  /'
+  local last_old first_new lost1
+  # W1's last grant by a1 (epoch 3) and the first grant by a2 (epoch 4), on this VM's clock.
+  last_old=$(awk '$1 == "G" && $8 == "a" && int($4 / 281474976710656) == 3 { print $6 }' \
+    "$out"/stop1.* | sort -n | tail -1)
+  first_new=$(awk '$1 == "G" && $8 == "a" && int($4 / 281474976710656) >= 4 { print $5 }' \
+    "$out"/stop1.* "$out"/stop2.* | sort -n | head -1)
+  lost1=$(grep -h '^S ' "$out"/stop1.* | grep -vc 'sessions_lost=0')
+  echo "  SIGSTOP of a1 at 0 (this VM's clock): W1's last lease-valid holding on a1 ended at" \
+    "$(((${last_old:-$t_stop} - t_stop) / 1000000)) ms; a2's first grant (epoch 4) at" \
+    "$(((${first_new:-$t_stop} - t_stop) / 1000000)) ms (T $liveness_ms ms, grace $grace_ms ms)"
+  local stop_ok=1
+  [ -n "$first_new" ] && [ "$lost1" -ge 1 ] && stop_ok=0
+  verdict failover "SIGSTOP of the primary under load (its NIC still serving)" \
+    $((rc + wl + wl2 + stop_ok)) "(W1 lost its shard-a session in $lost1 of 1 process; history above)"
+
+  echo "  the cluster now (a2 primary, a1 its standby):"
   $lockctl cluster | sed 's/^/    /'
   echo stop >"$out/stop"
+  kill -TERM "$a2" 2>/dev/null
+  wait "$a2" 2>/dev/null
   kill -TERM "$b1" 2>/dev/null
   wait "$b1" 2>/dev/null
   kill "$etcd_pid" 2>/dev/null

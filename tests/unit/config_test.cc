@@ -173,7 +173,8 @@ TEST_CASE("cluster keys: etcd endpoints, shard, advertise address, TTL; what eac
   REQUIRE(c->etcd_endpoints.size() == 2);
   REQUIRE(c->Advertised() == "192.0.2.1:7471");
   // The takeover grace: a client lease plus the etcd TTL.
-  REQUIRE(c->TakeoverGraceMs() == c->lease_ms + 3000);
+  // lease + TTL + the liveness timeout (default: twice heartbeat_timeout_ms)
+  REQUIRE(c->TakeoverGraceMs() == c->lease_ms + 3000 + 2 * c->heartbeat_timeout_ms);
   auto again = ParseConfig(c->ToYaml(), "printed.yaml");
   REQUIRE(again.ok());
   REQUIRE(again->etcd_endpoints == c->etcd_endpoints);

@@ -981,3 +981,49 @@ TEST_CASE(
                                            << now.n_x << " nS " << now.n_s);
   CHECK(now == f2);  // F2's increments are all still there
 }
+
+TEST_CASE("finding 9: a request queued longer than a lease gives its old ticket back") {
+  // The async pump issues W's FETCH_AND_ADD; W then sits in the queue longer than a lease before
+  // a waiter thread picks it up (4 waiters, many requests). The pause rule queues W again; its
+  // first ticket must not be left in the word, or the lock stalls for F x L when its turn comes.
+  InProcessTable table(1);
+  const auto lease = 40ms;
+  Reaper reaper(&table);
+  LockEngine e(Params(1, lease), [&](const Ticket& t) { reaper.Add(t); });
+  InProcessMemory h(&table), w(&table);
+  auto held = e.Acquire(h, 0, Mode::kExclusive, {});
+  REQUIRE(held.ok());
+  const ManyRequest reqs[] = {{0, Mode::kExclusive, false}};
+  auto issued = e.IssueMany(w, reqs, false, nullptr, nullptr);
+  REQUIRE(issued.ok());
+  REQUIRE_FALSE((*issued)[0].granted);
+  for (int i = 0; i < 3; ++i) {  // more than a lease passes; the holder lives on, renewing
+    std::this_thread::sleep_for(lease / 2);
+    REQUIRE(e.Renew(h, *held).ok());
+  }
+  std::atomic<bool> stop{false};
+  std::thread reap([&] {
+    while (!stop.load()) {
+      reaper.DrainAll(e);
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  std::thread release([&] {
+    std::this_thread::sleep_for(5ms);
+    (void)e.Release(h, *held);
+  });
+  EngineEvents ev;
+  AcquireOptions o;
+  o.deadline = Clock::now() + 60ms;  // well under F x L (80 ms) after the holder's release
+  auto g = e.FinishAcquire(w, (*issued)[0].grant, o, &ev);
+  release.join();
+  stop.store(true);
+  reap.join();
+  INFO(g.status().ToString() << "; restarts " << ev.restarts.get() << ", abandoned "
+                             << ev.abandoned.get());
+  REQUIRE(g.ok());
+  REQUIRE(ev.recoveries.get() == 0);
+  REQUIRE(e.Release(w, *g).ok());
+  reaper.DrainAll(e);
+  REQUIRE(W0(table, 0).Drained());
+}

@@ -47,7 +47,13 @@ struct InfoPage {
   static constexpr size_t kClockUnixNs = 88;           // u64, lockd's clock, updated every tick
   static constexpr size_t kGraceUntilUnixNs = 96;      // u64, restart grace end (0: none)
   static constexpr size_t kRecoveries = 104;           // u64, sessions recovered, updated live
-  static constexpr size_t kEncodedSize = 112;
+  // u64, advanced by lockd's event loop at every tick while lockd may serve (in cluster mode:
+  // while its etcd lease is provably valid). A client of a lockd that sets kLivenessTimeoutNs
+  // trusts its leases only while it has seen this move within that time (docs/operations.md,
+  // "Failover with etcd"; issue 16, finding 4).
+  static constexpr size_t kAliveTicks = 112;
+  static constexpr size_t kLivenessTimeoutNs = 120;  // u64, T; 0: clients need not watch
+  static constexpr size_t kEncodedSize = 128;
 
   uint64_t magic = kInfoMagic;
   uint32_t layout_version = kLayoutVersion;
@@ -65,6 +71,8 @@ struct InfoPage {
   uint64_t clock_unix_ns = 0;
   uint64_t grace_until_unix_ns = 0;
   uint64_t recoveries = 0;
+  uint64_t alive_ticks = 0;
+  uint64_t liveness_timeout_ns = 0;
 
   void EncodeTo(std::span<uint8_t> page) const {
     PutLe(page, kMagic, magic, 8);
@@ -83,6 +91,8 @@ struct InfoPage {
     PutLe(page, kClockUnixNs, clock_unix_ns, 8);
     PutLe(page, kGraceUntilUnixNs, grace_until_unix_ns, 8);
     PutLe(page, kRecoveries, recoveries, 8);
+    PutLe(page, kAliveTicks, alive_ticks, 8);
+    PutLe(page, kLivenessTimeoutNs, liveness_timeout_ns, 8);
   }
   static InfoPage DecodeFrom(std::span<const uint8_t> page) {
     InfoPage p;
@@ -102,6 +112,8 @@ struct InfoPage {
     p.clock_unix_ns = GetLe(page, kClockUnixNs, 8);
     p.grace_until_unix_ns = GetLe(page, kGraceUntilUnixNs, 8);
     p.recoveries = GetLe(page, kRecoveries, 8);
+    p.alive_ticks = GetLe(page, kAliveTicks, 8);
+    p.liveness_timeout_ns = GetLe(page, kLivenessTimeoutNs, 8);
     return p;
   }
 };
