@@ -172,6 +172,13 @@ Status Validate(const Config& c) {
           ParseHostPort(c.advertise_address, &host, &port).WithContext("advertise_address"));
     }
   }
+  if (c.max_clients < 1 || c.max_clients > 8191) {
+    return Error(ErrorCode::kConfig,
+                 "max_clients (" + std::to_string(c.max_clients) +
+                     ") must be 1 to 8191: the requests of every session on one lock word must "
+                     "fit the 32767 a 16-bit counter holds (each session gets 32767 / "
+                     "max_clients of them)");
+  }
   if (c.state_dir.empty() && !c.cluster_mode()) {
     // The epoch leads every fencing token and must grow across restarts; without a place to keep
     // it, every start would be epoch 1 and tokens would go backwards (issue 16, finding 6).
@@ -227,7 +234,10 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
       } else if (key == "stall_factor") {
         st = ReadUnsigned(origin, key, v, 2, 100, &c.stall_factor);
       } else if (key == "max_clients") {
-        st = ReadUnsigned(origin, key, v, 1, 65536, &c.max_clients);
+        // At most 8,191: every session's requests on one lock word must fit the 32,767 a 16-bit
+        // field counts, and the SDK gives each 32,767 / max_clients (at least 4; issue 16,
+        // finding 11).
+        st = ReadUnsigned(origin, key, v, 1, 8191, &c.max_clients);
       } else if (key == "max_connects_per_second") {
         st = ReadUnsigned(origin, key, v, 0, 1'000'000, &c.max_connects_per_second);
       } else if (key == "heartbeat_interval_ms") {

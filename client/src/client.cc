@@ -4,6 +4,7 @@
 #include <xxhash.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -58,6 +59,46 @@ struct Session {
   // which the engine's LeaseValid applies to every grant of the session (issue 16, finding 4).
   std::chrono::nanoseconds liveness{0};
   mutable std::atomic<int64_t> trusted_until_ns{INT64_MAX};
+};
+
+// How many of a client's requests may be outstanding on one lock word at once (queued, held, or
+// left to the reaper), so that all sessions together stay under the 32,767 one 16-bit field can
+// count before it carries into its neighbour (issue 16, finding 11): 32,767 / max_sessions (31
+// with lockd's default 1,024). Counted per bucket of slots (slot mod kBuckets; a lock table
+// larger than that shares buckets, which only makes the count stricter). Lock-free; any thread.
+class SlotBudget {
+ public:
+  static constexpr size_t kBuckets = 16384;
+  static constexpr uint32_t kWordLimit = 32767;
+  void SetSessions(uint64_t max_sessions) {
+    per_slot_.store(static_cast<uint32_t>(
+                        std::max<uint64_t>(1, kWordLimit / std::max<uint64_t>(1, max_sessions))),
+                    std::memory_order_relaxed);
+  }
+  uint32_t per_slot() const { return per_slot_.load(std::memory_order_relaxed); }
+  // One more request on `slot`, unless the client has per_slot() there already.
+  bool Take(uint64_t slot) {
+    std::atomic<uint32_t>& c = counts_[slot % kBuckets];
+    if (c.fetch_add(1, std::memory_order_relaxed) >= per_slot()) {
+      c.fetch_sub(1, std::memory_order_relaxed);
+      return false;
+    }
+    return true;
+  }
+  // One more that exists already (a ticket handed to the reaper): counted whatever the limit.
+  void Force(uint64_t slot) { counts_[slot % kBuckets].fetch_add(1, std::memory_order_relaxed); }
+  void Give(uint64_t slot) { counts_[slot % kBuckets].fetch_sub(1, std::memory_order_relaxed); }
+  Status Refusal(uint64_t slot) const {
+    return Error(ErrorCode::kResource,
+                 "this client has " + std::to_string(per_slot()) + " requests on slot " +
+                     std::to_string(slot) +
+                     " already, the most one lock word can count for each of lockd's "
+                     "max_clients sessions (32767 / max_clients)");
+  }
+
+ private:
+  std::atomic<uint32_t> per_slot_{31};
+  std::array<std::atomic<uint32_t>, kBuckets> counts_{};
 };
 
 // A channel's first READ of lockd's info page: its liveness timeout (0 for a lockd without one).
@@ -131,11 +172,23 @@ struct ThreadChannel {
 };
 
 struct [[gnu::visibility("hidden")]] LockHandle::State {
+  ~State() { Settle(); }
   std::weak_ptr<Client::Impl> client;
   std::shared_ptr<const Session> session;
+  std::shared_ptr<SlotBudget> budget;  // the client's; the grant holds one unit until it ends
   std::mutex mu;  // guards everything below: the owner and the renewer thread both use it
   Grant grant;
   LockState state = LockState::kHeld;
+  bool settled = false;  // the budget unit was given back
+  // Leaves kHeld (the caller holds mu): the grant's budget unit goes back.
+  void SetState(LockState to) {
+    state = to;
+    if (to != LockState::kHeld) Settle();
+  }
+  void Settle() {
+    if (!settled && budget) budget->Give(grant.ticket.slot);
+    settled = true;
+  }
   bool auto_renew = true;
   std::function<void(const Status&)> on_lost;
   bool lost_reported = false;
@@ -364,12 +417,15 @@ class [[gnu::visibility("hidden")]] Client::Impl
   }
 
   std::atomic<uint64_t> renewals_{0}, renew_failures_{0};
+  // Requests outstanding per lock word (finding 11); handles hold units too. Any thread.
+  const std::shared_ptr<SlotBudget> budget_ = std::make_shared<SlotBudget>();
 
  private:
   std::shared_ptr<const Session> MakeSession(const VerbsMemory& first,
                                              std::chrono::nanoseconds liveness,
                                              const std::string& server, uint16_t port) {
     const proto::AcceptReply& reply = first.reply();
+    budget_->SetSessions(reply.max_sessions);
     auto s = std::make_shared<Session>();
     s->liveness = liveness;
     if (liveness > std::chrono::nanoseconds::zero()) {
@@ -416,7 +472,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
       {
         std::lock_guard lk(s->mu);
         if (s->state != LockState::kHeld) continue;
-        s->state = LockState::kLost;
+        s->SetState(LockState::kLost);
         ++n;
         if (!s->lost_reported) {
           s->lost_reported = true;
@@ -433,8 +489,14 @@ class [[gnu::visibility("hidden")]] Client::Impl
       std::lock_guard lk(mu_);
       if (session_ == nullptr || session_->gen != gen) return;  // the session is gone anyway
       abandoned_.emplace_back(gen, t);
+      budget_->Force(t.slot);  // the reaper's until it is done with the ticket
     }
     cv_.notify_all();
+  }
+
+  void GiveAll(std::vector<ReapState> * pending) {
+    for (const ReapState& r : *pending) budget_->Give(r.ticket.slot);
+    pending->clear();
   }
 
   // Frees tickets that gave up (a timeout or a busy try) while others were queued behind them:
@@ -462,7 +524,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
           ReapState r;
           r.ticket = abandoned_.front().second;
           r.own = true;
-          if (abandoned_.front().first != pending_gen) pending.clear();  // an ended session's
+          if (abandoned_.front().first != pending_gen) GiveAll(&pending);  // an ended session's
           pending_gen = abandoned_.front().first;
           abandoned_.pop_front();
           pending.push_back(r);
@@ -474,12 +536,12 @@ class [[gnu::visibility("hidden")]] Client::Impl
       if (pending.empty()) continue;
       auto ch = Channel(Clock::now());
       if (!ch.ok()) {
-        pending.clear();  // the session ended: lockd frees what the record shows
+        GiveAll(&pending);  // the session ended: lockd frees what the record shows
         continue;
       }
       ThreadChannel& c = **ch;
       if (c.session->gen != pending_gen) {
-        pending.clear();
+        GiveAll(&pending);
         continue;
       }
       Status st;
@@ -491,6 +553,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
           if (!done.ok()) {
             st = done.status();
           } else if (*done) {
+            budget_->Give(pending[i].ticket.slot);
             pending[i] = pending.back();
             pending.pop_back();
           } else {
@@ -499,7 +562,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
         }
       }
       if (!st.ok()) {
-        pending.clear();
+        GiveAll(&pending);
         OnSessionError(c.session->gen, st);
       }
     }
@@ -739,7 +802,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
           // Not renewed here: the lock is lost once its lease runs out, and the owner is told
           // (issue 16, finding 12).
           if (!c.session->engine->LeaseValid(s->grant, Clock::now())) {
-            s->state = LockState::kLost;
+            s->SetState(LockState::kLost);
             if (!s->lost_reported) {
               s->lost_reported = true;
               notify = s->on_lost;
@@ -764,7 +827,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
         // the lock is lost.
         if (st.code() == ErrorCode::kLockLost ||
             !c.session->engine->LeaseValid(s->grant, Clock::now())) {
-          s->state = LockState::kLost;
+          s->SetState(LockState::kLost);
           if (!s->lost_reported) {
             s->lost_reported = true;
             notify = s->on_lost;
@@ -865,9 +928,10 @@ LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, bool auto
   state->client = weak_from_this();  // expired while the client closes: no throw
   state->session = ch.session;
   state->grant = g;
+  state->budget = budget_;  // the caller took this grant's unit
   state->auto_renew = auto_renew;
   if (!Track(state)) {
-    state->state = LockState::kLost;  // the session ended while the grant was made
+    state->SetState(LockState::kLost);  // the session ended while the grant was made
     state->lost_reported = true;
   }
   return LockHandle(std::move(state));
@@ -1193,6 +1257,7 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel(ao.deadline));
   const Session& sess = *ch->session;
   ao.want_token = options.fencing_token && mode == Mode::kExclusive;
+  if (!impl_->budget_->Take(slot)) return impl_->budget_->Refusal(slot);
   std::unique_lock clk(ch->mu);
   std::tie(ao.record, ao.record_seq) = ch->TakeEntry(impl_->options().record_requests);
   ao.pending = &ch->pending;
@@ -1200,6 +1265,7 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   ch->NotePending();
   clk.unlock();
   if (!grant.ok()) {
+    impl_->budget_->Give(slot);  // an abandoned ticket took a unit of its own
     if (grant.status().code() == ErrorCode::kTimeout) ++ch->timeouts;
     impl_->OnSessionError(sess.gen, grant.status());
     return grant.status();
@@ -1227,13 +1293,20 @@ Status Client::LockSlotAsync(uint64_t slot, const LockOptions& options, LockCall
                                                   " is out of range (lock_count " +
                                                   std::to_string(count) + ")");
   }
+  if (!impl_->budget_->Take(slot)) return impl_->budget_->Refusal(slot);
   Impl::AsyncRequest r;
   r.slot = slot;
   r.mode = static_cast<Mode>(options.mode);
   r.options = options;
   if (options.timeout) r.deadline = Clock::now() + *options.timeout;
-  r.done = std::move(done);
-  return impl_->Submit(std::move(r));
+  // A request that ends without a grant gives its unit back; a grant's handle holds it.
+  r.done = [budget = impl_->budget_, slot, done = std::move(done)](Result<LockHandle> h) {
+    if (!h.ok()) budget->Give(slot);
+    done(std::move(h));
+  };
+  Status st = impl_->Submit(std::move(r));
+  if (!st.ok()) impl_->budget_->Give(slot);
+  return st;
 }
 
 Result<std::vector<LockHandle>> Client::LockMany(std::span<const LockRequest> requests,
@@ -1277,6 +1350,12 @@ Result<std::vector<LockHandle>> Client::LockManySlots(std::span<const SlotReques
   RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel(ao.deadline));
   const Session& sess = *ch->session;
   const bool recording = impl_->options().record_requests;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (!impl_->budget_->Take(reqs[i].slot)) {
+      for (size_t j = 0; j < i; ++j) impl_->budget_->Give(reqs[j].slot);
+      return impl_->budget_->Refusal(reqs[i].slot);
+    }
+  }
   std::unique_lock clk(ch->mu);
   ao.pending = &ch->pending;
   auto grants = sess.engine->AcquireMany(
@@ -1284,6 +1363,7 @@ Result<std::vector<LockHandle>> Client::LockManySlots(std::span<const SlotReques
   ch->NotePending();
   clk.unlock();
   if (!grants.ok()) {
+    for (const ManyRequest& r : reqs) impl_->budget_->Give(r.slot);
     if (grants.status().code() == ErrorCode::kTimeout) ++ch->timeouts;
     impl_->OnSessionError(sess.gen, grants.status());
     return grants.status();
@@ -1337,10 +1417,10 @@ Status Client::ReleaseMany(std::span<LockHandle> handles) {
   Status conn;
   for (size_t i = 0; i < batch.size(); ++i) {
     if (res[i].ok()) {
-      batch[i]->state = LockState::kReleased;
+      batch[i]->SetState(LockState::kReleased);
       ++c.releases;
     } else {
-      batch[i]->state = LockState::kLost;
+      batch[i]->SetState(LockState::kLost);
       batch[i]->lost_reported = true;
       ++c.lost;
       if (res[i].code() == ErrorCode::kConnection) conn = res[i];
@@ -1609,7 +1689,7 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
     return Error(ErrorCode::kLockLost, "lock was lost; nothing to release");
   }
   if (!impl) {
-    state_->state = LockState::kLost;
+    state_->SetState(LockState::kLost);
     return Error(ErrorCode::kConnection,
                  "client closed before release; lockd frees the lock when the session ends");
   }
@@ -1635,12 +1715,12 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
     if (c.pending.active) impl->ReleasePosted();
   }
   if (st.ok()) {
-    state_->state = LockState::kReleased;
+    state_->SetState(LockState::kReleased);
     ++(*ch)->releases;
   } else {
     // Lost, or the connection failed so the release may not have happened: either way this
     // process no longer holds a lock it can rely on.
-    state_->state = LockState::kLost;
+    state_->SetState(LockState::kLost);
     state_->lost_reported = true;
     if (ch.ok()) ++(*ch)->lost;
   }
@@ -1659,7 +1739,7 @@ Status LockHandle::Renew() {
     if (state_->state != LockState::kHeld) return Error(ErrorCode::kNotHeld, "lock is not held");
     RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl->Channel(Clock::now()));
     if (ch->session != state_->session) {
-      state_->state = LockState::kLost;
+      state_->SetState(LockState::kLost);
       return Error(ErrorCode::kLockLost, "session with lockd ended; lock lost");
     }
     {
@@ -1667,7 +1747,7 @@ Status LockHandle::Renew() {
       st = ch->Reap();
       if (st.ok()) st = state_->session->engine->Renew(*ch->mem, state_->grant, &ch->events);
     }
-    if (st.code() == ErrorCode::kLockLost) state_->state = LockState::kLost;
+    if (st.code() == ErrorCode::kLockLost) state_->SetState(LockState::kLost);
   }
   if (st.code() == ErrorCode::kConnection) impl->OnSessionError(state_->session->gen, st);
   return st;

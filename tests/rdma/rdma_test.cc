@@ -2315,3 +2315,34 @@ TEST_CASE("finding 2: one connection of a session closing ends only that connect
   CHECK(h->state() == LockState::kHeld);
   CHECK(h->Release().ok());
 }
+
+TEST_CASE("finding 11: one client's requests on one lock word are bounded by 32767 / max_clients") {
+  // max_clients 1024: each session may have 31 requests on one word at once, so 1,024 sessions
+  // never make a 16-bit field carry. Before the fix a client could queue or hold any number.
+  Lockd lockd(7668, 64, 2000, 1024);
+  auto a = MustConnect(lockd);
+  std::vector<LockHandle> held;
+  Status refused;
+  for (int i = 0; i < 40 && refused.ok(); ++i) {
+    auto h = a->TryLock("f11", LockMode::kShared);
+    if (h.ok()) {
+      held.push_back(std::move(*h));
+    } else {
+      refused = h.status();
+    }
+  }
+  INFO(refused.ToString());
+  CHECK(held.size() == 31);
+  CHECK(refused.code() == ErrorCode::kResource);
+  CHECK(refused.message().find("32767 / max_clients") != std::string::npos);
+  // Asynchronous requests count too, and a released grant gives its unit back.
+  CHECK(a->LockAsync("f11", {.mode = LockMode::kShared}, [](Result<LockHandle>) {}).code() ==
+        ErrorCode::kResource);
+  REQUIRE(held.back().Release().ok());
+  held.pop_back();
+  auto again = a->TryLock("f11", LockMode::kShared);
+  CHECK(again.ok());
+  auto s = a->Inspect(a->SlotOf("f11"));
+  REQUIRE(s.ok());
+  CHECK(s->shared_outstanding == 31);
+}

@@ -234,3 +234,15 @@ TEST_CASE("finding 6 (and issue 17's 6): the epoch file is replaced atomically a
   REQUIRE(bad.status().message().find(dir + "/epoch") != std::string::npos);
   fs::remove_all(dir);
 }
+
+TEST_CASE("finding 11: max_clients is bounded by what one lock word can count") {
+  auto ok = ParseConfig("max_clients: 8191\n", "m.yaml");
+  INFO(ok.status().ToString());
+  REQUIRE(ok.ok());
+  auto big = ParseConfig("max_clients: 8192\n", "m.yaml");
+  REQUIRE_FALSE(big.ok());
+  REQUIRE(big.status().message().find("max_clients") != std::string::npos);
+  rdmalock::lockd::Config c;
+  c.max_clients = 65536;  // as --max-clients would set it
+  REQUIRE_FALSE(rdmalock::lockd::Validate(c).ok());
+}
