@@ -95,7 +95,7 @@ tally "protocol model (spin)" "$logs/model.log" "${PIPESTATUS[0]}" ': ok$' ': (V
 echo "=== host unit tests under ASan+UBSan"
 if build build-asan "address;undefined" unit_tests; then
   # The stress tests run a smaller randomized workload under the (slow) sanitizers.
-  RDMALOCK_STRESS_OPS=${RDMALOCK_STRESS_OPS:-40000} \
+  RDMALOCK_STRESS_OPS=${RDMALOCK_STRESS_OPS:-40000} RDMALOCK_SDK_STRESS_OPS=${RDMALOCK_SDK_STRESS_OPS:-200} \
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
     "$root/build-asan/tests/unit_tests" --use-colour no 2>&1 | tee "$logs/asan.log" | tail -3
   count "host unit tests (ASan+UBSan)" "$logs/asan.log" "${PIPESTATUS[0]}"
@@ -106,7 +106,7 @@ fi
 echo "=== host unit tests under TSan"
 if build build-tsan "thread" unit_tests; then
   # TSan needs a narrower address-space randomisation than recent kernels use by default.
-  RDMALOCK_STRESS_OPS=${RDMALOCK_STRESS_OPS:-40000} \
+  RDMALOCK_STRESS_OPS=${RDMALOCK_STRESS_OPS:-40000} RDMALOCK_SDK_STRESS_OPS=${RDMALOCK_SDK_STRESS_OPS:-200} \
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
     setarch "$(uname -m)" -R "$root/build-tsan/tests/unit_tests" --use-colour no 2>&1 | tee "$logs/tsan.log" | tail -3
   count "host unit tests (TSan)" "$logs/tsan.log" "${PIPESTATUS[0]}"

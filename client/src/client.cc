@@ -137,7 +137,7 @@ void Merge(const LatencyHistogram& from, LatencyHistogram* to) {
 // One thread's connection to lockd (in one session) and what the engine did on it.
 struct ThreadChannel {
   std::shared_ptr<const Session> session;
-  std::unique_ptr<VerbsMemory> mem;
+  std::unique_ptr<Connection> mem;
   // Held by whoever uses `mem` and `pending`: the owning thread for its calls, the keeper when it
   // reaps a release the owner posted and left (it only try-locks).
   std::mutex mu;
@@ -200,9 +200,9 @@ class [[gnu::visibility("hidden")]] Client::Impl
  public:
   // `opts.server` and `.port` are where `first` is connected; `resolve` (may be empty) says where
   // to reconnect.
-  Impl(ClientOptions opts, std::unique_ptr<VerbsMemory> first, std::chrono::nanoseconds liveness,
-       Client::Resolver resolve)
-      : opts_(std::move(opts)), resolve_(std::move(resolve)) {
+  Impl(ClientOptions opts, std::unique_ptr<Connection> first, std::chrono::nanoseconds liveness,
+       Client::Resolver resolve, Connector connector)
+      : opts_(std::move(opts)), resolve_(std::move(resolve)), connector_(std::move(connector)) {
     std::random_device rd;
     nonce_ = (uint64_t{rd()} << 32) | rd();
     rng_.seed(rd());
@@ -290,11 +290,11 @@ class [[gnu::visibility("hidden")]] Client::Impl
     // once (retried within the connect timeout) or the session's connection limit (this thread
     // gets kResource; the session and the other threads go on).
     const auto join_deadline = std::min(deadline, Clock::now() + opts_.connect_timeout);
-    Result<std::unique_ptr<VerbsMemory>> mem = Error(ErrorCode::kInternal, "not connected");
+    Result<std::unique_ptr<Connection>> mem = Error(ErrorCode::kInternal, "not connected");
     for (;;) {
       uint32_t retry_ms = 0;
       proto::RejectReason reason = proto::RejectReason::kNone;
-      mem = VerbsMemory::Connect(p, &retry_ms, &reason);
+      mem = connector_(p, &retry_ms, &reason);
       if (mem.ok()) break;
       if (reason == proto::RejectReason::kTooManyConnections) {
         return Error(ErrorCode::kResource, mem.status().message());
@@ -421,7 +421,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
   const std::shared_ptr<SlotBudget> budget_ = std::make_shared<SlotBudget>();
 
  private:
-  std::shared_ptr<const Session> MakeSession(const VerbsMemory& first,
+  std::shared_ptr<const Session> MakeSession(const Connection& first,
                                              std::chrono::nanoseconds liveness,
                                              const std::string& server, uint16_t port) {
     const proto::AcceptReply& reply = first.reply();
@@ -748,7 +748,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
                     opts_.client_name, 0};
     p.auth_key = opts_.auth_key;
     uint32_t retry_ms = 0;
-    auto mem = VerbsMemory::Connect(p, &retry_ms);
+    auto mem = connector_(p, &retry_ms, nullptr);
     Result<std::chrono::nanoseconds> liveness = mem.status();
     if (mem.ok()) liveness = ReadLiveness(**mem);
     if (!liveness.ok()) {
@@ -841,6 +841,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
 
   ClientOptions opts_;
   Client::Resolver resolve_;  // empty: lockd is at opts_.server, opts_.port
+  Connector connector_;       // how every connection is made (VerbsMemory::Connect but in tests)
   uint64_t nonce_ = 0;
   std::atomic<uint64_t> gen_{0};  // the current session's gen; 0 while there is none
   std::minstd_rand rng_;          // keeper thread only
@@ -1149,8 +1150,19 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   return ConnectResolving(options, nullptr);
 }
 
-Result<std::unique_ptr<Client>> Client::ConnectResolving(const ClientOptions& options,
-                                                         Resolver resolve) {
+namespace {
+
+Result<std::unique_ptr<Connection>> VerbsConnect(const ChannelParams& p, uint32_t* retry_ms,
+                                                 proto::RejectReason* reason) {
+  RDMALOCK_ASSIGN_OR_RETURN(auto mem, VerbsMemory::Connect(p, retry_ms, reason));
+  return std::unique_ptr<Connection>(std::move(mem));
+}
+
+// The first connection of a client and its Impl, through `connector`.
+using Resolve = std::function<Result<std::pair<std::string, uint16_t>>()>;  // Client::Resolver
+
+Result<std::shared_ptr<Client::Impl>> ConnectImpl(const ClientOptions& options, Resolve resolve,
+                                                  Connector connector) {
   ClientOptions opts = options;
   if (opts.client_name.empty()) opts.client_name = DefaultClientName();
   RDMALOCK_ASSIGN_OR_RETURN(opts.auth_key, ResolveAuthKey(opts));
@@ -1178,12 +1190,12 @@ Result<std::unique_ptr<Client>> Client::ConnectResolving(const ClientOptions& op
                       AttemptTimeout(opts.connect_timeout, resolve != nullptr), opts.client_name,
                       0};
       p.auth_key = opts.auth_key;
-      auto first = VerbsMemory::Connect(p, &retry_ms);
+      auto first = connector(p, &retry_ms, nullptr);
       Result<std::chrono::nanoseconds> liveness = first.status();
       if (first.ok()) liveness = ReadLiveness(**first);
       if (liveness.ok()) {
-        return std::unique_ptr<Client>(new Client(
-            std::make_shared<Impl>(opts, std::move(first).value(), *liveness, std::move(resolve))));
+        return std::make_shared<Client::Impl>(opts, std::move(first).value(), *liveness,
+                                              std::move(resolve), std::move(connector));
       }
       failed = liveness.status();
     }
@@ -1203,6 +1215,14 @@ Result<std::unique_ptr<Client>> Client::ConnectResolving(const ClientOptions& op
     std::this_thread::sleep_for(retry);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
   }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Client>> Client::ConnectResolving(const ClientOptions& options,
+                                                         Resolver resolve) {
+  RDMALOCK_ASSIGN_OR_RETURN(auto impl, ConnectImpl(options, std::move(resolve), VerbsConnect));
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
 uint64_t Client::SlotOf(std::string_view name) const {
@@ -1763,6 +1783,12 @@ void ClientTestPeer::FailSession(Client& c, const std::string& why) {
   if (auto s = c.impl_->session()) {
     c.impl_->OnSessionError(s->gen, Error(ErrorCode::kConnection, why));
   }
+}
+
+Result<std::unique_ptr<Client>> ClientTestPeer::Connect(const ClientOptions& options,
+                                                        Connector connector) {
+  RDMALOCK_ASSIGN_OR_RETURN(auto impl, ConnectImpl(options, nullptr, std::move(connector)));
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
 uint64_t ClientTestPeer::JoinKey(Client& c) {

@@ -11,13 +11,22 @@ InProcessTable::InProcessTable(uint64_t lock_count, uint64_t session_bytes)
     : lock_count_(lock_count),
       words_(std::make_unique<std::atomic<uint64_t>[]>((lock_count + 1) * 2)),
       session_words_(session_bytes / 8),
-      sessions_(std::make_unique<std::atomic<uint64_t>[]>(session_bytes / 8)) {
+      sessions_(std::make_unique<std::atomic<uint64_t>[]>(session_bytes / 8)),
+      info_(std::make_unique<std::atomic<uint64_t>[]>(kInfoBytes / 8)) {
+  for (uint64_t i = 0; i < kInfoBytes / 8; ++i) info_[i].store(0);
   for (uint64_t i = 0; i < (lock_count + 1) * 2; ++i) words_[i].store(0);
   for (uint64_t i = 0; i < session_words_; ++i) sessions_[i].store(0);
   words_[lock_count * 2].store(proto::kProbePattern);
 }
 
 Status InProcessMemory::Check(const RemoteOp& op) const {
+  if (op.region == RegionId::kInfo) {
+    if (op.kind != RemoteOp::Kind::kRead || op.offset % 8 != 0 ||
+        op.offset + op.length > InProcessTable::kInfoBytes) {
+      return Error(ErrorCode::kConnection, "remote access error on the info page");
+    }
+    return Status::Ok();
+  }
   if (op.region != RegionId::kLocks) {
     return Error(ErrorCode::kInvalidArgument, "in-process backend serves the lock table only");
   }
@@ -65,8 +74,19 @@ void InProcessMemory::LandHeld() {
 }
 
 Status InProcessMemory::DoExecute(std::span<RemoteOp> ops) {
+  std::shared_lock lk(fence_);
   LandHeld();  // RC: what this channel posted earlier lands first
   return Run(ops);
+}
+
+Status InProcessMemory::CheckConnection() {
+  return broken_.load() ? Error(ErrorCode::kConnection, "connection to lockd lost (in-process)")
+                        : Status::Ok();
+}
+
+void InProcessMemory::Shutdown() {
+  Break();
+  if (!shut_.exchange(true) && on_shutdown_) on_shutdown_();
 }
 
 Status InProcessMemory::Run(std::span<RemoteOp> ops) {
@@ -81,6 +101,11 @@ Status InProcessMemory::Run(std::span<RemoteOp> ops) {
       continue;
     }
     RDMALOCK_RETURN_IF_ERROR(Check(op));
+    if (op.region == RegionId::kInfo) {
+      op.result[0] = table_->info_word(op.offset).load(std::memory_order_acquire);
+      if (op.length == 16) op.result[1] = table_->info_word(op.offset + 8).load();
+      continue;
+    }
     std::atomic<uint64_t>& w = table_->word(op.offset / 8);
     switch (op.kind) {
       case RemoteOp::Kind::kFetchAdd:
@@ -104,12 +129,18 @@ Status InProcessMemory::Run(std::span<RemoteOp> ops) {
 }
 
 Status InProcessMemory::ReadBytes(RegionId region, uint64_t offset, std::span<uint8_t> dst) {
-  if (region != RegionId::kLocks || offset % 8 != 0 || dst.size() % 8 != 0 ||
-      offset + dst.size() > proto::LockTableBytes(table_->lock_count())) {
+  if (broken_.load()) return Error(ErrorCode::kConnection, "channel broken (injected)");
+  const uint64_t size = region == RegionId::kLocks ? proto::LockTableBytes(table_->lock_count())
+                        : region == RegionId::kSessions ? table_->session_bytes()
+                                                        : InProcessTable::kInfoBytes;
+  if (offset % 8 != 0 || dst.size() % 8 != 0 || offset + dst.size() > size) {
     return Error(ErrorCode::kInvalidArgument, "bad in-process read");
   }
   for (size_t i = 0; i < dst.size(); i += 8) {
-    const uint64_t v = table_->word((offset + i) / 8).load();
+    const uint64_t at = offset + i;
+    const uint64_t v = region == RegionId::kLocks      ? table_->word(at / 8).load()
+                       : region == RegionId::kSessions ? table_->session_word(at).load()
+                                                       : table_->info_word(at).load();
     std::memcpy(dst.data() + i, &v, 8);
   }
   return Status::Ok();

@@ -8,9 +8,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <shared_mutex>
 #include <vector>
 
-#include "remote_memory.h"
+#include "connection.h"
 
 namespace rdmalock {
 
@@ -30,6 +32,9 @@ class InProcessTable {
     words_[slot * 2 + static_cast<uint64_t>(w)].store(v, std::memory_order_release);
   }
   uint64_t session_bytes() const { return session_words_ * 8; }
+  // The 8-byte word of the info page at byte `offset` (lockd's side: plain stores).
+  std::atomic<uint64_t>& info_word(uint64_t offset) { return info_[offset / 8]; }
+  static constexpr uint64_t kInfoBytes = 4096;
   // The 8-byte word of the session table at byte `offset`.
   std::atomic<uint64_t>& session_word(uint64_t offset) { return sessions_[offset / 8]; }
 
@@ -38,20 +43,31 @@ class InProcessTable {
   std::unique_ptr<std::atomic<uint64_t>[]> words_;
   uint64_t session_words_;
   std::unique_ptr<std::atomic<uint64_t>[]> sessions_;
+  std::unique_ptr<std::atomic<uint64_t>[]> info_;
 };
 
-// One channel on an InProcessTable, with fault injection.
-class InProcessMemory : public RemoteMemory {
+// One channel on an InProcessTable, with fault injection. As a Connection (for the SDK's host
+// tests) its reply is what a test lockd set, and Shutdown() fences it like Break().
+class InProcessMemory : public Connection {
  public:
   // Runs before each operation of a batch; may sleep (delay, freeze) or return false to fail the
   // batch as if the connection had dropped.
   using Hook = std::function<bool(const RemoteOp&)>;
 
   explicit InProcessMemory(InProcessTable* table) : table_(table) {}
+  // Destroying a connection disconnects it, as destroying an rdma_cm id does (a DREQ).
+  ~InProcessMemory() override {
+    if (!shut_.exchange(true) && on_shutdown_) on_shutdown_();
+  }
 
   void set_hook(Hook hook) { hook_ = std::move(hook); }
-  // Makes every later operation fail with kConnection, as a dropped QP would.
-  void Break() { broken_.store(true); }
+  // Makes every later operation fail with kConnection, as a dropped QP would. Returns once no
+  // operation of this channel is in flight (a fence: nothing lands afterwards).
+  void Break() {
+    std::unique_lock lk(fence_);
+    broken_.store(true);
+  }
+  bool broken() const { return broken_.load(); }
   // While set, what is posted without waiting (Post) is held back, as a retransmission holds a
   // write on a real QP: it lands at this channel's next Execute or Start (RC keeps a QP's order)
   // or at LandHeld(). Lets a test land one QP's write after another QP's.
@@ -59,6 +75,15 @@ class InProcessMemory : public RemoteMemory {
   void LandHeld();
 
   Status ReadBytes(RegionId region, uint64_t offset, std::span<uint8_t> dst) override;
+
+  // Connection
+  void set_reply(const proto::AcceptReply& r) { reply_ = r; }
+  const proto::AcceptReply& reply() const override { return reply_; }
+  Status CheckConnection() override;
+  // Break(), then tells the test lockd (on_shutdown), as a DISCONNECTED would.
+  void Shutdown() override;
+  void set_on_shutdown(std::function<void()> fn) { on_shutdown_ = std::move(fn); }
+  std::chrono::steady_clock::time_point connect_started() const override { return started_; }
 
  protected:
   Status DoExecute(std::span<RemoteOp> ops) override;
@@ -72,6 +97,11 @@ class InProcessMemory : public RemoteMemory {
   InProcessTable* table_;
   Hook hook_;
   std::atomic<bool> broken_{false};
+  std::shared_mutex fence_;  // batches hold it shared; Break() exclusive
+  proto::AcceptReply reply_;
+  std::function<void()> on_shutdown_;
+  std::atomic<bool> shut_{false};
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   bool hold_posts_ = false;
   std::vector<RemoteOp> held_;  // posted, not landed yet (hold_posts_)
 };

@@ -7,27 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "connection.h"
 #include "rdmalock/proto/handshake.h"
-#include "remote_memory.h"
 
 namespace rdmalock {
 namespace rdma {
 struct ActiveConnection;
 }
 
-struct ChannelParams {
-  std::string host;
-  uint16_t port = 7471;
-  std::chrono::milliseconds connect_timeout{5000};
-  std::string client_name;
-  uint32_t flags = 0;
-  uint64_t join_session = 0;  // with proto::kFlagJoin
-  uint64_t join_key = 0;
-  // The shared key lockd authenticates clients with ("": none; then lockd must require none).
-  std::string auth_key;
-};
-
-class VerbsMemory : public RemoteMemory {
+class VerbsMemory : public Connection {
  public:
   // Most operations one Execute() may carry.
   static constexpr size_t kMaxBatch = 16;
@@ -42,10 +30,12 @@ class VerbsMemory : public RemoteMemory {
   VerbsMemory(const VerbsMemory&) = delete;
   VerbsMemory& operator=(const VerbsMemory&) = delete;
 
-  const proto::AcceptReply& reply() const { return reply_; }
+  const proto::AcceptReply& reply() const override { return reply_; }
   // When Connect() began: lockd's CPU answered the handshake after it, so lockd was alive (and
   // admitting clients, so serving) at some moment after this.
-  std::chrono::steady_clock::time_point connect_started() const { return connect_started_; }
+  std::chrono::steady_clock::time_point connect_started() const override {
+    return connect_started_;
+  }
   // For tests: address lockd's regions with the rkeys of `other` (another connection's reply),
   // as a client that kept them would.
   void UseRkeysOf(const proto::AcceptReply& other);
@@ -53,10 +43,10 @@ class VerbsMemory : public RemoteMemory {
   uint32_t max_inline() const;
   Status ReadBytes(RegionId region, uint64_t offset, std::span<uint8_t> dst) override;
   // Fails if lockd disconnected this channel (an rdma_cm DISCONNECTED is pending) or it broke.
-  Status CheckConnection();
+  Status CheckConnection() override;
   // Fences the QP and disconnects; later calls fail. Safe to call from another thread than the
   // channel's user (that thread's pending operation then fails).
-  void Shutdown();
+  void Shutdown() override;
 
  protected:
   Status DoExecute(std::span<RemoteOp> ops) override;
