@@ -90,10 +90,16 @@ RemoteOp EntryDone(uint64_t record, uint32_t seq) {
 // request that ends without its grant comes here (a busy try, a timeout, a lapsed lease), so the
 // round trip is off the lock path. After a failure the entry is not handed back: the connection
 // is broken, so the session ends and its record with it.
-void LockEngine::FreeRecord(RemoteMemory& mem, uint64_t record, uint32_t seq) const {
+//
+// The entry is cleared (a = b = 0: no well-formed request), not marked done with this use's seq.
+// A request can end before its entry was written for this use (its FA bounced off a frozen word,
+// or it failed before any FA): a done mark with the new seq would then sit beside the previous
+// use's (seq, ticket), and that released use would look live again (found by the records model,
+// tests/model/records.pml). A cleared entry is over whatever use it held.
+void LockEngine::FreeRecord(RemoteMemory& mem, uint64_t record, uint32_t /*seq*/) const {
   if (record == 0) return;
-  RemoteOp done = EntryDone(record, seq);
-  if (!mem.Execute(done).ok()) return;
+  RemoteOp clear = RemoteOp::Write16(RegionId::kSessions, record, 0, 0);
+  if (!mem.Execute(clear).ok()) return;
   if (on_record_free_) on_record_free_(record);
 }
 

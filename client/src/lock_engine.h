@@ -224,7 +224,7 @@ class LockEngine {
   Status ReapPending(RemoteMemory& mem, PendingRelease* p, EngineEvents* ev) const;
   // Release()'s checks before anything is posted: the lease runs and `cur` shows the grant.
   Status CheckReleasable(RemoteMemory& mem, const Grant& g, proto::Word0 cur) const;
-  // Marks a request's entry done, waits for the mark to land, then hands the entry back.
+  // Clears a request's entry, waits for that to land, then hands the entry back.
   void FreeRecord(RemoteMemory& mem, uint64_t record, uint32_t seq) const;
   // Takes back an increment from a frozen word; resets the word if that drains it. `cur` is the
   // word right after our FETCH_AND_ADD, issued at `issued`. Leaves the increment to the frozen

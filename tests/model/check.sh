@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
-# Model-checks rdmalock.pml with spin: one exhaustive run and two bitstate (supertrace) runs over
-# larger configurations, each bounded in time. Prints the state counts; exits non-zero on any
+# Model-checks rdmalock.pml (the lock word) with spin: one exhaustive run and two bitstate
+# (supertrace) runs over larger configurations, each bounded in time; and records.pml (request
+# records, the entry pool across QPs, lockd's reaping) exhaustively. Prints the state counts; exits non-zero on any
 # assertion violation, invalid end state, or an exhaustive run that did not complete.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 command -v spin >/dev/null || { echo "model: spin is not installed (apt-get install spin)"; exit 1; }
-cp "$here/rdmalock.pml" "$work/"
+cp "$here/rdmalock.pml" "$here/records.pml" "$work/"
 cd "$work"
 status=0
 
+model=rdmalock.pml
 run() {  # label mode(exhaustive|bitstate) minutes defines...
   local label=$1 mode=$2 minutes=$3
   shift 3
   local flags="-O2 -DSAFETY -w"
   if [ "$mode" = exhaustive ]; then flags="$flags -DCOLLAPSE -DMEMLIM=4000"; else flags="$flags -DBITSTATE"; fi
-  spin "$@" -a rdmalock.pml >/dev/null || { echo "model: spin -a failed"; status=1; return; }
+  spin "$@" -a "$model" >/dev/null || { echo "model: spin -a failed"; status=1; return; }
   # shellcheck disable=SC2086
   gcc $flags -o pan pan.c || { echo "model: compiling pan failed"; status=1; return; }
   local extra=""
@@ -36,12 +38,15 @@ run() {  # label mode(exhaustive|bitstate) minutes defines...
     "${states:-?}" "${depth:-?}" "${errors:-?}" "$verdict"
   if [ "$verdict" != ok ]; then
     cat out.txt
-    [ -f rdmalock.pml.trail ] && spin "$@" -t -p -g rdmalock.pml | tail -80
+    [ -f "$model.trail" ] && spin "$@" -t -p -g "$model" | tail -80
   fi
-  rm -f rdmalock.pml.trail
+  rm -f "$model.trail"
 }
 
 run "2 clients, 1 round, 6 ticks, CMAX 2" exhaustive 3 -DNCLIENTS=2 -DROUNDS=1 -DTMAX=6 -DCMAX=2
 run "3 clients, 1 round, 6 ticks, CMAX 2" bitstate 1 -DNCLIENTS=3 -DROUNDS=1 -DTMAX=6 -DCMAX=2
 run "2 clients, 2 rounds, 6 ticks, CMAX 3" bitstate 1 -DNCLIENTS=2 -DROUNDS=2 -DTMAX=6 -DCMAX=3
+model=records.pml
+run "records: 2 QPs, 2 uses each" exhaustive 2 -DUSES=2
+run "records: 2 QPs, 3 uses each" exhaustive 2 -DUSES=3
 exit $status

@@ -1027,3 +1027,41 @@ TEST_CASE("finding 9: a request queued longer than a lease gives its old ticket 
   reaper.DrainAll(e);
   REQUIRE(W0(table, 0).Drained());
 }
+
+TEST_CASE(
+    "finding 3 (found by the records model): a request that ends before its entry is "
+    "written leaves no earlier use looking live") {
+  // The entry's first use: a shared grant, released (its done mark is seq 1). Its second use
+  // bounces off a frozen word, so its entry is never written, and the try gives up. Marking that
+  // use done with its own seq (2) would leave a = (seq 1, ticket) with d = 2: the released first
+  // use would look live again, and lockd would release its shared ticket a second time.
+  InProcessTable table(1, 2 * 4096);
+  const uint64_t rec = 4096;
+  EntryPool pool(rec, 1);
+  LockEngine e(Params(1), nullptr, [&](uint64_t entry) { pool.Give(entry); });
+  InProcessMemory a(&table), c(&table);
+  AcquireOptions o1;
+  std::tie(o1.record, o1.record_seq) = pool.Take();
+  auto g1 = e.Acquire(a, 0, Mode::kShared, o1);
+  REQUIRE(g1.ok());
+  REQUIRE(e.Release(a, *g1).ok());
+  // The word is frozen now (a dead requester's increment keeps it from draining).
+  const uint16_t cmax = proto::kCountMax;
+  table.Store(0, 0, Word0{.max_s = 1, .max_x = uint16_t(cmax + 1), .n_s = 1, .n_x = cmax}.Encode());
+  AcquireOptions o2;
+  std::tie(o2.record, o2.record_seq) = pool.Take();
+  REQUIRE(o2.record == o1.record);
+  o2.try_only = true;
+  REQUIRE(e.Acquire(a, 0, Mode::kShared, o2).status().code() == ErrorCode::kBusy);
+  proto::RequestEntry seen;
+  const bool live = proto::RequestEntry::DecodeLive(
+      table.session_word(o1.record).load(), table.session_word(o1.record + 8).load(),
+      table.session_word(o1.record + 16).load(), &seen);
+  CHECK_FALSE(live);
+  // With another reader holding, lockd's reap of this record must release nothing.
+  table.Store(0, 0, Word0{.max_s = 1, .max_x = 0, .n_s = 1, .n_x = 0}.Encode());
+  auto gc = e.Acquire(c, 0, Mode::kShared, {});
+  REQUIRE(gc.ok());
+  CHECK(ReapRecord(table, e, rec) == 0);
+  CHECK(e.Release(c, *gc).ok());
+}
