@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "../support/fake_lockd.h"
+#include "../support/test_env.h"
 #include "client_test_peer.h"
 #include "rdmalock/client.h"
 
@@ -25,10 +26,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-int EnvInt(const char* name, int def) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::atoi(v) : def;
-}
+using testing::EnvInt;
 
 struct Held {
   const LockHandle* handle;

@@ -18,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../support/test_env.h"
 #include "entry_pool.h"
 #include "inproc_memory.h"
 #include "lock_engine.h"
@@ -28,10 +29,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-int EnvInt(const char* name, int def) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::atoi(v) : def;
-}
+using testing::EnvInt;
 
 struct Holder {
   int thread;
