@@ -646,6 +646,10 @@ int64_t MonotonicNs() {
   sigset_t all, old;
   sigfillset(&all);
   sigprocmask(SIG_BLOCK, &all, &old);  // signals for the command come through lockctl
+  // Nothing of lockctl's but stdin, stdout and stderr: its RDMA device and rdma_cm descriptors
+  // held open here would keep its connections (and their locks at lockd) alive after lockctl
+  // died, and the command has no use for them either.
+  close_range(3, ~0U, 0);
   if (getppid() != lockctl) _exit(kExitInternal);
   const pid_t cmd = fork();
   if (cmd < 0) _exit(kExitInternal);
