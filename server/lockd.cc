@@ -36,6 +36,7 @@
 #include "acl.h"
 #include "auth.h"
 #include "metrics.h"
+#include "refusal_log.h"
 #include "rdmalock/proto/handshake.h"
 #include "rdmalock/proto/layout.h"
 
@@ -195,8 +196,8 @@ struct Server::Impl {
   size_t handshakes = 0;         // conns neither admitted nor gone
   std::string auth_key;          // "" : clients are not authenticated
   std::vector<Cidr> allow_from;  // empty: any address
-  // When each (address, reason) was last logged: refusals are logged at most once a second each.
-  std::unordered_map<std::string, SteadyClock::time_point> refusal_logged;
+  // Refusals are logged at most once a second per (address, reason).
+  RefusalLog refusal_log{kMaxTrackedPeers};
   std::unordered_map<uint64_t, std::shared_ptr<Session>> sessions;
   std::vector<std::unique_ptr<Conn>> graveyard;  // destroyed after the current event's ack
   std::vector<uint32_t> free_records;
@@ -329,11 +330,7 @@ struct Server::Impl {
                   uint32_t retry_after_ms) {
     const std::string key =
         peer.substr(0, peer.rfind(':')) + "/" + std::string(proto::RejectReasonLabel(reason));
-    const auto now = SteadyClock::now();
-    auto [it, fresh] = refusal_logged.try_emplace(key, now);
-    if (!fresh && now - it->second < std::chrono::seconds(1)) return;
-    if (refusal_logged.size() > kMaxTrackedPeers) refusal_logged.clear();
-    it->second = now;
+    if (!refusal_log.ShouldLog(key, SteadyClock::now())) return;
     if (reason == proto::RejectReason::kGrace) {
       spdlog::info("refused {} during the restart grace period ({} ms left)", peer, retry_after_ms);
     } else {
