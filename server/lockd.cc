@@ -36,9 +36,9 @@
 #include "acl.h"
 #include "auth.h"
 #include "metrics.h"
-#include "refusal_log.h"
 #include "rdmalock/proto/handshake.h"
 #include "rdmalock/proto/layout.h"
+#include "refusal_log.h"
 
 namespace rdmalock::lockd {
 namespace {
@@ -1138,10 +1138,27 @@ struct Server::Impl {
   static constexpr size_t kMaxAdminConns = 16;
   static constexpr auto kAdminTimeout = std::chrono::seconds(2);
   std::vector<AdminConn> admin_conns;  // event loop only
+  // After a failed accept (no descriptors left), the admin socket is not polled until then.
+  SteadyClock::time_point admin_paused_until{}, admin_error_logged{};
+  static constexpr std::chrono::milliseconds kAdminPauseOnError{100};
 
   void OnAdmin() {
     const int fd = accept4(admin_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;
+    if (fd < 0) {
+      const int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK || err == EINTR || err == ECONNABORTED) return;
+      // Out of descriptors (EMFILE, ENFILE) or memory: the pending connection stays queued and
+      // the socket stays readable, so polling it again at once would spin the event loop. Stop
+      // polling it for a while instead; the request waits in the listen backlog.
+      const auto now = SteadyClock::now();
+      admin_paused_until = now + kAdminPauseOnError;
+      if (now >= admin_error_logged + std::chrono::seconds(10)) {
+        admin_error_logged = now;
+        spdlog::error("admin socket: accept failed ({}); not accepting for {} ms",
+                      std::strerror(err), kAdminPauseOnError.count());
+      }
+      return;
+    }
     if (admin_conns.size() >= kMaxAdminConns) {
       close(fd);
       return;
@@ -1735,8 +1752,10 @@ Status Server::Run() {
   auto next_tick = std::chrono::steady_clock::now() + tick;
   for (;;) {
     // cm events, stop, admin socket, then each device's async events.
-    std::vector<pollfd> fds = {
-        {m.channel->fd, POLLIN, 0}, {m.stop_fd, POLLIN, 0}, {m.admin_fd, POLLIN, 0}};
+    const bool admin_paused = std::chrono::steady_clock::now() < m.admin_paused_until;
+    std::vector<pollfd> fds = {{m.channel->fd, POLLIN, 0},
+                               {m.stop_fd, POLLIN, 0},
+                               {admin_paused ? -1 : m.admin_fd, POLLIN, 0}};
     for (auto& d : m.devices) fds.push_back({d->ctx->async_fd, POLLIN, 0});
     for (auto& d : m.devices) fds.push_back({d->comp_channel->fd, POLLIN, 0});
     const size_t admin_base = fds.size();

@@ -6,8 +6,12 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 namespace rdmalock::lockd {
 
@@ -54,6 +58,68 @@ Status ParseHostPort(const std::string& address, std::string* host, uint16_t* po
   return Status::Ok();
 }
 
+namespace {
+
+// httplib's task queue, bounded: kWorkers threads serve connections and at most kMaxQueued wait
+// for one. When the queue is full, enqueue blocks httplib's accept thread, so further connections
+// wait in the kernel's listen backlog and hold no descriptor of lockd's: a local user opening
+// connections cannot take lockd's descriptors (httplib's own ThreadPool queues without a bound).
+// Threading: enqueue is called by httplib's accept thread, shutdown by it on the way out; the
+// workers are this object's. mutex_ guards jobs_ and shutdown_.
+class BoundedTaskQueue : public httplib::TaskQueue {
+ public:
+  static constexpr size_t kWorkers = 2;  // one scraper's keep-alive does not lock out another's
+  static constexpr size_t kMaxQueued = 8;
+
+  BoundedTaskQueue() {
+    for (size_t i = 0; i < kWorkers; ++i) workers_.emplace_back([this] { Work(); });
+  }
+  ~BoundedTaskQueue() override { shutdown(); }
+
+  void enqueue(std::function<void()> fn) override {
+    std::unique_lock lock(mutex_);
+    room_.wait(lock, [&] { return jobs_.size() < kMaxQueued || shutdown_; });
+    jobs_.push_back(std::move(fn));  // after shutdown too: a worker still runs (and closes) it
+    ready_.notify_one();
+  }
+
+  void shutdown() override {
+    {
+      std::lock_guard lock(mutex_);
+      if (shutdown_ && workers_.empty()) return;
+      shutdown_ = true;
+    }
+    ready_.notify_all();
+    room_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+  }
+
+ private:
+  void Work() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock lock(mutex_);
+        ready_.wait(lock, [&] { return !jobs_.empty() || shutdown_; });
+        if (jobs_.empty()) return;  // shut down and drained
+        fn = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      room_.notify_one();
+      fn();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_, room_;
+  std::deque<std::function<void()>> jobs_;  // guarded by mutex_
+  bool shutdown_ = false;                   // guarded by mutex_
+  std::vector<std::thread> workers_;        // started in the constructor, joined in shutdown
+};
+
+}  // namespace
+
 struct MetricsServer::Impl {
   httplib::Server http;
   std::thread thread;
@@ -73,8 +139,7 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& a
   RDMALOCK_RETURN_IF_ERROR(ParseHostPort(address, &host, &port).WithContext("metrics_address"));
   auto impl = std::make_unique<Impl>();
   httplib::Server& http = impl->http;
-  // Two workers: one scraper's keep-alive connection does not lock out another's.
-  http.new_task_queue = [] { return new httplib::ThreadPool(2); };
+  http.new_task_queue = [] { return new BoundedTaskQueue(); };
   http.set_keep_alive_timeout(5);
   http.set_read_timeout(5, 0);
   http.set_write_timeout(5, 0);

@@ -1,9 +1,12 @@
 #include "config.h"
 
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
 
 #include "lockd.h"
 #include "metrics.h"
@@ -232,6 +235,54 @@ TEST_CASE("finding 6 (and issue 17's 6): the epoch file is replaced atomically a
   REQUIRE_FALSE(bad.ok());
   INFO(bad.status().ToString());
   REQUIRE(bad.status().message().find(dir + "/epoch") != std::string::npos);
+  fs::remove_all(dir);
+}
+
+// Issue 17 finding 6: an epoch file lockd may not read (EACCES) was taken for a first start, and
+// the epoch began again at 1, so fencing tokens went backwards. As root, permissions do not stop a
+// read, so the check runs in a child that drops to an unprivileged user first.
+TEST_CASE("issue 17 finding 6: an epoch file lockd may not read stops the start, naming it") {
+  namespace fs = std::filesystem;
+  char tmpl[] = "/tmp/rdmalock-state-XXXXXX";
+  REQUIRE(mkdtemp(tmpl) != nullptr);
+  const std::string dir = tmpl;
+  const std::string path = dir + "/epoch";
+  { std::ofstream(path) << "41\n"; }
+  fs::permissions(dir, fs::perms::all);  // the child may create and rename files here
+  fs::permissions(path, fs::perms::none);
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    std::string out;
+    if (geteuid() == 0 && setresuid(65534, 65534, 65534) != 0) {
+      out = "setresuid failed";
+    } else {
+      auto r = rdmalock::lockd::BumpEpoch(dir);
+      out = r.ok() ? "epoch " + std::to_string(*r) : "error " + r.status().ToString();
+    }
+    (void)!write(fds[1], out.data(), out.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[512];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) > 0;)
+    out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  INFO("BumpEpoch as an unprivileged user: " << out);
+  CHECK(out.rfind("error ", 0) == 0);
+  CHECK(out.find(path) != std::string::npos);
+  CHECK(out.find("Permission denied") != std::string::npos);
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
+  std::ifstream in(path);
+  std::string kept;
+  in >> kept;
+  CHECK(kept == "41");  // the file is left as it was
   fs::remove_all(dir);
 }
 
