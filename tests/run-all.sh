@@ -5,12 +5,15 @@
 #   2. the RDMA integration tests on real rdma_rxe, through deploy/softroce/rxe-run (natively if
 #      this kernel has RDMA, else in the Soft-RoCE VM);
 #   3. the C API and Python module against lockd on rdma_rxe (tests/sdk/run.sh);
-#   4. the two-host fault tests (tests/twohost/run.sh): lockd in one VM, clients in another;
-#   5. the failover tests (tests/failover/run.sh): three lockds in two shards with etcd, across two
+#   4. lockd's operator paths (tests/operator/run.sh), lockd and lockctl built under ASan+UBSan,
+#      on rdma_rxe: forced releases, admin socket peers, the metrics endpoint, running out of
+#      descriptors, reload;
+#   5. the two-host fault tests (tests/twohost/run.sh): lockd in one VM, clients in another;
+#   6. the failover tests (tests/failover/run.sh): three lockds in two shards with etcd, across two
 #      VMs: a partitioned primary and a killed one;
-#   6. the Debian packages (tests/pkg/run.sh): built, installed with apt into a clean Debian 12
+#   7. the Debian packages (tests/pkg/run.sh): built, installed with apt into a clean Debian 12
 #      tree, and the packaged lockd run on rdma_rxe;
-#   7. the libFuzzer targets (tests/fuzz/run.sh): the handshake, config and lockctl-argument
+#   8. the libFuzzer targets (tests/fuzz/run.sh): the handshake, config and lockctl-argument
 #      parsers, 30 s each.
 # An RDMA test that cannot run fails; nothing is skipped. Exits non-zero if anything failed.
 set -uo pipefail
@@ -93,7 +96,8 @@ echo "=== protocol model (spin)"
 tally "protocol model (spin)" "$logs/model.log" "${PIPESTATUS[0]}" ': ok$' ': (VIOLATION|INCOMPLETE)$'
 
 echo "=== host unit tests under ASan+UBSan"
-if build build-asan "address;undefined" unit_tests; then
+# lockd and lockctl too: the operator suite (stage 4) runs them under ASan on rdma_rxe.
+if build build-asan "address;undefined" unit_tests lockd lockctl; then
   # The stress tests run a smaller randomized workload under the (slow) sanitizers.
   RDMALOCK_STRESS_OPS=${RDMALOCK_STRESS_OPS:-40000} RDMALOCK_SDK_STRESS_OPS=${RDMALOCK_SDK_STRESS_OPS:-200} \
   ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
@@ -129,6 +133,12 @@ echo "=== C API and Python module on rdma_rxe"
   tee "$logs/sdk.log"
 tally "C API + Python (rdma_rxe)" "$logs/sdk.log" "${PIPESTATUS[0]}" '^sdk-test: .*: ok$' \
   '^sdk-test: .*: FAIL'
+
+echo "=== lockd's operator paths on rdma_rxe, lockd under ASan+UBSan (tests/operator/run.sh)"
+"$root/deploy/softroce/rxe-run" --timeout 600 -- "$root/tests/operator/run.sh" "$root/build-asan" 2>&1 |
+  tee "$logs/operator.log"
+tally "operator paths (rdma_rxe, ASan)" "$logs/operator.log" "${PIPESTATUS[0]}" '^operator: .*: ok$' \
+  '^operator: .*: FAIL'
 
 echo "=== two-host fault tests (lockd and clients in two VMs)"
 twohost_out="$root/build/twohost"
