@@ -193,8 +193,15 @@ struct Server::Impl {
   std::unordered_map<rdma_cm_id*, std::unique_ptr<Conn>> conns;
   std::unordered_map<uint64_t, rdma_cm_id*> conn_by_serial;
   uint64_t next_conn_serial = 1;
-  size_t handshakes = 0;         // conns neither admitted nor gone
-  std::string auth_key;          // "" : clients are not authenticated
+  size_t handshakes = 0;  // conns neither admitted nor gone
+  // The shared key clients prove ("" : clients are not authenticated). Read by the event loop at
+  // each handshake; SetAuthKey (a reload, on the main thread) replaces it. auth_mu guards it.
+  mutable std::mutex auth_mu;
+  std::string auth_key;
+  std::string AuthKey() const {
+    std::lock_guard lock(auth_mu);
+    return auth_key;
+  }
   std::vector<Cidr> allow_from;  // empty: any address
   // Refusals are logged at most once a second per (address, reason).
   RefusalLog refusal_log{kMaxTrackedPeers};
@@ -478,7 +485,7 @@ struct Server::Impl {
 
     // The accept carries the challenge only: no rkey leaves lockd before the Hello is verified.
     proto::Challenge challenge;
-    challenge.flags = auth_key.empty() ? 0 : proto::kChallengeAuthRequired;
+    challenge.flags = AuthKey().empty() ? 0 : proto::kChallengeAuthRequired;
     challenge.nonce = c->nonce;
     const auto out = challenge.Encode();
     rdma_conn_param param{};
@@ -587,12 +594,12 @@ struct Server::Impl {
       Refuse(c, r, std::to_string(msg.size()) + " bytes");
       return;
     }
-    if (!auth_key.empty()) {
+    if (!AuthKey().empty()) {
       if ((hello.flags & proto::kHelloHasProof) == 0) {
         Refuse(c, proto::RejectReason::kAuthFailed, "the client brought no key");
         return;
       }
-      if (!auth::MacEqual(hello.mac, auth::HelloMac(auth_key, c.nonce, hello.nonce, c.request))) {
+      if (!auth::MacEqual(hello.mac, auth::HelloMac(AuthKey(), c.nonce, hello.nonce, c.request))) {
         Refuse(c, proto::RejectReason::kAuthFailed, "wrong key (its proof does not verify)");
         return;
       }
@@ -727,8 +734,8 @@ struct Server::Impl {
     reply.join_key = s.join_key;
     reply.record_entries = proto::SessionRecord::kMaxEntries;
     auto out = reply.Encode();
-    if (!auth_key.empty()) {
-      reply.mac = auth::WelcomeMac(auth_key, hello.nonce, c.nonce,
+    if (!AuthKey().empty()) {
+      reply.mac = auth::WelcomeMac(AuthKey(), hello.nonce, c.nonce,
                                    std::span<const uint8_t>(out).first(proto::AcceptReply::kMac));
       out = reply.Encode();
     }
@@ -753,7 +760,7 @@ struct Server::Impl {
     if (!s.loopback) connected.fetch_add(1);
     PublishCounters();
     spdlog::info("client connected: session {} from {} ('{}', pid {}){}{}", s.session_id, s.peer,
-                 s.name, s.pid, auth_key.empty() ? "" : ", authenticated",
+                 s.name, s.pid, AuthKey().empty() ? "" : ", authenticated",
                  s.loopback ? " [lockd loopback]" : "");
   }
 
@@ -1431,7 +1438,7 @@ struct Server::Impl {
                       proto::kFlagLoopback,
                       loopback_secret.a,
                       loopback_secret.b};
-      p.auth_key = auth_key;
+      p.auth_key = AuthKey();
       auto mem = VerbsMemory::Connect(p);  // checks the atomic byte order with the probe word
       if (mem.ok()) {
         spdlog::info("loopback through {}: RC atomics work, byte order checked", ip);
@@ -1568,6 +1575,13 @@ Server::~Server() = default;
 
 uint16_t Server::port() const { return impl_->config.port; }
 uint64_t Server::connected_clients() const { return impl_->connected.load(); }
+void Server::SetAuthKey(std::string key) {
+  std::lock_guard lock(impl_->auth_mu);
+  impl_->auth_key = std::move(key);
+}
+
+bool Server::authenticating() const { return !impl_->AuthKey().empty(); }
+
 void Server::SetAliveUntil(std::chrono::steady_clock::time_point t) {
   impl_->alive_until_ns.store(t.time_since_epoch().count(), std::memory_order_relaxed);
 }

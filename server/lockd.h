@@ -43,6 +43,10 @@ class Server {
   // Cluster mode: the event loop advances the info page's alive ticks only before `t` (the
   // campaign's fence point); clients stop trusting a lockd whose ticks stop. Any thread.
   void SetAliveUntil(std::chrono::steady_clock::time_point t);
+  // A reload's new shared key (a key file rotated): handshakes from now on must prove it;
+  // sessions already admitted are not affected. Any thread.
+  void SetAuthKey(std::string key);
+  bool authenticating() const;  // whether clients must prove a key. Any thread.
 
   struct Impl;
 

@@ -10,7 +10,10 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <iostream>
+#include <mutex>
+#include <string>
 #include <thread>
 
 #include "auth.h"
@@ -34,44 +37,101 @@ uint64_t MonotonicUsec() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000 + static_cast<uint64_t>(ts.tv_nsec) / 1000;
 }
 
-// SIGHUP (systemctl reload): re-reads the config file. log_level applies at once; any other
-// changed key is named as needing a restart. A file that no longer parses or validates changes
-// nothing. Tells systemd RELOADING=1 first and READY=1 when done (sd_notify is a no-op outside
-// systemd).
-void Reload(const std::string& path, Config* running, const Config& overrides_applied,
-            const std::string& log_level_override) {
+// What lockd last told systemd it is doing (STATUS=), so that a reload, which must say
+// RELOADING=1 and then READY=1, can say it again rather than claim something else. Threading: the
+// main thread and cluster mode's campaign thread both set it; mutex_ guards status_.
+class Notifier {
+ public:
+  // Sends `fields` (e.g. "READY=1", or "" for none) with STATUS=`status`, and keeps `status`.
+  void Send(const std::string& fields, std::string status) {
+    std::lock_guard lock(mutex_);
+    status_ = std::move(status);
+    (void)sd_notifyf(0, "%s%sSTATUS=%s", fields.c_str(), fields.empty() ? "" : "\n",
+                     status_.c_str());
+  }
+  // Sends `fields` with the last status again.
+  void Resend(const std::string& fields) {
+    std::lock_guard lock(mutex_);
+    (void)sd_notifyf(0, "%s\nSTATUS=%s", fields.c_str(), status_.c_str());
+  }
+
+ private:
+  std::mutex mutex_;
+  std::string status_;
+};
+
+// What a reload needs: the file, the running configuration (main thread's), the command line's
+// overrides (applied to the file's keys as at start), and where a rotated key goes.
+struct ReloadContext {
+  std::string path;                               // "" : started without --config
+  Config* running = nullptr;                      // what lockd runs with now
+  std::function<void(Config*)> apply_overrides;   // the command line's keys, over the file's
+  std::function<void(std::string)> set_auth_key;  // the serving Server's SetAuthKey, or empty
+  std::string* auth_key = nullptr;                // the key lockd checks now ("" : none)
+  Notifier* notifier = nullptr;
+};
+
+// SIGHUP (systemctl reload): re-reads the config file, with the command line's overrides applied
+// over it as at start. log_level applies at once, and so does a changed shared key (the key file
+// rewritten in place, or auth_key_file naming another file): handshakes from then on must prove
+// the new key, admitted sessions are not affected. Any other key whose value a restart would
+// change is named as needing one; a key the command line overrides is not (a restart would keep
+// the override). A file that no longer parses or validates, or a key file that cannot be read,
+// changes nothing. Tells systemd RELOADING=1 first, then READY=1 with the status lockd had.
+void Reload(const ReloadContext& ctx) {
   (void)sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu",
                    static_cast<unsigned long long>(MonotonicUsec()));
-  if (path.empty()) {
+  Config* running = ctx.running;
+  if (ctx.path.empty()) {
     spdlog::info("reload: no config file (started without --config); nothing to reload");
-  } else if (auto loaded = rdmalock::lockd::LoadConfig(path); !loaded.ok()) {
+  } else if (auto loaded = rdmalock::lockd::LoadConfig(ctx.path); !loaded.ok()) {
     spdlog::error("reload: {}; keeping the running configuration", loaded.status().message());
-  } else if (auto st = rdmalock::lockd::Validate(*loaded); !st.ok()) {
-    spdlog::error("reload: invalid configuration in {}: {}; keeping the running configuration",
-                  path, st.message());
   } else {
     Config fresh = *loaded;
-    if (!log_level_override.empty()) fresh.log_level = log_level_override;
-    if (fresh.log_level != running->log_level) {
-      spdlog::set_level(spdlog::level::from_str(fresh.log_level));
-      spdlog::info("reload: log_level {} -> {}", running->log_level, fresh.log_level);
-      running->log_level = fresh.log_level;
+    ctx.apply_overrides(&fresh);
+    std::string key;
+    rdmalock::Status st = rdmalock::lockd::Validate(fresh);
+    if (st.ok() && !fresh.auth_key_file.empty()) {
+      auto k = rdmalock::auth::LoadKeyFile(fresh.auth_key_file, true);
+      if (k.ok())
+        key = *k;
+      else
+        st = k.status();
     }
-    // Keys given on the command line override the file; compare the file against what the file
-    // said at start, so that an override is not reported as a change.
-    std::string restart;
-    for (const auto& key : rdmalock::lockd::ChangedKeys(overrides_applied, fresh)) {
-      if (key == "log_level") continue;
-      restart += (restart.empty() ? "" : ", ") + key;
-    }
-    if (restart.empty()) {
-      spdlog::info("reload: {} re-read; nothing else changed", path);
+    if (!st.ok()) {
+      spdlog::error("reload: invalid configuration in {}: {}; keeping the running configuration",
+                    ctx.path, st.message());
     } else {
-      spdlog::warn("reload: {} changed {}: restart lockd to apply (running with the old values)",
-                   path, restart);
+      if (fresh.log_level != running->log_level) {
+        spdlog::set_level(spdlog::level::from_str(fresh.log_level));
+        spdlog::info("reload: log_level {} -> {}", running->log_level, fresh.log_level);
+        running->log_level = fresh.log_level;
+      }
+      // The key: re-read even when the path is the same (a key rotated in place). Turning
+      // authentication on or off takes a restart (clients must be told to expect it).
+      if (!key.empty() && !ctx.auth_key->empty() && key != *ctx.auth_key) {
+        if (ctx.set_auth_key) ctx.set_auth_key(key);
+        spdlog::warn(
+            "reload: new shared key from {}: handshakes from now on must prove it "
+            "(sessions already admitted are not affected)",
+            fresh.auth_key_file);
+        *ctx.auth_key = key;
+        running->auth_key_file = fresh.auth_key_file;
+      }
+      std::string restart;
+      for (const auto& k : rdmalock::lockd::ChangedKeys(*running, fresh)) {
+        if (k == "log_level") continue;
+        restart += (restart.empty() ? "" : ", ") + k;
+      }
+      if (restart.empty()) {
+        spdlog::info("reload: {} re-read; nothing else changed", ctx.path);
+      } else {
+        spdlog::warn("reload: {} changed {}: restart lockd to apply (running with the old values)",
+                     ctx.path, restart);
+      }
     }
   }
-  (void)sd_notify(0, "READY=1\nSTATUS=serving");
+  ctx.notifier->Resend("READY=1");
 }
 
 int64_t MonoNs(std::chrono::steady_clock::time_point t) {
@@ -81,8 +141,7 @@ int64_t MonoNs(std::chrono::steady_clock::time_point t) {
 // Cluster mode: campaigns for the shard's primary in etcd; serves while primary (after the
 // takeover grace); stops serving, fencing every client, a margin before its etcd lease could
 // expire; campaigns again. The main thread handles signals meanwhile.
-int RunCluster(const Config& config, sigset_t signals, const std::string& config_path,
-               const Config& from_file, const std::string& log_level) {
+int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
   using rdmalock::lockd::Campaign;
   using rdmalock::lockd::Server;
   auto campaign = Campaign::Create(config);
@@ -90,6 +149,15 @@ int RunCluster(const Config& config, sigset_t signals, const std::string& config
   std::atomic<bool> stop{false};
   int rc = 0;
   Config running = config;
+  Notifier& notifier = *reload.notifier;
+  // The serving Server while this lockd is primary (a reload's new key goes to it), else null.
+  std::atomic<Server*> live{nullptr};
+  std::mutex live_mu;  // held while using `live` from the main thread, and while clearing it
+  reload.running = &running;
+  reload.set_auth_key = [&](std::string key) {
+    std::lock_guard lock(live_mu);
+    if (Server* s = live.load(); s != nullptr) s->SetAuthKey(std::move(key));
+  };
   std::thread worker([&] {
     auto fatal = [&](const rdmalock::Status& st) {
       rc = Fail(st);
@@ -111,7 +179,6 @@ int RunCluster(const Config& config, sigset_t signals, const std::string& config
       // its loopback can take a while, and the deadline does not wait. When the lease is lost,
       // that thread stops the server itself, so the fence does not wait for this one either.
       std::atomic<bool> lost{false}, done{false};
-      std::atomic<Server*> live{nullptr};
       std::thread holder([&] {
         while (!done.load() && !stop.load()) {
           if (!(*campaign)->Hold(done)) {
@@ -142,12 +209,15 @@ int RunCluster(const Config& config, sigset_t signals, const std::string& config
         loop.join();
         done.store(true);
         holder.join();
+        {
+          std::lock_guard lock(live_mu);
+          live.store(nullptr);
+        }
         (*campaign)->Resign();
         fatal(st);
         return;
       }
-      (void)sd_notifyf(0, "STATUS=primary of shard %s, epoch %llu", config.shard.c_str(),
-                       static_cast<unsigned long long>(*epoch));
+      notifier.Send("", "primary of shard " + config.shard + ", epoch " + std::to_string(*epoch));
       // The fence point is watched here too: the holder may be stuck in a request to etcd.
       bool deadline_hit = false;
       while (!stop.load() && !loop_done.load() && !lost.load()) {
@@ -163,7 +233,10 @@ int RunCluster(const Config& config, sigset_t signals, const std::string& config
       const auto fenced = (*server)->fenced_at();
       done.store(true);
       holder.join();
-      live.store(nullptr);
+      {
+        std::lock_guard lock(live_mu);
+        live.store(nullptr);
+      }
       server->reset();
       if (lost.load() || deadline_hit) {
         const auto deadline = (*campaign)->deadline();
@@ -175,7 +248,7 @@ int RunCluster(const Config& config, sigset_t signals, const std::string& config
                         : std::string("the etcd lease was not refreshed in time"),
             std::chrono::duration_cast<std::chrono::milliseconds>(deadline - fenced).count(),
             MonoNs(fenced), MonoNs(deadline));
-        (void)sd_notifyf(0, "STATUS=standby for shard %s (lost the primary)", config.shard.c_str());
+        notifier.Send("", "standby for shard " + config.shard + " (lost the primary)");
         continue;
       }
       (*campaign)->Resign();
@@ -183,12 +256,12 @@ int RunCluster(const Config& config, sigset_t signals, const std::string& config
       return;
     }
   });
-  (void)sd_notifyf(0, "READY=1\nSTATUS=campaigning for shard %s", config.shard.c_str());
+  notifier.Send("READY=1", "campaigning for shard " + config.shard);
   while (!stop.load()) {
     int sig = 0;
     if (sigwait(&signals, &sig) != 0) continue;
     if (sig == SIGHUP) {
-      Reload(config_path, &running, from_file, log_level);
+      Reload(reload);
       continue;
     }
     if (!stop.load()) {
@@ -272,7 +345,6 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
 
   Config config;
-  Config from_file;  // what the file said at start (reload compares against it)
   if (!config_path.empty()) {
     auto loaded = rdmalock::lockd::LoadConfig(config_path);
     if (!loaded.ok()) {
@@ -280,44 +352,50 @@ int main(int argc, char** argv) {
       return 2;
     }
     config = *loaded;
-    from_file = *loaded;
   }
-  if (!log_level.empty()) config.log_level = log_level;
-  if (!address.empty()) config.address = address;
-  if (port > 0) config.port = static_cast<uint16_t>(port);
-  if (lock_count > 0) config.lock_count = static_cast<uint64_t>(lock_count);
-  if (lease_ms > 0) config.lease_ms = static_cast<uint64_t>(lease_ms);
-  if (max_clients > 0) config.max_clients = static_cast<uint32_t>(max_clients);
-  if (max_connects >= 0) config.max_connects_per_second = static_cast<uint32_t>(max_connects);
-  if (app.count("--state-dir") > 0) config.state_dir = state_dir;
-  if (hb_interval > 0) config.heartbeat_interval_ms = static_cast<uint64_t>(hb_interval);
-  if (hb_timeout > 0) config.heartbeat_timeout_ms = static_cast<uint64_t>(hb_timeout);
-  if (grace >= 0) config.restart_grace_ms = static_cast<uint64_t>(grace);
-  if (app.count("--admin-socket") > 0) config.admin_socket = admin_socket;
-  if (app.count("--metrics-address") > 0) config.metrics_address = metrics_address;
-  if (app.count("--auth-key-file") > 0) config.auth_key_file = auth_key_file;
-  if (app.count("--allow-from") > 0) config.allow_from = allow_from;
-  if (!memory_windows.empty()) config.memory_windows = memory_windows == "true";
-  if (max_conns_per_session > 0) {
-    config.max_connections_per_session = static_cast<uint32_t>(max_conns_per_session);
-  }
-  if (!etcd_endpoints.empty()) config.etcd_endpoints = etcd_endpoints;
-  if (!cluster.empty()) config.cluster = cluster;
-  if (!shard.empty()) config.shard = shard;
-  if (app.count("--advertise-address") > 0) config.advertise_address = advertise;
-  if (etcd_ttl > 0) config.etcd_lease_ttl_s = static_cast<uint32_t>(etcd_ttl);
-  if (app.count("--etcd-ca-file") > 0) config.etcd_ca_file = etcd_ca;
-  if (app.count("--etcd-cert-file") > 0) config.etcd_cert_file = etcd_cert;
-  if (app.count("--etcd-key-file") > 0) config.etcd_key_file = etcd_key;
+  // The command line's keys, over the file's: at start, and again at each reload.
+  auto apply_overrides = [&](Config* cfg) {
+    if (!log_level.empty()) cfg->log_level = log_level;
+    if (!address.empty()) cfg->address = address;
+    if (port > 0) cfg->port = static_cast<uint16_t>(port);
+    if (lock_count > 0) cfg->lock_count = static_cast<uint64_t>(lock_count);
+    if (lease_ms > 0) cfg->lease_ms = static_cast<uint64_t>(lease_ms);
+    if (max_clients > 0) cfg->max_clients = static_cast<uint32_t>(max_clients);
+    if (max_connects >= 0) cfg->max_connects_per_second = static_cast<uint32_t>(max_connects);
+    if (app.count("--state-dir") > 0) cfg->state_dir = state_dir;
+    if (hb_interval > 0) cfg->heartbeat_interval_ms = static_cast<uint64_t>(hb_interval);
+    if (hb_timeout > 0) cfg->heartbeat_timeout_ms = static_cast<uint64_t>(hb_timeout);
+    if (grace >= 0) cfg->restart_grace_ms = static_cast<uint64_t>(grace);
+    if (app.count("--admin-socket") > 0) cfg->admin_socket = admin_socket;
+    if (app.count("--metrics-address") > 0) cfg->metrics_address = metrics_address;
+    if (app.count("--auth-key-file") > 0) cfg->auth_key_file = auth_key_file;
+    if (app.count("--allow-from") > 0) cfg->allow_from = allow_from;
+    if (!memory_windows.empty()) cfg->memory_windows = memory_windows == "true";
+    if (max_conns_per_session > 0) {
+      cfg->max_connections_per_session = static_cast<uint32_t>(max_conns_per_session);
+    }
+    if (!etcd_endpoints.empty()) cfg->etcd_endpoints = etcd_endpoints;
+    if (!cluster.empty()) cfg->cluster = cluster;
+    if (!shard.empty()) cfg->shard = shard;
+    if (app.count("--advertise-address") > 0) cfg->advertise_address = advertise;
+    if (etcd_ttl > 0) cfg->etcd_lease_ttl_s = static_cast<uint32_t>(etcd_ttl);
+    if (app.count("--etcd-ca-file") > 0) cfg->etcd_ca_file = etcd_ca;
+    if (app.count("--etcd-cert-file") > 0) cfg->etcd_cert_file = etcd_cert;
+    if (app.count("--etcd-key-file") > 0) cfg->etcd_key_file = etcd_key;
+  };
+  apply_overrides(&config);
   if (auto st = rdmalock::lockd::Validate(config); !st.ok()) {
     std::cerr << "lockd: invalid configuration: " << st.message() << "\n";
     return 2;
   }
+  std::string auth_key;                 // the key lockd checks ("" : none); a reload may rotate it
   if (!config.auth_key_file.empty()) {  // its mode and length, before anything starts
-    if (auto key = rdmalock::auth::LoadKeyFile(config.auth_key_file, true); !key.ok()) {
+    auto key = rdmalock::auth::LoadKeyFile(config.auth_key_file, true);
+    if (!key.ok()) {
       std::cerr << "lockd: invalid configuration: " << key.status().message() << "\n";
       return 2;
     }
+    auth_key = *key;
   }
   if (check_config) {
     std::cout << "configuration OK\n";
@@ -329,6 +407,10 @@ int main(int argc, char** argv) {
   }
   spdlog::set_level(spdlog::level::from_str(config.log_level));
 
+  // A peer that closes its socket before lockd's reply (the admin socket, a metrics scrape, etcd)
+  // must cost lockd that write only: EPIPE, never SIGPIPE. The admin socket sends with
+  // MSG_NOSIGNAL too; this covers every other socket the libraries write to.
+  signal(SIGPIPE, SIG_IGN);
   // Signals go to the main thread only: block them before any thread starts.
   sigset_t signals;
   sigemptyset(&signals);
@@ -346,10 +428,17 @@ int main(int argc, char** argv) {
         lim.rlim_cur);
   }
 
+  Notifier notifier;
+  ReloadContext reload;
+  reload.path = config_path;
+  reload.running = &config;
+  reload.apply_overrides = apply_overrides;
+  reload.auth_key = &auth_key;
+  reload.notifier = &notifier;
   if (config.cluster_mode()) {
     spdlog::info("cluster mode: shard {} of cluster {}, etcd at {}", config.shard, config.cluster,
                  fmt::join(config.etcd_endpoints, ", "));
-    return RunCluster(config, signals, config_path, from_file, log_level);
+    return RunCluster(config, signals, reload);
   }
 
   auto epoch = rdmalock::lockd::BumpEpoch(config.state_dir);
@@ -375,15 +464,16 @@ int main(int argc, char** argv) {
   spdlog::info("ready");
   // systemd (Type=notify): ready once the regions are registered, lockd listens and its loopback
   // works. A no-op when NOTIFY_SOCKET is unset.
-  (void)sd_notifyf(0, "READY=1\nSTATUS=serving %llu locks on %s:%u (epoch %llu)",
-                   static_cast<unsigned long long>(config.lock_count), config.address.c_str(),
-                   config.port, static_cast<unsigned long long>(*epoch));
+  notifier.Send("READY=1", "serving " + std::to_string(config.lock_count) + " locks on " +
+                               config.address + ":" + std::to_string(config.port) + " (epoch " +
+                               std::to_string(*epoch) + ")");
+  reload.set_auth_key = [&](std::string key) { (*server)->SetAuthKey(std::move(key)); };
 
   for (;;) {
     int sig = 0;
     if (sigwait(&signals, &sig) != 0) continue;
     if (sig == SIGHUP) {
-      Reload(config_path, &config, from_file, log_level);
+      Reload(reload);
       continue;
     }
     spdlog::info("received {}, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");

@@ -47,9 +47,12 @@ key=$work/lockd.key
 (umask 077 && "$build/lockctl" keygen >"$key") || { echo "operator: lockctl keygen failed"; exit 1; }
 export RDMALOCK_AUTH_KEY_FILE=$key
 
+metrics_addr=127.0.0.1:$metrics_port
+# lockd starts with SIGPIPE at its default action, as from a terminal: the harness (or systemd,
+# whose IgnoreSIGPIPE= defaults to yes) may have it ignored, which would hide finding 2.
 start_lockd() {
-  "$build/lockd" --address "$ip" --port "$port" --lock-count 1024 --lease-ms 2000 \
-    --state-dir "$work/state" --admin-socket "$sock" --metrics-address "127.0.0.1:$metrics_port" \
+  env --default-signal=PIPE "$build/lockd" --address "$ip" --port "$port" --lock-count 1024 --lease-ms 2000 \
+    --state-dir "$work/state" --admin-socket "$sock" --metrics-address "$metrics_addr" \
     --log-level info --auth-key-file "$key" "$@" >>"$log" 2>&1 &
   lockd_pid=$!
   local i=0
@@ -76,11 +79,16 @@ lockd_healthy() {
 }
 
 # Seconds of CPU lockd used (user + system), from /proc.
+# OPERATOR_ONLY="f2 f5" runs only the checks of those findings (to show one finding's failure
+# on old code without an earlier one's ending lockd first); empty runs every check.
+want() { [ -z "${OPERATOR_ONLY:-}" ] || [[ " $OPERATOR_ONLY " == *" $1 "* ]]; }
+
 lockd_cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$lockd_pid/stat"; }
 
 start_lockd
 echo "operator: lockd (ASan) at $ip:$port, pid $lockd_pid"
 
+if want f1; then
 # ---- finding 1: lockctl release --force --session ID of a live session (a use-after-free in
 # lockd: it ended the session through a reference into the table it was erasing from).
 check=f1_force_release_live_session
@@ -113,10 +121,18 @@ else
     pass $check
   fi
 fi
+fi
 
+if want f2; then
 # ---- finding 2: a peer that sends its line and closes before the reply (the reply's write hit
 # a closed socket: SIGPIPE, which lockd did not handle, ended it and every client's leases).
+# cpp-httplib's server ignores SIGPIPE for the whole process when it starts, so this lockd serves
+# no metrics (as with metrics_address: ""), as lockd's own code must not need it to.
 check=f2_admin_peer_closes_before_reply
+stop_lockd
+metrics_addr=
+start_lockd
+grep SigIgn "/proc/$lockd_pid/status" | sed 's/^/operator: lockd /'
 python3 - "$sock" <<'EOF'
 import socket, sys, struct
 for i in range(50):
@@ -128,7 +144,12 @@ for i in range(50):
 EOF
 sleep 0.5
 if why=$(lockd_healthy); then pass $check; else fail $check "$why"; tail -20 "$log"; fi
+stop_lockd
+metrics_addr=127.0.0.1:$metrics_port
+start_lockd
+fi
 
+if want f5; then
 # ---- finding 5a: an accept that fails for want of descriptors must not spin the event loop.
 # lockd's descriptor limit is lowered to what it has open, so the admin accept fails (EMFILE).
 check=f5_failed_accept_does_not_spin
@@ -159,7 +180,7 @@ EOF
   echo "operator: lockd used $used CPU ticks ($(getconf CLK_TCK)/s) in 3 s with its admin accept failing"
   prlimit --pid "$lockd_pid" --nofile=1024:1024
   sleep 0.3
-  if [ "$used" -ge 100 ]; then  # a spinning loop uses all 300; an idle lockd a few
+  if [ "$used" -ge 30 ]; then  # measured: a spinning loop 56 under TCG, an idle lockd 1-4
     fail $check "lockd used $used CPU ticks in 3 s while accept failed (spinning)"
   elif ! why=$(lockd_healthy); then
     fail $check "after the limit was raised again: $why"
@@ -167,7 +188,9 @@ EOF
     pass $check
   fi
 fi
+fi
 
+if want f5; then
 # ---- finding 5b: connections held open to the metrics endpoint must not take lockd's
 # descriptors (httplib queued every accepted connection without a bound behind 2 workers).
 check=f5_metrics_flood_leaves_lockd_serving
@@ -195,8 +218,10 @@ bg_pids+=($flood_pid)
 for _ in $(seq 1 50); do [ -e "$work/flood.ready" ] && break; sleep 0.2; done
 sleep 1
 held=$(ls "/proc/$lockd_pid/fd" | wc -l)
-echo "operator: lockd holds $held descriptors (limit $limit) with 300 metrics connections open"
-if ! why=$(lockd_healthy); then
+echo "operator: lockd holds $held descriptors (limit $limit; $nofds before) with 300 metrics connections open"
+if [ "$held" -gt $((nofds + 16)) ]; then  # 2 workers + 8 queued + 1 waiting, and slack
+  fail $check "the metrics connections took lockd's descriptors: $held open, $nofds before, limit $limit"
+elif ! why=$(lockd_healthy); then
   fail $check "with 300 metrics connections held open: $why"
 elif ! out=$($lockctl acquire --timeout 10000 f5-lock -- true 2>&1); then
   fail $check "a client could not take a lock with 300 metrics connections held open: $out"
@@ -210,8 +235,105 @@ else
   fi
 fi
 prlimit --pid "$lockd_pid" --nofile=1024:1024
+fi
+
+if want f16; then
+# ---- finding 16: reload. lockd runs from a config file with --lease-ms on the command line.
+stop_lockd
+printf '%s\n' "address: $ip" "port: $port" "lock_count: 1024" "lease_ms: 2000" \
+  "state_dir: $work/state" "admin_socket: $sock" 'metrics_address: ""' \
+  "auth_key_file: $key" >"$work/lockd.yaml"
+env --default-signal=PIPE "$build/lockd" --config "$work/lockd.yaml" --lease-ms 3000 >>"$log" 2>&1 &
+lockd_pid=$!
+for _ in $(seq 1 150); do $lockctl status >/dev/null 2>&1 && break; sleep 0.2; done
+# (a) A key the command line overrides, changed in the file, is not reported as needing a
+# restart (a restart would keep the override).
+check=f16_reload_override_not_reported
+sed -i 's/^lease_ms: 2000/lease_ms: 2500/' "$work/lockd.yaml"
+kill -HUP "$lockd_pid"
+for _ in $(seq 1 50); do grep -q 'reload: ' "$log" && break; sleep 0.1; done
+if grep -q 'restart lockd to apply' "$log"; then
+  fail $check "$(grep 'reload: ' "$log" | tail -1)"
+elif ! grep -q 'reload: ' "$log"; then
+  fail $check "lockd logged nothing about the reload"
+else
+  pass $check
+fi
+# (b) A key file rewritten in place: after the reload, the new key is the one handshakes need.
+check=f16_reload_rotated_key
+cp "$key" "$work/old.key"
+(umask 077 && "$build/lockctl" keygen >"$key.new" && mv "$key.new" "$key")
+kill -HUP "$lockd_pid"
+sleep 1
+if ! out=$(RDMALOCK_AUTH_KEY_FILE=$key $lockctl status 2>&1); then
+  fail $check "a client with the new key was refused after the reload: $out"
+elif RDMALOCK_AUTH_KEY_FILE=$work/old.key $lockctl status >/dev/null 2>&1; then
+  fail $check "a client with the old key was still admitted after the reload"
+elif ! why=$(lockd_healthy); then
+  fail $check "$why"
+else
+  pass $check
+fi
+stop_lockd
+
+# (c) A standby's reload keeps its status (it said STATUS=serving, although it served nothing).
+check=f16_reload_standby_status
+etcd_url=http://127.0.0.1:23790
+etcd --name op --data-dir "$work/etcd" --listen-client-urls "$etcd_url" \
+  --advertise-client-urls "$etcd_url" --listen-peer-urls http://127.0.0.1:23800 \
+  --initial-advertise-peer-urls http://127.0.0.1:23800 \
+  --initial-cluster op=http://127.0.0.1:23800 >"$work/etcd.log" 2>&1 &
+bg_pids+=($!)
+i=0
+until "$build/lockctl" --etcd "$etcd_url" --etcd-cluster op cluster init s >/dev/null 2>&1; do
+  i=$((i + 1))
+  [ "$i" -gt 60 ] && break
+  sleep 1
+done
+cluster_lockd() {  # PORT LOG [VAR=VALUE...]: a cluster-mode lockd for shard s
+  local p=$1 l=$2
+  shift 2
+  env "$@" "$build/lockd" --address "$ip" --port "$p" --etcd "$etcd_url" --cluster op --shard s \
+    --etcd-lease-ttl-s 5 --lease-ms 2000 --state-dir "" --admin-socket "" --metrics-address "" \
+    --auth-key-file "$key" --log-level info >>"$l" 2>&1 &
+}
+cluster_lockd 7491 "$work/primary.log"
+bg_pids+=($!)
+for _ in $(seq 1 150); do grep -q 'primary of shard s' "$work/primary.log" && break; sleep 0.2; done
+python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.bind(sys.argv[1])
+with open(sys.argv[2], "a", buffering=1) as out:
+    while True:
+        out.write(s.recv(4096).decode().replace("\n", " ") + "\n")
+' "$work/notify.sock" "$work/notify.log" &
+bg_pids+=($!)
+for _ in $(seq 1 100); do [ -S "$work/notify.sock" ] && break; sleep 0.2; done
+cluster_lockd 7492 "$work/standby.log" NOTIFY_SOCKET="$work/notify.sock"
+standby=$!
+bg_pids+=($standby)
+for _ in $(seq 1 150); do grep -q 'READY=1' "$work/notify.log" 2>/dev/null && break; sleep 0.2; done
+kill -HUP "$standby"
+for _ in $(seq 1 100); do [ "$(grep -c 'READY=1' "$work/notify.log")" -ge 2 ] && break; sleep 0.1; done
+last=$(grep 'READY=1' "$work/notify.log" | tail -1)
+if ! grep -q 'primary of shard s' "$work/primary.log"; then
+  fail $check "the first cluster lockd never became primary: $(tail -3 "$work/primary.log")"
+elif [ "$(grep -c 'READY=1' "$work/notify.log")" -lt 2 ]; then
+  fail $check "the standby sent no READY=1 after the reload: $(cat "$work/notify.log")"
+elif [[ $last != *"STATUS=campaigning for shard s"* ]]; then
+  fail $check "after the reload the standby said: $last"
+else
+  pass $check
+fi
+kill -TERM "$standby" 2>/dev/null
+wait "$standby" 2>/dev/null
+cat "$work/primary.log" "$work/standby.log" >>"$log"
+fi
 
 stop_lockd
+for p in "${bg_pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+wait 2>/dev/null
 if grep -qE 'Sanitizer|runtime error|terminate called' "$log"; then
   fail lockd_log "lockd's log shows a sanitizer report:"; cat "$log"
 else
