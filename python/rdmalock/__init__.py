@@ -106,6 +106,10 @@ class _Options(ctypes.Structure):
     ]
 
 
+# rdmalock_options_t of C API version 1 (what a library without rdmalock_options_init_sized
+# fills).
+_OPTIONS_V1_SIZE = ctypes.sizeof(_Options)
+
 _LOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 
 _loaded: Optional[ctypes.CDLL] = None
@@ -160,6 +164,11 @@ def _declare(lib: ctypes.CDLL) -> None:
         f = getattr(lib, name)
         f.restype = restype
         f.argtypes = argtypes
+    # C API version 2: the options carry the caller's size (older libraries lack it).
+    sized = getattr(lib, "rdmalock_options_init_sized", None)
+    if sized is not None:
+        sized.restype = None
+        sized.argtypes = [ctypes.POINTER(_Options), ctypes.c_size_t]
 
 
 def _lib() -> ctypes.CDLL:
@@ -198,6 +207,21 @@ def _timeout_ms(timeout: Optional[float]) -> int:
     if timeout < 0:
         raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"timeout {timeout} is negative")
     return int(round(timeout * 1000))
+
+
+def _options() -> _Options:
+    """An _Options with the library's defaults and this module's own struct size (issue 17,
+    finding 8: a newer library reads only the fields this module has)."""
+    lib = _lib()
+    o = _Options()
+    if hasattr(lib, "rdmalock_options_init_sized"):
+        lib.rdmalock_options_init_sized(ctypes.byref(o), ctypes.sizeof(o))
+    elif ctypes.sizeof(o) == _OPTIONS_V1_SIZE:
+        lib.rdmalock_options_init(ctypes.byref(o))
+    else:
+        raise RdmalockError(ErrorCode.UNSUPPORTED,
+                            "librdmalock is older than this module (no rdmalock_options_init_sized)")
+    return o
 
 
 def _free_lock(handle: ctypes.c_void_p, keep: list) -> None:
@@ -326,8 +350,7 @@ class Client:
                  record_requests: bool = True, reconnect: bool = True,
                  auth_key_file: Optional[str] = None):
         lib = _lib()
-        o = _Options()
-        lib.rdmalock_options_init(ctypes.byref(o))
+        o = _options()
         o.server = server.encode() if server else None
         if not 0 <= port <= 0xFFFF:
             raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"port {port} is out of range")

@@ -12,8 +12,10 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -117,7 +119,13 @@ static void test_options_defaults(void) {
   CHECK(o.port == 7471);
   CHECK(o.connect_timeout_ms == 5000);
   CHECK(o.auto_renew == 1 && o.record_requests == 1 && o.reconnect == 1);
-  rdmalock_options_init(NULL); /* a no-op, not a crash */
+  /* NULL is a no-op, not a crash (the macro takes sizeof *NULL: call the functions). */
+  (rdmalock_options_init)(NULL);
+  rdmalock_options_init_sized(NULL, sizeof o);
+  /* A size too small to hold struct_size: nothing is written. */
+  memset(&o, 0xab, sizeof o);
+  rdmalock_options_init_sized(&o, sizeof o.struct_size - 1);
+  CHECK(((const unsigned char*)&o)[0] == 0xab);
 }
 
 static void test_connect_bad_options(void) {
@@ -168,6 +176,87 @@ static void test_connect_newer_options(void) {
   o.v1.server = NULL;
   EXPECT_STATUS(rdmalock_connect(&o.v1, &c), RDMALOCK_ERR_INVALID_ARGUMENT);
   EXPECT_MESSAGE("options->server is not set");
+}
+
+/* issue 17 finding 8: a caller built against an older header, whose rdmalock_options_t ends before
+ * this library's last field (as if auth_key_file had been added after it was built), with guard
+ * bytes after its struct. The guard's first word would be auth_key_file if the library read past
+ * the caller's struct_size: it names a key file that does not exist. */
+struct older_options {
+  size_t struct_size;
+  const char* server;
+  uint16_t port;
+  uint32_t connect_timeout_ms;
+  const char* client_name;
+  int auto_renew;
+  int record_requests;
+  int reconnect;
+};
+struct older_caller {
+  struct older_options o;
+  const char* guard_key_file;
+  unsigned char guard[24];
+};
+/* What that caller's rdmalock_options_init(&o) is: its header's macro, with its own sizeof. (A
+ * header that has only the function cannot pass the caller's size.) */
+#ifdef rdmalock_options_init
+#define OLDER_CALLER_INIT(p) \
+  rdmalock_options_init_sized((rdmalock_options_t*)(void*)(p), sizeof *(p))
+#else
+#define OLDER_CALLER_INIT(p) rdmalock_options_init((rdmalock_options_t*)(void*)(p))
+#endif
+
+static void test_older_caller_options(void) {
+  static const char guard_key[] = "/nonexistent/older-caller-guard.key";
+  struct older_caller c, before;
+  rdmalock_client_t* client = NULL;
+  memset(&c, 0xab, sizeof c);
+  c.guard_key_file = guard_key;
+  before = c;
+  OLDER_CALLER_INIT(&c.o);
+  for (size_t i = offsetof(struct older_caller, guard_key_file); i < sizeof c; ++i) {
+    if (((unsigned char*)&c)[i] != ((unsigned char*)&before)[i]) {
+      fail_at(__LINE__, "rdmalock_options_init wrote byte %zu past the caller's %zu-byte struct",
+              i - sizeof c.o, sizeof c.o);
+      break;
+    }
+  }
+  if (c.o.struct_size != sizeof c.o) {
+    fail_at(__LINE__, "struct_size is %zu, not the caller's %zu", c.o.struct_size, sizeof c.o);
+  }
+  CHECK(c.o.port == 7471 && c.o.connect_timeout_ms == 5000 && c.o.server == NULL);
+  CHECK(c.o.auto_renew == 1 && c.o.record_requests == 1 && c.o.reconnect == 1);
+  /* connect accepts the older struct and reads nothing past it (auth_key_file: the default). */
+  c = before;
+  OLDER_CALLER_INIT(&c.o);
+  c.o.struct_size = sizeof c.o; /* what the caller's init stamps */
+  c.o.server = "192.0.2.77";    /* TEST-NET-1: nobody is there */
+  c.o.port = 7999;
+  c.o.connect_timeout_ms = 300;
+  const rdmalock_status_t st = rdmalock_connect((const rdmalock_options_t*)(void*)&c.o, &client);
+  CHECK(client == NULL);
+  if (st == RDMALOCK_ERR_INVALID_ARGUMENT || st == RDMALOCK_ERR_CONFIG ||
+      strstr(rdmalock_last_error(), guard_key) != NULL) {
+    fail_at(__LINE__, "connect with the older caller's struct: %s: %s", rdmalock_error_name(st),
+            rdmalock_last_error());
+  }
+  CHECK(st != RDMALOCK_OK);
+
+  /* A caller of C API version 1's entry point (a binary built before the size travelled): the
+   * function writes version 1's fields only. */
+  struct {
+    rdmalock_options_t o;
+    unsigned char guard[32];
+  } v1;
+  memset(&v1, 0xcd, sizeof v1);
+  (rdmalock_options_init)(&v1.o);
+  for (size_t i = 0; i < sizeof v1.guard; ++i) {
+    if (v1.guard[i] != 0xcd) {
+      fail_at(__LINE__, "the version 1 entry point wrote byte %zu past its struct", i);
+      break;
+    }
+  }
+  CHECK(v1.o.struct_size == sizeof v1.o && v1.o.port == 7471);
 }
 
 /* Where this host has no RDMA device, or nothing listens: an error naming the server, no client. */
@@ -562,6 +651,8 @@ int main(int argc, char** argv) {
     run("options_init fills the defaults", test_options_defaults);
     run("connect refuses bad options with a message", test_connect_bad_options);
     run("connect refuses fields of a newer header it does not know", test_connect_newer_options);
+    run("issue 17 finding 8: an older caller's shorter options: nothing written past it, accepted",
+        test_older_caller_options);
     run("connect to an unreachable server fails with a message", test_connect_unreachable);
     run("NULL arguments give INVALID_ARGUMENT and name the argument", test_null_arguments);
     run("slot_for_name", test_slot_for_name);

@@ -44,8 +44,9 @@
 extern "C" {
 #endif
 
-/* The version of this C interface: bumped when functions or fields are added. */
-#define RDMALOCK_C_API_VERSION 1
+/* The version of this C interface: bumped when functions or fields are added. 2 added
+ * rdmalock_options_init_sized (rdmalock_options_init became a macro over it). */
+#define RDMALOCK_C_API_VERSION 2
 
 /* Result codes. The same values as rdmalock::ErrorCode in status.h. */
 typedef enum rdmalock_status {
@@ -79,8 +80,10 @@ typedef enum rdmalock_state {
 typedef struct rdmalock_client_s rdmalock_client_t; /* a session with one lockd */
 typedef struct rdmalock_lock_s rdmalock_lock_t;     /* an acquired lock */
 
+/* Fields are only ever added at the end, and a field's zero value is its default where an older
+ * caller's struct lacks it. */
 typedef struct rdmalock_options {
-  size_t struct_size;          /* sizeof(rdmalock_options_t); set by rdmalock_options_init */
+  size_t struct_size;          /* the caller's sizeof(rdmalock_options_t): rdmalock_options_init */
   const char* server;          /* lockd's address (an IP of its RDMA device, or a name). Required */
   uint16_t port;               /* lockd's rdma_cm port; default 7471 */
   uint32_t connect_timeout_ms; /* default 5000 */
@@ -93,8 +96,15 @@ typedef struct rdmalock_options {
   const char* auth_key_file;
 } rdmalock_options_t;
 
-/* Fills *options with the defaults and sets struct_size. Call it before setting fields. */
+/* Fills the struct_size bytes at *options with the defaults (zero beyond the fields this library
+ * knows) and sets options->struct_size = struct_size. Call it, through rdmalock_options_init,
+ * before setting fields. Does nothing for NULL or a struct_size smaller than a size_t. */
+RDMALOCK_C_EXPORT void rdmalock_options_init_sized(rdmalock_options_t* options, size_t struct_size);
+/* The entry point of programs built against C API version 1, whose struct has version 1's
+ * fields: it writes exactly those. Source code gets the macro below. */
 RDMALOCK_C_EXPORT void rdmalock_options_init(rdmalock_options_t* options);
+/* Fills *options with the defaults and sets struct_size to the caller's sizeof(*options). */
+#define rdmalock_options_init(options) rdmalock_options_init_sized((options), sizeof(*(options)))
 
 /* Connects to lockd and checks the handshake. On success *out is a client to pass to
  * rdmalock_close(); on failure *out is NULL. The strings in *options are copied. Errors:
@@ -106,7 +116,9 @@ RDMALOCK_C_EXPORT void rdmalock_options_init(rdmalock_options_t* options);
  *   RESOURCE          no RDMA device on this host, or out of QPs or memory
  *   REJECTED          lockd refused the handshake (version, too many clients, restart grace,
  *                     authentication failed)
- *   CONFIG            the auth key (file) cannot be read or is shorter than 16 bytes */
+ *   CONFIG            the auth key (file) cannot be read or is shorter than 16 bytes
+ * Fields beyond the caller's struct_size (an older header's struct) are not read: they take their
+ * defaults. */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_connect(const rdmalock_options_t* options,
                                                      rdmalock_client_t** out);
 
