@@ -1,5 +1,3 @@
-#include "rdmalock/client.h"
-
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -20,6 +18,7 @@
 #include "client_test_peer.h"
 #include "entry_pool.h"
 #include "lock_engine.h"
+#include "rdmalock/client.h"
 #include "rdmalock/proto/layout.h"
 #include "verbs_memory.h"
 
@@ -212,21 +211,45 @@ class [[gnu::visibility("hidden")]] Client::Impl
     session_ = ch->session;
     latest_ = session_;
     channels_[std::this_thread::get_id()] = std::move(ch);
-    reaper_ = std::thread([this] { ReaperLoop(); });
-    keeper_ = std::thread([this] { KeeperLoop(); });
   }
 
-  ~Impl() {
-    StopAsync();
+  // Starts the keeper and the reaper. Each thread holds a reference to the Impl until it ends,
+  // so that one whose callback closes the client (Close then detaches it) goes on, until it
+  // returns, on a live object (issue 17, finding 9). Called once, by Client's constructor.
+  void Start() {
+    reaper_ = std::thread([self = shared_from_this()] { self->ReaperLoop(); });
+    keeper_ = std::thread([self = shared_from_this()] { self->KeeperLoop(); });
+  }
+
+  ~Impl() { Close(); }
+
+  // Ends the session and stops the threads: ~Client calls it, on any thread, including one of
+  // this client's own from inside a callback (a loss callback on the keeper or the reaper, an
+  // async acquire's on the pump or a waiter). That thread cannot be joined from itself: it is
+  // detached instead, and finishes what it was doing once the callback returns (its reference
+  // keeps the Impl alive; everything it does next sees stopping_). Idempotent.
+  void Close() {
+    const auto me = std::this_thread::get_id();
+    {
+      std::lock_guard lk(mu_);
+      if (closed_) return;
+      closed_ = true;
+    }
+    StopAsync(me);
     {
       std::lock_guard lk(mu_);
       stopping_ = true;
     }
     cv_.notify_all();
-    if (reaper_.joinable()) reaper_.join();
-    if (keeper_.joinable()) keeper_.join();
+    JoinOrDetach(reaper_, me);
+    JoinOrDetach(keeper_, me);
+    std::vector<std::shared_ptr<ThreadChannel>> chans;
+    {
+      std::lock_guard lk(mu_);
+      for (auto& [tid, ch] : channels_) chans.push_back(ch);
+    }
     // Posted releases first, so that what this client released is released at lockd.
-    for (auto& [tid, ch] : channels_) {
+    for (auto& ch : chans) {
       std::lock_guard lk(ch->mu);
       (void)ch->Reap();
     }
@@ -234,7 +257,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
     // connections close (threads' caches may keep the objects a while, disconnected), and lockd
     // frees what the record shows.
     (void)EndLeases(Error(ErrorCode::kConnection, "client closed"));
-    for (auto& [tid, ch] : channels_) ch->mem->Shutdown();
+    for (auto& ch : chans) ch->mem->Shutdown();
   }
 
   const ClientOptions& options() const { return opts_; }
@@ -349,7 +372,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // false; the caller reports the grant lost (issue 16, finding 1).
   bool Track(const std::shared_ptr<LockHandle::State>& s) {
     std::lock_guard lk(mu_);
-    if (session_ != s->session) return false;
+    if (stopping_ || session_ != s->session) return false;
     handles_.push_back(s);
     return true;
   }
@@ -466,21 +489,21 @@ class [[gnu::visibility("hidden")]] Client::Impl
       }
       handles_.clear();
     }
+    // Every lock is lost before the first callback runs: one may close the client, which shuts
+    // the connections down (and lockd frees the locks) while the others are still reported.
     size_t n = 0;
+    std::vector<std::function<void(const Status&)>> notify;
     for (auto& s : all) {
-      std::function<void(const Status&)> notify;
-      {
-        std::lock_guard lk(s->mu);
-        if (s->state != LockState::kHeld) continue;
-        s->SetState(LockState::kLost);
-        ++n;
-        if (!s->lost_reported) {
-          s->lost_reported = true;
-          notify = s->on_lost;
-        }
+      std::lock_guard lk(s->mu);
+      if (s->state != LockState::kHeld) continue;
+      s->SetState(LockState::kLost);
+      ++n;
+      if (!s->lost_reported) {
+        s->lost_reported = true;
+        if (s->on_lost) notify.push_back(s->on_lost);
       }
-      if (notify) notify(why);
     }
+    for (auto& f : notify) f(why);
     return n;
   }
 
@@ -836,6 +859,8 @@ class [[gnu::visibility("hidden")]] Client::Impl
       }
       if (notify) notify(st);
       if (st.code() == ErrorCode::kConnection) OnSessionError(c.session->gen, st);
+      std::lock_guard lk(mu_);
+      if (stopping_) return;  // a callback closed the client
     }
   }
 
@@ -851,6 +876,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
 
   mutable std::mutex mu_;  // guards the members below
   std::condition_variable cv_;
+  bool closed_ = false;  // Close() has begun
   bool stopping_ = false;
   bool wake_reaper_ = false;
   uint64_t last_gen_ = 0;
@@ -891,7 +917,16 @@ class [[gnu::visibility("hidden")]] Client::Impl
   static constexpr int kAsyncWaiters = 4;
   void PumpLoop();
   void WaiterLoop();
-  void StopAsync();
+  // `me`: the closing thread (if it is the pump or a waiter, it is detached, not joined).
+  void StopAsync(std::thread::id me);
+  static void JoinOrDetach(std::thread & t, std::thread::id me) {
+    if (!t.joinable()) return;
+    if (t.get_id() == me) {
+      t.detach();  // closing from this thread's own callback: it ends by itself
+    } else {
+      t.join();
+    }
+  }
 
   std::mutex async_mu_;               // guards the members below
   std::condition_variable async_cv_;  // the pump waits on it
@@ -909,9 +944,10 @@ Status Client::Impl::Submit(AsyncRequest req) {
     std::lock_guard lk(async_mu_);
     if (async_stop_) return Error(ErrorCode::kConnection, "client closed");
     if (!pump_.joinable()) {
-      pump_ = std::thread([this] { PumpLoop(); });
+      // As the keeper's, these threads hold the Impl while they run (see Start).
+      pump_ = std::thread([self = shared_from_this()] { self->PumpLoop(); });
       for (int i = 0; i < kAsyncWaiters; ++i) {
-        waiters_.emplace_back([this] { WaiterLoop(); });
+        waiters_.emplace_back([self = shared_from_this()] { self->WaiterLoop(); });
         waiter_ids_.push_back(waiters_.back().get_id());
       }
     }
@@ -1078,7 +1114,7 @@ void Client::Impl::WaiterLoop() {
 
 // Stops the async threads. Waiters blocked in a wait are woken by shutting their connections
 // (after reaping any release they posted); what is still queued completes with kConnection.
-void Client::Impl::StopAsync() {
+void Client::Impl::StopAsync(std::thread::id me) {
   std::vector<std::thread::id> ids;
   {
     std::lock_guard lk(async_mu_);
@@ -1087,7 +1123,7 @@ void Client::Impl::StopAsync() {
   }
   async_cv_.notify_all();
   wait_cv_.notify_all();
-  if (pump_.joinable()) pump_.join();
+  JoinOrDetach(pump_, me);
   std::vector<std::shared_ptr<ThreadChannel>> chans;
   {
     std::lock_guard lk(mu_);
@@ -1105,7 +1141,7 @@ void Client::Impl::StopAsync() {
     wait_q_.clear();
   }
   for (auto& ch : chans) ch->mem->Shutdown();
-  for (auto& t : waiters_) t.join();
+  for (auto& t : waiters_) JoinOrDetach(t, me);
   std::deque<AsyncRequest> left;
   {
     std::lock_guard lk(async_mu_);
@@ -1138,8 +1174,11 @@ Result<std::string> ResolveAuthKey(const ClientOptions& o) {
 
 }  // namespace
 
-Client::Client(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Client::~Client() = default;
+Client::Client(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->Start(); }
+
+Client::~Client() {
+  impl_->Close();  // on this thread; if it is one of the client's own, that one is detached
+}
 
 Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   if (options.server.empty()) {
@@ -1402,7 +1441,9 @@ Result<std::vector<LockHandle>> Client::LockManySlots(std::span<const SlotReques
 }
 
 Status Client::ReleaseMany(std::span<LockHandle> handles) {
-  auto ch = impl_->Channel(Clock::now());
+  // A loss callback run by a release below may destroy this Client: its Impl stays.
+  const std::shared_ptr<Impl> impl = impl_;
+  auto ch = impl->Channel(Clock::now());
   std::vector<LockHandle::State*> batch;
   std::vector<std::unique_lock<std::mutex>> locks;
   Status first;
@@ -1448,7 +1489,7 @@ Status Client::ReleaseMany(std::span<LockHandle> handles) {
     note(res[i]);
   }
   locks.clear();
-  if (!conn.ok()) impl_->OnSessionError(c.session->gen, conn);
+  if (!conn.ok()) impl->OnSessionError(c.session->gen, conn);
   return first;
 }
 
@@ -1795,5 +1836,7 @@ uint64_t ClientTestPeer::JoinKey(Client& c) {
   auto s = c.impl_->session();
   return s ? s->reply.join_key : 0;
 }
+
+std::weak_ptr<const void> ClientTestPeer::Lifetime(Client& c) { return c.impl_; }
 
 }  // namespace rdmalock

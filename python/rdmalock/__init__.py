@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import enum
+import itertools
 import math
 import os
 import pathlib
@@ -114,6 +115,25 @@ _LOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p
 
 _loaded: Optional[ctypes.CDLL] = None
 _load_lock = threading.Lock()
+
+# Lost callbacks: one C trampoline for every lock, never freed, finds the lock's Python callback
+# by the key the library hands back as user_data. (A ctypes callback object per lock would have
+# to outlive every call the library makes through it, including the one during which its Lock is
+# collected; issue 17, finding 9.) _callbacks_lock guards _callbacks; it is never held while a
+# callback runs.
+_callbacks: dict = {}
+_callbacks_lock = threading.Lock()
+_callback_keys = itertools.count(1)
+
+
+def _on_lost(code, message, key):
+    with _callbacks_lock:
+        callback = _callbacks.get(key)
+    if callback is not None:
+        callback(RdmalockError(code, (message or b"").decode(errors="replace")))
+
+
+_LOST_TRAMPOLINE = _LOST_FN(_on_lost)
 
 
 def _candidates() -> list[str]:
@@ -224,9 +244,10 @@ def _options() -> _Options:
     return o
 
 
-def _free_lock(handle: ctypes.c_void_p, keep: list) -> None:
-    _lib().rdmalock_lock_free(handle)
-    keep.clear()
+def _free_lock(handle: ctypes.c_void_p, key: int) -> None:
+    _lib().rdmalock_lock_free(handle)  # after it returns the library never calls back for it
+    with _callbacks_lock:
+        _callbacks.pop(key, None)
 
 
 def library_version() -> str:
@@ -250,10 +271,8 @@ class Lock:
     def __init__(self, handle: int, name: Optional[str]):
         self._handle = ctypes.c_void_p(handle)
         self.name = name
-        # The ctypes lost callback must outlive the C handle: the finalizer holds it until
-        # rdmalock_lock_free has returned (after which the library never calls it).
-        self._keep: list = []
-        self._finalizer = weakref.finalize(self, _free_lock, self._handle, self._keep)
+        self._key = next(_callback_keys)  # this lock's entry in _callbacks
+        self._finalizer = weakref.finalize(self, _free_lock, self._handle, self._key)
 
     def _h(self) -> ctypes.c_void_p:
         if not self._finalizer.alive:
@@ -308,17 +327,15 @@ class Lock:
     def on_lost(self, callback: Optional[Callable[[RdmalockError], None]]) -> None:
         """Calls ``callback(error)`` at most once if the lock is lost while held (on a library
         thread: keep it short, and do not release or renew this lock from it). None clears it."""
+        handle = self._h()
         if callback is None:
-            _check(_lib().rdmalock_lock_on_lost(self._h(), _LOST_FN(), None))
-            self._keep.clear()
+            _check(_lib().rdmalock_lock_on_lost(handle, _LOST_FN(), None))
+            with _callbacks_lock:
+                _callbacks.pop(self._key, None)
             return
-
-        def trampoline(code, message, _user):
-            callback(RdmalockError(code, (message or b"").decode(errors="replace")))
-
-        cb = _LOST_FN(trampoline)
-        _check(_lib().rdmalock_lock_on_lost(self._h(), cb, None))
-        self._keep[:] = [cb]  # the previous callback is replaced: the library no longer holds it
+        with _callbacks_lock:
+            _callbacks[self._key] = callback
+        _check(_lib().rdmalock_lock_on_lost(handle, _LOST_TRAMPOLINE, self._key))
 
     def __enter__(self) -> "Lock":
         return self

@@ -124,7 +124,8 @@ RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_connect(const rdmalock_options_t* o
 
 /* Ends the session and frees the client; lockd frees the locks it still held. Their handles
  * stay valid objects in state LOST (rdmalock_release returns LOCK_LOST) until rdmalock_lock_free.
- * NULL is a no-op. */
+ * NULL is a no-op. It may be called from a lost callback (on the library's thread, which then
+ * finishes by itself once the callback returns); no other call may use the client meanwhile. */
 RDMALOCK_C_EXPORT void rdmalock_close(rdmalock_client_t* client);
 
 /* Acquires the lock `name` (its slot is XXH3-64(name) modulo the lock count), waiting up to
@@ -174,7 +175,7 @@ RDMALOCK_C_EXPORT int64_t rdmalock_lock_lease_remaining_ms(const rdmalock_lock_t
  * waiter recovered it, or the session with lockd ended). `code` and `message` say why; the
  * message is valid during the call only. It runs on a library thread or on a thread whose call
  * noticed the loss: keep it short, and do not call rdmalock_release or rdmalock_renew on this lock
- * from it. */
+ * from it. It may free this lock (rdmalock_lock_free) and close the client (rdmalock_close). */
 typedef void (*rdmalock_lost_fn)(rdmalock_status_t code, const char* message, void* user_data);
 /* Sets (or with fn NULL, clears) the lost callback. Errors: INVALID_ARGUMENT (NULL lock). */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_lock_on_lost(rdmalock_lock_t* lock,
