@@ -266,12 +266,16 @@ def slot_for_name(name: str, lock_count: int) -> int:
 class Lock:
     """An acquired lock. Use it as a context manager (released when the block ends), or call
     release(). The handle is freed by close() or when the object is collected; a lock still held
-    then is released."""
+    then is released. A Lock keeps its Client alive (issue 17, finding 10): the session lasts at
+    least as long as the locks it granted, unless the client is closed."""
 
-    def __init__(self, handle: int, name: Optional[str]):
+    def __init__(self, handle: int, name: Optional[str], client: "Client"):
         self._handle = ctypes.c_void_p(handle)
         self.name = name
+        self._client: Optional[Client] = client
         self._key = next(_callback_keys)  # this lock's entry in _callbacks
+        # Runs before the Lock's attributes go (so before its reference to the client): the
+        # handle is freed while the session is still there.
         self._finalizer = weakref.finalize(self, _free_lock, self._handle, self._key)
 
     def _h(self) -> ctypes.c_void_p:
@@ -291,6 +295,7 @@ class Lock:
     def close(self) -> None:
         """Frees the handle, releasing the lock if still held (errors dropped). Idempotent."""
         self._finalizer()
+        self._client = None
 
     @property
     def token(self) -> int:
@@ -360,7 +365,8 @@ class Lock:
 class Client:
     """A session with one lockd. Connects on construction; close() (or the end of a with-block)
     ends the session, and lockd frees the locks it still held. Threads may share a Client, but
-    must not use it while one of them closes it."""
+    must not use it while one of them closes it. Its Locks keep it alive; a lost callback may
+    close it or drop the last references to it."""
 
     def __init__(self, server: str, port: int = 7471, connect_timeout: float = 5.0,
                  client_name: Optional[str] = None, auto_renew: bool = True,
@@ -406,7 +412,7 @@ class Client:
         out = ctypes.c_void_p()
         _check(_lib().rdmalock_lock(self._h(), name.encode(), _SHARED if shared else _EXCLUSIVE,
                                     timeout_ms, ctypes.byref(out)))
-        return Lock(out.value, name)
+        return Lock(out.value, name, self)
 
     def lock(self, name: str, shared: bool = False, timeout: Optional[float] = None) -> Lock:
         """Acquires ``name``, waiting up to ``timeout`` seconds (None: for ever). Raises
@@ -430,7 +436,7 @@ class Client:
         out = ctypes.c_void_p()
         _check(_lib().rdmalock_lock_slot(self._h(), slot, _SHARED if shared else _EXCLUSIVE,
                                          _timeout_ms(timeout), ctypes.byref(out)))
-        return Lock(out.value, None)
+        return Lock(out.value, None, self)
 
     def flush(self) -> None:
         """Waits until this thread's posted releases have completed at lockd."""

@@ -236,6 +236,24 @@ def test_authentication_key_from_the_environment_or_a_file(lockd, tmp_path):
     assert e.value.code == ErrorCode.CONFIG
 
 
+def test_issue17_finding10_a_lock_keeps_its_client_alive(lockd, other):
+    # The only reference to the client is the one the lock keeps: the session must live on.
+    server, port = lockd
+    lock = rdmalock.Client.connect(server, port=port, connect_timeout=10).lock("py/no-client-ref",
+                                                                               timeout=5)
+    gc.collect()
+    time.sleep(0.5)  # lockd would have freed the lock of a closed session by now
+    assert lock.held, lock.state
+    assert other.try_lock("py/no-client-ref") is None
+    lock.release()
+    lock.close()
+    del lock
+    gc.collect()
+    other.flush()
+    with other.lock("py/no-client-ref", timeout=5):
+        pass
+
+
 def _run_script(script: str, *args: str) -> subprocess.Popen:
     """Runs ``script`` in a Python process of its own, killed after 60 s whatever happens (so a
     hung child fails the test instead of the suite)."""
