@@ -15,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "fork_guard.h"
 #include "rdmalock/client.h"
 #include "rdmalock/rdmalock.h"
 #include "rdmalock/status.h"
@@ -83,8 +84,12 @@ struct rdmalock_client_s {
 struct rdmalock_lock_s {
   rdmalock::LockHandle handle;
   std::shared_ptr<LostGate> gate;  // set by the first rdmalock_lock_on_lost
+  // In a forked child no callback can run (the keeper is the parent's), and the gate's mutex may
+  // have been held by a parent's thread: it is left alone (issue 17, finding 11).
+  const uint64_t fork_gen = rdmalock::fork_guard::Generation();
+  bool inherited() const { return rdmalock::fork_guard::Generation() != fork_gen; }
   ~rdmalock_lock_s() {
-    if (gate) gate->Set(nullptr, nullptr);
+    if (gate && !inherited()) gate->Set(nullptr, nullptr);
   }
 };
 
@@ -408,6 +413,10 @@ rdmalock_status_t rdmalock_lock_on_lost(rdmalock_lock_t* lock, rdmalock_lost_fn 
   constexpr const char* name = "rdmalock_lock_on_lost";
   try {
     if (lock == nullptr) return Fail(ErrorCode::kInvalidArgument, name, "lock is NULL");
+    if (lock->inherited()) {
+      return Fail(ErrorCode::kUnsupported, name,
+                  "this lock was inherited across fork(): the parent process holds it");
+    }
     if (!lock->gate) {
       lock->gate = std::make_shared<LostGate>();
       lock->handle.OnLost([gate = lock->gate](const Status& why) noexcept {

@@ -1,3 +1,5 @@
+#include "rdmalock/client.h"
+
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -17,8 +19,8 @@
 #include "auth.h"
 #include "client_test_peer.h"
 #include "entry_pool.h"
+#include "fork_guard.h"
 #include "lock_engine.h"
-#include "rdmalock/client.h"
 #include "rdmalock/proto/layout.h"
 #include "verbs_memory.h"
 
@@ -172,6 +174,10 @@ struct ThreadChannel {
 
 struct [[gnu::visibility("hidden")]] LockHandle::State {
   ~State() { Settle(); }
+  // fork_guard::Generation() when granted: in a forked child the handle is inert (its mutex may
+  // have been held by one of the parent's threads, which the child does not have).
+  const uint64_t fork_gen = fork_guard::Generation();
+  bool inherited() const { return fork_guard::Generation() != fork_gen; }
   std::weak_ptr<Client::Impl> client;
   std::shared_ptr<const Session> session;
   std::shared_ptr<SlotBudget> budget;  // the client's; the grant holds one unit until it ends
@@ -260,6 +266,16 @@ class [[gnu::visibility("hidden")]] Client::Impl
     for (auto& ch : chans) ch->mem->Shutdown();
   }
 
+  // In a forked child, the client's connections are the parent's and its threads do not exist:
+  // every call fails and nothing is torn down (issue 17, finding 11; fork_guard.h).
+  bool inherited() const { return fork_guard::Generation() != fork_gen_; }
+  static Status InheritedError() {
+    return Error(ErrorCode::kUnsupported,
+                 "this client was inherited across fork(): its connections are the parent "
+                 "process's, which keeps its session and locks; a child connects a client of its "
+                 "own (after exec)");
+  }
+
   const ClientOptions& options() const { return opts_; }
   // The latest session, also while reconnecting (its lock count and lease still describe lockd).
   std::shared_ptr<const Session> latest_session() const {
@@ -281,6 +297,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
       std::shared_ptr<ThreadChannel> ch;  // keeps the channel alive while this thread uses it
     };
     thread_local Cache cache;
+    if (inherited()) return InheritedError();  // before any lock: a parent's thread may hold it
     const uint64_t gen = gen_.load(std::memory_order_acquire);
     if (cache.impl == this && cache.nonce == nonce_ && cache.gen == gen && gen != 0) {
       return cache.ch.get();
@@ -874,6 +891,8 @@ class [[gnu::visibility("hidden")]] Client::Impl
   std::atomic<bool> reap_fast_{false};  // releases are being posted: the reaper ticks every 1 ms
   int idle_reap_ticks_ = 0;             // reaper thread only
 
+  const uint64_t fork_gen_ = fork_guard::Generation();  // see inherited()
+
   mutable std::mutex mu_;  // guards the members below
   std::condition_variable cv_;
   bool closed_ = false;  // Close() has begun
@@ -1177,6 +1196,12 @@ Result<std::string> ResolveAuthKey(const ClientOptions& o) {
 Client::Client(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->Start(); }
 
 Client::~Client() {
+  if (impl_->inherited()) {
+    // A forked child's copy: its threads are the parent's and its connections too. Nothing of
+    // it is destroyed (fork_guard.h).
+    fork_guard::Bury(std::move(impl_));
+    return;
+  }
   impl_->Close();  // on this thread; if it is one of the client's own, that one is detached
 }
 
@@ -1202,6 +1227,7 @@ using Resolve = std::function<Result<std::pair<std::string, uint16_t>>()>;  // C
 
 Result<std::shared_ptr<Client::Impl>> ConnectImpl(const ClientOptions& options, Resolve resolve,
                                                   Connector connector) {
+  fork_guard::Install();  // before the first connection (see Client::~Client)
   ClientOptions opts = options;
   if (opts.client_name.empty()) opts.client_name = DefaultClientName();
   RDMALOCK_ASSIGN_OR_RETURN(opts.auth_key, ResolveAuthKey(opts));
@@ -1264,19 +1290,26 @@ Result<std::unique_ptr<Client>> Client::ConnectResolving(const ClientOptions& op
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
+// In a forked child the accessors say 0: the client's mutex may be held by a parent's thread.
 uint64_t Client::SlotOf(std::string_view name) const {
+  if (impl_->inherited()) return 0;
   return SlotForName(name, impl_->latest_session()->reply.lock_count);
 }
-uint64_t Client::lock_count() const { return impl_->latest_session()->reply.lock_count; }
+uint64_t Client::lock_count() const {
+  return impl_->inherited() ? 0 : impl_->latest_session()->reply.lock_count;
+}
 uint64_t Client::session_id() const {
+  if (impl_->inherited()) return 0;
   auto s = impl_->session();
   return s ? s->reply.session_id : 0;
 }
 uint64_t Client::epoch() const {
+  if (impl_->inherited()) return 0;
   auto s = impl_->session();
   return s ? s->reply.epoch : 0;
 }
 std::chrono::nanoseconds Client::lease() const {
+  if (impl_->inherited()) return std::chrono::nanoseconds(0);
   return std::chrono::nanoseconds(impl_->latest_session()->reply.lease_ns);
 }
 
@@ -1337,12 +1370,14 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
 
 Status Client::LockAsync(std::string_view name, const LockOptions& options, LockCallback done) {
   if (name.empty()) return Error(ErrorCode::kInvalidArgument, "lock name is empty");
+  if (impl_->inherited()) return Impl::InheritedError();
   return LockSlotAsync(SlotForName(name, impl_->latest_session()->reply.lock_count), options,
                        std::move(done));
 }
 
 Status Client::LockSlotAsync(uint64_t slot, const LockOptions& options, LockCallback done) {
   if (!done) return Error(ErrorCode::kInvalidArgument, "LockSlotAsync needs a callback");
+  if (impl_->inherited()) return Impl::InheritedError();
   if (options.timeout && options.timeout->count() < 0) {
     return Error(ErrorCode::kInvalidArgument, "negative lock timeout");
   }
@@ -1441,6 +1476,7 @@ Result<std::vector<LockHandle>> Client::LockManySlots(std::span<const SlotReques
 }
 
 Status Client::ReleaseMany(std::span<LockHandle> handles) {
+  if (impl_->inherited()) return Impl::InheritedError();
   // A loss callback run by a release below may destroy this Client: its Impl stays.
   const std::shared_ptr<Impl> impl = impl_;
   auto ch = impl->Channel(Clock::now());
@@ -1672,7 +1708,7 @@ Result<std::vector<SessionInfo>> Client::Sessions() {
   return out;
 }
 
-ClientStats Client::Stats() const { return impl_->Stats(); }
+ClientStats Client::Stats() const { return impl_->inherited() ? ClientStats{} : impl_->Stats(); }
 
 // ---- LockHandle
 
@@ -1700,6 +1736,7 @@ LockMode LockHandle::mode() const {
 // stuck, or renewal off): waiters may recover it from then on.
 LockState LockHandle::state() const {
   if (!state_) return LockState::kReleased;
+  if (state_->inherited()) return LockState::kLost;  // a forked child holds nothing
   std::lock_guard lk(state_->mu);
   if (state_->state == LockState::kHeld &&
       !state_->session->engine->LeaseValid(state_->grant, Clock::now())) {
@@ -1708,12 +1745,12 @@ LockState LockHandle::state() const {
   return state_->state;
 }
 uint64_t LockHandle::fencing_token() const {
-  if (!state_) return 0;
+  if (!state_ || state_->inherited()) return 0;
   std::lock_guard lk(state_->mu);
   return state_->grant.token;
 }
 std::chrono::steady_clock::time_point LockHandle::lease_expiry() const {
-  if (!state_) return {};
+  if (!state_ || state_->inherited()) return {};
   std::lock_guard lk(state_->mu);
   const auto end = state_->grant.lease_start + state_->session->engine->params().lease;
   if (const auto* t = state_->session->engine->params().trusted_until; t != nullptr) {
@@ -1725,13 +1762,15 @@ std::chrono::steady_clock::time_point LockHandle::lease_expiry() const {
 }
 
 void LockHandle::OnLost(std::function<void(const Status&)> callback) {
-  if (!state_) return;
+  if (!state_ || state_->inherited()) return;
   std::lock_guard lk(state_->mu);
   state_->on_lost = std::move(callback);
 }
 
 Status LockHandle::Release() {
   if (!state_) return Error(ErrorCode::kNotHeld, "empty lock handle");
+  // In a forked child: the parent holds the lock; releasing it from here would release theirs.
+  if (state_->inherited()) return Client::Impl::InheritedError();
   auto impl = state_->client.lock();
   Status st = ReleaseHeld(*state_, impl.get());
   if (impl && st.code() == ErrorCode::kConnection) impl->OnSessionError(state_->session->gen, st);
@@ -1792,6 +1831,7 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
 
 Status LockHandle::Renew() {
   if (!state_) return Error(ErrorCode::kNotHeld, "empty lock handle");
+  if (state_->inherited()) return Client::Impl::InheritedError();
   auto impl = state_->client.lock();
   if (!impl) return Error(ErrorCode::kConnection, "client closed");
   Status st;

@@ -136,6 +136,18 @@ def _on_lost(code, message, key):
 _LOST_TRAMPOLINE = _LOST_FN(_on_lost)
 
 
+def _after_fork_in_child() -> None:
+    # The child has only the thread that forked: a lock another thread held stays held in it.
+    # (The C library makes the inherited clients and locks inert; see docs/sdk.md, fork().)
+    global _callbacks_lock, _load_lock
+    _callbacks_lock = threading.Lock()
+    _load_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _candidates() -> list[str]:
     env = os.environ.get("RDMALOCK_LIBRARY")
     if env:
@@ -366,7 +378,8 @@ class Client:
     """A session with one lockd. Connects on construction; close() (or the end of a with-block)
     ends the session, and lockd frees the locks it still held. Threads may share a Client, but
     must not use it while one of them closes it. Its Locks keep it alive; a lost callback may
-    close it or drop the last references to it."""
+    close it or drop the last references to it. After os.fork(), the child's copy refuses every
+    call (UNSUPPORTED) and leaves the parent's session alone."""
 
     def __init__(self, server: str, port: int = 7471, connect_timeout: float = 5.0,
                  client_name: Optional[str] = None, auto_renew: bool = True,

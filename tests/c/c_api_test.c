@@ -19,7 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "rdmalock/rdmalock.h" /* first: it must stand on its own */
 
@@ -645,6 +648,63 @@ static void test_lost_callback(void) {
          now_ms() - t0);
 }
 
+/* issue 17 finding 11: a parent holding a lock forks; the child finds its inherited client
+ * unusable, frees the inherited lock and clients and exits normally (exit(): atexit handlers,
+ * thread-local destructors). Nothing of that may reach the parent's session: its lock stays held
+ * (another client's try_lock is busy) and it can release it. */
+static void test_fork_child_exit_leaves_parent_locks(void) {
+  rdmalock_client_t* a = connect_as("c-api-fork-parent");
+  rdmalock_client_t* b = connect_as("c-api-fork-other");
+  REQUIRE(a != NULL && b != NULL);
+  rdmalock_lock_t *l = NULL, *m = NULL;
+  EXPECT_STATUS(rdmalock_lock(a, "c-api/fork", RDMALOCK_EXCLUSIVE, 5000, &l), RDMALOCK_OK);
+  REQUIRE(l != NULL);
+  fflush(stdout);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    /* The child. Exit codes: 0 fine; 1 the inherited client took a lock; 2 it failed otherwise
+     * than UNSUPPORTED. */
+    rdmalock_lock_t* c = NULL;
+    const rdmalock_status_t st = rdmalock_try_lock(a, "c-api/fork-child", RDMALOCK_EXCLUSIVE, &c);
+    int code = st == RDMALOCK_OK ? 1 : st == RDMALOCK_ERR_UNSUPPORTED ? 0 : 2;
+    if (code != 0) {
+      fprintf(stderr, "fork child: try_lock on the inherited client: %s: %s\n",
+              rdmalock_error_name(st), rdmalock_last_error());
+    }
+    rdmalock_lock_free(c);
+    rdmalock_lock_free(l); /* would release the parent's lock */
+    rdmalock_close(a);     /* would end the parent's session */
+    rdmalock_close(b);
+    exit(code);
+  }
+  int status = 0;
+  const double t0 = now_ms();
+  pid_t got = 0;
+  while ((got = waitpid(pid, &status, WNOHANG)) == 0 && now_ms() - t0 < 20000) sleep_ms(20);
+  if (got == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    fail_at(__LINE__, "the child did not exit within 20 s (killed)");
+  } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fail_at(__LINE__, "the child ended with status %#x (exit %d)", status,
+            WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  }
+  sleep_ms(500); /* lockd would have acted on a disconnect by now */
+  CHECK(rdmalock_lock_get_state(l) == RDMALOCK_HELD);
+  EXPECT_STATUS(rdmalock_try_lock(b, "c-api/fork", RDMALOCK_EXCLUSIVE, &m), RDMALOCK_ERR_BUSY);
+  rdmalock_lock_free(m);
+  m = NULL;
+  EXPECT_STATUS(rdmalock_renew(l), RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_release(l), RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_flush(a), RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_try_lock(b, "c-api/fork", RDMALOCK_EXCLUSIVE, &m), RDMALOCK_OK);
+  rdmalock_lock_free(m);
+  rdmalock_lock_free(l);
+  rdmalock_close(b);
+  rdmalock_close(a);
+}
+
 int main(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "host") == 0) {
     run("version and error names", test_version_and_names);
@@ -675,6 +735,8 @@ int main(int argc, char** argv) {
     run("auth_key_file: a missing file is CONFIG; lockd's key admits", test_auth_key_file);
     run("close with a lock held: handle lost, lockd frees the lock", test_close_with_lock_held);
     run("lost callback when the session is fenced (lockctl release --force)", test_lost_callback);
+    run("issue 17 finding 11: a forked child's exit leaves the parent's session and lock",
+        test_fork_child_exit_leaves_parent_locks);
   } else {
     fprintf(stderr,
             "usage: %s host\n"

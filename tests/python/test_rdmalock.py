@@ -306,3 +306,59 @@ def test_issue17_finding9_a_loss_callback_drops_the_last_client_reference(lockd,
     assert p.returncode == 0 and out.strip() == "lost", (p.returncode, out, err)
     with other.lock("py/gc-in-callback", timeout=5):
         pass
+
+
+_FORK = r"""
+import os, sys, rdmalock
+server, port = sys.argv[1], int(sys.argv[2])
+client = rdmalock.Client.connect(server, port=port, connect_timeout=10, client_name="py-fork")
+lock = client.lock("py/fork", timeout=5)
+pid = os.fork()
+if pid == 0:
+    # The child: its inherited client refuses work; then the interpreter exits normally, and its
+    # finalizers free the inherited lock and client.
+    try:
+        client.try_lock("py/fork-child")
+        code = 1
+    except rdmalock.RdmalockError as e:
+        code = 0 if e.code == rdmalock.ErrorCode.UNSUPPORTED else 2
+        if code:
+            print("child:", e, file=sys.stderr)
+    sys.exit(code)
+import time
+for _ in range(200):  # 20 s
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        print("child", os.waitstatus_to_exitcode(status), flush=True)
+        break
+    time.sleep(0.1)
+else:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    print("child hung (killed after 20 s)", flush=True)
+sys.stdin.readline()  # the test looks from another client meanwhile
+print("held" if lock.held else f"not held: {lock.state.name}", flush=True)
+lock.release()
+client.flush()
+print("released", flush=True)
+"""
+
+
+def test_issue17_finding11_a_forked_child_exit_leaves_the_parent_lock(lockd, other):
+    server, port = lockd
+    p = _run_script(_FORK, server, str(port))
+    try:
+        first = p.stdout.readline().strip()
+        time.sleep(0.5)  # lockd would have acted on a disconnect by now
+        busy = other.try_lock("py/fork")
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        out, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert first == "child 0", (first, err)
+    assert busy is None, "the child's exit freed the parent's lock"
+    assert p.returncode == 0 and out.split() == ["held", "released"], (p.returncode, out, err)
+    other.flush()
+    with other.lock("py/fork", timeout=5):
+        pass

@@ -26,8 +26,15 @@
  * a time (it may be handed to another).
  *
  * ABI: the library is librdmalock.so.0. Structures the caller allocates carry their size in their
- * first field, so that later versions can add fields at the end; set it with the *_init function.
- * Everything else is an opaque handle. */
+ * first field, so that later versions can add fields at the end: rdmalock_options_init is a
+ * macro that passes the library the caller's sizeof, so a newer library writes and reads only the
+ * fields the caller's header has (and takes the defaults of the rest), and an older library
+ * refuses fields it does not know. Everything else is an opaque handle.
+ *
+ * fork(): a child process inherits its parent's clients and locks but cannot use them (every call
+ * on them fails with UNSUPPORTED, accessors return 0 and locks read LOST); freeing them, or the
+ * child's exit, leaves the parent's session and locks alone. A child that needs locks connects a
+ * client of its own after exec. */
 #ifndef RDMALOCK_RDMALOCK_H_
 #define RDMALOCK_RDMALOCK_H_
 
