@@ -971,8 +971,10 @@ Status Client::Impl::Submit(AsyncRequest req) {
       }
     }
     async_q_.push_back(std::move(req));
+    // Under the lock: once it is released, the request's callback may run and destroy the
+    // client, this Impl (and its condition variable) with it, before this thread goes on.
+    async_cv_.notify_one();
   }
-  async_cv_.notify_one();
   return Status::Ok();
 }
 
