@@ -1,10 +1,13 @@
 // The C API (rdmalock/rdmalock.h) over the C++ SDK. Every entry point catches everything: no
 // exception crosses into C. Each function that returns rdmalock_status_t stores its message in the
 // calling thread's last-error string.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <exception>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -12,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "fork_guard.h"
 #include "rdmalock/client.h"
 #include "rdmalock/rdmalock.h"
 #include "rdmalock/status.h"
@@ -80,8 +84,12 @@ struct rdmalock_client_s {
 struct rdmalock_lock_s {
   rdmalock::LockHandle handle;
   std::shared_ptr<LostGate> gate;  // set by the first rdmalock_lock_on_lost
+  // In a forked child no callback can run (the keeper is the parent's), and the gate's mutex may
+  // have been held by a parent's thread: it is left alone (issue 17, finding 11).
+  const uint64_t fork_gen = rdmalock::fork_guard::Generation();
+  bool inherited() const { return rdmalock::fork_guard::Generation() != fork_gen; }
   ~rdmalock_lock_s() {
-    if (gate) gate->Set(nullptr, nullptr);
+    if (gate && !inherited()) gate->Set(nullptr, nullptr);
   }
 };
 
@@ -131,8 +139,51 @@ bool ValidMode(rdmalock_mode_t mode) {
   return mode == RDMALOCK_EXCLUSIVE || mode == RDMALOCK_SHARED;
 }
 
-// The prefix of rdmalock_options_t that version 1 of the C API has.
-constexpr size_t kOptionsV1Size = sizeof(rdmalock_options_t);
+// rdmalock_options_t of C API version 1, which the function rdmalock_options_init (not the
+// macro) fills for programs built against that header. Frozen: later fields go after it.
+constexpr size_t kOptionsV1Size =
+    offsetof(rdmalock_options_t, auth_key_file) + sizeof(rdmalock_options_t::auth_key_file);
+static_assert(kOptionsV1Size <= sizeof(rdmalock_options_t));
+
+// Where each field of rdmalock_options_t ends, in order: a caller's struct_size covers a prefix
+// of them (an older header's struct), and only whole fields are read.
+#define RDMALOCK_FIELD_END(f) (offsetof(rdmalock_options_t, f) + sizeof(rdmalock_options_t::f))
+constexpr size_t kOptionsFieldEnds[] = {RDMALOCK_FIELD_END(struct_size),
+                                        RDMALOCK_FIELD_END(server),
+                                        RDMALOCK_FIELD_END(port),
+                                        RDMALOCK_FIELD_END(connect_timeout_ms),
+                                        RDMALOCK_FIELD_END(client_name),
+                                        RDMALOCK_FIELD_END(auto_renew),
+                                        RDMALOCK_FIELD_END(record_requests),
+                                        RDMALOCK_FIELD_END(reconnect),
+                                        RDMALOCK_FIELD_END(auth_key_file)};
+#undef RDMALOCK_FIELD_END
+static_assert(kOptionsFieldEnds[std::size(kOptionsFieldEnds) - 1] <= sizeof(rdmalock_options_t));
+// The smallest struct connect accepts: up to the one required field, the server.
+constexpr size_t kOptionsMinSize = kOptionsFieldEnds[1];
+
+// The bytes of a caller's struct of `struct_size` bytes that hold whole fields this library knows.
+size_t KnownPrefix(size_t struct_size) {
+  size_t known = 0;
+  for (size_t end : kOptionsFieldEnds) {
+    if (end <= struct_size) known = end;
+  }
+  return known;
+}
+
+void FillDefaults(rdmalock_options_t* o) {
+  std::memset(o, 0, sizeof(*o));
+  const rdmalock::ClientOptions defaults;
+  o->struct_size = sizeof(*o);
+  o->server = nullptr;
+  o->port = defaults.port;
+  o->connect_timeout_ms = static_cast<uint32_t>(defaults.connect_timeout.count());
+  o->client_name = nullptr;
+  o->auto_renew = defaults.auto_renew ? 1 : 0;
+  o->record_requests = defaults.record_requests ? 1 : 0;
+  o->reconnect = defaults.reconnect ? 1 : 0;
+  o->auth_key_file = nullptr;
+}
 
 rdmalock_status_t Acquire(const char* function, rdmalock_client_t* client, const char* name,
                           const uint64_t* slot, rdmalock_mode_t mode, int64_t timeout_ms,
@@ -171,19 +222,19 @@ rdmalock_status_t Acquire(const char* function, rdmalock_client_t* client, const
 
 extern "C" {
 
-void rdmalock_options_init(rdmalock_options_t* options) {
-  if (options == nullptr) return;
-  std::memset(options, 0, sizeof(*options));
-  const rdmalock::ClientOptions defaults;
-  options->struct_size = sizeof(*options);
-  options->server = nullptr;
-  options->port = defaults.port;
-  options->connect_timeout_ms = static_cast<uint32_t>(defaults.connect_timeout.count());
-  options->client_name = nullptr;
-  options->auto_renew = defaults.auto_renew ? 1 : 0;
-  options->record_requests = defaults.record_requests ? 1 : 0;
-  options->reconnect = defaults.reconnect ? 1 : 0;
-  options->auth_key_file = nullptr;
+// The caller's struct is struct_size bytes: nothing past them is written (issue 17, finding 8).
+void rdmalock_options_init_sized(rdmalock_options_t* options, size_t struct_size) {
+  if (options == nullptr || struct_size < sizeof(size_t)) return;
+  rdmalock_options_t d;
+  FillDefaults(&d);
+  std::memset(options, 0, struct_size);
+  std::memcpy(options, &d, std::min(struct_size, sizeof(d)));
+  options->struct_size = struct_size;
+}
+
+// The name in parentheses: rdmalock.h's macro of the same name is not expanded.
+void(rdmalock_options_init)(rdmalock_options_t* options) {
+  rdmalock_options_init_sized(options, kOptionsV1Size);
 }
 
 rdmalock_status_t rdmalock_connect(const rdmalock_options_t* options, rdmalock_client_t** out) {
@@ -192,17 +243,17 @@ rdmalock_status_t rdmalock_connect(const rdmalock_options_t* options, rdmalock_c
     if (out == nullptr) return Fail(ErrorCode::kInvalidArgument, fn, "out is NULL");
     *out = nullptr;
     if (options == nullptr) return Fail(ErrorCode::kInvalidArgument, fn, "options is NULL");
-    if (options->struct_size < kOptionsV1Size) {
-      return Fail(
-          ErrorCode::kInvalidArgument, fn,
-          ("options->struct_size is " + std::to_string(options->struct_size) + ", not at least " +
-           std::to_string(kOptionsV1Size) + ": call rdmalock_options_init first")
-              .c_str());
+    const size_t size = options->struct_size;
+    if (size < kOptionsMinSize) {
+      return Fail(ErrorCode::kInvalidArgument, fn,
+                  ("options->struct_size is " + std::to_string(size) + ", not at least " +
+                   std::to_string(kOptionsMinSize) + ": call rdmalock_options_init first")
+                      .c_str());
     }
     // A newer caller's fields beyond what this library knows must be unset (zero): an option the
     // library cannot honour is refused, not ignored.
     const auto* bytes = reinterpret_cast<const unsigned char*>(options);
-    for (size_t i = kOptionsV1Size; i < options->struct_size; ++i) {
+    for (size_t i = sizeof(rdmalock_options_t); i < size; ++i) {
       if (bytes[i] != 0) {
         return Fail(ErrorCode::kUnsupported, fn,
                     ("options set fields this librdmalock (" RDMALOCK_VERSION
@@ -211,6 +262,12 @@ rdmalock_status_t rdmalock_connect(const rdmalock_options_t* options, rdmalock_c
                         .c_str());
       }
     }
+    // An older caller's struct ends earlier: its fields, and the defaults of the rest. Nothing
+    // past its struct_size is read.
+    rdmalock_options_t merged;
+    FillDefaults(&merged);
+    std::memcpy(&merged, options, KnownPrefix(size));
+    options = &merged;
     if (options->server == nullptr || options->server[0] == '\0') {
       return Fail(ErrorCode::kInvalidArgument, fn,
                   "options->server is not set: name lockd's address");
@@ -356,6 +413,10 @@ rdmalock_status_t rdmalock_lock_on_lost(rdmalock_lock_t* lock, rdmalock_lost_fn 
   constexpr const char* name = "rdmalock_lock_on_lost";
   try {
     if (lock == nullptr) return Fail(ErrorCode::kInvalidArgument, name, "lock is NULL");
+    if (lock->inherited()) {
+      return Fail(ErrorCode::kUnsupported, name,
+                  "this lock was inherited across fork(): the parent process holds it");
+    }
     if (!lock->gate) {
       lock->gate = std::make_shared<LostGate>();
       lock->handle.OnLost([gate = lock->gate](const Status& why) noexcept {

@@ -19,6 +19,7 @@
 #include "auth.h"
 #include "client_test_peer.h"
 #include "entry_pool.h"
+#include "fork_guard.h"
 #include "lock_engine.h"
 #include "rdmalock/proto/layout.h"
 #include "verbs_memory.h"
@@ -173,6 +174,10 @@ struct ThreadChannel {
 
 struct [[gnu::visibility("hidden")]] LockHandle::State {
   ~State() { Settle(); }
+  // fork_guard::Generation() when granted: in a forked child the handle is inert (its mutex may
+  // have been held by one of the parent's threads, which the child does not have).
+  const uint64_t fork_gen = fork_guard::Generation();
+  bool inherited() const { return fork_guard::Generation() != fork_gen; }
   std::weak_ptr<Client::Impl> client;
   std::shared_ptr<const Session> session;
   std::shared_ptr<SlotBudget> budget;  // the client's; the grant holds one unit until it ends
@@ -212,21 +217,45 @@ class [[gnu::visibility("hidden")]] Client::Impl
     session_ = ch->session;
     latest_ = session_;
     channels_[std::this_thread::get_id()] = std::move(ch);
-    reaper_ = std::thread([this] { ReaperLoop(); });
-    keeper_ = std::thread([this] { KeeperLoop(); });
   }
 
-  ~Impl() {
-    StopAsync();
+  // Starts the keeper and the reaper. Each thread holds a reference to the Impl until it ends,
+  // so that one whose callback closes the client (Close then detaches it) goes on, until it
+  // returns, on a live object (issue 17, finding 9). Called once, by Client's constructor.
+  void Start() {
+    reaper_ = std::thread([self = shared_from_this()] { self->ReaperLoop(); });
+    keeper_ = std::thread([self = shared_from_this()] { self->KeeperLoop(); });
+  }
+
+  ~Impl() { Close(); }
+
+  // Ends the session and stops the threads: ~Client calls it, on any thread, including one of
+  // this client's own from inside a callback (a loss callback on the keeper or the reaper, an
+  // async acquire's on the pump or a waiter). That thread cannot be joined from itself: it is
+  // detached instead, and finishes what it was doing once the callback returns (its reference
+  // keeps the Impl alive; everything it does next sees stopping_). Idempotent.
+  void Close() {
+    const auto me = std::this_thread::get_id();
+    {
+      std::lock_guard lk(mu_);
+      if (closed_) return;
+      closed_ = true;
+    }
+    StopAsync(me);
     {
       std::lock_guard lk(mu_);
       stopping_ = true;
     }
     cv_.notify_all();
-    if (reaper_.joinable()) reaper_.join();
-    if (keeper_.joinable()) keeper_.join();
+    JoinOrDetach(reaper_, me);
+    JoinOrDetach(keeper_, me);
+    std::vector<std::shared_ptr<ThreadChannel>> chans;
+    {
+      std::lock_guard lk(mu_);
+      for (auto& [tid, ch] : channels_) chans.push_back(ch);
+    }
     // Posted releases first, so that what this client released is released at lockd.
-    for (auto& [tid, ch] : channels_) {
+    for (auto& ch : chans) {
       std::lock_guard lk(ch->mu);
       (void)ch->Reap();
     }
@@ -234,7 +263,17 @@ class [[gnu::visibility("hidden")]] Client::Impl
     // connections close (threads' caches may keep the objects a while, disconnected), and lockd
     // frees what the record shows.
     (void)EndLeases(Error(ErrorCode::kConnection, "client closed"));
-    for (auto& [tid, ch] : channels_) ch->mem->Shutdown();
+    for (auto& ch : chans) ch->mem->Shutdown();
+  }
+
+  // In a forked child, the client's connections are the parent's and its threads do not exist:
+  // every call fails and nothing is torn down (issue 17, finding 11; fork_guard.h).
+  bool inherited() const { return fork_guard::Generation() != fork_gen_; }
+  static Status InheritedError() {
+    return Error(ErrorCode::kUnsupported,
+                 "this client was inherited across fork(): its connections are the parent "
+                 "process's, which keeps its session and locks; a child connects a client of its "
+                 "own (after exec)");
   }
 
   const ClientOptions& options() const { return opts_; }
@@ -258,6 +297,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
       std::shared_ptr<ThreadChannel> ch;  // keeps the channel alive while this thread uses it
     };
     thread_local Cache cache;
+    if (inherited()) return InheritedError();  // before any lock: a parent's thread may hold it
     const uint64_t gen = gen_.load(std::memory_order_acquire);
     if (cache.impl == this && cache.nonce == nonce_ && cache.gen == gen && gen != 0) {
       return cache.ch.get();
@@ -349,7 +389,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // false; the caller reports the grant lost (issue 16, finding 1).
   bool Track(const std::shared_ptr<LockHandle::State>& s) {
     std::lock_guard lk(mu_);
-    if (session_ != s->session) return false;
+    if (stopping_ || session_ != s->session) return false;
     handles_.push_back(s);
     return true;
   }
@@ -466,21 +506,21 @@ class [[gnu::visibility("hidden")]] Client::Impl
       }
       handles_.clear();
     }
+    // Every lock is lost before the first callback runs: one may close the client, which shuts
+    // the connections down (and lockd frees the locks) while the others are still reported.
     size_t n = 0;
+    std::vector<std::function<void(const Status&)>> notify;
     for (auto& s : all) {
-      std::function<void(const Status&)> notify;
-      {
-        std::lock_guard lk(s->mu);
-        if (s->state != LockState::kHeld) continue;
-        s->SetState(LockState::kLost);
-        ++n;
-        if (!s->lost_reported) {
-          s->lost_reported = true;
-          notify = s->on_lost;
-        }
+      std::lock_guard lk(s->mu);
+      if (s->state != LockState::kHeld) continue;
+      s->SetState(LockState::kLost);
+      ++n;
+      if (!s->lost_reported) {
+        s->lost_reported = true;
+        if (s->on_lost) notify.push_back(s->on_lost);
       }
-      if (notify) notify(why);
     }
+    for (auto& f : notify) f(why);
     return n;
   }
 
@@ -836,6 +876,8 @@ class [[gnu::visibility("hidden")]] Client::Impl
       }
       if (notify) notify(st);
       if (st.code() == ErrorCode::kConnection) OnSessionError(c.session->gen, st);
+      std::lock_guard lk(mu_);
+      if (stopping_) return;  // a callback closed the client
     }
   }
 
@@ -849,8 +891,11 @@ class [[gnu::visibility("hidden")]] Client::Impl
   std::atomic<bool> reap_fast_{false};  // releases are being posted: the reaper ticks every 1 ms
   int idle_reap_ticks_ = 0;             // reaper thread only
 
+  const uint64_t fork_gen_ = fork_guard::Generation();  // see inherited()
+
   mutable std::mutex mu_;  // guards the members below
   std::condition_variable cv_;
+  bool closed_ = false;  // Close() has begun
   bool stopping_ = false;
   bool wake_reaper_ = false;
   uint64_t last_gen_ = 0;
@@ -891,7 +936,16 @@ class [[gnu::visibility("hidden")]] Client::Impl
   static constexpr int kAsyncWaiters = 4;
   void PumpLoop();
   void WaiterLoop();
-  void StopAsync();
+  // `me`: the closing thread (if it is the pump or a waiter, it is detached, not joined).
+  void StopAsync(std::thread::id me);
+  static void JoinOrDetach(std::thread & t, std::thread::id me) {
+    if (!t.joinable()) return;
+    if (t.get_id() == me) {
+      t.detach();  // closing from this thread's own callback: it ends by itself
+    } else {
+      t.join();
+    }
+  }
 
   std::mutex async_mu_;               // guards the members below
   std::condition_variable async_cv_;  // the pump waits on it
@@ -909,15 +963,18 @@ Status Client::Impl::Submit(AsyncRequest req) {
     std::lock_guard lk(async_mu_);
     if (async_stop_) return Error(ErrorCode::kConnection, "client closed");
     if (!pump_.joinable()) {
-      pump_ = std::thread([this] { PumpLoop(); });
+      // As the keeper's, these threads hold the Impl while they run (see Start).
+      pump_ = std::thread([self = shared_from_this()] { self->PumpLoop(); });
       for (int i = 0; i < kAsyncWaiters; ++i) {
-        waiters_.emplace_back([this] { WaiterLoop(); });
+        waiters_.emplace_back([self = shared_from_this()] { self->WaiterLoop(); });
         waiter_ids_.push_back(waiters_.back().get_id());
       }
     }
     async_q_.push_back(std::move(req));
+    // Under the lock: once it is released, the request's callback may run and destroy the
+    // client, this Impl (and its condition variable) with it, before this thread goes on.
+    async_cv_.notify_one();
   }
-  async_cv_.notify_one();
   return Status::Ok();
 }
 
@@ -1078,7 +1135,7 @@ void Client::Impl::WaiterLoop() {
 
 // Stops the async threads. Waiters blocked in a wait are woken by shutting their connections
 // (after reaping any release they posted); what is still queued completes with kConnection.
-void Client::Impl::StopAsync() {
+void Client::Impl::StopAsync(std::thread::id me) {
   std::vector<std::thread::id> ids;
   {
     std::lock_guard lk(async_mu_);
@@ -1087,7 +1144,7 @@ void Client::Impl::StopAsync() {
   }
   async_cv_.notify_all();
   wait_cv_.notify_all();
-  if (pump_.joinable()) pump_.join();
+  JoinOrDetach(pump_, me);
   std::vector<std::shared_ptr<ThreadChannel>> chans;
   {
     std::lock_guard lk(mu_);
@@ -1105,7 +1162,7 @@ void Client::Impl::StopAsync() {
     wait_q_.clear();
   }
   for (auto& ch : chans) ch->mem->Shutdown();
-  for (auto& t : waiters_) t.join();
+  for (auto& t : waiters_) JoinOrDetach(t, me);
   std::deque<AsyncRequest> left;
   {
     std::lock_guard lk(async_mu_);
@@ -1138,8 +1195,17 @@ Result<std::string> ResolveAuthKey(const ClientOptions& o) {
 
 }  // namespace
 
-Client::Client(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Client::~Client() = default;
+Client::Client(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->Start(); }
+
+Client::~Client() {
+  if (impl_->inherited()) {
+    // A forked child's copy: its threads are the parent's and its connections too. Nothing of
+    // it is destroyed (fork_guard.h).
+    fork_guard::Bury(std::move(impl_));
+    return;
+  }
+  impl_->Close();  // on this thread; if it is one of the client's own, that one is detached
+}
 
 Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   if (options.server.empty()) {
@@ -1163,6 +1229,7 @@ using Resolve = std::function<Result<std::pair<std::string, uint16_t>>()>;  // C
 
 Result<std::shared_ptr<Client::Impl>> ConnectImpl(const ClientOptions& options, Resolve resolve,
                                                   Connector connector) {
+  fork_guard::Install();  // before the first connection (see Client::~Client)
   ClientOptions opts = options;
   if (opts.client_name.empty()) opts.client_name = DefaultClientName();
   RDMALOCK_ASSIGN_OR_RETURN(opts.auth_key, ResolveAuthKey(opts));
@@ -1225,19 +1292,26 @@ Result<std::unique_ptr<Client>> Client::ConnectResolving(const ClientOptions& op
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
+// In a forked child the accessors say 0: the client's mutex may be held by a parent's thread.
 uint64_t Client::SlotOf(std::string_view name) const {
+  if (impl_->inherited()) return 0;
   return SlotForName(name, impl_->latest_session()->reply.lock_count);
 }
-uint64_t Client::lock_count() const { return impl_->latest_session()->reply.lock_count; }
+uint64_t Client::lock_count() const {
+  return impl_->inherited() ? 0 : impl_->latest_session()->reply.lock_count;
+}
 uint64_t Client::session_id() const {
+  if (impl_->inherited()) return 0;
   auto s = impl_->session();
   return s ? s->reply.session_id : 0;
 }
 uint64_t Client::epoch() const {
+  if (impl_->inherited()) return 0;
   auto s = impl_->session();
   return s ? s->reply.epoch : 0;
 }
 std::chrono::nanoseconds Client::lease() const {
+  if (impl_->inherited()) return std::chrono::nanoseconds(0);
   return std::chrono::nanoseconds(impl_->latest_session()->reply.lease_ns);
 }
 
@@ -1298,12 +1372,14 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
 
 Status Client::LockAsync(std::string_view name, const LockOptions& options, LockCallback done) {
   if (name.empty()) return Error(ErrorCode::kInvalidArgument, "lock name is empty");
+  if (impl_->inherited()) return Impl::InheritedError();
   return LockSlotAsync(SlotForName(name, impl_->latest_session()->reply.lock_count), options,
                        std::move(done));
 }
 
 Status Client::LockSlotAsync(uint64_t slot, const LockOptions& options, LockCallback done) {
   if (!done) return Error(ErrorCode::kInvalidArgument, "LockSlotAsync needs a callback");
+  if (impl_->inherited()) return Impl::InheritedError();
   if (options.timeout && options.timeout->count() < 0) {
     return Error(ErrorCode::kInvalidArgument, "negative lock timeout");
   }
@@ -1402,7 +1478,10 @@ Result<std::vector<LockHandle>> Client::LockManySlots(std::span<const SlotReques
 }
 
 Status Client::ReleaseMany(std::span<LockHandle> handles) {
-  auto ch = impl_->Channel(Clock::now());
+  if (impl_->inherited()) return Impl::InheritedError();
+  // A loss callback run by a release below may destroy this Client: its Impl stays.
+  const std::shared_ptr<Impl> impl = impl_;
+  auto ch = impl->Channel(Clock::now());
   std::vector<LockHandle::State*> batch;
   std::vector<std::unique_lock<std::mutex>> locks;
   Status first;
@@ -1448,7 +1527,7 @@ Status Client::ReleaseMany(std::span<LockHandle> handles) {
     note(res[i]);
   }
   locks.clear();
-  if (!conn.ok()) impl_->OnSessionError(c.session->gen, conn);
+  if (!conn.ok()) impl->OnSessionError(c.session->gen, conn);
   return first;
 }
 
@@ -1631,7 +1710,7 @@ Result<std::vector<SessionInfo>> Client::Sessions() {
   return out;
 }
 
-ClientStats Client::Stats() const { return impl_->Stats(); }
+ClientStats Client::Stats() const { return impl_->inherited() ? ClientStats{} : impl_->Stats(); }
 
 // ---- LockHandle
 
@@ -1659,6 +1738,7 @@ LockMode LockHandle::mode() const {
 // stuck, or renewal off): waiters may recover it from then on.
 LockState LockHandle::state() const {
   if (!state_) return LockState::kReleased;
+  if (state_->inherited()) return LockState::kLost;  // a forked child holds nothing
   std::lock_guard lk(state_->mu);
   if (state_->state == LockState::kHeld &&
       !state_->session->engine->LeaseValid(state_->grant, Clock::now())) {
@@ -1667,12 +1747,12 @@ LockState LockHandle::state() const {
   return state_->state;
 }
 uint64_t LockHandle::fencing_token() const {
-  if (!state_) return 0;
+  if (!state_ || state_->inherited()) return 0;
   std::lock_guard lk(state_->mu);
   return state_->grant.token;
 }
 std::chrono::steady_clock::time_point LockHandle::lease_expiry() const {
-  if (!state_) return {};
+  if (!state_ || state_->inherited()) return {};
   std::lock_guard lk(state_->mu);
   const auto end = state_->grant.lease_start + state_->session->engine->params().lease;
   if (const auto* t = state_->session->engine->params().trusted_until; t != nullptr) {
@@ -1684,13 +1764,15 @@ std::chrono::steady_clock::time_point LockHandle::lease_expiry() const {
 }
 
 void LockHandle::OnLost(std::function<void(const Status&)> callback) {
-  if (!state_) return;
+  if (!state_ || state_->inherited()) return;
   std::lock_guard lk(state_->mu);
   state_->on_lost = std::move(callback);
 }
 
 Status LockHandle::Release() {
   if (!state_) return Error(ErrorCode::kNotHeld, "empty lock handle");
+  // In a forked child: the parent holds the lock; releasing it from here would release theirs.
+  if (state_->inherited()) return Client::Impl::InheritedError();
   auto impl = state_->client.lock();
   Status st = ReleaseHeld(*state_, impl.get());
   if (impl && st.code() == ErrorCode::kConnection) impl->OnSessionError(state_->session->gen, st);
@@ -1751,6 +1833,7 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
 
 Status LockHandle::Renew() {
   if (!state_) return Error(ErrorCode::kNotHeld, "empty lock handle");
+  if (state_->inherited()) return Client::Impl::InheritedError();
   auto impl = state_->client.lock();
   if (!impl) return Error(ErrorCode::kConnection, "client closed");
   Status st;
@@ -1795,5 +1878,7 @@ uint64_t ClientTestPeer::JoinKey(Client& c) {
   auto s = c.impl_->session();
   return s ? s->reply.join_key : 0;
 }
+
+std::weak_ptr<const void> ClientTestPeer::Lifetime(Client& c) { return c.impl_; }
 
 }  // namespace rdmalock

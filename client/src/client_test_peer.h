@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -27,6 +28,10 @@ class ClientTestPeer {
   static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options, Connector connector);
   // The current session's join key (what a further connection of the session presents).
   static uint64_t JoinKey(Client& c);
+  // Expires once the client's implementation (its threads' shared state) has been destroyed,
+  // which may be after ~Client returned (issue 17, finding 9: a client closed from its own
+  // callback is finished on that thread).
+  static std::weak_ptr<const void> Lifetime(Client& c);
 };
 
 }  // namespace rdmalock

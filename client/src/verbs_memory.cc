@@ -8,6 +8,7 @@
 
 #include "../../common/rdma/verbs.h"
 #include "auth.h"
+#include "fork_guard.h"
 #include "rdmalock/proto/layout.h"
 
 namespace rdmalock {
@@ -207,8 +208,16 @@ struct VerbsMemory::Impl {
   }
 };
 
-VerbsMemory::VerbsMemory(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-VerbsMemory::~VerbsMemory() = default;
+VerbsMemory::VerbsMemory(std::unique_ptr<Impl> impl)
+    : impl_(std::move(impl)), fork_gen_(fork_guard::Generation()) {}
+
+// In a forked child, the QP, cm_id, CQ, PD and MR are the parent's (the rdma files are shared):
+// destroying them would disconnect the parent's connection. The child keeps its copy, untouched.
+VerbsMemory::~VerbsMemory() {
+  if (fork_guard::Generation() != fork_gen_) {
+    fork_guard::Bury(std::shared_ptr<Impl>(std::move(impl_)));
+  }
+}
 
 namespace {
 constexpr const char* kNoListener = "no rdmalock reason given";
@@ -239,6 +248,7 @@ Status RejectStatus(const std::string& where, const std::vector<uint8_t>& data) 
 Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& params,
                                                           uint32_t* retry_after_ms,
                                                           proto::RejectReason* reason) {
+  fork_guard::Install();  // before any rdma resource exists (see ~VerbsMemory)
   const auto started = std::chrono::steady_clock::now();
   proto::ConnectRequest req;
   req.flags = params.flags;

@@ -60,6 +60,7 @@ class VerbsMemory : public Connection {
   Status ProbeByteOrder();
 
   std::unique_ptr<Impl> impl_;
+  uint64_t fork_gen_ = 0;  // fork_guard::Generation() when made: a child's copy is inert
   proto::AcceptReply reply_;
   std::chrono::steady_clock::time_point connect_started_{};
 };

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import enum
+import itertools
 import math
 import os
 import pathlib
@@ -106,10 +107,45 @@ class _Options(ctypes.Structure):
     ]
 
 
+# rdmalock_options_t of C API version 1 (what a library without rdmalock_options_init_sized
+# fills).
+_OPTIONS_V1_SIZE = ctypes.sizeof(_Options)
+
 _LOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 
 _loaded: Optional[ctypes.CDLL] = None
 _load_lock = threading.Lock()
+
+# Lost callbacks: one C trampoline for every lock, never freed, finds the lock's Python callback
+# by the key the library hands back as user_data. (A ctypes callback object per lock would have
+# to outlive every call the library makes through it, including the one during which its Lock is
+# collected; issue 17, finding 9.) _callbacks_lock guards _callbacks; it is never held while a
+# callback runs.
+_callbacks: dict = {}
+_callbacks_lock = threading.Lock()
+_callback_keys = itertools.count(1)
+
+
+def _on_lost(code, message, key):
+    with _callbacks_lock:
+        callback = _callbacks.get(key)
+    if callback is not None:
+        callback(RdmalockError(code, (message or b"").decode(errors="replace")))
+
+
+_LOST_TRAMPOLINE = _LOST_FN(_on_lost)
+
+
+def _after_fork_in_child() -> None:
+    # The child has only the thread that forked: a lock another thread held stays held in it.
+    # (The C library makes the inherited clients and locks inert; see docs/sdk.md, fork().)
+    global _callbacks_lock, _load_lock
+    _callbacks_lock = threading.Lock()
+    _load_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _candidates() -> list[str]:
@@ -160,6 +196,11 @@ def _declare(lib: ctypes.CDLL) -> None:
         f = getattr(lib, name)
         f.restype = restype
         f.argtypes = argtypes
+    # C API version 2: the options carry the caller's size (older libraries lack it).
+    sized = getattr(lib, "rdmalock_options_init_sized", None)
+    if sized is not None:
+        sized.restype = None
+        sized.argtypes = [ctypes.POINTER(_Options), ctypes.c_size_t]
 
 
 def _lib() -> ctypes.CDLL:
@@ -200,9 +241,25 @@ def _timeout_ms(timeout: Optional[float]) -> int:
     return int(round(timeout * 1000))
 
 
-def _free_lock(handle: ctypes.c_void_p, keep: list) -> None:
-    _lib().rdmalock_lock_free(handle)
-    keep.clear()
+def _options() -> _Options:
+    """An _Options with the library's defaults and this module's own struct size (issue 17,
+    finding 8: a newer library reads only the fields this module has)."""
+    lib = _lib()
+    o = _Options()
+    if hasattr(lib, "rdmalock_options_init_sized"):
+        lib.rdmalock_options_init_sized(ctypes.byref(o), ctypes.sizeof(o))
+    elif ctypes.sizeof(o) == _OPTIONS_V1_SIZE:
+        lib.rdmalock_options_init(ctypes.byref(o))
+    else:
+        raise RdmalockError(ErrorCode.UNSUPPORTED,
+                            "librdmalock is older than this module (no rdmalock_options_init_sized)")
+    return o
+
+
+def _free_lock(handle: ctypes.c_void_p, key: int) -> None:
+    _lib().rdmalock_lock_free(handle)  # after it returns the library never calls back for it
+    with _callbacks_lock:
+        _callbacks.pop(key, None)
 
 
 def library_version() -> str:
@@ -221,15 +278,17 @@ def slot_for_name(name: str, lock_count: int) -> int:
 class Lock:
     """An acquired lock. Use it as a context manager (released when the block ends), or call
     release(). The handle is freed by close() or when the object is collected; a lock still held
-    then is released."""
+    then is released. A Lock keeps its Client alive (issue 17, finding 10): the session lasts at
+    least as long as the locks it granted, unless the client is closed."""
 
-    def __init__(self, handle: int, name: Optional[str]):
+    def __init__(self, handle: int, name: Optional[str], client: "Client"):
         self._handle = ctypes.c_void_p(handle)
         self.name = name
-        # The ctypes lost callback must outlive the C handle: the finalizer holds it until
-        # rdmalock_lock_free has returned (after which the library never calls it).
-        self._keep: list = []
-        self._finalizer = weakref.finalize(self, _free_lock, self._handle, self._keep)
+        self._client: Optional[Client] = client
+        self._key = next(_callback_keys)  # this lock's entry in _callbacks
+        # Runs before the Lock's attributes go (so before its reference to the client): the
+        # handle is freed while the session is still there.
+        self._finalizer = weakref.finalize(self, _free_lock, self._handle, self._key)
 
     def _h(self) -> ctypes.c_void_p:
         if not self._finalizer.alive:
@@ -248,6 +307,7 @@ class Lock:
     def close(self) -> None:
         """Frees the handle, releasing the lock if still held (errors dropped). Idempotent."""
         self._finalizer()
+        self._client = None
 
     @property
     def token(self) -> int:
@@ -284,17 +344,15 @@ class Lock:
     def on_lost(self, callback: Optional[Callable[[RdmalockError], None]]) -> None:
         """Calls ``callback(error)`` at most once if the lock is lost while held (on a library
         thread: keep it short, and do not release or renew this lock from it). None clears it."""
+        handle = self._h()
         if callback is None:
-            _check(_lib().rdmalock_lock_on_lost(self._h(), _LOST_FN(), None))
-            self._keep.clear()
+            _check(_lib().rdmalock_lock_on_lost(handle, _LOST_FN(), None))
+            with _callbacks_lock:
+                _callbacks.pop(self._key, None)
             return
-
-        def trampoline(code, message, _user):
-            callback(RdmalockError(code, (message or b"").decode(errors="replace")))
-
-        cb = _LOST_FN(trampoline)
-        _check(_lib().rdmalock_lock_on_lost(self._h(), cb, None))
-        self._keep[:] = [cb]  # the previous callback is replaced: the library no longer holds it
+        with _callbacks_lock:
+            _callbacks[self._key] = callback
+        _check(_lib().rdmalock_lock_on_lost(handle, _LOST_TRAMPOLINE, self._key))
 
     def __enter__(self) -> "Lock":
         return self
@@ -319,15 +377,16 @@ class Lock:
 class Client:
     """A session with one lockd. Connects on construction; close() (or the end of a with-block)
     ends the session, and lockd frees the locks it still held. Threads may share a Client, but
-    must not use it while one of them closes it."""
+    must not use it while one of them closes it. Its Locks keep it alive; a lost callback may
+    close it or drop the last references to it. After os.fork(), the child's copy refuses every
+    call (UNSUPPORTED) and leaves the parent's session alone."""
 
     def __init__(self, server: str, port: int = 7471, connect_timeout: float = 5.0,
                  client_name: Optional[str] = None, auto_renew: bool = True,
                  record_requests: bool = True, reconnect: bool = True,
                  auth_key_file: Optional[str] = None):
         lib = _lib()
-        o = _Options()
-        lib.rdmalock_options_init(ctypes.byref(o))
+        o = _options()
         o.server = server.encode() if server else None
         if not 0 <= port <= 0xFFFF:
             raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"port {port} is out of range")
@@ -366,7 +425,7 @@ class Client:
         out = ctypes.c_void_p()
         _check(_lib().rdmalock_lock(self._h(), name.encode(), _SHARED if shared else _EXCLUSIVE,
                                     timeout_ms, ctypes.byref(out)))
-        return Lock(out.value, name)
+        return Lock(out.value, name, self)
 
     def lock(self, name: str, shared: bool = False, timeout: Optional[float] = None) -> Lock:
         """Acquires ``name``, waiting up to ``timeout`` seconds (None: for ever). Raises
@@ -390,7 +449,7 @@ class Client:
         out = ctypes.c_void_p()
         _check(_lib().rdmalock_lock_slot(self._h(), slot, _SHARED if shared else _EXCLUSIVE,
                                          _timeout_ms(timeout), ctypes.byref(out)))
-        return Lock(out.value, None)
+        return Lock(out.value, None, self)
 
     def flush(self) -> None:
         """Waits until this thread's posted releases have completed at lockd."""

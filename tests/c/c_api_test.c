@@ -12,12 +12,17 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "rdmalock/rdmalock.h" /* first: it must stand on its own */
 
@@ -117,7 +122,13 @@ static void test_options_defaults(void) {
   CHECK(o.port == 7471);
   CHECK(o.connect_timeout_ms == 5000);
   CHECK(o.auto_renew == 1 && o.record_requests == 1 && o.reconnect == 1);
-  rdmalock_options_init(NULL); /* a no-op, not a crash */
+  /* NULL is a no-op, not a crash (the macro takes sizeof *NULL: call the functions). */
+  (rdmalock_options_init)(NULL);
+  rdmalock_options_init_sized(NULL, sizeof o);
+  /* A size too small to hold struct_size: nothing is written. */
+  memset(&o, 0xab, sizeof o);
+  rdmalock_options_init_sized(&o, sizeof o.struct_size - 1);
+  CHECK(((const unsigned char*)&o)[0] == 0xab);
 }
 
 static void test_connect_bad_options(void) {
@@ -168,6 +179,87 @@ static void test_connect_newer_options(void) {
   o.v1.server = NULL;
   EXPECT_STATUS(rdmalock_connect(&o.v1, &c), RDMALOCK_ERR_INVALID_ARGUMENT);
   EXPECT_MESSAGE("options->server is not set");
+}
+
+/* issue 17 finding 8: a caller built against an older header, whose rdmalock_options_t ends before
+ * this library's last field (as if auth_key_file had been added after it was built), with guard
+ * bytes after its struct. The guard's first word would be auth_key_file if the library read past
+ * the caller's struct_size: it names a key file that does not exist. */
+struct older_options {
+  size_t struct_size;
+  const char* server;
+  uint16_t port;
+  uint32_t connect_timeout_ms;
+  const char* client_name;
+  int auto_renew;
+  int record_requests;
+  int reconnect;
+};
+struct older_caller {
+  struct older_options o;
+  const char* guard_key_file;
+  unsigned char guard[24];
+};
+/* What that caller's rdmalock_options_init(&o) is: its header's macro, with its own sizeof. (A
+ * header that has only the function cannot pass the caller's size.) */
+#ifdef rdmalock_options_init
+#define OLDER_CALLER_INIT(p) \
+  rdmalock_options_init_sized((rdmalock_options_t*)(void*)(p), sizeof *(p))
+#else
+#define OLDER_CALLER_INIT(p) rdmalock_options_init((rdmalock_options_t*)(void*)(p))
+#endif
+
+static void test_older_caller_options(void) {
+  static const char guard_key[] = "/nonexistent/older-caller-guard.key";
+  struct older_caller c, before;
+  rdmalock_client_t* client = NULL;
+  memset(&c, 0xab, sizeof c);
+  c.guard_key_file = guard_key;
+  before = c;
+  OLDER_CALLER_INIT(&c.o);
+  for (size_t i = offsetof(struct older_caller, guard_key_file); i < sizeof c; ++i) {
+    if (((unsigned char*)&c)[i] != ((unsigned char*)&before)[i]) {
+      fail_at(__LINE__, "rdmalock_options_init wrote byte %zu past the caller's %zu-byte struct",
+              i - sizeof c.o, sizeof c.o);
+      break;
+    }
+  }
+  if (c.o.struct_size != sizeof c.o) {
+    fail_at(__LINE__, "struct_size is %zu, not the caller's %zu", c.o.struct_size, sizeof c.o);
+  }
+  CHECK(c.o.port == 7471 && c.o.connect_timeout_ms == 5000 && c.o.server == NULL);
+  CHECK(c.o.auto_renew == 1 && c.o.record_requests == 1 && c.o.reconnect == 1);
+  /* connect accepts the older struct and reads nothing past it (auth_key_file: the default). */
+  c = before;
+  OLDER_CALLER_INIT(&c.o);
+  c.o.struct_size = sizeof c.o; /* what the caller's init stamps */
+  c.o.server = "192.0.2.77";    /* TEST-NET-1: nobody is there */
+  c.o.port = 7999;
+  c.o.connect_timeout_ms = 300;
+  const rdmalock_status_t st = rdmalock_connect((const rdmalock_options_t*)(void*)&c.o, &client);
+  CHECK(client == NULL);
+  if (st == RDMALOCK_ERR_INVALID_ARGUMENT || st == RDMALOCK_ERR_CONFIG ||
+      strstr(rdmalock_last_error(), guard_key) != NULL) {
+    fail_at(__LINE__, "connect with the older caller's struct: %s: %s", rdmalock_error_name(st),
+            rdmalock_last_error());
+  }
+  CHECK(st != RDMALOCK_OK);
+
+  /* A caller of C API version 1's entry point (a binary built before the size travelled): the
+   * function writes version 1's fields only. */
+  struct {
+    rdmalock_options_t o;
+    unsigned char guard[32];
+  } v1;
+  memset(&v1, 0xcd, sizeof v1);
+  (rdmalock_options_init)(&v1.o);
+  for (size_t i = 0; i < sizeof v1.guard; ++i) {
+    if (v1.guard[i] != 0xcd) {
+      fail_at(__LINE__, "the version 1 entry point wrote byte %zu past its struct", i);
+      break;
+    }
+  }
+  CHECK(v1.o.struct_size == sizeof v1.o && v1.o.port == 7471);
 }
 
 /* Where this host has no RDMA device, or nothing listens: an error naming the server, no client. */
@@ -556,12 +648,71 @@ static void test_lost_callback(void) {
          now_ms() - t0);
 }
 
+/* issue 17 finding 11: a parent holding a lock forks; the child finds its inherited client
+ * unusable, frees the inherited lock and clients and exits normally (exit(): atexit handlers,
+ * thread-local destructors). Nothing of that may reach the parent's session: its lock stays held
+ * (another client's try_lock is busy) and it can release it. */
+static void test_fork_child_exit_leaves_parent_locks(void) {
+  rdmalock_client_t* a = connect_as("c-api-fork-parent");
+  rdmalock_client_t* b = connect_as("c-api-fork-other");
+  REQUIRE(a != NULL && b != NULL);
+  rdmalock_lock_t *l = NULL, *m = NULL;
+  EXPECT_STATUS(rdmalock_lock(a, "c-api/fork", RDMALOCK_EXCLUSIVE, 5000, &l), RDMALOCK_OK);
+  REQUIRE(l != NULL);
+  fflush(stdout);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    /* The child. Exit codes: 0 fine; 1 the inherited client took a lock; 2 it failed otherwise
+     * than UNSUPPORTED. */
+    rdmalock_lock_t* c = NULL;
+    const rdmalock_status_t st = rdmalock_try_lock(a, "c-api/fork-child", RDMALOCK_EXCLUSIVE, &c);
+    int code = st == RDMALOCK_OK ? 1 : st == RDMALOCK_ERR_UNSUPPORTED ? 0 : 2;
+    if (code != 0) {
+      fprintf(stderr, "fork child: try_lock on the inherited client: %s: %s\n",
+              rdmalock_error_name(st), rdmalock_last_error());
+    }
+    rdmalock_lock_free(c);
+    rdmalock_lock_free(l); /* would release the parent's lock */
+    rdmalock_close(a);     /* would end the parent's session */
+    rdmalock_close(b);
+    exit(code);
+  }
+  int status = 0;
+  const double t0 = now_ms();
+  pid_t got = 0;
+  while ((got = waitpid(pid, &status, WNOHANG)) == 0 && now_ms() - t0 < 20000) sleep_ms(20);
+  if (got == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    fail_at(__LINE__, "the child did not exit within 20 s (killed)");
+  } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fail_at(__LINE__, "the child ended with status %#x (exit %d)", status,
+            WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  }
+  sleep_ms(500); /* lockd would have acted on a disconnect by now */
+  CHECK(rdmalock_lock_get_state(l) == RDMALOCK_HELD);
+  EXPECT_STATUS(rdmalock_try_lock(b, "c-api/fork", RDMALOCK_EXCLUSIVE, &m), RDMALOCK_ERR_BUSY);
+  rdmalock_lock_free(m);
+  m = NULL;
+  EXPECT_STATUS(rdmalock_renew(l), RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_release(l), RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_flush(a), RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_try_lock(b, "c-api/fork", RDMALOCK_EXCLUSIVE, &m), RDMALOCK_OK);
+  rdmalock_lock_free(m);
+  rdmalock_lock_free(l);
+  rdmalock_close(b);
+  rdmalock_close(a);
+}
+
 int main(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "host") == 0) {
     run("version and error names", test_version_and_names);
     run("options_init fills the defaults", test_options_defaults);
     run("connect refuses bad options with a message", test_connect_bad_options);
     run("connect refuses fields of a newer header it does not know", test_connect_newer_options);
+    run("issue 17 finding 8: an older caller's shorter options: nothing written past it, accepted",
+        test_older_caller_options);
     run("connect to an unreachable server fails with a message", test_connect_unreachable);
     run("NULL arguments give INVALID_ARGUMENT and name the argument", test_null_arguments);
     run("slot_for_name", test_slot_for_name);
@@ -584,6 +735,8 @@ int main(int argc, char** argv) {
     run("auth_key_file: a missing file is CONFIG; lockd's key admits", test_auth_key_file);
     run("close with a lock held: handle lost, lockd frees the lock", test_close_with_lock_held);
     run("lost callback when the session is fenced (lockctl release --force)", test_lost_callback);
+    run("issue 17 finding 11: a forked child's exit leaves the parent's session and lock",
+        test_fork_child_exit_leaves_parent_locks);
   } else {
     fprintf(stderr,
             "usage: %s host\n"

@@ -46,3 +46,24 @@ def test_error_carries_unknown_codes():
     e = RdmalockError(99, "from the future")
     assert e.code == 99 and e.name == "unknown"
     assert RdmalockError(3, "x").code is ErrorCode.BUSY
+
+
+def test_issue17_finding8_the_options_carry_the_module_own_size():
+    import ctypes
+    o = rdmalock._options()
+    assert o.struct_size == ctypes.sizeof(rdmalock._Options)
+    assert o.port == 7471 and o.connect_timeout_ms == 5000 and o.auto_renew == 1
+    # An older module's shorter struct (without the last field), guard bytes after it: the
+    # library writes only within the size it is given, and stamps that size.
+
+    class Short(ctypes.Structure):
+        _fields_ = rdmalock._Options._fields_[:-1]
+
+    class Caller(ctypes.Structure):
+        _fields_ = [("o", Short), ("guard", ctypes.c_uint64)]
+
+    c = Caller(guard=0xABABABABABABABAB)
+    rdmalock._lib().rdmalock_options_init_sized(
+        ctypes.cast(ctypes.pointer(c), ctypes.POINTER(rdmalock._Options)), ctypes.sizeof(Short))
+    assert c.guard == 0xABABABABABABABAB
+    assert c.o.struct_size == ctypes.sizeof(Short) and c.o.port == 7471

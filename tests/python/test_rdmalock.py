@@ -1,12 +1,19 @@
 """The Python module against a running lockd (RDMALOCK_SERVER, RDMALOCK_PORT): run by
 tests/sdk/run.sh on real verbs."""
 
+import gc
+import os
+import pathlib
+import subprocess
+import sys
 import threading
 import time
 
 import pytest
 import rdmalock
 from rdmalock import ErrorCode, LockState, RdmalockError
+
+_PYTHON_DIR = str(pathlib.Path(__file__).resolve().parents[2] / "python")
 
 
 @pytest.fixture
@@ -227,3 +234,131 @@ def test_authentication_key_from_the_environment_or_a_file(lockd, tmp_path):
     with pytest.raises(RdmalockError) as e:
         rdmalock.Client.connect(server, port=port, auth_key_file=str(tmp_path / "missing.key"))
     assert e.value.code == ErrorCode.CONFIG
+
+
+def test_issue17_finding10_a_lock_keeps_its_client_alive(lockd, other):
+    # The only reference to the client is the one the lock keeps: the session must live on.
+    server, port = lockd
+    lock = rdmalock.Client.connect(server, port=port, connect_timeout=10).lock("py/no-client-ref",
+                                                                               timeout=5)
+    gc.collect()
+    time.sleep(0.5)  # lockd would have freed the lock of a closed session by now
+    assert lock.held, lock.state
+    assert other.try_lock("py/no-client-ref") is None
+    lock.release()
+    lock.close()
+    del lock
+    gc.collect()
+    other.flush()
+    with other.lock("py/no-client-ref", timeout=5):
+        pass
+
+
+def _run_script(script: str, *args: str) -> subprocess.Popen:
+    """Runs ``script`` in a Python process of its own, killed after 60 s whatever happens (so a
+    hung child fails the test instead of the suite)."""
+    p = subprocess.Popen([sys.executable, "-c", script, *args], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, PYTHONPATH=_PYTHON_DIR))
+    watchdog = threading.Timer(60, p.kill)
+    watchdog.daemon = True
+    watchdog.start()
+    return p
+
+
+def _force_release(lockd, name):
+    lockctl, sock = os.environ.get("RDMALOCK_LOCKCTL"), os.environ.get("RDMALOCK_ADMIN_SOCKET")
+    if not lockctl or not sock:
+        pytest.fail("RDMALOCK_LOCKCTL and RDMALOCK_ADMIN_SOCKET are not set (tests/sdk/run.sh "
+                    "sets them)", pytrace=False)
+    server, port = lockd
+    subprocess.run([lockctl, "--server", server, "--port", str(port), "release",
+                    "--admin-socket", sock, "--force", name], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+_GC_IN_CALLBACK = r"""
+import sys, threading, rdmalock
+server, port = sys.argv[1], int(sys.argv[2])
+box, done = {}, threading.Event()
+def lost(err):
+    box.clear()  # the last references to the lock and its client go, on the library's thread
+    done.set()
+box["client"] = rdmalock.Client.connect(server, port=port, connect_timeout=10)
+box["lock"] = box["client"].lock("py/gc-in-callback", timeout=5)
+box["lock"].on_lost(lost)
+print("locked", flush=True)
+print("lost" if done.wait(15) else "no callback", flush=True)
+"""
+
+
+def test_issue17_finding9_a_loss_callback_drops_the_last_client_reference(lockd, other):
+    # In a process of its own: before the fix, ~Client joined the keeper from the keeper itself
+    # (std::terminate), so the process died.
+    server, port = lockd
+    p = _run_script(_GC_IN_CALLBACK, server, str(port))
+    try:
+        assert p.stdout.readline().strip() == "locked", p.stderr.read()
+        _force_release(lockd, "py/gc-in-callback")
+        out, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert p.returncode == 0 and out.strip() == "lost", (p.returncode, out, err)
+    with other.lock("py/gc-in-callback", timeout=5):
+        pass
+
+
+_FORK = r"""
+import os, sys, rdmalock
+server, port = sys.argv[1], int(sys.argv[2])
+client = rdmalock.Client.connect(server, port=port, connect_timeout=10, client_name="py-fork")
+lock = client.lock("py/fork", timeout=5)
+pid = os.fork()
+if pid == 0:
+    # The child: its inherited client refuses work; then the interpreter exits normally, and its
+    # finalizers free the inherited lock and client.
+    try:
+        client.try_lock("py/fork-child")
+        code = 1
+    except rdmalock.RdmalockError as e:
+        code = 0 if e.code == rdmalock.ErrorCode.UNSUPPORTED else 2
+        if code:
+            print("child:", e, file=sys.stderr)
+    sys.exit(code)
+import time
+for _ in range(200):  # 20 s
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        print("child", os.waitstatus_to_exitcode(status), flush=True)
+        break
+    time.sleep(0.1)
+else:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    print("child hung (killed after 20 s)", flush=True)
+sys.stdin.readline()  # the test looks from another client meanwhile
+print("held" if lock.held else f"not held: {lock.state.name}", flush=True)
+lock.release()
+client.flush()
+print("released", flush=True)
+"""
+
+
+def test_issue17_finding11_a_forked_child_exit_leaves_the_parent_lock(lockd, other):
+    server, port = lockd
+    p = _run_script(_FORK, server, str(port))
+    try:
+        first = p.stdout.readline().strip()
+        time.sleep(0.5)  # lockd would have acted on a disconnect by now
+        busy = other.try_lock("py/fork")
+        p.stdin.write("go\n")
+        p.stdin.flush()
+        out, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert first == "child 0", (first, err)
+    assert busy is None, "the child's exit freed the parent's lock"
+    assert p.returncode == 0 and out.split() == ["held", "released"], (p.returncode, out, err)
+    other.flush()
+    with other.lock("py/fork", timeout=5):
+        pass

@@ -17,6 +17,14 @@
 // client's locks at once. If the session ends (lockd restarted, or fenced this client, or the
 // network failed), every lock it held is reported lost (OnLost), and the client reconnects by
 // itself with back-off; calls made meanwhile wait for the new session within their timeout.
+//
+// Callbacks (OnLost, LockAsync's) may destroy the Client, also on the client's own threads: that
+// thread is then detached and finishes by itself once the callback returns.
+//
+// fork(): a child process inherits its parent's Clients and LockHandles but cannot use them:
+// every call fails with kUnsupported (accessors return 0, handles read kLost), and destroying them
+// (or the child's exit) touches nothing of the parent's, which keeps its session and locks. A
+// child that needs locks connects a Client of its own after exec.
 #pragma once
 
 #include <array>
@@ -116,7 +124,8 @@ class RDMALOCK_EXPORT LockHandle {
   Status Renew();
   // Called once if the lock is found lost while held: its lease could not be renewed, a waiter
   // recovered it, or the session with lockd ended. Runs on the thread that noticed (the client's
-  // keeper thread, or a thread whose call found the session broken); keep it short.
+  // keeper thread, or a thread whose call found the session broken); keep it short. It may
+  // destroy the Client (not call Release or Renew on this handle).
   void OnLost(std::function<void(const Status&)> callback);
 
   struct State;

@@ -26,8 +26,15 @@
  * a time (it may be handed to another).
  *
  * ABI: the library is librdmalock.so.0. Structures the caller allocates carry their size in their
- * first field, so that later versions can add fields at the end; set it with the *_init function.
- * Everything else is an opaque handle. */
+ * first field, so that later versions can add fields at the end: rdmalock_options_init is a
+ * macro that passes the library the caller's sizeof, so a newer library writes and reads only the
+ * fields the caller's header has (and takes the defaults of the rest), and an older library
+ * refuses fields it does not know. Everything else is an opaque handle.
+ *
+ * fork(): a child process inherits its parent's clients and locks but cannot use them (every call
+ * on them fails with UNSUPPORTED, accessors return 0 and locks read LOST); freeing them, or the
+ * child's exit, leaves the parent's session and locks alone. A child that needs locks connects a
+ * client of its own after exec. */
 #ifndef RDMALOCK_RDMALOCK_H_
 #define RDMALOCK_RDMALOCK_H_
 
@@ -44,8 +51,9 @@
 extern "C" {
 #endif
 
-/* The version of this C interface: bumped when functions or fields are added. */
-#define RDMALOCK_C_API_VERSION 1
+/* The version of this C interface: bumped when functions or fields are added. 2 added
+ * rdmalock_options_init_sized (rdmalock_options_init became a macro over it). */
+#define RDMALOCK_C_API_VERSION 2
 
 /* Result codes. The same values as rdmalock::ErrorCode in status.h. */
 typedef enum rdmalock_status {
@@ -79,8 +87,10 @@ typedef enum rdmalock_state {
 typedef struct rdmalock_client_s rdmalock_client_t; /* a session with one lockd */
 typedef struct rdmalock_lock_s rdmalock_lock_t;     /* an acquired lock */
 
+/* Fields are only ever added at the end, and a field's zero value is its default where an older
+ * caller's struct lacks it. */
 typedef struct rdmalock_options {
-  size_t struct_size;          /* sizeof(rdmalock_options_t); set by rdmalock_options_init */
+  size_t struct_size;          /* the caller's sizeof(rdmalock_options_t): rdmalock_options_init */
   const char* server;          /* lockd's address (an IP of its RDMA device, or a name). Required */
   uint16_t port;               /* lockd's rdma_cm port; default 7471 */
   uint32_t connect_timeout_ms; /* default 5000 */
@@ -93,8 +103,15 @@ typedef struct rdmalock_options {
   const char* auth_key_file;
 } rdmalock_options_t;
 
-/* Fills *options with the defaults and sets struct_size. Call it before setting fields. */
+/* Fills the struct_size bytes at *options with the defaults (zero beyond the fields this library
+ * knows) and sets options->struct_size = struct_size. Call it, through rdmalock_options_init,
+ * before setting fields. Does nothing for NULL or a struct_size smaller than a size_t. */
+RDMALOCK_C_EXPORT void rdmalock_options_init_sized(rdmalock_options_t* options, size_t struct_size);
+/* The entry point of programs built against C API version 1, whose struct has version 1's
+ * fields: it writes exactly those. Source code gets the macro below. */
 RDMALOCK_C_EXPORT void rdmalock_options_init(rdmalock_options_t* options);
+/* Fills *options with the defaults and sets struct_size to the caller's sizeof(*options). */
+#define rdmalock_options_init(options) rdmalock_options_init_sized((options), sizeof(*(options)))
 
 /* Connects to lockd and checks the handshake. On success *out is a client to pass to
  * rdmalock_close(); on failure *out is NULL. The strings in *options are copied. Errors:
@@ -106,13 +123,16 @@ RDMALOCK_C_EXPORT void rdmalock_options_init(rdmalock_options_t* options);
  *   RESOURCE          no RDMA device on this host, or out of QPs or memory
  *   REJECTED          lockd refused the handshake (version, too many clients, restart grace,
  *                     authentication failed)
- *   CONFIG            the auth key (file) cannot be read or is shorter than 16 bytes */
+ *   CONFIG            the auth key (file) cannot be read or is shorter than 16 bytes
+ * Fields beyond the caller's struct_size (an older header's struct) are not read: they take their
+ * defaults. */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_connect(const rdmalock_options_t* options,
                                                      rdmalock_client_t** out);
 
 /* Ends the session and frees the client; lockd frees the locks it still held. Their handles
  * stay valid objects in state LOST (rdmalock_release returns LOCK_LOST) until rdmalock_lock_free.
- * NULL is a no-op. */
+ * NULL is a no-op. It may be called from a lost callback (on the library's thread, which then
+ * finishes by itself once the callback returns); no other call may use the client meanwhile. */
 RDMALOCK_C_EXPORT void rdmalock_close(rdmalock_client_t* client);
 
 /* Acquires the lock `name` (its slot is XXH3-64(name) modulo the lock count), waiting up to
@@ -162,7 +182,7 @@ RDMALOCK_C_EXPORT int64_t rdmalock_lock_lease_remaining_ms(const rdmalock_lock_t
  * waiter recovered it, or the session with lockd ended). `code` and `message` say why; the
  * message is valid during the call only. It runs on a library thread or on a thread whose call
  * noticed the loss: keep it short, and do not call rdmalock_release or rdmalock_renew on this lock
- * from it. */
+ * from it. It may free this lock (rdmalock_lock_free) and close the client (rdmalock_close). */
 typedef void (*rdmalock_lost_fn)(rdmalock_status_t code, const char* message, void* user_data);
 /* Sets (or with fn NULL, clears) the lost callback. Errors: INVALID_ARGUMENT (NULL lock). */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_lock_on_lost(rdmalock_lock_t* lock,

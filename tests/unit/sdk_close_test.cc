@@ -1,0 +1,121 @@
+// Closing a Client from inside its own callbacks (issue 17, finding 9). Loss callbacks run on the
+// client's keeper thread (or whichever of its threads noticed the loss), async acquires complete
+// on its pump thread: destroying the client there must neither join that thread from itself
+// (std::terminate) nor leave it running on a freed client. Over the in-process backend and the
+// test lockd (tests/support/fake_lockd.h), so that this also runs under ASan and TSan.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "../support/fake_lockd.h"
+#include "client_test_peer.h"
+#include "rdmalock/client.h"
+
+using namespace rdmalock;
+using namespace std::chrono_literals;
+
+namespace {
+
+std::unique_ptr<Client> ConnectTo(testing::FakeLockd& lockd, const char* name) {
+  ClientOptions o;
+  o.server = "fake";
+  o.client_name = name;
+  o.connect_timeout = 2s;
+  auto c = ClientTestPeer::Connect(o, lockd.connector());
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  return std::move(c).value();
+}
+
+template <typename Pred>
+bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+// What a callback that destroyed its client saw.
+struct Seen {
+  std::atomic<int> calls{0};
+  std::atomic<bool> closed{false};       // set after the client's destruction returned
+  std::atomic<bool> on_caller{false};    // it ran on the test's own thread
+  std::atomic<bool> handle_lost{false};  // the handle it held turned kLost
+};
+
+}  // namespace
+
+TEST_CASE("issue 17 finding 9: a loss callback that destroys its client (keeper thread)") {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 4;
+  fo.lease = 200ms;
+  testing::FakeLockd lockd(fo);
+  std::unique_ptr<Client> client = ConnectTo(lockd, "closes-in-callback");
+  auto other = ConnectTo(lockd, "other");
+  const std::weak_ptr<const void> life = ClientTestPeer::Lifetime(*client);
+  const auto test_thread = std::this_thread::get_id();
+  Seen seen;
+
+  LockOptions lo;
+  lo.timeout = 1s;
+  bool fence = false;
+  SECTION("the lease runs out (auto_renew off): the keeper reports it") { lo.auto_renew = false; }
+  SECTION("lockd fences the session: the keeper's heartbeat finds it") { fence = true; }
+
+  auto h = client->LockSlot(1, lo);
+  REQUIRE(h.ok());
+  h->OnLost([&](const Status&) {
+    ++seen.calls;
+    seen.on_caller = std::this_thread::get_id() == test_thread;
+    client.reset();  // ~Client on the thread that runs the callback
+    seen.closed = true;
+  });
+  if (fence) {
+    const auto ids = lockd.Sessions();
+    REQUIRE(ids.size() == 2);
+    lockd.Fence(std::min(ids[0], ids[1]));  // the first session is `client`'s
+  }
+  REQUIRE(WaitFor([&] { return seen.closed.load(); }));
+  CHECK(seen.calls.load() == 1);
+  CHECK_FALSE(seen.on_caller.load());
+  // Whatever that thread still had to do after the callback is done without the client object
+  // (and without anything freed under it: ASan), then the implementation goes too.
+  CHECK(WaitFor([&] { return life.expired(); }));
+  CHECK(h->state() == LockState::kLost);
+  CHECK_FALSE(h->Release().ok());
+  // The closed session's lock is free at lockd (at once on a close; one lease after a fence).
+  LockOptions wait;
+  wait.timeout = 3s;
+  auto again = other->LockSlot(1, wait);
+  INFO(again.status().ToString());
+  CHECK(again.ok());
+}
+
+TEST_CASE("issue 17 finding 9: an async acquire's callback that destroys its client (pump)") {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 4;
+  testing::FakeLockd lockd(fo);
+  std::unique_ptr<Client> client = ConnectTo(lockd, "closes-in-async");
+  const std::weak_ptr<const void> life = ClientTestPeer::Lifetime(*client);
+  Seen seen;
+  LockOptions lo;
+  lo.timeout = 1s;
+  REQUIRE(client
+              ->LockSlotAsync(2, lo,
+                              [&](Result<LockHandle> h) {
+                                ++seen.calls;
+                                if (h.ok())
+                                  client.reset();  // with the grant's handle alive: it turns lost
+                                seen.handle_lost = h.ok() && h->state() == LockState::kLost;
+                                seen.closed = true;
+                              })
+              .ok());
+  REQUIRE(WaitFor([&] { return seen.closed.load(); }));
+  CHECK(seen.calls.load() == 1);
+  CHECK(seen.handle_lost.load());
+  CHECK(WaitFor([&] { return life.expired(); }));
+}
