@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 
+#include "cluster_test_peer.h"
 #include "etcd.h"
 
 namespace rdmalock {
@@ -130,6 +131,13 @@ class ClusterClient::Impl {
               [this](size_t a, size_t b) { return map.shards[a].name < map.shards[b].name; });
   }
 
+  // The library's way to make a shard's session (ClusterTestPeer::ShardConnector).
+  static Result<std::unique_ptr<Client>> LibraryConnect(const ClientOptions& o,
+                                                        ClusterTestPeer::Resolve resolve) {
+    if (resolve) return Client::ConnectResolving(o, std::move(resolve));
+    return Client::Connect(o);
+  }
+
   ClusterMap map;
   ClientOptions options;
   std::vector<size_t> order;  // shard indexes in ascending shard name: the global lock order
@@ -137,6 +145,8 @@ class ClusterClient::Impl {
   std::vector<std::unique_ptr<Client>> clients;  // by shard index; null until first use
   std::optional<EtcdCluster> etcd_cluster;       // where primaries are looked up, if anywhere
   std::shared_ptr<etcd::Client> etcd;
+  ClusterTestPeer::ShardConnector
+      connect;  // makes a shard's session (Client::Connect but in tests)
 
   Result<Client*> Shard(size_t i) {
     if (i >= map.shards.size()) {
@@ -147,15 +157,13 @@ class ClusterClient::Impl {
       ClientOptions o = options;
       o.server = map.shards[i].server;
       o.port = map.shards[i].port;
-      Result<std::unique_ptr<Client>> c = Error(ErrorCode::kInternal, "");
+      ClusterTestPeer::Resolve resolve;
       if (etcd != nullptr) {
-        c = Client::ConnectResolving(
-            o, [e = etcd, cluster = *etcd_cluster, shard = map.shards[i].name] {
-              return Primary(*e, cluster, shard);
-            });
-      } else {
-        c = Client::Connect(o);
+        resolve = [e = etcd, cluster = *etcd_cluster, shard = map.shards[i].name] {
+          return Primary(*e, cluster, shard);
+        };
       }
+      Result<std::unique_ptr<Client>> c = connect(o, std::move(resolve));
       if (!c.ok()) {
         return Error(c.status().code(),
                      "shard '" + map.shards[i].name + "': " + c.status().message());
@@ -171,17 +179,32 @@ ClusterClient::~ClusterClient() = default;
 
 Result<std::unique_ptr<ClusterClient>> ClusterClient::Connect(const ClusterMap& map,
                                                               const ClientOptions& options) {
-  RDMALOCK_RETURN_IF_ERROR(map.Validate());
-  return std::unique_ptr<ClusterClient>(new ClusterClient(std::make_unique<Impl>(map, options)));
+  return ClusterTestPeer::Connect(map, options, Impl::LibraryConnect);
 }
 
 Result<std::unique_ptr<ClusterClient>> ClusterClient::Connect(const EtcdCluster& etcd,
                                                               const ClientOptions& options) {
+  return ClusterTestPeer::Connect(etcd, options, Impl::LibraryConnect);
+}
+
+Result<std::unique_ptr<ClusterClient>> ClusterTestPeer::Connect(const ClusterMap& map,
+                                                                const ClientOptions& options,
+                                                                ShardConnector connector) {
+  RDMALOCK_RETURN_IF_ERROR(map.Validate());
+  auto impl = std::make_unique<ClusterClient::Impl>(map, options);
+  impl->connect = std::move(connector);
+  return std::unique_ptr<ClusterClient>(new ClusterClient(std::move(impl)));
+}
+
+Result<std::unique_ptr<ClusterClient>> ClusterTestPeer::Connect(const EtcdCluster& etcd,
+                                                                const ClientOptions& options,
+                                                                ShardConnector connector) {
   RDMALOCK_ASSIGN_OR_RETURN(ClusterMap map, ReadClusterMap(etcd));
   RDMALOCK_ASSIGN_OR_RETURN(auto client, etcd::Client::Create(etcd.endpoints, TlsOf(etcd)));
-  auto impl = std::make_unique<Impl>(map, options);
+  auto impl = std::make_unique<ClusterClient::Impl>(map, options);
   impl->etcd_cluster = etcd;
   impl->etcd = std::move(client);
+  impl->connect = std::move(connector);
   return std::unique_ptr<ClusterClient>(new ClusterClient(std::move(impl)));
 }
 

@@ -91,6 +91,7 @@ class RDMALOCK_EXPORT ClusterClient {
   class Impl;
 
  private:
+  friend class ClusterTestPeer;  // tests' seam (client/src/cluster_test_peer.h), not installed
   explicit ClusterClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
