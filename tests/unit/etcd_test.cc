@@ -65,8 +65,8 @@ class DelayingProxy {
       res.status = r->status;
       res.set_content(r->body, "application/json");
       if (req.path == "/v3/kv/txn" && delay_txns.fetch_sub(1) > 0) {
-        std::this_thread::sleep_for(delay_);
         delayed.fetch_add(1);
+        std::this_thread::sleep_for(delay_);
       }
     });
     const int port = svr_.bind_to_any_port("127.0.0.1");
