@@ -94,10 +94,19 @@ Result<std::pair<ClusterMap, int64_t>> ReadMapAt(etcd::Client& etcd, const EtcdC
                                          "); write one with lockctl --etcd ... cluster init");
   }
   RDMALOCK_ASSIGN_OR_RETURN(auto names, ParseShardList(kv->value, MapKey(e)));
+  // Every shard's primary in one read (one timeout however many shards); a shard without one,
+  // or a read that fails, leaves its server empty.
+  std::map<std::string, std::string> primaries;
+  if (auto all = etcd.GetPrefix("/rdmalock/" + e.cluster + "/shard/", timeout); all.ok()) {
+    for (auto& k : *all) primaries[k.key] = std::move(k.value);
+  }
   ClusterMap map;
   for (const auto& n : names) {
     ShardSpec s{n, "", 0};
-    if (auto p = Primary(etcd, e, n); p.ok()) std::tie(s.server, s.port) = *p;
+    const std::string key = PrimaryKey(e, n);
+    if (auto it = primaries.find(key); it != primaries.end()) {
+      if (auto p = ParseHostPort(it->second, key); p.ok()) std::tie(s.server, s.port) = *p;
+    }
     map.shards.push_back(s);
   }
   return std::make_pair(std::move(map), kv->mod_revision);
@@ -133,26 +142,6 @@ Status PublishClusterMap(const EtcdCluster& e, const std::vector<std::string>& s
   return etcd->Put(MapKey(e), text, 0, kEtcdTimeout);
 }
 
-// One shard's session, made on first use and kept until the ClusterClient closes (also when a new
-// map drops the shard: handles granted there still renew and release through it).
-// Thread-safety: connect_mu serialises connecting this shard (and only this shard); `client` is
-// set once under it, then published through `ready`, which the lock path reads without a lock.
-struct ShardSession {
-  explicit ShardSession(std::string n) : name(std::move(n)) {}
-  const std::string name;
-  std::mutex connect_mu;           // guards `client` (one connection attempt at a time)
-  std::unique_ptr<Client> client;  // set once, under connect_mu
-  std::atomic<Client*> ready{nullptr};
-};
-
-// A map in use: immutable once published. An operation routes all of its names by one view.
-struct MapView {
-  ClusterMap map;
-  std::vector<size_t> order;  // shard indexes in ascending shard name: the global lock order
-  std::vector<std::shared_ptr<ShardSession>> sessions;  // by shard index
-  int64_t revision = 0;  // the map key's mod_revision in etcd (0: a map given in code)
-};
-
 // The cluster client's state. Every method may be called from any thread.
 // - mu_ guards view_ (swapped whole when etcd has a new map), sessions_ (every shard session ever
 //   made, by shard name) and stop_. It is held only to copy or swap pointers: never while
@@ -162,6 +151,26 @@ struct MapView {
 // - options, connect, etcd_cluster and etcd are set before the client is shared, then const.
 class ClusterClient::Impl {
  public:
+  // One shard's session, made on first use and kept until the ClusterClient closes (also when a new
+  // map drops the shard: handles granted there still renew and release through it).
+  // Thread-safety: connect_mu serialises connecting this shard (and only this shard); `client` is
+  // set once under it, then published through `ready`, which the lock path reads without a lock.
+  struct ShardSession {
+    explicit ShardSession(std::string n) : name(std::move(n)) {}
+    const std::string name;
+    std::mutex connect_mu;           // guards `client` (one connection attempt at a time)
+    std::unique_ptr<Client> client;  // set once, under connect_mu
+    std::atomic<Client*> ready{nullptr};
+  };
+
+  // A map in use: immutable once published. An operation routes all of its names by one view.
+  struct MapView {
+    ClusterMap map;
+    std::vector<size_t> order;  // shard indexes in ascending shard name: the global lock order
+    std::vector<std::shared_ptr<ShardSession>> sessions;  // by shard index
+    int64_t revision = 0;  // the map key's mod_revision in etcd (0: a map given in code)
+  };
+
   Impl(const ClusterMap& m, ClientOptions o, int64_t revision) : options(std::move(o)) {
     view_ = MakeView(m, revision);
   }

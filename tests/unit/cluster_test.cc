@@ -189,6 +189,9 @@ TEST_CASE(
   Lockds l({"host-a", "host-b"});
   auto cc = ClusterTestPeer::Connect(e, Options(), l.connector());
   REQUIRE(cc.ok());
+  CHECK((*cc)->map().shards[0].server == "host-a");  // the primary as etcd names it
+  const int64_t first_revision = (*cc)->map_revision();
+  CHECK(first_revision > 0);
   auto held = (*cc)->Lock("orders/1");
   REQUIRE(held.ok());
   CHECK(l.lockds["host-a"]->Sessions().size() == 1);
@@ -204,6 +207,8 @@ TEST_CASE(
   }
   INFO("orders/1 is routed to shard " << now << " " << MsSince(t0) << " ms after the new map");
   REQUIRE(now == "b");
+  CHECK((*cc)->map_revision() > first_revision);
+  CHECK((*cc)->map().shards[0].server == "host-b");
   // A new acquire goes to shard b (where the name is free: a map change moves names, and what
   // was held on the old shard is not held on the new one).
   auto moved = (*cc)->TryLock("orders/1");
