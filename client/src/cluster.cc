@@ -232,8 +232,8 @@ class ClusterClient::Impl {
   }
 
   ClientOptions options;
-  ClusterTestPeer::ShardConnector
-      connect;  // makes a shard's session (Client::Connect but in tests)
+  // Makes a shard's session (Impl::LibraryConnect, but in tests).
+  ClusterTestPeer::ShardConnector connect;
   std::optional<EtcdCluster> etcd_cluster;  // where primaries are looked up, if anywhere
   std::shared_ptr<etcd::Client> etcd;
 
