@@ -101,9 +101,23 @@ Result<uint64_t> Campaign::Win(const std::atomic<bool>& stop) {
       last_error = st.message();
     }
   };
+  // A lease that was primary is not campaigned with again: its term ended (lockd fenced its
+  // clients), yet a keepalive that etcd carried out after the fence may have kept it, and the
+  // primary key on it, alive. Revoked, the key goes at once and the shard goes to the next
+  // winner (us again, or a standby); if etcd cannot be reached, no one refreshes the lease any
+  // more and etcd expires it.
+  if (served_) {
+    Resign();
+    served_ = false;
+  }
   while (!stop.load()) {
     if (lease_ == 0 || Clock::now() >= deadline_ - margin_) {
-      lease_ = 0;
+      if (lease_ != 0) {
+        // Too late to serve on this lease. A create of ours may have committed on it (its
+        // answer lost): revoke it, so the key does not wait for etcd to expire it.
+        (void)etcd_->Revoke(lease_, milliseconds(500));
+        lease_ = 0;
+      }
       if (Status st = NewLease(); !st.ok()) {
         error(st);
         SleepUntil(Clock::now() + milliseconds(500), stop);
@@ -120,6 +134,15 @@ Result<uint64_t> Campaign::Win(const std::atomic<bool>& stop) {
     }
     std::optional<etcd::KeyValue> holder;
     auto won = etcd_->CreateIfAbsent(primary_key(), me_, lease_, milliseconds(2000), &holder);
+    if (won.ok() && !*won && holder.has_value() && holder->lease == lease_) {
+      // The key is on our own lease: an earlier create of ours committed, but its answer did not
+      // reach us in time (a slow etcd, or the timeout split over endpoints). It is ours.
+      spdlog::info(
+          "shard {}: the primary key {} is already on our lease (an earlier create "
+          "committed unanswered)",
+          config_.shard, primary_key());
+      won = true;
+    }
     if (!won.ok()) {
       error(won.status());
     } else if (*won) {
@@ -127,7 +150,10 @@ Result<uint64_t> Campaign::Win(const std::atomic<bool>& stop) {
       // goes and we start over (serving without a new epoch could repeat tokens).
       for (;;) {
         auto epoch = BumpEpoch();
-        if (epoch.ok()) return *epoch;
+        if (epoch.ok()) {
+          served_ = true;
+          return *epoch;
+        }
         error(epoch.status());
         if (stop.load() || Clock::now() >= deadline_ - margin_) break;
         SleepUntil(Clock::now() + milliseconds(200), stop);

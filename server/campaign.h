@@ -27,6 +27,9 @@
 
 namespace rdmalock::lockd {
 
+// Thread-safety: one thread at a time calls Win, Hold and Resign (lockd's worker campaigns and
+// resigns; while primary, its holder thread calls Hold, and is joined before Win is called
+// again). deadline(), fence_at() and margin() may be read from any thread.
 class Campaign {
  public:
   using Clock = std::chrono::steady_clock;
@@ -34,7 +37,9 @@ class Campaign {
   static Result<std::unique_ptr<Campaign>> Create(const Config& config);
 
   // Campaigns until this lockd holds its shard's primary key, then bumps the shard's epoch and
-  // returns it. Returns kConnection "stopped" once `stop` is set.
+  // returns it. Returns kConnection "stopped" once `stop` is set. A key already on our own lease
+  // (a create that committed unanswered) is ours. Called again after a term (lockd fenced its
+  // clients), it first revokes that term's lease: a term's lease is never campaigned with again.
   Result<uint64_t> Win(const std::atomic<bool>& stop);
 
   // While primary: refreshes the lease when due and checks that the primary key is still ours.
@@ -74,6 +79,7 @@ class Campaign {
   Clock::time_point deadline_{};
   std::atomic<Clock::rep> deadline_ns_{0};  // deadline_, for other threads
   Clock::time_point next_refresh_{};
+  bool served_ = false;  // lease_ won the primary key (Win returned with it)
   std::string why_lost_;
 };
 

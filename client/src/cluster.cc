@@ -1,13 +1,18 @@
 #include "rdmalock/cluster.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <charconv>
 #include <chrono>
+#include <condition_variable>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <thread>
 
+#include "cluster_test_peer.h"
 #include "etcd.h"
 
 namespace rdmalock {
@@ -79,24 +84,40 @@ Result<std::pair<std::string, uint16_t>> Primary(etcd::Client& etcd, const EtcdC
   return ParseHostPort(kv->value, key);
 }
 
-}  // namespace
-
-Result<ClusterMap> ReadClusterMap(const EtcdCluster& e) {
-  RDMALOCK_ASSIGN_OR_RETURN(auto etcd, etcd::Client::Create(e.endpoints, TlsOf(e)));
-  RDMALOCK_ASSIGN_OR_RETURN(auto kv, etcd->Get(MapKey(e), kEtcdTimeout));
+// The map in etcd, each shard with its primary now ("" if none), and the map key's mod_revision.
+Result<std::pair<ClusterMap, int64_t>> ReadMapAt(etcd::Client& etcd, const EtcdCluster& e,
+                                                 std::chrono::milliseconds timeout) {
+  RDMALOCK_ASSIGN_OR_RETURN(auto kv, etcd.Get(MapKey(e), timeout));
   if (!kv.has_value()) {
     return Error(ErrorCode::kConfig, "etcd has no cluster map for cluster '" + e.cluster + "' (" +
                                          MapKey(e) +
                                          "); write one with lockctl --etcd ... cluster init");
   }
   RDMALOCK_ASSIGN_OR_RETURN(auto names, ParseShardList(kv->value, MapKey(e)));
+  // Every shard's primary in one read (one timeout however many shards); a shard without one,
+  // or a read that fails, leaves its server empty.
+  std::map<std::string, std::string> primaries;
+  if (auto all = etcd.GetPrefix("/rdmalock/" + e.cluster + "/shard/", timeout); all.ok()) {
+    for (auto& k : *all) primaries[k.key] = std::move(k.value);
+  }
   ClusterMap map;
   for (const auto& n : names) {
     ShardSpec s{n, "", 0};
-    if (auto p = Primary(*etcd, e, n); p.ok()) std::tie(s.server, s.port) = *p;
+    const std::string key = PrimaryKey(e, n);
+    if (auto it = primaries.find(key); it != primaries.end()) {
+      if (auto p = ParseHostPort(it->second, key); p.ok()) std::tie(s.server, s.port) = *p;
+    }
     map.shards.push_back(s);
   }
-  return map;
+  return std::make_pair(std::move(map), kv->mod_revision);
+}
+
+}  // namespace
+
+Result<ClusterMap> ReadClusterMap(const EtcdCluster& e) {
+  RDMALOCK_ASSIGN_OR_RETURN(auto etcd, etcd::Client::Create(e.endpoints, TlsOf(e)));
+  RDMALOCK_ASSIGN_OR_RETURN(auto read, ReadMapAt(*etcd, e, kEtcdTimeout));
+  return std::move(read.first);
 }
 
 Status PublishClusterMap(const EtcdCluster& e, const std::vector<std::string>& shards,
@@ -121,49 +142,141 @@ Status PublishClusterMap(const EtcdCluster& e, const std::vector<std::string>& s
   return etcd->Put(MapKey(e), text, 0, kEtcdTimeout);
 }
 
+// The cluster client's state. Every method may be called from any thread.
+// - mu_ guards view_ (swapped whole when etcd has a new map), sessions_ (every shard session ever
+//   made, by shard name) and stop_. It is held only to copy or swap pointers: never while
+//   connecting a shard or talking to etcd, so one shard's failover stalls no other shard.
+// - The refresher thread (a cluster in etcd) re-reads the map every map_refresh; it is the only
+//   writer of view_ after construction, and is joined by the destructor.
+// - options, connect, etcd_cluster and etcd are set before the client is shared, then const.
 class ClusterClient::Impl {
  public:
-  Impl(ClusterMap m, ClientOptions o)
-      : map(std::move(m)), options(std::move(o)), clients(map.shards.size()) {
-    for (size_t i = 0; i < map.shards.size(); ++i) order.push_back(i);
-    std::sort(order.begin(), order.end(),
-              [this](size_t a, size_t b) { return map.shards[a].name < map.shards[b].name; });
+  // One shard's session, made on first use and kept until the ClusterClient closes (also when a new
+  // map drops the shard: handles granted there still renew and release through it).
+  // Thread-safety: connect_mu serialises connecting this shard (and only this shard); `client` is
+  // set once under it, then published through `ready`, which the lock path reads without a lock.
+  struct ShardSession {
+    explicit ShardSession(std::string n) : name(std::move(n)) {}
+    const std::string name;
+    std::mutex connect_mu;           // guards `client` (one connection attempt at a time)
+    std::unique_ptr<Client> client;  // set once, under connect_mu
+    std::atomic<Client*> ready{nullptr};
+  };
+
+  // A map in use: immutable once published. An operation routes all of its names by one view.
+  struct MapView {
+    ClusterMap map;
+    std::vector<size_t> order;  // shard indexes in ascending shard name: the global lock order
+    std::vector<std::shared_ptr<ShardSession>> sessions;  // by shard index
+    int64_t revision = 0;  // the map key's mod_revision in etcd (0: a map given in code)
+  };
+
+  Impl(const ClusterMap& m, ClientOptions o, int64_t revision) : options(std::move(o)) {
+    view_ = MakeView(m, revision);
+  }
+  ~Impl() {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (refresher_.joinable()) refresher_.join();
+  }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  // The library's way to make a shard's session (ClusterTestPeer::ShardConnector).
+  static Result<std::unique_ptr<Client>> LibraryConnect(const ClientOptions& o,
+                                                        ClusterTestPeer::Resolve resolve) {
+    if (resolve) return Client::ConnectResolving(o, std::move(resolve));
+    return Client::Connect(o);
   }
 
-  ClusterMap map;
-  ClientOptions options;
-  std::vector<size_t> order;  // shard indexes in ascending shard name: the global lock order
-  std::mutex mu;
-  std::vector<std::unique_ptr<Client>> clients;  // by shard index; null until first use
-  std::optional<EtcdCluster> etcd_cluster;       // where primaries are looked up, if anywhere
-  std::shared_ptr<etcd::Client> etcd;
+  std::shared_ptr<const MapView> view() const {
+    std::lock_guard lk(mu_);
+    return view_;
+  }
 
-  Result<Client*> Shard(size_t i) {
-    if (i >= map.shards.size()) {
+  // The session of shard `i` of `v`, connected on first use. Only this shard's callers wait for
+  // its connection.
+  Result<Client*> Shard(const MapView& v, size_t i) {
+    if (i >= v.map.shards.size()) {
       return Error(ErrorCode::kInvalidArgument, "no shard " + std::to_string(i));
     }
-    std::lock_guard lk(mu);
-    if (clients[i] == nullptr) {
-      ClientOptions o = options;
-      o.server = map.shards[i].server;
-      o.port = map.shards[i].port;
-      Result<std::unique_ptr<Client>> c = Error(ErrorCode::kInternal, "");
-      if (etcd != nullptr) {
-        c = Client::ConnectResolving(
-            o, [e = etcd, cluster = *etcd_cluster, shard = map.shards[i].name] {
-              return Primary(*e, cluster, shard);
-            });
-      } else {
-        c = Client::Connect(o);
-      }
-      if (!c.ok()) {
-        return Error(c.status().code(),
-                     "shard '" + map.shards[i].name + "': " + c.status().message());
-      }
-      clients[i] = std::move(c).value();
+    ShardSession& s = *v.sessions[i];
+    if (Client* c = s.ready.load(std::memory_order_acquire); c != nullptr) return c;
+    std::lock_guard lk(s.connect_mu);
+    if (s.client != nullptr) return s.client.get();
+    ClientOptions o = options;
+    o.server = v.map.shards[i].server;
+    o.port = v.map.shards[i].port;
+    ClusterTestPeer::Resolve resolve;
+    if (etcd != nullptr) {
+      resolve = [e = etcd, cluster = *etcd_cluster, shard = s.name] {
+        return Primary(*e, cluster, shard);
+      };
     }
-    return clients[i].get();
+    auto c = connect(o, std::move(resolve));
+    if (!c.ok()) {
+      return Error(c.status().code(), "shard '" + s.name + "': " + c.status().message());
+    }
+    s.client = std::move(c).value();
+    s.ready.store(s.client.get(), std::memory_order_release);
+    return s.client.get();
   }
+
+  // Starts re-reading the map from etcd every `every` (a cluster in etcd; once, before use).
+  void StartRefresh(std::chrono::milliseconds every) {
+    if (every.count() <= 0) return;
+    refresher_ = std::thread([this, every] { RefreshLoop(every); });
+  }
+
+  ClientOptions options;
+  // Makes a shard's session (Impl::LibraryConnect, but in tests).
+  ClusterTestPeer::ShardConnector connect;
+  std::optional<EtcdCluster> etcd_cluster;  // where primaries are looked up, if anywhere
+  std::shared_ptr<etcd::Client> etcd;
+
+ private:
+  // A view of `m`, reusing the sessions of shards already known by name. Takes mu_.
+  std::shared_ptr<const MapView> MakeView(const ClusterMap& m, int64_t revision) {
+    auto v = std::make_shared<MapView>();
+    v->map = m;
+    v->revision = revision;
+    for (size_t i = 0; i < m.shards.size(); ++i) v->order.push_back(i);
+    std::sort(v->order.begin(), v->order.end(),
+              [&m](size_t a, size_t b) { return m.shards[a].name < m.shards[b].name; });
+    std::lock_guard lk(mu_);
+    for (const ShardSpec& spec : m.shards) {
+      auto& s = sessions_[spec.name];
+      if (s == nullptr) s = std::make_shared<ShardSession>(spec.name);
+      v->sessions.push_back(s);
+    }
+    return v;
+  }
+
+  void RefreshLoop(std::chrono::milliseconds every) {
+    std::unique_lock lk(mu_);
+    for (;;) {
+      if (cv_.wait_for(lk, every, [this] { return stop_; })) return;
+      const int64_t have = view_->revision;
+      lk.unlock();
+      // A map that cannot be read now (etcd unreachable, the key deleted or garbled) leaves the
+      // one in use as it is.
+      auto read = ReadMapAt(*etcd, *etcd_cluster, std::min(every, kEtcdTimeout));
+      std::shared_ptr<const MapView> fresh;
+      if (read.ok() && read->second != have) fresh = MakeView(read->first, read->second);
+      lk.lock();
+      if (fresh != nullptr) view_ = std::move(fresh);
+    }
+  }
+
+  mutable std::mutex mu_;  // guards view_, sessions_, stop_
+  std::condition_variable cv_;
+  std::shared_ptr<const MapView> view_;
+  std::map<std::string, std::shared_ptr<ShardSession>> sessions_;
+  bool stop_ = false;
+  std::thread refresher_;
 };
 
 ClusterClient::ClusterClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -171,62 +284,113 @@ ClusterClient::~ClusterClient() = default;
 
 Result<std::unique_ptr<ClusterClient>> ClusterClient::Connect(const ClusterMap& map,
                                                               const ClientOptions& options) {
-  RDMALOCK_RETURN_IF_ERROR(map.Validate());
-  return std::unique_ptr<ClusterClient>(new ClusterClient(std::make_unique<Impl>(map, options)));
+  return ClusterTestPeer::Connect(map, options, Impl::LibraryConnect);
 }
 
 Result<std::unique_ptr<ClusterClient>> ClusterClient::Connect(const EtcdCluster& etcd,
                                                               const ClientOptions& options) {
-  RDMALOCK_ASSIGN_OR_RETURN(ClusterMap map, ReadClusterMap(etcd));
+  return ClusterTestPeer::Connect(etcd, options, Impl::LibraryConnect);
+}
+
+Result<std::unique_ptr<ClusterClient>> ClusterTestPeer::Connect(const ClusterMap& map,
+                                                                const ClientOptions& options,
+                                                                ShardConnector connector) {
+  RDMALOCK_RETURN_IF_ERROR(map.Validate());
+  auto impl = std::make_unique<ClusterClient::Impl>(map, options, 0);
+  impl->connect = std::move(connector);
+  return std::unique_ptr<ClusterClient>(new ClusterClient(std::move(impl)));
+}
+
+Result<std::unique_ptr<ClusterClient>> ClusterTestPeer::Connect(const EtcdCluster& etcd,
+                                                                const ClientOptions& options,
+                                                                ShardConnector connector) {
   RDMALOCK_ASSIGN_OR_RETURN(auto client, etcd::Client::Create(etcd.endpoints, TlsOf(etcd)));
-  auto impl = std::make_unique<Impl>(map, options);
+  RDMALOCK_ASSIGN_OR_RETURN(auto read, ReadMapAt(*client, etcd, kEtcdTimeout));
+  auto impl = std::make_unique<ClusterClient::Impl>(read.first, options, read.second);
   impl->etcd_cluster = etcd;
   impl->etcd = std::move(client);
+  impl->connect = std::move(connector);
+  impl->StartRefresh(etcd.map_refresh);
   return std::unique_ptr<ClusterClient>(new ClusterClient(std::move(impl)));
 }
 
 size_t ClusterClient::ShardOf(std::string_view name) const {
-  return ShardForName(impl_->map, name);
+  return ShardForName(impl_->view()->map, name);
 }
 
-const ClusterMap& ClusterClient::map() const { return impl_->map; }
+ClusterMap ClusterClient::map() const { return impl_->view()->map; }
 
-Result<Client*> ClusterClient::Shard(size_t index) { return impl_->Shard(index); }
+int64_t ClusterClient::map_revision() const { return impl_->view()->revision; }
+
+Result<Client*> ClusterClient::Shard(size_t index) {
+  auto v = impl_->view();
+  return impl_->Shard(*v, index);
+}
 
 Result<LockHandle> ClusterClient::Lock(std::string_view name, const LockOptions& options) {
-  RDMALOCK_ASSIGN_OR_RETURN(Client * c, impl_->Shard(ShardOf(name)));
+  auto v = impl_->view();
+  RDMALOCK_ASSIGN_OR_RETURN(Client * c, impl_->Shard(*v, ShardForName(v->map, name)));
   return c->Lock(name, options);
 }
 
 Result<LockHandle> ClusterClient::TryLock(std::string_view name, LockMode mode) {
-  RDMALOCK_ASSIGN_OR_RETURN(Client * c, impl_->Shard(ShardOf(name)));
+  auto v = impl_->view();
+  RDMALOCK_ASSIGN_OR_RETURN(Client * c, impl_->Shard(*v, ShardForName(v->map, name)));
   return c->TryLock(name, mode);
 }
 
 Result<std::vector<LockHandle>> ClusterClient::LockMany(std::span<const LockRequest> requests,
                                                         const LockOptions& options) {
   using Clock = std::chrono::steady_clock;
-  std::vector<std::vector<LockRequest>> by_shard(impl_->map.shards.size());
-  for (const LockRequest& r : requests) by_shard[ShardOf(r.name)].push_back(r);
+  const auto v = impl_->view();  // the whole set is routed by one map
+  std::vector<std::vector<LockRequest>> by_shard(v->map.shards.size());
+  for (const LockRequest& r : requests) by_shard[ShardForName(v->map, r.name)].push_back(r);
   const auto start = Clock::now();
+  const bool budget = options.timeout.has_value() && options.timeout->count() > 0;
   std::vector<LockHandle> held;
-  for (size_t i : impl_->order) {
+  // All or none: on any failure, what the set holds so far is released.
+  auto fail = [&held](Status st) -> Result<std::vector<LockHandle>> {
+    for (LockHandle& h : held) (void)h.Release();
+    return st;
+  };
+  // A part granted earlier can be lost while a later shard's part waits (its session ended, its
+  // lease ran out): the set is then not held, and must not be returned as if it were.
+  auto lost = [&held, &v](const std::string& after) -> Status {
+    for (const LockHandle& h : held) {
+      if (h.state() != LockState::kHeld) {
+        return Error(ErrorCode::kLockLost, "a lock of the set was lost while " + after +
+                                               " (map revision " + std::to_string(v->revision) +
+                                               ")");
+      }
+    }
+    return Status::Ok();
+  };
+  for (size_t i : v->order) {
     if (by_shard[i].empty()) continue;
+    const std::string& shard = v->map.shards[i].name;
+    auto c = impl_->Shard(*v, i);
+    if (!c.ok()) return fail(c.status());
     LockOptions o = options;
-    if (options.timeout.has_value() && options.timeout->count() > 0) {
+    if (budget) {
       // One deadline for the whole set; a shard reached late gets what is left (at least one
       // attempt).
       const auto used = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
       o.timeout = std::max(std::chrono::milliseconds(0), *options.timeout - used);
     }
-    auto c = impl_->Shard(i);
-    auto part =
-        c.ok() ? (*c)->LockMany(by_shard[i], o) : Result<std::vector<LockHandle>>(c.status());
+    auto part = (*c)->LockMany(by_shard[i], o);
     if (!part.ok()) {
-      for (LockHandle& h : held) (void)h.Release();  // all or none
-      return part.status();
+      Status st = part.status();
+      // The caller gave a budget, and it ran out: that is a timeout, whatever the last
+      // attempt (a try, with nothing left) said.
+      if (budget && st.code() == ErrorCode::kBusy) {
+        st =
+            Error(ErrorCode::kTimeout, "the set's " + std::to_string(options.timeout->count()) +
+                                           " ms ran out at shard '" + shard + "': " + st.message());
+      }
+      return fail(st);
     }
     for (LockHandle& h : *part) held.push_back(std::move(h));
+    if (Status st = lost("shard '" + shard + "' was taken"); !st.ok()) return fail(st);
   }
   return held;
 }

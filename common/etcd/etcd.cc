@@ -9,8 +9,12 @@
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 namespace rdmalock::etcd {
 namespace {
@@ -181,6 +185,50 @@ class NoSigpipe {
   bool was_pending_ = false;
 };
 
+// Ends one request at `until`: httplib bounds the connect, each write and each read on its own,
+// not the request, so a peer that answers slowly (a reply trickling in, a connect that just makes
+// it before a long read) could hold a call for several times its timeout, or for ever. From
+// `until` on, a thread of its own stops the client (shuts its socket down) every few
+// milliseconds until the request has returned (a connect in progress holds the client's socket
+// lock, so the first stop may come before there is a socket to shut). Owned by the calling
+// thread; `http` must outlive it.
+class StopAt {
+ public:
+  StopAt(httplib::Client& http, std::chrono::steady_clock::time_point until)
+      : thread_([this, &http, until] {
+          std::unique_lock lk(mu_);
+          if (cv_.wait_until(lk, until, [this] { return done_; })) return;
+          fired_ = true;
+          do {
+            lk.unlock();
+            http.stop();
+            lk.lock();
+          } while (!cv_.wait_for(lk, std::chrono::milliseconds(5), [this] { return done_; }));
+        }) {}
+  ~StopAt() {
+    {
+      std::lock_guard lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  StopAt(const StopAt&) = delete;
+  StopAt& operator=(const StopAt&) = delete;
+  // Whether the request was stopped (call once it has returned).
+  bool fired() {
+    std::lock_guard lk(mu_);
+    return fired_;
+  }
+
+ private:
+  std::mutex mu_;  // guards done_ and fired_
+  std::condition_variable cv_;
+  bool done_ = false;
+  bool fired_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
 }  // namespace
 
 Result<std::string> Client::Post(const std::string& path, const std::string& body, Ms timeout) {
@@ -191,8 +239,19 @@ Result<std::string> Client::Post(const std::string& path, const std::string& bod
     first = preferred_;
   }
   std::string errors;
-  const auto per_try = std::max(Ms(1), timeout / static_cast<int64_t>(parsed_.size()));
+  // One deadline for the call: each endpoint gets an equal share of what is left, so one that
+  // fails fast leaves its share to the next, and the whole call ends by the deadline.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (size_t n = 0; n < parsed_.size(); ++n) {
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      errors += (errors.empty() ? "" : "; ") + std::string("no time left for ") +
+                parsed_[(first + n) % parsed_.size()].url;
+      break;
+    }
+    const auto per_try =
+        std::max(std::chrono::microseconds(1000), left / static_cast<int64_t>(parsed_.size() - n));
     const size_t i = (first + n) % parsed_.size();
     const Endpoint& e = parsed_[i];
     // https: verify etcd's certificate (against ca_file, else the system's CAs) and offer the
@@ -207,13 +266,21 @@ Result<std::string> Client::Post(const std::string& path, const std::string& bod
       http.enable_server_certificate_verification(true);
       if (!tls_.ca_file.empty()) http.set_ca_cert_path(tls_.ca_file);
     }
-    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(per_try).count();
+    const auto us = per_try.count();
     http.set_connection_timeout(us / 1000000, us % 1000000);
     http.set_read_timeout(us / 1000000, us % 1000000);
     http.set_write_timeout(us / 1000000, us % 1000000);
-    auto res = http.Post(path, body, "application/json");
+    httplib::Result res{nullptr, httplib::Error::Unknown};
+    bool stopped = false;
+    {
+      StopAt stop(http, std::chrono::steady_clock::now() + per_try);
+      res = http.Post(path, body, "application/json");
+      stopped = stop.fired();
+    }
     std::string why;
-    if (!res) {
+    if (stopped && (!res || res->status != 200)) {
+      why = "no complete answer within " + std::to_string(us / 1000) + " ms";
+    } else if (!res) {
       why = httplib::to_string(res.error());
       if (res.error() == httplib::Error::SSLServerVerification) {
         why += " (etcd's certificate did not verify: " +

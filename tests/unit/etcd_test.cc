@@ -2,6 +2,7 @@
 // test on loopback ports of its own. No etcd binary is a failure, not a skip.
 #include "etcd.h"
 
+#include <httplib.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -19,147 +20,16 @@
 #include <thread>
 #include <vector>
 
+#include "../support/local_etcd.h"
 #include "campaign.h"
 #include "config.h"
 
 using rdmalock::ErrorCode;
 using std::chrono::milliseconds;
 namespace etcd = rdmalock::etcd;
+using rdmalock::testing::LocalEtcd;
 
 namespace {
-
-uint16_t FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(fd >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
-  socklen_t len = sizeof(a);
-  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-// A single-member etcd on 127.0.0.1, in a temporary directory, killed at the end. With `tls`, it
-// serves https with a certificate of a CA made here, and requires a client certificate from the
-// same CA (ca(), cert(), key() give a client's files).
-class LocalEtcd {
- public:
-  explicit LocalEtcd(bool tls = false) {
-    char tmpl[] = "/tmp/rdmalock-etcd-XXXXXX";
-    REQUIRE(mkdtemp(tmpl) != nullptr);
-    dir_ = tmpl;
-    if (tls) MakeCerts();
-    const uint16_t client = FreePort(), peer = FreePort();
-    url_ = std::string(tls ? "https" : "http") + "://127.0.0.1:" + std::to_string(client);
-    const std::string peer_url = "http://127.0.0.1:" + std::to_string(peer);
-    const std::string log = dir_ + "/etcd.log";
-    std::vector<std::string> args = {"etcd",
-                                     "--name",
-                                     "t",
-                                     "--data-dir",
-                                     dir_ + "/data",
-                                     "--listen-client-urls",
-                                     url_,
-                                     "--advertise-client-urls",
-                                     url_,
-                                     "--listen-peer-urls",
-                                     peer_url,
-                                     "--initial-advertise-peer-urls",
-                                     peer_url,
-                                     "--initial-cluster",
-                                     "t=" + peer_url};
-    if (tls) {
-      for (const std::string& a :
-           {"--cert-file=" + dir_ + "/server.crt", "--key-file=" + dir_ + "/server.key",
-            "--trusted-ca-file=" + ca(), std::string("--client-cert-auth")}) {
-        args.push_back(a);
-      }
-    }
-    pid_ = fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      // etcd dies with the test, and holds none of its output (a pipe a CI log reads).
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (freopen("/dev/null", "w", stdout) == nullptr) _exit(126);
-      if (freopen(log.c_str(), "w", stderr) == nullptr) _exit(126);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execvp("etcd", argv.data());
-      _exit(127);
-    }
-    try {
-      WaitReady(tls, log);
-    } catch (...) {  // a failed REQUIRE: the destructor will not run (keep the log)
-      Stop(/*remove_dir=*/false);
-      throw;
-    }
-  }
-  ~LocalEtcd() { Stop(); }
-
-  void WaitReady(bool tls, const std::string& log) {
-    etcd::Tls client_tls;
-    if (tls) client_tls = {ca(), cert(), key()};
-    auto c = etcd::Client::Create({url_}, client_tls);
-    REQUIRE(c.ok());
-    for (int i = 0; i < 300; ++i) {
-      int status = 0;
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        FAIL("etcd exited (is Debian's etcd-server installed? see " << log << ")");
-      }
-      if ((*c)->Get("/probe", milliseconds(500)).ok()) return;
-      std::this_thread::sleep_for(milliseconds(100));
-    }
-    FAIL("etcd did not answer at " << url_ << " within 30 s (see " << log << ")");
-  }
-  void Stop(bool remove_dir = true) {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-      pid_ = -1;
-    }
-    std::error_code ec;
-    if (remove_dir) std::filesystem::remove_all(dir_, ec);
-  }
-  const std::string& url() const { return url_; }
-  std::string ca() const { return dir_ + "/ca.crt"; }
-  std::string cert() const { return dir_ + "/client.crt"; }
-  std::string key() const { return dir_ + "/client.key"; }
-  void Pause() { kill(pid_, SIGSTOP); }
-  void Resume() { kill(pid_, SIGCONT); }
-
- private:
-  // A CA, a server certificate for 127.0.0.1 (also usable as a client: etcd's gateway dials
-  // etcd with it) and a client certificate, with openssl(1).
-  void MakeCerts() {
-    const std::string d = dir_;
-    {
-      std::ofstream sh(d + "/make-certs.sh");
-      sh << "set -e\ncd " << d << "\nexec 2>openssl.log\n"
-         << "openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 1 "
-            "-subj /CN=rdmalock-test-ca\n"
-         << "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth,clientAuth\\n' "
-            ">server.ext\n"
-         << "openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr "
-            "-subj /CN=127.0.0.1\n"
-         << "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
-            "-out server.crt -days 1 -extfile server.ext\n"
-         << "printf 'extendedKeyUsage=clientAuth\\n' >client.ext\n"
-         << "openssl req -newkey rsa:2048 -nodes -keyout client.key -out client.csr "
-            "-subj /CN=client\n"
-         << "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial "
-            "-out client.crt -days 1 -extfile client.ext\n";
-    }
-    INFO("see " << d << "/openssl.log");
-    REQUIRE(std::system(("sh " + d + "/make-certs.sh").c_str()) == 0);
-  }
-
-  std::string dir_, url_;
-  pid_t pid_ = -1;
-};
 
 rdmalock::lockd::Config ShardConfig(const std::string& url, const std::string& me) {
   rdmalock::lockd::Config c;
@@ -172,6 +42,103 @@ rdmalock::lockd::Config ShardConfig(const std::string& url, const std::string& m
   REQUIRE(rdmalock::lockd::Validate(c).ok());
   return c;
 }
+
+// An HTTP proxy in front of etcd that forwards every request at once and can hold back the
+// reply of the next `delay_txns` transactions (/v3/kv/txn) by `delay`: a request etcd carried
+// out whose answer comes too late for the caller (a loaded etcd, a slow network).
+class DelayingProxy {
+ public:
+  DelayingProxy(std::string upstream, std::chrono::milliseconds delay)
+      : upstream_(std::move(upstream)), delay_(delay) {
+    auto where = etcd::ParseEndpoint(upstream_);
+    REQUIRE(where.ok());
+    host_ = where->first;
+    port_ = where->second;
+    svr_.Post(R"(/v3/.*)", [this](const httplib::Request& req, httplib::Response& res) {
+      httplib::Client up(host_, port_);
+      up.set_read_timeout(5, 0);
+      auto r = up.Post(req.path.c_str(), req.body, "application/json");
+      if (!r) {
+        res.status = 502;
+        return;
+      }
+      res.status = r->status;
+      res.set_content(r->body, "application/json");
+      if (req.path == "/v3/kv/txn" && delay_txns.fetch_sub(1) > 0) {
+        delayed.fetch_add(1);
+        std::this_thread::sleep_for(delay_);
+      }
+    });
+    const int port = svr_.bind_to_any_port("127.0.0.1");
+    REQUIRE(port > 0);
+    url_ = "http://127.0.0.1:" + std::to_string(port);
+    thread_ = std::thread([this] { svr_.listen_after_bind(); });
+  }
+  ~DelayingProxy() {
+    svr_.stop();
+    thread_.join();
+  }
+  const std::string& url() const { return url_; }
+
+  std::atomic<int> delay_txns{0};
+  std::atomic<int> delayed{0};
+
+ private:
+  std::string upstream_, host_, url_;
+  uint16_t port_ = 0;
+  std::chrono::milliseconds delay_;
+  httplib::Server svr_;
+  std::thread thread_;
+};
+
+// A TCP peer that answers any request with a valid HTTP reply, one byte every `gap`: each read
+// the client makes completes well within its read timeout, but the reply takes long.
+class TricklingPeer {
+ public:
+  explicit TricklingPeer(std::chrono::milliseconds gap) : gap_(gap) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd_ >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    REQUIRE(listen(fd_, 8) == 0);
+    socklen_t len = sizeof(a);
+    REQUIRE(getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    url_ = "http://127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~TricklingPeer() {
+    stop_.store(true);
+    shutdown(fd_, SHUT_RDWR);
+    thread_.join();
+    close(fd_);
+  }
+  const std::string& url() const { return url_; }
+
+ private:
+  void Serve() {
+    const std::string reply =
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+    while (!stop_.load()) {
+      const int c = accept(fd_, nullptr, nullptr);
+      if (c < 0) return;
+      char buf[4096];
+      (void)recv(c, buf, sizeof(buf), 0);
+      for (char ch : reply) {
+        if (stop_.load() || send(c, &ch, 1, MSG_NOSIGNAL) != 1) break;
+        std::this_thread::sleep_for(gap_);
+      }
+      close(c);
+    }
+  }
+
+  std::chrono::milliseconds gap_;
+  int fd_ = -1;
+  std::string url_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
 
 }  // namespace
 
@@ -368,4 +335,124 @@ TEST_CASE("etcd over TLS: etcd's certificate is verified, and a client certifica
   REQUIRE_FALSE(r2.ok());
   INFO(r2.status().message());
   CHECK(r2.status().code() == ErrorCode::kConnection);
+}
+
+TEST_CASE(
+    "issue 17 finding 7: a create that committed but whose reply came too late is our own key",
+    "[etcd]") {
+  LocalEtcd server;
+  // Two endpoints: a proxy that answers the primary key's create 1.5 s late, then etcd itself.
+  // The create's 2 s are split between them: the first gives up after 1 s, and the second finds
+  // the key our create made, on our own lease.
+  DelayingProxy proxy(server.url(), milliseconds(1500));
+  rdmalock::lockd::Config c = ShardConfig(server.url(), "10.0.0.1:7471");
+  c.etcd_endpoints = {proxy.url(), server.url()};
+  auto a = rdmalock::lockd::Campaign::Create(c);
+  REQUIRE(a.ok());
+  proxy.delay_txns.store(1);
+  std::atomic<bool> stop{false}, done{false};
+  rdmalock::Result<uint64_t> won = rdmalock::Error(ErrorCode::kInternal, "not run");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread t([&] {
+    won = (*a)->Win(stop);
+    done.store(true);
+  });
+  // Three TTLs: a key left on a lease nobody refreshes would be gone by then.
+  while (!done.load() && std::chrono::steady_clock::now() < t0 + milliseconds(6000)) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  stop.store(true);
+  t.join();
+  const auto took =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  auto e = etcd::Client::Create({server.url()});
+  auto primary = (*e)->Get((*a)->primary_key(), milliseconds(2000));
+  REQUIRE(primary.ok());
+  INFO("Win after " << took << " ms: " << (won.ok() ? "won" : won.status().ToString())
+                    << "; delayed creates: " << proxy.delayed.load() << "; the primary key holds "
+                    << (primary->has_value() ? (*primary)->value : std::string("nothing")));
+  CHECK(proxy.delayed.load() == 1);
+  REQUIRE(won.ok());
+  CHECK(*won == 1);
+  REQUIRE(primary->has_value());
+  CHECK((*primary)->value == "10.0.0.1:7471");
+}
+
+TEST_CASE(
+    "issue 17 finding 7: a term that ends with its lease still alive (a keepalive that succeeded "
+    "after the fence) leaves the shard to the next winner",
+    "[etcd]") {
+  LocalEtcd server;
+  auto a = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), "10.0.0.1:7471"));
+  auto b = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), "10.0.0.2:7471"));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  std::atomic<bool> stop{false};
+  REQUIRE((*a)->Win(stop).ok());
+  for (int i = 0; i < 3; ++i) REQUIRE((*a)->Hold(stop));
+  // b is a standby.
+  std::atomic<bool> b_done{false}, a_done{false};
+  rdmalock::Result<uint64_t> eb = rdmalock::Error(ErrorCode::kInternal, "not run");
+  rdmalock::Result<uint64_t> ea = rdmalock::Error(ErrorCode::kInternal, "not run");
+  std::thread tb([&] {
+    eb = (*b)->Win(stop);
+    b_done.store(true);
+  });
+  // a's term ends (lockd fenced its clients at the fence point) while its last keepalive, sent
+  // before the fence, succeeded after it: the lease, and the primary key on it, live on. lockd
+  // campaigns again, as main.cc does after a fence.
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread ta([&] {
+    ea = (*a)->Win(stop);
+    a_done.store(true);
+  });
+  while (!a_done.load() && !b_done.load() &&
+         std::chrono::steady_clock::now() < t0 + milliseconds(6000)) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  const auto took =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  stop.store(true);
+  ta.join();
+  tb.join();
+  auto e = etcd::Client::Create({server.url()});
+  auto primary = (*e)->Get((*a)->primary_key(), milliseconds(2000));
+  REQUIRE(primary.ok());
+  INFO("after " << took << " ms: a " << (ea.ok() ? "won" : ea.status().ToString()) << ", b "
+                << (eb.ok() ? "won" : eb.status().ToString()) << "; the primary key holds "
+                << (primary->has_value() ? (*primary)->value : std::string("nothing")));
+  // Exactly one of them is primary again, with the next epoch.
+  REQUIRE(ea.ok() != eb.ok());
+  CHECK((ea.ok() ? *ea : *eb) == 2);
+  REQUIRE(primary->has_value());
+  CHECK((*primary)->value == (ea.ok() ? "10.0.0.1:7471" : "10.0.0.2:7471"));
+}
+
+TEST_CASE("issue 17 finding 7: an etcd call takes no longer than its timeout", "[etcd]") {
+  // A peer that trickles its reply (each byte well within the read timeout): the call must give
+  // up at its timeout, not when the reply is complete.
+  TricklingPeer slow(milliseconds(60));
+  auto c = etcd::Client::Create({slow.url()});
+  REQUIRE(c.ok());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = (*c)->Get("/k", milliseconds(300));
+  const auto took =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  INFO("Get with a 300 ms timeout: " << (r.ok() ? std::string("ok") : r.status().ToString())
+                                     << " after " << took << " ms");
+  CHECK_FALSE(r.ok());
+  CHECK(took < 450);
+
+  // Three endpoints share the timeout: the whole call still ends within it.
+  TricklingPeer s2(milliseconds(60)), s3(milliseconds(60));
+  auto three = etcd::Client::Create({slow.url(), s2.url(), s3.url()});
+  REQUIRE(three.ok());
+  const auto t1 = std::chrono::steady_clock::now();
+  auto r3 = (*three)->Get("/k", milliseconds(300));
+  const auto took3 =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t1).count();
+  INFO("Get over three endpoints with a 300 ms timeout: "
+       << (r3.ok() ? std::string("ok") : r3.status().ToString()) << " after " << took3 << " ms");
+  CHECK_FALSE(r3.ok());
+  CHECK(took3 < 450);
 }

@@ -3,6 +3,7 @@
 // keeps one session per shard it uses, opened on first use.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -47,6 +48,9 @@ struct EtcdCluster {
   std::string ca_file;
   std::string cert_file;
   std::string key_file;
+  // How often a ClusterClient re-reads the map (0: never). A new map (lockctl cluster init
+  // --replace) routes new acquires from then on; see ClusterClient.
+  std::chrono::milliseconds map_refresh{1000};
 };
 
 // Reads the map from etcd: every shard, with its current primary as server ("" if it has none
@@ -58,6 +62,15 @@ RDMALOCK_EXPORT Result<ClusterMap> ReadClusterMap(const EtcdCluster& etcd);
 RDMALOCK_EXPORT Status PublishClusterMap(const EtcdCluster& etcd,
                                          const std::vector<std::string>& shards, bool replace);
 
+// Thread-safety: any number of threads may share a ClusterClient. Each shard's session is made
+// on the first use of that shard, by that caller; only callers of the same shard wait for it.
+//
+// A map kept in etcd is re-read every EtcdCluster::map_refresh. When it changes (its etcd
+// revision moves), new acquires route by the new map; a handle already granted keeps its shard
+// (it renews and releases there, and stays held), and so does the session of a shard the new
+// map drops, until the client closes. A name that moved can therefore be held on its old shard
+// and on its new one at once: change the map only while the names that move are not in use
+// (docs/operations.md, "Changing the map").
 class RDMALOCK_EXPORT ClusterClient {
  public:
   // Checks the map; connects to no shard yet. `options.server` and `.port` are ignored (each
@@ -78,19 +91,28 @@ class RDMALOCK_EXPORT ClusterClient {
   // A set of locks across shards, all or none. Shards are taken one after another in the map's
   // order of shard names, each shard's part with Client::LockMany (ascending slots when it must
   // wait), so two sets never deadlock: every client follows one global order, (shard name,
-  // slot). On failure no lock of the set is held. The handles come back grouped by shard in
-  // that order.
+  // slot). The whole set is routed by one map. On failure no lock of the set is held: kTimeout
+  // when the timeout (one budget for the whole set) runs out, kBusy only for a zero timeout,
+  // kLockLost when a part taken earlier was lost (its session ended, its lease ran out) while a
+  // later part was being taken. The handles come back grouped by shard in that order, every one
+  // held when the call returns.
   Result<std::vector<LockHandle>> LockMany(std::span<const LockRequest> requests,
                                            const LockOptions& options = {});
 
+  // The index in map() of the shard that owns `name` now.
   size_t ShardOf(std::string_view name) const;
-  const ClusterMap& map() const;
-  // The session with one shard, connected on first use (kConnection if it cannot be reached).
+  // The map in use now (a copy: a map in etcd can change under it).
+  ClusterMap map() const;
+  // The etcd revision of the map in use (its key's mod_revision); 0 for a map given in code.
+  int64_t map_revision() const;
+  // The session with shard `index` of map() as it is now, connected on first use (kConnection
+  // if it cannot be reached). The Client lives as long as this ClusterClient.
   Result<Client*> Shard(size_t index);
 
   class Impl;
 
  private:
+  friend class ClusterTestPeer;  // tests' seam (client/src/cluster_test_peer.h), not installed
   explicit ClusterClient(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

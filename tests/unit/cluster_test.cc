@@ -1,0 +1,222 @@
+// ClusterClient (client/src/cluster.cc) on the host: each shard is a test lockd over the
+// in-process backend (tests/support/fake_lockd.h), made through ClusterTestPeer's connector, and
+// a cluster kept in etcd runs against a real etcd (tests/support/local_etcd.h). Issue 17,
+// finding 12.
+#include "rdmalock/cluster.h"
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../support/fake_lockd.h"
+#include "../support/local_etcd.h"
+#include "client_test_peer.h"
+#include "cluster_test_peer.h"
+#include "etcd.h"
+
+using namespace rdmalock;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+int64_t MsSince(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+}
+
+// Test lockds by host name, and a ClusterTestPeer connector that reaches them. A shard's
+// connection goes to the lockd its map entry names, or (a cluster in etcd) to the one etcd names
+// as the shard's primary now. `before_connect[host]`, if set, runs before every connection to
+// that host (set them before the cluster client is used).
+// Thread-safety: the maps are written before use and only read afterwards.
+struct Lockds {
+  explicit Lockds(std::vector<std::string> hosts, testing::FakeLockd::Options o = {}) {
+    for (const auto& h : hosts) lockds[h] = std::make_unique<testing::FakeLockd>(o);
+  }
+
+  ClusterTestPeer::ShardConnector connector() {
+    return [this](const ClientOptions& o, ClusterTestPeer::Resolve resolve) {
+      ClientOptions opts = o;
+      if (opts.server.empty()) opts.server = "from-etcd";
+      Connector c = [this, resolve](
+                        const ChannelParams& p, uint32_t* retry,
+                        proto::RejectReason* reason) -> Result<std::unique_ptr<Connection>> {
+        std::string host = p.host;
+        if (resolve) {
+          RDMALOCK_ASSIGN_OR_RETURN(auto where, resolve());
+          host = where.first;
+        }
+        if (auto h = before_connect.find(host); h != before_connect.end()) h->second();
+        auto it = lockds.find(host);
+        if (it == lockds.end()) return Error(ErrorCode::kConnection, "no lockd at " + host);
+        return it->second->connector()(p, retry, reason);
+      };
+      return ClientTestPeer::Connect(opts, std::move(c));
+    };
+  }
+
+  std::map<std::string, std::unique_ptr<testing::FakeLockd>> lockds;
+  std::map<std::string, std::function<void()>> before_connect;
+};
+
+ClusterMap TwoShards() {
+  ClusterMap m;
+  m.shards.push_back({"shard-a", "host-a", 7471});
+  m.shards.push_back({"shard-b", "host-b", 7471});
+  return m;
+}
+
+// A name the map puts on the shard called `shard`.
+std::string NameOn(ClusterClient& cc, const std::string& shard, const std::string& prefix) {
+  for (int i = 0;; ++i) {
+    const std::string n = prefix + std::to_string(i);
+    if (cc.map().shards[cc.ShardOf(n)].name == shard) return n;
+  }
+}
+
+ClientOptions Options() {
+  ClientOptions o;
+  o.client_name = "cluster-test";
+  o.connect_timeout = 5000ms;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("issue 17 finding 12: one shard connecting does not stall another") {
+  Lockds l({"host-a", "host-b"});
+  std::atomic<bool> a_connecting{false};
+  l.before_connect["host-a"] = [&] {
+    if (!a_connecting.exchange(true)) std::this_thread::sleep_for(1500ms);  // a failover, say
+  };
+  auto cc = ClusterTestPeer::Connect(TwoShards(), Options(), l.connector());
+  REQUIRE(cc.ok());
+  const std::string on_a = NameOn(**cc, "shard-a", "a/"), on_b = NameOn(**cc, "shard-b", "b/");
+
+  std::thread slow([&] {
+    auto h = (*cc)->Lock(on_a, {.timeout = 5000ms});
+    CHECK(h.ok());
+  });
+  while (!a_connecting.load()) std::this_thread::sleep_for(1ms);
+  const auto t0 = Clock::now();
+  auto h = (*cc)->Lock(on_b, {.timeout = 200ms});
+  const int64_t took = MsSince(t0);
+  slow.join();
+  INFO("Lock on shard-b while shard-a connects: " << (h.ok() ? "ok" : h.status().ToString())
+                                                  << " after " << took << " ms");
+  CHECK(h.ok());
+  CHECK(took < 700);
+}
+
+TEST_CASE("issue 17 finding 12: LockMany never returns a set with a lock already lost") {
+  Lockds l({"host-a", "host-b"});
+  auto cc = ClusterTestPeer::Connect(TwoShards(), Options(), l.connector());
+  auto other = ClusterTestPeer::Connect(TwoShards(), Options(), l.connector());
+  REQUIRE(cc.ok());
+  REQUIRE(other.ok());
+  const std::string on_a = NameOn(**cc, "shard-a", "a/"), on_b = NameOn(**cc, "shard-b", "b/");
+  // shard-a's session is made now, so that the test can end it while the set waits on shard-b.
+  auto shard_a = (*cc)->Shard((*cc)->ShardOf(on_a));
+  REQUIRE(shard_a.ok());
+
+  auto blocker = (*other)->Lock(on_b);
+  REQUIRE(blocker.ok());
+  std::thread unblock([&] {
+    // shard-a's part is granted at once (sets go in shard-name order); then its session ends
+    // (lockd restarted, or a failover), and shard-b's part is granted after it.
+    std::this_thread::sleep_for(300ms);
+    ClientTestPeer::FailSession(**shard_a, "test: shard-a's session ended");
+    std::this_thread::sleep_for(600ms);
+    CHECK(blocker->Release().ok());
+  });
+  const std::vector<LockRequest> set = {{on_a}, {on_b}};
+  auto got = (*cc)->LockMany(set, {.timeout = 5000ms});
+  unblock.join();
+  std::string what = got.ok() ? "ok:" : got.status().ToString();
+  if (got.ok()) {
+    for (auto& h : *got) what += h.state() == LockState::kHeld ? " held" : " LOST";
+  }
+  INFO("LockMany across shards with shard-a's session ended meanwhile: " << what);
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.status().code() == ErrorCode::kLockLost);
+  // Nothing of the set is held: another client gets both at once.
+  const std::vector<LockRequest> again = {{on_a}, {on_b}};
+  auto both = (*other)->LockMany(again, {.timeout = 3000ms});
+  CHECK(both.ok());
+}
+
+TEST_CASE("issue 17 finding 12: LockMany whose budget ran out is kTimeout, not kBusy") {
+  Lockds l({"host-a", "host-b"});
+  std::atomic<bool> once{false};
+  l.before_connect["host-a"] = [&] {
+    if (!once.exchange(true)) std::this_thread::sleep_for(400ms);  // longer than the budget
+  };
+  auto cc = ClusterTestPeer::Connect(TwoShards(), Options(), l.connector());
+  auto other = ClusterTestPeer::Connect(TwoShards(), Options(), l.connector());
+  REQUIRE(cc.ok());
+  REQUIRE(other.ok());
+  const std::string on_a = NameOn(**cc, "shard-a", "a/"), on_b = NameOn(**cc, "shard-b", "b/");
+  auto blocker = (*other)->Lock(on_b);
+  REQUIRE(blocker.ok());
+  const std::vector<LockRequest> set = {{on_a}, {on_b}};
+  const auto t0 = Clock::now();
+  auto got = (*cc)->LockMany(set, {.timeout = 300ms});
+  INFO("LockMany with a 300 ms budget, shard-b's lock held: "
+       << (got.ok() ? std::string("ok") : got.status().ToString()) << " after " << MsSince(t0)
+       << " ms");
+  REQUIRE_FALSE(got.ok());
+  CHECK(got.status().code() == ErrorCode::kTimeout);
+}
+
+TEST_CASE(
+    "issue 17 finding 12: after cluster init --replace, new acquires go by the new map and held "
+    "locks keep their shard",
+    "[etcd]") {
+  testing::LocalEtcd server;
+  const EtcdCluster e{{server.url()}, "test"};
+  auto kv = etcd::Client::Create({server.url()});
+  REQUIRE(kv.ok());
+  REQUIRE((*kv)->Put("/rdmalock/test/shard/a/primary", "host-a:7471", 0, 2000ms).ok());
+  REQUIRE((*kv)->Put("/rdmalock/test/shard/b/primary", "host-b:7471", 0, 2000ms).ok());
+  REQUIRE(PublishClusterMap(e, {"a"}, false).ok());
+
+  Lockds l({"host-a", "host-b"});
+  auto cc = ClusterTestPeer::Connect(e, Options(), l.connector());
+  REQUIRE(cc.ok());
+  CHECK((*cc)->map().shards[0].server == "host-a");  // the primary as etcd names it
+  const int64_t first_revision = (*cc)->map_revision();
+  CHECK(first_revision > 0);
+  auto held = (*cc)->Lock("orders/1");
+  REQUIRE(held.ok());
+  CHECK(l.lockds["host-a"]->Sessions().size() == 1);
+
+  // An operator replaces the map: every name moves to shard b.
+  REQUIRE(PublishClusterMap(e, {"b"}, /*replace=*/true).ok());
+  const auto t0 = Clock::now();
+  std::string now;
+  while (MsSince(t0) < 5000) {
+    now = (*cc)->map().shards[(*cc)->ShardOf("orders/1")].name;
+    if (now == "b") break;
+    std::this_thread::sleep_for(50ms);
+  }
+  INFO("orders/1 is routed to shard " << now << " " << MsSince(t0) << " ms after the new map");
+  REQUIRE(now == "b");
+  CHECK((*cc)->map_revision() > first_revision);
+  CHECK((*cc)->map().shards[0].server == "host-b");
+  // A new acquire goes to shard b (where the name is free: a map change moves names, and what
+  // was held on the old shard is not held on the new one).
+  auto moved = (*cc)->TryLock("orders/1");
+  REQUIRE(moved.ok());
+  CHECK(l.lockds["host-b"]->Sessions().size() == 1);
+  // The lock held across the change keeps its shard: still held, renewed and released there.
+  CHECK(held->state() == LockState::kHeld);
+  CHECK(held->Renew().ok());
+  CHECK(held->Release().ok());
+  CHECK(moved->Release().ok());
+}
