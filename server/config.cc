@@ -387,6 +387,38 @@ std::string Config::Advertised() const {
   return address + ":" + std::to_string(port);
 }
 
+Status CheckDeviceLimits(const Config& c, const DeviceLimits& d, std::string* warning) {
+  warning->clear();
+  const uint64_t sessions = uint64_t{c.max_clients} + 1;  // and lockd's own loopback
+  const uint64_t windows_per_conn = c.memory_windows ? 4 : 0;
+  auto too_many = [&](const std::string& what, uint64_t need, uint64_t have,
+                      const std::string& lower) {
+    return Error(ErrorCode::kConfig, "device " + d.name + " holds " + std::to_string(have) + " " +
+                                         what + ", and max_clients " +
+                                         std::to_string(c.max_clients) + " needs " +
+                                         std::to_string(need) + ": lower " + lower);
+  };
+  if (sessions > d.max_qp) return too_many("QPs (max_qp)", sessions, d.max_qp, "max_clients");
+  if (sessions + 3 > d.max_mr) {
+    return too_many("memory registrations (max_mr)", sessions + 3, d.max_mr, "max_clients");
+  }
+  if (sessions * windows_per_conn > d.max_mw) {
+    return too_many("memory windows (max_mw)", sessions * windows_per_conn, d.max_mw,
+                    "max_clients (or set memory_windows: false)");
+  }
+  const uint64_t conns = sessions * c.max_connections_per_session;
+  if (conns > d.max_qp || conns * windows_per_conn > d.max_mw) {
+    *warning = "device " + d.name + " holds " + std::to_string(d.max_qp) + " QPs and " +
+               std::to_string(d.max_mw) + " memory windows, fewer than max_clients " +
+               std::to_string(c.max_clients) + " x max_connections_per_session " +
+               std::to_string(c.max_connections_per_session) +
+               " connections need: past that, a client thread's join is refused (no_resources) "
+               "and only that thread fails; lower max_connections_per_session to make the limit "
+               "explicit";
+  }
+  return Status::Ok();
+}
+
 std::vector<std::string> ChangedKeys(const Config& a, const Config& b) {
   std::vector<std::string> out;
   auto cmp = [&](const char* key, const auto& x, const auto& y) {

@@ -95,4 +95,17 @@ Status Validate(const Config& c);
 // once; every other key needs a restart).
 std::vector<std::string> ChangedKeys(const Config& a, const Config& b);
 
+// What one RDMA device can hold (from ibv_query_device).
+struct DeviceLimits {
+  std::string name;
+  uint64_t max_qp = 0, max_mr = 0, max_mw = 0;
+};
+// Checks the configured limits against a device's. Every session needs one QP, one registration
+// of its record and (with memory windows) 4 windows per connection, besides lockd's own 3
+// registrations and its loopback: max_clients sessions that cannot fit are an error naming the
+// key to lower. A session's further connections past what the device holds are only a warning
+// (`*warning`, else empty): such joins are refused as no_resources, and only the joining thread
+// fails.
+Status CheckDeviceLimits(const Config& c, const DeviceLimits& d, std::string* warning);
+
 }  // namespace rdmalock::lockd

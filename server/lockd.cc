@@ -323,6 +323,7 @@ struct Server::Impl {
     LogRefusal(peer, reason, detail, retry_after_ms);
   }
 
+  static_assert(proto::kRejectReasonCount <= Counters::kRejectReasons);
   // Counts a refusal (the handshake's or rdma_cm's) without logging it.
   void CountRefusal(proto::RejectReason reason) {
     ++rejected_total;
@@ -435,7 +436,7 @@ struct Server::Impl {
     // the Hello.
     rdma::QpSizes qp_sizes{8, 1, 1};
     if (Status st = rdma::CreateRcQp(id, dev->pd.get(), dev->cq.get(), &qp_sizes); !st.ok()) {
-      Reject(id, proto::RejectReason::kInternal, peer, "cannot create a QP");
+      Reject(id, proto::RejectReason::kNoResources, peer, "cannot create a QP: " + st.message());
       spdlog::error("connection from {}: {}", peer, st.ToString());
       return id;
     }
@@ -681,7 +682,8 @@ struct Server::Impl {
                                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
         if (!mr.ok()) {
           spdlog::error("connection from {}: {}", s.peer, mr.status().ToString());
-          Refuse(c, proto::RejectReason::kInternal, "cannot register the session record");
+          Refuse(c, proto::RejectReason::kNoResources,
+                 "cannot register the session record: " + mr.status().message());
           return;
         }
         record_mr = mr.value().get();
@@ -692,7 +694,8 @@ struct Server::Impl {
         auto mw = rdma::AllocMw(dev.pd.get());
         if (!mw.ok()) {
           spdlog::error("connection from {}: {}", s.peer, mw.status().ToString());
-          Refuse(c, proto::RejectReason::kInternal, "cannot allocate a memory window");
+          Refuse(c, proto::RejectReason::kNoResources,
+                 "cannot allocate a memory window: " + mw.status().message());
           return;
         }
         ibv_send_wr& b = binds[nbinds++];
@@ -1662,6 +1665,14 @@ Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t ep
                    "device " + d->name +
                        " has no memory windows (max_mw 0): set memory_windows: false in "
                        "lockd.yaml (a fenced client's rkeys then stay valid until its QP is gone)");
+    }
+    {
+      const DeviceLimits limits{d->name, static_cast<uint64_t>(std::max(dattr.max_qp, 0)),
+                                static_cast<uint64_t>(std::max(dattr.max_mr, 0)),
+                                static_cast<uint64_t>(std::max(dattr.max_mw, 0))};
+      std::string warning;
+      RDMALOCK_RETURN_IF_ERROR(CheckDeviceLimits(config, limits, &warning));
+      if (!warning.empty()) spdlog::warn("{}", warning);
     }
     RDMALOCK_ASSIGN_OR_RETURN(d->pd, rdma::AllocPd(d->ctx));
     RDMALOCK_ASSIGN_OR_RETURN(d->comp_channel, rdma::CreateCompChannel(d->ctx));

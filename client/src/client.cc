@@ -336,7 +336,8 @@ class [[gnu::visibility("hidden")]] Client::Impl
       proto::RejectReason reason = proto::RejectReason::kNone;
       mem = connector_(p, &retry_ms, &reason);
       if (mem.ok()) break;
-      if (reason == proto::RejectReason::kTooManyConnections) {
+      if (reason == proto::RejectReason::kTooManyConnections ||
+          reason == proto::RejectReason::kNoResources) {
         return Error(ErrorCode::kResource, mem.status().message());
       }
       if (reason == proto::RejectReason::kBusy &&

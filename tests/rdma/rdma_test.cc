@@ -2406,3 +2406,80 @@ TEST_CASE("finding 10: join keys cannot be predicted from earlier sessions' keys
                                                    << " predicted from the 312 before it");
   CHECK_FALSE(predicted);
 }
+
+// Takes every memory window the RDMA device has left (lockd runs on the same device, in another
+// process; rdma_rxe's windows come from one pool per device), so that lockd's next allocation
+// fails; gives them back when destroyed.
+class MemoryWindowHog {
+ public:
+  MemoryWindowHog() {
+    int n = 0;
+    ibv_device** list = ibv_get_device_list(&n);
+    const char* want = std::getenv("RXE_DEV");
+    for (int i = 0; list != nullptr && i < n && ctx_ == nullptr; ++i) {
+      if (want == nullptr || std::string(ibv_get_device_name(list[i])) == want) {
+        ctx_ = ibv_open_device(list[i]);
+      }
+    }
+    if (list != nullptr) ibv_free_device_list(list);
+    if (ctx_ != nullptr) pd_ = ibv_alloc_pd(ctx_);
+    while (pd_ != nullptr && mws_.size() < (1u << 20)) {
+      ibv_mw* mw = ibv_alloc_mw(pd_, IBV_MW_TYPE_2);
+      if (mw == nullptr) break;
+      mws_.push_back(mw);
+    }
+  }
+  ~MemoryWindowHog() { Free(); }
+  void Free() {
+    for (ibv_mw* mw : mws_) (void)ibv_dealloc_mw(mw);
+    mws_.clear();
+    if (pd_ != nullptr) (void)ibv_dealloc_pd(pd_);
+    if (ctx_ != nullptr) (void)ibv_close_device(ctx_);
+    pd_ = nullptr;
+    ctx_ = nullptr;
+  }
+  size_t taken() const { return mws_.size(); }
+  MemoryWindowHog(const MemoryWindowHog&) = delete;
+  MemoryWindowHog& operator=(const MemoryWindowHog&) = delete;
+
+ private:
+  ibv_context* ctx_ = nullptr;
+  ibv_pd* pd_ = nullptr;
+  std::vector<ibv_mw*> mws_;
+};
+
+// Issue 17 finding 4: a join lockd cannot serve for want of a device resource (here a memory
+// window) was refused as `internal`, which the SDK took as fatal for the whole session: the new
+// thread's failure cost the locks every other thread held.
+TEST_CASE(
+    "issue 17 finding 4: a join refused for want of device resources costs only that thread") {
+  Lockd lockd(7671);
+  auto c = MustConnect(lockd);
+  auto held = c->Lock("f4-held", {.timeout = 2000ms});
+  REQUIRE(held.ok());
+  MemoryWindowHog hog;
+  INFO("memory windows taken from the device: " << hog.taken());
+  REQUIRE(hog.taken() > 0);
+  rdmalock::Status other_status;
+  std::thread([&] {
+    auto h = c->Lock("f4-other", {.timeout = 3000ms});
+    other_status = h.ok() ? rdmalock::Status::Ok() : h.status();
+  }).join();
+  INFO("the new thread's Lock: " << other_status.ToString());
+  CHECK(other_status.code() == ErrorCode::kResource);
+  CHECK(held->state() == LockState::kHeld);
+  CHECK(c->Stats().sessions_lost == 0);
+  hog.Free();
+  // The windows back: another client finds the lock held, and a new thread of c works.
+  auto other = MustConnect(lockd);
+  auto busy = other->TryLock("f4-held");
+  CHECK(busy.status().code() == ErrorCode::kBusy);
+  rdmalock::Status after;
+  std::thread([&] {
+    auto h = c->Lock("f4-other", {.timeout = 3000ms});
+    after = h.ok() ? h->Release() : h.status();
+  }).join();
+  INFO("a new thread's Lock once the windows are back: " << after.ToString());
+  CHECK(after.ok());
+  CHECK(held->Release().ok());
+}

@@ -297,3 +297,29 @@ TEST_CASE("finding 11: max_clients is bounded by what one lock word can count") 
   c.max_clients = 65536;  // as --max-clients would set it
   REQUIRE_FALSE(rdmalock::lockd::Validate(c).ok());
 }
+
+TEST_CASE("issue 17 finding 4: lockd's limits are checked against the device's at start") {
+  rdmalock::lockd::Config c;
+  c.max_clients = 1024;
+  c.max_connections_per_session = 256;
+  c.memory_windows = true;
+  std::string warning;
+  // rdma_rxe's limits (ibv_devinfo -v): every session fits; not every thread of every session.
+  const rdmalock::lockd::DeviceLimits rxe{"rxe0", 65536, 65536, 65536};
+  auto ok = rdmalock::lockd::CheckDeviceLimits(c, rxe, &warning);
+  INFO(ok.ToString());
+  CHECK(ok.ok());
+  CHECK(warning.find("max_connections_per_session") != std::string::npos);
+  // A device that cannot hold max_clients sessions' windows: refused, naming the key to lower.
+  const rdmalock::lockd::DeviceLimits small{"mlx5_0", 65536, 65536, 2048};
+  auto bad = rdmalock::lockd::CheckDeviceLimits(c, small, &warning);
+  INFO(bad.ToString());
+  CHECK_FALSE(bad.ok());
+  CHECK(bad.message().find("max_mw") != std::string::npos);
+  CHECK(bad.message().find("lower max_clients") != std::string::npos);
+  c.memory_windows = false;
+  CHECK(rdmalock::lockd::CheckDeviceLimits(c, small, &warning).ok());
+  const rdmalock::lockd::DeviceLimits few_qps{"dev", 512, 65536, 65536};
+  auto qps = rdmalock::lockd::CheckDeviceLimits(c, few_qps, &warning);
+  CHECK(qps.message().find("max_qp") != std::string::npos);
+}

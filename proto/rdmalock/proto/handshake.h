@@ -55,8 +55,12 @@ enum class RejectReason : uint16_t {
   kBusy = 12,         // too many handshakes in progress; retry after retry_after_ms
   kTooManyConnections = 13,  // the session has max_connections_per_session connections
   kBadHello = 14,            // the Hello message is malformed
+  // lockd could not get a device resource for this connection (a QP, a memory window, a
+  // registration): the device's limits, not the session's fault. A join refused so costs only
+  // the joining thread (kResource); the session and its other connections go on.
+  kNoResources = 15,
 };
-inline constexpr size_t kRejectReasonCount = 15;
+inline constexpr size_t kRejectReasonCount = 16;
 
 inline std::string_view RejectReasonName(RejectReason r) {
   switch (r) {
@@ -90,6 +94,8 @@ inline std::string_view RejectReasonName(RejectReason r) {
       return "session has too many connections (max_connections_per_session)";
     case RejectReason::kBadHello:
       return "malformed hello";
+    case RejectReason::kNoResources:
+      return "lockd is out of RDMA device resources (QPs, memory windows or registrations)";
   }
   return "unknown reason";
 }
@@ -127,6 +133,8 @@ inline std::string_view RejectReasonLabel(RejectReason r) {
       return "too_many_connections";
     case RejectReason::kBadHello:
       return "bad_hello";
+    case RejectReason::kNoResources:
+      return "no_resources";
   }
   return "unknown";
 }
