@@ -660,13 +660,16 @@ struct Server::Impl {
       uint64_t len;
       int access;
     };
+    constexpr size_t kWritable = proto::SessionRecord::kClientWritable;
     Window want[4] = {
         {dev.info_mr.get(), info->data(), proto::kInfoPageSize, IBV_ACCESS_REMOTE_READ},
         {dev.locks_mr.get(), locks->data(), proto::LockTableBytes(config.lock_count),
          IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC},
         {dev.sessions_mr.get(), sessions_mem->data(), sessions_mem->size(), IBV_ACCESS_REMOTE_READ},
-        {dev.sessions_mr.get(), sessions_mem->data() + record_off, proto::kSessionRecordSize,
-         IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE},
+        // The client's own record, from its heartbeat on: the header before it is lockd's view
+        // of the session (peer, pid, name, session id), which operators see and trust.
+        {dev.sessions_mr.get(), sessions_mem->data() + record_off + kWritable,
+         proto::kSessionRecordSize - kWritable, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE},
     };
     uint32_t rkeys[4];
     ibv_send_wr binds[4]{};
@@ -677,8 +680,12 @@ struct Server::Impl {
         if (d == &dev) record_mr = mr.get();
       }
       if (record_mr == nullptr) {
-        auto mr = rdma::RegisterMr(dev.pd.get(), sessions_mem->data() + record_off,
-                                   proto::kSessionRecordSize,
+        // The registration itself covers only what the client may write: rdma_rxe checks an
+        // access against the window's MR, not the window's own bounds (measured: a WRITE over
+        // the header through a window bound only from kClientWritable on landed), a real NIC
+        // against both.
+        auto mr = rdma::RegisterMr(dev.pd.get(), sessions_mem->data() + record_off + kWritable,
+                                   proto::kSessionRecordSize - kWritable,
                                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
         if (!mr.ok()) {
           spdlog::error("connection from {}: {}", s.peer, mr.status().ToString());
@@ -728,8 +735,9 @@ struct Server::Impl {
     reply.sessions = {reinterpret_cast<uint64_t>(sessions_mem->data()),
                       sessions_mem->size(),  // whole pages; records past the last are zero
                       rkeys[2]};
-    reply.record = {reinterpret_cast<uint64_t>(sessions_mem->data() + record_off),
-                    proto::kSessionRecordSize, rkeys[3]};
+    reply.record = {reinterpret_cast<uint64_t>(sessions_mem->data() + record_off +
+                                               proto::SessionRecord::kClientWritable),
+                    proto::kSessionRecordSize - proto::SessionRecord::kClientWritable, rkeys[3]};
     reply.session_record_offset = record_off;
     reply.max_sessions = config.max_clients;
     reply.heartbeat_interval_ns = config.heartbeat_interval_ms * 1'000'000;

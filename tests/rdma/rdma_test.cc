@@ -19,6 +19,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -1939,8 +1940,10 @@ TEST_CASE("a client that writes garbage into its own session record hurts no one
   auto vandal = RawChannel(lockd, "vandal");
   const uint64_t rec = vandal->reply().session_record_offset;
   std::mt19937_64 rng(20261129);
-  for (uint64_t off = 0; off < proto::kSessionRecordSize; off += 16) {
-    RemoteOp w = RemoteOp::Write16(RegionId::kSessions, rec + off, rng(), rng());
+  // All of it the client may write: from its heartbeat on (issue 17 finding 14: not the header).
+  for (uint64_t off = proto::SessionRecord::kClientWritable; off < proto::kSessionRecordSize;
+       off += 8) {
+    RemoteOp w = RemoteOp::Write(RegionId::kSessions, rec + off, rng());
     REQUIRE(vandal->Execute(w).ok());
   }
   // One byte past its record: outside its window.
@@ -2482,4 +2485,31 @@ TEST_CASE(
   INFO("a new thread's Lock once the windows are back: " << after.ToString());
   CHECK(after.ok());
   CHECK(held->Release().ok());
+}
+
+// Issue 17 finding 14: the record's header (session id, pid, name, peer: what lockctl clients and
+// inspect show) sat inside the window the client may WRITE, so a client could show operators
+// another peer address, or another session's id.
+TEST_CASE("issue 17 finding 14: a client cannot rewrite what operators see of its session") {
+  Lockd lockd(7672);
+  auto observer = MustConnect(lockd);
+  auto spoofer = RawChannel(lockd, "spoofer");
+  const uint64_t rec = spoofer->reply().session_record_offset;
+  const uint64_t sid = spoofer->reply().session_id;
+  char fake[16] = "10.9.9.9:1";
+  uint64_t a = 0, b = 0;
+  std::memcpy(&a, fake, 8);
+  std::memcpy(&b, fake + 8, 8);
+  RemoteOp w = RemoteOp::Write16(RegionId::kSessions, rec + proto::SessionRecord::kPeer, a, b);
+  const rdmalock::Status st = spoofer->Execute(w);
+  INFO("the client's WRITE over its record's peer field: " << st.ToString());
+  auto sessions = observer->Sessions();
+  REQUIRE(sessions.ok());
+  std::string shown = "(session gone)";
+  for (const auto& s : *sessions) {
+    if (s.session_id == sid) shown = s.peer;
+  }
+  INFO("lockd's session table shows the client's peer as: " << shown);
+  CHECK(shown.find("10.9.9.9") == std::string::npos);
+  CHECK_FALSE(st.ok());
 }

@@ -17,8 +17,10 @@ inline constexpr uint32_t kHandshakeMagic = 0x314b4c52;  // "RLK1" read little-e
 // Version 2: sessions (join), heartbeats and request records; not compatible with version 1.
 // Version 3: lockd's accept carries a challenge, never an rkey; the rkeys (memory windows bound to
 // the connection's QP) travel in a Welcome SEND after the client's Hello proved the shared key.
-inline constexpr uint16_t kProtocolVersion = 3;
-inline constexpr uint16_t kMinProtocolVersion = 3;
+// Version 4: the session record's heartbeat moved to 112, and the client's record window starts
+// there: the header before it (lockd's view of the session) is not client-writable.
+inline constexpr uint16_t kProtocolVersion = 4;
+inline constexpr uint16_t kMinProtocolVersion = 4;
 
 // rdma_cm limits (verified on rdma_rxe; the IB CM sets them): connect 56, accept 196, reject 148.
 inline constexpr size_t kMaxConnectPrivateData = 56;

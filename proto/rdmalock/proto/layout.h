@@ -119,10 +119,11 @@ struct InfoPage {
 };
 static_assert(InfoPage::kEncodedSize <= kInfoPageSize);
 
-// A session record. The header's first 96 bytes are lockd's (written when the session starts,
-// zeroed when it ends; session_id 0 marks a free record). The client RDMA-WRITEs its heartbeat
-// counter and its request entries; lockd stamps when it last saw the heartbeat move. Every client
-// may read every record (lockctl clients / inspect).
+// A session record. The header's first 112 bytes (to kClientWritable) are lockd's: written when
+// the session starts, zeroed when it ends (session_id 0 marks a free record), and outside the
+// client's window, so what operators see of a session is lockd's view. The client RDMA-WRITEs its
+// heartbeat counter and its request entries; lockd stamps when it last saw the heartbeat move.
+// Every client may read every record (lockctl clients / inspect).
 struct SessionRecord {
   static constexpr size_t kSessionId = 0;     // u64
   static constexpr size_t kPid = 8;           // u32
@@ -130,9 +131,13 @@ struct SessionRecord {
   static constexpr size_t kSinceUnixNs = 16;  // u64
   static constexpr size_t kName = 24, kNameLen = 24;
   static constexpr size_t kPeer = 48, kPeerLen = 48;
-  static constexpr size_t kHeartbeat = 96;             // u64, client: bumped every interval
-  static constexpr size_t kHeartbeatSeenUnixNs = 104;  // u64, lockd: when it last saw it move
-  static constexpr size_t kEncodedSize = 112;
+  static constexpr size_t kHeartbeatSeenUnixNs = 96;  // u64, lockd: when it last saw it move
+  static constexpr size_t kHeartbeat = 112;           // u64, client: bumped every interval
+  static constexpr size_t kEncodedSize = 120;
+  // The client's window over its own record starts here: everything before it is lockd's view of
+  // the session (what operators see), which a client cannot WRITE (with memory windows; with
+  // memory_windows: false every client can write the whole session table).
+  static constexpr size_t kClientWritable = kHeartbeat;
   static constexpr size_t kEntries = 128;   // request entries start here
   static constexpr size_t kEntrySize = 32;  // see RequestEntry
   static constexpr uint32_t kMaxEntries = (kSessionRecordSize - kEntries) / kEntrySize;
@@ -171,6 +176,8 @@ struct SessionRecord {
   }
 };
 static_assert(SessionRecord::kEncodedSize <= SessionRecord::kEntries);
+static_assert(SessionRecord::kHeartbeatSeenUnixNs + 8 <= SessionRecord::kClientWritable);
+static_assert(SessionRecord::kPeer + SessionRecord::kPeerLen <= SessionRecord::kClientWritable);
 static_assert(SessionRecord::kMaxEntries >= 120);
 
 // One request of a client, as its record shows it: 32 bytes at SessionRecord::EntryOffset(i).
