@@ -1784,6 +1784,12 @@ namespace {
 
 Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
   auto* state_ = &s;
+  // The calling thread's connection first, before the handle's mutex: a thread with none joins
+  // the session, and a join that fails ends it, whose EndLeases takes every handle's mutex (this
+  // one's too, on this thread: it deadlocked).
+  Result<ThreadChannel*> ch = impl
+                                  ? impl->Channel(Clock::now())
+                                  : Result<ThreadChannel*>(Error(ErrorCode::kConnection, "closed"));
   std::lock_guard lk(state_->mu);
   if (state_->state == LockState::kReleased) {
     return Error(ErrorCode::kNotHeld, "lock already released");
@@ -1796,7 +1802,6 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
     return Error(ErrorCode::kConnection,
                  "client closed before release; lockd frees the lock when the session ends");
   }
-  auto ch = impl->Channel(Clock::now());
   if (ch.ok() && (*ch)->session != state_->session) {
     ch = Error(ErrorCode::kLockLost, "session with lockd ended; lock lost");
   }
@@ -1838,10 +1843,13 @@ Status LockHandle::Renew() {
   auto impl = state_->client.lock();
   if (!impl) return Error(ErrorCode::kConnection, "client closed");
   Status st;
+  // The connection before the handle's mutex, as in ReleaseHeld (a failed join ends the session,
+  // and ending it takes this handle's mutex).
+  auto chr = impl->Channel(Clock::now());
   {
     std::lock_guard lk(state_->mu);
     if (state_->state != LockState::kHeld) return Error(ErrorCode::kNotHeld, "lock is not held");
-    RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl->Channel(Clock::now()));
+    RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, std::move(chr));
     if (ch->session != state_->session) {
       state_->SetState(LockState::kLost);
       return Error(ErrorCode::kLockLost, "session with lockd ended; lock lost");

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <thread>
 
@@ -118,4 +120,62 @@ TEST_CASE("issue 17 finding 9: an async acquire's callback that destroys its cli
   CHECK(seen.calls.load() == 1);
   CHECK(seen.handle_lost.load());
   CHECK(WaitFor([&] { return life.expired(); }));
+}
+
+// Found while fixing finding 9 (helper's review): Release and Renew took the handle's mutex, then
+// asked for the calling thread's connection. A thread with none yet joins the session; a join
+// that fails with a connection error ends the session, whose EndLeases takes every handle's
+// mutex, this one's too, on the same thread: a deadlock (a handle moved to a new thread, then
+// lockd unreachable).
+TEST_CASE("issue 17: releasing or renewing from a thread whose join fails does not deadlock") {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 4;
+  fo.lease = 2s;
+  testing::FakeLockd lockd(fo);
+  auto inner = lockd.connector();
+  auto fail_joins = std::make_shared<std::atomic<bool>>(false);
+  Connector failing = [inner, fail_joins](
+                          const ChannelParams& p, uint32_t* retry,
+                          proto::RejectReason* why) -> Result<std::unique_ptr<Connection>> {
+    if (fail_joins->load() && (p.flags & proto::kFlagJoin) != 0) {
+      return Error(ErrorCode::kConnection, "test: lockd unreachable for this join");
+    }
+    return inner(p, retry, why);
+  };
+  ClientOptions o;
+  o.server = "fake";
+  o.client_name = "moved-handle";
+  o.connect_timeout = 2s;
+  o.reconnect = false;
+  auto client = ClientTestPeer::Connect(o, failing);
+  REQUIRE(client.ok());
+  LockOptions lo;
+  lo.timeout = 1s;
+  lo.auto_renew = false;
+  auto h = (*client)->LockSlot(1, lo);
+  REQUIRE(h.ok());
+  fail_joins->store(true);
+  bool renew = false;
+  SECTION("Release") {}
+  SECTION("Renew") { renew = true; }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  auto result = std::make_shared<Status>();
+  LockHandle moved = std::move(*h);
+  std::thread t([&moved, renew, done, result] {
+    *result = renew ? moved.Renew() : moved.Release();
+    done->store(true);
+  });
+  const bool finished = WaitFor([&] { return done->load(); }, 5s);
+  if (!finished) {
+    std::fprintf(stderr,
+                 "%s: the call on a new thread whose join failed never returned within 5 s "
+                 "(deadlock); exiting\n",
+                 renew ? "Renew" : "Release");
+    t.detach();  // stuck for good: the process cannot end cleanly
+    std::_Exit(1);
+  }
+  t.join();
+  INFO(result->ToString());
+  CHECK_FALSE(result->ok());
+  CHECK(moved.state() == LockState::kLost);
 }
