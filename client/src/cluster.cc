@@ -158,7 +158,7 @@ class ClusterClient::Impl {
   struct ShardSession {
     explicit ShardSession(std::string n) : name(std::move(n)) {}
     const std::string name;
-    std::mutex connect_mu;           // guards `client` (one connection attempt at a time)
+    std::timed_mutex connect_mu;     // guards `client` (one connection attempt at a time)
     std::unique_ptr<Client> client;  // set once, under connect_mu
     std::atomic<Client*> ready{nullptr};
   };
@@ -198,14 +198,23 @@ class ClusterClient::Impl {
   }
 
   // The session of shard `i` of `v`, connected on first use. Only this shard's callers wait for
-  // its connection.
-  Result<Client*> Shard(const MapView& v, size_t i) {
+  // its connection, and none past its own `deadline` (kTimeout): a caller that finds another
+  // thread connecting the shard waits for it until then.
+  Result<Client*> Shard(const MapView& v, size_t i,
+                        std::chrono::steady_clock::time_point deadline =
+                            std::chrono::steady_clock::time_point::max()) {
     if (i >= v.map.shards.size()) {
       return Error(ErrorCode::kInvalidArgument, "no shard " + std::to_string(i));
     }
     ShardSession& s = *v.sessions[i];
     if (Client* c = s.ready.load(std::memory_order_acquire); c != nullptr) return c;
-    std::lock_guard lk(s.connect_mu);
+    std::unique_lock lk(s.connect_mu, std::defer_lock);
+    if (!lk.try_lock_until(deadline)) {
+      return Error(ErrorCode::kTimeout,
+                   "shard '" + s.name +
+                       "' is being connected by another thread of this client, "
+                       "and this call's time ran out");
+    }
     if (s.client != nullptr) return s.client.get();
     ClientOptions o = options;
     o.server = v.map.shards[i].server;
@@ -327,15 +336,26 @@ Result<Client*> ClusterClient::Shard(size_t index) {
   return impl_->Shard(*v, index);
 }
 
+namespace {
+// The latest a call with `options` may wait for a shard's connection.
+std::chrono::steady_clock::time_point DeadlineOf(const LockOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  if (!options.timeout.has_value()) return Clock::time_point::max();
+  return Clock::now() + std::max(std::chrono::milliseconds(0), *options.timeout);
+}
+}  // namespace
+
 Result<LockHandle> ClusterClient::Lock(std::string_view name, const LockOptions& options) {
   auto v = impl_->view();
-  RDMALOCK_ASSIGN_OR_RETURN(Client * c, impl_->Shard(*v, ShardForName(v->map, name)));
+  RDMALOCK_ASSIGN_OR_RETURN(Client * c,
+                            impl_->Shard(*v, ShardForName(v->map, name), DeadlineOf(options)));
   return c->Lock(name, options);
 }
 
 Result<LockHandle> ClusterClient::TryLock(std::string_view name, LockMode mode) {
   auto v = impl_->view();
-  RDMALOCK_ASSIGN_OR_RETURN(Client * c, impl_->Shard(*v, ShardForName(v->map, name)));
+  RDMALOCK_ASSIGN_OR_RETURN(
+      Client * c, impl_->Shard(*v, ShardForName(v->map, name), std::chrono::steady_clock::now()));
   return c->TryLock(name, mode);
 }
 
@@ -368,7 +388,7 @@ Result<std::vector<LockHandle>> ClusterClient::LockMany(std::span<const LockRequ
   for (size_t i : v->order) {
     if (by_shard[i].empty()) continue;
     const std::string& shard = v->map.shards[i].name;
-    auto c = impl_->Shard(*v, i);
+    auto c = impl_->Shard(*v, i, budget ? start + *options.timeout : Clock::time_point::max());
     if (!c.ok()) return fail(c.status());
     LockOptions o = options;
     if (budget) {

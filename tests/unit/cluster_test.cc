@@ -114,6 +114,41 @@ TEST_CASE("issue 17 finding 12: one shard connecting does not stall another") {
   CHECK(took < 700);
 }
 
+// A caller of a shard that another thread is connecting waited for that connection whatever its
+// own timeout (up to connect_timeout): a 200 ms Lock took as long as the failover.
+TEST_CASE("issue 17 finding 12: a caller of a connecting shard waits no longer than its timeout") {
+  Lockds l({"host-a", "host-b"});
+  std::atomic<bool> a_connecting{false};
+  l.before_connect["host-a"] = [&] {
+    if (!a_connecting.exchange(true)) std::this_thread::sleep_for(1500ms);
+  };
+  auto cc = ClusterTestPeer::Connect(TwoShards(), Options(), l.connector());
+  REQUIRE(cc.ok());
+  const std::string on_a = NameOn(**cc, "shard-a", "a/"), on_a2 = NameOn(**cc, "shard-a", "a2/");
+  std::thread slow([&] {
+    auto h = (*cc)->Lock(on_a, {.timeout = 5000ms});
+    CHECK(h.ok());
+  });
+  while (!a_connecting.load()) std::this_thread::sleep_for(1ms);
+  const auto t0 = Clock::now();
+  auto h = (*cc)->Lock(on_a2, {.timeout = 200ms});
+  const int64_t took = MsSince(t0);
+  if (h.ok()) CHECK(h->Release().ok());
+  auto t1 = Clock::now();
+  auto tried = (*cc)->TryLock(on_a2);
+  const int64_t try_took = MsSince(t1);
+  slow.join();
+  INFO("Lock(200 ms) on shard-a while another thread connects it: "
+       << (h.ok() ? "ok" : h.status().ToString()) << " after " << took << " ms; TryLock: "
+       << (tried.ok() ? "ok" : tried.status().ToString()) << " after " << try_took << " ms");
+  CHECK(took < 700);
+  CHECK(try_took < 500);
+  if (!h.ok()) CHECK(h.status().code() == ErrorCode::kTimeout);
+  if (tried.ok()) CHECK(tried->Release().ok());
+  // Once connected, the shard serves everyone.
+  CHECK((*cc)->Lock(on_a2, {.timeout = 2000ms}).ok());
+}
+
 TEST_CASE("issue 17 finding 12: LockMany never returns a set with a lock already lost") {
   Lockds l({"host-a", "host-b"});
   auto cc = ClusterTestPeer::Connect(TwoShards(), Options(), l.connector());
