@@ -4,7 +4,9 @@
 # inside TREE, a Debian 12 tree with the rdmalock packages installed, the way the packaged
 # lockd.service does it: its ExecStartPre and ExecStart, LimitMEMLOCK and LimitNOFILE as ulimits,
 # StateDirectory and RuntimeDirectory as directories, UMask. The config /etc/rdmalock/lockd.yaml
-# is edited to listen on $RXE_IP. Then the packaged lockctl's `status` must succeed against it,
+# is edited to listen on $RXE_IP, and nothing else: it requires the key the package generated.
+# Then the packaged lockctl's `status` must succeed against it with that key and be refused
+# without it (issue 17 finding 15),
 # the epoch must appear in /var/lib/rdmalock, and SIGTERM must stop lockd cleanly.
 #   in-vm.sh TREE
 set -euo pipefail
@@ -80,11 +82,12 @@ for _ in $(seq 1 120); do
   sleep 1
 done
 [ -n "$status_out" ] || { cat "$log"; fail "the packaged lockctl status did not succeed within 120 s"; }
-# A client without the key gets no rkey: refused auth_failed after its Hello.
+# A client without the key gets no rkey: refused (auth_failed) after its Hello.
 rc=0
 nokey_out=$(in_tree lockctl --server "$RXE_IP" --connect-timeout-ms 5000 status 2>&1) || rc=$?
 [ "$rc" -ne 0 ] || fail "the installed config serves a client without the key: lockctl status printed: $nokey_out"
-grep -q "auth_failed" <<<"$nokey_out" || fail "lockctl status without the key failed, but not with auth_failed: $nokey_out"
+grep -q "authentication failed" <<<"$nokey_out" ||
+  fail "lockctl status without the key failed, but not as an authentication failure: $nokey_out"
 step "the installed config refuses a client without the key: lockctl status exited $rc: $nokey_out"
 step "lockctl --server $RXE_IP --auth-key-file $key status (packaged lockctl against the packaged lockd):"
 sed 's/^/  /' <<<"$status_out"

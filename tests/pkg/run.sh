@@ -7,16 +7,20 @@
 #      minbase tree (tests/pkg/chroot-cache.sh), so apt resolves their declared dependencies from
 #      the archive; dpkg must report no problem;
 #   3. checks file placement (dpkg -L), lockd --version / --check-config from the package, the
-#      conffile (kept across a reinstall when edited) and the unit's enable symlink;
+#      shared key postinst generates and the conffile requires (issue 17 finding 15: mode 0600
+#      root:root, lockd refuses to start without it, a reinstall keeps it), the conffile (kept
+#      across a reinstall when edited) and the unit's enable symlink;
 #   4. runs the packaged lockd on real verbs under deploy/softroce/rxe-run, with the tree as the
 #      share: first the way lockd.service does (ExecStartPre, ExecStart, LimitMEMLOCK,
 #      StateDirectory, RuntimeDirectory, UMask; tests/pkg/in-vm.sh): the packaged lockctl's
-#      `status` must succeed against it and the epoch must appear in /var/lib/rdmalock; then the
+#      `status` must succeed against it with the package's key and be refused without it, and the
+#      epoch must appear in /var/lib/rdmalock; then the
 #      unit itself under systemd as PID 1, booting the tree with systemd-nspawn (systemd installed
 #      after our packages; tests/pkg/nspawn.sh, in-container.sh): lockd.service is active after
 #      boot, reloads, stops cleanly, starts again, and a reinstall (the upgrade path) leaves it
 #      running;
-#   5. removes and purges lockd (prerm/postrm must not fail).
+#   5. removes and purges lockd (prerm/postrm must not fail; remove keeps the conffile and the
+#      key, purge deletes both).
 # Prints "pkg: <check>: ok" per check and "pkg: <check>: FAIL ..." on the first failure; exits
 # non-zero if anything failed or could not run. Needs root, debootstrap, dpkg-dev and network
 # access to the Debian archive (apt).
@@ -240,7 +244,7 @@ keyf=/etc/rdmalock/lockd.key
     "$(grep -E '^(address|auth_key_file):' "$tree/etc/rdmalock/lockd.yaml" | tr '\n' ' ')serves anyone who reaches the port"
 perm=$(stat -c '%a %U:%G' "$tree$keyf")
 [ "$perm" = "600 root:root" ] || fail "$f15" "$keyf is $perm, want 600 root:root (lockd refuses group or other access)"
-grep -qxE '[0-9a-f]{64}' "$tree$keyf" && [ "$(wc -l <"$tree$keyf")" -eq 1 ] ||
+{ grep -qxE '[0-9a-f]{64}' "$tree$keyf" && [ "$(wc -l <"$tree$keyf")" -eq 1 ]; } ||
   fail "$f15" "$keyf is not one line of 64 hex digits (32 random bytes, as lockctl keygen prints)"
 eff=$(in_tree lockd --print-config --config /etc/rdmalock/lockd.yaml 2>&1) || fail "$f15" "lockd --print-config failed: $eff"
 grep -qx "auth_key_file: \"$keyf\"" <<<"$eff" ||
@@ -249,7 +253,7 @@ mv "$tree$keyf" "$tree$keyf.away"
 rc=0
 out=$(in_tree lockd --check-config --config /etc/rdmalock/lockd.yaml 2>&1) || rc=$?
 mv "$tree$keyf.away" "$tree$keyf"
-[ "$rc" -eq 2 ] && grep -q "$keyf" <<<"$out" ||
+{ [ "$rc" -eq 2 ] && grep -q "$keyf" <<<"$out"; } ||
   fail "$f15" "without $keyf, lockd --check-config (the unit's ExecStartPre) exited $rc: $out"
 key_sum=$(sha256sum <"$tree$keyf")
 ok "$f15 (postinst generated $keyf, $perm, 64 hex digits; the conffile requires it; without it the unit's check fails: $out)"
@@ -295,7 +299,7 @@ grep -q '^pkg-vm: all checks passed$' "$work/vm.log" ||
   fail "packaged lockd on rdma_rxe" "the VM run exited $rc without passing its checks (log: $work/vm.log)"
 grep -q '^pkg-vm: the installed config refuses a client without the key' "$work/vm.log" ||
   fail "$f15: a client without the key is refused on rdma_rxe" "in-vm.sh did not show it (log: $work/vm.log)"
-ok "$f15: a client without the key is refused on rdma_rxe (auth_failed; the packaged lockctl with $keyf is served)"
+ok "$f15: a client without the key is refused on rdma_rxe ('authentication failed'; the packaged lockctl with $keyf is served)"
 ok "packaged lockd on rdma_rxe (unit settings, lockctl status, epoch in /var/lib/rdmalock, clean stop)"
 grep -q '^pkg-nspawn: all checks passed$' "$work/vm.log" ||
   fail "lockd.service under systemd (nspawn)" "the VM run exited $rc without passing its checks (log: $work/vm.log)"
