@@ -2,7 +2,8 @@
 #
 #   component  package           contents
 #   lockd      lockd             sbin/lockd, lockd.service, lockd(8), the docs, the example config,
-#                                and /etc/rdmalock/lockd.yaml (a conffile)
+#                                and /etc/rdmalock/lockd.yaml (a conffile); postinst generates
+#                                /etc/rdmalock/lockd.key, which that file requires
 #   libs       librdmalock       librdmalock.so.0 (the runtime library, SONAME librdmalock.so.0)
 #   dev        librdmalock-dev   headers (C++ and C), librdmalock.so, the CMake package, rdmalock.pc,
 #                                docs/sdk.md
@@ -26,10 +27,30 @@ else()
     "${CMAKE_BINARY_DIR} has ${CMAKE_INSTALL_PREFIX}\")\n")
 endif()
 
-# The conffile. EXCLUDE_FROM_ALL: only a component install (cpack) puts it in /etc; a plain
-# `cmake --install` leaves the admin's /etc alone. DESTDIR staging (CPACK_SET_DESTDIR) keeps the
-# absolute path inside the package.
-install(FILES config/lockd.yaml DESTINATION /etc/rdmalock COMPONENT lockd EXCLUDE_FROM_ALL)
+# The conffile: config/lockd.yaml (the defaults, documented) with one change, so that the lockd
+# the package enables is never open (issue 17 finding 15): auth_key_file names the key postinst
+# generates, /etc/rdmalock/lockd.key (root's, mode 0600). Clients without the key get no rkey;
+# without the file lockd refuses to start and names it. EXCLUDE_FROM_ALL: only a component install
+# (cpack) puts it in /etc; a plain `cmake --install` leaves the admin's /etc alone. DESTDIR staging
+# (CPACK_SET_DESTDIR) keeps the absolute path inside the package.
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/config/lockd.yaml)
+file(READ ${PROJECT_SOURCE_DIR}/config/lockd.yaml _rdmalock_conf)
+set(_rdmalock_conf_in "${_rdmalock_conf}")
+string(REPLACE
+  "# lockd configuration. Every key is optional; the values below are the defaults.\n"
+  "# lockd configuration, as the lockd package installs it. Every key is optional; the values below\n# are the defaults, except auth_key_file (below): this lockd requires the key the package generated.\n"
+  _rdmalock_conf "${_rdmalock_conf}")
+string(REPLACE "\nauth_key_file: \"\"\n"
+  "\n# As installed: the key the lockd package's postinst generated (64 hex digits, root's, mode 0600;\n# kept on upgrades and reinstalls, removed on purge). Give clients a copy, or replace it with your\n# own key (docs/operations.md, \"First steps after installing\").\nauth_key_file: /etc/rdmalock/lockd.key\n"
+  _rdmalock_conf "${_rdmalock_conf}")
+string(FIND "${_rdmalock_conf}" "\nauth_key_file: /etc/rdmalock/lockd.key\n" _rdmalock_has_key)
+if(_rdmalock_has_key EQUAL -1 OR _rdmalock_conf STREQUAL _rdmalock_conf_in)
+  message(FATAL_ERROR "config/lockd.yaml has no line 'auth_key_file: \"\"' or no first line as "
+    "deploy/pkg/packaging.cmake expects: the lockd package's conffile must require a key")
+endif()
+file(WRITE ${CMAKE_BINARY_DIR}/pkg-conffile/lockd.yaml "${_rdmalock_conf}")
+install(FILES ${CMAKE_BINARY_DIR}/pkg-conffile/lockd.yaml DESTINATION /etc/rdmalock COMPONENT lockd
+  EXCLUDE_FROM_ALL)
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME rdmalock)
@@ -63,7 +84,9 @@ set(CPACK_DEBIAN_LOCKD_DESCRIPTION "rdmalock lock server
 lockd registers a table of 8-byte lock words with an RDMA NIC and hands
 librdmalock clients the keys; clients then acquire and release locks with
 one-sided RDMA atomics. Ships the systemd unit lockd.service (enabled; not
-started on install, not restarted on upgrade) and /etc/rdmalock/lockd.yaml.")
+started on install, not restarted on upgrade) and /etc/rdmalock/lockd.yaml,
+which requires the shared key /etc/rdmalock/lockd.key that the package
+generates at install (clients need a copy).")
 # procps: /bin/kill, the unit's ExecReload (as openssh-server depends on it for ssh.service); not in
 # a minbase system. The shared-library dependencies are appended by dpkg-shlibdeps.
 set(CPACK_DEBIAN_LOCKD_PACKAGE_DEPENDS "procps")

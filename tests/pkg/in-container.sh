@@ -6,7 +6,7 @@
 #   in-container.sh ADDRESS
 set -u
 addr=$1
-export RDMALOCK_AUTH_KEY_FILE=/etc/rdmalock/lockd.key  # nspawn.sh configured lockd with it
+export RDMALOCK_AUTH_KEY_FILE=/etc/rdmalock/lockd.key  # the package generated it; lockd.yaml requires it
 result=/var/log/rdmalock-pkg-test.result
 exec >/var/log/rdmalock-pkg-test.log 2>&1
 

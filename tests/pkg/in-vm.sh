@@ -4,7 +4,9 @@
 # inside TREE, a Debian 12 tree with the rdmalock packages installed, the way the packaged
 # lockd.service does it: its ExecStartPre and ExecStart, LimitMEMLOCK and LimitNOFILE as ulimits,
 # StateDirectory and RuntimeDirectory as directories, UMask. The config /etc/rdmalock/lockd.yaml
-# is edited to listen on $RXE_IP. Then the packaged lockctl's `status` must succeed against it,
+# is edited to listen on $RXE_IP, and nothing else: it requires the key the package generated.
+# Then the packaged lockctl's `status` must succeed against it with that key and be refused
+# without it (issue 17 finding 15),
 # the epoch must appear in /var/lib/rdmalock, and SIGTERM must stop lockd cleanly.
 #   in-vm.sh TREE
 set -euo pipefail
@@ -68,16 +70,26 @@ chroot "$tree" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin LC_ALL=C.UTF-8 sh -c "m
   ulimit -l $memlock && ulimit -n $nofile && $exec_start_pre && exec $exec_start" >"$log" 2>&1 &
 lockd_pid=$!
 
-# Ready when lockctl status answers (lockd listens only once the table is registered).
+# Ready when lockctl status answers (lockd listens only once the table is registered). The
+# installed config requires the key the package generated (issue 17 finding 15): lockctl gets it
+# the way docs/operations.md's first steps say, root on the lock node naming the file.
+key=/etc/rdmalock/lockd.key
 status_out=
 for _ in $(seq 1 120); do
   kill -0 "$lockd_pid" 2>/dev/null || { cat "$log"; fail "lockd exited before it answered"; }
-  if status_out=$(in_tree lockctl --server "$RXE_IP" --connect-timeout-ms 2000 status 2>&1); then break; fi
+  if status_out=$(in_tree lockctl --server "$RXE_IP" --connect-timeout-ms 2000 --auth-key-file "$key" status 2>&1); then break; fi
   status_out=
   sleep 1
 done
 [ -n "$status_out" ] || { cat "$log"; fail "the packaged lockctl status did not succeed within 120 s"; }
-step "lockctl --server $RXE_IP status (packaged lockctl against the packaged lockd):"
+# A client without the key gets no rkey: refused (auth_failed) after its Hello.
+rc=0
+nokey_out=$(in_tree lockctl --server "$RXE_IP" --connect-timeout-ms 5000 status 2>&1) || rc=$?
+[ "$rc" -ne 0 ] || fail "the installed config serves a client without the key: lockctl status printed: $nokey_out"
+grep -q "authentication failed" <<<"$nokey_out" ||
+  fail "lockctl status without the key failed, but not as an authentication failure: $nokey_out"
+step "the installed config refuses a client without the key: lockctl status exited $rc: $nokey_out"
+step "lockctl --server $RXE_IP --auth-key-file $key status (packaged lockctl against the packaged lockd):"
 sed 's/^/  /' <<<"$status_out"
 grep -qi "epoch" <<<"$status_out" || fail "lockctl status shows no epoch"
 
@@ -87,7 +99,7 @@ epoch=$(cat "$epoch_file")
 [[ $epoch =~ ^[0-9]+$ ]] || fail "/var/lib/$state/epoch holds '$epoch'"
 step "epoch $epoch in /var/lib/$state/epoch; /var/lib/$state: $(stat -c '%a' "$tree/var/lib/$state")"
 [ -S "$tree/run/$runtime/lockd.sock" ] || fail "no admin socket /run/$runtime/lockd.sock"
-out=$(in_tree lockctl --server "$RXE_IP" clients 2>&1) || fail "lockctl clients failed: $out"
+out=$(in_tree lockctl --server "$RXE_IP" --auth-key-file "$key" clients 2>&1) || fail "lockctl clients failed: $out"
 
 # The unit's stop: SIGTERM; lockd must exit 0 and say it stopped cleanly.
 kill -TERM "$lockd_pid"

@@ -23,13 +23,11 @@ if ! mountpoint -q /sys/fs/cgroup; then
 fi
 
 sed -i "s/^address: .*/address: $RXE_IP/" "$tree/etc/rdmalock/lockd.yaml"
-# The secure deployment of docs/security.md: a key made by the packaged lockctl, mode 0600, named
-# in the conffile; clients in the container find it through RDMALOCK_AUTH_KEY_FILE.
-chroot "$tree" sh -c 'umask 077 && lockctl keygen >/etc/rdmalock/lockd.key' ||
-  fail "lockctl keygen in the tree failed"
-sed -i 's|^auth_key_file: .*|auth_key_file: /etc/rdmalock/lockd.key|' "$tree/etc/rdmalock/lockd.yaml"
+# The installed config requires the key the package generated (issue 17 finding 15); clients in
+# the container find it through RDMALOCK_AUTH_KEY_FILE. Nothing here makes or names a key.
 grep -qx 'auth_key_file: /etc/rdmalock/lockd.key' "$tree/etc/rdmalock/lockd.yaml" ||
-  fail "could not set auth_key_file in lockd.yaml"
+  fail "the installed lockd.yaml does not name /etc/rdmalock/lockd.key"
+[ -f "$tree/etc/rdmalock/lockd.key" ] || fail "the package installed no /etc/rdmalock/lockd.key"
 unit=$tree/etc/systemd/system/rdmalock-pkg-test.service
 cat >"$unit" <<UNIT
 [Unit]
@@ -50,9 +48,6 @@ timeout 360 systemd-nspawn --quiet --register=no --keep-unit --directory="$tree"
   --bind=/dev/infiniband --bind-ro="$here:/rdmalock-test" --console=read-only \
   >"$tree/var/log/nspawn.log" 2>&1 </dev/null || rc=$?
 rm -f "$unit" "$tree/etc/systemd/system/multi-user.target.wants/rdmalock-pkg-test.service"
-# The key is the test's (an admin's file, not the package's): gone again, so that removing the
-# package finds /etc/rdmalock as the package left it.
-rm -f "$tree/etc/rdmalock/lockd.key"
 result=$(cat "$tree/var/log/rdmalock-pkg-test.result" 2>/dev/null || true)
 if [ -f "$tree/var/log/rdmalock-pkg-test.log" ]; then
   sed 's/^/  /' "$tree/var/log/rdmalock-pkg-test.log"

@@ -7,16 +7,20 @@
 #      minbase tree (tests/pkg/chroot-cache.sh), so apt resolves their declared dependencies from
 #      the archive; dpkg must report no problem;
 #   3. checks file placement (dpkg -L), lockd --version / --check-config from the package, the
-#      conffile (kept across a reinstall when edited) and the unit's enable symlink;
+#      shared key postinst generates and the conffile requires (issue 17 finding 15: mode 0600
+#      root:root, lockd refuses to start without it, a reinstall keeps it), the conffile (kept
+#      across a reinstall when edited) and the unit's enable symlink;
 #   4. runs the packaged lockd on real verbs under deploy/softroce/rxe-run, with the tree as the
 #      share: first the way lockd.service does (ExecStartPre, ExecStart, LimitMEMLOCK,
 #      StateDirectory, RuntimeDirectory, UMask; tests/pkg/in-vm.sh): the packaged lockctl's
-#      `status` must succeed against it and the epoch must appear in /var/lib/rdmalock; then the
+#      `status` must succeed against it with the package's key and be refused without it, and the
+#      epoch must appear in /var/lib/rdmalock; then the
 #      unit itself under systemd as PID 1, booting the tree with systemd-nspawn (systemd installed
 #      after our packages; tests/pkg/nspawn.sh, in-container.sh): lockd.service is active after
 #      boot, reloads, stops cleanly, starts again, and a reinstall (the upgrade path) leaves it
 #      running;
-#   5. removes and purges lockd (prerm/postrm must not fail).
+#   5. removes and purges lockd (prerm/postrm must not fail; remove keeps the conffile and the
+#      key, purge deletes both).
 # Prints "pkg: <check>: ok" per check and "pkg: <check>: FAIL ..." on the first failure; exits
 # non-zero if anything failed or could not run. Needs root, debootstrap, dpkg-dev and network
 # access to the Debian archive (apt).
@@ -229,6 +233,31 @@ missing=$(in_tree sh -c 'ldd /usr/sbin/lockd /usr/bin/lockctl' | grep 'not found
 [ -z "$missing" ] || fail "packaged binaries" "unresolved libraries:" "$missing"
 ok "packaged binaries (lockd --version: $version; --check-config of /etc/rdmalock/lockd.yaml; lockctl loads $lib)"
 
+# Issue 17 finding 15: the package must not install an open lockd (its unit is enabled, so the next
+# boot starts it). postinst generates the shared key if there is none, root's only (lockd refuses
+# a looser mode); the conffile requires it, so a client without the key gets no rkey; without the
+# key lockd refuses to start (ExecStartPre --check-config fails) and says which file it wants.
+f15="issue 17 finding 15: the installed lockd is not open"
+keyf=/etc/rdmalock/lockd.key
+{ [ -f "$tree$keyf" ] && [ ! -L "$tree$keyf" ]; } ||
+  fail "$f15" "the package installed no $keyf (postinst generates none): the shipped config" \
+    "$(grep -E '^(address|auth_key_file):' "$tree/etc/rdmalock/lockd.yaml" | tr '\n' ' ')serves anyone who reaches the port"
+perm=$(stat -c '%a %U:%G' "$tree$keyf")
+[ "$perm" = "600 root:root" ] || fail "$f15" "$keyf is $perm, want 600 root:root (lockd refuses group or other access)"
+{ grep -qxE '[0-9a-f]{64}' "$tree$keyf" && [ "$(wc -l <"$tree$keyf")" -eq 1 ]; } ||
+  fail "$f15" "$keyf is not one line of 64 hex digits (32 random bytes, as lockctl keygen prints)"
+eff=$(in_tree lockd --print-config --config /etc/rdmalock/lockd.yaml 2>&1) || fail "$f15" "lockd --print-config failed: $eff"
+grep -qx "auth_key_file: \"$keyf\"" <<<"$eff" ||
+  fail "$f15" "the installed config does not require the key: $(grep '^auth_key_file:' <<<"$eff")"
+mv "$tree$keyf" "$tree$keyf.away"
+rc=0
+out=$(in_tree lockd --check-config --config /etc/rdmalock/lockd.yaml 2>&1) || rc=$?
+mv "$tree$keyf.away" "$tree$keyf"
+{ [ "$rc" -eq 2 ] && grep -q "$keyf" <<<"$out"; } ||
+  fail "$f15" "without $keyf, lockd --check-config (the unit's ExecStartPre) exited $rc: $out"
+key_sum=$(sha256sum <"$tree$keyf")
+ok "$f15 (postinst generated $keyf, $perm, 64 hex digits; the conffile requires it; without it the unit's check fails: $out)"
+
 # The conffile: registered with dpkg, and an admin's edit survives reinstalling the package.
 conf=$(in_tree dpkg-query -W -f='${Conffiles}\n' lockd | awk 'NF { print $1 }')
 [ "$conf" = /etc/rdmalock/lockd.yaml ] || fail "conffile" "dpkg's conffiles for lockd: '$conf'"
@@ -238,6 +267,10 @@ in_tree env DEBIAN_FRONTEND=noninteractive dpkg -i "${tree_debs[0]}" >"$work/rei
 tail -1 "$tree/etc/rdmalock/lockd.yaml" | grep -q "edited by tests/pkg/run.sh" ||
   fail "conffile" "reinstalling lockd overwrote the edited /etc/rdmalock/lockd.yaml"
 ok "conffile (/etc/rdmalock/lockd.yaml registered; an edit survives a reinstall)"
+[ "$(sha256sum <"$tree$keyf")" = "$key_sum" ] || fail "$f15: a reinstall keeps the key" "reinstalling lockd replaced $keyf"
+[ "$(stat -c '%a %U:%G' "$tree$keyf")" = "600 root:root" ] ||
+  fail "$f15: a reinstall keeps the key" "after a reinstall $keyf is $(stat -c '%a %U:%G' "$tree$keyf")"
+ok "$f15: a reinstall keeps the key (same bytes, 600 root:root)"
 
 # postinst enabled the unit (deb-systemd-helper, no systemd running), started nothing.
 link=$(readlink "$tree/etc/systemd/system/multi-user.target.wants/lockd.service" || true)
@@ -264,6 +297,9 @@ umount "$tree/proc"
 rc=$(cat "$work/vm.rc")
 grep -q '^pkg-vm: all checks passed$' "$work/vm.log" ||
   fail "packaged lockd on rdma_rxe" "the VM run exited $rc without passing its checks (log: $work/vm.log)"
+grep -q '^pkg-vm: the installed config refuses a client without the key' "$work/vm.log" ||
+  fail "$f15: a client without the key is refused on rdma_rxe" "in-vm.sh did not show it (log: $work/vm.log)"
+ok "$f15: a client without the key is refused on rdma_rxe ('authentication failed'; the packaged lockctl with $keyf is served)"
 ok "packaged lockd on rdma_rxe (unit settings, lockctl status, epoch in /var/lib/rdmalock, clean stop)"
 grep -q '^pkg-nspawn: all checks passed$' "$work/vm.log" ||
   fail "lockd.service under systemd (nspawn)" "the VM run exited $rc without passing its checks (log: $work/vm.log)"
@@ -277,6 +313,7 @@ in_tree env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Use-Pty=0 remo
 st=$(in_tree dpkg-query -W -f='${Status}' lockd)
 [ "$st" = "deinstall ok config-files" ] || fail "remove and purge" "after apt-get remove lockd is '$st'"
 [ -f "$tree/etc/rdmalock/lockd.yaml" ] || fail "remove and purge" "remove deleted the conffile"
+[ -f "$tree$keyf" ] || fail "remove and purge" "remove deleted $keyf (the clients' copies would no longer match a reinstall)"
 [ ! -e "$tree/usr/sbin/lockd" ] || fail "remove and purge" "remove left /usr/sbin/lockd"
 in_tree env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Use-Pty=0 purge lockd >>"$work/remove.log" 2>&1 ||
   fail "remove and purge" "apt-get purge lockd failed: $(tail -5 "$work/remove.log")"
@@ -287,6 +324,9 @@ problems=$(grep -E '^(E:|W:)|dpkg: (error|warning)|warning:|error:' "$work/remov
   fail "remove and purge" "purge left the enable symlink"
 [ ! -e "$tree/etc/systemd/system/lockd.service" ] || fail "remove and purge" "purge left a mask"
 [ -f "$tree/var/lib/rdmalock/epoch" ] || fail "remove and purge" "purge removed /var/lib/rdmalock/epoch"
+[ ! -e "$tree$keyf" ] || fail "$f15: purge removes the key" "purge left $keyf"
+[ ! -e "$tree/etc/rdmalock" ] || fail "$f15: purge removes the key" "purge left /etc/rdmalock: $(ls -A "$tree/etc/rdmalock")"
+ok "$f15: purge removes the key (and /etc/rdmalock)"
 ok "remove and purge (remove kept the conffile; purge removed it, the enable symlink and the mask; epoch kept)"
 umount "$tree/proc"
 echo "pkg: all checks passed"
