@@ -38,6 +38,7 @@
 #include "auth.h"
 #include "bench.h"
 #include "etcd.h"
+#include "json.h"
 #include "rdmalock/client.h"
 #include "rdmalock/cluster.h"
 #include "rdmalock/proto/lock_word.h"
@@ -46,12 +47,16 @@ namespace {
 
 using lockctl::ClientConfigPath;
 using lockctl::Common;
+using lockctl::FormatTime;
+using lockctl::JsonEscape;
 using lockctl::kExitInternal;
 using lockctl::kExitLost;
 using lockctl::kExitTimeout;
 using lockctl::kExitUnavailable;
 using lockctl::kExitUsage;
+using lockctl::ModeName;
 using lockctl::ReadClientConfig;
+using lockctl::RequestStatusName;
 using lockctl::Target;
 
 // The cluster map of --cluster FILE or --etcd URL; on failure prints why and returns false
@@ -194,15 +199,6 @@ std::unique_ptr<rdmalock::ClusterClient> ConnectClusterOrDie(const Common& c, in
   return std::move(client).value();
 }
 
-std::string FormatTime(uint64_t unix_ns) {
-  const std::time_t t = static_cast<std::time_t>(unix_ns / 1'000'000'000ull);
-  char buf[64];
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 int CmdStatus(const Common& c) {
   int code = 0;
   auto client = ConnectOrDie(c, &code);
@@ -250,41 +246,6 @@ int CmdStatus(const Common& c) {
   return 0;
 }
 
-const char* RequestStatusName(rdmalock::RequestInfo::Status s) {
-  switch (s) {
-    case rdmalock::RequestInfo::Status::kRequesting:
-      return "requesting";
-    case rdmalock::RequestInfo::Status::kWaiting:
-      return "waiting";
-    case rdmalock::RequestInfo::Status::kHolding:
-      return "holding";
-    case rdmalock::RequestInfo::Status::kStale:
-      return "stale";
-  }
-  return "?";
-}
-
-const char* ModeName(rdmalock::LockMode m) {
-  return m == rdmalock::LockMode::kShared ? "shared" : "exclusive";
-}
-
-std::string JsonEscape(const std::string& in) {
-  std::string out;
-  for (char ch : in) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
-
 std::string HeartbeatText(std::chrono::milliseconds age) {
   return age.count() < 0 ? "-" : std::to_string(age.count()) + " ms ago";
 }
@@ -300,27 +261,7 @@ int CmdClients(const Common& c) {
   }
   const uint64_t me = client->session_id();
   if (c.json) {
-    std::printf("[");
-    bool first = true;
-    for (const auto& s : *sessions) {
-      std::printf(
-          "%s{\"session\":%llu,\"name\":\"%s\",\"pid\":%u,\"peer\":\"%s\","
-          "\"since\":\"%s\",\"heartbeat_age_ms\":%lld,\"lockd_loopback\":%s,\"this_lockctl\":%s,"
-          "\"requests\":[",
-          first ? "" : ",", static_cast<unsigned long long>(s.session_id),
-          JsonEscape(s.client_name).c_str(), s.pid, s.peer.c_str(),
-          FormatTime(s.since_unix_ns).c_str(), static_cast<long long>(s.heartbeat_age.count()),
-          s.lockd_loopback ? "true" : "false", s.session_id == me ? "true" : "false");
-      for (size_t i = 0; i < s.requests.size(); ++i) {
-        const auto& q = s.requests[i];
-        std::printf("%s{\"slot\":%llu,\"mode\":\"%s\",\"status\":\"%s\",\"ticket\":%u}",
-                    i ? "," : "", static_cast<unsigned long long>(q.slot), ModeName(q.mode),
-                    RequestStatusName(q.status), q.ticket);
-      }
-      std::printf("]}");
-      first = false;
-    }
-    std::printf("]\n");
+    std::fputs(lockctl::ClientsJson(*sessions, me).c_str(), stdout);
     return 0;
   }
   std::printf("%-8s %-20s %-8s %-22s %-24s %-14s %-5s %s\n", "SESSION", "NAME", "PID", "PEER",
@@ -365,10 +306,7 @@ int CmdInspect(const Common& c, const std::string& name, int64_t slot) {
     std::cerr << "lockctl: " << sessions.status().ToString() << "\n";
     return kExitUnavailable;
   }
-  struct Who {
-    const rdmalock::SessionInfo* session;
-    rdmalock::RequestInfo request;
-  };
+  using Who = lockctl::InspectWho;
   std::vector<Who> who;
   for (const auto& ses : *sessions) {
     for (const auto& q : ses.requests) {
@@ -387,25 +325,7 @@ int CmdInspect(const Common& c, const std::string& name, int64_t slot) {
                                              : "held (mixed queue)";
   const uint32_t outstanding = v.exclusive_outstanding + v.shared_outstanding;
   if (c.json) {
-    std::printf(
-        "{\"name\":\"%s\",\"slot\":%llu,\"state\":\"%s\",\"exclusive_outstanding\":%u,"
-        "\"shared_outstanding\":%u,\"maxX\":%u,\"maxS\":%u,\"nX\":%u,\"nS\":%u,"
-        "\"generation\":%llu,\"renewals\":%u,\"frozen\":%s,\"unrecorded\":%u,\"requests\":[",
-        JsonEscape(name).c_str(), static_cast<unsigned long long>(v.slot), state,
-        v.exclusive_outstanding, v.shared_outstanding, v.exclusive_issued, v.shared_issued,
-        v.exclusive_released, v.shared_released, static_cast<unsigned long long>(v.generation),
-        v.renewals, v.frozen ? "true" : "false",
-        outstanding > who.size() ? static_cast<uint32_t>(outstanding - who.size()) : 0u);
-    for (size_t i = 0; i < who.size(); ++i) {
-      std::printf(
-          "%s{\"session\":%llu,\"name\":\"%s\",\"pid\":%u,\"peer\":\"%s\",\"status\":\"%s\","
-          "\"mode\":\"%s\",\"ticket\":%u}",
-          i ? "," : "", static_cast<unsigned long long>(who[i].session->session_id),
-          JsonEscape(who[i].session->client_name).c_str(), who[i].session->pid,
-          who[i].session->peer.c_str(), RequestStatusName(who[i].request.status),
-          ModeName(who[i].request.mode), who[i].request.ticket);
-    }
-    std::printf("]}\n");
+    std::fputs(lockctl::InspectJson(name, v, state, who).c_str(), stdout);
     return 0;
   }
   if (!name.empty()) std::printf("name         %s\n", name.c_str());
@@ -863,22 +783,7 @@ int CmdCluster(const Common& c, const std::string& init, bool replace) {
     return s.server.empty() ? std::string() : s.server + ":" + std::to_string(s.port);
   };
   if (c.json) {
-    std::cout << "{\"cluster\":\"" << c.etcd_cluster << "\",\"shards\":[";
-    for (size_t i = 0; i < map->shards.size(); ++i) {
-      const auto& s = map->shards[i];
-      std::cout << (i ? "," : "") << "{\"name\":\"" << s.name << "\",\"primary\":";
-      if (s.server.empty()) {
-        std::cout << "null";
-      } else {
-        std::cout << "\"" << primary(s) << "\"";
-      }
-      std::cout << ",\"members\":[";
-      for (size_t k = 0; k < members[i].size(); ++k) {
-        std::cout << (k ? "," : "") << "\"" << members[i][k] << "\"";
-      }
-      std::cout << "]}";
-    }
-    std::cout << "]}\n";
+    std::cout << lockctl::ClusterJson(c.etcd_cluster, *map, members);
   } else {
     std::cout << "cluster " << c.etcd_cluster << ": " << map->shards.size() << " shard(s)\n";
     for (size_t i = 0; i < map->shards.size(); ++i) {

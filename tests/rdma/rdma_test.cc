@@ -2260,6 +2260,65 @@ TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl 
   }
 }
 
+TEST_CASE(
+    "issue 17 finding 13: lockctl acquire's command is dead before the next holder is granted") {
+  // lockd fences lockctl's session (release --force --session): lockctl's renewals fail and it
+  // sees the lock lost, while its supervisor runs on. lockd grants the lock again one lease
+  // after the fence; a command that ignores SIGTERM must be dead by then.
+  Lockd lockd(7790, 64, 1000);
+  const std::string dir = TempDir();
+  const std::string port = std::to_string(lockd.port());
+  const std::string script = "trap '' TERM; echo $$ > " + dir + "/sh; while :; do sleep 0.05; done";
+  const pid_t lockctl = fork();
+  REQUIRE(lockctl >= 0);
+  if (lockctl == 0) {
+    execl(LOCKCTL_PATH, "lockctl", "--server", std::getenv("RXE_IP"), "--port", port.c_str(),
+          "acquire", "i17f13", "--", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const pid_t sh = ReadPid(dir + "/sh");
+  auto c = MustConnect(lockd);
+  auto sessions = c->Sessions();
+  REQUIRE(sessions.ok());
+  uint64_t session = 0;
+  for (const auto& s : *sessions) {
+    if (s.pid == static_cast<uint32_t>(lockctl)) session = s.session_id;
+  }
+  REQUIRE(session != 0);
+  // The command's death, seen every 2 ms.
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> died_ns{0};
+  std::thread watch([&] {
+    while (!done.load() && ProcAlive(sh)) std::this_thread::sleep_for(2ms);
+    died_ns.store(std::chrono::steady_clock::now().time_since_epoch().count());
+  });
+  const auto fenced_at = std::chrono::steady_clock::now();
+  REQUIRE(RunCommand(Lockctl(lockd) + " release --admin-socket " + lockd.admin_socket() +
+                     " --force --session " + std::to_string(session) + " >/dev/null") == 0);
+  auto got = c->Lock("i17f13", {.timeout = 10000ms});
+  const auto granted_at = std::chrono::steady_clock::now();
+  REQUIRE(got.ok());
+  const bool running = ProcAlive(sh);
+  if (!running) {
+    watch.join();
+  } else {
+    const bool gone = GoneWithin(sh, 10000ms);  // how long it ran on, for the record
+    done.store(true);
+    watch.join();
+    if (!gone) kill(sh, SIGKILL);
+  }
+  const auto died_at =
+      std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(died_ns.load()));
+  WARN("issue 17 finding 13: fence -> command dead "
+       << Ms(died_at - fenced_at) << " ms, fence -> next grant " << Ms(granted_at - fenced_at)
+       << " ms (lease 1000 ms); the command was " << (running ? "still running" : "gone")
+       << " at the grant");
+  CHECK_FALSE(running);
+  CHECK(died_at <= granted_at);
+  CHECK(WaitExit(lockctl, 20s) == 76);
+  REQUIRE(got->Release().ok());
+}
+
 TEST_CASE("finding 1: a grant made while the SDK ends the session is reported lost, never held") {
   Lockd lockd(7666, 64, 2000, 64);
   auto a = MustConnect(lockd);
