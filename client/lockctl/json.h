@@ -24,22 +24,74 @@ inline std::string FormatTime(uint64_t unix_ns) {
   return buf;
 }
 
-inline std::string JsonEscape(const std::string& in) {
+// The one escaper of every string lockctl prints in --json output: the body of a JSON string
+// (without its quotes) for any bytes. '"', '\' and control characters (and DEL) are escaped;
+// valid UTF-8 is kept as it is; each byte that does not belong to a valid UTF-8 sequence
+// (a stray continuation byte, a truncated or overlong sequence, a surrogate, 0xF5-0xFF) becomes
+// U+FFFD, so the output is always valid UTF-8 and valid JSON.
+inline std::string JsonEscape(std::string_view in) {
   std::string out;
-  for (char ch : in) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
-      out += buf;
+  out.reserve(in.size() + 2);
+  const auto byte = [&](size_t i) { return static_cast<unsigned char>(in[i]); };
+  const auto cont = [&](size_t i) { return i < in.size() && (byte(i) & 0xC0) == 0x80; };
+  for (size_t i = 0; i < in.size();) {
+    const unsigned char ch = byte(i);
+    if (ch < 0x80) {
+      switch (ch) {
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        default:
+          if (ch < 0x20 || ch == 0x7F) {
+            char buf[8];
+            std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(ch));
+            out += buf;
+          } else {
+            out += static_cast<char>(ch);
+          }
+      }
+      ++i;
+      continue;
+    }
+    // The length of a valid sequence starting at i, or 0 (RFC 3629's table).
+    size_t len = 0;
+    if (ch >= 0xC2 && ch <= 0xDF) {
+      len = cont(i + 1) ? 2 : 0;
+    } else if (ch >= 0xE0 && ch <= 0xEF) {
+      const unsigned char lo = ch == 0xE0 ? 0xA0 : 0x80, hi = ch == 0xED ? 0x9F : 0xBF;
+      len = i + 1 < in.size() && byte(i + 1) >= lo && byte(i + 1) <= hi && cont(i + 2) ? 3 : 0;
+    } else if (ch >= 0xF0 && ch <= 0xF4) {
+      const unsigned char lo = ch == 0xF0 ? 0x90 : 0x80, hi = ch == 0xF4 ? 0x8F : 0xBF;
+      len =
+          i + 1 < in.size() && byte(i + 1) >= lo && byte(i + 1) <= hi && cont(i + 2) && cont(i + 3)
+              ? 4
+              : 0;
+    }
+    if (len == 0) {
+      out += "\\ufffd";
+      ++i;
     } else {
-      out += ch;
+      out.append(in.substr(i, len));
+      i += len;
     }
   }
   return out;
 }
+
+// A JSON string: JsonEscape's output in quotes.
+inline std::string JsonString(std::string_view in) { return "\"" + JsonEscape(in) + "\""; }
 
 inline const char* RequestStatusName(rdmalock::RequestInfo::Status s) {
   switch (s) {
@@ -76,18 +128,19 @@ inline std::string ClientsJson(const std::vector<rdmalock::SessionInfo>& session
   bool first = true;
   for (const auto& s : sessions) {
     Appendf(&out,
-            "%s{\"session\":%llu,\"name\":\"%s\",\"pid\":%u,\"peer\":\"%s\","
-            "\"since\":\"%s\",\"heartbeat_age_ms\":%lld,\"lockd_loopback\":%s,"
+            "%s{\"session\":%llu,\"name\":%s,\"pid\":%u,\"peer\":%s,"
+            "\"since\":%s,\"heartbeat_age_ms\":%lld,\"lockd_loopback\":%s,"
             "\"this_lockctl\":%s,\"requests\":[",
             first ? "" : ",", static_cast<unsigned long long>(s.session_id),
-            JsonEscape(s.client_name).c_str(), s.pid, s.peer.c_str(),
-            FormatTime(s.since_unix_ns).c_str(), static_cast<long long>(s.heartbeat_age.count()),
-            s.lockd_loopback ? "true" : "false", s.session_id == me ? "true" : "false");
+            JsonString(s.client_name).c_str(), s.pid, JsonString(s.peer).c_str(),
+            JsonString(FormatTime(s.since_unix_ns)).c_str(),
+            static_cast<long long>(s.heartbeat_age.count()), s.lockd_loopback ? "true" : "false",
+            s.session_id == me ? "true" : "false");
     for (size_t i = 0; i < s.requests.size(); ++i) {
       const auto& q = s.requests[i];
-      Appendf(&out, "%s{\"slot\":%llu,\"mode\":\"%s\",\"status\":\"%s\",\"ticket\":%u}",
-              i ? "," : "", static_cast<unsigned long long>(q.slot), ModeName(q.mode),
-              RequestStatusName(q.status), q.ticket);
+      Appendf(&out, "%s{\"slot\":%llu,\"mode\":%s,\"status\":%s,\"ticket\":%u}", i ? "," : "",
+              static_cast<unsigned long long>(q.slot), JsonString(ModeName(q.mode)).c_str(),
+              JsonString(RequestStatusName(q.status)).c_str(), q.ticket);
     }
     out += "]}";
     first = false;
@@ -108,22 +161,23 @@ inline std::string InspectJson(const std::string& name, const rdmalock::SlotStat
   const uint32_t outstanding = v.exclusive_outstanding + v.shared_outstanding;
   std::string out;
   Appendf(&out,
-          "{\"name\":\"%s\",\"slot\":%llu,\"state\":\"%s\",\"exclusive_outstanding\":%u,"
+          "{\"name\":%s,\"slot\":%llu,\"state\":%s,\"exclusive_outstanding\":%u,"
           "\"shared_outstanding\":%u,\"maxX\":%u,\"maxS\":%u,\"nX\":%u,\"nS\":%u,"
           "\"generation\":%llu,\"renewals\":%u,\"frozen\":%s,\"unrecorded\":%u,\"requests\":[",
-          JsonEscape(name).c_str(), static_cast<unsigned long long>(v.slot), state,
-          v.exclusive_outstanding, v.shared_outstanding, v.exclusive_issued, v.shared_issued,
-          v.exclusive_released, v.shared_released, static_cast<unsigned long long>(v.generation),
-          v.renewals, v.frozen ? "true" : "false",
+          JsonString(name).c_str(), static_cast<unsigned long long>(v.slot),
+          JsonString(state).c_str(), v.exclusive_outstanding, v.shared_outstanding,
+          v.exclusive_issued, v.shared_issued, v.exclusive_released, v.shared_released,
+          static_cast<unsigned long long>(v.generation), v.renewals, v.frozen ? "true" : "false",
           outstanding > who.size() ? static_cast<uint32_t>(outstanding - who.size()) : 0u);
   for (size_t i = 0; i < who.size(); ++i) {
     Appendf(&out,
-            "%s{\"session\":%llu,\"name\":\"%s\",\"pid\":%u,\"peer\":\"%s\",\"status\":\"%s\","
-            "\"mode\":\"%s\",\"ticket\":%u}",
+            "%s{\"session\":%llu,\"name\":%s,\"pid\":%u,\"peer\":%s,\"status\":%s,\"mode\":%s,"
+            "\"ticket\":%u}",
             i ? "," : "", static_cast<unsigned long long>(who[i].session->session_id),
-            JsonEscape(who[i].session->client_name).c_str(), who[i].session->pid,
-            who[i].session->peer.c_str(), RequestStatusName(who[i].request.status),
-            ModeName(who[i].request.mode), who[i].request.ticket);
+            JsonString(who[i].session->client_name).c_str(), who[i].session->pid,
+            JsonString(who[i].session->peer).c_str(),
+            JsonString(RequestStatusName(who[i].request.status)).c_str(),
+            JsonString(ModeName(who[i].request.mode)).c_str(), who[i].request.ticket);
   }
   out += "]}\n";
   return out;
@@ -132,18 +186,18 @@ inline std::string InspectJson(const std::string& name, const rdmalock::SlotStat
 // lockctl --etcd URL --json cluster: each shard's primary and members.
 inline std::string ClusterJson(const std::string& cluster, const rdmalock::ClusterMap& map,
                                const std::vector<std::vector<std::string>>& members) {
-  std::string out = "{\"cluster\":\"" + cluster + "\",\"shards\":[";
+  std::string out = "{\"cluster\":" + JsonString(cluster) + ",\"shards\":[";
   for (size_t i = 0; i < map.shards.size(); ++i) {
     const auto& s = map.shards[i];
-    out += std::string(i ? "," : "") + "{\"name\":\"" + s.name + "\",\"primary\":";
+    out += std::string(i ? "," : "") + "{\"name\":" + JsonString(s.name) + ",\"primary\":";
     if (s.server.empty()) {
       out += "null";
     } else {
-      out += "\"" + s.server + ":" + std::to_string(s.port) + "\"";
+      out += JsonString(s.server + ":" + std::to_string(s.port));
     }
     out += ",\"members\":[";
     for (size_t k = 0; i < members.size() && k < members[i].size(); ++k) {
-      out += std::string(k ? "," : "") + "\"" + members[i][k] + "\"";
+      out += std::string(k ? "," : "") + JsonString(members[i][k]);
     }
     out += "]}";
   }
