@@ -209,7 +209,12 @@ int ParseArgs(int argc, char** argv, Args* args) {
   acquire->add_flag("--shared", acq_shared, "take the lock in shared mode");
   acquire->add_option("--timeout", acq_timeout, "ms to wait for the lock (default: for ever)")
       ->check(CLI::NonNegativeNumber);
-  acquire->add_option("--grace", acq_grace, "ms between SIGTERM and SIGKILL when the lock is lost")
+  acquire
+      ->add_option("--grace", acq_grace,
+                   "ms from SIGTERM to SIGKILL when the lock is lost or a renewal is overdue "
+                   "(default: a quarter of lockd's lease, 500 ms at lease_ms 2000); the SIGKILL "
+                   "comes a tenth of a lease before the lease ends at the latest, whatever "
+                   "--grace says")
       ->check(CLI::NonNegativeNumber);
   acquire->add_option("cmd", acq_cmd, "command and arguments (after --)");
 

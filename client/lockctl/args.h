@@ -84,7 +84,7 @@ struct Args {
   std::string acq_name;
   bool acq_shared = false;
   int64_t acq_timeout = -1;
-  int acq_grace = 5000;
+  int acq_grace = -1;  // ms from SIGTERM to SIGKILL; -1: a quarter of lockd's lease
   std::vector<std::string> acq_cmd;
   // cluster [init SHARDS [--replace]]
   std::string cluster_init;

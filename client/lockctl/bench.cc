@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "args.h"
+#include "json.h"
 
 namespace lockctl {
 namespace {
@@ -791,18 +792,19 @@ int Report(const BenchOptions& o, std::vector<ProcResult>& procs, int failed_pro
         per(writes, d.acquires), u(d.recoveries), u(d.restarts), u(errors));
     std::printf(
         "\"cluster\":%s,\"processes\":%d,\"total_threads\":%d,\"failed_processes\":%d,"
-        "\"keys\":\"%s\","
+        "\"keys\":%s,"
         "\"zipf_s\":%.3f,\"batch\":%d,\"inflight\":%d,\"sets_per_s\":%.1f,\"locks_per_s\":%.1f,"
         "\"locks_acquired\":%llu,\"rdma_ops_per_set\":%.3f,\"rdma_ops_per_lock\":%.3f,",
         o.cluster ? "true" : "false", o.processes, o.threads * o.processes, failed_processes,
-        o.keys.c_str(), o.zipf_s, o.batch, o.inflight, sets_per_s, locks_per_s, u(locks),
-        per(lock_ops + writes, n), per(lock_ops + writes, locks));
+        JsonString(o.keys).c_str(), o.zipf_s, o.batch, o.inflight, sets_per_s, locks_per_s,
+        u(locks), per(lock_ops + writes, n), per(lock_ops + writes, locks));
     std::printf(
-        "\"loop\":\"%s\",\"arrival\":\"%s\",\"target_rate\":%.1f,\"achieved_rate\":%.1f,"
+        "\"loop\":%s,\"arrival\":%s,\"target_rate\":%.1f,\"achieved_rate\":%.1f,"
         "\"late\":%llu,\"late_pct\":%.3f,\"late_threshold_us\":%.1f,"
         "\"max_start_lag_us\":%.2f,",
-        open ? "open" : "closed", open ? "fixed" : "none", o.rate, sets_per_s, u(late), late_pct,
-        static_cast<double>(kLateNs) / 1000.0, static_cast<double>(max_lag_ns) / 1000.0);
+        JsonString(open ? "open" : "closed").c_str(), JsonString(open ? "fixed" : "none").c_str(),
+        o.rate, sets_per_s, u(late), late_pct, static_cast<double>(kLateNs) / 1000.0,
+        static_cast<double>(max_lag_ns) / 1000.0);
     std::printf(
         "\"withdrawals\":%llu,\"deferred_releases\":%llu,\"batches\":%llu,"
         "\"batch_fallbacks\":%llu,\"timeouts\":%llu,\"lost\":%llu,\"resets\":%llu,"

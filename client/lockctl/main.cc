@@ -38,6 +38,7 @@
 #include "auth.h"
 #include "bench.h"
 #include "etcd.h"
+#include "json.h"
 #include "rdmalock/client.h"
 #include "rdmalock/cluster.h"
 #include "rdmalock/proto/lock_word.h"
@@ -46,12 +47,16 @@ namespace {
 
 using lockctl::ClientConfigPath;
 using lockctl::Common;
+using lockctl::FormatTime;
+using lockctl::JsonString;
 using lockctl::kExitInternal;
 using lockctl::kExitLost;
 using lockctl::kExitTimeout;
 using lockctl::kExitUnavailable;
 using lockctl::kExitUsage;
+using lockctl::ModeName;
 using lockctl::ReadClientConfig;
+using lockctl::RequestStatusName;
 using lockctl::Target;
 
 // The cluster map of --cluster FILE or --etcd URL; on failure prints why and returns false
@@ -194,15 +199,6 @@ std::unique_ptr<rdmalock::ClusterClient> ConnectClusterOrDie(const Common& c, in
   return std::move(client).value();
 }
 
-std::string FormatTime(uint64_t unix_ns) {
-  const std::time_t t = static_cast<std::time_t>(unix_ns / 1'000'000'000ull);
-  char buf[64];
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 int CmdStatus(const Common& c) {
   int code = 0;
   auto client = ConnectOrDie(c, &code);
@@ -218,7 +214,7 @@ int CmdStatus(const Common& c) {
         "{\"epoch\":%llu,\"lock_count\":%llu,\"lease_ms\":%.3f,\"stall_factor\":%u,"
         "\"max_sessions\":%llu,\"connected_clients\":%llu,\"accepted_total\":%llu,"
         "\"rejected_total\":%llu,\"recoveries\":%llu,\"grace_until_unix_ns\":%llu,"
-        "\"started\":\"%s\"}\n",
+        "\"started\":%s}\n",
         static_cast<unsigned long long>(info->epoch),
         static_cast<unsigned long long>(info->lock_count), lease_ms, info->stall_factor,
         static_cast<unsigned long long>(info->max_sessions),
@@ -227,7 +223,7 @@ int CmdStatus(const Common& c) {
         static_cast<unsigned long long>(info->rejected_total),
         static_cast<unsigned long long>(info->recoveries),
         static_cast<unsigned long long>(info->grace_until_unix_ns),
-        FormatTime(info->start_time_unix_ns).c_str());
+        JsonString(FormatTime(info->start_time_unix_ns)).c_str());
     return 0;
   }
   std::printf("epoch            %llu\n", static_cast<unsigned long long>(info->epoch));
@@ -250,41 +246,6 @@ int CmdStatus(const Common& c) {
   return 0;
 }
 
-const char* RequestStatusName(rdmalock::RequestInfo::Status s) {
-  switch (s) {
-    case rdmalock::RequestInfo::Status::kRequesting:
-      return "requesting";
-    case rdmalock::RequestInfo::Status::kWaiting:
-      return "waiting";
-    case rdmalock::RequestInfo::Status::kHolding:
-      return "holding";
-    case rdmalock::RequestInfo::Status::kStale:
-      return "stale";
-  }
-  return "?";
-}
-
-const char* ModeName(rdmalock::LockMode m) {
-  return m == rdmalock::LockMode::kShared ? "shared" : "exclusive";
-}
-
-std::string JsonEscape(const std::string& in) {
-  std::string out;
-  for (char ch : in) {
-    if (ch == '"' || ch == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", ch);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out;
-}
-
 std::string HeartbeatText(std::chrono::milliseconds age) {
   return age.count() < 0 ? "-" : std::to_string(age.count()) + " ms ago";
 }
@@ -300,27 +261,7 @@ int CmdClients(const Common& c) {
   }
   const uint64_t me = client->session_id();
   if (c.json) {
-    std::printf("[");
-    bool first = true;
-    for (const auto& s : *sessions) {
-      std::printf(
-          "%s{\"session\":%llu,\"name\":\"%s\",\"pid\":%u,\"peer\":\"%s\","
-          "\"since\":\"%s\",\"heartbeat_age_ms\":%lld,\"lockd_loopback\":%s,\"this_lockctl\":%s,"
-          "\"requests\":[",
-          first ? "" : ",", static_cast<unsigned long long>(s.session_id),
-          JsonEscape(s.client_name).c_str(), s.pid, s.peer.c_str(),
-          FormatTime(s.since_unix_ns).c_str(), static_cast<long long>(s.heartbeat_age.count()),
-          s.lockd_loopback ? "true" : "false", s.session_id == me ? "true" : "false");
-      for (size_t i = 0; i < s.requests.size(); ++i) {
-        const auto& q = s.requests[i];
-        std::printf("%s{\"slot\":%llu,\"mode\":\"%s\",\"status\":\"%s\",\"ticket\":%u}",
-                    i ? "," : "", static_cast<unsigned long long>(q.slot), ModeName(q.mode),
-                    RequestStatusName(q.status), q.ticket);
-      }
-      std::printf("]}");
-      first = false;
-    }
-    std::printf("]\n");
+    std::fputs(lockctl::ClientsJson(*sessions, me).c_str(), stdout);
     return 0;
   }
   std::printf("%-8s %-20s %-8s %-22s %-24s %-14s %-5s %s\n", "SESSION", "NAME", "PID", "PEER",
@@ -365,10 +306,7 @@ int CmdInspect(const Common& c, const std::string& name, int64_t slot) {
     std::cerr << "lockctl: " << sessions.status().ToString() << "\n";
     return kExitUnavailable;
   }
-  struct Who {
-    const rdmalock::SessionInfo* session;
-    rdmalock::RequestInfo request;
-  };
+  using Who = lockctl::InspectWho;
   std::vector<Who> who;
   for (const auto& ses : *sessions) {
     for (const auto& q : ses.requests) {
@@ -387,25 +325,7 @@ int CmdInspect(const Common& c, const std::string& name, int64_t slot) {
                                              : "held (mixed queue)";
   const uint32_t outstanding = v.exclusive_outstanding + v.shared_outstanding;
   if (c.json) {
-    std::printf(
-        "{\"name\":\"%s\",\"slot\":%llu,\"state\":\"%s\",\"exclusive_outstanding\":%u,"
-        "\"shared_outstanding\":%u,\"maxX\":%u,\"maxS\":%u,\"nX\":%u,\"nS\":%u,"
-        "\"generation\":%llu,\"renewals\":%u,\"frozen\":%s,\"unrecorded\":%u,\"requests\":[",
-        JsonEscape(name).c_str(), static_cast<unsigned long long>(v.slot), state,
-        v.exclusive_outstanding, v.shared_outstanding, v.exclusive_issued, v.shared_issued,
-        v.exclusive_released, v.shared_released, static_cast<unsigned long long>(v.generation),
-        v.renewals, v.frozen ? "true" : "false",
-        outstanding > who.size() ? static_cast<uint32_t>(outstanding - who.size()) : 0u);
-    for (size_t i = 0; i < who.size(); ++i) {
-      std::printf(
-          "%s{\"session\":%llu,\"name\":\"%s\",\"pid\":%u,\"peer\":\"%s\",\"status\":\"%s\","
-          "\"mode\":\"%s\",\"ticket\":%u}",
-          i ? "," : "", static_cast<unsigned long long>(who[i].session->session_id),
-          JsonEscape(who[i].session->client_name).c_str(), who[i].session->pid,
-          who[i].session->peer.c_str(), RequestStatusName(who[i].request.status),
-          ModeName(who[i].request.mode), who[i].request.ticket);
-    }
-    std::printf("]}\n");
+    std::fputs(lockctl::InspectJson(name, v, state, who).c_str(), stdout);
     return 0;
   }
   if (!name.empty()) std::printf("name         %s\n", name.c_str());
@@ -491,8 +411,8 @@ int CmdRelease(const Common& c, bool force, const std::string& name, int64_t slo
   const bool ok = reply.rfind("ok ", 0) == 0;
   if (c.json) {
     std::printf(
-        "{\"ok\":%s,\"reply\":\"%s\"}\n", ok ? "true" : "false",
-        JsonEscape(reply.substr(reply.find(' ') == std::string::npos ? 0 : reply.find(' ') + 1))
+        "{\"ok\":%s,\"reply\":%s}\n", ok ? "true" : "false",
+        JsonString(reply.substr(reply.find(' ') == std::string::npos ? 0 : reply.find(' ') + 1))
             .c_str());
   } else {
     std::printf("%s\n", reply.c_str());
@@ -580,18 +500,19 @@ int CmdTop(const Common& c, int interval_ms, int rows, int iterations,
     std::strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
     if (c.json) {
       std::printf(
-          "{\"time\":\"%s\",\"interval_s\":%.3f,\"lock_count\":%llu,\"held\":%llu,"
+          "{\"time\":%s,\"interval_s\":%.3f,\"lock_count\":%llu,\"held\":%llu,"
           "\"waiting\":%llu,\"contended\":%llu,\"locks\":[",
-          when, secs, static_cast<unsigned long long>(n), static_cast<unsigned long long>(held),
-          static_cast<unsigned long long>(waiting), static_cast<unsigned long long>(contended));
+          JsonString(when).c_str(), secs, static_cast<unsigned long long>(n),
+          static_cast<unsigned long long>(held), static_cast<unsigned long long>(waiting),
+          static_cast<unsigned long long>(contended));
       for (size_t i = 0; i < out.size(); ++i) {
         const auto l = label.find(out[i].slot);
         std::printf(
-            "%s{\"slot\":%llu,\"names\":\"%s\",\"state\":\"%s\",\"holders\":%u,"
+            "%s{\"slot\":%llu,\"names\":%s,\"state\":%s,\"holders\":%u,"
             "\"waiting\":%u,\"requests_per_s\":%.1f}",
             i ? "," : "", static_cast<unsigned long long>(out[i].slot),
-            l == label.end() ? "" : JsonEscape(l->second).c_str(), out[i].state, out[i].holders,
-            out[i].waiting, out[i].rate);
+            JsonString(l == label.end() ? std::string() : l->second).c_str(),
+            JsonString(out[i].state).c_str(), out[i].holders, out[i].waiting, out[i].rate);
       }
       std::printf("]}\n");
     } else {
@@ -641,8 +562,12 @@ int64_t MonotonicNs() {
 // the times lockctl last wrote, which follow the lease: if lockctl is stopped or stuck and
 // renews nothing, the command is still stopped before its lease can end. Exits with the
 // command's status (128+N for signal N).
-[[noreturn]] void Supervise(CommandWatch* w, pid_t lockctl, char* const* argv, char* const* envp,
-                            int64_t grace_ns) {
+//
+// What the command's exec needs was built before the fork: `paths` (null-terminated) are the files
+// the command may be, in PATH order, as execvp would try them; `sh_argv` is {"/bin/sh", <slot for
+// the file>, arguments...} for a file that is not an executable format (execvp's ENOEXEC rule).
+[[noreturn]] void Supervise(CommandWatch* w, pid_t lockctl, char* const* paths, char* const* argv,
+                            char** sh_argv, char* const* envp, int64_t grace_ns) {
   sigset_t all, old;
   sigfillset(&all);
   sigprocmask(SIG_BLOCK, &all, &old);  // signals for the command come through lockctl
@@ -651,14 +576,29 @@ int64_t MonotonicNs() {
   // died, and the command has no use for them either.
   close_range(3, ~0U, 0);
   if (getppid() != lockctl) _exit(kExitInternal);
-  const pid_t cmd = fork();
+  // _Fork, not fork: no atfork handler (the SDK's take a mutex) runs in this copy of a threaded
+  // process.
+  const pid_t cmd = _Fork();
   if (cmd < 0) _exit(kExitInternal);
   if (cmd == 0) {
     setpgid(0, 0);
     sigprocmask(SIG_SETMASK, &old, nullptr);
-    execvpe(argv[0], argv, envp);
-    const char* err = std::strerror(errno);  // glibc's table: no allocation
-    const char* parts[] = {"lockctl: cannot run ", argv[0], ": ", err, "\n"};
+    int err = ENOENT;
+    bool denied = false;
+    for (char* const* p = paths; *p != nullptr; ++p) {
+      execve(*p, argv, envp);
+      if (errno == ENOEXEC) {
+        sh_argv[1] = *p;
+        execve(sh_argv[0], sh_argv, envp);
+      }
+      err = errno;
+      if (err == EACCES) denied = true;
+      if (err != ENOENT && err != ENOTDIR && err != EACCES && err != ESTALE) break;
+    }
+    if (denied && (err == ENOENT || err == ENOTDIR || err == ESTALE)) err = EACCES;
+    const char* why = strerrordesc_np(err);  // a static table: no locale, no allocation
+    const char* parts[] = {"lockctl: cannot run ", argv[0], ": ", why != nullptr ? why : "error",
+                           "\n"};
     for (const char* p : parts) (void)!write(2, p, std::strlen(p));
     _exit(127);
   }
@@ -678,7 +618,9 @@ int64_t MonotonicNs() {
       kill(-cmd, SIGTERM);
       termed = now;
     }
-    if (termed != 0 && (now >= termed + grace_ns || now >= w->kill_at_ns.load())) {
+    // kill_at is the hard bound (before the lease ends), with or without a SIGTERM before it.
+    if ((termed != 0 && now >= termed + grace_ns) || now >= w->kill_at_ns.load()) {
+      w->stopped_for_loss.store(1);
       kill(-cmd, SIGKILL);
     }
     const timespec tick{0, 5'000'000};
@@ -759,6 +701,26 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
   envp.push_back(nullptr);
   for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  // execvp's PATH search, done here: after the fork there is no getenv and no allocation.
+  std::vector<std::string> files;
+  if (cmd[0].find('/') != std::string::npos) {
+    files.push_back(cmd[0]);
+  } else if (!cmd[0].empty()) {
+    const char* path_env = std::getenv("PATH");
+    const std::string path = path_env != nullptr ? path_env : "/bin:/usr/bin";
+    for (size_t at = 0;;) {
+      const size_t colon = path.find(':', at);
+      const std::string dir = path.substr(at, colon == std::string::npos ? colon : colon - at);
+      files.push_back((dir.empty() ? std::string(".") : dir) + "/" + cmd[0]);
+      if (colon == std::string::npos) break;
+      at = colon + 1;
+    }
+  }
+  std::vector<char*> paths, sh_argv{const_cast<char*>("/bin/sh"), nullptr};
+  for (auto& f : files) paths.push_back(f.data());
+  paths.push_back(nullptr);
+  for (size_t i = 1; i < cmd.size(); ++i) sh_argv.push_back(const_cast<char*>(cmd[i].c_str()));
+  sh_argv.push_back(nullptr);
   void* shm = mmap(nullptr, sizeof(CommandWatch), PROT_READ | PROT_WRITE,
                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (shm == MAP_FAILED) {
@@ -778,7 +740,11 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
     watch->kill_at_ns.store(steady_ns(end - lease / 10));
   };
   follow_lease();
-  const int64_t grace_ns = int64_t{grace_ms} * 1'000'000;
+  // --grace: by default a quarter of the lease; the SIGKILL comes a tenth of a lease before the
+  // lease ends at the latest, whatever --grace says.
+  const int64_t grace_ns =
+      grace_ms >= 0 ? int64_t{grace_ms} * 1'000'000
+                    : std::chrono::duration_cast<std::chrono::nanoseconds>(lease).count() / 4;
   const pid_t lockctl_pid = getpid();
 
   const pid_t child = fork();
@@ -786,7 +752,9 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
     std::perror("lockctl: fork");
     return kExitInternal;
   }
-  if (child == 0) Supervise(watch, lockctl_pid, argv.data(), envp.data(), grace_ns);
+  if (child == 0) {
+    Supervise(watch, lockctl_pid, paths.data(), argv.data(), sh_argv.data(), envp.data(), grace_ns);
+  }
   signal(SIGTERM, [](int s) { g_forward_signal.store(s); });
   signal(SIGINT, [](int s) { g_forward_signal.store(s); });
   int status = 0;
@@ -803,8 +771,10 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
     if (is_lost) {
       if (!told) {
         std::cerr << "lockctl: lock '" << name << "' lost; sending SIGTERM to the command\n";
+        // lockd may grant the lock again when the lease ends (one lease after a fence): the
+        // SIGKILL stays before that, --grace after the SIGTERM if that is sooner.
         const int64_t now = MonotonicNs();
-        watch->kill_at_ns.store(now + grace_ns);
+        watch->kill_at_ns.store(std::min(watch->kill_at_ns.load(), now + grace_ns));
         watch->term_at_ns.store(now);
         told = true;
       }
@@ -863,22 +833,7 @@ int CmdCluster(const Common& c, const std::string& init, bool replace) {
     return s.server.empty() ? std::string() : s.server + ":" + std::to_string(s.port);
   };
   if (c.json) {
-    std::cout << "{\"cluster\":\"" << c.etcd_cluster << "\",\"shards\":[";
-    for (size_t i = 0; i < map->shards.size(); ++i) {
-      const auto& s = map->shards[i];
-      std::cout << (i ? "," : "") << "{\"name\":\"" << s.name << "\",\"primary\":";
-      if (s.server.empty()) {
-        std::cout << "null";
-      } else {
-        std::cout << "\"" << primary(s) << "\"";
-      }
-      std::cout << ",\"members\":[";
-      for (size_t k = 0; k < members[i].size(); ++k) {
-        std::cout << (k ? "," : "") << "\"" << members[i][k] << "\"";
-      }
-      std::cout << "]}";
-    }
-    std::cout << "]}\n";
+    std::cout << lockctl::ClusterJson(c.etcd_cluster, *map, members);
   } else {
     std::cout << "cluster " << c.etcd_cluster << ": " << map->shards.size() << " shard(s)\n";
     for (size_t i = 0; i < map->shards.size(); ++i) {

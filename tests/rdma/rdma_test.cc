@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -2260,6 +2261,119 @@ TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl 
          << Ms(granted_at - stopped_at) << " ms; the command was "
          << (running ? "still running" : "gone") << " then");
     CHECK_FALSE(running);
+    REQUIRE(kill(lockctl, SIGCONT) == 0);
+    CHECK(WaitExit(lockctl, 20s) == 76);
+    REQUIRE(got->Release().ok());
+  }
+}
+
+TEST_CASE(
+    "issue 17 finding 13: lockctl acquire's command is dead before the next holder is granted") {
+  // lockd fences lockctl's session (release --force --session): lockctl's renewals fail and it
+  // sees the lock lost, while its supervisor runs on. lockd grants the lock again one lease
+  // after the fence; a command that ignores SIGTERM must be dead by then.
+  Lockd lockd(7790, 64, 1000);
+  const std::string dir = TempDir();
+  const std::string port = std::to_string(lockd.port());
+  const std::string script = "trap '' TERM; echo $$ > " + dir + "/sh; while :; do sleep 0.05; done";
+  const pid_t lockctl = fork();
+  REQUIRE(lockctl >= 0);
+  if (lockctl == 0) {
+    execl(LOCKCTL_PATH, "lockctl", "--server", std::getenv("RXE_IP"), "--port", port.c_str(),
+          "acquire", "i17f13", "--", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const pid_t sh = ReadPid(dir + "/sh");
+  auto c = MustConnect(lockd);
+  auto sessions = c->Sessions();
+  REQUIRE(sessions.ok());
+  uint64_t session = 0;
+  for (const auto& s : *sessions) {
+    if (s.pid == static_cast<uint32_t>(lockctl)) session = s.session_id;
+  }
+  REQUIRE(session != 0);
+  // The command's death, seen every 2 ms.
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> died_ns{0};
+  std::thread watch([&] {
+    while (!done.load() && ProcAlive(sh)) std::this_thread::sleep_for(2ms);
+    died_ns.store(std::chrono::steady_clock::now().time_since_epoch().count());
+  });
+  const auto fenced_at = std::chrono::steady_clock::now();
+  REQUIRE(RunCommand(Lockctl(lockd) + " release --admin-socket " + lockd.admin_socket() +
+                     " --force --session " + std::to_string(session) + " >/dev/null") == 0);
+  auto got = c->Lock("i17f13", {.timeout = 10000ms});
+  const auto granted_at = std::chrono::steady_clock::now();
+  REQUIRE(got.ok());
+  const bool running = ProcAlive(sh);
+  if (!running) {
+    watch.join();
+  } else {
+    const bool gone = GoneWithin(sh, 10000ms);  // how long it ran on, for the record
+    done.store(true);
+    watch.join();
+    if (!gone) kill(sh, SIGKILL);
+  }
+  const auto died_at =
+      std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(died_ns.load()));
+  WARN("issue 17 finding 13: fence -> command dead "
+       << Ms(died_at - fenced_at) << " ms, fence -> next grant " << Ms(granted_at - fenced_at)
+       << " ms (lease 1000 ms); the command was " << (running ? "still running" : "gone")
+       << " at the grant");
+  CHECK_FALSE(running);
+  CHECK(died_at <= granted_at);
+  CHECK(WaitExit(lockctl, 20s) == 76);
+  REQUIRE(got->Release().ok());
+}
+
+TEST_CASE("issue 17 finding 13: lockctl acquire's exec and its SIGKILL bound") {
+  Lockd lockd(7791, 64, 1000);
+  const std::string dir = TempDir();
+  const std::string base = Lockctl(lockd);
+  SECTION("the command is found and run without execvp after the fork") {
+    // PATH search, a script without #! (run by /bin/sh, as execvp does), a missing command.
+    const std::string script = dir + "/noshebang";
+    {
+      std::ofstream f(script);
+      f << "echo \"$RDMALOCK_NAME $1\" > " << dir << "/ran; exit 5\n";
+    }
+    REQUIRE(chmod(script.c_str(), 0755) == 0);
+    CHECK(RunCommand("PATH=/nonexistent:" + dir + ":$PATH " + base +
+                     " acquire exec-lock -- noshebang arg1") == 5);
+    std::ifstream ran(dir + "/ran");
+    std::string name, arg;
+    ran >> name >> arg;
+    CHECK(name == "exec-lock");
+    CHECK(arg == "arg1");
+    auto [rc, out] = Capture(base + " acquire exec-lock -- no-such-command-i17 2>&1");
+    INFO(out);
+    CHECK(rc == 127);
+    CHECK(out.find("cannot run no-such-command-i17: No such file or directory") !=
+          std::string::npos);
+  }
+  SECTION("lockctl is stopped, --grace is long and the command ignores SIGTERM") {
+    const pid_t lockctl = fork();
+    REQUIRE(lockctl >= 0);
+    if (lockctl == 0) {
+      const std::string sh = "trap '' TERM; echo $$ > " + dir + "/sh; while :; do sleep 0.05; done";
+      execl(LOCKCTL_PATH, "lockctl", "--server", std::getenv("RXE_IP"), "--port",
+            std::to_string(lockd.port()).c_str(), "acquire", "--grace", "60000", "i17f13b", "--",
+            "sh", "-c", sh.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    const pid_t sh = ReadPid(dir + "/sh");
+    auto c = MustConnect(lockd);
+    REQUIRE(kill(lockctl, SIGSTOP) == 0);
+    const auto stopped_at = std::chrono::steady_clock::now();
+    auto got = c->Lock("i17f13b", {.timeout = 10000ms});
+    REQUIRE(got.ok());
+    const auto granted_at = std::chrono::steady_clock::now();
+    const bool running = ProcAlive(sh);
+    WARN("issue 17 finding 13: lockctl stopped (--grace 60000) -> next grant "
+         << Ms(granted_at - stopped_at) << " ms; the command was "
+         << (running ? "still running" : "gone") << " then");
+    CHECK_FALSE(running);
+    if (running) kill(sh, SIGKILL);
     REQUIRE(kill(lockctl, SIGCONT) == 0);
     CHECK(WaitExit(lockctl, 20s) == 76);
     REQUIRE(got->Release().ok());

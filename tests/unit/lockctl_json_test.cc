@@ -1,0 +1,109 @@
+// lockctl's --json printers: every string is escaped, whatever bytes it holds (issue 17,
+// finding 14). Each output is parsed by Python's json module.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "json.h"
+
+namespace {
+
+// Names and peers as a client (or etcd) may make them: quotes, backslashes, control bytes,
+// DEL, invalid UTF-8 (a lone continuation byte, a truncated sequence, an overlong '/', a
+// surrogate), and valid multi-byte UTF-8 that must survive.
+const std::vector<std::string> kNasty = {
+    "plain",
+    "quote\"in",
+    "back\\slash",
+    std::string("nul\0byte", 8),
+    "ctl\x01\x1f\n\t\r\b\f",
+    "del\x7f",
+    "lone\x80",
+    "trunc\xe2\x82",
+    "overlong\xc0\xaf",
+    "surrogate\xed\xa0\x80",
+    "high\xff\xfe",
+    "utf8 \xc3\xa9 \xe2\x82\xac \xf0\x9f\x94\x92",
+    "\"}]},{\"injected\":1",
+};
+
+// Whether Python's json module parses `text` as one JSON document; prints why not.
+bool ParsesAsJson(const std::string& text) {
+  char path[] = "/tmp/lockctl-json-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
+  close(fd);
+  const std::string cmd = std::string(
+                              "python3 -c 'import json,sys; json.load(open(sys.argv[1], "
+                              "encoding=\"utf-8\"))' ") +
+                          path + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string why;
+  char buf[512];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), p)) > 0;) why.append(buf, n);
+  const int rc = pclose(p);
+  unlink(path);
+  if (rc != 0) {
+    std::string shown;  // the output, with bytes the terminal would eat made visible
+    for (unsigned char ch : text) {
+      if (ch < 0x20 || ch >= 0x7f) {
+        char hex[8];
+        std::snprintf(hex, sizeof(hex), "<%02x>", ch);
+        shown += hex;
+      } else {
+        shown += static_cast<char>(ch);
+      }
+    }
+    WARN("not JSON: " << why << "output: " << shown);
+  }
+  return rc == 0;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "issue 17 finding 14: lockctl's --json output parses whatever bytes names and peers hold") {
+  for (const auto& bad : kNasty) {
+    INFO("string: " << bad);
+    rdmalock::SessionInfo s;
+    s.session_id = 3;
+    s.client_name = bad;
+    s.pid = 42;
+    s.peer = bad;
+    s.requests.push_back({.slot = 7,
+                          .mode = rdmalock::LockMode::kExclusive,
+                          .status = rdmalock::RequestInfo::Status::kHolding,
+                          .ticket = 1});
+    const std::vector<rdmalock::SessionInfo> sessions{s};
+    CHECK(ParsesAsJson(lockctl::ClientsJson(sessions, 3)));
+
+    rdmalock::SlotState v;
+    v.slot = 7;
+    v.exclusive_outstanding = 1;
+    v.exclusive_held = true;
+    CHECK(ParsesAsJson(
+        lockctl::InspectJson(bad, v, "held exclusive", {{&sessions[0], s.requests[0]}})));
+
+    rdmalock::ClusterMap map;
+    map.shards.push_back({.name = bad, .server = bad, .port = 7471});
+    map.shards.push_back({.name = "b", .server = "", .port = 7471});
+    CHECK(ParsesAsJson(lockctl::ClusterJson(bad, map, {{bad, "10.0.0.1:7471"}, {}})));
+  }
+}
+
+TEST_CASE("issue 17 finding 14: JsonEscape keeps valid UTF-8 and replaces invalid bytes") {
+  CHECK(lockctl::JsonEscape("a\"b\\c\n\x01") == "a\\\"b\\\\c\\n\\u0001");
+  CHECK(lockctl::JsonEscape("\xc3\xa9\xf0\x9f\x94\x92") == "\xc3\xa9\xf0\x9f\x94\x92");
+  CHECK(lockctl::JsonEscape("x\x80y") == "x\\ufffdy");
+  CHECK(lockctl::JsonEscape("\xc0\xaf") == "\\ufffd\\ufffd");
+  CHECK(lockctl::JsonEscape("\xed\xa0\x80") == "\\ufffd\\ufffd\\ufffd");
+  CHECK(lockctl::JsonEscape("\xe2\x82") == "\\ufffd\\ufffd");
+  CHECK(lockctl::JsonEscape("\x7f") == "\\u007f");
+}
