@@ -153,12 +153,18 @@ class ClusterClient::Impl {
  public:
   // One shard's session, made on first use and kept until the ClusterClient closes (also when a new
   // map drops the shard: handles granted there still renew and release through it).
-  // Thread-safety: connect_mu serialises connecting this shard (and only this shard); `client` is
-  // set once under it, then published through `ready`, which the lock path reads without a lock.
+  // Thread-safety: as below; `client`, once set, is published through `ready`, which the lock
+  // path reads without a lock.
   struct ShardSession {
     explicit ShardSession(std::string n) : name(std::move(n)) {}
     const std::string name;
-    std::timed_mutex connect_mu;     // guards `client` (one connection attempt at a time)
+    // connect_mu guards `connecting` and `client`; one thread connects at a time, outside it, and
+    // the others wait on `connected` (each until its own deadline). A condition variable rather
+    // than a timed_mutex: TSan (GCC 12) does not see pthread_mutex_clocklock, which
+    // timed_mutex::try_lock_until uses, and reported its unlock as of an unlocked mutex.
+    std::mutex connect_mu;
+    std::condition_variable connected;
+    bool connecting = false;         // guarded by connect_mu
     std::unique_ptr<Client> client;  // set once, under connect_mu
     std::atomic<Client*> ready{nullptr};
   };
@@ -208,14 +214,20 @@ class ClusterClient::Impl {
     }
     ShardSession& s = *v.sessions[i];
     if (Client* c = s.ready.load(std::memory_order_acquire); c != nullptr) return c;
-    std::unique_lock lk(s.connect_mu, std::defer_lock);
-    if (!lk.try_lock_until(deadline)) {
-      return Error(ErrorCode::kTimeout,
-                   "shard '" + s.name +
-                       "' is being connected by another thread of this client, "
-                       "and this call's time ran out");
+    std::unique_lock lk(s.connect_mu);
+    while (s.connecting) {
+      if (deadline == std::chrono::steady_clock::time_point::max()) {
+        s.connected.wait(lk);
+      } else if (s.connected.wait_until(lk, deadline) == std::cv_status::timeout && s.connecting) {
+        return Error(ErrorCode::kTimeout,
+                     "shard '" + s.name +
+                         "' is being connected by another thread of this client, and this "
+                         "call's time ran out");
+      }
     }
     if (s.client != nullptr) return s.client.get();
+    s.connecting = true;
+    lk.unlock();
     ClientOptions o = options;
     o.server = v.map.shards[i].server;
     o.port = v.map.shards[i].port;
@@ -226,6 +238,9 @@ class ClusterClient::Impl {
       };
     }
     auto c = connect(o, std::move(resolve));
+    lk.lock();
+    s.connecting = false;
+    s.connected.notify_all();
     if (!c.ok()) {
       return Error(c.status().code(), "shard '" + s.name + "': " + c.status().message());
     }
