@@ -125,6 +125,9 @@ struct Conn {
   bool admitted = false;  // the Welcome (with the rkeys) was posted
   bool refused = false;   // a refusal was posted; the connection is dropped when it completes
   auth::Nonce nonce{};    // the challenge's
+  // The shared key as of the challenge ("" : none): the Hello's proof and the Welcome's MAC use
+  // it, so a reload that rotates the key mid-handshake cannot split one handshake across keys.
+  std::string auth_key;
   std::array<uint8_t, proto::ConnectRequest::kSize> request{};  // as received, for the proof
   std::chrono::steady_clock::time_point accepted_at = std::chrono::steady_clock::now();
 };
@@ -486,7 +489,8 @@ struct Server::Impl {
 
     // The accept carries the challenge only: no rkey leaves lockd before the Hello is verified.
     proto::Challenge challenge;
-    challenge.flags = AuthKey().empty() ? 0 : proto::kChallengeAuthRequired;
+    c->auth_key = AuthKey();
+    challenge.flags = c->auth_key.empty() ? 0 : proto::kChallengeAuthRequired;
     challenge.nonce = c->nonce;
     const auto out = challenge.Encode();
     rdma_conn_param param{};
@@ -595,12 +599,12 @@ struct Server::Impl {
       Refuse(c, r, std::to_string(msg.size()) + " bytes");
       return;
     }
-    if (!AuthKey().empty()) {
+    if (!c.auth_key.empty()) {
       if ((hello.flags & proto::kHelloHasProof) == 0) {
         Refuse(c, proto::RejectReason::kAuthFailed, "the client brought no key");
         return;
       }
-      if (!auth::MacEqual(hello.mac, auth::HelloMac(AuthKey(), c.nonce, hello.nonce, c.request))) {
+      if (!auth::MacEqual(hello.mac, auth::HelloMac(c.auth_key, c.nonce, hello.nonce, c.request))) {
         Refuse(c, proto::RejectReason::kAuthFailed, "wrong key (its proof does not verify)");
         return;
       }
@@ -745,8 +749,8 @@ struct Server::Impl {
     reply.join_key = s.join_key;
     reply.record_entries = proto::SessionRecord::kMaxEntries;
     auto out = reply.Encode();
-    if (!AuthKey().empty()) {
-      reply.mac = auth::WelcomeMac(AuthKey(), hello.nonce, c.nonce,
+    if (!c.auth_key.empty()) {
+      reply.mac = auth::WelcomeMac(c.auth_key, hello.nonce, c.nonce,
                                    std::span<const uint8_t>(out).first(proto::AcceptReply::kMac));
       out = reply.Encode();
     }
@@ -771,7 +775,7 @@ struct Server::Impl {
     if (!s.loopback) connected.fetch_add(1);
     PublishCounters();
     spdlog::info("client connected: session {} from {} ('{}', pid {}){}{}", s.session_id, s.peer,
-                 s.name, s.pid, AuthKey().empty() ? "" : ", authenticated",
+                 s.name, s.pid, c.auth_key.empty() ? "" : ", authenticated",
                  s.loopback ? " [lockd loopback]" : "");
   }
 
@@ -1590,8 +1594,6 @@ void Server::SetAuthKey(std::string key) {
   std::lock_guard lock(impl_->auth_mu);
   impl_->auth_key = std::move(key);
 }
-
-bool Server::authenticating() const { return !impl_->AuthKey().empty(); }
 
 void Server::SetAliveUntil(std::chrono::steady_clock::time_point t) {
   impl_->alive_until_ns.store(t.time_since_epoch().count(), std::memory_order_relaxed);

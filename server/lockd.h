@@ -46,7 +46,6 @@ class Server {
   // A reload's new shared key (a key file rotated): handshakes from now on must prove it;
   // sessions already admitted are not affected. Any thread.
   void SetAuthKey(std::string key);
-  bool authenticating() const;  // whether clients must prove a key. Any thread.
 
   struct Impl;
 

@@ -20,15 +20,26 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "connection.h"
 #include "inproc_memory.h"
 #include "lock_engine.h"
+#include "rdmalock/client.h"
 #include "rdmalock/proto/layout.h"
 
 namespace rdmalock::testing {
+
+// Options for a Client of a FakeLockd (ClientTestPeer::Connect(FakeClientOptions(..), connector)).
+inline ClientOptions FakeClientOptions(std::string name) {
+  ClientOptions o;
+  o.server = "fake";
+  o.client_name = std::move(name);
+  o.connect_timeout = std::chrono::seconds(2);
+  return o;
+}
 
 class FakeLockd {
  public:

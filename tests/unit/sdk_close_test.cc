@@ -21,11 +21,7 @@ using namespace std::chrono_literals;
 namespace {
 
 std::unique_ptr<Client> ConnectTo(testing::FakeLockd& lockd, const char* name) {
-  ClientOptions o;
-  o.server = "fake";
-  o.client_name = name;
-  o.connect_timeout = 2s;
-  auto c = ClientTestPeer::Connect(o, lockd.connector());
+  auto c = ClientTestPeer::Connect(testing::FakeClientOptions(name), lockd.connector());
   INFO(c.status().ToString());
   REQUIRE(c.ok());
   return std::move(c).value();
@@ -142,10 +138,7 @@ TEST_CASE("issue 17: releasing or renewing from a thread whose join fails does n
     }
     return inner(p, retry, why);
   };
-  ClientOptions o;
-  o.server = "fake";
-  o.client_name = "moved-handle";
-  o.connect_timeout = 2s;
+  ClientOptions o = testing::FakeClientOptions("moved-handle");
   o.reconnect = false;
   auto client = ClientTestPeer::Connect(o, failing);
   REQUIRE(client.ok());

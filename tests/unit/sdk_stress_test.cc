@@ -52,11 +52,8 @@ TEST_CASE("SDK stress: sessions fenced, connections broken, pauses; never two be
 
   std::vector<std::unique_ptr<Client>> clients;
   for (int i = 0; i < kClients; ++i) {
-    ClientOptions o;
-    o.server = "fake";
-    o.client_name = "stress-" + std::to_string(i);
-    o.connect_timeout = 2s;
-    auto c = ClientTestPeer::Connect(o, lockd.connector());
+    auto c = ClientTestPeer::Connect(testing::FakeClientOptions("stress-" + std::to_string(i)),
+                                     lockd.connector());
     INFO(c.status().ToString());
     REQUIRE(c.ok());
     clients.push_back(std::move(c).value());
