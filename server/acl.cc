@@ -1,4 +1,4 @@
-#include "acl.h"
+#include "server/acl.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,4 +1,4 @@
-#include "campaign.h"
+#include "server/campaign.h"
 
 #include <spdlog/spdlog.h>
 

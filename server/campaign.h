@@ -21,9 +21,9 @@
 #include <memory>
 #include <string>
 
-#include "config.h"
-#include "etcd.h"
+#include "common/etcd/etcd.h"
 #include "rdmalock/status.h"
+#include "server/config.h"
 
 namespace rdmalock::lockd {
 

@@ -1,4 +1,4 @@
-#include "config.h"
+#include "server/config.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -9,10 +9,10 @@
 #include <set>
 #include <sstream>
 
-#include "acl.h"
-#include "etcd.h"
-#include "metrics.h"
+#include "common/etcd/etcd.h"
 #include "rdmalock/proto/layout.h"
+#include "server/acl.h"
+#include "server/metrics.h"
 
 namespace rdmalock::lockd {
 namespace {

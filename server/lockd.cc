@@ -1,4 +1,4 @@
-#include "lockd.h"
+#include "server/lockd.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -30,15 +30,15 @@
 #include <unordered_map>
 #include <vector>
 
-#include "../client/src/lock_engine.h"
-#include "../client/src/verbs_memory.h"
-#include "../common/rdma/verbs.h"
-#include "acl.h"
-#include "auth.h"
-#include "metrics.h"
+#include "common/auth/auth.h"
+#include "common/rdma/verbs.h"
+#include "engine/lock_engine.h"
+#include "engine/verbs_memory.h"
 #include "rdmalock/proto/handshake.h"
 #include "rdmalock/proto/layout.h"
-#include "refusal_log.h"
+#include "server/acl.h"
+#include "server/metrics.h"
+#include "server/refusal_log.h"
 
 namespace rdmalock::lockd {
 namespace {

@@ -10,8 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "config.h"
 #include "rdmalock/status.h"
+#include "server/config.h"
 
 namespace rdmalock::lockd {
 

@@ -16,10 +16,10 @@
 #include <string>
 #include <thread>
 
-#include "auth.h"
-#include "campaign.h"
-#include "config.h"
-#include "lockd.h"
+#include "common/auth/auth.h"
+#include "server/campaign.h"
+#include "server/config.h"
+#include "server/lockd.h"
 
 namespace {
 

@@ -13,7 +13,8 @@
 #      VMs: a partitioned primary and a killed one;
 #   7. the Debian packages (tests/pkg/run.sh): built, installed with apt into a clean Debian 12
 #      tree, and the packaged lockd run on rdma_rxe;
-#   8. the libFuzzer targets (tests/fuzz/run.sh): the handshake, config and lockctl-argument
+#   8. clang's thread-safety analysis over every file (tests/thread-safety/check.sh);
+#   9. the libFuzzer targets (tests/fuzz/run.sh): the handshake, config and lockctl-argument
 #      parsers, 30 s each.
 # An RDMA test that cannot run fails; nothing is skipped. Exits non-zero if anything failed.
 set -uo pipefail
@@ -65,6 +66,7 @@ build() {  # dir sanitize targets...
   mkdir -p "$root/$dir"
   # Prefix /usr, as Debian's packages are laid out (the package stage builds them from build/).
   cmake -S "$root" -B "$root/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMALOCK_SANITIZE="$san" \
+    -DRDMALOCK_WERROR=ON \
     -DCMAKE_INSTALL_PREFIX=/usr \
     >"$root/$dir/configure.log" 2>&1 || { cat "$root/$dir/configure.log"; return 1; }
   cmake --build "$root/$dir" -j "$jobs" --target "$@"
@@ -117,6 +119,14 @@ if build build-tsan "thread" unit_tests; then
 else
   count "host unit tests (TSan)" /dev/null 1
 fi
+
+echo "=== thread-safety analysis (clang -Wthread-safety, every translation unit, syntax only)"
+"$root/tests/thread-safety/check.sh" "$root/build-tsa" 2>&1 | tee "$logs/thread-safety.log" | grep -v ': ok$'
+rc=${PIPESTATUS[0]}
+# One check: the analysis refuses the known violations and accepts every file of the project.
+if [ "$rc" -eq 0 ]; then echo "thread-safety: all files: ok" >>"$logs/thread-safety.log"; fi
+tally "thread-safety analysis (clang)" "$logs/thread-safety.log" "$rc" '^thread-safety: (the analysis refuses|all files)' \
+  '^thread-safety: .*: FAIL$'
 
 echo "=== fuzzers (libFuzzer + ASan/UBSan: handshake, config and lockctl-argument parsers, ${FUZZ_SECONDS:-30} s each)"
 "$root/tests/fuzz/run.sh" "$logs/fuzz" 2>&1 | tee "$logs/fuzz.log"

@@ -1,4 +1,4 @@
-#include "args.h"
+#include "client/lockctl/args.h"
 
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "bench.h"
+#include "client/lockctl/bench.h"
 #include "rdmalock/cluster.h"
 
 namespace lockctl {

@@ -1,4 +1,4 @@
-#include "bench.h"
+#include "client/lockctl/bench.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -25,8 +25,8 @@
 #include <unordered_set>
 #include <vector>
 
-#include "args.h"
-#include "json.h"
+#include "client/lockctl/args.h"
+#include "client/lockctl/json.h"
 
 namespace lockctl {
 namespace {

@@ -34,11 +34,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "args.h"
-#include "auth.h"
-#include "bench.h"
-#include "etcd.h"
-#include "json.h"
+#include "client/lockctl/args.h"
+#include "client/lockctl/bench.h"
+#include "client/lockctl/json.h"
+#include "common/auth/auth.h"
+#include "common/etcd/etcd.h"
 #include "rdmalock/client.h"
 #include "rdmalock/cluster.h"
 #include "rdmalock/proto/lock_word.h"

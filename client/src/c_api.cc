@@ -15,7 +15,7 @@
 #include <thread>
 #include <utility>
 
-#include "fork_guard.h"
+#include "engine/fork_guard.h"
 #include "rdmalock/client.h"
 #include "rdmalock/rdmalock.h"
 #include "rdmalock/status.h"

@@ -16,13 +16,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "auth.h"
-#include "client_test_peer.h"
-#include "entry_pool.h"
-#include "fork_guard.h"
-#include "lock_engine.h"
+#include "client/src/client_test_peer.h"
+#include "client/src/entry_pool.h"
+#include "common/auth/auth.h"
+#include "engine/fork_guard.h"
+#include "engine/lock_engine.h"
+#include "engine/verbs_memory.h"
 #include "rdmalock/proto/layout.h"
-#include "verbs_memory.h"
 
 namespace rdmalock {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <string_view>
 
-#include "connection.h"
+#include "engine/connection.h"
 #include "rdmalock/client.h"
 
 namespace rdmalock {

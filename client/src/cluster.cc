@@ -12,8 +12,8 @@
 #include <set>
 #include <thread>
 
-#include "cluster_test_peer.h"
-#include "etcd.h"
+#include "client/src/cluster_test_peer.h"
+#include "common/etcd/etcd.h"
 
 namespace rdmalock {
 namespace {

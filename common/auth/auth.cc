@@ -1,4 +1,4 @@
-#include "auth.h"
+#include "common/auth/auth.h"
 
 #include <fcntl.h>
 #include <sodium.h>

@@ -1,4 +1,4 @@
-#include "etcd.h"
+#include "common/etcd/etcd.h"
 
 #include <httplib.h>
 #include <openssl/x509.h>

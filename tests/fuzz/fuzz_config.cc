@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "config.h"
+#include "server/config.h"
 
 using rdmalock::lockd::ChangedKeys;
 using rdmalock::lockd::ParseConfig;

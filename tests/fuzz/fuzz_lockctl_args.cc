@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "args.h"
+#include "client/lockctl/args.h"
 
 namespace {
 

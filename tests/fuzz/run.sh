@@ -12,7 +12,7 @@ secs=${FUZZ_SECONDS:-30}
 build=$root/build-fuzz
 mkdir -p "$out" "$build"
 
-if ! CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DRDMALOCK_FUZZ=ON -DRDMALOCK_BUILD_TESTS=OFF \
+if ! CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DRDMALOCK_FUZZ=ON -DRDMALOCK_WERROR=ON -DRDMALOCK_BUILD_TESTS=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$build/configure.log" 2>&1; then
   cat "$build/configure.log"
   echo "fuzz: build: FAIL (configure)"

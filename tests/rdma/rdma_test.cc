@@ -31,16 +31,16 @@
 #include <thread>
 #include <vector>
 
-#include "../../common/rdma/verbs.h"
-#include "auth.h"
-#include "client_test_peer.h"
-#include "lock_engine.h"
+#include "client/src/client_test_peer.h"
+#include "common/auth/auth.h"
+#include "common/rdma/verbs.h"
+#include "engine/lock_engine.h"
+#include "engine/verbs_memory.h"
 #include "rdmalock/client.h"
 #include "rdmalock/cluster.h"
 #include "rdmalock/proto/handshake.h"
 #include "rdmalock/proto/layout.h"
-#include "verbs_memory.h"
-#include "worker_shared.h"
+#include "tests/rdma/worker_shared.h"
 
 using namespace rdmalock;
 using namespace std::chrono_literals;

@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "rdmalock/client.h"
-#include "worker_shared.h"
+#include "tests/rdma/worker_shared.h"
 
 using namespace rdmalock;
 

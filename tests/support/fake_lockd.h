@@ -24,11 +24,11 @@
 #include <thread>
 #include <vector>
 
-#include "connection.h"
-#include "inproc_memory.h"
-#include "lock_engine.h"
+#include "engine/connection.h"
+#include "engine/lock_engine.h"
 #include "rdmalock/client.h"
 #include "rdmalock/proto/layout.h"
+#include "tests/support/inproc_memory.h"
 
 namespace rdmalock::testing {
 

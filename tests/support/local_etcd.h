@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "etcd.h"
+#include "common/etcd/etcd.h"
 
 namespace rdmalock::testing {
 

@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "refusal_log.h"
+#include "server/refusal_log.h"
 
 using rdmalock::lockd::RefusalLog;
 

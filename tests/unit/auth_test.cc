@@ -1,4 +1,4 @@
-#include "auth.h"
+#include "common/auth/auth.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "acl.h"
+#include "server/acl.h"
 
 using rdmalock::ErrorCode;
 namespace auth = rdmalock::auth;

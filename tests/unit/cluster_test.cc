@@ -14,11 +14,11 @@
 #include <thread>
 #include <vector>
 
-#include "../support/fake_lockd.h"
-#include "../support/local_etcd.h"
-#include "client_test_peer.h"
-#include "cluster_test_peer.h"
-#include "etcd.h"
+#include "client/src/client_test_peer.h"
+#include "client/src/cluster_test_peer.h"
+#include "common/etcd/etcd.h"
+#include "tests/support/fake_lockd.h"
+#include "tests/support/local_etcd.h"
 
 using namespace rdmalock;
 using namespace std::chrono_literals;

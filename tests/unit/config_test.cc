@@ -1,4 +1,4 @@
-#include "config.h"
+#include "server/config.h"
 
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "lockd.h"
-#include "metrics.h"
+#include "server/lockd.h"
+#include "server/metrics.h"
 
 using rdmalock::ErrorCode;
 using rdmalock::lockd::ParseConfig;

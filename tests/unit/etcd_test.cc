@@ -1,6 +1,6 @@
 // The etcd client and lockd's campaign, against a real etcd (Debian's etcd-server) started by the
 // test on loopback ports of its own. No etcd binary is a failure, not a skip.
-#include "etcd.h"
+#include "common/etcd/etcd.h"
 
 #include <httplib.h>
 #include <netinet/in.h>
@@ -20,9 +20,9 @@
 #include <thread>
 #include <vector>
 
-#include "../support/local_etcd.h"
-#include "campaign.h"
-#include "config.h"
+#include "server/campaign.h"
+#include "server/config.h"
+#include "tests/support/local_etcd.h"
 
 using rdmalock::ErrorCode;
 using std::chrono::milliseconds;

@@ -1,6 +1,6 @@
 // The protocol engine over the in-process backend: many threads, shadow checks, and the branches
 // of the protocol driven deterministically.
-#include "lock_engine.h"
+#include "engine/lock_engine.h"
 
 #include <atomic>
 #include <catch2/catch.hpp>
@@ -11,9 +11,9 @@
 #include <tuple>
 #include <vector>
 
-#include "entry_pool.h"
-#include "inproc_memory.h"
+#include "client/src/entry_pool.h"
 #include "rdmalock/proto/layout.h"
+#include "tests/support/inproc_memory.h"
 
 using namespace rdmalock;
 using namespace std::chrono_literals;

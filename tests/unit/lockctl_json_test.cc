@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "json.h"
+#include "client/lockctl/json.h"
 
 namespace {
 

@@ -11,9 +11,9 @@
 #include <memory>
 #include <thread>
 
-#include "../support/fake_lockd.h"
-#include "client_test_peer.h"
+#include "client/src/client_test_peer.h"
 #include "rdmalock/client.h"
+#include "tests/support/fake_lockd.h"
 
 using namespace rdmalock;
 using namespace std::chrono_literals;

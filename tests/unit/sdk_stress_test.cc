@@ -16,10 +16,10 @@
 #include <thread>
 #include <vector>
 
-#include "../support/fake_lockd.h"
-#include "../support/test_env.h"
-#include "client_test_peer.h"
+#include "client/src/client_test_peer.h"
 #include "rdmalock/client.h"
+#include "tests/support/fake_lockd.h"
+#include "tests/support/test_env.h"
 
 using namespace rdmalock;
 using namespace std::chrono_literals;

@@ -18,11 +18,11 @@
 #include <tuple>
 #include <vector>
 
-#include "../support/test_env.h"
-#include "entry_pool.h"
-#include "inproc_memory.h"
-#include "lock_engine.h"
+#include "client/src/entry_pool.h"
+#include "engine/lock_engine.h"
 #include "rdmalock/proto/layout.h"
+#include "tests/support/inproc_memory.h"
+#include "tests/support/test_env.h"
 
 using namespace rdmalock;
 using namespace std::chrono_literals;

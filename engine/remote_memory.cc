@@ -1,4 +1,4 @@
-#include "remote_memory.h"
+#include "engine/remote_memory.h"
 
 namespace rdmalock {
 

@@ -1,4 +1,4 @@
-#include "verbs_memory.h"
+#include "engine/verbs_memory.h"
 
 #include <unistd.h>
 
@@ -6,9 +6,9 @@
 #include <cstring>
 #include <thread>
 
-#include "../../common/rdma/verbs.h"
-#include "auth.h"
-#include "fork_guard.h"
+#include "common/auth/auth.h"
+#include "common/rdma/verbs.h"
+#include "engine/fork_guard.h"
 #include "rdmalock/proto/layout.h"
 
 namespace rdmalock {

@@ -12,7 +12,7 @@
 #include <shared_mutex>
 #include <vector>
 
-#include "connection.h"
+#include "engine/connection.h"
 
 namespace rdmalock {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "connection.h"
+#include "engine/connection.h"
 #include "rdmalock/proto/handshake.h"
 
 namespace rdmalock {

@@ -12,8 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "engine/remote_memory.h"
 #include "rdmalock/proto/handshake.h"
-#include "remote_memory.h"
 
 namespace rdmalock {
 

@@ -1,4 +1,4 @@
-#include "lock_engine.h"
+#include "engine/lock_engine.h"
 
 #include <algorithm>
 #include <random>

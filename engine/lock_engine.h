@@ -13,9 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "engine/remote_memory.h"
 #include "rdmalock/proto/lock_word.h"
 #include "rdmalock/status.h"
-#include "remote_memory.h"
 
 namespace rdmalock {
 

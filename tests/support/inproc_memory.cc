@@ -1,4 +1,4 @@
-#include "inproc_memory.h"
+#include "tests/support/inproc_memory.h"
 
 #include <cstring>
 #include <string>
