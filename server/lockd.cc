@@ -841,27 +841,19 @@ struct Server::Impl {
     job.why = why;
     job.ended = ended;
     job.not_before = now ? ended : ended + std::chrono::milliseconds(config.lease_ms);
-    uint32_t requesting = 0, garbage = 0;
+    uint32_t requesting = 0;
     const uint8_t* rec = RecordAt(s->index);
-    for (uint32_t i = 0; i < proto::SessionRecord::kMaxEntries; ++i) {
-      const size_t off = proto::SessionRecord::EntryOffset(i);
-      const uint64_t a = Load64(rec, off), b = Load64(rec, off + 8),
-                     d = Load64(rec, off + proto::RequestEntry::kDone);
-      if (a == 0 && b == 0) continue;
-      proto::RequestEntry e;
-      if (!proto::RequestEntry::Decode(a, b, &e) || e.slot >= config.lock_count) {
-        ++garbage;
-        continue;
-      }
-      if (!proto::RequestEntry::DecodeLive(a, b, d, &e)) continue;  // that request is over
-      if (e.state == proto::RequestEntry::State::kRequesting) {
-        ++requesting;
-        continue;
-      }
-      ReapState r;
-      r.ticket = Ticket{e.slot, e.mode, proto::Word0::Decode(e.ticket), 0};
-      job.items.push_back(r);
-    }
+    const uint32_t garbage = proto::ScanRecordEntries(
+        [rec](uint64_t off) { return Load64(rec, off); }, config.lock_count,
+        [&](const proto::RequestEntry& e, uint32_t) {
+          if (e.state == proto::RequestEntry::State::kRequesting) {
+            ++requesting;
+            return;
+          }
+          ReapState r;
+          r.ticket = Ticket{e.slot, e.mode, proto::Word0::Decode(e.ticket), 0};
+          job.items.push_back(r);
+        });
     std::memset(RecordAt(s->index), 0, proto::kSessionRecordSize);
     free_records.push_back(s->index);
     if (s->loopback) {
@@ -1267,19 +1259,14 @@ struct Server::Impl {
     std::vector<std::shared_ptr<Session>> holders;
     for (auto& [sid, s] : sessions) {
       const uint8_t* rec = RecordAt(s->index);
-      for (uint32_t i = 0; i < proto::SessionRecord::kMaxEntries; ++i) {
-        const size_t off = proto::SessionRecord::EntryOffset(i);
-        proto::RequestEntry e;
-        if (!proto::RequestEntry::DecodeLive(Load64(rec, off), Load64(rec, off + 8),
-                                             Load64(rec, off + proto::RequestEntry::kDone), &e)) {
-          continue;
-        }
-        if (e.slot != n || e.state != proto::RequestEntry::State::kQueued) continue;
-        if (proto::Granted(w0, proto::Word0::Decode(e.ticket), e.mode)) {
-          holders.push_back(s);
-          break;
-        }
-      }
+      bool holds = false;
+      (void)proto::ScanRecordEntries(
+          [rec](uint64_t off) { return Load64(rec, off); }, config.lock_count,
+          [&](const proto::RequestEntry& e, uint32_t) {
+            holds = holds || (e.slot == n && e.state == proto::RequestEntry::State::kQueued &&
+                              proto::Granted(w0, proto::Word0::Decode(e.ticket), e.mode));
+          });
+      if (holds) holders.push_back(s);
     }
     if (holders.empty()) {
       return "error no session's record shows a holder of slot " + arg +

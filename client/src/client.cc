@@ -1668,15 +1668,11 @@ Result<std::vector<SessionInfo>> Client::Sessions() {
       s.heartbeat_age = std::chrono::duration_cast<std::chrono::milliseconds>(
           std::chrono::nanoseconds(lockd_now - hdr.heartbeat_seen_unix_ns));
     }
-    for (uint32_t i = 0; i < proto::SessionRecord::kMaxEntries; ++i) {
-      const size_t e = proto::SessionRecord::EntryOffset(i);
-      proto::RequestEntry entry;
-      if (!proto::RequestEntry::DecodeLive(proto::GetLe(rec, e, 8), proto::GetLe(rec, e + 8, 8),
-                                           proto::GetLe(rec, e + proto::RequestEntry::kDone, 8),
-                                           &entry) ||
-          entry.slot >= r.lock_count) {
-        continue;
-      }
+    std::vector<proto::RequestEntry> live;
+    (void)proto::ScanRecordEntries(
+        [&rec](uint64_t o) { return proto::GetLe(rec, o, 8); }, r.lock_count,
+        [&](const proto::RequestEntry& e, uint32_t) { live.push_back(e); });
+    for (const proto::RequestEntry& entry : live) {
       RequestInfo q;
       q.slot = entry.slot;
       q.mode = static_cast<LockMode>(entry.mode);

@@ -315,3 +315,37 @@ TEST_CASE("every reject reason has a name and a metrics label") {
     REQUIRE(RejectReasonLabel(reason) != "unknown");
   }
 }
+
+TEST_CASE("ScanRecordEntries reports live requests, skips free and finished ones, counts garbage") {
+  std::vector<uint8_t> rec(kSessionRecordSize, 0);
+  auto put = [&rec](uint32_t i, const RequestEntry& e, uint64_t done) {
+    const auto w = e.Encode();
+    const uint64_t off = SessionRecord::EntryOffset(i);
+    PutLe(rec, off, w[0], 8);
+    PutLe(rec, off + 8, w[1], 8);
+    PutLe(rec, off + RequestEntry::kDone, done, 8);
+  };
+  RequestEntry live{.slot = 5,
+                    .mode = Mode::kExclusive,
+                    .state = RequestEntry::State::kQueued,
+                    .seq = 9,
+                    .ticket = 0x10};
+  RequestEntry over = live;
+  over.slot = 6;
+  RequestEntry asking = live;
+  asking.slot = 7;
+  asking.state = RequestEntry::State::kRequesting;
+  RequestEntry beyond = live;
+  beyond.slot = 100;  // lock_count below is 64
+  put(0, live, 8);    // an older use is done, this one is not
+  put(3, over, 9);    // this use is marked done
+  put(4, asking, 0);
+  put(7, beyond, 0);                                                    // garbage: no such slot
+  PutLe(rec, SessionRecord::EntryOffset(9), 0xdeadbeefdeadbeefull, 8);  // torn: garbage
+  std::vector<std::pair<uint32_t, uint32_t>> seen;                      // (index, slot)
+  const uint32_t garbage =
+      ScanRecordEntries([&rec](uint64_t off) { return GetLe(rec, off, 8); }, 64,
+                        [&](const RequestEntry& e, uint32_t i) { seen.emplace_back(i, e.slot); });
+  REQUIRE(garbage == 2);
+  REQUIRE(seen == std::vector<std::pair<uint32_t, uint32_t>>{{0, 5}, {4, 7}});
+}

@@ -239,4 +239,27 @@ struct RequestEntry {
   }
 };
 
+// The one scan of a session record's requests (lockd's recovery and inspect, the SDK's
+// introspection): calls live(const RequestEntry&, uint32_t index) for each open request on a slot
+// below lock_count, and returns how many entries were neither free, over nor well-formed (torn or
+// garbage: counted, never acted on). load(offset) reads the record's 8 bytes at offset; lockd
+// passes a relaxed atomic load of its registered memory, the SDK a decode of a READ's buffer.
+template <class Load, class Live>
+uint32_t ScanRecordEntries(Load&& load, uint64_t lock_count, Live&& live) {
+  uint32_t garbage = 0;
+  for (uint32_t i = 0; i < SessionRecord::kMaxEntries; ++i) {
+    const uint64_t off = SessionRecord::EntryOffset(i);
+    const uint64_t a = load(off), b = load(off + 8);
+    if (a == 0 && b == 0) continue;  // free
+    RequestEntry e;
+    if (!RequestEntry::Decode(a, b, &e) || e.slot >= lock_count) {
+      ++garbage;
+      continue;
+    }
+    if ((load(off + RequestEntry::kDone) & RequestEntry::kSeqMask) == e.seq) continue;  // over
+    live(static_cast<const RequestEntry&>(e), i);
+  }
+  return garbage;
+}
+
 }  // namespace rdmalock::proto
