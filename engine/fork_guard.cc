@@ -6,6 +6,8 @@
 #include <new>
 #include <vector>
 
+#include "common/sync/mutex.h"
+
 namespace rdmalock::fork_guard {
 
 namespace internal {
@@ -17,19 +19,21 @@ namespace {
 // Never destroyed (a child's exit must not run destructors of what it buried), and reachable
 // from here, so leak checkers do not report them.
 struct Graveyard {
-  std::mutex mu;  // guards `buried`; held across fork() by the prepare handler
-  std::vector<std::shared_ptr<void>> buried;
+  Mutex mu;  // held across fork() by the prepare handler
+  std::vector<std::shared_ptr<void>> buried GUARDED_BY(mu);
 };
 Graveyard& graveyard() {
   static Graveyard* g = new Graveyard;
   return *g;
 }
 
-void Prepare() { graveyard().mu.lock(); }
-void Parent() { graveyard().mu.unlock(); }
-void Child() {
+// The mutex is taken in one handler and released in another (across fork()), which the
+// thread-safety analysis cannot follow.
+void Prepare() NO_THREAD_SAFETY_ANALYSIS { graveyard().mu.Lock(); }
+void Parent() NO_THREAD_SAFETY_ANALYSIS { graveyard().mu.Unlock(); }
+void Child() NO_THREAD_SAFETY_ANALYSIS {
   internal::generation.fetch_add(1, std::memory_order_relaxed);
-  graveyard().mu.unlock();
+  graveyard().mu.Unlock();
 }
 
 }  // namespace
@@ -44,7 +48,7 @@ void Install() {
 
 void Bury(std::shared_ptr<void> inherited) {
   Graveyard& g = graveyard();
-  std::lock_guard lk(g.mu);
+  MutexLock lk(&g.mu);
   try {
     g.buried.push_back(std::move(inherited));
   } catch (...) {

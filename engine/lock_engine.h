@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/budgets.h"
 #include "engine/remote_memory.h"
 #include "rdmalock/proto/lock_word.h"
 #include "rdmalock/status.h"
@@ -180,7 +181,7 @@ class LockEngine {
   // Release() for any CAS that missed. One status per grant.
   std::vector<Status> ReleaseMany(RemoteMemory& mem, std::span<const Grant> grants,
                                   EngineEvents* ev = nullptr) const;
-  static constexpr size_t kBatchOps = 16;
+  static constexpr size_t kBatchOps = budget::kMaxOpsPerDoorbell;  // engine/budgets.h
 
   // The grant, when last seen, had requests queued behind it that it blocks: their handover
   // depends on this release, so it is better made at once (Release()) than posted.

@@ -14,13 +14,11 @@
 namespace rdmalock {
 
 namespace {
-constexpr size_t kOpScratch = 16;         // bytes of local buffer per operation
+// The budgets (engine/budgets.h): work requests per doorbell, unsignalled posts, the post ring.
+using budget::kOpScratch;
+using budget::kPostRing;
+constexpr size_t kMaxPosted = budget::kMaxPostedUnsignalled;
 constexpr size_t kBulkBytes = 64 * 1024;  // ReadBytes bounce buffer
-// WRITEs posted without waiting take their data from a ring of buffers. At most kMaxPosted are
-// outstanding (the next signalled completion retires them, RC completes in order), so a ring
-// twice that size is never reused while the NIC may still read it.
-constexpr size_t kMaxPosted = 15;
-constexpr size_t kPostRing = 32;
 // A backstop: RC retries (ACK timeout 67 ms, 7 retries) end a stuck operation in about half a
 // second, and lockd fences a session whose heartbeat stops for heartbeat_timeout_ms. Past this
 // the connection is treated as lost (the session ends, its locks are reported lost), so that a
@@ -260,7 +258,7 @@ Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& p
   std::vector<uint8_t> reject;
   const std::string where = params.host + ":" + std::to_string(params.port);
   auto conn = rdma::ConnectRc(params.host, params.port, bytes, params.connect_timeout,
-                              4 * kMaxBatch, proto::kControlMessageMax, &reject);
+                              budget::kSendQueueDepth, proto::kControlMessageMax, &reject);
   if (!conn.ok()) {
     if (conn.status().code() == ErrorCode::kRejected) {
       proto::RejectReply r;
@@ -278,6 +276,12 @@ Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& p
   }
   auto impl = std::make_unique<Impl>();
   impl->conn = std::move(conn).value();
+  if (impl->conn->sizes.send_depth < budget::kSendQueueNeed) {
+    return Error(ErrorCode::kUnsupported,
+                 "this RDMA device allows " + std::to_string(impl->conn->sizes.send_depth) +
+                     " send work requests per QP (max_qp_wr); the SDK needs " +
+                     std::to_string(budget::kSendQueueNeed));
+  }
 
   // Version 3: lockd's accept is a challenge; our Hello answers it; the Welcome brings the rkeys.
   proto::Challenge challenge;

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/budgets.h"
 #include "engine/connection.h"
 #include "rdmalock/proto/handshake.h"
 
@@ -17,8 +18,8 @@ struct ActiveConnection;
 
 class VerbsMemory : public Connection {
  public:
-  // Most operations one Execute() may carry.
-  static constexpr size_t kMaxBatch = 16;
+  // Most operations one Execute() may carry (engine/budgets.h).
+  static constexpr size_t kMaxBatch = budget::kMaxOpsPerDoorbell;
 
   // Connects, completes the handshake and checks the byte order of atomic replies.
   // A rejection in lockd's restart grace sets *retry_after_ms (when given) to lockd's estimate.

@@ -195,37 +195,43 @@ class NoSigpipe {
 class StopAt {
  public:
   StopAt(httplib::Client& http, std::chrono::steady_clock::time_point until)
-      : thread_([this, &http, until] {
-          std::unique_lock lk(mu_);
-          if (cv_.wait_until(lk, until, [this] { return done_; })) return;
-          fired_ = true;
-          do {
-            lk.unlock();
-            http.stop();
-            lk.lock();
-          } while (!cv_.wait_for(lk, std::chrono::milliseconds(5), [this] { return done_; }));
-        }) {}
+      : thread_([this, &http, until] { Run(http, until); }) {}
   ~StopAt() {
     {
-      std::lock_guard lk(mu_);
+      MutexLock lk(&mu_);
       done_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     thread_.join();
   }
   StopAt(const StopAt&) = delete;
   StopAt& operator=(const StopAt&) = delete;
   // Whether the request was stopped (call once it has returned).
-  bool fired() {
-    std::lock_guard lk(mu_);
+  bool fired() EXCLUDES(mu_) {
+    MutexLock lk(&mu_);
     return fired_;
   }
 
  private:
-  std::mutex mu_;  // guards done_ and fired_
-  std::condition_variable cv_;
-  bool done_ = false;
-  bool fired_ = false;
+  void Run(httplib::Client& http, std::chrono::steady_clock::time_point until) EXCLUDES(mu_) {
+    MutexLock lk(&mu_);
+    const auto done = [this] {
+      mu_.AssertHeld();
+      return done_;
+    };
+    if (cv_.WaitUntil(lk, until, done)) return;
+    fired_ = true;
+    do {
+      lk.Unlock();
+      http.stop();
+      lk.Lock();
+    } while (!cv_.WaitFor(lk, std::chrono::milliseconds(5), done));
+  }
+
+  Mutex mu_;
+  CondVar cv_;
+  bool done_ GUARDED_BY(mu_) = false;
+  bool fired_ GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: starts once the members above exist
 };
 
@@ -235,7 +241,7 @@ Result<std::string> Client::Post(const std::string& path, const std::string& bod
   const NoSigpipe no_sigpipe;
   size_t first;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     first = preferred_;
   }
   std::string errors;
@@ -297,7 +303,7 @@ Result<std::string> Client::Post(const std::string& path, const std::string& bod
         why += ": " + j["error"].get<std::string>();
       }
     } else {
-      std::lock_guard lk(mu_);
+      MutexLock lk(&mu_);
       preferred_ = i;
       return std::move(res->body);
     }

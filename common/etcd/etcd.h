@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/sync/mutex.h"
 #include "rdmalock/status.h"
 
 namespace rdmalock::etcd {
@@ -100,8 +101,8 @@ class Client {
   std::vector<std::string> endpoints_;
   std::vector<Endpoint> parsed_;
   Tls tls_;
-  std::mutex mu_;
-  size_t preferred_ = 0;
+  Mutex mu_;
+  size_t preferred_ GUARDED_BY(mu_) = 0;  // the endpoint that answered last: tried first
 };
 
 }  // namespace rdmalock::etcd
