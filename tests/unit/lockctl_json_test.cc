@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -98,12 +99,41 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("issue 17 finding 14: JsonEscape keeps valid UTF-8 and replaces invalid bytes") {
-  CHECK(lockctl::JsonEscape("a\"b\\c\n\x01") == "a\\\"b\\\\c\\n\\u0001");
-  CHECK(lockctl::JsonEscape("\xc3\xa9\xf0\x9f\x94\x92") == "\xc3\xa9\xf0\x9f\x94\x92");
-  CHECK(lockctl::JsonEscape("x\x80y") == "x\\ufffdy");
-  CHECK(lockctl::JsonEscape("\xc0\xaf") == "\\ufffd\\ufffd");
-  CHECK(lockctl::JsonEscape("\xed\xa0\x80") == "\\ufffd\\ufffd\\ufffd");
-  CHECK(lockctl::JsonEscape("\xe2\x82") == "\\ufffd\\ufffd");
-  CHECK(lockctl::JsonEscape("\x7f") == "\\u007f");
+namespace {
+
+// What a JSON parser reads from lockctl's rendering of `in` (nlohmann's parser checks UTF-8).
+std::string Decoded(const std::string& in) {
+  return nlohmann::json::parse(lockctl::JsonString(in)).get<std::string>();
+}
+
+const std::string kFffd = "\xef\xbf\xbd";  // U+FFFD in UTF-8
+
+}  // namespace
+
+// The hand-written escaper is gone (issue 18): strings go through nlohmann-json's dump with
+// error_handler_t::replace. The escapes of quotes, backslashes and control bytes and the bytes of
+// valid UTF-8 are as they were; what a parser reads is compared where nlohmann writes the same
+// value differently (U+FFFD and DEL unescaped). One U+FFFD per invalid sequence's maximal
+// subpart, as Unicode recommends: a truncated sequence is one, a byte that can start none (an
+// overlong lead, a stray continuation, a surrogate's bytes) one each.
+TEST_CASE("issue 17 finding 14: JSON strings keep valid UTF-8 and replace invalid bytes") {
+  CHECK(lockctl::JsonString("a\"b\\c\n\x01") == "\"a\\\"b\\\\c\\n\\u0001\"");
+  CHECK(lockctl::JsonString("\xc3\xa9\xf0\x9f\x94\x92") == "\"\xc3\xa9\xf0\x9f\x94\x92\"");
+  CHECK(Decoded("x\x80y") == "x" + kFffd + "y");
+  CHECK(Decoded("\xc0\xaf") == kFffd + kFffd);
+  CHECK(Decoded("\xed\xa0\x80") == kFffd + kFffd + kFffd);
+  CHECK(Decoded("\xe2\x82") == kFffd);
+  CHECK(Decoded("\xe2\x82x") == kFffd + "x");
+  CHECK(Decoded("\x7f") == "\x7f");
+}
+
+// The figures lockctl prints keep the decimals of the printf it used before.
+TEST_CASE("lockctl's JSON figures: integers as integers, fractions rounded as %.Nf was") {
+  const lockctl::Json j = {
+      {"n", uint64_t{18446744073709551615u}},  {"neg", -1},
+      {"lease_ms", lockctl::Fixed(1000.0, 3)}, {"rate", lockctl::Fixed(2.0 / 3.0, 3)},
+      {"p50", lockctl::Fixed(3.14159, 2)},     {"zero", lockctl::Fixed(0.0004, 3)}};
+  CHECK(lockctl::JsonLine(j) ==
+        "{\"n\":18446744073709551615,\"neg\":-1,\"lease_ms\":1000.0,\"rate\":0.667,"
+        "\"p50\":3.14,\"zero\":0.0}\n");
 }

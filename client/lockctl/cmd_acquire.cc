@@ -1,0 +1,292 @@
+// lockctl acquire NAME -- COMMAND: runs a command while holding a lock, under a supervisor that
+// ends the command before the lock's lease can run out (issue 16, finding 13).
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/lockctl/commands.h"
+
+namespace lockctl {
+namespace {
+
+std::atomic<int> g_forward_signal{0};  // lockctl's own process-wide signal flag (main only)
+
+// What lockctl tells the supervisor of an acquired command, in memory they share (issue 16,
+// finding 13). Times are CLOCK_MONOTONIC (std::chrono::steady_clock) nanoseconds.
+struct CommandWatch {
+  std::atomic<int64_t> term_at_ns{INT64_MAX};  // SIGTERM the command's process group from then
+  std::atomic<int64_t> kill_at_ns{INT64_MAX};  // and SIGKILL it from then, at the latest
+  std::atomic<int> forward{0};                 // a signal lockctl received, for the command
+  std::atomic<int> stopped_for_loss{0};        // set by the supervisor when it terminated it
+};
+static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
+
+int64_t MonotonicNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The supervisor: a forked copy of lockctl (which has threads), so only async-signal-safe calls.
+// It runs the command in a process group of its own and ends the whole group (a background
+// grandchild included) when the command exits, when lockctl dies (or was already gone), and at
+// the times lockctl last wrote, which follow the lease: if lockctl is stopped or stuck and
+// renews nothing, the command is still stopped before its lease can end. Exits with the
+// command's status (128+N for signal N).
+//
+// What the command's exec needs was built before the fork: `paths` (null-terminated) are the files
+// the command may be, in PATH order, as execvp would try them; `sh_argv` is {"/bin/sh", <slot for
+// the file>, arguments...} for a file that is not an executable format (execvp's ENOEXEC rule).
+[[noreturn]] void Supervise(CommandWatch* w, pid_t lockctl, char* const* paths, char* const* argv,
+                            char** sh_argv, char* const* envp, int64_t grace_ns) {
+  sigset_t all, old;
+  sigfillset(&all);
+  sigprocmask(SIG_BLOCK, &all, &old);  // signals for the command come through lockctl
+  // Nothing of lockctl's but stdin, stdout and stderr: its RDMA device and rdma_cm descriptors
+  // held open here would keep its connections (and their locks at lockd) alive after lockctl
+  // died, and the command has no use for them either.
+  close_range(3, ~0U, 0);
+  if (getppid() != lockctl) _exit(kExitInternal);
+  // _Fork, not fork: no atfork handler (the SDK's take a mutex) runs in this copy of a threaded
+  // process.
+  const pid_t cmd = _Fork();
+  if (cmd < 0) _exit(kExitInternal);
+  if (cmd == 0) {
+    setpgid(0, 0);
+    sigprocmask(SIG_SETMASK, &old, nullptr);
+    int err = ENOENT;
+    bool denied = false;
+    for (char* const* p = paths; *p != nullptr; ++p) {
+      execve(*p, argv, envp);
+      if (errno == ENOEXEC) {
+        sh_argv[1] = *p;
+        execve(sh_argv[0], sh_argv, envp);
+      }
+      err = errno;
+      if (err == EACCES) denied = true;
+      if (err != ENOENT && err != ENOTDIR && err != EACCES && err != ESTALE) break;
+    }
+    if (denied && (err == ENOENT || err == ENOTDIR || err == ESTALE)) err = EACCES;
+    const char* why = strerrordesc_np(err);  // a static table: no locale, no allocation
+    const char* parts[] = {"lockctl: cannot run ", argv[0], ": ", why != nullptr ? why : "error",
+                           "\n"};
+    for (const char* p : parts) (void)!write(2, p, std::strlen(p));
+    _exit(127);
+  }
+  setpgid(cmd, cmd);
+  int status = 0;
+  int64_t termed = 0;
+  for (;;) {
+    const pid_t r = waitpid(cmd, &status, WNOHANG);
+    if (r == cmd) break;
+    const int64_t now = MonotonicNs();
+    if (getppid() != lockctl) {  // lockctl died: nothing holds the lock for the command
+      kill(-cmd, SIGKILL);
+    }
+    if (const int sig = w->forward.exchange(0); sig != 0) kill(-cmd, sig);
+    if (termed == 0 && now >= w->term_at_ns.load()) {
+      w->stopped_for_loss.store(1);
+      kill(-cmd, SIGTERM);
+      termed = now;
+    }
+    // kill_at is the hard bound (before the lease ends), with or without a SIGTERM before it.
+    if ((termed != 0 && now >= termed + grace_ns) || now >= w->kill_at_ns.load()) {
+      w->stopped_for_loss.store(1);
+      kill(-cmd, SIGKILL);
+    }
+    const timespec tick{0, 5'000'000};
+    nanosleep(&tick, nullptr);
+  }
+  kill(-cmd, SIGKILL);  // whatever the command left running in its group ends with it
+  if (WIFEXITED(status)) _exit(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) _exit(128 + WTERMSIG(status));
+  _exit(kExitInternal);
+}
+
+}  // namespace
+
+int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t timeout_ms,
+               int grace_ms, const std::vector<std::string>& cmd) {
+  if (cmd.empty()) {
+    std::cerr << "lockctl acquire: give the command after --, e.g. lockctl acquire NAME -- make\n";
+    return kExitUsage;
+  }
+  int code = 0;
+  const auto started = std::chrono::steady_clock::now();
+  // Through etcd, the shard's primary is looked up before every connection attempt, and
+  // connecting may take as long as the acquire's own timeout: a failover in progress costs time,
+  // not an error (issue 16, finding 14).
+  std::unique_ptr<rdmalock::ClusterClient> cluster;
+  std::unique_ptr<rdmalock::Client> single;
+  rdmalock::Client* client = nullptr;
+  if (!c.etcd.empty()) {
+    Common cc = c;
+    if (timeout_ms > cc.connect_timeout_ms) cc.connect_timeout_ms = static_cast<int>(timeout_ms);
+    cluster = ConnectClusterOrDie(cc, &code);
+    if (!cluster) return code;
+    auto shard = cluster->Shard(cluster->ShardOf(name));
+    if (!shard.ok()) {
+      std::cerr << "lockctl: lock '" << name << "': " << shard.status().ToString() << "\n";
+      return kExitUnavailable;
+    }
+    client = *shard;
+  } else {
+    single = ConnectOrDie(c, &code);
+    if (!single) return code;
+    client = single.get();
+  }
+  rdmalock::LockOptions lo;
+  lo.mode = shared ? rdmalock::LockMode::kShared : rdmalock::LockMode::kExclusive;
+  if (timeout_ms >= 0) {
+    const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - started);
+    lo.timeout =
+        std::max(std::chrono::milliseconds(0), std::chrono::milliseconds(timeout_ms) - spent);
+  }
+  auto lock = client->Lock(name, lo);
+  if (!lock.ok()) {
+    std::cerr << "lockctl: lock '" << name << "': " << lock.status().ToString() << "\n";
+    const auto ec = lock.status().code();
+    return ec == rdmalock::ErrorCode::kTimeout || ec == rdmalock::ErrorCode::kBusy
+               ? kExitTimeout
+               : kExitUnavailable;
+  }
+  std::atomic<bool> lost{false};
+  lock->OnLost([&](const rdmalock::Status&) { lost.store(true); });
+
+  // Everything the child needs is built before the fork: after it, only async-signal-safe calls.
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "RDMALOCK_NAME=", 14) == 0 ||
+        std::strncmp(*e, "RDMALOCK_SLOT=", 14) == 0 ||
+        std::strncmp(*e, "RDMALOCK_MODE=", 14) == 0 ||
+        std::strncmp(*e, "RDMALOCK_TOKEN=", 15) == 0) {
+      continue;
+    }
+    env.emplace_back(*e);
+  }
+  env.push_back("RDMALOCK_NAME=" + name);
+  env.push_back("RDMALOCK_SLOT=" + std::to_string(lock->slot()));
+  env.push_back(std::string("RDMALOCK_MODE=") + (shared ? "shared" : "exclusive"));
+  if (!shared) env.push_back("RDMALOCK_TOKEN=" + std::to_string(lock->fencing_token()));
+  std::vector<char*> envp, argv;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  // execvp's PATH search, done here: after the fork there is no getenv and no allocation.
+  std::vector<std::string> files;
+  if (cmd[0].find('/') != std::string::npos) {
+    files.push_back(cmd[0]);
+  } else if (!cmd[0].empty()) {
+    const char* path_env = std::getenv("PATH");
+    const std::string path = path_env != nullptr ? path_env : "/bin:/usr/bin";
+    for (size_t at = 0;;) {
+      const size_t colon = path.find(':', at);
+      const std::string dir = path.substr(at, colon == std::string::npos ? colon : colon - at);
+      files.push_back((dir.empty() ? std::string(".") : dir) + "/" + cmd[0]);
+      if (colon == std::string::npos) break;
+      at = colon + 1;
+    }
+  }
+  std::vector<char*> paths, sh_argv{const_cast<char*>("/bin/sh"), nullptr};
+  for (auto& f : files) paths.push_back(f.data());
+  paths.push_back(nullptr);
+  for (size_t i = 1; i < cmd.size(); ++i) sh_argv.push_back(const_cast<char*>(cmd[i].c_str()));
+  sh_argv.push_back(nullptr);
+  void* shm = mmap(nullptr, sizeof(CommandWatch), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shm == MAP_FAILED) {
+    std::perror("lockctl: mmap");
+    return kExitInternal;
+  }
+  auto* watch = new (shm) CommandWatch();
+  // The command is stopped once a renewal is a third of a lease overdue (they come every third),
+  // and killed before the lease could end, whatever lockctl is doing then.
+  const auto lease = client->lease();
+  const auto steady_ns = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  };
+  const auto follow_lease = [&] {
+    const auto end = lock->lease_expiry();
+    watch->term_at_ns.store(steady_ns(end - lease / 3));
+    watch->kill_at_ns.store(steady_ns(end - lease / 10));
+  };
+  follow_lease();
+  // --grace: by default a quarter of the lease; the SIGKILL comes a tenth of a lease before the
+  // lease ends at the latest, whatever --grace says.
+  const int64_t grace_ns =
+      grace_ms >= 0 ? int64_t{grace_ms} * 1'000'000
+                    : std::chrono::duration_cast<std::chrono::nanoseconds>(lease).count() / 4;
+  const pid_t lockctl_pid = getpid();
+
+  const pid_t child = fork();
+  if (child < 0) {
+    std::perror("lockctl: fork");
+    return kExitInternal;
+  }
+  if (child == 0) {
+    Supervise(watch, lockctl_pid, paths.data(), argv.data(), sh_argv.data(), envp.data(), grace_ns);
+  }
+  signal(SIGTERM, [](int s) { g_forward_signal.store(s); });
+  signal(SIGINT, [](int s) { g_forward_signal.store(s); });
+  int status = 0;
+  bool told = false;
+  for (;;) {
+    const pid_t r = waitpid(child, &status, WNOHANG);
+    if (r == child) break;
+    if (r < 0 && errno != EINTR) {
+      std::perror("lockctl: waitpid");
+      return kExitInternal;
+    }
+    if (const int s = g_forward_signal.exchange(0); s != 0) watch->forward.store(s);
+    const bool is_lost = lost.load() || lock->state() == rdmalock::LockState::kLost;
+    if (is_lost) {
+      if (!told) {
+        std::cerr << "lockctl: lock '" << name << "' lost; sending SIGTERM to the command\n";
+        // lockd may grant the lock again when the lease ends (one lease after a fence): the
+        // SIGKILL stays before that, --grace after the SIGTERM if that is sooner.
+        const int64_t now = MonotonicNs();
+        watch->kill_at_ns.store(std::min(watch->kill_at_ns.load(), now + grace_ns));
+        watch->term_at_ns.store(now);
+        told = true;
+      }
+    } else {
+      follow_lease();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const bool stopped = watch->stopped_for_loss.load() != 0;
+  if (stopped && !told) {
+    std::cerr << "lockctl: lock '" << name
+              << "': its lease was about to run out without a renewal; the command was stopped\n";
+  }
+  const rdmalock::Status rel = lock->Release();
+  munmap(shm, sizeof(CommandWatch));
+  if (stopped) return kExitLost;
+  if (!rel.ok()) {
+    std::cerr << "lockctl: release of '" << name << "': " << rel.ToString() << "\n";
+    if (rel.code() == rdmalock::ErrorCode::kLockLost) return kExitLost;
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return kExitInternal;
+}
+
+}  // namespace lockctl

@@ -1,0 +1,67 @@
+// lockctl --etcd URL cluster [init SHARDS [--replace]]: publishes a cluster map to etcd, then shows
+// each shard's primary and standbys as etcd has them now.
+#include <chrono>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "client/lockctl/commands.h"
+#include "client/lockctl/json.h"
+#include "common/etcd/etcd.h"
+
+namespace lockctl {
+
+int CmdCluster(const Common& c, const std::string& init, bool replace) {
+  const rdmalock::EtcdCluster e = c.Etcd();
+  if (!init.empty()) {
+    std::vector<std::string> names;
+    std::stringstream ss(init);
+    for (std::string n; std::getline(ss, n, ',');) names.push_back(n);
+    if (auto st = rdmalock::PublishClusterMap(e, names, replace); !st.ok()) {
+      std::cerr << "lockctl: " << st.message() << "\n";
+      return st.code() == rdmalock::ErrorCode::kConnection ? kExitUnavailable : kExitUsage;
+    }
+  }
+  auto map = rdmalock::ReadClusterMap(e);
+  if (!map.ok()) {
+    std::cerr << "lockctl: " << map.status().message() << "\n";
+    return map.status().code() == rdmalock::ErrorCode::kConnection ? kExitUnavailable : kExitUsage;
+  }
+  // Every lockd of each shard (primary or standby), as each registers itself on its etcd lease.
+  std::vector<std::vector<std::string>> members(map->shards.size());
+  if (auto etcd = rdmalock::etcd::Client::Create(
+          c.etcd, {c.etcd_ca_file, c.etcd_cert_file, c.etcd_key_file});
+      etcd.ok()) {
+    for (size_t i = 0; i < map->shards.size(); ++i) {
+      const std::string prefix =
+          "/rdmalock/" + c.etcd_cluster + "/shard/" + map->shards[i].name + "/members/";
+      auto kvs = (*etcd)->GetPrefix(prefix, std::chrono::milliseconds(2000));
+      if (!kvs.ok()) continue;
+      for (const auto& kv : *kvs) members[i].push_back(kv.value);
+    }
+  }
+  auto primary = [](const rdmalock::ShardSpec& s) {
+    return s.server.empty() ? std::string() : s.server + ":" + std::to_string(s.port);
+  };
+  if (c.json) {
+    std::cout << ClusterJson(c.etcd_cluster, *map, members);
+  } else {
+    std::cout << "cluster " << c.etcd_cluster << ": " << map->shards.size() << " shard(s)\n";
+    for (size_t i = 0; i < map->shards.size(); ++i) {
+      const auto& s = map->shards[i];
+      std::cout << "  " << s.name << "  primary "
+                << (s.server.empty() ? std::string("(none now)") : primary(s));
+      std::string standbys;
+      for (const auto& m : members[i]) {
+        const bool is_primary =
+            m == primary(s) || m == "[" + s.server + "]:" + std::to_string(s.port);  // IPv6
+        if (!is_primary) standbys += (standbys.empty() ? "" : ", ") + m;
+      }
+      std::cout << "  standby " << (standbys.empty() ? "(none)" : standbys) << "\n";
+    }
+  }
+  return 0;
+}
+
+}  // namespace lockctl

@@ -1,0 +1,77 @@
+// lockctl release --force: one request to lockd's admin socket (it fences the holder's session).
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "client/lockctl/commands.h"
+#include "client/lockctl/json.h"
+
+namespace lockctl {
+
+// Sends one request line to lockd's admin socket and prints the reply.
+int CmdRelease(const Common& c, bool force, const std::string& name, int64_t slot, int64_t session,
+               const std::string& socket_path) {
+  const int given = (name.empty() ? 0 : 1) + (slot >= 0 ? 1 : 0) + (session >= 0 ? 1 : 0);
+  if (!force || given != 1) {
+    std::cerr << "lockctl release: give --force and exactly one of NAME, --slot N or --session "
+                 "ID (it fences the holder's whole session)\n";
+    return kExitUsage;
+  }
+  std::string request;
+  if (session >= 0) {
+    request = "release-session " + std::to_string(session);
+  } else if (slot >= 0) {
+    request = "release-slot " + std::to_string(slot);
+  } else {
+    int code = 0;
+    auto client = ConnectOrDie(c, &code);  // for the lock count, to map the name to its slot
+    if (!client) return code;
+    request = "release-slot " + std::to_string(client->SlotOf(name));
+  }
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (fd < 0 || socket_path.size() >= sizeof(addr.sun_path)) {
+    std::cerr << "lockctl: bad admin socket path " << socket_path << "\n";
+    if (fd >= 0) close(fd);
+    return kExitUsage;
+  }
+  std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size());
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    std::cerr << "lockctl: cannot reach lockd's admin socket " << socket_path << ": "
+              << std::strerror(errno) << " (run this on the lock node, as a user who may "
+              << "open it; see admin_socket in lockd.yaml)\n";
+    close(fd);
+    return kExitUnavailable;
+  }
+  request += "\n";
+  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    std::cerr << "lockctl: write to the admin socket failed: " << std::strerror(errno) << "\n";
+    close(fd);
+    return kExitUnavailable;
+  }
+  std::string reply;
+  char buf[512];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) reply.append(buf, static_cast<size_t>(n));
+  close(fd);
+  while (!reply.empty() && reply.back() == '\n') reply.pop_back();
+  const bool ok = reply.rfind("ok ", 0) == 0;
+  if (c.json) {
+    const Json out = {
+        {"ok", ok},
+        {"reply", reply.substr(reply.find(' ') == std::string::npos ? 0 : reply.find(' ') + 1)}};
+    std::fputs(JsonLine(out).c_str(), stdout);
+  } else {
+    std::printf("%s\n", reply.c_str());
+  }
+  if (reply.empty()) return kExitUnavailable;
+  return ok ? 0 : 1;
+}
+
+}  // namespace lockctl

@@ -1,0 +1,47 @@
+// lockctl's commands, one file each (cmd_*.cc), and the connection they share (connect.cc).
+// main.cc parses the command line (args.h) and calls one of these; each returns lockctl's exit
+// status (the codes in args.h) after printing its output or why it failed.
+// Thread-safety: called from main's thread, once per process (acquire and bench fork children of
+// their own).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/lockctl/args.h"
+#include "client/lockctl/bench.h"
+#include "rdmalock/client.h"
+#include "rdmalock/cluster.h"
+
+namespace lockctl {
+
+// ---- connect.cc
+
+// The cluster map of --cluster FILE or --etcd URL; on failure prints why and returns false
+// (*unavailable: etcd could not be reached).
+bool LoadClusterMap(const Common& c, rdmalock::ClusterMap* map, std::string* source,
+                    bool* unavailable);
+// Where the command's lockd is (Target::usage_error after printing why not).
+Target TargetOf(const Common& c);
+// A session with that lockd, or null after printing why not and setting *exit_code.
+std::unique_ptr<rdmalock::Client> ConnectOrDie(const Common& c, int* exit_code);
+// A session with every shard of the cluster map (--cluster or --etcd), or null as above.
+std::unique_ptr<rdmalock::ClusterClient> ConnectClusterOrDie(const Common& c, int* exit_code);
+
+// ---- the commands
+
+int CmdStatus(const Common& c);
+int CmdClients(const Common& c);
+int CmdInspect(const Common& c, const std::string& name, int64_t slot);
+int CmdRelease(const Common& c, bool force, const std::string& name, int64_t slot, int64_t session,
+               const std::string& socket_path);
+int CmdTop(const Common& c, int interval_ms, int rows, int iterations,
+           const std::vector<std::string>& names);
+int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t timeout_ms,
+               int grace_ms, const std::vector<std::string>& cmd);
+int CmdCluster(const Common& c, const std::string& init, bool replace);
+int CmdBench(const Common& c, const BenchOptions& opts);
+
+}  // namespace lockctl

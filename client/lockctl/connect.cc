@@ -1,0 +1,150 @@
+// Where lockctl's commands find lockd: the target of --server, RDMALOCK_SERVER, the client config
+// file, or a cluster map (--cluster FILE, --etcd URL), and the connection to it.
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "client/lockctl/commands.h"
+
+namespace lockctl {
+
+bool LoadClusterMap(const Common& c, rdmalock::ClusterMap* map, std::string* source,
+                    bool* unavailable) {
+  if (!c.etcd.empty()) {
+    auto read = rdmalock::ReadClusterMap(c.Etcd());
+    if (!read.ok()) {
+      std::cerr << "lockctl: " << read.status().message() << "\n";
+      *unavailable = read.status().code() == rdmalock::ErrorCode::kConnection;
+      return false;
+    }
+    *map = *read;
+    *source = "etcd cluster " + c.etcd_cluster;
+    return true;
+  }
+  std::ifstream in(c.cluster_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (!in) {
+    std::cerr << "lockctl: cannot read cluster map " << c.cluster_file << "\n";
+    return false;
+  }
+  *source = c.cluster_file;
+  return ParseClusterMap(ss.str(), c.cluster_file, map);
+}
+
+Target TargetOf(const Common& c) {
+  Target t;
+  t.port = c.port;
+  t.auth_key_file = c.auth_key_file;
+  if (!c.cluster_file.empty() || !c.etcd.empty()) {
+    rdmalock::ClusterMap map;
+    std::string source;
+    if (!LoadClusterMap(c, &map, &source, &t.unavailable)) {
+      t.usage_error = true;
+      return t;
+    }
+    size_t shard = map.shards.size();
+    if (!c.shard.empty()) {
+      for (size_t i = 0; i < map.shards.size(); ++i) {
+        if (map.shards[i].name == c.shard) shard = i;
+      }
+      if (shard == map.shards.size()) {
+        std::cerr << "lockctl: no shard '" << c.shard << "' in " << source << "\n";
+        t.usage_error = true;
+        return t;
+      }
+    } else if (!c.route_name.empty()) {
+      shard = rdmalock::ShardForName(map, c.route_name);
+    } else {
+      std::cerr << "lockctl: with a cluster map, this command needs --shard NAME\n";
+      t.usage_error = true;
+      return t;
+    }
+    t.server = map.shards[shard].server;
+    t.port = map.shards[shard].port;
+    t.source = source + ", shard " + map.shards[shard].name;
+    if (t.server.empty()) {  // from etcd: the shard has no primary now
+      std::cerr << "lockctl: shard '" << map.shards[shard].name
+                << "' has no primary in etcd now (a standby takes over within its grace "
+                   "period; try again)\n";
+      t.usage_error = true;
+      t.unavailable = true;
+      return t;
+    }
+    const std::string path = ClientConfigPath();
+    if (!ReadClientConfig(path, true, true, c.timeout_given, &t)) t.usage_error = true;
+    return t;
+  }
+  t.connect_timeout_ms = c.connect_timeout_ms;
+  if (!c.server.empty()) {
+    t.server = c.server, t.source = "--server";
+  } else if (const char* env = std::getenv("RDMALOCK_SERVER"); env != nullptr && *env != '\0') {
+    t.server = env, t.source = "RDMALOCK_SERVER";
+  }
+  const std::string path = ClientConfigPath();
+  if (!ReadClientConfig(path, !t.server.empty(), c.port_given, c.timeout_given, &t)) {
+    t.usage_error = true;
+    return t;
+  }
+  if (t.server.empty()) {
+    std::cerr << "lockctl: no server: pass --server ADDRESS, set RDMALOCK_SERVER, or put "
+                 "'server: ADDRESS' in "
+              << (path.empty() ? "~/.config/rdmalock/client.yaml" : path) << "\n";
+    t.usage_error = true;
+  }
+  return t;
+}
+
+std::unique_ptr<rdmalock::Client> ConnectOrDie(const Common& c, int* exit_code) {
+  const Target t = TargetOf(c);
+  if (t.usage_error) {
+    *exit_code = t.unavailable ? kExitUnavailable : kExitUsage;
+    return nullptr;
+  }
+  rdmalock::ClientOptions o;
+  o.server = t.server;
+  o.port = static_cast<uint16_t>(t.port);
+  o.connect_timeout = std::chrono::milliseconds(t.connect_timeout_ms);
+  o.client_name = "lockctl";
+  o.record_requests = c.record_requests;
+  // The environment's key (RDMALOCK_AUTH_KEY, RDMALOCK_AUTH_KEY_FILE) wins over the config file's.
+  const bool env_key = std::getenv("RDMALOCK_AUTH_KEY") != nullptr ||
+                       std::getenv("RDMALOCK_AUTH_KEY_FILE") != nullptr;
+  if (!c.auth_key_file.empty() || !env_key) o.auth_key_file = t.auth_key_file;
+  auto client = rdmalock::Client::Connect(o);
+  if (!client.ok()) {
+    std::cerr << "lockctl: lockd at " << t.server << ":" << t.port << " (server from " << t.source
+              << "): " << client.status().ToString() << "\n";
+    *exit_code = kExitUnavailable;
+    return nullptr;
+  }
+  return std::move(client).value();
+}
+
+std::unique_ptr<rdmalock::ClusterClient> ConnectClusterOrDie(const Common& c, int* exit_code) {
+  rdmalock::ClusterMap map;
+  std::string source;
+  bool unavailable = false;
+  if (!LoadClusterMap(c, &map, &source, &unavailable)) {
+    *exit_code = unavailable ? kExitUnavailable : kExitUsage;
+    return nullptr;
+  }
+  rdmalock::ClientOptions o;
+  o.connect_timeout = std::chrono::milliseconds(c.connect_timeout_ms);
+  o.client_name = "lockctl";
+  o.record_requests = c.record_requests;
+  o.auth_key_file = c.auth_key_file;  // else the SDK reads the environment
+  auto client = c.etcd.empty() ? rdmalock::ClusterClient::Connect(map, o)
+                               : rdmalock::ClusterClient::Connect(c.Etcd(), o);
+  if (!client.ok()) {
+    std::cerr << "lockctl: cluster from " << source << ": " << client.status().ToString() << "\n";
+    *exit_code =
+        client.status().code() == rdmalock::ErrorCode::kConnection ? kExitUnavailable : kExitUsage;
+    return nullptr;
+  }
+  return std::move(client).value();
+}
+
+}  // namespace lockctl
