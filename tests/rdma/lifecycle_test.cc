@@ -149,7 +149,7 @@ TEST_CASE("lockd tells systemd READY, RELOADING and STOPPING; SIGHUP re-reads lo
   const std::string config = dir + "/lockd.yaml";
   std::ofstream(config) << "log_level: info\nlease_ms: 2000\nstall_factor: 4\n";
   REQUIRE(setenv("NOTIFY_SOCKET", sock_path.c_str(), 1) == 0);
-  Lockd lockd(7643, 64, 2000, 64, "", {"--config", config, "--config-log-level"});
+  Lockd lockd(7643, 64, 2000, 64, "", {"--config", config, "--test-config-log-level"});
   REQUIRE(unsetenv("NOTIFY_SOCKET") == 0);
   const std::string ready = next_message(5000ms);
   INFO(ready);

@@ -89,8 +89,8 @@ Lockd::Lockd(uint16_t port, uint64_t lock_count, uint64_t lease_ms, uint32_t max
   }
   // "--test-no-wait": ready when lockd logs that it listens (it may refuse this host).
   no_wait_ = std::erase(extra, std::string("--test-no-wait")) > 0;
-  // "--config-log-level": leave log_level to the config file (the reload test changes it).
-  if (std::erase(extra, std::string("--config-log-level")) == 0) {
+  // "--test-config-log-level": leave log_level to the config file (the reload test changes it).
+  if (std::erase(extra, std::string("--test-config-log-level")) == 0) {
     args_.insert(args_.end(), {"--log-level", "debug"});
   }
   // No metrics endpoint unless the test asks for one: lockds of tests (and a lockd of the host)

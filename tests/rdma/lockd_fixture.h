@@ -41,7 +41,7 @@ class Lockd {
   // Pseudo-flags in `extra`, taken out before lockd sees the rest:
   //   "--test-auth-key KEY": lockd requires that key (written to a 0600 file); Connect() uses it.
   //   "--test-no-wait": ready when lockd logs that it listens (it may refuse this host).
-  //   "--config-log-level": leave log_level to the config file (the reload test changes
+  //   "--test-config-log-level": leave log_level to the config file (the reload test changes
   //   it); otherwise lockd runs with --log-level debug.
   // No metrics endpoint unless `extra` has --metrics-address.
   explicit Lockd(uint16_t port, uint64_t lock_count = 1024, uint64_t lease_ms = 2000,
