@@ -1,0 +1,409 @@
+// RDMA integration tests: lockctl against a real lockd. acquire (the command runs holding the
+// lock, is ended when the lock is lost, and no process of it outlives lockctl or the lock),
+// release --force over the admin socket, clients, inspect and top.
+// Run on rdma_rxe only (tests/rdma/lockd_fixture.h).
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "rdmalock/client.h"
+#include "tests/rdma/clients.h"
+#include "tests/rdma/lockd_fixture.h"
+
+using namespace rdmalock;
+using namespace rdmalock::rdma_test;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Whether process `pid` (any process, not only a child) exists and is not a zombie.
+bool ProcAlive(pid_t pid) {
+  std::ifstream st("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(st, line)) return false;
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
+}
+
+pid_t ReadPid(const std::string& path, std::chrono::seconds limit = 30s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  for (;;) {
+    std::ifstream in(path);
+    pid_t pid = 0;
+    if (in >> pid && pid > 0) return pid;
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+bool GoneWithin(pid_t pid, std::chrono::milliseconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (ProcAlive(pid)) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(10ms);
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("lockctl acquire holds the lock while the command runs") {
+  Lockd lockd(7609, 256);
+  const std::string dir = TempDir();
+  const std::string base = std::string(LOCKCTL_PATH) + " --server " + RxeIp() + " --port " +
+                           std::to_string(lockd.port());
+  auto c = MustConnect(lockd);
+  // The command sees the lock's name and slot, and another process sees the lock held.
+  const std::string marker = dir + "/running";
+  const std::string script = "echo \"$RDMALOCK_NAME $RDMALOCK_SLOT $RDMALOCK_TOKEN\" > " + dir +
+                             "/env; touch " + marker + "; sleep 1; exit 3";
+  pid_t child =
+      Spawn([&] { return RunCommand(base + " acquire build-lock -- sh -c '" + script + "'"); });
+  const auto end = std::chrono::steady_clock::now() + 30s;
+  while (access(marker.c_str(), F_OK) != 0) {
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(10ms);
+  }
+  REQUIRE(c->TryLock("build-lock").status().code() == ErrorCode::kBusy);
+  auto s = c->Inspect(c->SlotOf("build-lock"));
+  REQUIRE(s.ok());
+  REQUIRE(s->exclusive_held);
+  REQUIRE(WaitExit(child, 30s) == 3);  // the command's exit status
+  std::ifstream env(dir + "/env");
+  std::string name, slot, token;
+  env >> name >> slot >> token;
+  REQUIRE(name == "build-lock");
+  REQUIRE(slot == std::to_string(c->SlotOf("build-lock")));
+  REQUIRE(std::stoull(token) > 0);
+  // Released afterwards.
+  REQUIRE(c->TryLock("build-lock").ok());
+
+  // A lock that stays held: acquire --timeout gives up with exit code 75.
+  auto h = c->Lock("busy-lock");
+  REQUIRE(h.ok());
+  REQUIRE(RunCommand(base + " acquire --timeout 200 busy-lock -- true") == 75);
+  // Status and inspect work and exit 0.
+  REQUIRE(RunCommand(base + " status > " + dir + "/status") == 0);
+  REQUIRE(RunCommand(base + " inspect busy-lock > " + dir + "/inspect") == 0);
+  std::ifstream ins(dir + "/inspect");
+  std::stringstream ss;
+  ss << ins.rdbuf();
+  REQUIRE(ss.str().find("held exclusive") != std::string::npos);
+  // `clients` lists the sessions, this test's client among them.
+  REQUIRE(RunCommand(base + " clients > " + dir + "/clients") == 0);
+  std::ifstream cl(dir + "/clients");
+  std::stringstream cs;
+  cs << cl.rdbuf();
+  INFO(cs.str());
+  REQUIRE(cs.str().find("rdma_tests") != std::string::npos);
+  REQUIRE(cs.str().find("lockctl") != std::string::npos);
+  REQUIRE(cs.str().find("(lockd loopback)") != std::string::npos);
+  auto sessions = c->Sessions();
+  REQUIRE(sessions.ok());
+  bool found_me = false;
+  for (const auto& session : *sessions) {
+    found_me |= session.pid == static_cast<uint32_t>(getpid());
+  }
+  REQUIRE(found_me);
+  // Usage errors exit 64; an unreachable lockd 69.
+  REQUIRE(RunCommand(base + " acquire x 2>/dev/null") == 64);
+  REQUIRE(RunCommand(std::string(LOCKCTL_PATH) + " --server " + RxeIp() +
+                     " --port 7999 --connect-timeout-ms 1000 status 2>/dev/null") == 69);
+}
+
+TEST_CASE("lockctl acquire terminates its command when the lock is lost, and exits 76") {
+  Lockd lockd(7624, 64, 500);
+  const std::string dir = TempDir();
+  const std::string port = std::to_string(lockd.port());
+  const std::string script = "trap 'echo terminated > " + dir + "/term; exit 0' TERM; touch " +
+                             dir + "/started; while :; do sleep 0.05; done";
+  const pid_t lockctl = fork();
+  REQUIRE(lockctl >= 0);
+  if (lockctl == 0) {
+    execl(LOCKCTL_PATH, "lockctl", "--server", std::getenv("RXE_IP"), "--port", port.c_str(),
+          "acquire", "--grace", "2000", "guarded", "--", "sh", "-c", script.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const auto end = std::chrono::steady_clock::now() + 30s;
+  while (access((dir + "/started").c_str(), F_OK) != 0) {
+    REQUIRE(std::chrono::steady_clock::now() < end);
+    std::this_thread::sleep_for(10ms);
+  }
+  auto c = MustConnect(lockd);
+  REQUIRE(kill(lockctl, SIGSTOP) == 0);  // lockctl (and its renewals) stop; the command runs on
+  auto got = c->Lock("guarded", {.timeout = 10000ms});
+  REQUIRE(got.ok());
+  REQUIRE(kill(lockctl, SIGCONT) == 0);
+  REQUIRE(WaitExit(lockctl, 20s) == 76);
+  std::ifstream term(dir + "/term");
+  std::string word;
+  term >> word;
+  REQUIRE(word == "terminated");
+  REQUIRE(got->Release().ok());
+}
+
+TEST_CASE("lockctl release --force fences the holder's session and frees the lock after a lease") {
+  Lockd lockd(7628, 64, 1000);
+  SharedFile shf;
+  WorkerShared* sh = shf.get();
+  const pid_t holder = StartHolder(lockd, shf, "forced", false);
+  auto c = MustConnect(lockd);
+  const std::string base = Lockctl(lockd) + " release --admin-socket " + lockd.admin_socket();
+  REQUIRE(RunCommand(base + " forced 2>/dev/null") == 64);  // --force is required
+  REQUIRE(RunCommand(base + " --force --session 9999 >/dev/null") == 1);
+  const auto asked_at = std::chrono::steady_clock::now();
+  auto [rc, out] = Capture(base + " --force forced");
+  INFO(out);
+  REQUIRE(rc == 0);
+  REQUIRE(out.find("fenced session") != std::string::npos);
+  auto got = c->Lock("forced", {.timeout = 10000ms});
+  const double ms = Ms(std::chrono::steady_clock::now() - asked_at);
+  REQUIRE(got.ok());
+  WARN("release --force -> next grant: " << ms << " ms (lease 1000 ms)");
+  REQUIRE(ms >= 1000);  // the holder's lease ran out first
+  REQUIRE(got->fencing_token() > sh->token.load());
+  REQUIRE(WaitExit(holder, 20s) == 0);  // it learned of the loss (its session was ended)
+  REQUIRE(sh->lost == 1);
+  REQUIRE(sh->stale_rejected + sh->stale_accepted == 1);
+  REQUIRE(lockd.Log().find("forced release of slot") != std::string::npos);
+  REQUIRE(RunCommand(base + " --force nobody-holds-this >/dev/null") == 1);
+}
+
+TEST_CASE("lockctl clients and inspect show sessions, heartbeats, holders and waiters") {
+  Lockd lockd(7629, 64, 1000);
+  SharedFile shf;
+  const pid_t holder = StartHolder(lockd, shf, "shown", false);
+  auto c = MustConnect(lockd);
+  BackgroundLock waiter(*c, "shown");
+  WaitQueued(*c, c->SlotOf("shown"), 2);
+  std::this_thread::sleep_for(500ms);  // a few heartbeats
+  auto [rc, clients] = Capture(Lockctl(lockd) + " clients");
+  INFO(clients);
+  REQUIRE(rc == 0);
+  REQUIRE(clients.find("rdma_worker-0") != std::string::npos);
+  REQUIRE(clients.find(" ms ago") != std::string::npos);
+  auto [rc2, json] = Capture(Lockctl(lockd) + " --json inspect shown");
+  INFO(json);
+  REQUIRE(rc2 == 0);
+  const std::string holder_pid = "\"pid\":" + std::to_string(holder);
+  const auto at = json.find(holder_pid);
+  REQUIRE(at != std::string::npos);
+  REQUIRE(json.find("\"status\":\"holding\"", at) != std::string::npos);
+  REQUIRE(json.find("\"status\":\"waiting\"") != std::string::npos);
+  REQUIRE(json.find("\"unrecorded\":0") != std::string::npos);
+  kill(holder, SIGKILL);
+  REQUIRE(WaitExit(holder, 5s) == 128 + SIGKILL);
+  REQUIRE(waiter.Join().ok());
+}
+
+TEST_CASE("lockctl top ranks the contended lock first, by name, and --json says so") {
+  Lockd lockd(7644, 1024);
+  auto a = MustConnect(lockd);
+  auto b = MustConnect(lockd);
+  auto held = a->Lock("hot");
+  REQUIRE(held.ok());
+  auto quiet = a->Lock("quiet");
+  REQUIRE(quiet.ok());
+  LockAndRelease w1(*b, "hot");
+  LockAndRelease w2(*b, "hot");
+  WaitQueued(*a, a->SlotOf("hot"), 3);
+  auto [rc, out] = Capture(Lockctl(lockd) +
+                           " --json top --iterations 2 --interval-ms 200 --name hot --name quiet");
+  INFO(out);
+  REQUIRE(rc == 0);
+  // Two refreshes, one JSON object each; the first lock listed is "hot" with 2 waiting.
+  REQUIRE(std::count(out.begin(), out.end(), '\n') == 2);
+  const auto locks = out.find("\"locks\":[{");
+  REQUIRE(locks != std::string::npos);
+  const std::string first_lock = out.substr(locks, out.find('}', locks) - locks);
+  REQUIRE(first_lock.find("\"slot\":" + std::to_string(a->SlotOf("hot"))) != std::string::npos);
+  REQUIRE(first_lock.find("\"names\":\"hot\"") != std::string::npos);
+  REQUIRE(first_lock.find("\"waiting\":2") != std::string::npos);
+  REQUIRE(out.find("\"names\":\"quiet\"") != std::string::npos);
+  REQUIRE(out.find("\"waiting\":2,\"contended\":1") != std::string::npos);
+  auto [rc2, text] = Capture(Lockctl(lockd) + " top --iterations 1 --interval-ms 100 -n 1");
+  INFO(text);
+  REQUIRE(rc2 == 0);
+  REQUIRE(text.find("REQUESTS/S") != std::string::npos);
+  REQUIRE(text.find("\033[2J") == std::string::npos);  // not a terminal: no screen clearing
+  REQUIRE(held->Release().ok());
+  REQUIRE(w1.ok());
+  REQUIRE(w2.ok());
+}
+
+TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl or the lock") {
+  Lockd lockd(7665, 64, 1000);
+  const std::string dir = TempDir();
+  const std::string port = std::to_string(lockd.port());
+  const auto run = [&](const std::string& script) {
+    const pid_t p = fork();
+    REQUIRE(p >= 0);
+    if (p == 0) {
+      execl(LOCKCTL_PATH, "lockctl", "--server", std::getenv("RXE_IP"), "--port", port.c_str(),
+            "acquire", "f13", "--", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    return p;
+  };
+  SECTION("lockctl is killed: the command's background grandchild ends too") {
+    const pid_t lockctl = run("sleep 300 & echo $! > " + dir + "/bg; wait");
+    const pid_t bg = ReadPid(dir + "/bg");
+    REQUIRE(ProcAlive(bg));
+    REQUIRE(kill(lockctl, SIGKILL) == 0);
+    WaitExit(lockctl, 5s);
+    CHECK(GoneWithin(bg, 2000ms));
+    kill(bg, SIGKILL);
+  }
+  SECTION("the command exits and leaves a background process: it ends before the release") {
+    const pid_t lockctl = run("sleep 300 & echo $! > " + dir + "/bg2");
+    const pid_t bg = ReadPid(dir + "/bg2");
+    REQUIRE(WaitExit(lockctl, 20s) == 0);
+    CHECK(GoneWithin(bg, 500ms));
+    kill(bg, SIGKILL);
+  }
+  SECTION("lockctl is stopped: the command is ended before the lease runs out") {
+    const pid_t lockctl = run("echo $$ > " + dir + "/sh; while :; do sleep 0.05; done");
+    const pid_t sh = ReadPid(dir + "/sh");
+    auto c = MustConnect(lockd);
+    REQUIRE(kill(lockctl, SIGSTOP) == 0);
+    const auto stopped_at = std::chrono::steady_clock::now();
+    auto got = c->Lock("f13", {.timeout = 10000ms});
+    REQUIRE(got.ok());
+    const auto granted_at = std::chrono::steady_clock::now();
+    // Not running when the next holder was granted: it was ended within the lease.
+    const bool running = ProcAlive(sh);
+    WARN("finding 13: lockctl stopped -> next grant "
+         << Ms(granted_at - stopped_at) << " ms; the command was "
+         << (running ? "still running" : "gone") << " then");
+    CHECK_FALSE(running);
+    REQUIRE(kill(lockctl, SIGCONT) == 0);
+    CHECK(WaitExit(lockctl, 20s) == 76);
+    REQUIRE(got->Release().ok());
+  }
+}
+
+TEST_CASE(
+    "issue 17 finding 13: lockctl acquire's command is dead before the next holder is granted") {
+  // lockd fences lockctl's session (release --force --session): lockctl's renewals fail and it
+  // sees the lock lost, while its supervisor runs on. lockd grants the lock again one lease
+  // after the fence; a command that ignores SIGTERM must be dead by then.
+  Lockd lockd(7790, 64, 1000);
+  const std::string dir = TempDir();
+  const std::string port = std::to_string(lockd.port());
+  const std::string script = "trap '' TERM; echo $$ > " + dir + "/sh; while :; do sleep 0.05; done";
+  const pid_t lockctl = fork();
+  REQUIRE(lockctl >= 0);
+  if (lockctl == 0) {
+    execl(LOCKCTL_PATH, "lockctl", "--server", std::getenv("RXE_IP"), "--port", port.c_str(),
+          "acquire", "i17f13", "--", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  const pid_t sh = ReadPid(dir + "/sh");
+  auto c = MustConnect(lockd);
+  auto sessions = c->Sessions();
+  REQUIRE(sessions.ok());
+  uint64_t session = 0;
+  for (const auto& s : *sessions) {
+    if (s.pid == static_cast<uint32_t>(lockctl)) session = s.session_id;
+  }
+  REQUIRE(session != 0);
+  // The command's death, seen every 2 ms.
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> died_ns{0};
+  std::thread watch([&] {
+    while (!done.load() && ProcAlive(sh)) std::this_thread::sleep_for(2ms);
+    died_ns.store(std::chrono::steady_clock::now().time_since_epoch().count());
+  });
+  const auto fenced_at = std::chrono::steady_clock::now();
+  REQUIRE(RunCommand(Lockctl(lockd) + " release --admin-socket " + lockd.admin_socket() +
+                     " --force --session " + std::to_string(session) + " >/dev/null") == 0);
+  auto got = c->Lock("i17f13", {.timeout = 10000ms});
+  const auto granted_at = std::chrono::steady_clock::now();
+  REQUIRE(got.ok());
+  const bool running = ProcAlive(sh);
+  if (!running) {
+    watch.join();
+  } else {
+    const bool gone = GoneWithin(sh, 10000ms);  // how long it ran on, for the record
+    done.store(true);
+    watch.join();
+    if (!gone) kill(sh, SIGKILL);
+  }
+  const auto died_at =
+      std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(died_ns.load()));
+  WARN("issue 17 finding 13: fence -> command dead "
+       << Ms(died_at - fenced_at) << " ms, fence -> next grant " << Ms(granted_at - fenced_at)
+       << " ms (lease 1000 ms); the command was " << (running ? "still running" : "gone")
+       << " at the grant");
+  CHECK_FALSE(running);
+  CHECK(died_at <= granted_at);
+  CHECK(WaitExit(lockctl, 20s) == 76);
+  REQUIRE(got->Release().ok());
+}
+
+TEST_CASE("issue 17 finding 13: lockctl acquire's exec and its SIGKILL bound") {
+  Lockd lockd(7791, 64, 1000);
+  const std::string dir = TempDir();
+  const std::string base = Lockctl(lockd);
+  SECTION("the command is found and run without execvp after the fork") {
+    // PATH search, a script without #! (run by /bin/sh, as execvp does), a missing command.
+    const std::string script = dir + "/noshebang";
+    {
+      std::ofstream f(script);
+      f << "echo \"$RDMALOCK_NAME $1\" > " << dir << "/ran; exit 5\n";
+    }
+    REQUIRE(chmod(script.c_str(), 0755) == 0);
+    CHECK(RunCommand("PATH=/nonexistent:" + dir + ":$PATH " + base +
+                     " acquire exec-lock -- noshebang arg1") == 5);
+    std::ifstream ran(dir + "/ran");
+    std::string name, arg;
+    ran >> name >> arg;
+    CHECK(name == "exec-lock");
+    CHECK(arg == "arg1");
+    auto [rc, out] = Capture(base + " acquire exec-lock -- no-such-command-i17 2>&1");
+    INFO(out);
+    CHECK(rc == 127);
+    CHECK(out.find("cannot run no-such-command-i17: No such file or directory") !=
+          std::string::npos);
+  }
+  SECTION("lockctl is stopped, --grace is long and the command ignores SIGTERM") {
+    const pid_t lockctl = fork();
+    REQUIRE(lockctl >= 0);
+    if (lockctl == 0) {
+      const std::string sh = "trap '' TERM; echo $$ > " + dir + "/sh; while :; do sleep 0.05; done";
+      execl(LOCKCTL_PATH, "lockctl", "--server", std::getenv("RXE_IP"), "--port",
+            std::to_string(lockd.port()).c_str(), "acquire", "--grace", "60000", "i17f13b", "--",
+            "sh", "-c", sh.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    const pid_t sh = ReadPid(dir + "/sh");
+    auto c = MustConnect(lockd);
+    REQUIRE(kill(lockctl, SIGSTOP) == 0);
+    const auto stopped_at = std::chrono::steady_clock::now();
+    auto got = c->Lock("i17f13b", {.timeout = 10000ms});
+    REQUIRE(got.ok());
+    const auto granted_at = std::chrono::steady_clock::now();
+    const bool running = ProcAlive(sh);
+    WARN("issue 17 finding 13: lockctl stopped (--grace 60000) -> next grant "
+         << Ms(granted_at - stopped_at) << " ms; the command was "
+         << (running ? "still running" : "gone") << " then");
+    CHECK_FALSE(running);
+    if (running) kill(sh, SIGKILL);
+    REQUIRE(kill(lockctl, SIGCONT) == 0);
+    CHECK(WaitExit(lockctl, 20s) == 76);
+    REQUIRE(got->Release().ok());
+  }
+}

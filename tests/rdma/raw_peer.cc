@@ -1,0 +1,99 @@
+#include "tests/rdma/raw_peer.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+
+#include "rdmalock/proto/handshake.h"
+
+namespace rdmalock::rdma_test {
+
+using namespace std::chrono_literals;
+
+namespace {
+
+// How long a step of the half-open handshake may take (rdma_cm's own timeouts are 2 s).
+constexpr auto kEventTimeout = 10s;
+
+using DeviceList = std::unique_ptr<ibv_device*, rdma::Deleter<ibv_free_device_list>>;
+
+}  // namespace
+
+HalfOpenClient::HalfOpenClient(const std::string& ip, uint16_t port) {
+  auto ch = rdma::CreateEventChannel();
+  INFO(ch.status().ToString());
+  REQUIRE(ch.ok());
+  ch_ = std::move(ch).value();
+  auto id = rdma::CreateId(ch_.get(), nullptr);
+  INFO(id.status().ToString());
+  REQUIRE(id.ok());
+  id_ = std::move(id).value();
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_port = htons(port);
+  REQUIRE(inet_pton(AF_INET, ip.c_str(), &sin.sin_addr) == 1);
+  REQUIRE(rdma_resolve_addr(id_.get(), nullptr, reinterpret_cast<sockaddr*>(&sin), 2000) == 0);
+  Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
+  REQUIRE(rdma_resolve_route(id_.get(), 2000) == 0);
+  Expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
+  proto::ConnectRequest req;
+  req.client_name = "half-open";
+  const auto bytes = req.Encode();
+  rdma_conn_param p{};
+  p.private_data = bytes.data();
+  p.private_data_len = static_cast<uint8_t>(bytes.size());
+  // No QP behind it. Distinct numbers: the CM refuses a second request from the same QPN
+  // as a stale connection.
+  static std::atomic<uint32_t> next_qpn{0x4242};
+  p.qp_num = next_qpn++;
+  p.responder_resources = 1;
+  p.initiator_depth = 1;
+  p.retry_count = 7;
+  REQUIRE(rdma_connect(id_.get(), &p) == 0);
+  Expect(RDMA_CM_EVENT_CONNECT_RESPONSE);  // lockd accepted; we never send the RTU
+}
+
+void HalfOpenClient::Expect(rdma_cm_event_type want) {
+  rdma_cm_event_type got;
+  {
+    auto ev = rdma::GetEvent(ch_.get(), kEventTimeout);
+    INFO(ev.status().ToString() << ", waiting for " << rdma_event_str(want));
+    REQUIRE(ev.ok());
+    got = (*ev)->event;
+  }  // acknowledged here
+  INFO("rdma_cm event " << rdma_event_str(got) << ", wanted " << rdma_event_str(want));
+  REQUIRE(got == want);
+}
+
+MemoryWindowHog::MemoryWindowHog() {
+  int n = 0;
+  DeviceList list(ibv_get_device_list(&n));
+  const char* want = std::getenv("RXE_DEV");
+  for (int i = 0; list != nullptr && i < n && ctx_ == nullptr; ++i) {
+    if (want == nullptr || std::string(ibv_get_device_name(list.get()[i])) == want) {
+      ctx_.reset(ibv_open_device(list.get()[i]));
+    }
+  }
+  list.reset();
+  if (ctx_ != nullptr) {
+    auto pd = rdma::AllocPd(ctx_.get());
+    if (pd.ok()) pd_ = std::move(pd).value();
+  }
+  while (pd_ != nullptr && mws_.size() < (1u << 20)) {
+    auto mw = rdma::AllocMw(pd_.get());
+    if (!mw.ok()) break;
+    mws_.push_back(std::move(mw).value());
+  }
+}
+
+void MemoryWindowHog::Free() {
+  mws_.clear();
+  pd_.reset();
+  ctx_.reset();
+}
+
+}  // namespace rdmalock::rdma_test

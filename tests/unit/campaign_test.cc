@@ -1,0 +1,265 @@
+// lockd's campaign for a shard's primary (server/campaign.h), against a real etcd (Debian's
+// etcd-server) started by the test on loopback ports of its own. No etcd binary is a failure,
+// not a skip.
+#include "server/campaign.h"
+
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/etcd/etcd.h"
+#include "server/config.h"
+#include "tests/support/local_etcd.h"
+
+using rdmalock::ErrorCode;
+using std::chrono::milliseconds;
+namespace etcd = rdmalock::etcd;
+using rdmalock::testing::LocalEtcd;
+
+namespace {
+
+rdmalock::lockd::Config ShardConfig(const std::string& url, const std::string& me) {
+  rdmalock::lockd::Config c;
+  c.etcd_endpoints = {url};
+  c.cluster = "test";
+  c.shard = "a";
+  c.address = "127.0.0.1";
+  c.advertise_address = me;
+  c.etcd_lease_ttl_s = 2;
+  REQUIRE(rdmalock::lockd::Validate(c).ok());
+  return c;
+}
+
+// An HTTP proxy in front of etcd that forwards every request at once and can hold back the
+// reply of the next `delay_txns` transactions (/v3/kv/txn) by `delay`: a request etcd carried
+// out whose answer comes too late for the caller (a loaded etcd, a slow network).
+class DelayingProxy {
+ public:
+  DelayingProxy(std::string upstream, std::chrono::milliseconds delay)
+      : upstream_(std::move(upstream)), delay_(delay) {
+    auto where = etcd::ParseEndpoint(upstream_);
+    REQUIRE(where.ok());
+    host_ = where->first;
+    port_ = where->second;
+    svr_.Post(R"(/v3/.*)", [this](const httplib::Request& req, httplib::Response& res) {
+      httplib::Client up(host_, port_);
+      up.set_read_timeout(5, 0);
+      auto r = up.Post(req.path.c_str(), req.body, "application/json");
+      if (!r) {
+        res.status = 502;
+        return;
+      }
+      res.status = r->status;
+      res.set_content(r->body, "application/json");
+      if (req.path == "/v3/kv/txn" && delay_txns.fetch_sub(1) > 0) {
+        delayed.fetch_add(1);
+        std::this_thread::sleep_for(delay_);
+      }
+    });
+    const int port = svr_.bind_to_any_port("127.0.0.1");
+    REQUIRE(port > 0);
+    url_ = "http://127.0.0.1:" + std::to_string(port);
+    thread_ = std::thread([this] { svr_.listen_after_bind(); });
+  }
+  ~DelayingProxy() {
+    svr_.stop();
+    thread_.join();
+  }
+  const std::string& url() const { return url_; }
+
+  std::atomic<int> delay_txns{0};
+  std::atomic<int> delayed{0};
+
+ private:
+  std::string upstream_, host_, url_;
+  uint16_t port_ = 0;
+  std::chrono::milliseconds delay_;
+  httplib::Server svr_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+TEST_CASE("campaign: one primary per shard, and each new primary's epoch is higher", "[etcd]") {
+  LocalEtcd server;
+  auto a = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), "10.0.0.1:7471"));
+  auto b = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), "10.0.0.2:7471"));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  std::atomic<bool> stop{false};
+  auto ea = (*a)->Win(stop);
+  REQUIRE(ea.ok());
+  CHECK(*ea == 1);
+
+  // b campaigns while a holds: it must not win.
+  std::atomic<bool> b_stop{false};
+  rdmalock::Result<uint64_t> eb = rdmalock::Error(ErrorCode::kInternal, "not run");
+  std::atomic<bool> b_done{false};
+  std::thread tb([&] {
+    eb = (*b)->Win(b_stop);
+    b_done.store(true);
+  });
+  const auto until = std::chrono::steady_clock::now() + milliseconds(3000);  // > the TTL
+  while (std::chrono::steady_clock::now() < until) {
+    REQUIRE((*a)->Hold(stop));  // a keeps its lease alive
+    REQUIRE_FALSE(b_done.load());
+  }
+  auto e = etcd::Client::Create({server.url()});
+  // Both are members of the shard (lockctl cluster lists them), the standby too.
+  auto members = (*e)->GetPrefix("/rdmalock/test/shard/a/members/", milliseconds(2000));
+  REQUIRE(members.ok());
+  REQUIRE(members->size() == 2);
+  CHECK((*members)[0].value == "10.0.0.1:7471");
+  CHECK((*members)[1].value == "10.0.0.2:7471");
+  auto primary = (*e)->Get((*a)->primary_key(), milliseconds(2000));
+  REQUIRE(primary->has_value());
+  CHECK((*primary)->value == "10.0.0.1:7471");
+
+  // a resigns (a clean stop): b wins at once, with the next epoch.
+  (*a)->Resign();
+  tb.join();
+  REQUIRE(eb.ok());
+  CHECK(*eb == 2);
+  primary = (*e)->Get((*b)->primary_key(), milliseconds(2000));
+  REQUIRE(primary->has_value());
+  CHECK((*primary)->value == "10.0.0.2:7471");
+
+  // A stopped campaign returns.
+  stop.store(true);
+  CHECK_FALSE((*a)->Win(stop).ok());
+}
+
+TEST_CASE("campaign: a primary cut off from etcd gives up before its lease can expire", "[etcd]") {
+  LocalEtcd server;
+  auto a = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), "10.0.0.1:7471"));
+  REQUIRE(a.ok());
+  std::atomic<bool> stop{false};
+  REQUIRE((*a)->Win(stop).ok());
+  for (int i = 0; i < 4; ++i) REQUIRE((*a)->Hold(stop));
+  // Freeze etcd: every request now hangs, as in a partition.
+  server.Pause();
+  const auto cut = std::chrono::steady_clock::now();
+  bool held = true;
+  while (held && std::chrono::steady_clock::now() < cut + milliseconds(5000)) {
+    held = (*a)->Hold(stop);
+  }
+  const auto gave_up = std::chrono::steady_clock::now();
+  server.Resume();
+  REQUIRE_FALSE(held);
+  INFO((*a)->why_lost());
+  // Before the deadline, with about the margin to spare (no more than a refresh's timeout late).
+  CHECK(gave_up < (*a)->deadline());
+  CHECK((*a)->deadline() - gave_up > (*a)->margin() / 2);
+  CHECK((*a)->why_lost().find("could not be refreshed") != std::string::npos);
+
+  // Once etcd is back, a standby wins with the next epoch (after a's lease expires).
+  auto b = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), "10.0.0.2:7471"));
+  auto eb = (*b)->Win(stop);
+  REQUIRE(eb.ok());
+  CHECK(*eb == 2);
+}
+
+TEST_CASE(
+    "issue 17 finding 7: a create that committed but whose reply came too late is our own key",
+    "[etcd]") {
+  LocalEtcd server;
+  // Two endpoints: a proxy that answers the primary key's create 1.5 s late, then etcd itself.
+  // The create's 2 s are split between them: the first gives up after 1 s, and the second finds
+  // the key our create made, on our own lease.
+  DelayingProxy proxy(server.url(), milliseconds(1500));
+  rdmalock::lockd::Config c = ShardConfig(server.url(), "10.0.0.1:7471");
+  c.etcd_endpoints = {proxy.url(), server.url()};
+  auto a = rdmalock::lockd::Campaign::Create(c);
+  REQUIRE(a.ok());
+  proxy.delay_txns.store(1);
+  std::atomic<bool> stop{false}, done{false};
+  rdmalock::Result<uint64_t> won = rdmalock::Error(ErrorCode::kInternal, "not run");
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread t([&] {
+    won = (*a)->Win(stop);
+    done.store(true);
+  });
+  // Three TTLs: a key left on a lease nobody refreshes would be gone by then.
+  while (!done.load() && std::chrono::steady_clock::now() < t0 + milliseconds(6000)) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  stop.store(true);
+  t.join();
+  const auto took =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  auto e = etcd::Client::Create({server.url()});
+  auto primary = (*e)->Get((*a)->primary_key(), milliseconds(2000));
+  REQUIRE(primary.ok());
+  INFO("Win after " << took << " ms: " << (won.ok() ? "won" : won.status().ToString())
+                    << "; delayed creates: " << proxy.delayed.load() << "; the primary key holds "
+                    << (primary->has_value() ? (*primary)->value : std::string("nothing")));
+  CHECK(proxy.delayed.load() == 1);
+  REQUIRE(won.ok());
+  CHECK(*won == 1);
+  REQUIRE(primary->has_value());
+  CHECK((*primary)->value == "10.0.0.1:7471");
+}
+
+TEST_CASE(
+    "issue 17 finding 7: a term that ends with its lease still alive (a keepalive that succeeded "
+    "after the fence) leaves the shard to the next winner",
+    "[etcd]") {
+  LocalEtcd server;
+  auto a = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), "10.0.0.1:7471"));
+  auto b = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), "10.0.0.2:7471"));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  std::atomic<bool> stop{false};
+  REQUIRE((*a)->Win(stop).ok());
+  for (int i = 0; i < 3; ++i) REQUIRE((*a)->Hold(stop));
+  // b is a standby.
+  std::atomic<bool> b_done{false}, a_done{false};
+  rdmalock::Result<uint64_t> eb = rdmalock::Error(ErrorCode::kInternal, "not run");
+  rdmalock::Result<uint64_t> ea = rdmalock::Error(ErrorCode::kInternal, "not run");
+  std::thread tb([&] {
+    eb = (*b)->Win(stop);
+    b_done.store(true);
+  });
+  // a's term ends (lockd fenced its clients at the fence point) while its last keepalive, sent
+  // before the fence, succeeded after it: the lease, and the primary key on it, live on. lockd
+  // campaigns again, as main.cc does after a fence.
+  const auto t0 = std::chrono::steady_clock::now();
+  std::thread ta([&] {
+    ea = (*a)->Win(stop);
+    a_done.store(true);
+  });
+  while (!a_done.load() && !b_done.load() &&
+         std::chrono::steady_clock::now() < t0 + milliseconds(6000)) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  const auto took =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  stop.store(true);
+  ta.join();
+  tb.join();
+  auto e = etcd::Client::Create({server.url()});
+  auto primary = (*e)->Get((*a)->primary_key(), milliseconds(2000));
+  REQUIRE(primary.ok());
+  INFO("after " << took << " ms: a " << (ea.ok() ? "won" : ea.status().ToString()) << ", b "
+                << (eb.ok() ? "won" : eb.status().ToString()) << "; the primary key holds "
+                << (primary->has_value() ? (*primary)->value : std::string("nothing")));
+  // Exactly one of them is primary again, with the next epoch.
+  REQUIRE(ea.ok() != eb.ok());
+  CHECK((ea.ok() ? *ea : *eb) == 2);
+  REQUIRE(primary->has_value());
+  CHECK((*primary)->value == (ea.ok() ? "10.0.0.1:7471" : "10.0.0.2:7471"));
+}

@@ -1,0 +1,254 @@
+// The protocol engine over the in-process backend: posted releases (StartRelease /
+// FinishRelease) and sets of locks (AcquireMany / ReleaseMany, IssueMany).
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "client/src/entry_pool.h"
+#include "engine/lock_engine.h"
+#include "rdmalock/proto/layout.h"
+#include "tests/support/inproc_memory.h"
+#include "tests/unit/lock_engine_test_util.h"
+
+using namespace rdmalock;
+using namespace std::chrono_literals;
+using proto::Word0;
+using namespace rdmalock::engine_test;
+
+// ---- Posted releases (StartRelease / FinishRelease)
+
+TEST_CASE("a posted release lands and is reaped; a release that misses is retried when reaped") {
+  InProcessTable table(4);
+  LockEngine e(Params(4), nullptr);
+  InProcessMemory a(&table), b(&table);
+  PendingRelease p;
+
+  // Uncontended: the CAS lands; reaping finds it done.
+  auto g = e.Acquire(a, 0, Mode::kExclusive, {});
+  REQUIRE(g.ok());
+  REQUIRE(e.StartRelease(a, *g, &p).ok());
+  REQUIRE(p.active);
+  REQUIRE(W0(table, 0).Drained());
+  EngineEvents ev;
+  REQUIRE(e.FinishRelease(a, &p, &ev).ok());
+  REQUIRE_FALSE(p.active);
+  REQUIRE(ev.deferred.get() == 0);
+
+  // B queues behind A after A last looked: A's CAS compares against a stale word and misses.
+  g = e.Acquire(a, 0, Mode::kExclusive, {});
+  REQUIRE(g.ok());
+  const Word0 b_ticket = QueueExclusive(b, 0);
+  REQUIRE(e.StartRelease(a, *g, &p).ok());
+  REQUIRE_FALSE(proto::Granted(W0(table, 0), b_ticket, Mode::kExclusive));  // still A's
+  // The next use of A's channel reaps it: the release is retried, and B is granted.
+  AcquireOptions o;
+  o.pending = &p;
+  auto other = e.Acquire(a, 1, Mode::kExclusive, o, &ev);
+  REQUIRE(other.ok());
+  REQUIRE_FALSE(p.active);
+  REQUIRE(ev.deferred.get() == 1);
+  REQUIRE(proto::Granted(W0(table, 0), b_ticket, Mode::kExclusive));
+  REQUIRE(e.Release(a, *other).ok());
+}
+
+TEST_CASE("a posted release is refused up front when the lease has lapsed") {
+  InProcessTable table(2);
+  LockEngine e(Params(2, 50ms), nullptr);
+  InProcessMemory a(&table);
+  PendingRelease p;
+  auto g = e.Acquire(a, 0, Mode::kExclusive, {});
+  REQUIRE(g.ok());
+  std::this_thread::sleep_for(60ms);
+  const Status st = e.StartRelease(a, *g, &p);
+  REQUIRE(st.code() == ErrorCode::kLockLost);
+  REQUIRE_FALSE(p.active);
+  REQUIRE(a.counters().compare_swap.get() == 0);  // nothing was posted
+}
+
+TEST_CASE("posted releases under many threads keep mutual exclusion and lose no release") {
+  constexpr int kThreads = 6, kIters = 3000, kSlots = 2;
+  InProcessTable table(kSlots);
+  Reaper reaper(&table);
+  LockEngine e(Params(kSlots), [&](const Ticket& t) { reaper.Add(t); });
+  std::atomic<int> holders[kSlots] = {};
+  ThreadChecks checks;
+  std::vector<std::thread> ts;
+  for (int i = 0; i < kThreads; ++i) {
+    ts.emplace_back([&, i] {
+      InProcessMemory mem(&table);
+      PendingRelease p;
+      std::minstd_rand rng(static_cast<unsigned>(i) + 1);
+      for (int k = 0; k < kIters; ++k) {
+        const uint64_t slot = rng() % kSlots;
+        AcquireOptions o;
+        o.pending = &p;
+        auto g = e.Acquire(mem, slot, Mode::kExclusive, o);
+        THREAD_CHECK(checks, g.ok());
+        if (!g.ok()) return;
+        THREAD_CHECK(checks, holders[slot].fetch_add(1) == 0);
+        holders[slot].fetch_sub(1);
+        THREAD_CHECK(checks, e.StartRelease(mem, *g, &p).ok());
+      }
+      THREAD_CHECK(checks, e.FinishRelease(mem, &p).ok());
+    });
+  }
+  for (auto& t : ts) t.join();
+  INFO(checks.Report());
+  REQUIRE(checks.failures.empty());
+  REQUIRE(reaper.DrainAll(e) == 0);
+  for (uint64_t s = 0; s < kSlots; ++s) REQUIRE(W0(table, s).Drained());
+}
+
+// ---- Sets of locks (AcquireMany / ReleaseMany)
+
+TEST_CASE("acquire_many of free locks is one doorbell of FETCH_AND_ADDs") {
+  InProcessTable table(16);
+  LockEngine e(Params(16), nullptr);
+  InProcessMemory mem(&table);
+  const ManyRequest reqs[] = {{1, Mode::kExclusive}, {4, Mode::kShared}, {9, Mode::kExclusive}};
+  AcquireOptions o;
+  o.want_token = true;
+  auto gs = e.AcquireMany(mem, reqs, o, nullptr);
+  REQUIRE(gs.ok());
+  REQUIRE(gs->size() == 3);
+  REQUIRE(mem.counters().batches.get() == 1);
+  REQUIRE(mem.counters().fetch_add.get() == 3);
+  REQUIRE(mem.counters().read.get() == 2);  // tokens for the exclusive ones only
+  REQUIRE((*gs)[0].token != 0);
+  REQUIRE((*gs)[1].token == 0);
+  for (const Status& st : e.ReleaseMany(mem, *gs)) REQUIRE(st.ok());
+  REQUIRE(mem.counters().batches.get() == 2);
+  for (uint64_t s : {1, 4, 9}) REQUIRE(W0(table, s).Drained());
+}
+
+TEST_CASE("acquire_many: a held lock fails a try for the whole set, and nothing stays held") {
+  InProcessTable table(8);
+  Reaper reaper(&table);
+  LockEngine e(Params(8), [&](const Ticket& t) { reaper.Add(t); });
+  InProcessMemory a(&table), b(&table);
+  auto held = e.Acquire(b, 5, Mode::kExclusive, {});
+  REQUIRE(held.ok());
+  const ManyRequest reqs[] = {{2, Mode::kExclusive}, {5, Mode::kExclusive}, {7, Mode::kShared}};
+  AcquireOptions o;
+  o.try_only = true;
+  auto gs = e.AcquireMany(a, reqs, o, nullptr);
+  REQUIRE(gs.status().code() == ErrorCode::kBusy);
+  REQUIRE(W0(table, 2).Drained());
+  REQUIRE(W0(table, 7).Drained());
+  REQUIRE(e.Release(b, *held).ok());
+  REQUIRE(W0(table, 5).Drained());  // the set's ticket on 5 was withdrawn
+  EngineEvents ev;
+  o.try_only = false;
+  o.deadline = Clock::now() + 50ms;
+  held = e.Acquire(b, 7, Mode::kExclusive, {});
+  REQUIRE(held.ok());
+  gs = e.AcquireMany(a, reqs, o, nullptr, &ev);  // times out on 7, after taking 2 and 5
+  REQUIRE(gs.status().code() == ErrorCode::kTimeout);
+  REQUIRE(ev.batch_fallbacks.get() == 1);
+  REQUIRE(e.Release(b, *held).ok());
+  reaper.DrainAll(e);
+  for (uint64_t s : {2, 5, 7}) REQUIRE(W0(table, s).Drained());
+}
+
+TEST_CASE("acquire_many: overlapping sets from many threads never deadlock and stay exclusive") {
+  // Every thread wants the same 4 slots (some shared); all FAs of a set go out at once, so two
+  // sets may get tickets in opposite orders on two slots. The fallback (give back above the
+  // first lock not granted, then acquire in order) must keep them from waiting on each other.
+  constexpr int kThreads = 6, kIters = 800;
+  InProcessTable table(8);
+  Reaper reaper(&table);
+  LockEngine e(Params(8), [&](const Ticket& t) { reaper.Add(t); });
+  std::atomic<int> writers[8] = {}, readers[8] = {};
+  std::atomic<bool> done{false};
+  ThreadChecks checks;
+  std::thread drainer([&] {
+    while (!done.load()) {
+      reaper.DrainAll(e);
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  std::vector<std::thread> ts;
+  for (int i = 0; i < kThreads; ++i) {
+    ts.emplace_back([&, i] {
+      InProcessMemory mem(&table);
+      std::minstd_rand rng(static_cast<unsigned>(i) * 31 + 7);
+      for (int k = 0; k < kIters; ++k) {
+        std::vector<ManyRequest> reqs;
+        for (uint64_t s = 1; s < 8; s += 2) {
+          reqs.push_back({s, rng() % 3 == 0 ? Mode::kShared : Mode::kExclusive});
+        }
+        AcquireOptions o;
+        o.deadline = Clock::now() + 20s;  // a deadlock shows up as a timeout
+        auto gs = e.AcquireMany(mem, reqs, o, nullptr);
+        THREAD_CHECK(checks, gs.ok());
+        if (!gs.ok()) return;
+        for (const Grant& g : *gs) {
+          if (g.ticket.mode == Mode::kExclusive) {
+            THREAD_CHECK(checks, writers[g.ticket.slot].fetch_add(1) == 0);
+            THREAD_CHECK(checks, readers[g.ticket.slot].load() == 0);
+          } else {
+            readers[g.ticket.slot].fetch_add(1);
+            THREAD_CHECK(checks, writers[g.ticket.slot].load() == 0);
+          }
+        }
+        for (const Grant& g : *gs) {
+          if (g.ticket.mode == Mode::kExclusive) {
+            writers[g.ticket.slot].fetch_sub(1);
+          } else {
+            readers[g.ticket.slot].fetch_sub(1);
+          }
+        }
+        for (const Status& st : e.ReleaseMany(mem, *gs)) THREAD_CHECK(checks, st.ok());
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  done = true;
+  drainer.join();
+  reaper.DrainAll(e);
+  INFO(checks.Report());
+  REQUIRE(checks.failures.empty());
+  for (uint64_t s = 1; s < 8; s += 2) REQUIRE(W0(table, s).Drained());
+}
+
+TEST_CASE("issue_many: independent requests in one doorbell; the queued ones finish like Acquire") {
+  InProcessTable table(8);
+  Reaper reaper(&table);
+  LockEngine e(Params(8), [&](const Ticket& t) { reaper.Add(t); });
+  InProcessMemory a(&table), b(&table);
+  auto held = e.Acquire(b, 3, Mode::kExclusive, {});
+  REQUIRE(held.ok());
+  // Slot 2 twice (the second queues behind the first), slot 3 held by b, slot 5 free.
+  const ManyRequest reqs[] = {{2, Mode::kExclusive, true},
+                              {2, Mode::kExclusive, false},
+                              {3, Mode::kShared, false},
+                              {5, Mode::kShared, false}};
+  auto is = e.IssueMany(a, reqs, false, nullptr, nullptr);
+  REQUIRE(is.ok());
+  REQUIRE(a.counters().batches.get() == 1);
+  REQUIRE(a.counters().read.get() == 1);  // one token asked for
+  REQUIRE((*is)[0].granted);
+  REQUIRE((*is)[0].grant.token != 0);
+  REQUIRE_FALSE((*is)[1].granted);
+  REQUIRE_FALSE((*is)[2].granted);
+  REQUIRE((*is)[3].granted);
+  // A try gives the queued ticket on 3 back; a timed wait on 2 is granted once 2 is released.
+  AcquireOptions try_opt;
+  try_opt.try_only = true;
+  REQUIRE(e.FinishAcquire(a, (*is)[2].grant, try_opt).status().code() == ErrorCode::kBusy);
+  REQUIRE(e.Release(a, (*is)[0].grant).ok());
+  AcquireOptions wait_opt;
+  wait_opt.deadline = Clock::now() + 2s;
+  auto second = e.FinishAcquire(a, (*is)[1].grant, wait_opt);
+  REQUIRE(second.ok());
+  REQUIRE(e.Release(a, *second).ok());
+  REQUIRE(e.Release(a, (*is)[3].grant).ok());
+  REQUIRE(e.Release(b, *held).ok());
+  reaper.DrainAll(e);
+  for (uint64_t s : {2, 3, 5}) REQUIRE(W0(table, s).Drained());
+}

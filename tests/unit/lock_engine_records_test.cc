@@ -1,0 +1,266 @@
+// The protocol engine over the in-process backend: request records and lockd's recovery of a
+// dead client's requests (Reap), and issue 16's findings on the engine.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "client/src/entry_pool.h"
+#include "engine/lock_engine.h"
+#include "rdmalock/proto/layout.h"
+#include "tests/support/inproc_memory.h"
+#include "tests/unit/lock_engine_test_util.h"
+
+using namespace rdmalock;
+using namespace std::chrono_literals;
+using proto::Word0;
+using namespace rdmalock::engine_test;
+
+// ---- Request records and lockd's recovery (Reap)
+
+TEST_CASE("records: lockd frees a dead client's held and queued requests, exactly once") {
+  InProcessTable table(4, 4 * 4096);
+  LockEngine e(Params(4), nullptr);
+  InProcessMemory a(&table), b(&table), c(&table);
+  const uint64_t rec = 4096;  // client A's record
+  AcquireOptions o;
+  o.record = rec + proto::SessionRecord::EntryOffset(0);
+  o.record_seq = 1;
+  auto ga = e.Acquire(a, 0, Mode::kExclusive, o);  // A holds slot 0
+  REQUIRE(ga.ok());
+  o.record = rec + proto::SessionRecord::EntryOffset(1);
+  auto gb = e.Acquire(b, 1, Mode::kExclusive, {});  // B holds slot 1 ...
+  REQUIRE(gb.ok());
+  // ... and A queues behind it: its FA and its entry, as a waiting Acquire leaves them.
+  const Word0 queued = QueueExclusive(a, 1);
+  proto::RequestEntry q;
+  q.slot = 1;
+  q.mode = Mode::kExclusive;
+  q.state = proto::RequestEntry::State::kQueued;
+  q.seq = 5;
+  q.ticket = queued.Encode();
+  const auto w = q.Encode();
+  table.session_word(o.record).store(w[0]);
+  table.session_word(o.record + 8).store(w[1]);
+  a.Break();  // A dies (fenced)
+
+  // lockd frees A's grant at once; A's queued request is released when its turn comes.
+  REQUIRE(ReapRecord(table, e, rec) == 1);
+  auto got0 = e.Acquire(c, 0, Mode::kExclusive, {.try_only = true});
+  REQUIRE(got0.ok());
+  REQUIRE(e.Release(b, *gb).ok());          // B releases: A's dead ticket is next ...
+  REQUIRE(ReapRecord(table, e, rec) == 1);  // ... and lockd releases it for A
+  auto got1 = e.Acquire(c, 1, Mode::kExclusive, {.try_only = true});
+  REQUIRE(got1.ok());
+  // Reaping again changes nothing: A's tickets are over.
+  REQUIRE(ReapRecord(table, e, rec) == 0);
+  REQUIRE(e.Release(c, *got0).ok());
+  REQUIRE(e.Release(c, *got1).ok());
+  REQUIRE(W0(table, 0).Drained());
+  REQUIRE(W0(table, 1).Drained());
+}
+
+TEST_CASE("records: a crash anywhere in a shared release never releases it twice") {
+  // Readers A and B hold slot 0, writer C waits. A's release is cut short by a crash before its
+  // first or its second operation; lockd then reaps A's record. B must still hold, C must not be
+  // granted, and the word must count A's release at most once.
+  for (int crash_at = 0; crash_at < 3; ++crash_at) {
+    INFO("crash before operation " << crash_at << " of the release");
+    InProcessTable table(1, 2 * 4096);
+    LockEngine e(Params(1), nullptr);
+    InProcessMemory a(&table), b(&table), c(&table);
+    const uint64_t rec = 4096;
+    AcquireOptions o;
+    o.record = rec + proto::SessionRecord::EntryOffset(0);
+    o.record_seq = 1;
+    auto ga = e.Acquire(a, 0, Mode::kShared, o);
+    auto gb = e.Acquire(b, 0, Mode::kShared, {});
+    REQUIRE(ga.ok());
+    REQUIRE(gb.ok());
+    const Ticket ct{0, Mode::kExclusive, QueueExclusive(c, 0), 0, 0};  // C queues
+    REQUIRE(e.Renew(a, *ga).ok());  // A has seen the word as it is: its release CAS will match
+    int ops = 0;
+    a.set_hook([&](const RemoteOp&) { return ops++ != crash_at; });
+    (void)e.Release(a, *ga);
+    (void)ReapRecord(table, e, rec);
+    const Word0 w = W0(table, 0);
+    INFO("nS " << w.n_s << " maxS " << w.max_s);
+    REQUIRE(w.n_s <= 1);                                 // A's release counted at most once
+    REQUIRE_FALSE(proto::Granted(w, ct.word, ct.mode));  // B still holds: C waits
+    REQUIRE(e.Release(b, *gb).ok());
+  }
+}
+
+// ---- Issue 16's findings on the engine (each test failed on the code before its fix)
+
+TEST_CASE("finding 3: an entry goes back to the pool only once its done mark has landed") {
+  // A's try-lock gives up and marks its entry done; the mark is still in flight on A's QP (a
+  // retransmission) when the entry is handed back. B takes the same entry (the pool is LIFO) on
+  // its own QP, is granted a shared lock and releases it. A's late mark then lands last. The
+  // record must not show B's finished request as live: lockd would release B's shared ticket a
+  // second time and admit a writer beside a reader.
+  InProcessTable table(1, 2 * 4096);
+  const uint64_t rec = 4096;
+  EntryPool pool(rec, 4);
+  LockEngine e(Params(1), nullptr, [&](uint64_t entry) { pool.Give(entry); });
+  InProcessMemory h(&table), a(&table), b(&table);
+  auto held = e.Acquire(h, 0, Mode::kExclusive, {});
+  REQUIRE(held.ok());
+
+  a.set_hold_posts(true);  // what A posts without waiting lands only when the test says
+  AcquireOptions o;
+  std::tie(o.record, o.record_seq) = pool.Take();
+  o.try_only = true;
+  REQUIRE(e.Acquire(a, 0, Mode::kExclusive, o).status().code() == ErrorCode::kBusy);
+  REQUIRE(e.Release(h, *held).ok());
+
+  AcquireOptions ob;
+  std::tie(ob.record, ob.record_seq) = pool.Take();
+  INFO("A's entry " << o.record << ", B's entry " << ob.record);
+  auto gb = e.Acquire(b, 0, Mode::kShared, ob);
+  REQUIRE(gb.ok());
+  REQUIRE(e.Release(b, *gb).ok());
+  a.LandHeld();  // A's late done mark
+  InProcessMemory c(&table);
+  auto gc = e.Acquire(c, 0, Mode::kShared, {});  // another reader holds now
+  REQUIRE(gc.ok());
+
+  const uint64_t entry = ob.record;
+  proto::RequestEntry seen;
+  const bool live = proto::RequestEntry::DecodeLive(table.session_word(entry).load(),
+                                                    table.session_word(entry + 8).load(),
+                                                    table.session_word(entry + 16).load(), &seen);
+  CHECK_FALSE(live);
+  // What lockd does with that record when the session ends: nothing to release, so C's
+  // shared grant still counts and a writer would wait.
+  CHECK(ReapRecord(table, e, rec) == 0);
+  CHECK(W0(table, 0).n_s + 1 == W0(table, 0).max_s);
+  REQUIRE(e.Release(c, *gc).ok());
+}
+
+TEST_CASE(
+    "finding 8: a frozen-word withdrawal never takes back an increment of a later generation") {
+  // W's FETCH_AND_ADD lands on frozen word F1, whose drain waits on a dead requester's increment.
+  // W is preempted before its withdrawal; meanwhile others rescue the word (generation + 1, word
+  // to 0), and it fills up and freezes again as F2 with other requesters' increments. W's first
+  // CAS misses; it must not then withdraw from F2, whose increments are not W's.
+  InProcessTable table(1);
+  const auto lease = 20ms;
+  LockEngine e(Params(1, lease), nullptr);
+  const uint16_t cmax = proto::kCountMax;
+  const Word0 f1{.max_s = 4, .max_x = uint16_t(cmax + 1), .n_s = 4, .n_x = cmax};
+  table.Store(0, 0, f1.Encode());
+  const Word0 f2{.max_s = 2, .max_x = uint16_t(cmax + 3), .n_s = 2, .n_x = cmax};
+  InProcessMemory w(&table), other(&table);
+  int ops = 0;
+  w.set_hook([&](const RemoteOp& op) {
+    // Before W's first operation after its FA: the rescue and the refill happen (on another QP),
+    // while W sleeps a while as a preempted thread does.
+    if (ops++ == 1 && op.kind == RemoteOp::Kind::kCompareSwap) {
+      RemoteOp r[2] = {
+          RemoteOp::FetchAdd(RegionId::kLocks, proto::SlotOffset(0) + 8,
+                             proto::kGenerationIncrement),
+          RemoteOp::CompareSwap(RegionId::kLocks, proto::SlotOffset(0), table.Load(0, 0), 0)};
+      REQUIRE(other.Execute(r).ok());
+      RemoteOp fill = RemoteOp::FetchAdd(RegionId::kLocks, proto::SlotOffset(0), f2.Encode());
+      REQUIRE(other.Execute(fill).ok());
+      std::this_thread::sleep_for(5ms);
+    }
+    return true;
+  });
+  AcquireOptions o;
+  o.try_only = true;
+  (void)e.Acquire(w, 0, Mode::kExclusive, o);
+  const Word0 now = W0(table, 0);
+  INFO("word0 after W's withdrawal: maxX " << now.max_x << " maxS " << now.max_s << " nX "
+                                           << now.n_x << " nS " << now.n_s);
+  CHECK(now == f2);  // F2's increments are all still there
+}
+
+TEST_CASE("finding 9: a request queued longer than a lease gives its old ticket back") {
+  // The async pump issues W's FETCH_AND_ADD; W then sits in the queue longer than a lease before
+  // a waiter thread picks it up (4 waiters, many requests). The pause rule queues W again; its
+  // first ticket must not be left in the word, or the lock stalls for F x L when its turn comes.
+  InProcessTable table(1);
+  const auto lease = 40ms;
+  Reaper reaper(&table);
+  LockEngine e(Params(1, lease), [&](const Ticket& t) { reaper.Add(t); });
+  InProcessMemory h(&table), w(&table);
+  auto held = e.Acquire(h, 0, Mode::kExclusive, {});
+  REQUIRE(held.ok());
+  const ManyRequest reqs[] = {{0, Mode::kExclusive, false}};
+  auto issued = e.IssueMany(w, reqs, false, nullptr, nullptr);
+  REQUIRE(issued.ok());
+  REQUIRE_FALSE((*issued)[0].granted);
+  for (int i = 0; i < 3; ++i) {  // more than a lease passes; the holder lives on, renewing
+    std::this_thread::sleep_for(lease / 2);
+    REQUIRE(e.Renew(h, *held).ok());
+  }
+  std::atomic<bool> stop{false};
+  std::thread reap([&] {
+    while (!stop.load()) {
+      reaper.DrainAll(e);
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  std::thread release([&] {
+    std::this_thread::sleep_for(5ms);
+    (void)e.Release(h, *held);
+  });
+  EngineEvents ev;
+  AcquireOptions o;
+  o.deadline = Clock::now() + 60ms;  // well under F x L (80 ms) after the holder's release
+  auto g = e.FinishAcquire(w, (*issued)[0].grant, o, &ev);
+  release.join();
+  stop.store(true);
+  reap.join();
+  INFO(g.status().ToString() << "; restarts " << ev.restarts.get() << ", abandoned "
+                             << ev.abandoned.get());
+  REQUIRE(g.ok());
+  REQUIRE(ev.recoveries.get() == 0);
+  REQUIRE(e.Release(w, *g).ok());
+  reaper.DrainAll(e);
+  REQUIRE(W0(table, 0).Drained());
+}
+
+TEST_CASE(
+    "finding 3 (found by the records model): a request that ends before its entry is "
+    "written leaves no earlier use looking live") {
+  // The entry's first use: a shared grant, released (its done mark is seq 1). Its second use
+  // bounces off a frozen word, so its entry is never written, and the try gives up. Marking that
+  // use done with its own seq (2) would leave a = (seq 1, ticket) with d = 2: the released first
+  // use would look live again, and lockd would release its shared ticket a second time.
+  InProcessTable table(1, 2 * 4096);
+  const uint64_t rec = 4096;
+  EntryPool pool(rec, 1);
+  LockEngine e(Params(1), nullptr, [&](uint64_t entry) { pool.Give(entry); });
+  InProcessMemory a(&table), c(&table);
+  AcquireOptions o1;
+  std::tie(o1.record, o1.record_seq) = pool.Take();
+  auto g1 = e.Acquire(a, 0, Mode::kShared, o1);
+  REQUIRE(g1.ok());
+  REQUIRE(e.Release(a, *g1).ok());
+  // The word is frozen now (a dead requester's increment keeps it from draining).
+  const uint16_t cmax = proto::kCountMax;
+  table.Store(0, 0, Word0{.max_s = 1, .max_x = uint16_t(cmax + 1), .n_s = 1, .n_x = cmax}.Encode());
+  AcquireOptions o2;
+  std::tie(o2.record, o2.record_seq) = pool.Take();
+  REQUIRE(o2.record == o1.record);
+  o2.try_only = true;
+  REQUIRE(e.Acquire(a, 0, Mode::kShared, o2).status().code() == ErrorCode::kBusy);
+  proto::RequestEntry seen;
+  const bool live = proto::RequestEntry::DecodeLive(
+      table.session_word(o1.record).load(), table.session_word(o1.record + 8).load(),
+      table.session_word(o1.record + 16).load(), &seen);
+  CHECK_FALSE(live);
+  // With another reader holding, lockd's reap of this record must release nothing.
+  table.Store(0, 0, Word0{.max_s = 1, .max_x = 0, .n_s = 1, .n_x = 0}.Encode());
+  auto gc = e.Acquire(c, 0, Mode::kShared, {});
+  REQUIRE(gc.ok());
+  CHECK(ReapRecord(table, e, rec) == 0);
+  CHECK(e.Release(c, *gc).ok());
+}

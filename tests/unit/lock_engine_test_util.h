@@ -1,0 +1,135 @@
+// What the engine's unit tests share (lock_engine_test.cc, lock_engine_records_test.cc,
+// lock_engine_batch_test.cc): engine parameters, a reaper of abandoned tickets, the word of a
+// slot, failure collection for worker threads, and lockd's reaping of a record.
+//
+// Threads: a Reaper and ThreadChecks may be used from many threads (their vectors are guarded
+// by their mutex); Reaper::DrainAll, ReapRecord and QueueExclusive REQUIRE, so only the test's
+// thread calls them.
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/lock_engine.h"
+#include "rdmalock/proto/layout.h"
+#include "tests/support/inproc_memory.h"
+
+namespace rdmalock::engine_test {
+
+using proto::Word0;
+
+inline EngineParams Params(uint64_t locks,
+                           std::chrono::nanoseconds lease = std::chrono::seconds(10)) {
+  EngineParams p;
+  p.lock_count = locks;
+  p.lease = lease;
+  p.stall_factor = 2;
+  p.epoch = 1;
+  return p;
+}
+
+// Collects abandoned tickets and frees them on a channel of its own, all stepped together without
+// blocking (LockEngine::Reap, own = true), as the SDK's reaper does.
+struct Reaper {
+  explicit Reaper(InProcessTable* t) : table(t) {}
+  InProcessTable* table;
+  std::mutex mu;
+  std::vector<Ticket> tickets;
+  void Add(const Ticket& t) {
+    std::lock_guard lk(mu);
+    tickets.push_back(t);
+  }
+  // Steps every ticket (taking in new ones each round) until none is left. Returns how many it
+  // freed. Not thread-safe against itself: one caller at a time.
+  size_t DrainAll(const LockEngine& e) {
+    InProcessMemory mem(table);
+    std::vector<ReapState> pending;
+    size_t total = 0;
+    for (;;) {
+      {
+        std::lock_guard lk(mu);
+        for (const Ticket& t : tickets) {
+          ReapState r;
+          r.ticket = t;
+          r.own = true;
+          pending.push_back(r);
+        }
+        total += tickets.size();
+        tickets.clear();
+      }
+      if (pending.empty()) return total;
+      for (size_t i = 0; i < pending.size();) {
+        auto done = e.Reap(mem, pending[i]);
+        REQUIRE(done.ok());
+        if (*done) {
+          pending[i] = pending.back();
+          pending.pop_back();
+        } else {
+          ++i;
+        }
+      }
+      if (!pending.empty()) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+};
+
+inline Word0 W0(InProcessTable& t, uint64_t slot) { return Word0::Decode(t.Load(slot, 0)); }
+
+// Catch2's assertions are not thread-safe: worker threads record failures here and the test
+// thread checks them once the workers have joined.
+struct ThreadChecks {
+  std::mutex mu;
+  std::vector<std::string> failures;
+  void Check(bool ok, const char* what, int line) {
+    if (ok) return;
+    std::lock_guard lk(mu);
+    failures.push_back(std::string(what) + " (line " + std::to_string(line) + ")");
+  }
+  std::string Report() {
+    std::lock_guard lk(mu);
+    std::string out;
+    for (const auto& f : failures) out += f + "\n";
+    return out;
+  }
+};
+#define THREAD_CHECK(checks, cond) (checks).Check((cond), #cond, __LINE__)
+
+// What lockd does with a fenced client's record: steps Reap() on every live entry until done.
+inline int ReapRecord(InProcessTable& table, const LockEngine& e, uint64_t base) {
+  InProcessMemory mem(&table);
+  int released = 0;
+  for (uint32_t i = 0; i < proto::SessionRecord::kMaxEntries; ++i) {
+    const uint64_t off = base + proto::SessionRecord::EntryOffset(i);
+    proto::RequestEntry entry;
+    if (!proto::RequestEntry::DecodeLive(table.session_word(off).load(),
+                                         table.session_word(off + 8).load(),
+                                         table.session_word(off + 16).load(), &entry)) {
+      continue;
+    }
+    if (entry.state != proto::RequestEntry::State::kQueued) continue;
+    ReapState r;
+    r.ticket = Ticket{entry.slot, entry.mode, Word0::Decode(entry.ticket), 0, 0};
+    for (int step = 0; step < 1000; ++step) {
+      auto done = e.Reap(mem, r);
+      REQUIRE(done.ok());
+      if (*done) break;
+    }
+    if (r.outcome == ReapState::Outcome::kReleased) ++released;
+  }
+  return released;
+}
+
+// Queues an exclusive request on `slot` as a waiting Acquire leaves it: returns its ticket.
+inline Word0 QueueExclusive(InProcessMemory& m, uint64_t slot) {
+  RemoteOp fa =
+      RemoteOp::FetchAdd(RegionId::kLocks, proto::SlotOffset(slot), proto::kAcquireExclusive);
+  REQUIRE(m.Execute(fa).ok());
+  return Word0::Decode(fa.result[0]);
+}
+
+}  // namespace rdmalock::engine_test
