@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -11,6 +12,53 @@
 #include <thread>
 
 namespace rdmalock::rdma {
+
+Status Listen(rdma_cm_id* id, sockaddr* addr, int backlog, const std::string& what) {
+  if (rdma_bind_addr(id, addr) != 0) {
+    return ErrnoStatus(ErrorCode::kIo, "rdma_bind_addr " + what + " (port in use?)", errno);
+  }
+  if (rdma_listen(id, backlog) != 0) return ErrnoStatus(ErrorCode::kIo, "rdma_listen", errno);
+  return Status::Ok();
+}
+
+void DrainCq(ibv_cq* cq) {
+  ibv_wc wc[16];
+  while (ibv_poll_cq(cq, 16, wc) > 0) {
+  }
+}
+
+bool QpInError(rdma_cm_id* id) {
+  if (id == nullptr || id->qp == nullptr) return false;
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  return ibv_query_qp(id->qp, &attr, IBV_QP_STATE, &init) == 0 && attr.qp_state == IBV_QPS_ERR;
+}
+
+void Fd::Reset() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
+DeviceList DeviceList::Get() {
+  DeviceList l;
+  int n = 0;
+  l.list_ = rdma_get_devices(&n);
+  l.n_ = l.list_ == nullptr ? 0 : n;
+  return l;
+}
+
+void DeviceList::Reset() {
+  if (list_ != nullptr) rdma_free_devices(list_);
+  list_ = nullptr;
+  n_ = 0;
+}
+
+Status SetNonBlocking(int fd, const std::string& what) {
+  if (const int fl = fcntl(fd, F_GETFL); fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+    return ErrnoStatus(ErrorCode::kIo, "making " + what + " non-blocking", errno);
+  }
+  return Status::Ok();
+}
 
 Status ErrnoStatus(ErrorCode code, const std::string& what, int err) {
   return Error(code,
@@ -23,6 +71,10 @@ void CmId::FenceQp() {
     attr.qp_state = IBV_QPS_ERR;
     (void)ibv_modify_qp(id_->qp, &attr, IBV_QP_STATE);
   }
+}
+
+void CmId::Disconnect() {
+  if (id_ != nullptr) (void)rdma_disconnect(id_);
 }
 
 void CmId::Reset() {

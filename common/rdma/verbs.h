@@ -64,11 +64,79 @@ class CmId {
   rdma_cm_id* release() { return std::exchange(id_, nullptr); }
   // Moves the QP to ERR so that nothing more executes on it; outstanding work flushes.
   void FenceQp();
+  // Sends a disconnect request (the peer sees DISCONNECTED); a failure is not an error here.
+  void Disconnect();
   void Reset();
 
  private:
   rdma_cm_id* id_ = nullptr;
 };
+
+// A file descriptor (an eventfd, a socket): closed once, by its owner.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { Reset(); }
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+  void Reset();
+
+ private:
+  int fd_ = -1;
+};
+
+// The RDMA devices rdma_get_devices lists; their contexts stay open as long as the list.
+class DeviceList {
+ public:
+  DeviceList() = default;
+  DeviceList(DeviceList&& o) noexcept
+      : list_(std::exchange(o.list_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceList& operator=(DeviceList&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      list_ = std::exchange(o.list_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  DeviceList(const DeviceList&) = delete;
+  DeviceList& operator=(const DeviceList&) = delete;
+  ~DeviceList() { Reset(); }
+
+  // An empty list (no device) is not an error here: the caller says what to do about it.
+  static DeviceList Get();
+  int size() const { return n_; }
+  ibv_context* operator[](int i) const { return list_[i]; }
+  void Reset();
+
+ private:
+  ibv_context** list_ = nullptr;
+  int n_ = 0;
+};
+
+// Makes `fd` (a completion channel's, a device's async events', an event channel's)
+// non-blocking; `what` names it in the error.
+Status SetNonBlocking(int fd, const std::string& what);
+
+// Binds `id` to `addr` and listens with `backlog`; `what` ("ADDRESS:PORT") names it in errors.
+Status Listen(rdma_cm_id* id, sockaddr* addr, int backlog, const std::string& what);
+
+// Polls `cq` until it is empty, dropping the completions (flushed work requests at teardown).
+void DrainCq(ibv_cq* cq);
+
+// Whether the QP on `id` (if any) is in the error state now (a query: a system call).
+bool QpInError(rdma_cm_id* id);
 
 // Turns an errno from a failed verbs/rdma_cm call into a Status naming the call.
 Status ErrnoStatus(ErrorCode code, const std::string& what, int err);
