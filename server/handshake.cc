@@ -25,8 +25,8 @@ void Server::Impl::Reject(rdma_cm_id* id, proto::RejectReason reason, const std:
   r.detail = detail;
   r.retry_after_ms = retry_after_ms;
   const auto bytes = r.Encode();
-  if (rdma_reject(id, bytes.data(), static_cast<uint8_t>(bytes.size())) != 0) {
-    spdlog::warn("rdma_reject for {} failed: {}", peer, std::strerror(errno));
+  if (Status st = rdma::Reject(id, bytes); !st.ok()) {
+    spdlog::warn("rejecting {}: {}", peer, st.ToString());
   }
   CountRefusal(reason);
   if (!log) return;
@@ -42,10 +42,12 @@ void Server::Impl::CountRefusal(proto::RejectReason reason) {
   PublishCounters();
 }
 
-// Returns the id to destroy after the event is acknowledged (null if kept).
-rdma_cm_id* Server::Impl::OnConnectRequest(rdma_cm_event* ev) {
+// The request's id is owned from here on: a refused one is returned, to be destroyed (with its
+// QP, if one was made) after the event is acknowledged; an accepted one moves into its Conn.
+rdma::CmId Server::Impl::OnConnectRequest(rdma_cm_event* ev) {
   rdma_cm_id* id = ev->id;
-  const std::string peer = rdma::AddressToString(rdma_get_peer_addr(id));
+  rdma::CmId owned(id);
+  const std::string peer = rdma::AddressToString(rdma::PeerAddr(id));
   const auto* data = static_cast<const uint8_t*>(ev->param.conn.private_data);
   const std::span<const uint8_t> bytes(data, data ? ev->param.conn.private_data_len : 0);
   proto::ConnectRequest req;
@@ -56,8 +58,8 @@ rdma_cm_id* Server::Impl::OnConnectRequest(rdma_cm_event* ev) {
       f.decoded == proto::RejectReason::kNone && (req.flags & proto::kFlagLoopback) != 0;
   f.loopback_proven =
       f.flagged_loopback && LoopbackProven(loopback_secret, req.join_session, req.join_key,
-                                           rdma_get_peer_addr(id), rdma_get_local_addr(id));
-  f.address_allowed = admission.AddressAllowed(rdma_get_peer_addr(id));
+                                           rdma::PeerAddr(id), rdma::LocalAddr(id));
+  f.address_allowed = admission.AddressAllowed(rdma::PeerAddr(id));
   f.join = (req.flags & proto::kFlagJoin) != 0;
   f.join_session = req.join_session;
   std::shared_ptr<Session> joined = f.join ? sessions.Find(req.join_session) : nullptr;
@@ -71,14 +73,14 @@ rdma_cm_id* Server::Impl::OnConnectRequest(rdma_cm_event* ev) {
   const Verdict v = admission.Decide(f, now);
   if (!v.admitted()) {
     Reject(id, v.reason, peer, v.detail, v.retry_after_ms, v.log);
-    return id;
+    return owned;
   }
   const bool is_loopback = v.loopback;
   const bool join = f.join;
   Device* dev = regions->DeviceFor(id->verbs);
   if (dev == nullptr) {
     Reject(id, proto::RejectReason::kInternal, peer, "request arrived on an unknown device");
-    return id;
+    return owned;
   }
   // Send queue: the memory-window binds and the Welcome (or one refusal). Receive queue: the
   // Hello. See server/budgets.h.
@@ -86,7 +88,7 @@ rdma_cm_id* Server::Impl::OnConnectRequest(rdma_cm_event* ev) {
   if (Status st = rdma::CreateRcQp(id, dev->pd.get(), dev->cq.get(), &qp_sizes); !st.ok()) {
     Reject(id, proto::RejectReason::kNoResources, peer, "cannot create a QP: " + st.message());
     spdlog::error("connection from {}: {}", peer, st.ToString());
-    return id;
+    return owned;
   }
   auto c = std::make_unique<Conn>();
   c->serial = next_conn_serial++;
@@ -98,23 +100,14 @@ rdma_cm_id* Server::Impl::OnConnectRequest(rdma_cm_event* ev) {
   Status posted = mr.status();
   if (posted.ok()) {
     c->control_mr = std::move(mr).value();
-    ibv_sge sge{reinterpret_cast<uint64_t>(c->control.data()),
-                static_cast<uint32_t>(proto::kControlMessageMax), c->control_mr->lkey};
-    ibv_recv_wr rwr{};
-    rwr.wr_id = WrId(c->serial, WrKind::kHelloRecv);
-    rwr.sg_list = &sge;
-    rwr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    if (const int rc = ibv_post_recv(id->qp, &rwr, &bad); rc != 0) {
-      posted = rdma::ErrnoStatus(ErrorCode::kResource, "ibv_post_recv", rc);
-    }
+    posted = rdma::PostRecv(id->qp, WrId(c->serial, WrKind::kHelloRecv), c->control.data(),
+                            static_cast<uint32_t>(proto::kControlMessageMax), c->control_mr->lkey);
   }
   if (!posted.ok()) {
     Reject(id, proto::RejectReason::kInternal, peer, "cannot set up the handshake");
     spdlog::error("connection from {}: {}", peer, posted.ToString());
     c->control_mr.reset();
-    rdma_destroy_qp(id);
-    return id;
+    return owned;
   }
   std::shared_ptr<Session> sess = joined;
   bool fresh = false;
@@ -139,15 +132,14 @@ rdma_cm_id* Server::Impl::OnConnectRequest(rdma_cm_event* ev) {
       std::min<uint32_t>(dev->sizes.rd_atomic, ev->param.conn.responder_resources));
   param.retry_count = 7;
   param.rnr_retry_count = 7;
-  if (rdma_accept(id, &param) != 0) {
-    spdlog::error("rdma_accept for {} failed: {}", peer, std::strerror(errno));
+  if (Status st = rdma::Accept(id, &param); !st.ok()) {
+    spdlog::error("accepting {}: {}", peer, st.ToString());
     if (fresh) sessions.Release(*sess);
     c->control_mr.reset();
-    rdma_destroy_qp(id);
-    return id;
+    return owned;
   }
   if (fresh) sessions.Insert(sess);
-  c->id = rdma::CmId(id);
+  c->id = std::move(owned);
   c->session = sess;
   auto& mrs = record_mrs[sess->session_id];
   if (!mrs) mrs = std::make_shared<RecordMrs>();
@@ -158,7 +150,7 @@ rdma_cm_id* Server::Impl::OnConnectRequest(rdma_cm_event* ev) {
   ++handshakes;
   spdlog::debug("accepted {} ({} session {}, client '{}', pid {}); awaiting its hello", peer,
                 join ? "joins" : "new", sess->session_id, sess->name, sess->pid);
-  return nullptr;
+  return rdma::CmId();
 }
 
 void Server::Impl::OnEstablished(rdma_cm_id* id) {
@@ -168,21 +160,17 @@ void Server::Impl::OnEstablished(rdma_cm_id* id) {
 }
 void Server::Impl::OnCompletions(Device& d) {
   if (!loop.Check("OnCompletions")) return;
-  ibv_cq* ev_cq = nullptr;
-  void* ev_ctx = nullptr;
-  if (ibv_get_cq_event(d.comp_channel.get(), &ev_cq, &ev_ctx) != 0) return;
-  ibv_ack_cq_events(ev_cq, 1);
-  // Re-arm before polling, so that a completion arriving after the last poll still wakes us.
-  if (ibv_req_notify_cq(d.cq.get(), 0) != 0) {
-    spdlog::error("device {}: ibv_req_notify_cq failed: {}", d.name, std::strerror(errno));
-  }
+  // Re-armed before polling, so that a completion arriving after the last poll still wakes us.
+  Status rearmed;
+  if (!rdma::TakeCqEvent(d.comp_channel.get(), d.cq.get(), &rearmed)) return;
+  if (!rearmed.ok()) spdlog::error("device {}: {}", d.name, rearmed.ToString());
   PollCompletions(d);
 }
 
 void Server::Impl::PollCompletions(Device& d) {
   ibv_wc wc[kPollBatch];
   for (;;) {
-    const int n = ibv_poll_cq(d.cq.get(), kPollBatch, wc);
+    const int n = rdma::PollCq(d.cq.get(), wc);
     if (n <= 0) break;
     for (int i = 0; i < n; ++i) OnCompletion(wc[i]);
   }
@@ -202,9 +190,9 @@ void Server::Impl::OnCompletion(const ibv_wc& wc) {
                          : kind == WrKind::kHelloRecv ? "hello receive"
                                                       : "handshake send";
       spdlog::warn("connection from {}: {} failed ({})", c.session->peer, what,
-                   ibv_wc_status_str(wc.status));
+                   rdma::WcStatusName(wc.status));
     }
-    DropHandshake(c, std::string("handshake failed (") + ibv_wc_status_str(wc.status) + ")");
+    DropHandshake(c, std::string("handshake failed (") + rdma::WcStatusName(wc.status) + ")");
     return;
   }
   switch (kind) {
@@ -279,13 +267,12 @@ Status Server::Impl::PostControl(Conn& c, std::span<const uint8_t> msg, proto::C
   for (size_t i = 0; i < binds.size(); ++i) {
     binds[i].next = i + 1 < binds.size() ? &binds[i + 1] : &wr;
   }
-  ibv_send_wr* bad = nullptr;
-  if (const int rc = ibv_post_send(c.id->qp, binds.empty() ? &wr : &binds[0], &bad); rc != 0) {
-    spdlog::warn("connection from {}: ibv_post_send of the handshake failed: {}", c.session->peer,
-                 std::strerror(rc));
-    return rdma::ErrnoStatus(ErrorCode::kConnection, "ibv_post_send", rc);
+  Status st = rdma::PostSend(c.id->qp, binds.empty() ? &wr : &binds[0]);
+  if (!st.ok()) {
+    spdlog::warn("connection from {}: posting the handshake failed: {}", c.session->peer,
+                 st.ToString());
   }
-  return Status::Ok();
+  return st;
 }
 
 // The Hello verified: bind this connection's memory windows and send the rkeys.
@@ -349,7 +336,7 @@ void Server::Impl::Admit(Conn& c, const proto::Hello& hello) {
       b.wr_id = WrId(c.serial, WrKind::kBind);
       b.opcode = IBV_WR_BIND_MW;
       b.bind_mw.mw = mw.value().get();
-      b.bind_mw.rkey = ibv_inc_rkey(mw.value()->rkey);
+      b.bind_mw.rkey = rdma::NextRkey(mw.value()->rkey);
       b.bind_mw.bind_info.mr = want[i].mr;
       b.bind_mw.bind_info.addr = reinterpret_cast<uint64_t>(want[i].addr);
       b.bind_mw.bind_info.length = want[i].len;
@@ -417,16 +404,12 @@ void Server::Impl::Admit(Conn& c, const proto::Hello& hello) {
 
 Status Server::Impl::HandleOneEvent(bool* device_gone) {
   if (!loop.Check("HandleOneEvent")) return Error(ErrorCode::kInternal, "off the event loop");
-  rdma_cm_event* raw = nullptr;
-  if (rdma_get_cm_event(channel.get(), &raw) != 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return Status::Ok();
-    return rdma::ErrnoStatus(ErrorCode::kConnection, "rdma_get_cm_event", errno);
-  }
-  rdma::CmEvent ev(raw);
-  rdma_cm_id* destroy_id = nullptr;
+  RDMALOCK_ASSIGN_OR_RETURN(rdma::CmEvent ev, rdma::TryGetEvent(channel.get()));
+  if (!ev) return Status::Ok();  // none queued
+  rdma::CmId refused;            // a connect request's id that was not accepted
   switch (ev->event) {
     case RDMA_CM_EVENT_CONNECT_REQUEST:
-      destroy_id = OnConnectRequest(ev.get());
+      refused = OnConnectRequest(ev.get());
       break;
     case RDMA_CM_EVENT_ESTABLISHED:
       OnEstablished(ev->id);
@@ -438,19 +421,19 @@ Status Server::Impl::HandleOneEvent(bool* device_gone) {
     case RDMA_CM_EVENT_CONNECT_ERROR:
     case RDMA_CM_EVENT_UNREACHABLE:
       // The connection never carried anything we can trust to be over: wait out a lease.
-      DropConn(ev->id, EndReason::kConnectFailed, rdma_event_str(ev->event), false);
+      DropConn(ev->id, EndReason::kConnectFailed, rdma::EventName(ev->event), false);
       break;
     case RDMA_CM_EVENT_DEVICE_REMOVAL:
       spdlog::critical("RDMA device removed; shutting down");
       *device_gone = true;
       break;
     default:
-      spdlog::debug("rdma_cm event {} ignored", rdma_event_str(ev->event));
+      spdlog::debug("rdma_cm event {} ignored", rdma::EventName(ev->event));
       break;
   }
   ev.reset();  // acknowledge before destroying any id it refers to
   graveyard.clear();
-  if (destroy_id != nullptr) rdma_destroy_id(destroy_id);
+  refused.Reset();
   return Status::Ok();
 }
 

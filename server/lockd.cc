@@ -170,6 +170,10 @@ void Server::SetAliveUntil(std::chrono::steady_clock::time_point t) {
 Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t epoch,
                                                bool unclean_start) {
   RDMALOCK_RETURN_IF_ERROR(Validate(config));
+  // A verbs object whose release fails (a teardown order broken, a resource leaked) is logged.
+  rdma::SetTeardownReporter([](const char* call, int rc) {
+    spdlog::error("{} failed: {}", call, std::strerror(rc > 0 ? rc : errno));
+  });
   rdma::Fd stop_fd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!stop_fd) return rdma::ErrnoStatus(ErrorCode::kResource, "eventfd", errno);
 

@@ -182,7 +182,7 @@ struct Server::Impl {
 
   // handshake.cc (event loop)
   Status HandleOneEvent(bool* device_gone);
-  rdma_cm_id* OnConnectRequest(rdma_cm_event* ev);
+  rdma::CmId OnConnectRequest(rdma_cm_event* ev);
   void OnEstablished(rdma_cm_id* id);
   void OnCompletions(Device& d);
   void PollCompletions(Device& d);

@@ -192,23 +192,18 @@ void Server::Impl::Tick() {
 // A device's asynchronous event: a QP of a session broke (where the provider reports it).
 void Server::Impl::OnAsyncEvent(Device& d) {
   if (!loop.Check("OnAsyncEvent")) return;
-  ibv_async_event ev{};
-  if (ibv_get_async_event(d.ctx, &ev) != 0) return;
-  const ibv_event_type type = ev.event_type;
-  ibv_qp* qp = nullptr;
-  if (type == IBV_EVENT_QP_FATAL || type == IBV_EVENT_QP_REQ_ERR ||
-      type == IBV_EVENT_QP_ACCESS_ERR) {
-    qp = ev.element.qp;
-  }
-  ibv_ack_async_event(&ev);
+  rdma::AsyncEvent ev;
+  if (!rdma::TakeAsyncEvent(d.ctx, &ev)) return;
+  const ibv_event_type type = ev.type;
+  ibv_qp* qp = ev.qp;
   if (qp == nullptr) {
-    spdlog::debug("device {}: async event {}", d.name, ibv_event_type_str(type));
+    spdlog::debug("device {}: async event {}", d.name, rdma::AsyncEventName(type));
     return;
   }
   for (auto& [id, c] : conns) {
     if (id->qp == qp) {
       EndSession(c->session, EndReason::kQpError,
-                 std::string("its QP failed (") + ibv_event_type_str(type) + ")", false);
+                 std::string("its QP failed (") + rdma::AsyncEventName(type) + ")", false);
       break;
     }
   }

@@ -69,7 +69,7 @@ Status Regions::OpenDevices(const Config& config) {
   for (int i = 0; i < device_list_.size(); ++i) {
     auto d = std::make_unique<Device>();
     d->ctx = device_list_[i];
-    d->name = ibv_get_device_name(d->ctx->device);
+    d->name = rdma::DeviceName(d->ctx);
     auto sizes = rdma::DeviceQpSizes(d->ctx, 1);
     if (!sizes.ok()) {
       spdlog::warn("skipping RDMA device {}: {}", d->name, sizes.status().ToString());
@@ -77,10 +77,7 @@ Status Regions::OpenDevices(const Config& config) {
     }
     d->sizes = *sizes;
     RDMALOCK_RETURN_IF_ERROR(rdma::SetNonBlocking(d->ctx->async_fd, d->name + "'s async fd"));
-    ibv_device_attr dattr{};
-    if (const int rc = ibv_query_device(d->ctx, &dattr); rc != 0) {
-      return rdma::ErrnoStatus(ErrorCode::kResource, "ibv_query_device " + d->name, rc);
-    }
+    RDMALOCK_ASSIGN_OR_RETURN(const ibv_device_attr dattr, rdma::QueryDevice(d->ctx, d->name));
     if (config.memory_windows && dattr.max_mw == 0) {
       return Error(ErrorCode::kUnsupported,
                    "device " + d->name +
@@ -101,9 +98,7 @@ Status Regions::OpenDevices(const Config& config) {
         rdma::SetNonBlocking(d->comp_channel->fd, d->name + "'s completion channel"));
     RDMALOCK_ASSIGN_OR_RETURN(
         d->cq, rdma::CreateCq(d->ctx, std::min(kCqDepth, dattr.max_cqe), d->comp_channel.get()));
-    if (ibv_req_notify_cq(d->cq.get(), 0) != 0) {
-      return rdma::ErrnoStatus(ErrorCode::kResource, "ibv_req_notify_cq", errno);
-    }
+    RDMALOCK_RETURN_IF_ERROR(rdma::ArmCq(d->cq.get()));
     // The NIC enforces who may do what: info READ only; the lock table atomics and READ, never
     // WRITE (a WRITE racing a NIC atomic on one word is not atomic); the session table READ, a
     // client's own record WRITE. With memory windows (the default) the regions themselves grant
