@@ -1,7 +1,10 @@
-// lockd's server core: the registered regions, the rdma_cm listener and the session registry.
+// lockd's server: the coordinator of its parts (server/lockd_impl.h lists them and the threads
+// that own them): regions and devices, admission, the handshake, the session table, recovery,
+// the admin socket and the metrics.
 //
 // Threading: Run() is the event loop and owns every rdma_cm object; it runs on one thread.
-// RequestStop() may be called from any thread (it writes an eventfd).
+// RequestStop(), SetAliveUntil(), SetAuthKey() and connected_clients() may be called from any
+// thread.
 #pragma once
 
 #include <atomic>
@@ -12,6 +15,7 @@
 
 #include "rdmalock/status.h"
 #include "server/config.h"
+#include "server/state_dir.h"
 
 namespace rdmalock::lockd {
 
@@ -54,15 +58,6 @@ class Server {
   std::unique_ptr<Impl> impl_;
 };
 
-// Reads the epoch persisted in `state_dir`, adds one and writes it back (atomically, fsync'd).
-// An empty state_dir, or an epoch file that exists but cannot be read, is an error: an epoch
-// handed out twice would let fencing tokens go backwards.
-Result<uint64_t> BumpEpoch(const std::string& state_dir);
-
-// Marks lockd as running in `state_dir`; returns whether the previous run did not stop cleanly
-// (its mark is still there), or true with no state_dir (nothing to tell).
-Result<bool> MarkRunning(const std::string& state_dir);
-// Removes the mark at a clean stop with no client connected.
-void MarkStoppedCleanly(const std::string& state_dir);
+// BumpEpoch, MarkRunning and MarkStoppedCleanly: server/state_dir.h.
 
 }  // namespace rdmalock::lockd

@@ -12,11 +12,11 @@
 #include <cstdio>
 #include <functional>
 #include <iostream>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "common/auth/auth.h"
+#include "common/sync/mutex.h"
 #include "server/campaign.h"
 #include "server/config.h"
 #include "server/lockd.h"
@@ -43,21 +43,21 @@ uint64_t MonotonicUsec() {
 class Notifier {
  public:
   // Sends `fields` (e.g. "READY=1", or "" for none) with STATUS=`status`, and keeps `status`.
-  void Send(const std::string& fields, std::string status) {
-    std::lock_guard lock(mutex_);
+  void Send(const std::string& fields, std::string status) EXCLUDES(mutex_) {
+    rdmalock::MutexLock lock(&mutex_);
     status_ = std::move(status);
     (void)sd_notifyf(0, "%s%sSTATUS=%s", fields.c_str(), fields.empty() ? "" : "\n",
                      status_.c_str());
   }
   // Sends `fields` with the last status again.
-  void Resend(const std::string& fields) {
-    std::lock_guard lock(mutex_);
+  void Resend(const std::string& fields) EXCLUDES(mutex_) {
+    rdmalock::MutexLock lock(&mutex_);
     (void)sd_notifyf(0, "%s\nSTATUS=%s", fields.c_str(), status_.c_str());
   }
 
  private:
-  std::mutex mutex_;
-  std::string status_;
+  rdmalock::Mutex mutex_;
+  std::string status_ GUARDED_BY(mutex_);
 };
 
 // What a reload needs: the file, the running configuration (main thread's), the command line's
@@ -152,10 +152,10 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
   Notifier& notifier = *reload.notifier;
   // The serving Server while this lockd is primary (a reload's new key goes to it), else null.
   std::atomic<Server*> live{nullptr};
-  std::mutex live_mu;  // held while using `live` from the main thread, and while clearing it
+  rdmalock::Mutex live_mu;  // held while using `live` from the main thread, and while clearing it
   reload.running = &running;
   reload.set_auth_key = [&](std::string key) {
-    std::lock_guard lock(live_mu);
+    rdmalock::MutexLock lock(&live_mu);
     if (Server* s = live.load(); s != nullptr) s->SetAuthKey(std::move(key));
   };
   std::thread worker([&] {
@@ -210,7 +210,7 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
         done.store(true);
         holder.join();
         {
-          std::lock_guard lock(live_mu);
+          rdmalock::MutexLock lock(&live_mu);
           live.store(nullptr);
         }
         (*campaign)->Resign();
@@ -234,7 +234,7 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
       done.store(true);
       holder.join();
       {
-        std::lock_guard lock(live_mu);
+        rdmalock::MutexLock lock(&live_mu);
         live.store(nullptr);
       }
       server->reset();

@@ -6,12 +6,12 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <vector>
+
+#include "common/sync/mutex.h"
 
 namespace rdmalock::lockd {
 
@@ -77,20 +77,23 @@ class BoundedTaskQueue : public httplib::TaskQueue {
   ~BoundedTaskQueue() override { shutdown(); }
 
   void enqueue(std::function<void()> fn) override {
-    std::unique_lock lock(mutex_);
-    room_.wait(lock, [&] { return jobs_.size() < kMaxQueued || shutdown_; });
+    MutexLock lock(&mutex_);
+    room_.Wait(lock, [&] {
+      mutex_.AssertHeld();
+      return jobs_.size() < kMaxQueued || shutdown_;
+    });
     jobs_.push_back(std::move(fn));  // after shutdown too: a worker still runs (and closes) it
-    ready_.notify_one();
+    ready_.Signal();
   }
 
   void shutdown() override {
     {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(&mutex_);
       if (shutdown_ && workers_.empty()) return;
       shutdown_ = true;
     }
-    ready_.notify_all();
-    room_.notify_all();
+    ready_.SignalAll();
+    room_.SignalAll();
     for (auto& t : workers_) t.join();
     workers_.clear();
   }
@@ -100,22 +103,25 @@ class BoundedTaskQueue : public httplib::TaskQueue {
     for (;;) {
       std::function<void()> fn;
       {
-        std::unique_lock lock(mutex_);
-        ready_.wait(lock, [&] { return !jobs_.empty() || shutdown_; });
+        MutexLock lock(&mutex_);
+        ready_.Wait(lock, [&] {
+          mutex_.AssertHeld();
+          return !jobs_.empty() || shutdown_;
+        });
         if (jobs_.empty()) return;  // shut down and drained
         fn = std::move(jobs_.front());
         jobs_.pop_front();
       }
-      room_.notify_one();
+      room_.Signal();
       fn();
     }
   }
 
-  std::mutex mutex_;
-  std::condition_variable ready_, room_;
-  std::deque<std::function<void()>> jobs_;  // guarded by mutex_
-  bool shutdown_ = false;                   // guarded by mutex_
-  std::vector<std::thread> workers_;        // started in the constructor, joined in shutdown
+  Mutex mutex_;
+  CondVar ready_, room_;
+  std::deque<std::function<void()>> jobs_ GUARDED_BY(mutex_);
+  bool shutdown_ GUARDED_BY(mutex_) = false;
+  std::vector<std::thread> workers_;  // started in the constructor, joined in shutdown
 };
 
 }  // namespace

@@ -4,13 +4,184 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
 namespace rdmalock::rdma {
+
+Status Listen(rdma_cm_id* id, sockaddr* addr, int backlog, const std::string& what) {
+  if (rdma_bind_addr(id, addr) != 0) {
+    return ErrnoStatus(ErrorCode::kIo, "rdma_bind_addr " + what + " (port in use?)", errno);
+  }
+  if (rdma_listen(id, backlog) != 0) return ErrnoStatus(ErrorCode::kIo, "rdma_listen", errno);
+  return Status::Ok();
+}
+
+void DrainCq(ibv_cq* cq) {
+  ibv_wc wc[16];
+  while (PollCq(cq, wc) > 0) {
+  }
+}
+
+namespace {
+std::atomic<TeardownReporter> g_teardown_reporter{nullptr};
+}  // namespace
+
+void SetTeardownReporter(TeardownReporter r) { g_teardown_reporter.store(r); }
+
+void ReportTeardownFailure(const char* call, int rc) {
+  if (TeardownReporter r = g_teardown_reporter.load(); r != nullptr) {
+    r(call, rc);
+  } else {
+    std::fprintf(stderr, "rdmalock: %s failed: %d (%s)\n", call, rc,
+                 std::strerror(rc > 0 ? rc : errno));
+  }
+}
+
+#define RDMALOCK_DELETER_NAME(fn)   \
+  template <>                       \
+  const char* Deleter<fn>::Name() { \
+    return #fn;                     \
+  }
+RDMALOCK_DELETER_NAME(rdma_destroy_event_channel)
+RDMALOCK_DELETER_NAME(ibv_dealloc_pd)
+RDMALOCK_DELETER_NAME(ibv_destroy_cq)
+RDMALOCK_DELETER_NAME(ibv_dereg_mr)
+RDMALOCK_DELETER_NAME(rdma_ack_cm_event)
+RDMALOCK_DELETER_NAME(ibv_destroy_comp_channel)
+RDMALOCK_DELETER_NAME(DeallocMw)
+#undef RDMALOCK_DELETER_NAME
+
+Result<CmEvent> TryGetEvent(rdma_event_channel* ch) {
+  rdma_cm_event* ev = nullptr;
+  if (rdma_get_cm_event(ch, &ev) == 0) return CmEvent(ev);
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return CmEvent();
+  return ErrnoStatus(ErrorCode::kConnection, "rdma_get_cm_event", errno);
+}
+
+const char* EventName(rdma_cm_event_type e) { return rdma_event_str(e); }
+const sockaddr* PeerAddr(rdma_cm_id* id) { return rdma_get_peer_addr(id); }
+const sockaddr* LocalAddr(rdma_cm_id* id) { return rdma_get_local_addr(id); }
+
+Status Accept(rdma_cm_id* id, rdma_conn_param* param) {
+  if (rdma_accept(id, param) != 0) return ErrnoStatus(ErrorCode::kConnection, "rdma_accept", errno);
+  return Status::Ok();
+}
+
+Status Reject(rdma_cm_id* id, std::span<const uint8_t> private_data) {
+  if (rdma_reject(id, private_data.data(), static_cast<uint8_t>(private_data.size())) != 0) {
+    return ErrnoStatus(ErrorCode::kConnection, "rdma_reject", errno);
+  }
+  return Status::Ok();
+}
+
+Status PostRecv(ibv_qp* qp, uint64_t wr_id, void* addr, uint32_t len, uint32_t lkey) {
+  ibv_sge sge{reinterpret_cast<uint64_t>(addr), len, lkey};
+  ibv_recv_wr wr{};
+  wr.wr_id = wr_id;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  if (const int rc = ibv_post_recv(qp, &wr, &bad); rc != 0) {
+    return ErrnoStatus(ErrorCode::kResource, "ibv_post_recv", rc);
+  }
+  return Status::Ok();
+}
+
+Status PostSend(ibv_qp* qp, ibv_send_wr* first) {
+  ibv_send_wr* bad = nullptr;
+  if (const int rc = ibv_post_send(qp, first, &bad); rc != 0) {
+    return ErrnoStatus(ErrorCode::kConnection, "ibv_post_send", rc);
+  }
+  return Status::Ok();
+}
+
+uint32_t NextRkey(uint32_t rkey) { return ibv_inc_rkey(rkey); }
+const char* WcStatusName(ibv_wc_status s) { return ibv_wc_status_str(s); }
+
+bool TakeCqEvent(ibv_comp_channel* ch, ibv_cq* cq, Status* rearmed) {
+  ibv_cq* ev_cq = nullptr;
+  void* ev_ctx = nullptr;
+  if (ibv_get_cq_event(ch, &ev_cq, &ev_ctx) != 0) return false;
+  ibv_ack_cq_events(ev_cq, 1);
+  *rearmed = ArmCq(cq);
+  return true;
+}
+
+Status ArmCq(ibv_cq* cq) {
+  if (ibv_req_notify_cq(cq, 0) != 0) {
+    return ErrnoStatus(ErrorCode::kResource, "ibv_req_notify_cq", errno);
+  }
+  return Status::Ok();
+}
+
+int PollCq(ibv_cq* cq, std::span<ibv_wc> wc) {
+  const int n = ibv_poll_cq(cq, static_cast<int>(wc.size()), wc.data());
+  return n < 0 ? 0 : n;
+}
+
+bool TakeAsyncEvent(ibv_context* ctx, AsyncEvent* out) {
+  ibv_async_event ev{};
+  if (ibv_get_async_event(ctx, &ev) != 0) return false;
+  out->type = ev.event_type;
+  out->qp = nullptr;
+  if (ev.event_type == IBV_EVENT_QP_FATAL || ev.event_type == IBV_EVENT_QP_REQ_ERR ||
+      ev.event_type == IBV_EVENT_QP_ACCESS_ERR) {
+    out->qp = ev.element.qp;
+  }
+  ibv_ack_async_event(&ev);
+  return true;
+}
+
+const char* AsyncEventName(ibv_event_type t) { return ibv_event_type_str(t); }
+std::string DeviceName(ibv_context* ctx) { return ibv_get_device_name(ctx->device); }
+
+Result<ibv_device_attr> QueryDevice(ibv_context* ctx, const std::string& name) {
+  ibv_device_attr attr{};
+  if (const int rc = ibv_query_device(ctx, &attr); rc != 0) {
+    return ErrnoStatus(ErrorCode::kResource, "ibv_query_device " + name, rc);
+  }
+  return attr;
+}
+
+bool QpInError(rdma_cm_id* id) {
+  if (id == nullptr || id->qp == nullptr) return false;
+  ibv_qp_attr attr{};
+  ibv_qp_init_attr init{};
+  return ibv_query_qp(id->qp, &attr, IBV_QP_STATE, &init) == 0 && attr.qp_state == IBV_QPS_ERR;
+}
+
+void Fd::Reset() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+}
+
+DeviceList DeviceList::Get() {
+  DeviceList l;
+  int n = 0;
+  l.list_ = rdma_get_devices(&n);
+  l.n_ = l.list_ == nullptr ? 0 : n;
+  return l;
+}
+
+void DeviceList::Reset() {
+  if (list_ != nullptr) rdma_free_devices(list_);
+  list_ = nullptr;
+  n_ = 0;
+}
+
+Status SetNonBlocking(int fd, const std::string& what) {
+  if (const int fl = fcntl(fd, F_GETFL); fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+    return ErrnoStatus(ErrorCode::kIo, "making " + what + " non-blocking", errno);
+  }
+  return Status::Ok();
+}
 
 Status ErrnoStatus(ErrorCode code, const std::string& what, int err) {
   return Error(code,
@@ -25,13 +196,17 @@ void CmId::FenceQp() {
   }
 }
 
+void CmId::Disconnect() {
+  if (id_ != nullptr) (void)rdma_disconnect(id_);
+}
+
 void CmId::Reset() {
   if (id_ == nullptr) return;
   if (id_->qp != nullptr) {
     FenceQp();
     rdma_destroy_qp(id_);
   }
-  rdma_destroy_id(id_);
+  if (const int rc = rdma_destroy_id(id_); rc != 0) ReportTeardownFailure("rdma_destroy_id", errno);
   id_ = nullptr;
 }
 
@@ -43,13 +218,9 @@ Result<EventChannel> CreateEventChannel() {
                        "deploy/softroce)",
                        errno);
   }
-  const int flags = fcntl(ch->fd, F_GETFL);
-  if (flags < 0 || fcntl(ch->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-    const int err = errno;
-    rdma_destroy_event_channel(ch);
-    return ErrnoStatus(ErrorCode::kIo, "fcntl(O_NONBLOCK) on the rdma_cm channel", err);
-  }
-  return EventChannel(ch);
+  EventChannel owned(ch);
+  RDMALOCK_RETURN_IF_ERROR(SetNonBlocking(ch->fd, "the rdma_cm channel"));
+  return owned;
 }
 
 Result<CmId> CreateId(rdma_event_channel* ch, void* context) {

@@ -1,9 +1,18 @@
 // RAII for verbs and rdma_cm objects. One owning type per object: non-copyable, movable, released
-// in the right call. Members of a class that holds several must be declared in construction order
-// so they are destroyed in reverse: event channel, cm_id (with its QP), CQ, PD users, MR, memory.
+// in the right call; a release that fails is reported (ReportTeardownFailure), not ignored.
 //
-// This header and its .cc, with client/src/verbs_memory.* and server/listener.*, are the only
-// code in rdmalock that includes <infiniband/verbs.h> or <rdma/rdma_cma.h>.
+// The one teardown order (members of a class that holds several are declared in construction
+// order, so they are destroyed in reverse):
+//   1. memory windows (a window bound to a QP holds a reference on it),
+//   2. the cm_id with its QP (CmId: the QP moved to ERR, destroyed, then the id) - a connect
+//      request's id after its event is acknowledged (CmEvent first),
+//   3. the MRs (control buffers, then the regions), then the CQs and completion channels,
+//   4. the PDs, then the device list (the contexts), then the event channel,
+//   5. the memory the MRs covered.
+//
+// This header and its .cc, with engine/verbs_memory.*, are the only code in rdmalock that calls
+// verbs or rdma_cm (lockd's server/ uses only what is declared here).
+// Threading: the types are not thread-safe; each object is used by the thread that owns it.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -14,17 +23,32 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "rdmalock/status.h"
 
 namespace rdmalock::rdma {
 
+// A deleter's failing return code is reported (a destroy that fails leaks a device resource, or
+// tells of a teardown order broken: a PD with MRs left, a CQ with QPs left), never ignored.
+// Reports go to the hook set with SetTeardownReporter (lockd logs them), else to stderr.
+using TeardownReporter = void (*)(const char* call, int rc);
+void SetTeardownReporter(TeardownReporter r);
+void ReportTeardownFailure(const char* call, int rc);
+
 template <auto Fn>
 struct Deleter {
+  static const char* Name();
   template <typename T>
   void operator()(T* p) const {
-    if (p != nullptr) (void)Fn(p);
+    if (p == nullptr) return;
+    if constexpr (std::is_void_v<decltype(Fn(p))>) {
+      Fn(p);
+    } else if (const int rc = Fn(p); rc != 0) {
+      ReportTeardownFailure(Name(), rc);
+    }
   }
 };
 
@@ -38,6 +62,21 @@ using CompChannel = std::unique_ptr<ibv_comp_channel, Deleter<ibv_destroy_comp_c
 int DeallocMw(ibv_mw* mw);
 // A type-2 memory window: deallocating it invalidates its rkey at once.
 using MemoryWindow = std::unique_ptr<ibv_mw, Deleter<DeallocMw>>;
+// Each deleter names its call in a report (defined in verbs.cc).
+template <>
+const char* Deleter<rdma_destroy_event_channel>::Name();
+template <>
+const char* Deleter<ibv_dealloc_pd>::Name();
+template <>
+const char* Deleter<ibv_destroy_cq>::Name();
+template <>
+const char* Deleter<ibv_dereg_mr>::Name();
+template <>
+const char* Deleter<rdma_ack_cm_event>::Name();
+template <>
+const char* Deleter<ibv_destroy_comp_channel>::Name();
+template <>
+const char* Deleter<DeallocMw>::Name();
 
 // An rdma_cm id and the QP created on it (if any). Destruction moves the QP to ERR, destroys it,
 // then destroys the id.
@@ -64,11 +103,118 @@ class CmId {
   rdma_cm_id* release() { return std::exchange(id_, nullptr); }
   // Moves the QP to ERR so that nothing more executes on it; outstanding work flushes.
   void FenceQp();
+  // Sends a disconnect request (the peer sees DISCONNECTED); a failure is not an error here.
+  void Disconnect();
   void Reset();
 
  private:
   rdma_cm_id* id_ = nullptr;
 };
+
+// A file descriptor (an eventfd, a socket): closed once, by its owner.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() { Reset(); }
+  int get() const { return fd_; }
+  explicit operator bool() const { return fd_ >= 0; }
+  void Reset();
+
+ private:
+  int fd_ = -1;
+};
+
+// The RDMA devices rdma_get_devices lists; their contexts stay open as long as the list.
+class DeviceList {
+ public:
+  DeviceList() = default;
+  DeviceList(DeviceList&& o) noexcept
+      : list_(std::exchange(o.list_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceList& operator=(DeviceList&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      list_ = std::exchange(o.list_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  DeviceList(const DeviceList&) = delete;
+  DeviceList& operator=(const DeviceList&) = delete;
+  ~DeviceList() { Reset(); }
+
+  // An empty list (no device) is not an error here: the caller says what to do about it.
+  static DeviceList Get();
+  int size() const { return n_; }
+  ibv_context* operator[](int i) const { return list_[i]; }
+  void Reset();
+
+ private:
+  ibv_context** list_ = nullptr;
+  int n_ = 0;
+};
+
+// Makes `fd` (a completion channel's, a device's async events', an event channel's)
+// non-blocking; `what` names it in the error.
+Status SetNonBlocking(int fd, const std::string& what);
+
+// Binds `id` to `addr` and listens with `backlog`; `what` ("ADDRESS:PORT") names it in errors.
+Status Listen(rdma_cm_id* id, sockaddr* addr, int backlog, const std::string& what);
+
+// Polls `cq` until it is empty, dropping the completions (flushed work requests at teardown).
+void DrainCq(ibv_cq* cq);
+
+// Whether the QP on `id` (if any) is in the error state now (a query: a system call).
+bool QpInError(rdma_cm_id* id);
+
+// ---- the passive side's calls (lockd), so that no file outside common/rdma calls verbs or
+// rdma_cm directly.
+
+// The next rdma_cm event on a non-blocking channel, or an empty CmEvent if none is queued.
+Result<CmEvent> TryGetEvent(rdma_event_channel* ch);
+const char* EventName(rdma_cm_event_type e);
+const sockaddr* PeerAddr(rdma_cm_id* id);
+const sockaddr* LocalAddr(rdma_cm_id* id);
+// Accepts a connection request with `param` / rejects it with `private_data`.
+Status Accept(rdma_cm_id* id, rdma_conn_param* param);
+Status Reject(rdma_cm_id* id, std::span<const uint8_t> private_data);
+
+// Posts one receive of `len` bytes at `addr` (registered as `lkey`).
+Status PostRecv(ibv_qp* qp, uint64_t wr_id, void* addr, uint32_t len, uint32_t lkey);
+// Posts a chain of send work requests.
+Status PostSend(ibv_qp* qp, ibv_send_wr* first);
+// The rkey a memory window's next bind gives it.
+uint32_t NextRkey(uint32_t rkey);
+const char* WcStatusName(ibv_wc_status s);
+// Takes and acknowledges one completion-channel event, then re-arms `cq` (before the caller
+// polls, so a completion arriving after the last poll still wakes it); *rearmed says whether the
+// re-arm worked. False if no event was queued.
+bool TakeCqEvent(ibv_comp_channel* ch, ibv_cq* cq, Status* rearmed);
+// Asks for a completion event on `cq`'s next completion.
+Status ArmCq(ibv_cq* cq);
+// Up to wc.size() completions; 0 when empty (an error counts as empty).
+int PollCq(ibv_cq* cq, std::span<ibv_wc> wc);
+
+// A device's asynchronous event, taken and acknowledged at once. qp is set for the QP events
+// that mean the QP broke (QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR).
+struct AsyncEvent {
+  ibv_event_type type{};
+  ibv_qp* qp = nullptr;
+};
+bool TakeAsyncEvent(ibv_context* ctx, AsyncEvent* out);
+const char* AsyncEventName(ibv_event_type t);
+std::string DeviceName(ibv_context* ctx);
+Result<ibv_device_attr> QueryDevice(ibv_context* ctx, const std::string& name);
 
 // Turns an errno from a failed verbs/rdma_cm call into a Status naming the call.
 Status ErrnoStatus(ErrorCode code, const std::string& what, int err);

@@ -34,3 +34,149 @@ TEST_CASE("issue 17 finding 3: the refusal log stays bounded and sound past its 
       "10.1." + std::to_string((4 * kCap) / 256) + "." + std::to_string((4 * kCap) % 256) + "/auth";
   CHECK_FALSE(log.ShouldLog(last, t0 + std::chrono::milliseconds(10)));
 }
+
+// ---- Admission's decisions (server/admission.h): plain facts in, a verdict out.
+
+#include "server/admission.h"
+
+namespace {
+
+using rdmalock::lockd::Admission;
+using rdmalock::lockd::ConnectFacts;
+using rdmalock::lockd::Verdict;
+using rdmalock::proto::RejectReason;
+
+rdmalock::lockd::Config AdmissionConfig() {
+  rdmalock::lockd::Config c;
+  c.max_connects_per_second = 3;
+  c.max_clients = 2;
+  c.max_connections_per_session = 2;
+  return c;
+}
+
+// A new client from an allowed address, with room for it.
+ConnectFacts NewClient(const std::string& peer = "10.0.0.1:5000") {
+  ConnectFacts f;
+  f.peer = peer;
+  f.address_allowed = true;
+  f.records_free = true;
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("admission: a new client with room is admitted; the caps refuse with a reason") {
+  Admission a(AdmissionConfig(), {}, {});
+  const auto now = Admission::Clock::now();
+  CHECK(a.Decide(NewClient("10.0.0.1:1"), now).admitted());
+
+  ConnectFacts full = NewClient("10.0.0.2:1");
+  full.connected = 2;
+  Verdict v = a.Decide(full, now);
+  CHECK(v.reason == RejectReason::kServerFull);
+  CHECK(v.detail == "max_clients 2");
+  full.connected = 0;
+  full.records_free = false;
+  CHECK(a.Decide(full, now).reason == RejectReason::kServerFull);
+
+  ConnectFacts busy = NewClient("10.0.0.3:1");
+  busy.handshakes = rdmalock::lockd::kMaxHandshakes;
+  v = a.Decide(busy, now);
+  CHECK(v.reason == RejectReason::kBusy);
+  CHECK(v.retry_after_ms == 100);
+}
+
+TEST_CASE("admission: joins are checked against their session and its connection cap") {
+  Admission a(AdmissionConfig(), {}, {});
+  const auto now = Admission::Clock::now();
+  ConnectFacts j = NewClient();
+  j.join = true;
+  j.join_session = 17;
+  j.join_valid = true;
+  j.join_session_conns = 1;
+  j.records_free = false;  // a join needs no record
+  CHECK(a.Decide(j, now).admitted());
+  j.join_session_conns = 2;
+  Verdict v = a.Decide(j, now);
+  CHECK(v.reason == RejectReason::kTooManyConnections);
+  CHECK(v.detail == "session 17 has 2 connections");
+  j.join_valid = false;
+  v = a.Decide(j, now);
+  CHECK(v.reason == RejectReason::kBadSession);
+  CHECK(v.detail == "session 17");
+}
+
+TEST_CASE("admission: the loopback flag needs its proof; allow_from comes before the rate") {
+  Admission a(AdmissionConfig(), {}, {});
+  const auto now = Admission::Clock::now();
+  ConnectFacts f = NewClient();
+  f.flagged_loopback = true;
+  Verdict v = a.Decide(f, now);
+  CHECK(v.reason == RejectReason::kNotAllowed);
+  CHECK(v.detail == "the loopback flag from a peer that is not this lockd");
+  // Proven: admitted as the loopback even when max_clients is reached and outside allow_from.
+  f.loopback_proven = true;
+  f.address_allowed = false;
+  f.connected = 2;
+  v = a.Decide(f, now);
+  CHECK(v.admitted());
+  CHECK(v.loopback);
+
+  ConnectFacts outside = NewClient("192.0.2.9:1");
+  outside.address_allowed = false;
+  const size_t tracked = a.tracked_peers();
+  for (int i = 0; i < 10; ++i) {  // never reaches the rate limiter: no bucket for it
+    v = a.Decide(outside, now);
+    CHECK(v.reason == RejectReason::kNotAllowed);
+    CHECK(v.detail == "not in allow_from");
+  }
+  CHECK(a.tracked_peers() == tracked);
+}
+
+TEST_CASE("admission: the rate limit per address, its retry time, and a valid join exempt") {
+  Admission a(AdmissionConfig(), {}, {});  // 3 a second
+  const auto t0 = Admission::Clock::now();
+  for (int i = 0; i < 3; ++i)
+    CHECK(a.Decide(NewClient("10.0.0.1:" + std::to_string(i)), t0).admitted());
+  Verdict v = a.Decide(NewClient("10.0.0.1:9"), t0);
+  CHECK(v.reason == RejectReason::kRateLimited);
+  CHECK_FALSE(v.log);              // the limiter logs its own refusals, once a second with a count
+  CHECK(v.retry_after_ms == 334);  // one token at 3 a second
+  // Another address has its own bucket.
+  CHECK(a.Decide(NewClient("10.0.0.2:1"), t0).admitted());
+  // A thread joining its session with the right key is not counted.
+  ConnectFacts j = NewClient("10.0.0.1:10");
+  j.join = true;
+  j.join_valid = true;
+  CHECK(a.Decide(j, t0).admitted());
+  // A join with a bad key is counted (and refused by the rate first).
+  j.join_valid = false;
+  CHECK(a.Decide(j, t0).reason == RejectReason::kRateLimited);
+  // A second later the bucket has refilled.
+  CHECK(a.Decide(NewClient("10.0.0.1:11"), t0 + std::chrono::seconds(1)).admitted());
+  // Idle for over 10 s: forgotten by the tick.
+  a.Tick(t0 + std::chrono::seconds(12));
+  CHECK(a.tracked_peers() == 0);
+  // 0 a second: no limit at all.
+  auto c = AdmissionConfig();
+  c.max_connects_per_second = 0;
+  Admission unlimited(c, {}, {});
+  for (int i = 0; i < 50; ++i) CHECK(unlimited.RateLimit("10.0.0.1:1", t0) == 0);
+}
+
+TEST_CASE("admission: the restart grace refuses clients but not the loopback, with the time left") {
+  const auto t0 = Admission::Clock::now();
+  Admission a(AdmissionConfig(), {}, t0 + std::chrono::milliseconds(500));
+  Verdict v = a.Decide(NewClient(), t0);
+  CHECK(v.reason == RejectReason::kGrace);
+  CHECK(v.retry_after_ms == 501);
+  CHECK(v.detail == "lockd restarted after an unclean stop; retry in 501 ms");
+  ConnectFacts lb = NewClient("10.0.0.2:1");
+  lb.flagged_loopback = lb.loopback_proven = true;
+  CHECK(a.Decide(lb, t0).admitted());
+  CHECK(a.Decide(NewClient("10.0.0.3:1"), t0 + std::chrono::milliseconds(500)).admitted());
+  // A request that does not decode is refused with its own reason (after the rate, before grace).
+  ConnectFacts bad = NewClient("10.0.0.4:1");
+  bad.decoded = RejectReason::kBadVersion;
+  CHECK(a.Decide(bad, t0).reason == RejectReason::kBadVersion);
+}

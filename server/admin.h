@@ -1,0 +1,89 @@
+// lockd's admin socket (a Unix stream socket lockctl talks to): one request line per connection,
+// one reply line. ParseAdminCommand is the pure half (unit-tested, tests/unit/admin_test.cc);
+// AdminSocket does the I/O and hands each complete line to a handler; carrying a request out
+// (fencing sessions) is the server's.
+//
+// Threading: AdminSocket is owned by lockd's event loop and used only from it (no mutex). It
+// never blocks the loop (issue 16, finding 4: a peer that trickled its line could hold it for up
+// to 1024 s before): each connection is non-blocking, read as bytes arrive, answered with a
+// non-blocking send (MSG_NOSIGNAL: a peer that has gone cannot raise SIGPIPE), and dropped after
+// kTimeout. At most kMaxConns are open at once.
+#pragma once
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "rdmalock/status.h"
+
+namespace rdmalock::lockd {
+
+// One admin request: "release-slot SLOT" or "release-session ID".
+struct AdminRequest {
+  enum class Kind { kReleaseSlot, kReleaseSession };
+  Kind kind = Kind::kReleaseSlot;
+  uint64_t number = 0;  // the slot or the session id
+  std::string arg;      // the number as sent (for replies and logs)
+};
+
+// Parses one request line (without its newline). On a malformed line returns nullopt and sets
+// *error to the reply, which starts with "error ".
+std::optional<AdminRequest> ParseAdminCommand(const std::string& line, std::string* error);
+
+class AdminSocket {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Answers one request line; `asker` names the peer ("uid U pid P"). The reply starts with
+  // "ok " or "error ".
+  using Handler = std::function<std::string(const std::string& line, const std::string& asker)>;
+
+  static constexpr size_t kMaxConns = 16;
+  static constexpr auto kTimeout = std::chrono::seconds(2);
+  // After a failed accept (no descriptors left), the socket is not polled for this long.
+  static constexpr std::chrono::milliseconds kPauseOnError{100};
+  static constexpr size_t kMaxLine = 1024;
+
+  // Binds and listens on `path` (mode 0660, its directory created); a stale socket is replaced.
+  static Result<std::unique_ptr<AdminSocket>> Open(const std::string& path);
+  ~AdminSocket();  // closes every connection and the socket, and removes the path
+  AdminSocket(const AdminSocket&) = delete;
+  AdminSocket& operator=(const AdminSocket&) = delete;
+
+  // The listening socket to poll, or -1 while paused after a failed accept.
+  int listen_fd(Clock::time_point now) const { return now < paused_until_ ? -1 : fd_; }
+  // Appends one pollfd per open connection, in order.
+  void AddConnFds(std::vector<pollfd>* fds) const;
+  // After poll: `fds` are the entries AddConnFds appended. Reads the ready connections; answers
+  // (with `handler`) and closes those whose line is complete.
+  void OnConnsReady(const pollfd* fds, size_t n, const Handler& handler);
+  // The listening socket is readable: accepts a connection.
+  void OnAcceptable(Clock::time_point now);
+  // Drops connections past their deadline.
+  void Expire(Clock::time_point now);
+
+ private:
+  struct Conn {
+    int fd = -1;
+    std::string line;
+    Clock::time_point deadline;
+    ucred cred{};
+  };
+  AdminSocket(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  // Reads what `c` has sent; once its line is complete (or it closed, or sent too much), answers
+  // and closes it. Returns false when the connection is gone.
+  bool OnReadable(Conn& c, const Handler& handler);
+
+  const int fd_;
+  const std::string path_;
+  std::vector<Conn> conns_;
+  Clock::time_point paused_until_{}, error_logged_{};
+};
+
+}  // namespace rdmalock::lockd

@@ -1,0 +1,44 @@
+// lockd's queue budgets, named and tied together: the handshake's work requests on a
+// connection's QP, the completions the device CQ shared by every connection must hold, and the
+// handshakes in progress that bound them. Where one number depends on another it is derived or
+// static_assert'ed here, so changing one cannot silently overflow another.
+//
+// Threading: constants only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "rdmalock/proto/handshake.h"
+
+namespace rdmalock::lockd {
+
+// Memory windows bound per connection (with memory_windows on): the info page, the lock table,
+// the session table, and the client's own record. The Welcome carries one rkey for each.
+inline constexpr size_t kWindowsPerConnection = 4;
+
+// A connection's send queue carries, once, the window binds and then the Welcome (or one
+// refusal) chained after them; its receive queue the Hello only. Nothing else is ever posted on
+// lockd's side of a client's QP: the client's operations are one-sided.
+inline constexpr uint32_t kHandshakeSends = kWindowsPerConnection + 1;
+inline constexpr uint32_t kHandshakeSendDepth = 8;  // with room to spare, as it always had
+inline constexpr uint32_t kHandshakeRecvDepth = 1;
+static_assert(kHandshakeSendDepth >= kHandshakeSends,
+              "the binds and the Welcome must fit the send queue in one post");
+
+// Handshakes (accepted, not yet admitted or dropped) in progress at once; more are refused with
+// kBusy. Bounds the completions lockd's CQ must hold.
+inline constexpr size_t kMaxHandshakes = 128;
+
+// Completions one handshake can put on the device CQ: every work request it posted, when a QP
+// error flushes them all (binds are unsignalled, but flushed work requests complete).
+inline constexpr size_t kCompletionsPerHandshake = kHandshakeSends + kHandshakeRecvDepth;
+// The device CQ shared by the connections of one device (capped by the device's max_cqe).
+inline constexpr int kCqDepth = 8 * kMaxHandshakes;
+static_assert(kCqDepth >= kCompletionsPerHandshake * kMaxHandshakes,
+              "the CQ must hold every completion of the handshakes in progress");
+
+// Completions taken from the CQ per poll call.
+inline constexpr int kPollBatch = 16;
+
+}  // namespace rdmalock::lockd

@@ -1,0 +1,111 @@
+#include "server/state_dir.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <stdexcept>
+
+#include "common/rdma/verbs.h"
+
+namespace rdmalock::lockd {
+
+Status WriteFileAtomically(const std::string& dir, const std::string& name,
+                           const std::string& text) {
+  const std::string path = dir + "/" + name;
+  const std::string tmp = path + ".tmp";
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return rdma::ErrnoStatus(ErrorCode::kIo, "open " + tmp, errno);
+  const bool ok =
+      write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && fsync(fd) == 0;
+  const int err = errno;
+  close(fd);
+  if (!ok) return rdma::ErrnoStatus(ErrorCode::kIo, "write " + tmp, err);
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    return rdma::ErrnoStatus(ErrorCode::kIo, "rename " + tmp, errno);
+  }
+  const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return rdma::ErrnoStatus(ErrorCode::kIo, "open " + dir, errno);
+  const bool synced = fsync(dfd) == 0;
+  const int derr = errno;
+  close(dfd);
+  if (!synced) return rdma::ErrnoStatus(ErrorCode::kIo, "fsync " + dir, derr);
+  return Status::Ok();
+}
+
+Result<std::optional<std::string>> ReadSmallFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::optional<std::string>();
+    return rdma::ErrnoStatus(ErrorCode::kIo, "open " + path, errno);
+  }
+  std::string text;
+  char buf[256];
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      return rdma::ErrnoStatus(ErrorCode::kIo, "read " + path, err);
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > 4096) {
+      close(fd);
+      return Error(ErrorCode::kIo, path + " is larger than an epoch file can be");
+    }
+  }
+  close(fd);
+  return std::optional<std::string>(std::move(text));
+}
+
+Result<bool> MarkRunning(const std::string& state_dir) {
+  if (state_dir.empty()) return true;  // nothing tells us how the last run ended: assume the worst
+  std::error_code ec;
+  const bool unclean = std::filesystem::exists(state_dir + "/running", ec);
+  // The mark holds lockd's pid, for an operator; what counts is that it exists.
+  RDMALOCK_RETURN_IF_ERROR(
+      WriteFileAtomically(state_dir, "running", std::to_string(getpid()) + "\n"));
+  return unclean;
+}
+
+void MarkStoppedCleanly(const std::string& state_dir) {
+  if (!state_dir.empty()) unlink((state_dir + "/running").c_str());
+}
+
+Result<uint64_t> BumpEpoch(const std::string& state_dir) {
+  if (state_dir.empty()) {
+    return Error(ErrorCode::kConfig, "state_dir is empty: nowhere to keep the epoch");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  if (ec) {
+    return Error(ErrorCode::kIo, "cannot create state_dir " + state_dir + ": " + ec.message());
+  }
+  const std::string path = state_dir + "/epoch";
+  uint64_t epoch = 0;
+  RDMALOCK_ASSIGN_OR_RETURN(const std::optional<std::string> old, ReadSmallFile(path));
+  if (old) {
+    std::string text = *old;
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    try {
+      size_t used = 0;
+      epoch = std::stoull(text, &used);
+      if (used != text.size()) throw std::invalid_argument(text);
+    } catch (const std::exception&) {
+      return Error(ErrorCode::kIo, path + " does not hold an epoch number ('" + text +
+                                       "'); lockd will not guess one (tokens must only grow)");
+    }
+  }
+  ++epoch;
+  if (epoch > 0xffff) {
+    return Error(ErrorCode::kIo, path +
+                                     ": epoch would exceed 65535, the width of the token's "
+                                     "epoch field");
+  }
+  RDMALOCK_RETURN_IF_ERROR(WriteFileAtomically(state_dir, "epoch", std::to_string(epoch) + "\n"));
+  return epoch;
+}
+
+}  // namespace rdmalock::lockd

@@ -1,0 +1,38 @@
+// lockd's state directory: the epoch (bumped at every start; it leads every fencing token) and the
+// running mark (there while lockd runs; found at start it means the last run did not stop
+// cleanly). Both are written by one helper, WriteFileAtomically.
+//
+// Threading: plain functions with no shared state; lockd's main thread calls them before the
+// server starts and after it stopped. Unit-tested on the host (tests/unit/state_dir_test.cc).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "rdmalock/status.h"
+
+namespace rdmalock::lockd {
+
+// Writes `text` to `dir`/`name` so that a crash leaves the old contents or the new, never a mix or
+// nothing: a temporary file, fsync'd, renamed over the file, then the directory fsync'd (without
+// it the rename itself may be lost in a crash, and an epoch would be handed out twice).
+Status WriteFileAtomically(const std::string& dir, const std::string& name,
+                           const std::string& text);
+
+// The whole file, or nullopt when it does not exist. Any other failure is an error: an epoch
+// file that exists but cannot be read must not be taken for a first start.
+Result<std::optional<std::string>> ReadSmallFile(const std::string& path);
+
+// Reads the epoch persisted in `state_dir`, adds one and writes it back (atomically, fsync'd).
+// An empty state_dir, or an epoch file that exists but cannot be read, is an error: an epoch
+// handed out twice would let fencing tokens go backwards.
+Result<uint64_t> BumpEpoch(const std::string& state_dir);
+
+// Marks lockd as running in `state_dir`; returns whether the previous run did not stop cleanly
+// (its mark is still there), or true with no state_dir (nothing to tell).
+Result<bool> MarkRunning(const std::string& state_dir);
+// Removes the mark at a clean stop with no client connected.
+void MarkStoppedCleanly(const std::string& state_dir);
+
+}  // namespace rdmalock::lockd

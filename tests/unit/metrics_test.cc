@@ -1,0 +1,135 @@
+// server/metrics_render: GET /metrics' text from counters, constants and a lock table in plain
+// memory (no verbs, no HTTP).
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "rdmalock/proto/handshake.h"
+#include "rdmalock/proto/layout.h"
+#include "server/metrics_render.h"
+
+using namespace rdmalock;
+using namespace rdmalock::lockd;
+
+namespace {
+
+// A lock table of `n` slots, 16-byte aligned like lockd's mapping.
+struct Table {
+  std::vector<uint64_t> words;
+  explicit Table(uint64_t n) : words(proto::LockTableBytes(n) / 8, 0) {}
+  const uint8_t* data() const { return reinterpret_cast<const uint8_t*>(words.data()); }
+  void Set(uint64_t slot, proto::Word0 w, uint64_t generation = 0) {
+    words[proto::SlotOffset(slot) / 8] = w.Encode();
+    words[proto::SlotOffset(slot) / 8 + 1] = generation << 16;
+  }
+};
+
+// The value of the sample line that starts with `series` (name and labels), or "" if none.
+std::string Value(const std::string& text, const std::string& series) {
+  const std::string key = "\n" + series + " ";
+  const size_t at = ("\n" + text).find(key);
+  if (at == std::string::npos) return "";
+  const size_t start = at + key.size() - 1;
+  return text.substr(start, text.find('\n', start) - start);
+}
+
+}  // namespace
+
+TEST_CASE("metrics: the counters and constants, one family each with HELP and TYPE") {
+  Config config;
+  config.lock_count = 8;
+  config.lease_ms = 1500;
+  config.stall_factor = 3;
+  config.max_clients = 20;
+  Counters counters;
+  counters.accepted = 5;
+  counters.joined = 2;
+  counters.rejected[static_cast<size_t>(proto::RejectReason::kAuthFailed)] = 4;
+  counters.ended[static_cast<size_t>(EndReason::kHeartbeatTimeout)] = 1;
+  counters.forced_releases = 1;
+  counters.freed_released = 7;
+  counters.recovery_queue = 1;
+  std::atomic<uint64_t> connected{3};
+  Table table(config.lock_count);
+  LockTableSampler sampler(table.data(), config.lock_count);
+  MetricsSource src;
+  src.epoch = 9;
+  src.config = &config;
+  src.counters = &counters;
+  src.connected = &connected;
+  const auto now = std::chrono::system_clock::now();
+  src.started_wall = now - std::chrono::seconds(10);
+  src.grace_until_wall = now + std::chrono::seconds(2);
+  const std::string text = RenderMetrics(src, sampler, now);
+
+  CHECK(Value(text, "rdmalock_lockd_info{version=\"" RDMALOCK_VERSION "\",epoch=\"9\"}") == "1");
+  CHECK(Value(text, "rdmalock_lockd_epoch") == "9");
+  CHECK(Value(text, "rdmalock_lockd_lease_seconds") == "1.5");
+  CHECK(Value(text, "rdmalock_lockd_stall_factor") == "3");
+  CHECK(Value(text, "rdmalock_lockd_grace_remaining_seconds") == "2");
+  CHECK(Value(text, "rdmalock_lockd_sessions_connected") == "3");
+  CHECK(Value(text, "rdmalock_lockd_sessions_max") == "20");
+  CHECK(Value(text, "rdmalock_lockd_handshakes_accepted_total") == "5");
+  CHECK(Value(text, "rdmalock_lockd_connections_joined_total") == "2");
+  CHECK(Value(text, "rdmalock_lockd_handshakes_rejected_total{reason=\"" +
+                        std::string(proto::RejectReasonLabel(proto::RejectReason::kAuthFailed)) +
+                        "\"}") == "4");
+  CHECK(Value(text, "rdmalock_lockd_sessions_ended_total{reason=\"" +
+                        std::string(EndReasonLabel(EndReason::kHeartbeatTimeout)) + "\"}") == "1");
+  CHECK(Value(text, "rdmalock_lockd_forced_releases_total") == "1");
+  CHECK(Value(text, "rdmalock_lockd_recovered_requests_total{outcome=\"released\"}") == "7");
+  CHECK(Value(text, "rdmalock_lockd_recovered_requests_total{outcome=\"gave_up\"}") == "0");
+  CHECK(Value(text, "rdmalock_lockd_recovery_pending") == "1");
+  CHECK(text.find("# TYPE rdmalock_lockd_handshakes_accepted_total counter\n") !=
+        std::string::npos);
+  CHECK(text.find("# TYPE rdmalock_lockd_sessions_connected gauge\n") != std::string::npos);
+  // The reason "none" (0) is no rejection and has no sample.
+  CHECK(text.find("reason=\"" + std::string(proto::RejectReasonLabel(proto::RejectReason::kNone)) +
+                  "\"") == std::string::npos);
+
+  // No grace period: 0, not a negative number.
+  src.grace_until_wall = {};
+  CHECK(Value(RenderMetrics(src, sampler, now), "rdmalock_lockd_grace_remaining_seconds") == "0");
+}
+
+TEST_CASE("metrics: lock-table occupancy and requests counted between scrapes") {
+  Config config;
+  config.lock_count = 6;
+  Counters counters;
+  std::atomic<uint64_t> connected{0};
+  Table table(config.lock_count);
+  // slot 0: one exclusive holder, two waiting; slot 1: three shared holders; slot 2: free after
+  // traffic; slot 3: frozen.
+  table.Set(0, proto::Word0{0, 3, 0, 0});
+  table.Set(1, proto::Word0{3, 0, 0, 0});
+  table.Set(2, proto::Word0{4, 4, 4, 4});
+  table.Set(3, proto::Word0{0, proto::kCountMax, 0, proto::kCountMax});
+  LockTableSampler sampler(table.data(), config.lock_count);
+  MetricsSource src;
+  src.config = &config;
+  src.counters = &counters;
+  src.connected = &connected;
+  const std::string first = RenderMetrics(src, sampler, std::chrono::system_clock::now());
+  CHECK(Value(first, "rdmalock_lockd_lock_slots") == "6");
+  CHECK(Value(first, "rdmalock_lockd_locks_held{mode=\"exclusive\"}") == "1");
+  CHECK(Value(first, "rdmalock_lockd_locks_held{mode=\"shared\"}") == "1");
+  CHECK(Value(first, "rdmalock_lockd_lock_holders") == "4");
+  CHECK(Value(first, "rdmalock_lockd_lock_waiters") == "2");
+  CHECK(Value(first, "rdmalock_lockd_locks_contended") == "1");
+  CHECK(Value(first, "rdmalock_lockd_locks_frozen") == "1");
+  // The first scrape has nothing to compare with.
+  CHECK(Value(first, "rdmalock_lockd_lock_requests_total") == "0");
+
+  // Two more exclusive requests on slot 0, one shared on slot 2; slot 4 reset to a new
+  // generation that shows one request.
+  table.Set(0, proto::Word0{0, 5, 0, 0});
+  table.Set(2, proto::Word0{5, 4, 4, 4});
+  table.Set(4, proto::Word0{1, 0, 0, 0}, /*generation=*/1);
+  const std::string second = RenderMetrics(src, sampler, std::chrono::system_clock::now());
+  CHECK(Value(second, "rdmalock_lockd_lock_requests_total") == "4");
+  CHECK(Value(second, "rdmalock_lockd_lock_waiters") == "4");
+  // Unchanged since: the counter stays.
+  const std::string third = RenderMetrics(src, sampler, std::chrono::system_clock::now());
+  CHECK(Value(third, "rdmalock_lockd_lock_requests_total") == "4");
+}

@@ -1,0 +1,199 @@
+// server/session_table: sessions, their records, liveness ticks and ending, over records in
+// plain memory and times passed in (no verbs).
+#include "server/session_table.h"
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <vector>
+
+#include "rdmalock/proto/layout.h"
+
+using namespace rdmalock;
+using namespace rdmalock::lockd;
+using std::chrono::milliseconds;
+
+namespace {
+
+// Zeroed records, 8-byte aligned like lockd's mapping.
+struct Records {
+  std::vector<uint64_t> words;
+  explicit Records(uint32_t n) : words(uint64_t{n} * proto::kSessionRecordSize / 8, 0) {}
+  uint8_t* data() { return reinterpret_cast<uint8_t*>(words.data()); }
+};
+
+void Put64(uint8_t* rec, size_t off, uint64_t v) { std::memcpy(rec + off, &v, 8); }
+uint64_t Get64(const uint8_t* rec, size_t off) {
+  uint64_t v;
+  std::memcpy(&v, rec + off, 8);
+  return v;
+}
+
+// Writes entry `i` of a record as a client would.
+void PutEntry(uint8_t* rec, uint32_t i, const proto::RequestEntry& e, uint64_t done = 0) {
+  const auto w = e.Encode();
+  const uint64_t off = proto::SessionRecord::EntryOffset(i);
+  Put64(rec, off, w[0]);
+  Put64(rec, off + 8, w[1]);
+  Put64(rec, off + proto::RequestEntry::kDone, done);
+}
+
+proto::RequestEntry Entry(uint32_t slot, proto::RequestEntry::State st, uint32_t seq,
+                          proto::Word0 ticket = {}) {
+  proto::RequestEntry e;
+  e.slot = slot;
+  e.state = st;
+  e.seq = seq;
+  e.ticket = ticket.Encode();
+  return e;
+}
+
+const auto kNoQpError = [](const Session&) { return false; };
+
+}  // namespace
+
+TEST_CASE("session table: records are handed out, written, and freed for reuse") {
+  Records mem(2);
+  SessionTable t(mem.data(), 2, 64);
+  const auto now = SessionTable::Clock::now();
+  const auto wall = std::chrono::system_clock::now();
+  auto a = t.Allocate("10.0.0.1:1", "alpha", 11, false, wall, now);
+  CHECK(a->index == 0);
+  CHECK(a->session_id == 1);
+  CHECK((a->join_key & 1) == 1);
+  t.Insert(a);
+  auto b = t.Allocate("10.0.0.2:1", "beta", 12, false, wall, now);
+  CHECK(b->index == 1);
+  CHECK_FALSE(t.has_free_record());
+  // A failed accept gives the record back without entering the table.
+  t.Release(*b);
+  CHECK(t.has_free_record());
+  CHECK(t.size() == 1);
+  CHECK(t.Find(a->session_id) == a);
+  CHECK(t.Find(b->session_id) == nullptr);
+  CHECK(t.JoinMatches(a->session_id, a->join_key));
+  CHECK_FALSE(t.JoinMatches(a->session_id, a->join_key + 2));
+  CHECK_FALSE(t.JoinMatches(99, a->join_key));
+
+  const auto rec = proto::SessionRecord::DecodeFrom(
+      std::span<const uint8_t>(t.RecordAt(a->index), proto::kSessionRecordSize));
+  CHECK(rec.session_id == a->session_id);
+  CHECK(rec.pid == 11);
+  CHECK(rec.name == "alpha");
+  CHECK(rec.peer == "10.0.0.1:1");
+
+  auto ended = t.End(*a);
+  REQUIRE(ended);
+  CHECK(ended->items.empty());
+  CHECK_FALSE(t.End(*a));  // ended once only
+  CHECK(t.size() == 0);
+  // Its record is zero again and the next session gets it.
+  CHECK(Get64(t.RecordAt(0), 0) == 0);
+  auto c = t.Allocate("10.0.0.3:1", "gamma", 13, false, wall, now);
+  CHECK(c->index == 0);
+  CHECK(c->session_id == 3);  // ids are never reused
+}
+
+TEST_CASE("session table: ending reads the record's live requests, then zeroes it") {
+  Records mem(1);
+  SessionTable t(mem.data(), 1, 64);
+  auto s = t.Allocate("p:1", "n", 1, false, {}, SessionTable::Clock::now());
+  t.Insert(s);
+  uint8_t* rec = t.RecordAt(s->index);
+  using St = proto::RequestEntry::State;
+  PutEntry(rec, 0, Entry(5, St::kQueued, 1, proto::Word0{0, 2, 0, 1}));
+  PutEntry(rec, 1, Entry(6, St::kRequesting, 2));
+  PutEntry(rec, 2, Entry(7, St::kQueued, 3), /*done=*/3);    // over: not freed again
+  PutEntry(rec, 3, Entry(500, St::kQueued, 4));              // a slot past lock_count: garbage
+  Put64(rec, proto::SessionRecord::EntryOffset(4), 0x1234);  // torn: garbage
+  auto ended = t.End(*s);
+  REQUIRE(ended);
+  REQUIRE(ended->items.size() == 1);
+  CHECK(ended->items[0].ticket.slot == 5);
+  CHECK(ended->items[0].ticket.word == proto::Word0{0, 2, 0, 1});
+  CHECK(ended->requesting == 1);
+  CHECK(ended->garbage == 2);
+  for (size_t off = 0; off < proto::kSessionRecordSize; off += 8) REQUIRE(Get64(rec, off) == 0);
+}
+
+TEST_CASE("session table: a silent heartbeat ends an admitted session after the timeout") {
+  Records mem(3);
+  SessionTable t(mem.data(), 3, 64);
+  const auto t0 = SessionTable::Clock::now();
+  const auto wall = std::chrono::system_clock::now();
+  auto live = t.Allocate("a:1", "live", 1, false, wall, t0);
+  auto silent = t.Allocate("b:1", "silent", 2, false, wall, t0);
+  auto loopback = t.Allocate("c:1", "lockd", 3, true, wall, t0);
+  for (auto& s : {live, silent, loopback}) {
+    s->counted = true;
+    t.Insert(s);
+  }
+  const milliseconds timeout(1000);
+  uint64_t hb = 0;
+  for (int ms = 250; ms <= 1000; ms += 250) {
+    Put64(t.RecordAt(live->index), proto::SessionRecord::kHeartbeat, ++hb);
+    CHECK(t.CheckLiveness(t0 + milliseconds(ms), wall, timeout, false, kNoQpError).empty());
+  }
+  // lockd saw the live one's heartbeat move: it stamps the record for operators.
+  CHECK(Get64(t.RecordAt(live->index), proto::SessionRecord::kHeartbeatSeenUnixNs) ==
+        static_cast<uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(wall.time_since_epoch()).count()));
+  Put64(t.RecordAt(live->index), proto::SessionRecord::kHeartbeat, ++hb);
+  auto dead = t.CheckLiveness(t0 + milliseconds(1001), wall, timeout, false, kNoQpError);
+  REQUIRE(dead.size() == 1);
+  CHECK(dead[0].session == silent);
+  CHECK(dead[0].reason == EndReason::kHeartbeatTimeout);
+  CHECK(dead[0].why == "no heartbeat for 1001 ms (heartbeat_timeout_ms 1000)");
+  // The check only reports: ending is the caller's.
+  CHECK(t.size() == 3);
+
+  // A session not yet admitted (no rkey, so no heartbeat expected) is not judged by it.
+  silent->counted = false;
+  CHECK(t.CheckLiveness(t0 + milliseconds(5000), wall, timeout, false, kNoQpError).size() == 1);
+}
+
+TEST_CASE("session table: a QP in error at two checks in a row ends the session") {
+  Records mem(1);
+  SessionTable t(mem.data(), 1, 64);
+  const auto t0 = SessionTable::Clock::now();
+  auto s = t.Allocate("a:1", "x", 1, false, {}, t0);
+  s->counted = true;
+  t.Insert(s);
+  bool in_error = true;
+  auto qp = [&](const Session&) { return in_error; };
+  const milliseconds timeout(60000);
+  CHECK(t.CheckLiveness(t0, {}, timeout, true, qp).empty());   // first sighting
+  CHECK(t.CheckLiveness(t0, {}, timeout, false, qp).empty());  // not a QP check: no change
+  auto dead = t.CheckLiveness(t0, {}, timeout, true, qp);      // second in a row
+  REQUIRE(dead.size() == 1);
+  CHECK(dead[0].reason == EndReason::kQpError);
+  // One sighting, then a healthy check, then one again: not two in a row.
+  s->qp_error_seen = false;
+  CHECK(t.CheckLiveness(t0, {}, timeout, true, qp).empty());
+  in_error = false;
+  CHECK(t.CheckLiveness(t0, {}, timeout, true, qp).empty());
+  in_error = true;
+  CHECK(t.CheckLiveness(t0, {}, timeout, true, qp).empty());
+}
+
+TEST_CASE("session table: the holders of a slot are the sessions whose granted request shows") {
+  Records mem(2);
+  SessionTable t(mem.data(), 2, 64);
+  const auto t0 = SessionTable::Clock::now();
+  auto holder = t.Allocate("a:1", "h", 1, false, {}, t0);
+  auto waiter = t.Allocate("b:1", "w", 2, false, {}, t0);
+  t.Insert(holder);
+  t.Insert(waiter);
+  using St = proto::RequestEntry::State;
+  // Slot 9's word after two exclusive requests, none released: the first (ticket 0) holds.
+  const proto::Word0 now{0, 2, 0, 0};
+  PutEntry(t.RecordAt(holder->index), 0, Entry(9, St::kQueued, 1, proto::Word0{0, 0, 0, 0}));
+  PutEntry(t.RecordAt(waiter->index), 0, Entry(9, St::kQueued, 1, proto::Word0{0, 1, 0, 0}));
+  auto h = t.HoldersOf(9, now);
+  REQUIRE(h.size() == 1);
+  CHECK(h[0] == holder);
+  CHECK(t.HoldersOf(8, now).empty());
+  // After the first released, the second holds.
+  auto h2 = t.HoldersOf(9, proto::Word0{0, 2, 0, 1});
+  REQUIRE(h2.size() == 1);
+  CHECK(h2[0] == waiter);
+}
