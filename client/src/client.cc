@@ -239,12 +239,12 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   const Session& sess = *ch->session;
   ao.want_token = options.fencing_token && mode == Mode::kExclusive;
   if (!impl_->budget_->Take(slot)) return impl_->budget_->Refusal(slot);
-  std::unique_lock clk(ch->mu);
+  MutexLock clk(&ch->mu);
   std::tie(ao.record, ao.record_seq) = ch->TakeEntry(impl_->options().record_requests);
   ao.pending = &ch->pending;
   auto grant = sess.engine->Acquire(*ch->mem, slot, mode, ao, &ch->events);
   ch->NotePending();
-  clk.unlock();
+  clk.Unlock();
   if (!grant.ok()) {
     impl_->budget_->Give(slot);  // an abandoned ticket took a unit of its own
     if (grant.status().code() == ErrorCode::kTimeout) ++ch->timeouts;
@@ -304,12 +304,12 @@ Result<std::vector<LockHandle>> Client::LockManySlots(std::span<const SlotReques
       return impl_->budget_->Refusal(reqs[i].slot);
     }
   }
-  std::unique_lock clk(ch->mu);
+  MutexLock clk(&ch->mu);
   ao.pending = &ch->pending;
   auto grants = sess.engine->AcquireMany(
       *ch->mem, reqs, ao, [&] { return ch->TakeEntry(recording); }, &ch->events);
   ch->NotePending();
-  clk.unlock();
+  clk.Unlock();
   if (!grants.ok()) {
     for (const ManyRequest& r : reqs) impl_->budget_->Give(r.slot);
     if (grants.status().code() == ErrorCode::kTimeout) ++ch->timeouts;
@@ -335,30 +335,33 @@ Status Client::ReleaseMany(std::span<LockHandle> handles) {
   const std::shared_ptr<Impl> impl = impl_;
   auto ch = impl->Channel(Clock::now());
   std::vector<LockHandle::State*> batch;
-  std::vector<std::unique_lock<std::mutex>> locks;
+  sdk::HeldStates locks;  // batch's mutexes, held until their states are set
   Status first;
   auto note = [&](const Status& st) {
     if (first.ok() && !st.ok()) first = st;
   };
   for (LockHandle& h : handles) {
     if (!h.state_) continue;
-    std::unique_lock lk(h.state_->mu);
+    locks.Lock(h.state_.get());
+    h.state_->mu.AssertHeld();
     if (ch.ok() && h.state_->state == LockState::kHeld && h.state_->session == (*ch)->session) {
       batch.push_back(h.state_.get());
-      locks.push_back(std::move(lk));
       continue;
     }
-    lk.unlock();
+    locks.UnlockLast();
     note(h.Release());  // not batchable: says why (released, lost, other session)
   }
   if (batch.empty()) return first;
   ThreadChannel& c = **ch;
   std::vector<Grant> grants;
   grants.reserve(batch.size());
-  for (auto* s : batch) grants.push_back(s->grant);
+  for (auto* s : batch) {
+    s->mu.AssertHeld();  // in `locks`
+    grants.push_back(s->grant);
+  }
   std::vector<Status> res;
   {
-    std::lock_guard clk(c.mu);
+    MutexLock clk(&c.mu);
     if (Status st = c.Reap(); !st.ok()) {
       res.assign(batch.size(), st);
     } else {
@@ -367,6 +370,7 @@ Status Client::ReleaseMany(std::span<LockHandle> handles) {
   }
   Status conn;
   for (size_t i = 0; i < batch.size(); ++i) {
+    batch[i]->mu.AssertHeld();  // in `locks`
     if (res[i].ok()) {
       batch[i]->SetState(LockState::kReleased);
       ++c.releases;
@@ -378,7 +382,7 @@ Status Client::ReleaseMany(std::span<LockHandle> handles) {
     }
     note(res[i]);
   }
-  locks.clear();
+  locks.UnlockAll();
   if (!conn.ok()) impl->OnSessionError(c.session->gen, conn);
   return first;
 }
@@ -388,7 +392,7 @@ Status Client::Flush() {
   if (!ch.ok()) return ch.status();
   Status st;
   {
-    std::lock_guard clk((*ch)->mu);
+    MutexLock clk(&(*ch)->mu);
     st = (*ch)->Reap();
   }
   if (!st.ok()) impl_->OnSessionError((*ch)->session->gen, st);

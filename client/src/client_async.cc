@@ -14,7 +14,7 @@ using sdk::ThreadChannel;
 
 Status Client::Impl::Submit(AsyncRequest req) {
   {
-    std::lock_guard lk(async_mu_);
+    MutexLock lk(&async_mu_);
     if (async_stop_) return Error(ErrorCode::kConnection, "client closed");
     if (!pump_.joinable()) {
       // As the keeper's, these threads hold the Impl while they run (see Start).
@@ -27,7 +27,7 @@ Status Client::Impl::Submit(AsyncRequest req) {
     async_q_.push_back(std::move(req));
     // Under the lock: once it is released, the request's callback may run and destroy the
     // client, this Impl (and its condition variable) with it, before this thread goes on.
-    async_cv_.notify_one();
+    async_cv_.Signal();
   }
   return Status::Ok();
 }
@@ -38,8 +38,11 @@ void Client::Impl::PumpLoop() {
   for (;;) {
     std::vector<AsyncRequest> batch;
     {
-      std::unique_lock lk(async_mu_);
-      async_cv_.wait(lk, [&] { return async_stop_ || !async_q_.empty(); });
+      MutexLock lk(&async_mu_);
+      async_cv_.Wait(lk, [&] {
+        async_mu_.AssertHeld();
+        return async_stop_ || !async_q_.empty();
+      });
       if (async_stop_) return;
       while (!async_q_.empty() && batch.size() < kAsyncBatch) {
         batch.push_back(std::move(async_q_.front()));
@@ -62,7 +65,7 @@ void Client::Impl::PumpLoop() {
     }
     Result<std::vector<Issued>> issued = Error(ErrorCode::kInternal, "not issued");
     {
-      std::lock_guard clk(ch.mu);
+      MutexLock clk(&ch.mu);
       Status st = ch.Reap();
       if (st.ok()) {
         issued = sess.engine->IssueMany(
@@ -95,10 +98,10 @@ void Client::Impl::PumpLoop() {
     }
     if (!waits.empty()) {
       {
-        std::lock_guard lk(async_mu_);
+        MutexLock lk(&async_mu_);
         for (auto& w : waits) wait_q_.push_back(std::move(w));
       }
-      wait_cv_.notify_all();
+      wait_cv_.SignalAll();
     }
   }
 }
@@ -108,8 +111,11 @@ void Client::Impl::WaiterLoop() {
   for (;;) {
     AsyncWait w;
     {
-      std::unique_lock lk(async_mu_);
-      wait_cv_.wait(lk, [&] { return async_stop_ || !wait_q_.empty(); });
+      MutexLock lk(&async_mu_);
+      wait_cv_.Wait(lk, [&] {
+        async_mu_.AssertHeld();
+        return async_stop_ || !wait_q_.empty();
+      });
       if (async_stop_ && wait_q_.empty()) return;
       w = std::move(wait_q_.front());
       wait_q_.pop_front();
@@ -127,7 +133,7 @@ void Client::Impl::WaiterLoop() {
     ao.want_token = w.req.options.fencing_token && w.req.mode == Mode::kExclusive;
     Result<Grant> g = Error(ErrorCode::kInternal, "not acquired");
     {
-      std::lock_guard clk(ch.mu);
+      MutexLock clk(&ch.mu);
       Status st = ch.Reap();
       if (!st.ok()) {
         g = st;
@@ -165,26 +171,27 @@ void Client::Impl::WaiterLoop() {
 void Client::Impl::StopAsync(std::thread::id me) {
   std::vector<std::thread::id> ids;
   {
-    std::lock_guard lk(async_mu_);
+    MutexLock lk(&async_mu_);
     async_stop_ = true;
     ids = waiter_ids_;
   }
-  async_cv_.notify_all();
-  wait_cv_.notify_all();
+  async_cv_.SignalAll();
+  wait_cv_.SignalAll();
   JoinOrDetach(pump_, me);
   std::vector<std::shared_ptr<ThreadChannel>> chans;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     for (auto id : ids) {
       if (auto it = channels_.find(id); it != channels_.end()) chans.push_back(it->second);
     }
   }
   for (auto& ch : chans) {
-    std::unique_lock clk(ch->mu, std::try_to_lock);
-    if (clk.owns_lock()) (void)ch->Reap();
+    if (!ch->mu.TryLock()) continue;
+    (void)ch->Reap();
+    ch->mu.Unlock();
   }
   {
-    std::lock_guard lk(async_mu_);
+    MutexLock lk(&async_mu_);
     for (auto& w : wait_q_) async_q_.push_back(std::move(w.req));
     wait_q_.clear();
   }
@@ -192,7 +199,7 @@ void Client::Impl::StopAsync(std::thread::id me) {
   for (auto& t : waiters_) JoinOrDetach(t, me);
   std::deque<AsyncRequest> left;
   {
-    std::lock_guard lk(async_mu_);
+    MutexLock lk(&async_mu_);
     left.swap(async_q_);
   }
   for (auto& r : left) r.done(Error(ErrorCode::kConnection, "client closed"));

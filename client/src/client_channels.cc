@@ -58,26 +58,26 @@ void Client::Impl::Start() {
 void Client::Impl::Close() {
   const auto me = std::this_thread::get_id();
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     if (closed_) return;
     closed_ = true;
   }
   StopAsync(me);
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   JoinOrDetach(reaper_, me);
   JoinOrDetach(keeper_, me);
   std::vector<std::shared_ptr<ThreadChannel>> chans;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     for (auto& [tid, ch] : channels_) chans.push_back(ch);
   }
   // Posted releases first, so that what this client released is released at lockd.
   for (auto& ch : chans) {
-    std::lock_guard lk(ch->mu);
+    MutexLock lk(&ch->mu);
     (void)ch->Reap();
   }
   // The session ends with the client: locks still held are lost from here on, then the
@@ -95,12 +95,12 @@ Status Client::Impl::InheritedError() {
 }
 
 std::shared_ptr<const sdk::Session> Client::Impl::latest_session() const {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   return latest_;
 }
 
 std::shared_ptr<const sdk::Session> Client::Impl::session() const {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   return session_;
 }
 
@@ -120,10 +120,10 @@ Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline) {
   const auto tid = std::this_thread::get_id();
   std::shared_ptr<const Session> sess;
   {
-    std::unique_lock lk(mu_);
+    MutexLock lk(&mu_);
     const auto limit = std::min(deadline, Clock::now() + opts_.connect_timeout);
     while (session_ == nullptr && !stopping_ && opts_.reconnect) {
-      if (cv_.wait_until(lk, limit) == std::cv_status::timeout) break;
+      if (cv_.WaitUntil(lk, limit) == std::cv_status::timeout) break;
     }
     if (stopping_) return Error(ErrorCode::kConnection, "client closed");
     if (session_ == nullptr) {
@@ -166,7 +166,7 @@ Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline) {
   auto ch = std::make_shared<ThreadChannel>();
   ch->session = sess;
   ch->mem = std::move(mem).value();
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   if (session_ != sess) return Error(ErrorCode::kConnection, "session with lockd ended");
   channels_[tid] = ch;
   cache = {this, nonce_, sess->gen, ch};
@@ -180,7 +180,7 @@ void Client::Impl::OnSessionError(uint64_t gen, const Status& st) {
   }
   std::vector<std::shared_ptr<ThreadChannel>> old;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     if (session_ == nullptr || session_->gen != gen) return;  // already handled
     session_ = nullptr;
     gen_.store(0, std::memory_order_release);
@@ -190,7 +190,7 @@ void Client::Impl::OnSessionError(uint64_t gen, const Status& st) {
     channels_.clear();
     ++sessions_lost_;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   // Locks first, then connections: when lockd sees them close it may free those locks at once.
   (void)EndLeases(
       Error(ErrorCode::kLockLost, "session with lockd ended (" + st.message() + "); lock lost"));
@@ -202,7 +202,7 @@ void Client::Impl::OnSessionError(uint64_t gen, const Status& st) {
 // handle, and lockd frees the grant once the connections close) is not tracked and returns
 // false; the caller reports the grant lost (issue 16, finding 1).
 bool Client::Impl::Track(const std::shared_ptr<LockHandle::State>& s) {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   if (stopping_ || session_ != s->session) return false;
   handles_.push_back(s);
   return true;
@@ -246,7 +246,7 @@ std::shared_ptr<const sdk::Session> Client::Impl::MakeSession(const Connection& 
 size_t Client::Impl::EndLeases(const Status& why) {
   std::vector<std::shared_ptr<LockHandle::State>> all;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     for (auto& w : handles_) {
       if (auto s = w.lock()) all.push_back(s);
     }
@@ -257,7 +257,7 @@ size_t Client::Impl::EndLeases(const Status& why) {
   size_t n = 0;
   std::vector<std::function<void(const Status&)>> notify;
   for (auto& s : all) {
-    std::lock_guard lk(s->mu);
+    MutexLock lk(&s->mu);
     if (s->state != LockState::kHeld) continue;
     s->SetState(LockState::kLost);
     ++n;
@@ -286,13 +286,16 @@ LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, bool auto
   auto state = std::make_shared<LockHandle::State>();
   state->client = weak_from_this();  // expired while the client closes: no throw
   state->session = ch.session;
-  state->grant = g;
   state->budget = budget_;  // the caller took this grant's unit
+  // Not shared yet, but Track publishes it to the keeper: its mutex is taken as any user does.
+  MutexLock lk(&state->mu);
+  state->grant = g;
   state->auto_renew = auto_renew;
   if (!Track(state)) {
     state->SetState(LockState::kLost);  // the session ended while the grant was made
     state->lost_reported = true;
   }
+  lk.Unlock();
   return LockHandle(std::move(state));
 }
 

@@ -26,12 +26,10 @@
 #include <array>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -40,6 +38,8 @@
 #include <vector>
 
 #include "client/src/entry_pool.h"
+#include "common/sync/mutex.h"
+#include "common/sync/thread_annotations.h"
 #include "engine/connection.h"
 #include "engine/fork_guard.h"
 #include "engine/lock_engine.h"
@@ -117,20 +117,21 @@ struct ThreadChannel {
   std::unique_ptr<Connection> mem;
   // Held by whoever uses `mem` and `pending`: the owning thread for its calls, the keeper and
   // the reaper when they reap a release the owner posted and left (they only try-lock).
-  std::mutex mu;
-  PendingRelease pending;                 // a release posted without waiting, not reaped yet
+  // `mem` is not GUARDED_BY it: Shutdown() and counters() are for any thread.
+  Mutex mu;
+  PendingRelease pending GUARDED_BY(mu);  // a release posted without waiting, not reaped yet
   std::atomic<int64_t> pending_since{0};  // steady-clock ns when posted; 0: none
   EngineEvents events;
   Counter acquires, releases, timeouts, lost, unrecorded, batches;
   LatencyCounters latency;  // of the grants made on this channel
 
-  // Reaps the posted release, if any. The caller holds `mu`.
-  Status Reap();
+  // Reaps the posted release, if any.
+  Status Reap() REQUIRES(mu);
   // A record entry for a new request from the session's pool; counts requests that go
   // unrecorded because the record is full (when recording is on).
   std::pair<uint64_t, uint32_t> TakeEntry(bool recording);
-  // Notes whether a release is posted now (for the reaper). The caller holds `mu`.
-  void NotePending();
+  // Notes whether a release is posted now (for the reaper).
+  void NotePending() REQUIRES(mu);
   // Adds this channel's counters to `out` (client_stats.cc). Any thread.
   void AddStats(ClientStats* out) const;
 };
@@ -156,7 +157,8 @@ Result<std::unique_ptr<Connection>> VerbsConnect(const ChannelParams& p, uint32_
 // A granted lock, shared by its LockHandle and the client's handle list (renewal, loss reports).
 // Hidden: nested in an exported class, it would be exported too.
 struct [[gnu::visibility("hidden")]] LockHandle::State {
-  ~State() { Settle(); }
+  // The last reference is going: no other thread can hold mu.
+  ~State() NO_THREAD_SAFETY_ANALYSIS { Settle(); }
   // Constant after construction.
   // fork_guard::Generation() when granted: in a forked child the handle is inert (its mutex may
   // have been held by one of the parent's threads, which the child does not have).
@@ -167,24 +169,57 @@ struct [[gnu::visibility("hidden")]] LockHandle::State {
   std::shared_ptr<sdk::SlotBudget> budget;  // the client's; the grant holds one unit until it ends
 
   // Guarded by mu: the owner and the keeper (renewals, losses) both use it.
-  std::mutex mu;
-  Grant grant;
-  LockState state = LockState::kHeld;
-  bool settled = false;  // the budget unit was given back
-  bool auto_renew = true;
-  std::function<void(const Status&)> on_lost;
-  bool lost_reported = false;
+  Mutex mu;
+  Grant grant GUARDED_BY(mu);
+  LockState state GUARDED_BY(mu) = LockState::kHeld;
+  bool settled GUARDED_BY(mu) = false;  // the budget unit was given back
+  bool auto_renew GUARDED_BY(mu) = true;
+  std::function<void(const Status&)> on_lost GUARDED_BY(mu);
+  bool lost_reported GUARDED_BY(mu) = false;
 
-  // Leaves kHeld (the caller holds mu): the grant's budget unit goes back.
-  void SetState(LockState to) {
+  // The grant's ticket: written once, before the handle exists (MakeHandle), never after (a
+  // renewal moves the lease, not the ticket), so it is read without mu (LockHandle::slot, mode).
+  const Ticket& ticket() const NO_THREAD_SAFETY_ANALYSIS { return grant.ticket; }
+  // Leaves kHeld: the grant's budget unit goes back.
+  void SetState(LockState to) REQUIRES(mu) {
     state = to;
     if (to != LockState::kHeld) Settle();
   }
-  void Settle() {
+  void Settle() REQUIRES(mu) {
     if (!settled && budget) budget->Give(grant.ticket.slot);
     settled = true;
   }
 };
+
+namespace sdk {
+
+// The mutexes of several handles held at once (Client::ReleaseMany), in the order taken, released
+// together (or the last one alone). The analysis cannot follow a set of locks: a user of a held
+// state's fields says so with state->mu.AssertHeld().
+class HeldStates {
+ public:
+  HeldStates() = default;
+  HeldStates(const HeldStates&) = delete;
+  HeldStates& operator=(const HeldStates&) = delete;
+  ~HeldStates() { UnlockAll(); }
+  void Lock(LockHandle::State* s) NO_THREAD_SAFETY_ANALYSIS {
+    s->mu.Lock();
+    held_.push_back(s);
+  }
+  void UnlockLast() NO_THREAD_SAFETY_ANALYSIS {
+    held_.back()->mu.Unlock();
+    held_.pop_back();
+  }
+  void UnlockAll() NO_THREAD_SAFETY_ANALYSIS {
+    for (LockHandle::State* s : held_) s->mu.Unlock();
+    held_.clear();
+  }
+
+ private:
+  std::vector<LockHandle::State*> held_;
+};
+
+}  // namespace sdk
 
 // Hidden: nested in an exported class, it would be exported too.
 class [[gnu::visibility("hidden")]] Client::Impl
@@ -208,7 +243,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // async acquire's on the pump or a waiter). That thread cannot be joined from itself: it is
   // detached instead, and finishes what it was doing once the callback returns (its reference
   // keeps the Impl alive; everything it does next sees stopping_). Idempotent.
-  void Close();
+  void Close() EXCLUDES(mu_, async_mu_);
 
   // In a forked child, the client's connections are the parent's and its threads do not exist:
   // every call fails and nothing is torn down (issue 17, finding 11; fork_guard.h).
@@ -217,26 +252,27 @@ class [[gnu::visibility("hidden")]] Client::Impl
 
   const ClientOptions& options() const { return opts_; }
   // The latest session, also while reconnecting (its lock count and lease still describe lockd).
-  std::shared_ptr<const Session> latest_session() const;
+  std::shared_ptr<const Session> latest_session() const EXCLUDES(mu_);
   // The current session; null while reconnecting.
-  std::shared_ptr<const Session> session() const;
+  std::shared_ptr<const Session> session() const EXCLUDES(mu_);
 
   // ---- Channels and sessions (client_channels.cc)
   // This thread's channel in the current session, connected on first use. The fast path reads a
   // thread-local cache. While the client reconnects, waits for the new session until `deadline`.
-  Result<ThreadChannel*> Channel(Clock::time_point deadline = Clock::time_point::max());
+  Result<ThreadChannel*> Channel(Clock::time_point deadline = Clock::time_point::max())
+      EXCLUDES(mu_);
   // A call on `gen`'s session failed. A connection error ends the session: every lock it held is
   // lost, its connections close (so lockd frees what they recorded), and the keeper reconnects.
-  void OnSessionError(uint64_t gen, const Status& st);
+  void OnSessionError(uint64_t gen, const Status& st) EXCLUDES(mu_);
   // Makes a handle for a grant of `ch`'s session (counted, its latency since `started` recorded,
   // and tracked for renewal).
   LockHandle MakeHandle(ThreadChannel & ch, const Grant& g, bool auto_renew,
-                        Clock::time_point started);
+                        Clock::time_point started) EXCLUDES(mu_);
 
   // ---- The reaper (client_reaper.cc)
   // A thread posted a release: make sure the reaper thread ticks fast enough to reap it if the
   // thread makes no further call.
-  void ReleasePosted();
+  void ReleasePosted() EXCLUDES(mu_);
 
   // ---- Asynchronous acquires (client_async.cc; Client::LockSlotAsync)
   struct AsyncRequest {
@@ -247,10 +283,10 @@ class [[gnu::visibility("hidden")]] Client::Impl
     Client::LockCallback done;
     Clock::time_point submitted = Clock::now();  // where its latency starts
   };
-  Status Submit(AsyncRequest req);
+  Status Submit(AsyncRequest req) EXCLUDES(async_mu_);
 
   // ---- Stats (client_stats.cc)
-  ClientStats Stats() const;
+  ClientStats Stats() const EXCLUDES(mu_);
 
   // ---- Test hooks (ClientTestPeer)
   // Runs the test hook at a named point (client_test_peer.h lists them).
@@ -273,37 +309,42 @@ class [[gnu::visibility("hidden")]] Client::Impl
   static constexpr std::chrono::milliseconds kReapTick{1};
 
   // client_channels.cc
-  std::shared_ptr<const Session> MakeSession(const Connection& first,
-                                             std::chrono::nanoseconds liveness,
-                                             const std::string& server, uint16_t port);
+  std::shared_ptr<const Session> MakeSession(
+      const Connection& first, std::chrono::nanoseconds liveness, const std::string& server,
+      uint16_t port) REQUIRES(mu_);
   // Tracks a new grant's handle for renewal and loss reports, atomically with the session's end
   // (see the definition).
-  bool Track(const std::shared_ptr<LockHandle::State>& s);
+  bool Track(const std::shared_ptr<LockHandle::State>& s) EXCLUDES(mu_);
   // Marks every held lock lost and calls the loss callbacks. Returns how many.
-  size_t EndLeases(const Status& why);
+  size_t EndLeases(const Status& why) EXCLUDES(mu_);
   static void JoinOrDetach(std::thread & t, std::thread::id me);
 
   // client_reaper.cc
-  void Abandon(uint64_t gen, const Ticket& t);
+  void Abandon(uint64_t gen, const Ticket& t) EXCLUDES(mu_);
   void GiveAll(std::vector<ReapState> * pending);
-  void ReaperLoop();
-  void ReapLeftReleases();
+  void ReaperLoop() EXCLUDES(mu_);
+  void ReapLeftReleases() EXCLUDES(mu_);
 
   // client_keeper.cc
-  void KeeperLoop();
-  bool Reconnect(std::chrono::milliseconds * backoff);
-  void RenewDue(ThreadChannel & c, std::chrono::nanoseconds lease);
+  void KeeperLoop() EXCLUDES(mu_);
+  bool Reconnect(std::chrono::milliseconds * backoff) EXCLUDES(mu_);
+  void RenewDue(ThreadChannel & c, std::chrono::nanoseconds lease) EXCLUDES(mu_, c.mu);
+  // One tracked grant's turn in RenewDue: renews it if due, or finds it lost (*notify: the
+  // callback to run once s.mu is released). True if a renewal failed (*st says why).
+  bool RenewOne(ThreadChannel & c, LockHandle::State & s, std::chrono::nanoseconds lease,
+                Status * st, std::function<void(const Status&)> * notify) REQUIRES(s.mu)
+      EXCLUDES(mu_, c.mu);
   std::chrono::nanoseconds SmallJitter(std::chrono::milliseconds d);
   std::chrono::nanoseconds Jittered(std::chrono::milliseconds d);
 
   // client_async.cc
-  void PumpLoop();
-  void WaiterLoop();
+  void PumpLoop() EXCLUDES(async_mu_);
+  void WaiterLoop() EXCLUDES(async_mu_);
   // `me`: the closing thread (if it is the pump or a waiter, it is detached, not joined).
-  void StopAsync(std::thread::id me);
+  void StopAsync(std::thread::id me) EXCLUDES(mu_, async_mu_);
 
-  // client_stats.cc: the caller holds mu_.
-  ClientStats StatsLocked() const;
+  // client_stats.cc
+  ClientStats StatsLocked() const REQUIRES(mu_);
 
   // ---- Constant after construction
   const ClientOptions opts_;
@@ -325,35 +366,38 @@ class [[gnu::visibility("hidden")]] Client::Impl
   int idle_reap_ticks_ = 0;
 
   // ---- Guarded by mu_
-  mutable std::mutex mu_;
-  std::condition_variable cv_;  // session_, stopping_, the reaper's work
-  bool closed_ = false;         // Close() has begun
-  bool stopping_ = false;
-  bool wake_reaper_ = false;
-  uint64_t last_gen_ = 0;
-  std::shared_ptr<const Session> session_;  // null while reconnecting
-  std::shared_ptr<const Session> latest_;   // never null
-  std::string last_error_;
-  std::unordered_map<std::thread::id, std::shared_ptr<ThreadChannel>> channels_;
-  ClientStats retired_;  // counters of the connections of ended sessions
-  std::deque<std::pair<uint64_t, Ticket>> abandoned_;  // (session gen, ticket)
-  std::vector<std::weak_ptr<LockHandle::State>> handles_;
-  uint64_t sessions_lost_ = 0, reconnects_ = 0;
+  mutable Mutex mu_;
+  CondVar cv_;                           // session_, stopping_, the reaper's work
+  bool closed_ GUARDED_BY(mu_) = false;  // Close() has begun
+  bool stopping_ GUARDED_BY(mu_) = false;
+  bool wake_reaper_ GUARDED_BY(mu_) = false;
+  uint64_t last_gen_ GUARDED_BY(mu_) = 0;
+  std::shared_ptr<const Session> session_ GUARDED_BY(mu_);  // null while reconnecting
+  std::shared_ptr<const Session> latest_ GUARDED_BY(mu_);   // never null
+  std::string last_error_ GUARDED_BY(mu_);
+  std::unordered_map<std::thread::id, std::shared_ptr<ThreadChannel>> channels_ GUARDED_BY(mu_);
+  ClientStats retired_ GUARDED_BY(mu_);  // counters of the connections of ended sessions
+  std::deque<std::pair<uint64_t, Ticket>> abandoned_ GUARDED_BY(mu_);  // (session gen, ticket)
+  std::vector<std::weak_ptr<LockHandle::State>> handles_ GUARDED_BY(mu_);
+  uint64_t sessions_lost_ GUARDED_BY(mu_) = 0;
+  uint64_t reconnects_ GUARDED_BY(mu_) = 0;
 
   // ---- Started by Start, joined (or detached) by Close
   std::thread reaper_;
   std::thread keeper_;
 
   // ---- Guarded by async_mu_
-  std::mutex async_mu_;
-  std::condition_variable async_cv_;  // the pump waits on it
-  std::condition_variable wait_cv_;   // the waiters wait on it
-  bool async_stop_ = false;
-  std::deque<AsyncRequest> async_q_;
-  std::deque<AsyncWait> wait_q_;
-  std::thread pump_;  // started by the first Submit, joined by StopAsync
+  Mutex async_mu_;
+  CondVar async_cv_;  // the pump waits on it
+  CondVar wait_cv_;   // the waiters wait on it
+  bool async_stop_ GUARDED_BY(async_mu_) = false;
+  std::deque<AsyncRequest> async_q_ GUARDED_BY(async_mu_);
+  std::deque<AsyncWait> wait_q_ GUARDED_BY(async_mu_);
+  std::vector<std::thread::id> waiter_ids_ GUARDED_BY(async_mu_);
+  // Started by the first Submit (under async_mu_), joined by StopAsync once async_stop_ is set
+  // (no Submit starts them any more).
+  std::thread pump_;
   std::vector<std::thread> waiters_;
-  std::vector<std::thread::id> waiter_ids_;
 };
 
 // Client::Resolver (private to Client): where lockd is now, asked before every (re)connection.

@@ -14,10 +14,10 @@ using sdk::ThreadChannel;
 Result<ServerInfo> Client::Info() {
   RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel());
   std::vector<uint8_t> page(proto::InfoPage::kEncodedSize);
-  std::unique_lock clk(ch->mu);
+  MutexLock clk(&ch->mu);
   Status rs = ch->Reap();
   if (rs.ok()) rs = ch->mem->ReadBytes(RegionId::kInfo, 0, page);
-  clk.unlock();
+  clk.Unlock();
   if (Status st = rs; !st.ok()) {
     impl_->OnSessionError(ch->session->gen, st);
     return st;
@@ -81,10 +81,10 @@ Result<std::vector<SlotState>> Client::InspectRange(uint64_t first, uint64_t cou
                      ") are out of range (lock_count " + std::to_string(n) + ")");
   }
   std::vector<uint8_t> bytes(count * proto::kSlotSize);
-  std::unique_lock clk(ch->mu);
+  MutexLock clk(&ch->mu);
   Status rs = ch->Reap();
   if (rs.ok()) rs = ch->mem->ReadBytes(RegionId::kLocks, proto::SlotOffset(first), bytes);
-  clk.unlock();
+  clk.Unlock();
   if (!rs.ok()) {
     impl_->OnSessionError(ch->session->gen, rs);
     return rs;
@@ -108,12 +108,12 @@ Result<std::vector<SessionInfo>> Client::Sessions() {
   }
   std::vector<uint8_t> table(r.sessions.length);
   std::vector<uint8_t> page(proto::InfoPage::kEncodedSize);
-  std::unique_lock clk(ch->mu);
+  MutexLock clk(&ch->mu);
   Status st = ch->Reap();
   if (st.ok()) st = ch->mem->ReadBytes(RegionId::kSessions, 0, table);
   if (st.ok()) st = ch->mem->ReadBytes(RegionId::kInfo, 0, page);
   if (!st.ok()) {
-    clk.unlock();
+    clk.Unlock();
     impl_->OnSessionError(ch->session->gen, st);
     return st;
   }
@@ -150,7 +150,7 @@ Result<std::vector<SessionInfo>> Client::Sessions() {
         if (it == words.end()) {
           RemoteOp rd = RemoteOp::Read(RegionId::kLocks, proto::SlotOffset(entry.slot), 8);
           if (Status rs = ch->mem->Execute(rd); !rs.ok()) {
-            clk.unlock();
+            clk.Unlock();
             impl_->OnSessionError(ch->session->gen, rs);
             return rs;
           }

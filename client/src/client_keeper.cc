@@ -57,8 +57,11 @@ void Client::Impl::KeeperLoop() {
     // 250 ms) so that its clients do not all arrive at once; never earlier. Else back off.
     if (!sess) tick = told_retry ? backoff + SmallJitter(backoff) : Jittered(backoff);
     {
-      std::unique_lock lk(mu_);
-      cv_.wait_for(lk, tick, [&] { return stopping_; });
+      MutexLock lk(&mu_);
+      cv_.WaitFor(lk, tick, [&] {
+        mu_.AssertHeld();
+        return stopping_;
+      });
       if (stopping_) return;
     }
     if (!sess) {
@@ -81,7 +84,7 @@ void Client::Impl::KeeperLoop() {
     if (Clock::now() < next_beat && Clock::now() < next_renew_check) continue;
     Status st;
     {
-      std::lock_guard clk(c.mu);
+      MutexLock clk(&c.mu);
       st = c.mem->CheckConnection();
       if (st.ok()) st = c.Reap();
       if (st.ok() && Clock::now() >= next_beat) {
@@ -142,7 +145,7 @@ bool Client::Impl::Reconnect(std::chrono::milliseconds* backoff) {
   if (resolve_) {
     auto where = resolve_();
     if (!where.ok()) {
-      std::lock_guard lk(mu_);
+      MutexLock lk(&mu_);
       last_error_ = where.status().message();
       return false;
     }
@@ -156,7 +159,7 @@ bool Client::Impl::Reconnect(std::chrono::milliseconds* backoff) {
   Result<std::chrono::nanoseconds> liveness = mem.status();
   if (mem.ok()) liveness = ReadLiveness(**mem);
   if (!liveness.ok()) {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     last_error_ = liveness.status().message();
     // lockd's restart grace or rate limit says when it will take us: come back then (the
     // caller jitters).
@@ -166,7 +169,7 @@ bool Client::Impl::Reconnect(std::chrono::milliseconds* backoff) {
   auto ch = std::make_shared<ThreadChannel>();
   ch->mem = std::move(mem).value();
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     if (stopping_) return false;
     ch->session = MakeSession(*ch->mem, *liveness, server, port);
     session_ = ch->session;
@@ -174,14 +177,14 @@ bool Client::Impl::Reconnect(std::chrono::milliseconds* backoff) {
     channels_[std::this_thread::get_id()] = ch;
     ++reconnects_;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   return true;
 }
 
 void Client::Impl::RenewDue(ThreadChannel& c, std::chrono::nanoseconds lease) {
   std::vector<std::shared_ptr<LockHandle::State>> due;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     std::vector<std::weak_ptr<LockHandle::State>> keep;
     for (auto& w : handles_) {
       if (auto s = w.lock()) {
@@ -194,55 +197,57 @@ void Client::Impl::RenewDue(ThreadChannel& c, std::chrono::nanoseconds lease) {
   for (auto& s : due) {
     Status st;
     std::function<void(const Status&)> notify;
-    {
-      // Never wait for a handle its owner is using (a release may wait out retransmissions):
-      // the keeper's heartbeat comes next, and a renewal skipped now is tried next tick (it is
-      // due at a third of the lease, with two thirds to spare).
-      std::unique_lock lk(s->mu, std::try_to_lock);
-      if (!lk.owns_lock()) continue;
-      if (s->state != LockState::kHeld) continue;
-      if (s->session != c.session) continue;  // from an ended session: EndLeases handles it
-      if (!s->auto_renew || !opts_.auto_renew) {
-        // Not renewed here: the lock is lost once its lease runs out, and the owner is told
-        // (issue 16, finding 12).
-        if (!c.session->engine->LeaseValid(s->grant, Clock::now())) {
-          s->SetState(LockState::kLost);
-          if (!s->lost_reported) {
-            s->lost_reported = true;
-            notify = s->on_lost;
-          }
-          st = Error(ErrorCode::kLockLost, "lease ran out without a renewal; lock lost");
-          lk.unlock();
-          if (notify) notify(st);
-        }
-        continue;
-      }
-      if (Clock::now() - s->grant.lease_start < lease / 3) continue;
-      {
-        std::lock_guard clk(c.mu);
-        st = c.session->engine->Renew(*c.mem, s->grant, &c.events);
-      }
-      if (st.ok()) {
-        renewals_.fetch_add(1, std::memory_order_relaxed);
-        continue;
-      }
-      renew_failures_.fetch_add(1, std::memory_order_relaxed);
-      // A failed renewal whose lease is still running may succeed next tick; past the lease
-      // the lock is lost.
-      if (st.code() == ErrorCode::kLockLost ||
-          !c.session->engine->LeaseValid(s->grant, Clock::now())) {
-        s->SetState(LockState::kLost);
-        if (!s->lost_reported) {
-          s->lost_reported = true;
-          notify = s->on_lost;
-        }
-      }
-    }
+    // Never wait for a handle its owner is using (a release may wait out retransmissions):
+    // the keeper's heartbeat comes next, and a renewal skipped now is tried next tick (it is
+    // due at a third of the lease, with two thirds to spare).
+    if (!s->mu.TryLock()) continue;
+    const bool failed = RenewOne(c, *s, lease, &st, &notify);
+    s->mu.Unlock();
     if (notify) notify(st);
+    if (!failed) continue;
     if (st.code() == ErrorCode::kConnection) OnSessionError(c.session->gen, st);
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     if (stopping_) return;  // a callback closed the client
   }
+}
+
+bool Client::Impl::RenewOne(ThreadChannel& c, LockHandle::State& s, std::chrono::nanoseconds lease,
+                            Status* st, std::function<void(const Status&)>* notify) {
+  if (s.state != LockState::kHeld) return false;
+  if (s.session != c.session) return false;  // from an ended session: EndLeases handles it
+  if (!s.auto_renew || !opts_.auto_renew) {
+    // Not renewed here: the lock is lost once its lease runs out, and the owner is told
+    // (issue 16, finding 12).
+    if (!c.session->engine->LeaseValid(s.grant, Clock::now())) {
+      s.SetState(LockState::kLost);
+      if (!s.lost_reported) {
+        s.lost_reported = true;
+        *notify = s.on_lost;
+      }
+      *st = Error(ErrorCode::kLockLost, "lease ran out without a renewal; lock lost");
+    }
+    return false;
+  }
+  if (Clock::now() - s.grant.lease_start < lease / 3) return false;
+  {
+    MutexLock clk(&c.mu);
+    *st = c.session->engine->Renew(*c.mem, s.grant, &c.events);
+  }
+  if (st->ok()) {
+    renewals_.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  renew_failures_.fetch_add(1, std::memory_order_relaxed);
+  // A failed renewal whose lease is still running may succeed next tick; past the lease the
+  // lock is lost.
+  if (st->code() == ErrorCode::kLockLost || !c.session->engine->LeaseValid(s.grant, Clock::now())) {
+    s.SetState(LockState::kLost);
+    if (!s.lost_reported) {
+      s.lost_reported = true;
+      *notify = s.on_lost;
+    }
+  }
+  return true;
 }
 
 }  // namespace rdmalock

@@ -9,12 +9,12 @@ using sdk::ThreadChannel;
 
 void Client::Impl::Abandon(uint64_t gen, const Ticket& t) {
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     if (session_ == nullptr || session_->gen != gen) return;  // the session is gone anyway
     abandoned_.emplace_back(gen, t);
     budget_->Force(t.slot);  // the reaper's until it is done with the ticket
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 void Client::Impl::GiveAll(std::vector<ReapState>* pending) {
@@ -32,14 +32,17 @@ void Client::Impl::ReaperLoop() {
   uint64_t pending_gen = 0;  // the session the pending tickets belong to
   for (;;) {
     {
-      std::unique_lock lk(mu_);
-      const auto wake = [&] { return stopping_ || !abandoned_.empty() || wake_reaper_; };
+      MutexLock lk(&mu_);
+      const auto wake = [&] {
+        mu_.AssertHeld();
+        return stopping_ || !abandoned_.empty() || wake_reaper_;
+      };
       if (!pending.empty()) {
-        cv_.wait_for(lk, std::chrono::microseconds(500), wake);
+        cv_.WaitFor(lk, std::chrono::microseconds(500), wake);
       } else if (reap_fast_.load(std::memory_order_relaxed)) {
-        cv_.wait_for(lk, kReapTick, wake);
+        cv_.WaitFor(lk, kReapTick, wake);
       } else {
-        cv_.wait(lk, wake);
+        cv_.Wait(lk, wake);
       }
       wake_reaper_ = false;
       if (stopping_) return;
@@ -69,7 +72,7 @@ void Client::Impl::ReaperLoop() {
     }
     Status st;
     {
-      std::lock_guard clk(c.mu);
+      MutexLock clk(&c.mu);
       st = c.Reap();
       for (size_t i = 0; st.ok() && i < pending.size();) {
         auto done = c.session->engine->Reap(*c.mem, pending[i], &c.events);
@@ -99,7 +102,7 @@ void Client::Impl::ReapLeftReleases() {
   std::vector<std::shared_ptr<ThreadChannel>> left;
   bool any = false;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     for (auto& [tid, ch] : channels_) {
       const int64_t since = ch->pending_since.load(std::memory_order_relaxed);
       if (since == 0) continue;
@@ -113,12 +116,10 @@ void Client::Impl::ReapLeftReleases() {
     reap_fast_.store(false, std::memory_order_relaxed);  // 20 ms with none: slow down
   }
   for (auto& ch : left) {
-    std::unique_lock clk(ch->mu, std::try_to_lock);
-    if (!clk.owns_lock()) continue;  // its thread is using it, and reaps it itself
-    if (Status st = ch->Reap(); !st.ok()) {
-      clk.unlock();
-      OnSessionError(ch->session->gen, st);
-    }
+    if (!ch->mu.TryLock()) continue;  // its thread is using it, and reaps it itself
+    const Status st = ch->Reap();
+    ch->mu.Unlock();
+    if (!st.ok()) OnSessionError(ch->session->gen, st);
   }
 }
 
@@ -127,11 +128,11 @@ void Client::Impl::ReapLeftReleases() {
 void Client::Impl::ReleasePosted() {
   if (reap_fast_.load(std::memory_order_relaxed)) return;
   {
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     reap_fast_.store(true, std::memory_order_relaxed);
     wake_reaper_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
 }
 
 }  // namespace rdmalock

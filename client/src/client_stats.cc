@@ -87,7 +87,7 @@ void ThreadChannel::AddStats(ClientStats* out) const {
 }  // namespace sdk
 
 ClientStats Client::Impl::Stats() const {
-  std::lock_guard lk(mu_);
+  MutexLock lk(&mu_);
   return StatsLocked();
 }
 

@@ -35,16 +35,16 @@ LockHandle::~LockHandle() {
   if (state_) (void)Release();
 }
 
-uint64_t LockHandle::slot() const { return state_ ? state_->grant.ticket.slot : 0; }
+uint64_t LockHandle::slot() const { return state_ ? state_->ticket().slot : 0; }
 LockMode LockHandle::mode() const {
-  return state_ ? static_cast<LockMode>(state_->grant.ticket.mode) : LockMode::kExclusive;
+  return state_ ? static_cast<LockMode>(state_->ticket().mode) : LockMode::kExclusive;
 }
 // A grant whose lease has run out is lost, whether or not the keeper has noticed yet (it may be
 // stuck, or renewal off): waiters may recover it from then on.
 LockState LockHandle::state() const {
   if (!state_) return LockState::kReleased;
   if (state_->inherited()) return LockState::kLost;  // a forked child holds nothing
-  std::lock_guard lk(state_->mu);
+  MutexLock lk(&state_->mu);
   if (state_->state == LockState::kHeld &&
       !state_->session->engine->LeaseValid(state_->grant, Clock::now())) {
     return LockState::kLost;
@@ -53,12 +53,12 @@ LockState LockHandle::state() const {
 }
 uint64_t LockHandle::fencing_token() const {
   if (!state_ || state_->inherited()) return 0;
-  std::lock_guard lk(state_->mu);
+  MutexLock lk(&state_->mu);
   return state_->grant.token;
 }
 std::chrono::steady_clock::time_point LockHandle::lease_expiry() const {
   if (!state_ || state_->inherited()) return {};
-  std::lock_guard lk(state_->mu);
+  MutexLock lk(&state_->mu);
   const auto end = state_->grant.lease_start + state_->session->engine->params().lease;
   if (const auto* t = state_->session->engine->params().trusted_until; t != nullptr) {
     // A cluster-mode lockd not seen alive: no lease lasts past that (issue 16, finding 4).
@@ -70,7 +70,7 @@ std::chrono::steady_clock::time_point LockHandle::lease_expiry() const {
 
 void LockHandle::OnLost(std::function<void(const Status&)> callback) {
   if (!state_ || state_->inherited()) return;
-  std::lock_guard lk(state_->mu);
+  MutexLock lk(&state_->mu);
   state_->on_lost = std::move(callback);
 }
 
@@ -94,7 +94,7 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
   Result<ThreadChannel*> ch = impl
                                   ? impl->Channel(Clock::now())
                                   : Result<ThreadChannel*>(Error(ErrorCode::kConnection, "closed"));
-  std::lock_guard lk(state_->mu);
+  MutexLock lk(&state_->mu);
   if (state_->state == LockState::kReleased) {
     return Error(ErrorCode::kNotHeld, "lock already released");
   }
@@ -112,7 +112,7 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
   Status st = ch.status();
   if (ch.ok()) {
     ThreadChannel& c = **ch;
-    std::lock_guard clk(c.mu);
+    MutexLock clk(&c.mu);
     // Posted, not waited for, unless waiters were seen queued behind: the CAS's completion is
     // reaped by this thread's next call, or by the reaper thread (ReapLeftReleases). Only the
     // checks before posting can fail here.
@@ -151,7 +151,7 @@ Status LockHandle::Renew() {
   // and ending it takes this handle's mutex).
   auto chr = impl->Channel(Clock::now());
   {
-    std::lock_guard lk(state_->mu);
+    MutexLock lk(&state_->mu);
     if (state_->state != LockState::kHeld) return Error(ErrorCode::kNotHeld, "lock is not held");
     RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, std::move(chr));
     if (ch->session != state_->session) {
@@ -159,7 +159,7 @@ Status LockHandle::Renew() {
       return Error(ErrorCode::kLockLost, "session with lockd ended; lock lost");
     }
     {
-      std::lock_guard clk(ch->mu);
+      MutexLock clk(&ch->mu);
       st = ch->Reap();
       if (st.ok()) st = state_->session->engine->Renew(*ch->mem, state_->grant, &ch->events);
     }
