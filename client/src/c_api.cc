@@ -9,12 +9,13 @@
 #include <exception>
 #include <iterator>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <string>
 #include <thread>
 #include <utility>
 
+#include "common/sync/mutex.h"
+#include "common/sync/thread_annotations.h"
 #include "engine/fork_guard.h"
 #include "rdmalock/client.h"
 #include "rdmalock/rdmalock.h"
@@ -25,6 +26,8 @@
 #endif
 
 using rdmalock::ErrorCode;
+using rdmalock::Mutex;
+using rdmalock::MutexLock;
 using rdmalock::Status;
 
 // The codes are rdmalock::ErrorCode's values, one for one.
@@ -53,13 +56,13 @@ static_assert(RDMALOCK_LOST == static_cast<int>(rdmalock::LockState::kLost));
 // rdmalock_lock_free clears `fn` under `mu`, so no callback runs once it has returned. A callback
 // that frees its own lock runs with `mu` held on its own thread; `caller` lets the free see that.
 struct LostGate {
-  std::mutex mu;
-  rdmalock_lost_fn fn = nullptr;
-  void* user_data = nullptr;
+  Mutex mu;
+  rdmalock_lost_fn fn GUARDED_BY(mu) = nullptr;
+  void* user_data GUARDED_BY(mu) = nullptr;
   std::atomic<std::thread::id> caller{};
 
-  void Call(const Status& why) {
-    std::lock_guard lk(mu);
+  void Call(const Status& why) EXCLUDES(mu) {
+    MutexLock lk(&mu);
     if (fn == nullptr) return;
     caller.store(std::this_thread::get_id());
     fn(static_cast<rdmalock_status_t>(why.code()), why.message().c_str(), user_data);
@@ -67,11 +70,12 @@ struct LostGate {
   }
   void Set(rdmalock_lost_fn f, void* data) {
     if (caller.load() == std::this_thread::get_id()) {  // from inside the callback: mu is ours
+      mu.AssertHeld();
       fn = f;
       user_data = data;
       return;
     }
-    std::lock_guard lk(mu);
+    MutexLock lk(&mu);
     fn = f;
     user_data = data;
   }

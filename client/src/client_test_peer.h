@@ -1,8 +1,8 @@
 // Seams into a Client for tests that reach the SDK's session logic (issue 16). Not installed,
 // not part of the API, and not exported from librdmalock.so: the tests link the SDK statically
-// (rdmalock_sdk_testing) to pause or fail a client at a named point, or to run it over the
+// (rdmalock_sdk_testing) to pause or fail a client at a named test hook, or to run it over the
 // in-process backend.
-// Thread-safety: set the fault point before the client is used from other threads.
+// Thread-safety: set the test hook before the client is used from other threads.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +18,14 @@ namespace rdmalock {
 
 class ClientTestPeer {
  public:
-  // Named points the SDK calls `fn` at, on the thread that passes them:
+  // Test hooks: named points the SDK calls `fn` at (Client::Impl::TestHook), on the thread that
+  // passes them:
   //   "granted": an acquire (Lock, LockMany, async) was granted; its handle is not made yet.
-  static void SetFaultPoint(Client& c, std::function<void(std::string_view point)> fn);
+  static void SetTestHook(Client& c, std::function<void(std::string_view point)> fn);
+  // The former name of SetTestHook, kept while tests/rdma still calls it.
+  static void SetFaultPoint(Client& c, std::function<void(std::string_view point)> fn) {
+    SetTestHook(c, std::move(fn));
+  }
   // Ends the current session as a connection error found by any thread would.
   static void FailSession(Client& c, const std::string& why);
   // A client whose every connection is made by `connector` (a test lockd over the in-process

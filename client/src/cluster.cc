@@ -5,15 +5,15 @@
 #include <cctype>
 #include <charconv>
 #include <chrono>
-#include <condition_variable>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
 
 #include "client/src/cluster_test_peer.h"
 #include "common/etcd/etcd.h"
+#include "common/sync/mutex.h"
+#include "common/sync/thread_annotations.h"
 
 namespace rdmalock {
 namespace {
@@ -162,10 +162,10 @@ class ClusterClient::Impl {
     // the others wait on `connected` (each until its own deadline). A condition variable rather
     // than a timed_mutex: TSan (GCC 12) does not see pthread_mutex_clocklock, which
     // timed_mutex::try_lock_until uses, and reported its unlock as of an unlocked mutex.
-    std::mutex connect_mu;
-    std::condition_variable connected;
-    bool connecting = false;         // guarded by connect_mu
-    std::unique_ptr<Client> client;  // set once, under connect_mu
+    Mutex connect_mu;
+    CondVar connected;
+    bool connecting GUARDED_BY(connect_mu) = false;
+    std::unique_ptr<Client> client GUARDED_BY(connect_mu);  // set once
     std::atomic<Client*> ready{nullptr};
   };
 
@@ -182,10 +182,10 @@ class ClusterClient::Impl {
   }
   ~Impl() {
     {
-      std::lock_guard lk(mu_);
+      MutexLock lk(&mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     if (refresher_.joinable()) refresher_.join();
   }
   Impl(const Impl&) = delete;
@@ -198,8 +198,8 @@ class ClusterClient::Impl {
     return Client::Connect(o);
   }
 
-  std::shared_ptr<const MapView> view() const {
-    std::lock_guard lk(mu_);
+  std::shared_ptr<const MapView> view() const EXCLUDES(mu_) {
+    MutexLock lk(&mu_);
     return view_;
   }
 
@@ -214,11 +214,11 @@ class ClusterClient::Impl {
     }
     ShardSession& s = *v.sessions[i];
     if (Client* c = s.ready.load(std::memory_order_acquire); c != nullptr) return c;
-    std::unique_lock lk(s.connect_mu);
+    MutexLock lk(&s.connect_mu);
     while (s.connecting) {
       if (deadline == std::chrono::steady_clock::time_point::max()) {
-        s.connected.wait(lk);
-      } else if (s.connected.wait_until(lk, deadline) == std::cv_status::timeout && s.connecting) {
+        s.connected.Wait(lk);
+      } else if (s.connected.WaitUntil(lk, deadline) == std::cv_status::timeout && s.connecting) {
         return Error(ErrorCode::kTimeout,
                      "shard '" + s.name +
                          "' is being connected by another thread of this client, and this "
@@ -227,7 +227,7 @@ class ClusterClient::Impl {
     }
     if (s.client != nullptr) return s.client.get();
     s.connecting = true;
-    lk.unlock();
+    lk.Unlock();
     ClientOptions o = options;
     o.server = v.map.shards[i].server;
     o.port = v.map.shards[i].port;
@@ -238,9 +238,9 @@ class ClusterClient::Impl {
       };
     }
     auto c = connect(o, std::move(resolve));
-    lk.lock();
+    lk.Lock();
     s.connecting = false;
-    s.connected.notify_all();
+    s.connected.SignalAll();
     if (!c.ok()) {
       return Error(c.status().code(), "shard '" + s.name + "': " + c.status().message());
     }
@@ -263,14 +263,14 @@ class ClusterClient::Impl {
 
  private:
   // A view of `m`, reusing the sessions of shards already known by name. Takes mu_.
-  std::shared_ptr<const MapView> MakeView(const ClusterMap& m, int64_t revision) {
+  std::shared_ptr<const MapView> MakeView(const ClusterMap& m, int64_t revision) EXCLUDES(mu_) {
     auto v = std::make_shared<MapView>();
     v->map = m;
     v->revision = revision;
     for (size_t i = 0; i < m.shards.size(); ++i) v->order.push_back(i);
     std::sort(v->order.begin(), v->order.end(),
               [&m](size_t a, size_t b) { return m.shards[a].name < m.shards[b].name; });
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     for (const ShardSpec& spec : m.shards) {
       auto& s = sessions_[spec.name];
       if (s == nullptr) s = std::make_shared<ShardSession>(spec.name);
@@ -279,27 +279,32 @@ class ClusterClient::Impl {
     return v;
   }
 
-  void RefreshLoop(std::chrono::milliseconds every) {
-    std::unique_lock lk(mu_);
+  void RefreshLoop(std::chrono::milliseconds every) EXCLUDES(mu_) {
+    MutexLock lk(&mu_);
     for (;;) {
-      if (cv_.wait_for(lk, every, [this] { return stop_; })) return;
+      if (cv_.WaitFor(lk, every, [this] {
+            mu_.AssertHeld();
+            return stop_;
+          })) {
+        return;
+      }
       const int64_t have = view_->revision;
-      lk.unlock();
+      lk.Unlock();
       // A map that cannot be read now (etcd unreachable, the key deleted or garbled) leaves the
       // one in use as it is.
       auto read = ReadMapAt(*etcd, *etcd_cluster, std::min(every, kEtcdTimeout));
       std::shared_ptr<const MapView> fresh;
       if (read.ok() && read->second != have) fresh = MakeView(read->first, read->second);
-      lk.lock();
+      lk.Lock();
       if (fresh != nullptr) view_ = std::move(fresh);
     }
   }
 
-  mutable std::mutex mu_;  // guards view_, sessions_, stop_
-  std::condition_variable cv_;
-  std::shared_ptr<const MapView> view_;
-  std::map<std::string, std::shared_ptr<ShardSession>> sessions_;
-  bool stop_ = false;
+  mutable Mutex mu_;
+  CondVar cv_;  // stop_
+  std::shared_ptr<const MapView> view_ GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<ShardSession>> sessions_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread refresher_;
 };
 

@@ -1,12 +1,14 @@
 // The request entries of one session record, handed out to requests and back (the SDK's side of
-// docs/protocol.md §10). Thread-safe.
+// docs/protocol.md §10). Thread-safe: any of a session's threads takes and gives entries; mu_
+// guards which are free and their seqs.
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <utility>
 #include <vector>
 
+#include "common/sync/mutex.h"
+#include "common/sync/thread_annotations.h"
 #include "rdmalock/proto/layout.h"
 
 namespace rdmalock {
@@ -23,8 +25,8 @@ class EntryPool {
 
   // An entry's offset in the session table and a new seq for this use, or offset 0 when every
   // entry is in use (the request then goes unrecorded).
-  std::pair<uint64_t, uint32_t> Take() {
-    std::lock_guard lk(mu_);
+  std::pair<uint64_t, uint32_t> Take() EXCLUDES(mu_) {
+    MutexLock lk(&mu_);
     if (free_.empty()) return {0, 0};
     const uint32_t i = free_.back();
     free_.pop_back();
@@ -33,18 +35,18 @@ class EntryPool {
   }
 
   // Hands an entry back; offsets outside this record are ignored.
-  void Give(uint64_t entry) {
+  void Give(uint64_t entry) EXCLUDES(mu_) {
     const uint64_t first = base_ + proto::SessionRecord::kEntries;
     if (entry < first || entry >= base_ + proto::kSessionRecordSize) return;
-    std::lock_guard lk(mu_);
+    MutexLock lk(&mu_);
     free_.push_back(static_cast<uint32_t>((entry - first) / proto::SessionRecord::kEntrySize));
   }
 
  private:
   const uint64_t base_;
-  std::mutex mu_;
-  std::vector<uint32_t> seq_;  // the last seq each entry was used with
-  std::vector<uint32_t> free_;
+  Mutex mu_;
+  std::vector<uint32_t> seq_ GUARDED_BY(mu_);  // the last seq each entry was used with
+  std::vector<uint32_t> free_ GUARDED_BY(mu_);
 };
 
 }  // namespace rdmalock

@@ -90,6 +90,26 @@ class FakeLockd {
     EndLocked(id, /*now=*/false);
   }
 
+  // Breaks every connection of session `id` (QP errors the client will see, as a link that went
+  // down would; lockd does not act on them here: the client's Shutdown ends the session).
+  void BreakSession(uint64_t id) {
+    std::lock_guard lk(mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return;
+    for (InProcessMemory* c : it->second.live) c->Break();
+  }
+
+  // The heartbeat word of session `id`'s record (what the client's keeper last wrote), or 0.
+  uint64_t Heartbeat(uint64_t id) {
+    std::lock_guard lk(mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return 0;
+    return table_
+        .session_word(uint64_t{it->second.index} * proto::kSessionRecordSize +
+                      proto::SessionRecord::kHeartbeat)
+        .load();
+  }
+
   // Breaks one connection (a QP error the client will see; lockd does not act on it here).
   void BreakOne(std::mt19937& rng) {
     std::lock_guard lk(mu_);

@@ -1,4 +1,4 @@
-// The SDK itself (client/src/client.cc: sessions, joins, the keeper, the reaper, posted
+// The SDK itself (client/src/client_*.cc: sessions, joins, the keeper, the reaper, posted
 // releases, OnLost, reconnects) over the in-process backend and a test lockd
 // (tests/support/fake_lockd.h), under faults: sessions fenced as a heartbeat fence does,
 // connections broken as a QP error does, sessions ended by the SDK itself, threads that pause
@@ -61,7 +61,7 @@ TEST_CASE("SDK stress: sessions fenced, connections broken, pauses; never two be
   // Widen the SDK's own windows: now and then a grant waits a moment before its handle is made
   // (where a session ending on another thread once left a handle held that lockd freed).
   for (auto& c : clients) {
-    ClientTestPeer::SetFaultPoint(
+    ClientTestPeer::SetTestHook(
         *c, [n = std::make_shared<std::atomic<uint32_t>>(0)](std::string_view point) {
           if (point == "granted" && n->fetch_add(1) % 8 == 0) std::this_thread::sleep_for(3ms);
         });

@@ -1,3 +1,4 @@
+// The cluster map and rendezvous hashing (client/src/shard_map.cc).
 #include <catch2/catch.hpp>
 #include <map>
 #include <string>

@@ -1,0 +1,302 @@
+// Client::Impl's construction and end, each thread's channel, and a session's start and end
+// (client_impl.h says which thread owns what).
+#include <algorithm>
+#include <random>
+
+#include "client/src/client_impl.h"
+
+namespace rdmalock {
+
+using sdk::Session;
+using sdk::ThreadChannel;
+
+namespace sdk {
+
+Status ThreadChannel::Reap() {
+  if (!pending.active) return Status::Ok();
+  Status st = session->engine->FinishRelease(*mem, &pending, &events);
+  pending_since.store(0, std::memory_order_relaxed);
+  if (st.code() == ErrorCode::kLockLost) {
+    ++lost;  // released too late to count: waiters recover it (the holder was done with it)
+    return Status::Ok();
+  }
+  return st;
+}
+
+std::pair<uint64_t, uint32_t> ThreadChannel::TakeEntry(bool recording) {
+  auto e = session->pool->Take();
+  if (e.first == 0 && recording) ++unrecorded;
+  return e;
+}
+
+void ThreadChannel::NotePending() {
+  pending_since.store(pending.active ? Clock::now().time_since_epoch().count() : 0,
+                      std::memory_order_relaxed);
+}
+
+}  // namespace sdk
+
+Client::Impl::Impl(ClientOptions opts, std::unique_ptr<Connection> first,
+                   std::chrono::nanoseconds liveness, Client::Resolver resolve, Connector connector)
+    : opts_(std::move(opts)), resolve_(std::move(resolve)), connector_(std::move(connector)) {
+  std::random_device rd;
+  nonce_ = (uint64_t{rd()} << 32) | rd();
+  rng_.seed(rd());
+  auto ch = std::make_shared<ThreadChannel>();
+  ch->session = MakeSession(*first, liveness, opts_.server, opts_.port);
+  ch->mem = std::move(first);
+  session_ = ch->session;
+  latest_ = session_;
+  channels_[std::this_thread::get_id()] = std::move(ch);
+}
+
+void Client::Impl::Start() {
+  reaper_ = std::thread([self = shared_from_this()] { self->ReaperLoop(); });
+  keeper_ = std::thread([self = shared_from_this()] { self->KeeperLoop(); });
+}
+
+void Client::Impl::Close() {
+  const auto me = std::this_thread::get_id();
+  {
+    MutexLock lk(&mu_);
+    if (closed_) return;
+    closed_ = true;
+  }
+  StopAsync(me);
+  {
+    MutexLock lk(&mu_);
+    stopping_ = true;
+  }
+  cv_.SignalAll();
+  JoinOrDetach(reaper_, me);
+  JoinOrDetach(keeper_, me);
+  std::vector<std::shared_ptr<ThreadChannel>> chans;
+  {
+    MutexLock lk(&mu_);
+    for (auto& [tid, ch] : channels_) chans.push_back(ch);
+  }
+  // Posted releases first, so that what this client released is released at lockd.
+  for (auto& ch : chans) {
+    MutexLock lk(&ch->mu);
+    (void)ch->Reap();
+  }
+  // The session ends with the client: locks still held are lost from here on, then the
+  // connections close (threads' caches may keep the objects a while, disconnected), and lockd
+  // frees what the record shows.
+  (void)EndLeases(Error(ErrorCode::kConnection, "client closed"));
+  for (auto& ch : chans) ch->mem->Shutdown();
+}
+
+Status Client::Impl::InheritedError() {
+  return Error(ErrorCode::kUnsupported,
+               "this client was inherited across fork(): its connections are the parent "
+               "process's, which keeps its session and locks; a child connects a client of its "
+               "own (after exec)");
+}
+
+std::shared_ptr<const sdk::Session> Client::Impl::latest_session() const {
+  MutexLock lk(&mu_);
+  return latest_;
+}
+
+std::shared_ptr<const sdk::Session> Client::Impl::session() const {
+  MutexLock lk(&mu_);
+  return session_;
+}
+
+Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline) {
+  struct Cache {
+    const Impl* impl = nullptr;
+    uint64_t nonce = 0;
+    uint64_t gen = 0;
+    std::shared_ptr<ThreadChannel> ch;  // keeps the channel alive while this thread uses it
+  };
+  thread_local Cache cache;
+  if (inherited()) return InheritedError();  // before any lock: a parent's thread may hold it
+  const uint64_t gen = gen_.load(std::memory_order_acquire);
+  if (cache.impl == this && cache.nonce == nonce_ && cache.gen == gen && gen != 0) {
+    return cache.ch.get();
+  }
+  const auto tid = std::this_thread::get_id();
+  std::shared_ptr<const Session> sess;
+  {
+    MutexLock lk(&mu_);
+    const auto limit = std::min(deadline, Clock::now() + opts_.connect_timeout);
+    while (session_ == nullptr && !stopping_ && opts_.reconnect) {
+      if (cv_.WaitUntil(lk, limit) == std::cv_status::timeout) break;
+    }
+    if (stopping_) return Error(ErrorCode::kConnection, "client closed");
+    if (session_ == nullptr) {
+      return Error(ErrorCode::kConnection,
+                   opts_.reconnect ? "not connected to lockd (reconnecting: " + last_error_ + ")"
+                                   : "session with lockd ended: " + last_error_);
+    }
+    if (auto it = channels_.find(tid); it != channels_.end()) {
+      cache = {this, nonce_, it->second->session->gen, it->second};
+      return it->second.get();
+    }
+    sess = session_;
+  }
+  ChannelParams p{sess->server,        sess->port,       opts_.connect_timeout,
+                  opts_.client_name,   proto::kFlagJoin, sess->reply.session_id,
+                  sess->reply.join_key};
+  p.auth_key = opts_.auth_key;
+  // lockd may refuse a thread's join while the session itself is fine: too many handshakes at
+  // once (retried within the connect timeout) or the session's connection limit (this thread
+  // gets kResource; the session and the other threads go on).
+  const auto join_deadline = std::min(deadline, Clock::now() + opts_.connect_timeout);
+  Result<std::unique_ptr<Connection>> mem = Error(ErrorCode::kInternal, "not connected");
+  for (;;) {
+    uint32_t retry_ms = 0;
+    proto::RejectReason reason = proto::RejectReason::kNone;
+    mem = connector_(p, &retry_ms, &reason);
+    if (mem.ok()) break;
+    if (reason == proto::RejectReason::kTooManyConnections ||
+        reason == proto::RejectReason::kNoResources) {
+      return Error(ErrorCode::kResource, mem.status().message());
+    }
+    if (reason == proto::RejectReason::kBusy &&
+        Clock::now() + std::chrono::milliseconds(retry_ms) < join_deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(retry_ms));
+      continue;
+    }
+    OnSessionError(sess->gen, mem.status());
+    return mem.status();
+  }
+  auto ch = std::make_shared<ThreadChannel>();
+  ch->session = sess;
+  ch->mem = std::move(mem).value();
+  MutexLock lk(&mu_);
+  if (session_ != sess) return Error(ErrorCode::kConnection, "session with lockd ended");
+  channels_[tid] = ch;
+  cache = {this, nonce_, sess->gen, ch};
+  return ch.get();
+}
+
+void Client::Impl::OnSessionError(uint64_t gen, const Status& st) {
+  if (st.code() != ErrorCode::kConnection && st.code() != ErrorCode::kRejected &&
+      st.code() != ErrorCode::kProtocol) {
+    return;
+  }
+  std::vector<std::shared_ptr<ThreadChannel>> old;
+  {
+    MutexLock lk(&mu_);
+    if (session_ == nullptr || session_->gen != gen) return;  // already handled
+    session_ = nullptr;
+    gen_.store(0, std::memory_order_release);
+    last_error_ = st.message();
+    retired_ = StatsLocked();  // keep the counters of the connections that close now
+    for (auto& [tid, ch] : channels_) old.push_back(ch);
+    channels_.clear();
+    ++sessions_lost_;
+  }
+  cv_.SignalAll();
+  // Locks first, then connections: when lockd sees them close it may free those locks at once.
+  (void)EndLeases(
+      Error(ErrorCode::kLockLost, "session with lockd ended (" + st.message() + "); lock lost"));
+  for (auto& ch : old) ch->mem->Shutdown();
+}
+
+// Tracks a new grant's handle for renewal and loss reports, atomically with the session's end:
+// a grant of a session that OnSessionError has ended already (its EndLeases ran without this
+// handle, and lockd frees the grant once the connections close) is not tracked and returns
+// false; the caller reports the grant lost (issue 16, finding 1).
+bool Client::Impl::Track(const std::shared_ptr<LockHandle::State>& s) {
+  MutexLock lk(&mu_);
+  if (stopping_ || session_ != s->session) return false;
+  handles_.push_back(s);
+  return true;
+}
+
+std::shared_ptr<const sdk::Session> Client::Impl::MakeSession(const Connection& first,
+                                                              std::chrono::nanoseconds liveness,
+                                                              const std::string& server,
+                                                              uint16_t port) {
+  const proto::AcceptReply& reply = first.reply();
+  budget_->SetSessions(reply.max_sessions);
+  auto s = std::make_shared<Session>();
+  s->liveness = liveness;
+  if (liveness > std::chrono::nanoseconds::zero()) {
+    s->trusted_until_ns.store((first.connect_started() + liveness).time_since_epoch().count());
+  }
+  s->gen = ++last_gen_;
+  s->server = server;
+  s->port = port;
+  s->reply = reply;
+  const uint32_t entries =
+      opts_.record_requests ? std::min(reply.record_entries, proto::SessionRecord::kMaxEntries) : 0;
+  s->pool = std::make_shared<EntryPool>(reply.session_record_offset, entries);
+  EngineParams p;
+  p.lock_count = reply.lock_count;
+  p.lease = std::chrono::nanoseconds(reply.lease_ns);
+  p.stall_factor = reply.stall_factor;
+  p.epoch = static_cast<uint16_t>(reply.epoch);
+  if (liveness > std::chrono::nanoseconds::zero()) p.trusted_until = &s->trusted_until_ns;
+  std::weak_ptr<EntryPool> pool = s->pool;
+  const uint64_t gen = s->gen;
+  s->engine = std::make_unique<LockEngine>(
+      p, [this, gen](const Ticket& t) { Abandon(gen, t); },
+      [pool](uint64_t record) {
+        if (auto pl = pool.lock()) pl->Give(record);
+      });
+  gen_.store(s->gen, std::memory_order_release);
+  return s;
+}
+
+size_t Client::Impl::EndLeases(const Status& why) {
+  std::vector<std::shared_ptr<LockHandle::State>> all;
+  {
+    MutexLock lk(&mu_);
+    for (auto& w : handles_) {
+      if (auto s = w.lock()) all.push_back(s);
+    }
+    handles_.clear();
+  }
+  // Every lock is lost before the first callback runs: one may close the client, which shuts
+  // the connections down (and lockd frees the locks) while the others are still reported.
+  size_t n = 0;
+  std::vector<std::function<void(const Status&)>> notify;
+  for (auto& s : all) {
+    MutexLock lk(&s->mu);
+    if (s->state != LockState::kHeld) continue;
+    s->SetState(LockState::kLost);
+    ++n;
+    if (!s->lost_reported) {
+      s->lost_reported = true;
+      if (s->on_lost) notify.push_back(s->on_lost);
+    }
+  }
+  for (auto& f : notify) f(why);
+  return n;
+}
+
+void Client::Impl::JoinOrDetach(std::thread& t, std::thread::id me) {
+  if (!t.joinable()) return;
+  if (t.get_id() == me) {
+    t.detach();  // closing from this thread's own callback: it ends by itself
+  } else {
+    t.join();
+  }
+}
+
+LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, bool auto_renew,
+                                    Clock::time_point started) {
+  ++ch.acquires;
+  ch.latency.Add(Clock::now() - started);
+  auto state = std::make_shared<LockHandle::State>();
+  state->client = weak_from_this();  // expired while the client closes: no throw
+  state->session = ch.session;
+  state->budget = budget_;  // the caller took this grant's unit
+  // Not shared yet, but Track publishes it to the keeper: its mutex is taken as any user does.
+  MutexLock lk(&state->mu);
+  state->grant = g;
+  state->auto_renew = auto_renew;
+  if (!Track(state)) {
+    state->SetState(LockState::kLost);  // the session ended while the grant was made
+    state->lost_reported = true;
+  }
+  lk.Unlock();
+  return LockHandle(std::move(state));
+}
+
+}  // namespace rdmalock

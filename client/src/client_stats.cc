@@ -1,0 +1,107 @@
+// ClientStats: the counters each channel keeps, summed over the client's channels and the
+// channels of ended sessions. ClientStats's counters are listed once, in kCounters; the sum of
+// two ClientStats (AddStats) walks that list, and a channel's counters map onto it once
+// (ThreadChannel::AddStats).
+#include <algorithm>
+#include <iterator>
+
+#include "client/src/client_impl.h"
+
+namespace rdmalock {
+
+namespace {
+
+// Every counter of ClientStats (acquire_latency aside: a histogram, summed bucket by bucket).
+constexpr uint64_t ClientStats::*kCounters[] = {
+    &ClientStats::acquires,        &ClientStats::releases,
+    &ClientStats::timeouts,        &ClientStats::lost,
+    &ClientStats::waits,           &ClientStats::renewals,
+    &ClientStats::renew_failures,  &ClientStats::fetch_add,
+    &ClientStats::compare_swap,    &ClientStats::read,
+    &ClientStats::write,           &ClientStats::recoveries,
+    &ClientStats::restarts,        &ClientStats::withdrawals,
+    &ClientStats::resets,          &ClientStats::abandoned,
+    &ClientStats::sessions_lost,   &ClientStats::reconnects,
+    &ClientStats::unrecorded,      &ClientStats::batches,
+    &ClientStats::batch_fallbacks, &ClientStats::deferred_releases,
+};
+// A counter added to ClientStats but not to kCounters would go unsummed.
+static_assert(sizeof(ClientStats) ==
+                  std::size(kCounters) * sizeof(uint64_t) + sizeof(LatencyHistogram),
+              "every ClientStats counter is listed in kCounters");
+
+void Merge(const LatencyHistogram& from, LatencyHistogram* to) {
+  for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) to->counts[i] += from.counts[i];
+  to->count += from.count;
+  to->sum_us += from.sum_us;
+}
+
+}  // namespace
+
+namespace sdk {
+
+void AddStats(const ClientStats& from, ClientStats* to) {
+  for (uint64_t ClientStats::*f : kCounters) to->*f += from.*f;
+  Merge(from.acquire_latency, &to->acquire_latency);
+}
+
+void LatencyCounters::Add(Clock::duration d) {
+  const auto us = static_cast<uint64_t>(
+      std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::microseconds>(d).count()));
+  ++buckets[LatencyHistogram::BucketOf(us)];
+  ++count;
+  sum_us.Add(us);
+}
+
+void LatencyCounters::AddTo(LatencyHistogram* h) const {
+  for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) h->counts[i] += buckets[i].get();
+  h->count += count.get();
+  h->sum_us += sum_us.get();
+}
+
+void ThreadChannel::AddStats(ClientStats* out) const {
+  ClientStats s;
+  const OpCounters& c = mem->counters();
+  s.fetch_add = c.fetch_add.get();
+  s.compare_swap = c.compare_swap.get();
+  s.read = c.read.get();
+  s.write = c.write.get();
+  s.acquires = acquires.get();
+  s.waits = events.waits.get();
+  latency.AddTo(&s.acquire_latency);
+  s.releases = releases.get();
+  s.timeouts = timeouts.get();
+  s.lost = lost.get();
+  s.unrecorded = unrecorded.get();
+  s.recoveries = events.recoveries.get();
+  s.restarts = events.restarts.get();
+  s.withdrawals = events.withdrawals.get();
+  s.resets = events.resets.get();
+  s.abandoned = events.abandoned.get();
+  s.deferred_releases = events.deferred.get();
+  s.batch_fallbacks = events.batch_fallbacks.get();
+  s.batches = batches.get();
+  sdk::AddStats(s, out);
+}
+
+}  // namespace sdk
+
+ClientStats Client::Impl::Stats() const {
+  MutexLock lk(&mu_);
+  return StatsLocked();
+}
+
+ClientStats Client::Impl::StatsLocked() const {
+  ClientStats out;
+  out.renewals = renewals_.load(std::memory_order_relaxed);
+  out.renew_failures = renew_failures_.load(std::memory_order_relaxed);
+  out.sessions_lost = sessions_lost_;
+  out.reconnects = reconnects_;
+  for (const auto& [tid, ch] : channels_) ch->AddStats(&out);
+  sdk::AddStats(retired_, &out);
+  return out;
+}
+
+ClientStats Client::Stats() const { return impl_->inherited() ? ClientStats{} : impl_->Stats(); }
+
+}  // namespace rdmalock

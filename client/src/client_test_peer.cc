@@ -1,0 +1,31 @@
+// ClientTestPeer: the test hooks into a Client (client_test_peer.h).
+#include "client/src/client_test_peer.h"
+
+#include "client/src/client_impl.h"
+
+namespace rdmalock {
+
+void ClientTestPeer::SetTestHook(Client& c, std::function<void(std::string_view)> fn) {
+  c.impl_->test_hook_ = std::move(fn);
+}
+
+void ClientTestPeer::FailSession(Client& c, const std::string& why) {
+  if (auto s = c.impl_->session()) {
+    c.impl_->OnSessionError(s->gen, Error(ErrorCode::kConnection, why));
+  }
+}
+
+Result<std::unique_ptr<Client>> ClientTestPeer::Connect(const ClientOptions& options,
+                                                        Connector connector) {
+  RDMALOCK_ASSIGN_OR_RETURN(auto impl, ConnectImpl(options, nullptr, std::move(connector)));
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+uint64_t ClientTestPeer::JoinKey(Client& c) {
+  auto s = c.impl_->session();
+  return s ? s->reply.join_key : 0;
+}
+
+std::weak_ptr<const void> ClientTestPeer::Lifetime(Client& c) { return c.impl_; }
+
+}  // namespace rdmalock

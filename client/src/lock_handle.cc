@@ -1,0 +1,172 @@
+// LockHandle: a granted lock as its owner holds it. Its State is shared with the keeper
+// (renewals, loss reports) and guarded by State::mu (client_impl.h).
+#include <algorithm>
+
+#include "client/src/client_impl.h"
+
+namespace rdmalock {
+
+using sdk::Session;
+using sdk::ThreadChannel;
+
+namespace sdk {
+
+// A handle MakeHandle made for a session that had ended meanwhile: the caller gets an error.
+Status EndedWhileGranted() {
+  return Error(ErrorCode::kConnection,
+               "the session with lockd ended while the lock was granted; lock lost");
+}
+
+}  // namespace sdk
+
+namespace {
+Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl);
+}  // namespace
+
+LockHandle::LockHandle(LockHandle&& o) noexcept : state_(std::move(o.state_)) {}
+LockHandle& LockHandle::operator=(LockHandle&& o) noexcept {
+  if (this != &o) {
+    if (state_) (void)Release();
+    state_ = std::move(o.state_);
+  }
+  return *this;
+}
+LockHandle::~LockHandle() {
+  if (state_) (void)Release();
+}
+
+uint64_t LockHandle::slot() const { return state_ ? state_->ticket().slot : 0; }
+LockMode LockHandle::mode() const {
+  return state_ ? static_cast<LockMode>(state_->ticket().mode) : LockMode::kExclusive;
+}
+// A grant whose lease has run out is lost, whether or not the keeper has noticed yet (it may be
+// stuck, or renewal off): waiters may recover it from then on.
+LockState LockHandle::state() const {
+  if (!state_) return LockState::kReleased;
+  if (state_->inherited()) return LockState::kLost;  // a forked child holds nothing
+  MutexLock lk(&state_->mu);
+  if (state_->state == LockState::kHeld &&
+      !state_->session->engine->LeaseValid(state_->grant, Clock::now())) {
+    return LockState::kLost;
+  }
+  return state_->state;
+}
+uint64_t LockHandle::fencing_token() const {
+  if (!state_ || state_->inherited()) return 0;
+  MutexLock lk(&state_->mu);
+  return state_->grant.token;
+}
+std::chrono::steady_clock::time_point LockHandle::lease_expiry() const {
+  if (!state_ || state_->inherited()) return {};
+  MutexLock lk(&state_->mu);
+  const auto end = state_->grant.lease_start + state_->session->engine->params().lease;
+  if (const auto* t = state_->session->engine->params().trusted_until; t != nullptr) {
+    // A cluster-mode lockd not seen alive: no lease lasts past that (issue 16, finding 4).
+    const auto trusted = Clock::time_point(Clock::duration(t->load()));
+    return std::min(end, trusted);
+  }
+  return end;
+}
+
+void LockHandle::OnLost(std::function<void(const Status&)> callback) {
+  if (!state_ || state_->inherited()) return;
+  MutexLock lk(&state_->mu);
+  state_->on_lost = std::move(callback);
+}
+
+Status LockHandle::Release() {
+  if (!state_) return Error(ErrorCode::kNotHeld, "empty lock handle");
+  // In a forked child: the parent holds the lock; releasing it from here would release theirs.
+  if (state_->inherited()) return Client::Impl::InheritedError();
+  auto impl = state_->client.lock();
+  Status st = ReleaseHeld(*state_, impl.get());
+  if (impl && st.code() == ErrorCode::kConnection) impl->OnSessionError(state_->session->gen, st);
+  return st;
+}
+
+namespace {
+
+Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
+  auto* state_ = &s;
+  // The calling thread's connection first, before the handle's mutex: a thread with none joins
+  // the session, and a join that fails ends it, whose EndLeases takes every handle's mutex (this
+  // one's too, on this thread: it deadlocked).
+  Result<ThreadChannel*> ch = impl
+                                  ? impl->Channel(Clock::now())
+                                  : Result<ThreadChannel*>(Error(ErrorCode::kConnection, "closed"));
+  MutexLock lk(&state_->mu);
+  if (state_->state == LockState::kReleased) {
+    return Error(ErrorCode::kNotHeld, "lock already released");
+  }
+  if (state_->state == LockState::kLost) {
+    return Error(ErrorCode::kLockLost, "lock was lost; nothing to release");
+  }
+  if (!impl) {
+    state_->SetState(LockState::kLost);
+    return Error(ErrorCode::kConnection,
+                 "client closed before release; lockd frees the lock when the session ends");
+  }
+  if (ch.ok() && (*ch)->session != state_->session) {
+    ch = Error(ErrorCode::kLockLost, "session with lockd ended; lock lost");
+  }
+  Status st = ch.status();
+  if (ch.ok()) {
+    ThreadChannel& c = **ch;
+    MutexLock clk(&c.mu);
+    // Posted, not waited for, unless waiters were seen queued behind: the CAS's completion is
+    // reaped by this thread's next call, or by the reaper thread (ReapLeftReleases). Only the
+    // checks before posting can fail here.
+    st = c.Reap();
+    const LockEngine& engine = *state_->session->engine;
+    if (st.ok() && LockEngine::BlocksOthers(state_->grant)) {
+      st = engine.Release(*c.mem, state_->grant, &c.events);  // a handover: at once
+    } else if (st.ok()) {
+      st = engine.StartRelease(*c.mem, state_->grant, &c.pending, &c.events);
+    }
+    c.NotePending();
+    if (c.pending.active) impl->ReleasePosted();
+  }
+  if (st.ok()) {
+    state_->SetState(LockState::kReleased);
+    ++(*ch)->releases;
+  } else {
+    // Lost, or the connection failed so the release may not have happened: either way this
+    // process no longer holds a lock it can rely on.
+    state_->SetState(LockState::kLost);
+    state_->lost_reported = true;
+    if (ch.ok()) ++(*ch)->lost;
+  }
+  return st;
+}
+
+}  // namespace
+
+Status LockHandle::Renew() {
+  if (!state_) return Error(ErrorCode::kNotHeld, "empty lock handle");
+  if (state_->inherited()) return Client::Impl::InheritedError();
+  auto impl = state_->client.lock();
+  if (!impl) return Error(ErrorCode::kConnection, "client closed");
+  Status st;
+  // The connection before the handle's mutex, as in ReleaseHeld (a failed join ends the session,
+  // and ending it takes this handle's mutex).
+  auto chr = impl->Channel(Clock::now());
+  {
+    MutexLock lk(&state_->mu);
+    if (state_->state != LockState::kHeld) return Error(ErrorCode::kNotHeld, "lock is not held");
+    RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, std::move(chr));
+    if (ch->session != state_->session) {
+      state_->SetState(LockState::kLost);
+      return Error(ErrorCode::kLockLost, "session with lockd ended; lock lost");
+    }
+    {
+      MutexLock clk(&ch->mu);
+      st = ch->Reap();
+      if (st.ok()) st = state_->session->engine->Renew(*ch->mem, state_->grant, &ch->events);
+    }
+    if (st.code() == ErrorCode::kLockLost) state_->SetState(LockState::kLost);
+  }
+  if (st.code() == ErrorCode::kConnection) impl->OnSessionError(state_->session->gen, st);
+  return st;
+}
+
+}  // namespace rdmalock
