@@ -158,6 +158,9 @@ void Server::Impl::OnEstablished(rdma_cm_id* id) {
   if (it == conns.end()) return;
   it->second->established = true;
 }
+
+// ---- the handshake's messages (completions on a device's CQ)
+
 void Server::Impl::OnCompletions(Device& d) {
   if (!loop.Check("OnCompletions")) return;
   // Re-armed before polling, so that a completion arriving after the last poll still wakes us.
