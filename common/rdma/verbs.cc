@@ -56,6 +56,7 @@ RDMALOCK_DELETER_NAME(ibv_dereg_mr)
 RDMALOCK_DELETER_NAME(rdma_ack_cm_event)
 RDMALOCK_DELETER_NAME(ibv_destroy_comp_channel)
 RDMALOCK_DELETER_NAME(DeallocMw)
+RDMALOCK_DELETER_NAME(ibv_close_device)
 #undef RDMALOCK_DELETER_NAME
 
 Result<CmEvent> TryGetEvent(rdma_event_channel* ch) {

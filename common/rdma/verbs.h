@@ -58,6 +58,8 @@ using CompletionQueue = std::unique_ptr<ibv_cq, Deleter<ibv_destroy_cq>>;
 using MemoryRegion = std::unique_ptr<ibv_mr, Deleter<ibv_dereg_mr>>;
 using CmEvent = std::unique_ptr<rdma_cm_event, Deleter<rdma_ack_cm_event>>;
 using CompChannel = std::unique_ptr<ibv_comp_channel, Deleter<ibv_destroy_comp_channel>>;
+// A device opened on its own (ibv_open_device), outside a DeviceList.
+using DeviceContext = std::unique_ptr<ibv_context, Deleter<ibv_close_device>>;
 // ibv_dealloc_mw is static inline in verbs.h; a deleter needs a function with linkage.
 int DeallocMw(ibv_mw* mw);
 // A type-2 memory window: deallocating it invalidates its rkey at once.
@@ -77,6 +79,8 @@ template <>
 const char* Deleter<ibv_destroy_comp_channel>::Name();
 template <>
 const char* Deleter<DeallocMw>::Name();
+template <>
+const char* Deleter<ibv_close_device>::Name();
 
 // An rdma_cm id and the QP created on it (if any). Destruction moves the QP to ERR, destroys it,
 // then destroys the id.

@@ -55,7 +55,7 @@ class MemoryWindowHog {
   MemoryWindowHog& operator=(const MemoryWindowHog&) = delete;
 
  private:
-  using DeviceContext = std::unique_ptr<ibv_context, rdma::Deleter<ibv_close_device>>;
+  using DeviceContext = rdma::DeviceContext;
   // Declared in construction order, destroyed in reverse.
   DeviceContext ctx_;
   rdma::ProtectionDomain pd_;
