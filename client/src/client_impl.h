@@ -19,8 +19,9 @@
 //   LockHandle::State::mu  ->  ThreadChannel::mu  ->  Impl::mu_
 //   Impl::async_mu_ is never held with any other (it guards queues only).
 // A channel's mu is held across remote operations (which may wait out retransmissions): the
-// keeper and the reaper only try-lock another thread's channel, and the keeper only try-locks a
-// handle, so that neither waits behind an owner's slow call. Loss callbacks run with none held.
+// reaper (ReapLeftReleases) and StopAsync only try-lock another thread's channel, and the
+// keeper's renewals only try-lock a handle, so that none waits behind an owner's slow call. Loss
+// callbacks run with none of these held.
 #pragma once
 
 #include <array>
