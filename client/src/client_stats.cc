@@ -29,21 +29,35 @@ constexpr uint64_t ClientStats::*kCounters[] = {
 static_assert(sizeof(ClientStats) ==
                   std::size(kCounters) * sizeof(uint64_t) + sizeof(LatencyHistogram),
               "every ClientStats counter is listed in kCounters");
+static_assert(sizeof(LatencyHistogram) == (LatencyHistogram::kBuckets + 2) * sizeof(uint64_t),
+              "every LatencyHistogram counter is summed in ForEachCounter");
 
-void Merge(const LatencyHistogram& from, LatencyHistogram* to) {
-  for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) to->counts[i] += from.counts[i];
-  to->count += from.count;
-  to->sum_us += from.sum_us;
+// Calls f(a.x, b.x) for every counter of a and b, the histogram's included.
+template <typename F>
+void ForEachCounter(ClientStats& a, const ClientStats& b, F f) {
+  for (uint64_t ClientStats::*c : kCounters) f(a.*c, b.*c);
+  for (size_t i = 0; i < LatencyHistogram::kBuckets; ++i) {
+    f(a.acquire_latency.counts[i], b.acquire_latency.counts[i]);
+  }
+  f(a.acquire_latency.count, b.acquire_latency.count);
+  f(a.acquire_latency.sum_us, b.acquire_latency.sum_us);
 }
 
 }  // namespace
 
+ClientStats& operator+=(ClientStats& a, const ClientStats& b) {
+  ForEachCounter(a, b, [](uint64_t& x, uint64_t y) { x += y; });
+  return a;
+}
+
+ClientStats& operator-=(ClientStats& a, const ClientStats& b) {
+  ForEachCounter(a, b, [](uint64_t& x, uint64_t y) { x -= y; });
+  return a;
+}
+
 namespace sdk {
 
-void AddStats(const ClientStats& from, ClientStats* to) {
-  for (uint64_t ClientStats::*f : kCounters) to->*f += from.*f;
-  Merge(from.acquire_latency, &to->acquire_latency);
-}
+void AddStats(const ClientStats& from, ClientStats* to) { *to += from; }
 
 void LatencyCounters::Add(Clock::duration d) {
   const auto us = static_cast<uint64_t>(

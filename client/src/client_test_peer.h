@@ -22,10 +22,6 @@ class ClientTestPeer {
   // passes them:
   //   "granted": an acquire (Lock, LockMany, async) was granted; its handle is not made yet.
   static void SetTestHook(Client& c, std::function<void(std::string_view point)> fn);
-  // The former name of SetTestHook, kept while tests/rdma still calls it.
-  static void SetFaultPoint(Client& c, std::function<void(std::string_view point)> fn) {
-    SetTestHook(c, std::move(fn));
-  }
   // Ends the current session as a connection error found by any thread would.
   static void FailSession(Client& c, const std::string& why);
   // A client whose every connection is made by `connector` (a test lockd over the in-process

@@ -4,8 +4,11 @@
     proto -> common -> engine -> client (the SDK), server (lockd) -> lockctl -> tests
 
 A file may include its own part and the parts before it, never one after it, and the SDK and
-lockd never include each other. Prints each offending include and exits 1; prints
-"layout: includes follow the dependency order" and exits 0 otherwise. Usage: check_deps.py ROOT
+lockd never include each other. And only the verbs layer calls verbs and rdma_cm: no file but
+common/rdma/verbs.cc, engine/verbs_memory.cc (the SDK's verbs backend) and tests/rdma/raw_peer.cc
+(the RDMA tests' hand-made peers) makes a raw ibv_*/rdma_* call.
+Prints each offence and exits 1; prints "layout: includes follow the dependency order" and exits
+0 otherwise. Usage: check_deps.py ROOT
 """
 import os
 import re
@@ -48,6 +51,9 @@ def part_of_include(inc):
     return part_of_path(inc)
 
 
+RAW_ALLOWED = {"common/rdma/verbs.cc", "engine/verbs_memory.cc", "tests/rdma/raw_peer.cc"}
+RAW_CALL = re.compile(r"\b(?:ibv|rdma)_[a-z0-9_]+\s*\(")
+
 bad = []
 checked = 0
 for top in ("proto", "common", "engine", "server", "client", "tests"):
@@ -60,6 +66,9 @@ for top in ("proto", "common", "engine", "server", "client", "tests"):
             mine = part_of_path(rel)
             with open(path, encoding="utf-8", errors="replace") as fh:
                 for n, line in enumerate(fh, 1):
+                    code = line.split("//", 1)[0]
+                    if rel not in RAW_ALLOWED and RAW_CALL.search(code):
+                        bad.append(f"{rel}:{n}: a raw verbs/rdma_cm call outside the verbs layer")
                     m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
                     if not m:
                         continue
@@ -76,4 +85,5 @@ for b in bad:
     print("layout:", b)
 if bad or checked == 0:
     sys.exit(1)
-print(f"layout: includes follow the dependency order ({checked} includes checked)")
+print(f"layout: includes follow the dependency order ({checked} includes checked), "
+      "and only the verbs layer calls verbs")

@@ -223,11 +223,11 @@ TEST_CASE("finding 1: a grant made while the SDK ends the session is reported lo
   Lockd lockd(7666, 64, 2000, 64);
   auto a = MustConnect(lockd);
   // The session ends (another thread's connection error) between the grant and its handle.
-  ClientTestPeer::SetFaultPoint(*a, [&](std::string_view point) {
+  ClientTestPeer::SetTestHook(*a, [&](std::string_view point) {
     if (point == "granted") ClientTestPeer::FailSession(*a, "injected connection error");
   });
   auto h = a->Lock("f1");
-  ClientTestPeer::SetFaultPoint(*a, nullptr);
+  ClientTestPeer::SetTestHook(*a, nullptr);
   const bool held = h.ok() && h->state() == LockState::kHeld;
   INFO((h.ok() ? "handle returned" : h.status().ToString()));
   // lockd frees what the ended session held: another client gets the lock.

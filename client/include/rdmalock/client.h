@@ -247,6 +247,10 @@ struct ClientStats {
   uint64_t deferred_releases = 0;    // posted releases whose CAS had to be retried later
   LatencyHistogram acquire_latency;  // every granted acquire, blocking, batched or async
 };
+// Counter by counter (the histogram bucket by bucket): totals over several clients, or what a
+// run added (end -= start).
+RDMALOCK_EXPORT ClientStats& operator+=(ClientStats& a, const ClientStats& b);
+RDMALOCK_EXPORT ClientStats& operator-=(ClientStats& a, const ClientStats& b);
 
 class RDMALOCK_EXPORT Client {
  public:

@@ -26,47 +26,10 @@ namespace {
 using std::chrono::duration_cast;
 using std::chrono::nanoseconds;
 
-// ---- ClientStats arithmetic
-
-// Calls f(a.x, b.x) for every counter of ClientStats.
-template <typename A, typename B, typename F>
-void ForEachCounter(A& a, B& b, F f) {
-  static_assert(
-      sizeof(rdmalock::ClientStats) == 22 * sizeof(uint64_t) + sizeof(rdmalock::LatencyHistogram),
-      "ClientStats changed: list its new counters here");
-  static_assert(sizeof(rdmalock::LatencyHistogram) ==
-                (rdmalock::LatencyHistogram::kBuckets + 2) * sizeof(uint64_t));
-  f(a.acquires, b.acquires);
-  f(a.releases, b.releases);
-  f(a.timeouts, b.timeouts);
-  f(a.lost, b.lost);
-  f(a.renewals, b.renewals);
-  f(a.renew_failures, b.renew_failures);
-  f(a.fetch_add, b.fetch_add);
-  f(a.compare_swap, b.compare_swap);
-  f(a.read, b.read);
-  f(a.write, b.write);
-  f(a.recoveries, b.recoveries);
-  f(a.restarts, b.restarts);
-  f(a.withdrawals, b.withdrawals);
-  f(a.resets, b.resets);
-  f(a.abandoned, b.abandoned);
-  f(a.sessions_lost, b.sessions_lost);
-  f(a.reconnects, b.reconnects);
-  f(a.unrecorded, b.unrecorded);
-  f(a.batches, b.batches);
-  f(a.batch_fallbacks, b.batch_fallbacks);
-  f(a.deferred_releases, b.deferred_releases);
-  f(a.waits, b.waits);
-  for (size_t i = 0; i < rdmalock::LatencyHistogram::kBuckets; ++i) {
-    f(a.acquire_latency.counts[i], b.acquire_latency.counts[i]);
-  }
-  f(a.acquire_latency.count, b.acquire_latency.count);
-  f(a.acquire_latency.sum_us, b.acquire_latency.sum_us);
-}
+// ---- ClientStats arithmetic: librdmalock's operator+= and -= (one list of the counters).
 
 rdmalock::ClientStats Delta(rdmalock::ClientStats end, const rdmalock::ClientStats& start) {
-  ForEachCounter(end, start, [](uint64_t& e, const uint64_t& s) { e -= s; });
+  end -= start;
   return end;
 }
 
@@ -341,9 +304,7 @@ rdmalock::ClientStats StatsOf(const BenchTarget& t) {
 
 }  // namespace
 
-void Accumulate(rdmalock::ClientStats& sum, const rdmalock::ClientStats& v) {
-  ForEachCounter(sum, v, [](uint64_t& s, const uint64_t& x) { s += x; });
-}
+void Accumulate(rdmalock::ClientStats& sum, const rdmalock::ClientStats& v) { sum += v; }
 
 ProcResult RunWorkload(const BenchTarget& target, const BenchOptions& o, const KeySampler& keys,
                        int proc) {
