@@ -5,16 +5,15 @@
 #include <thread>
 #include <utility>
 
+#include "engine/lock_engine_internal.h"
 #include "rdmalock/proto/layout.h"
 
 namespace rdmalock {
+using namespace engine_internal;  // NOLINT: the engine's own helpers
 namespace {
 
 using proto::Word0;
 using std::chrono::nanoseconds;
-
-constexpr uint64_t Word0Off(uint64_t slot) { return proto::SlotOffset(slot) + proto::kWord0Offset; }
-constexpr uint64_t Word1Off(uint64_t slot) { return proto::SlotOffset(slot) + proto::kWord1Offset; }
 
 // Waits under 500 us yield the CPU instead of sleeping: a sleep lasts at least the timer slack
 // (60 us) and, in a VM, often a millisecond or more, which capped lock handovers at ~2,000/s on
@@ -50,38 +49,12 @@ struct Observed {
   void Set(Word0 w0, uint64_t w1) { *this = Observed{true, w0.n_x, w0.n_s, w1}; }
 };
 
-void Count(Counter EngineEvents::*field, EngineEvents* ev) {
-  if (ev != nullptr) ++(ev->*field);
-}
-
 }  // namespace
 
 LockEngine::LockEngine(EngineParams params, AbandonHandler on_abandon, RecordHandler on_record_free)
     : params_(params),
       on_abandon_(std::move(on_abandon)),
       on_record_free_(std::move(on_record_free)) {}
-
-namespace {
-
-RemoteOp EntryWrite(uint64_t record, uint32_t seq, uint64_t slot, Mode mode,
-                    proto::RequestEntry::State state, uint64_t ticket) {
-  proto::RequestEntry e;
-  e.slot = static_cast<uint32_t>(slot);
-  e.mode = mode;
-  e.state = state;
-  e.seq = seq;
-  e.ticket = ticket;
-  const auto w = e.Encode();
-  return RemoteOp::Write16(RegionId::kSessions, record, w[0], w[1]);
-}
-
-// Marks this use of the entry done. Goes *before* the operation that ends the request, so the
-// record never shows a request that may already be released or withdrawn.
-RemoteOp EntryDone(uint64_t record, uint32_t seq) {
-  return RemoteOp::Write(RegionId::kSessions, record + proto::RequestEntry::kDone, seq);
-}
-
-}  // namespace
 
 // The done mark is waited for before the entry goes back to the pool. Posted and handed back at
 // once, it could still be in flight on this QP (a retransmission) when another thread reuses the
@@ -444,19 +417,6 @@ Status LockEngine::ResetDrained(RemoteMemory& mem, uint64_t slot, Word0 drained,
   return Status::Ok();
 }
 
-namespace {
-
-// The grant still stands in `w`: nothing released it or recovered past it, and the word was not
-// reset since (our own request is still counted in it).
-bool StillHeld(Word0 w, const Ticket& t) {
-  if (t.mode == Mode::kExclusive) {
-    return w.n_x == t.word.max_x && w.n_s == t.word.max_s && w.max_x > t.word.max_x;
-  }
-  return w.n_x == t.word.max_x && w.max_s > t.word.max_s && w.n_s < w.max_s;
-}
-
-}  // namespace
-
 Status LockEngine::CheckReleasable(RemoteMemory& mem, const Grant& g, Word0 cur) const {
   const Ticket& t = g.ticket;
   if (!LeaseValid(g, Clock::now())) {
@@ -473,22 +433,6 @@ Status LockEngine::CheckReleasable(RemoteMemory& mem, const Grant& g, Word0 cur)
   }
   return Status::Ok();
 }
-
-namespace {
-
-// A release's doorbell: the entry's done mark, then the CAS that ends the grant. The done mark
-// goes *before* the CAS: were it after, a crash between the two would leave lockd a record of a
-// released shared ticket, and a second release of it would count for another reader. (If the CAS
-// misses and we try again, the entry reads done meanwhile: a crash then leaves this grant to
-// stall recovery.) Returns the index of the first op to post.
-size_t ReleaseOps(const Ticket& t, Word0 cur, RemoteOp ops[2]) {
-  ops[0] = EntryDone(t.record, t.record_seq);
-  ops[1] = RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), cur.Encode(),
-                                 cur.Encode() + proto::ReleaseIncrement(t.mode));
-  return t.record != 0 ? 0 : 1;
-}
-
-}  // namespace
 
 Status LockEngine::Release(RemoteMemory& mem, const Grant& g, EngineEvents* ev) const {
   const Ticket& t = g.ticket;
@@ -551,241 +495,6 @@ Status LockEngine::ReapPending(RemoteMemory& mem, PendingRelease* p, EngineEvent
   return st.code() == ErrorCode::kLockLost ? Status::Ok() : st;
 }
 
-std::vector<Status> LockEngine::ReleaseMany(RemoteMemory& mem, std::span<const Grant> grants,
-                                            EngineEvents* ev) const {
-  std::vector<Status> out(grants.size());
-  for (size_t base = 0; base < grants.size();) {
-    RemoteOp ops[kBatchOps];
-    size_t cas_at[kBatchOps / 2];
-    size_t idx[kBatchOps / 2];
-    size_t n = 0, k = 0;
-    for (; base < grants.size() && n + 2 <= kBatchOps; ++base) {
-      const Grant& g = grants[base];
-      if (Status st = CheckReleasable(mem, g, g.seen); !st.ok()) {
-        out[base] = st;
-        continue;
-      }
-      RemoteOp two[2];
-      const size_t first = ReleaseOps(g.ticket, g.seen, two);
-      for (size_t i = first; i < 2; ++i) ops[n++] = two[i];
-      cas_at[k] = n - 1;
-      idx[k++] = base;
-    }
-    if (Status st = mem.Execute(std::span<RemoteOp>(ops, n)); !st.ok()) {
-      for (size_t i = 0; i < k; ++i) out[idx[i]] = st;  // entries stay out (see Release)
-      continue;
-    }
-    for (size_t i = 0; i < k; ++i) {
-      const Grant& g = grants[idx[i]];
-      const RemoteOp& cas = ops[cas_at[i]];
-      if (cas.result[0] == cas.operand) {
-        if (g.ticket.record != 0 && on_record_free_) on_record_free_(g.ticket.record);
-        const Word0 now = Word0::Decode(cas.swap);
-        if (now.Frozen() && now.Drained()) out[idx[i]] = ResetDrained(mem, g.ticket.slot, now, ev);
-        continue;
-      }
-      Grant again = g;
-      again.seen = Word0::Decode(cas.result[0]);
-      out[idx[i]] = Release(mem, again, ev);
-    }
-  }
-  return out;
-}
-
-Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
-                                                  std::span<const ManyRequest> reqs,
-                                                  bool want_token, const EntrySource& take,
-                                                  PendingRelease* pending, EngineEvents* ev) const {
-  for (const ManyRequest& r : reqs) {
-    if (r.slot >= params_.lock_count) {
-      return Error(ErrorCode::kInvalidArgument, "slot " + std::to_string(r.slot) +
-                                                    " is out of range (lock_count " +
-                                                    std::to_string(params_.lock_count) + ")");
-    }
-  }
-  const auto token = [&](const ManyRequest& r) {
-    return (want_token || r.want_token) && r.mode == Mode::kExclusive;
-  };
-  std::vector<Issued> got(reqs.size());
-  for (size_t base = 0; base < reqs.size();) {
-    RemoteOp ops[kBatchOps];
-    size_t fa_at[kBatchOps];
-    size_t n = 0, first = base;
-    for (; base < reqs.size() && n + 1 + (token(reqs[base]) ? 1 : 0) <= kBatchOps; ++base) {
-      fa_at[base - first] = n;
-      ops[n++] = RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(reqs[base].slot),
-                                    proto::AcquireIncrement(reqs[base].mode));
-      if (token(reqs[base]))
-        ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(reqs[base].slot), 8);
-    }
-    const auto issue = Clock::now();
-    RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops, n)));
-    RemoteOp queued[kBatchOps];
-    size_t nq = 0;
-    for (size_t i = first; i < base; ++i) {
-      const ManyRequest& r = reqs[i];
-      const RemoteOp& fa = ops[fa_at[i - first]];
-      Issued& s = got[i];
-      const Word0 prev = Word0::Decode(fa.result[0]);
-      s.grant.ticket = Ticket{r.slot, r.mode, prev, 0, 0};
-      s.grant.lease_start = issue;
-      if (prev.Frozen()) {
-        // The word awaits a reset: take the increment back; the caller queues again.
-        s.frozen = true;
-        RDMALOCK_RETURN_IF_ERROR(WithdrawFrozen(mem, r.slot, proto::AcquireIncrement(r.mode),
-                                                Word0::Decode(fa.result[0] + fa.operand), issue,
-                                                ev));
-        continue;
-      }
-      Ticket& t = s.grant.ticket;
-      if (take) std::tie(t.record, t.record_seq) = take();
-      if (t.record != 0) {
-        queued[nq++] = EntryWrite(t.record, t.record_seq, r.slot, r.mode,
-                                  proto::RequestEntry::State::kQueued, prev.Encode());
-      }
-      s.grant.seen = Word0::Decode(prev.Encode() + fa.operand);
-      if (token(r)) {
-        s.grant.generation = proto::Generation(ops[fa_at[i - first] + 1].result[0]);
-        s.grant.has_generation = true;
-      }
-      s.granted = proto::Granted(prev, prev, r.mode);
-      if (s.granted) FillToken(&s.grant);
-    }
-    if (nq > 0) RDMALOCK_RETURN_IF_ERROR(mem.Post(std::span<RemoteOp>(queued, nq)));
-    RDMALOCK_RETURN_IF_ERROR(ReapPending(mem, pending, ev));
-  }
-  return got;
-}
-
-Result<Grant> LockEngine::FinishAcquire(RemoteMemory& mem, const Grant& queued,
-                                        const AcquireOptions& opt, EngineEvents* ev) const {
-  const Ticket& t = queued.ticket;
-  Grant g = queued;
-  bool handed_off = false;
-  if (opt.try_only) {
-    auto gu = GiveUpTicket(mem, t, &g.seen, ev);
-    if (!gu.ok()) return gu.status();
-    if (*gu == GiveUp::kGranted) {
-      RDMALOCK_RETURN_IF_ERROR(GenerationAfterGrant(mem, &g));
-      FillToken(&g);
-      return g;
-    }
-    if (*gu != GiveUp::kAbandoned) FreeRecord(mem, t.record, t.record_seq);
-    return Error(ErrorCode::kBusy, "slot " + std::to_string(t.slot) + " is held");
-  }
-  Count(&EngineEvents::waits, ev);
-  auto out = Wait(mem, t, g.lease_start, opt.deadline, &g, ev, &handed_off);
-  if (!out.ok()) return out.status();
-  if (*out == WaitOutcome::kGranted) {
-    FillToken(&g);
-    return g;
-  }
-  if (*out == WaitOutcome::kTimeout) {
-    if (!handed_off) FreeRecord(mem, t.record, t.record_seq);
-    return Error(ErrorCode::kTimeout, "timed out waiting for slot " + std::to_string(t.slot));
-  }
-  // Skipped, reset or paused: queue again, as Acquire() would, on the same record entry (none
-  // when the paused ticket took it to the abandon handler).
-  Count(&EngineEvents::restarts, ev);
-  AcquireOptions again = opt;
-  again.pending = nullptr;
-  again.record = handed_off ? 0 : t.record;
-  again.record_seq = handed_off ? 0 : t.record_seq;
-  return Acquire(mem, t.slot, t.mode, again, ev);
-}
-
-Result<std::vector<Grant>> LockEngine::AcquireMany(RemoteMemory& mem,
-                                                   std::span<const ManyRequest> reqs,
-                                                   const AcquireOptions& opt,
-                                                   const EntrySource& take_entry,
-                                                   EngineEvents* ev) const {
-  for (size_t i = 1; i < reqs.size(); ++i) {  // IssueMany checks the range
-    if (reqs[i].slot <= reqs[i - 1].slot) {
-      return Error(ErrorCode::kInvalidArgument, "AcquireMany needs distinct slots in order");
-    }
-  }
-  RDMALOCK_RETURN_IF_ERROR(ReapPending(mem, opt.pending, ev));
-  const EntrySource& take = take_entry;
-
-  // Phase 1: every FA (and token READ) in as few doorbells as the batch limit allows.
-  RDMALOCK_ASSIGN_OR_RETURN(std::vector<Issued> got,
-                            IssueMany(mem, reqs, opt.want_token, take, opt.pending, ev));
-  size_t k = 0;  // the first lock not granted at once
-  while (k < got.size() && got[k].granted) ++k;
-  std::vector<Grant> grants;
-  grants.reserve(got.size());
-  for (size_t i = 0; i < k; ++i) grants.push_back(got[i].grant);
-  if (k == got.size()) return grants;
-  Count(&EngineEvents::batch_fallbacks, ev);
-
-  // Phase 2: give back everything above k (granted ones released, queued ones withdrawn or
-  // abandoned), so that while waiting for k this set holds only locks below it.
-  auto give_back = [&](size_t from, bool include_from) {
-    std::vector<Grant> rel;
-    for (size_t i = include_from ? from : from + 1; i < got.size(); ++i) {
-      Issued& s = got[i];
-      if (s.frozen) continue;
-      if (s.granted) {
-        rel.push_back(s.grant);
-        continue;
-      }
-      Word0 cur = s.grant.seen;
-      const Ticket& tk = s.grant.ticket;
-      auto gu = GiveUpTicket(mem, tk, &cur, ev);
-      if (!gu.ok()) return gu.status();
-      if (*gu == GiveUp::kGranted) {
-        Grant g = s.grant;
-        g.seen = cur;
-        rel.push_back(g);
-      } else if (*gu != GiveUp::kAbandoned) {
-        FreeRecord(mem, tk.record, tk.record_seq);
-      }
-    }
-    for (const Status& st : ReleaseMany(mem, rel, ev)) {
-      if (st.code() == ErrorCode::kConnection) return st;
-    }
-    return Status::Ok();
-  };
-  auto fail = [&](Status why) -> Result<std::vector<Grant>> {
-    for (const Status& st : ReleaseMany(mem, grants, ev)) {
-      if (st.code() == ErrorCode::kConnection) return st;
-    }
-    return why;
-  };
-  if (opt.try_only) {
-    if (Status st = give_back(k, true); !st.ok()) return st;
-    return fail(Error(ErrorCode::kBusy, "slot " + std::to_string(reqs[k].slot) + " is held"));
-  }
-  if (Status st = give_back(k, false); !st.ok()) return st;
-
-  // Phase 3: wait for k with the ticket in hand, then take the rest one by one, in order.
-  for (size_t i = k; i < got.size(); ++i) {
-    Issued& s = got[i];
-    if (i == k && !s.frozen) {
-      AcquireOptions one = opt;
-      one.pending = nullptr;
-      one.try_only = false;
-      auto g = FinishAcquire(mem, s.grant, one, ev);
-      if (!g.ok()) {
-        if (g.status().code() == ErrorCode::kConnection) return g.status();
-        return fail(g.status());
-      }
-      grants.push_back(*g);
-      continue;
-    }
-    AcquireOptions one = opt;
-    one.pending = nullptr;
-    if (take) std::tie(one.record, one.record_seq) = take();
-    auto g = Acquire(mem, reqs[i].slot, reqs[i].mode, one, ev);
-    if (!g.ok()) {
-      if (g.status().code() == ErrorCode::kConnection) return g.status();
-      return fail(g.status());
-    }
-    grants.push_back(*g);
-  }
-  return grants;
-}
-
 Status LockEngine::Renew(RemoteMemory& mem, Grant& g, EngineEvents* /*ev*/) const {
   const Ticket& t = g.ticket;
   if (!LeaseValid(g, Clock::now())) {
@@ -805,77 +514,4 @@ Status LockEngine::Renew(RemoteMemory& mem, Grant& g, EngineEvents* /*ev*/) cons
   g.lease_start = issue;
   return Status::Ok();
 }
-
-Status LockEngine::Drain(RemoteMemory& mem, const Ticket& t, EngineEvents* ev) const {
-  Grant g;
-  auto out = Wait(mem, t, Clock::now(), Clock::time_point::max(), &g, ev, nullptr);
-  if (!out.ok() || *out != WaitOutcome::kGranted) {  // skipped or reset: nothing to release
-    FreeRecord(mem, t.record, t.record_seq);
-    return out.ok() ? Status::Ok() : out.status();
-  }
-  Status st = Release(mem, g, ev);  // clears the entry
-  return st.code() == ErrorCode::kLockLost ? Status::Ok() : st;
-}
-
-Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev) const {
-  using Outcome = ReapState::Outcome;
-  const Ticket& t = r.ticket;
-  if (r.started && Clock::now() - r.last_issue > params_.lease) {
-    // We lost sight of the word for a lease (lockd was descheduled): the word may have been
-    // reset meanwhile and the ticket's numbers reused. Leave it to the waiters' stall recovery.
-    r.outcome = Outcome::kGaveUp;
-    if (r.own) FreeRecord(mem, t.record, t.record_seq);
-    return true;
-  }
-  RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(t.slot), 16);
-  const auto issue = Clock::now();
-  RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
-  const auto done = Clock::now();
-  r.started = true;
-  r.last_issue = issue;
-  const Word0 w0 = Word0::Decode(rd.result[0]);
-  if (proto::TicketGone(w0, t.word, t.mode) || proto::Skipped(w0, t.word, t.mode)) {
-    r.outcome = Outcome::kAlreadyDone;
-    if (r.own) FreeRecord(mem, t.record, t.record_seq);
-    return true;
-  }
-  if (proto::Granted(w0, t.word, t.mode)) {
-    Grant g;
-    g.ticket = t;
-    // lockd clears a dead session's record itself; the SDK's own entry is marked done in the
-    // release's doorbell (and handed back by Release()).
-    if (!r.own) g.ticket.record = 0;
-    g.seen = w0;
-    g.lease_start = issue;
-    Status st = Release(mem, g, ev);
-    if (!st.ok() && st.code() != ErrorCode::kLockLost) return st;
-    r.outcome = st.ok() ? Outcome::kReleased : Outcome::kAlreadyDone;
-    return true;
-  }
-  const uint64_t w1 = rd.result[1];
-  if (!r.seen_valid || r.seen_n_x != w0.n_x || r.seen_n_s != w0.n_s || r.seen_word1 != w1) {
-    r.seen_valid = true;
-    r.seen_n_x = w0.n_x;
-    r.seen_n_s = w0.n_s;
-    r.seen_word1 = w1;
-    r.seen_since = done;
-    return false;
-  }
-  if (done - r.seen_since < stall_timeout()) return false;
-  // The queue ahead of this ticket is stuck (F x L): mark it and this ticket done, as a waiter.
-  const Word0 rec = proto::RecoveredWord(w0, t.word, t.mode);
-  RemoteOp cas =
-      RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), w0.Encode(), rec.Encode());
-  RDMALOCK_RETURN_IF_ERROR(mem.Execute(cas));
-  if (cas.result[0] != w0.Encode()) {
-    r.seen_valid = false;  // something moved: time the stall again
-    return false;
-  }
-  Count(&EngineEvents::recoveries, ev);
-  if (r.own) FreeRecord(mem, t.record, t.record_seq);
-  if (rec.Frozen() && rec.Drained()) RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, t.slot, rec, ev));
-  r.outcome = Outcome::kRecovered;
-  return true;
-}
-
 }  // namespace rdmalock

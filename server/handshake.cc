@@ -25,12 +25,13 @@ void Server::Impl::Reject(rdma_cm_id* id, proto::RejectReason reason, const std:
   r.detail = detail;
   r.retry_after_ms = retry_after_ms;
   const auto bytes = r.Encode();
+  // Counted and logged before the reject goes out: a peer that has its answer finds the refusal
+  // in the metrics and the log already (the RDMA tests read both right after).
+  CountRefusal(reason);
+  if (log) admission.LogRefusal(peer, reason, detail, retry_after_ms, SteadyClock::now());
   if (Status st = rdma::Reject(id, bytes); !st.ok()) {
     spdlog::warn("rejecting {}: {}", peer, st.ToString());
   }
-  CountRefusal(reason);
-  if (!log) return;
-  admission.LogRefusal(peer, reason, detail, retry_after_ms, SteadyClock::now());
 }
 
 static_assert(proto::kRejectReasonCount <= Counters::kRejectReasons);

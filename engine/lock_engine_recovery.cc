@@ -1,0 +1,85 @@
+// LockEngine's recovery: draining an abandoned ticket and reaping an ended session's recorded
+// requests (lockd's recovery thread and the SDK's reaper; engine/lock_engine.h).
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "engine/lock_engine.h"
+#include "engine/lock_engine_internal.h"
+
+namespace rdmalock {
+using namespace engine_internal;  // NOLINT: the engine's own helpers
+using proto::Word0;
+
+Status LockEngine::Drain(RemoteMemory& mem, const Ticket& t, EngineEvents* ev) const {
+  Grant g;
+  auto out = Wait(mem, t, Clock::now(), Clock::time_point::max(), &g, ev, nullptr);
+  if (!out.ok() || *out != WaitOutcome::kGranted) {  // skipped or reset: nothing to release
+    FreeRecord(mem, t.record, t.record_seq);
+    return out.ok() ? Status::Ok() : out.status();
+  }
+  Status st = Release(mem, g, ev);  // clears the entry
+  return st.code() == ErrorCode::kLockLost ? Status::Ok() : st;
+}
+
+Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev) const {
+  using Outcome = ReapState::Outcome;
+  const Ticket& t = r.ticket;
+  if (r.started && Clock::now() - r.last_issue > params_.lease) {
+    // We lost sight of the word for a lease (lockd was descheduled): the word may have been
+    // reset meanwhile and the ticket's numbers reused. Leave it to the waiters' stall recovery.
+    r.outcome = Outcome::kGaveUp;
+    if (r.own) FreeRecord(mem, t.record, t.record_seq);
+    return true;
+  }
+  RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(t.slot), 16);
+  const auto issue = Clock::now();
+  RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
+  const auto done = Clock::now();
+  r.started = true;
+  r.last_issue = issue;
+  const Word0 w0 = Word0::Decode(rd.result[0]);
+  if (proto::TicketGone(w0, t.word, t.mode) || proto::Skipped(w0, t.word, t.mode)) {
+    r.outcome = Outcome::kAlreadyDone;
+    if (r.own) FreeRecord(mem, t.record, t.record_seq);
+    return true;
+  }
+  if (proto::Granted(w0, t.word, t.mode)) {
+    Grant g;
+    g.ticket = t;
+    // lockd clears a dead session's record itself; the SDK's own entry is marked done in the
+    // release's doorbell (and handed back by Release()).
+    if (!r.own) g.ticket.record = 0;
+    g.seen = w0;
+    g.lease_start = issue;
+    Status st = Release(mem, g, ev);
+    if (!st.ok() && st.code() != ErrorCode::kLockLost) return st;
+    r.outcome = st.ok() ? Outcome::kReleased : Outcome::kAlreadyDone;
+    return true;
+  }
+  const uint64_t w1 = rd.result[1];
+  if (!r.seen_valid || r.seen_n_x != w0.n_x || r.seen_n_s != w0.n_s || r.seen_word1 != w1) {
+    r.seen_valid = true;
+    r.seen_n_x = w0.n_x;
+    r.seen_n_s = w0.n_s;
+    r.seen_word1 = w1;
+    r.seen_since = done;
+    return false;
+  }
+  if (done - r.seen_since < stall_timeout()) return false;
+  // The queue ahead of this ticket is stuck (F x L): mark it and this ticket done, as a waiter.
+  const Word0 rec = proto::RecoveredWord(w0, t.word, t.mode);
+  RemoteOp cas =
+      RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), w0.Encode(), rec.Encode());
+  RDMALOCK_RETURN_IF_ERROR(mem.Execute(cas));
+  if (cas.result[0] != w0.Encode()) {
+    r.seen_valid = false;  // something moved: time the stall again
+    return false;
+  }
+  Count(&EngineEvents::recoveries, ev);
+  if (r.own) FreeRecord(mem, t.record, t.record_seq);
+  if (rec.Frozen() && rec.Drained()) RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, t.slot, rec, ev));
+  r.outcome = Outcome::kRecovered;
+  return true;
+}
+}  // namespace rdmalock
