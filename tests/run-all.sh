@@ -13,7 +13,8 @@
 #      VMs: a partitioned primary and a killed one;
 #   7. the Debian packages (tests/pkg/run.sh): built, installed with apt into a clean Debian 12
 #      tree, and the packaged lockd run on rdma_rxe;
-#   8. clang's thread-safety analysis over every file (tests/thread-safety/check.sh);
+#   8. a Release build as users build it (-O3), and clang's thread-safety analysis over every
+#      file (tests/thread-safety/check.sh);
 #   9. the libFuzzer targets (tests/fuzz/run.sh): the handshake, config and lockctl-argument
 #      parsers, 30 s each.
 # An RDMA test that cannot run fails; nothing is skipped. Exits non-zero if anything failed.
@@ -119,6 +120,20 @@ if build build-tsan "thread" unit_tests; then
 else
   count "host unit tests (TSan)" /dev/null 1
 fi
+
+echo "=== Release build, as users and packagers build (GCC -O3, warnings as errors)"
+# A user's build has no -Werror (RDMALOCK_WERROR is off by default); CI turns it on here so that
+# -O3-only warnings (GCC 12's -Wrestrict false positives) are caught before a user meets them.
+mkdir -p "$root/build-release"
+if cmake -S "$root" -B "$root/build-release" -DCMAKE_BUILD_TYPE=Release -DRDMALOCK_WERROR=ON \
+  -DRDMALOCK_BUILD_TESTS=OFF >"$root/build-release/configure.log" 2>&1 &&
+  cmake --build "$root/build-release" -j "$jobs" --target lockd lockctl rdmalock >"$logs/release.log" 2>&1; then
+  echo "release: lockd, lockctl and librdmalock build at -O3 with -Werror: ok" | tee -a "$logs/release.log"
+else
+  tail -40 "$logs/release.log"
+  echo "release: lockd, lockctl and librdmalock build at -O3 with -Werror: FAIL" | tee -a "$logs/release.log"
+fi
+tally "Release build (-O3, -Werror)" "$logs/release.log" 0 '^release: .*: ok$' '^release: .*: FAIL$'
 
 echo "=== thread-safety analysis (clang -Wthread-safety, every translation unit, syntax only)"
 "$root/tests/thread-safety/check.sh" "$root/build-tsa" 2>&1 | tee "$logs/thread-safety.log" | grep -v ': ok$'
