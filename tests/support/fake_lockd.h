@@ -32,6 +32,17 @@
 
 namespace rdmalock::testing {
 
+// Polls `pred` every millisecond until it holds (true) or `limit` passes (false).
+template <typename Pred>
+bool WaitFor(Pred pred, std::chrono::milliseconds limit = std::chrono::seconds(5)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
 // Options for a Client of a FakeLockd (ClientTestPeer::Connect(FakeClientOptions(..), connector)).
 inline ClientOptions FakeClientOptions(std::string name) {
   ClientOptions o;

@@ -27,15 +27,7 @@ std::unique_ptr<Client> ConnectTo(testing::FakeLockd& lockd, const char* name) {
   return std::move(c).value();
 }
 
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using testing::WaitFor;
 
 // What a callback that destroyed its client saw.
 struct Seen {

@@ -27,15 +27,7 @@ std::unique_ptr<Client> ConnectTo(const char* name, Connector connector) {
   return std::move(c).value();
 }
 
-template <typename Pred>
-bool WaitFor(Pred pred, std::chrono::milliseconds limit = 5s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
-}
+using testing::WaitFor;
 
 // Waits for the client to be in a session other than `old` (and in one at all).
 bool WaitForNewSession(Client& c, uint64_t old) {
