@@ -243,7 +243,10 @@ std::string Server::Impl::AdminCommand(const std::string& line, const std::strin
   }
   std::string ids;
   for (auto& s : holders) {
-    ids += (ids.empty() ? "" : ",") + std::to_string(s->session_id);
+    // Appended piece by piece: GCC 12 at -O3 misreports `const char* + std::string` as an
+    // overlapping memcpy (-Werror=restrict, as in rdma::AddressToString).
+    if (!ids.empty()) ids += ',';
+    ids += std::to_string(s->session_id);
     spdlog::warn("forced release of slot {} requested by {}: fencing session {}", n, asker,
                  s->session_id);
     EndSession(s, EndReason::kForced, "forced release of slot " + arg + " by " + asker, false);
