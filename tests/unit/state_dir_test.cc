@@ -2,6 +2,7 @@
 #include "server/state_dir.h"
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -9,25 +10,13 @@
 #include <fstream>
 #include <string>
 
+#include "tests/support/test_env.h"
+
 namespace fs = std::filesystem;
 using namespace rdmalock::lockd;
+using rdmalock::testing::TempDir;
 
 namespace {
-
-// A fresh directory under the temporary directory, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "rdmalock-state-XXXXXX").string();
-    REQUIRE(mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string str() const { return path.string(); }
-};
 
 std::string Slurp(const fs::path& p) {
   std::ifstream in(p);
@@ -110,4 +99,67 @@ TEST_CASE("state_dir: WriteFileAtomically replaces the whole file") {
   REQUIRE(WriteFileAtomically(dir.str(), "f", "short\n").ok());
   CHECK(Slurp(dir.path / "f") == "short\n");
   CHECK_FALSE(WriteFileAtomically(dir.str() + "/missing", "f", "x").ok());
+}
+
+TEST_CASE("finding 6 (and issue 17's 6): the epoch file is replaced atomically and never guessed") {
+  const TempDir tmp;
+  const std::string dir = tmp.str();
+  auto e1 = rdmalock::lockd::BumpEpoch(dir);
+  auto e2 = rdmalock::lockd::BumpEpoch(dir);
+  REQUIRE(e1.ok());
+  REQUIRE(e2.ok());
+  REQUIRE(*e2 == *e1 + 1);
+  REQUIRE_FALSE(fs::exists(dir + "/epoch.tmp"));
+  // An epoch file that exists but cannot be read is an error naming it, not a fresh start at 1.
+  fs::remove(dir + "/epoch");
+  fs::create_directory(dir + "/epoch");
+  auto bad = rdmalock::lockd::BumpEpoch(dir);
+  REQUIRE_FALSE(bad.ok());
+  INFO(bad.status().ToString());
+  REQUIRE(bad.status().message().find(dir + "/epoch") != std::string::npos);
+}
+
+// Issue 17 finding 6: an epoch file lockd may not read (EACCES) was taken for a first start, and
+// the epoch began again at 1, so fencing tokens went backwards. As root, permissions do not stop a
+// read, so the check runs in a child that drops to an unprivileged user first.
+TEST_CASE("issue 17 finding 6: an epoch file lockd may not read stops the start, naming it") {
+  const TempDir tmp;
+  const std::string dir = tmp.str();
+  const std::string path = dir + "/epoch";
+  { std::ofstream(path) << "41\n"; }
+  fs::permissions(dir, fs::perms::all);  // the child may create and rename files here
+  fs::permissions(path, fs::perms::none);
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    std::string out;
+    if (geteuid() == 0 && setresuid(65534, 65534, 65534) != 0) {
+      out = "setresuid failed";
+    } else {
+      auto r = rdmalock::lockd::BumpEpoch(dir);
+      out = r.ok() ? "epoch " + std::to_string(*r) : "error " + r.status().ToString();
+    }
+    (void)!write(fds[1], out.data(), out.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[512];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) > 0;)
+    out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  INFO("BumpEpoch as an unprivileged user: " << out);
+  CHECK(out.rfind("error ", 0) == 0);
+  CHECK(out.find(path) != std::string::npos);
+  CHECK(out.find("Permission denied") != std::string::npos);
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
+  std::ifstream in(path);
+  std::string kept;
+  in >> kept;
+  CHECK(kept == "41");  // the file is left as it was
 }
