@@ -154,8 +154,8 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     const size_t fa = n;
     ops[n++] = RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(slot), inc);
     if (opt.want_token) ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(slot), 8);
-    const auto issue = Clock::now();
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops, n)));
+    const auto issue = mem.last_issued();  // before the FA was posted: the lease's start
     // The channel's posted release landed before this FA; reap it (a retry if it missed)
     // before this request waits, possibly behind that very lock.
     RDMALOCK_RETURN_IF_ERROR(ReapPending(mem, opt.pending, ev));
@@ -279,9 +279,8 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       return WaitOutcome::kGranted;
     }
     RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(t.slot), 16);
-    const auto issue = Clock::now();
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
-    const auto done = Clock::now();
+    const auto issue = mem.last_issued(), done = mem.last_completed();
     const Word0 w0 = Word0::Decode(rd.result[0]);
     last = w0;
     if (proto::TicketGone(w0, t.word, t.mode)) return WaitOutcome::kRestart;
@@ -503,8 +502,8 @@ Status LockEngine::Renew(RemoteMemory& mem, Grant& g, EngineEvents* /*ev*/) cons
   }
   RemoteOp ops[2] = {RemoteOp::FetchAdd(RegionId::kLocks, Word1Off(t.slot), proto::kRenewIncrement),
                      RemoteOp::Read(RegionId::kLocks, Word0Off(t.slot), 8)};
-  const auto issue = Clock::now();
   RDMALOCK_RETURN_IF_ERROR(mem.Execute(ops));
+  const auto issue = mem.last_issued();
   const Word0 w0 = Word0::Decode(ops[1].result[0]);
   if (!StillHeld(w0, t)) {
     return Error(ErrorCode::kLockLost,

@@ -24,9 +24,11 @@ void RemoteMemory::Count(std::span<const RemoteOp> ops) {
 
 Status RemoteMemory::Execute(std::span<RemoteOp> ops) {
   Count(ops);
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
+  last_issued_ = start;
   Status st = DoExecute(ops);
-  const auto took = std::chrono::steady_clock::now() - start;
+  last_completed_ = Clock::now();
+  const auto took = last_completed_ - start;
   // EWMA with weight 1/8, as TCP's SRTT.
   round_trip_ += (std::chrono::duration_cast<std::chrono::nanoseconds>(took) - round_trip_) / 8;
   return st;

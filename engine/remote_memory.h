@@ -14,6 +14,8 @@
 
 namespace rdmalock {
 
+using Clock = std::chrono::steady_clock;
+
 enum class RegionId : uint8_t { kInfo = 0, kLocks = 1, kSessions = 2 };
 
 struct RemoteOp {
@@ -108,6 +110,11 @@ class RemoteMemory {
   virtual Status ReadBytes(RegionId region, uint64_t offset, std::span<uint8_t> dst) = 0;
 
   const OpCounters& counters() const { return counters_; }
+  // When the last Execute() was posted and when it completed (steady clock). The engine takes a
+  // lease's start from the first, and the SDK a grant's latency from the second, so that the lock
+  // path reads the clock no more often than the round-trip estimate needs (issue 19).
+  Clock::time_point last_issued() const { return last_issued_; }
+  Clock::time_point last_completed() const { return last_completed_; }
   // Smoothed time of a batch, used to size poll intervals. Starts at 20 us.
   std::chrono::nanoseconds round_trip() const { return std::max(round_trip_, min_round_trip_); }
   // A floor for round_trip(): the in-process backend answers in nanoseconds, and tests use this
@@ -139,6 +146,7 @@ class RemoteMemory {
   OpCounters counters_;
   bool started_ = false;
   std::chrono::nanoseconds round_trip_{20'000};
+  Clock::time_point last_issued_{}, last_completed_{};
   std::chrono::nanoseconds min_round_trip_{0};
   uint64_t handover_slot_ = ~uint64_t{0};
   std::chrono::nanoseconds handover_{0};

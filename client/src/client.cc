@@ -253,7 +253,9 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   }
   impl_->TestHook("granted");
   LockHandle h = impl_->MakeHandle(*ch, *grant, options.auto_renew, started);
-  if (h.state() == LockState::kLost) return EndedWhileGranted();
+  // Lost already: the session ended while the grant was made (MakeHandle could not track it).
+  // Read without the handle's mutex or a clock: the engine granted it within its lease.
+  if (h.state_->ended.load(std::memory_order_acquire)) return EndedWhileGranted();
   return h;
 }
 
@@ -323,7 +325,7 @@ Result<std::vector<LockHandle>> Client::LockManySlots(std::span<const SlotReques
   bool ended = false;
   for (const Grant& g : *grants) {
     out.push_back(impl_->MakeHandle(*ch, g, options.auto_renew, started));
-    ended = ended || out.back().state() == LockState::kLost;
+    ended = ended || out.back().state_->ended.load(std::memory_order_acquire);
   }
   if (ended) return EndedWhileGranted();  // all or nothing: the handles' session is gone
   return out;

@@ -15,7 +15,7 @@ namespace sdk {
 Status ThreadChannel::Reap() {
   if (!pending.active) return Status::Ok();
   Status st = session->engine->FinishRelease(*mem, &pending, &events);
-  pending_since.store(0, std::memory_order_relaxed);
+  pending_post.store(0, std::memory_order_relaxed);
   if (st.code() == ErrorCode::kLockLost) {
     ++lost;  // released too late to count: waiters recover it (the holder was done with it)
     return Status::Ok();
@@ -30,8 +30,56 @@ std::pair<uint64_t, uint32_t> ThreadChannel::TakeEntry(bool recording) {
 }
 
 void ThreadChannel::NotePending() {
-  pending_since.store(pending.active ? Clock::now().time_since_epoch().count() : 0,
-                      std::memory_order_relaxed);
+  if (pending.active) {
+    pending_post.store(++posts, std::memory_order_relaxed);
+  } else {
+    pending_post.store(0, std::memory_order_relaxed);
+  }
+}
+
+bool HeldList::Link(LockHandle::State* s) {
+  MutexLock lk(&mu_);
+  if (closed_) return false;
+  s->held_prev = nullptr;
+  s->held_next = head_;
+  if (head_ != nullptr) head_->held_prev = s;
+  head_ = s;
+  s->held_linked.store(true, std::memory_order_relaxed);
+  return true;
+}
+
+void HeldList::Unlink(LockHandle::State* s) {
+  MutexLock lk(&mu_);
+  if (!s->held_linked.load(std::memory_order_relaxed)) return;
+  if (s->held_prev != nullptr) {
+    s->held_prev->held_next = s->held_next;
+  } else {
+    head_ = s->held_next;
+  }
+  if (s->held_next != nullptr) s->held_next->held_prev = s->held_prev;
+  s->held_prev = s->held_next = nullptr;
+  s->held_linked.store(false, std::memory_order_release);
+}
+
+std::vector<std::shared_ptr<LockHandle::State>> HeldList::Snapshot(bool close) {
+  std::vector<std::shared_ptr<LockHandle::State>> out;
+  MutexLock lk(&mu_);
+  for (LockHandle::State* s = head_; s != nullptr;) {
+    LockHandle::State* next = s->held_next;
+    // A state whose last reference went is being destroyed: its destructor waits for mu_ to
+    // unlink it (or finds it unlinked, when closing).
+    if (auto strong = s->weak_from_this().lock()) out.push_back(std::move(strong));
+    if (close) {
+      s->held_prev = s->held_next = nullptr;
+      s->held_linked.store(false, std::memory_order_release);
+    }
+    s = next;
+  }
+  if (close) {
+    head_ = nullptr;
+    closed_ = true;
+  }
+  return out;
 }
 
 }  // namespace sdk
@@ -83,7 +131,7 @@ void Client::Impl::Close() {
   // The session ends with the client: locks still held are lost from here on, then the
   // connections close (threads' caches may keep the objects a while, disconnected), and lockd
   // frees what the record shows.
-  (void)EndLeases(Error(ErrorCode::kConnection, "client closed"));
+  (void)EndLeases(chans, Error(ErrorCode::kConnection, "client closed"));
   for (auto& ch : chans) ch->mem->Shutdown();
 }
 
@@ -167,6 +215,8 @@ Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline) {
   ch->session = sess;
   ch->mem = std::move(mem).value();
   MutexLock lk(&mu_);
+  // Close() has begun meanwhile: it ends the channels it finds, and this one would not be.
+  if (stopping_) return Error(ErrorCode::kConnection, "client closed");
   if (session_ != sess) return Error(ErrorCode::kConnection, "session with lockd ended");
   channels_[tid] = ch;
   cache = {this, nonce_, sess->gen, ch};
@@ -192,20 +242,9 @@ void Client::Impl::OnSessionError(uint64_t gen, const Status& st) {
   }
   cv_.SignalAll();
   // Locks first, then connections: when lockd sees them close it may free those locks at once.
-  (void)EndLeases(
-      Error(ErrorCode::kLockLost, "session with lockd ended (" + st.message() + "); lock lost"));
+  (void)EndLeases(old, Error(ErrorCode::kLockLost,
+                             "session with lockd ended (" + st.message() + "); lock lost"));
   for (auto& ch : old) ch->mem->Shutdown();
-}
-
-// Tracks a new grant's handle for renewal and loss reports, atomically with the session's end:
-// a grant of a session that OnSessionError has ended already (its EndLeases ran without this
-// handle, and lockd frees the grant once the connections close) is not tracked and returns
-// false; the caller reports the grant lost (issue 16, finding 1).
-bool Client::Impl::Track(const std::shared_ptr<LockHandle::State>& s) {
-  MutexLock lk(&mu_);
-  if (stopping_ || session_ != s->session) return false;
-  handles_.push_back(s);
-  return true;
 }
 
 std::shared_ptr<const sdk::Session> Client::Impl::MakeSession(const Connection& first,
@@ -232,25 +271,27 @@ std::shared_ptr<const sdk::Session> Client::Impl::MakeSession(const Connection& 
   p.stall_factor = reply.stall_factor;
   p.epoch = static_cast<uint16_t>(reply.epoch);
   if (liveness > std::chrono::nanoseconds::zero()) p.trusted_until = &s->trusted_until_ns;
-  std::weak_ptr<EntryPool> pool = s->pool;
+  // The engine is the session's, and so is the pool, which outlives it (declared before it in
+  // Session): whoever calls the engine holds the session, so a raw pointer will do, and the
+  // release path does not lock a weak reference (an atomic on a line all threads share).
+  EntryPool* pool = s->pool.get();
   const uint64_t gen = s->gen;
   s->engine = std::make_unique<LockEngine>(
       p, [this, gen](const Ticket& t) { Abandon(gen, t); },
-      [pool](uint64_t record) {
-        if (auto pl = pool.lock()) pl->Give(record);
-      });
+      [pool](uint64_t record) { pool->Give(record); });
   gen_.store(s->gen, std::memory_order_release);
   return s;
 }
 
-size_t Client::Impl::EndLeases(const Status& why) {
+size_t Client::Impl::EndLeases(const std::vector<std::shared_ptr<ThreadChannel>>& chans,
+                               const Status& why) {
+  // Each channel's list is closed as it is read: a grant made on one of these channels from now
+  // on is not tracked, and its handle reports the loss at once (MakeHandle).
   std::vector<std::shared_ptr<LockHandle::State>> all;
-  {
-    MutexLock lk(&mu_);
-    for (auto& w : handles_) {
-      if (auto s = w.lock()) all.push_back(s);
-    }
-    handles_.clear();
+  for (const auto& ch : chans) {
+    auto held = ch->held->Snapshot(/*close=*/true);
+    all.insert(all.end(), std::make_move_iterator(held.begin()),
+               std::make_move_iterator(held.end()));
   }
   // Every lock is lost before the first callback runs: one may close the client, which shuts
   // the connections down (and lockd frees the locks) while the others are still reported.
@@ -279,23 +320,35 @@ void Client::Impl::JoinOrDetach(std::thread& t, std::thread::id me) {
   }
 }
 
+// A new state's fields, before any other thread can see it (HeldList::Link publishes it): its
+// mutex is not needed yet, and the acquire path saves taking it.
+void Client::Impl::InitGrant(LockHandle::State& s, const Grant& g, bool auto_renew) {
+  s.grant = g;
+  s.auto_renew = auto_renew;
+}
+
 LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, bool auto_renew,
                                     Clock::time_point started) {
   ++ch.acquires;
-  ch.latency.Add(Clock::now() - started);
-  auto state = std::make_shared<LockHandle::State>();
+  // Until the completion of the channel's last operation (the one that showed the grant, or a
+  // READ after it): a clock reading the acquire path had taken already.
+  ch.latency.Add(ch.mem->last_completed() - started);
+  auto state = std::allocate_shared<LockHandle::State>(sdk::StateAllocator<LockHandle::State>());
   state->client = weak_from_this();  // expired while the client closes: no throw
   state->session = ch.session;
   state->budget = budget_;  // the caller took this grant's unit
-  // Not shared yet, but Track publishes it to the keeper: its mutex is taken as any user does.
-  MutexLock lk(&state->mu);
-  state->grant = g;
-  state->auto_renew = auto_renew;
-  if (!Track(state)) {
-    state->SetState(LockState::kLost);  // the session ended while the grant was made
+  state->held = ch.held;
+  InitGrant(*state, g, auto_renew);
+  // Linked atomically with the session's end: a grant of a session whose EndLeases has closed
+  // this channel's list already (lockd frees the grant once the connections close) is not
+  // tracked, and its handle reports the loss at once (the caller returns EndedWhileGranted).
+  // Close() ends the lists too, so a grant that races with it is lost the same way. Link
+  // publishes the state (its list's mutex orders these writes before the keeper's reads).
+  if (!ch.held->Link(state.get())) {
+    MutexLock lk(&state->mu);
+    state->SetState(LockState::kLost);
     state->lost_reported = true;
   }
-  lk.Unlock();
   return LockHandle(std::move(state));
 }
 

@@ -17,7 +17,11 @@
 //
 // Lock order (a thread holding one may take those after it, never one before):
 //   LockHandle::State::mu  ->  ThreadChannel::mu  ->  Impl::mu_
+//   HeldList::mu_ is a leaf (taken under State::mu or none; nothing is taken under it).
 //   Impl::async_mu_ is never held with any other (it guards queues only).
+// The lock path (Lock, LockSlot, Release of an uncontended grant) takes only the calling
+// thread's channel mutex, the handle's own and its channel's HeldList: nothing client-wide
+// (issue 19). EntryPool and SlotBudget are lock-free.
 // A channel's mu is held across remote operations (which may wait out retransmissions): the
 // reaper (ReapLeftReleases) and StopAsync only try-lock another thread's channel, and the
 // keeper's renewals only try-lock a handle, so that none waits behind an owner's slow call. Loss
@@ -39,6 +43,7 @@
 #include <vector>
 
 #include "client/src/entry_pool.h"
+#include "client/src/state_pool.h"
 #include "common/sync/mutex.h"
 #include "common/sync/thread_annotations.h"
 #include "engine/connection.h"
@@ -110,18 +115,49 @@ struct LatencyCounters {
   void AddTo(LatencyHistogram* h) const;
 };
 
+// The grants made on one channel that are still held (their LockHandle::State), so that the
+// keeper can renew them and a session's end can report them lost. One list per channel, not one
+// per client: the acquire and release paths link and unlink here under this list's own mutex,
+// which only the channel's thread, the keeper and a session's end take, so that threads of one
+// client never serialise on a client-wide lock (issue 19). A handle released on another thread
+// unlinks itself from the list of the channel that granted it. Thread-safe; mu_ guards the links
+// (State::held_prev/held_next/held_linked) and closed_. Lock order: State::mu -> HeldList::mu_
+// (a leaf: nothing is taken while it is held).
+class HeldList {
+ public:
+  // Links `s` (just granted; its mutex held by the caller). False once the list is closed: the
+  // session ended, and `s` is not tracked (its grant is lost).
+  bool Link(LockHandle::State* s) EXCLUDES(mu_);
+  // Unlinks `s` if it is linked. Idempotent.
+  void Unlink(LockHandle::State* s) EXCLUDES(mu_);
+  // The states linked now, as strong references (one being destroyed meanwhile is skipped).
+  // With `close`, the list also ends: everything is unlinked and nothing more will link.
+  std::vector<std::shared_ptr<LockHandle::State>> Snapshot(bool close) EXCLUDES(mu_);
+
+ private:
+  Mutex mu_;
+  LockHandle::State* head_ GUARDED_BY(mu_) = nullptr;
+  bool closed_ GUARDED_BY(mu_) = false;
+};
+
 // One thread's connection to lockd (in one session) and what the engine did on it. `session`
 // and `mem` are set before the channel is shared; the counters are written by the thread using
 // the channel and read by any (Stats).
 struct ThreadChannel {
   std::shared_ptr<const Session> session;
   std::unique_ptr<Connection> mem;
+  const std::shared_ptr<HeldList> held = std::make_shared<HeldList>();  // grants made here
   // Held by whoever uses `mem` and `pending`: the owning thread for its calls, the keeper and
   // the reaper when they reap a release the owner posted and left (they only try-lock).
   // `mem` is not GUARDED_BY it: Shutdown() and counters() are for any thread.
   Mutex mu;
   PendingRelease pending GUARDED_BY(mu);  // a release posted without waiting, not reaped yet
-  std::atomic<int64_t> pending_since{0};  // steady-clock ns when posted; 0: none
+  uint64_t posts GUARDED_BY(mu) = 0;      // releases posted on this channel so far
+  // `posts` while a posted release is outstanding, 0 when none: the reaper reaps a release it
+  // finds outstanding, unchanged, on two of its ticks in a row (left by its thread). Read
+  // without a clock, so that posting costs the owner no time stamp.
+  std::atomic<uint64_t> pending_post{0};
+  uint64_t reaper_seen = 0;  // owned by the reaper thread: pending_post at its last tick
   EngineEvents events;
   Counter acquires, releases, timeouts, lost, unrecorded, batches;
   LatencyCounters latency;  // of the grants made on this channel
@@ -157,9 +193,15 @@ Result<std::unique_ptr<Connection>> VerbsConnect(const ChannelParams& p, uint32_
 
 // A granted lock, shared by its LockHandle and the client's handle list (renewal, loss reports).
 // Hidden: nested in an exported class, it would be exported too.
-struct [[gnu::visibility("hidden")]] LockHandle::State {
-  // The last reference is going: no other thread can hold mu.
-  ~State() NO_THREAD_SAFETY_ANALYSIS { Settle(); }
+struct [[gnu::visibility("hidden")]] LockHandle::State
+    : public std::enable_shared_from_this<LockHandle::State> {
+  // The last reference is going: no other thread can hold mu (the keeper may be looking at the
+  // held list: Unlink waits for it, and the keeper skips a state it cannot lock a reference to).
+  ~State() NO_THREAD_SAFETY_ANALYSIS {
+    Settle();
+    // Linked only while held: a released or lost state was unlinked already (no mutex to take).
+    if (held && held_linked.load(std::memory_order_acquire)) held->Unlink(this);
+  }
   // Constant after construction.
   // fork_guard::Generation() when granted: in a forked child the handle is inert (its mutex may
   // have been held by one of the parent's threads, which the child does not have).
@@ -168,6 +210,15 @@ struct [[gnu::visibility("hidden")]] LockHandle::State {
   std::weak_ptr<Client::Impl> client;
   std::shared_ptr<const sdk::Session> session;
   std::shared_ptr<sdk::SlotBudget> budget;  // the client's; the grant holds one unit until it ends
+  std::shared_ptr<sdk::HeldList> held;      // the granting channel's list (Impl::MakeHandle)
+  // Links in `held`, guarded by held's mutex (HeldList's methods only). held_linked is also
+  // read without it, by the destructor: once false it stays false (nothing links a state twice).
+  State* held_prev = nullptr;
+  State* held_next = nullptr;
+  std::atomic<bool> held_linked{false};
+  // `state` has left kHeld (set under mu, read without it): dropping a handle whose lock was
+  // released already costs no mutex.
+  std::atomic<bool> ended{false};
 
   // Guarded by mu: the owner and the keeper (renewals, losses) both use it.
   Mutex mu;
@@ -184,7 +235,11 @@ struct [[gnu::visibility("hidden")]] LockHandle::State {
   // Leaves kHeld: the grant's budget unit goes back.
   void SetState(LockState to) REQUIRES(mu) {
     state = to;
-    if (to != LockState::kHeld) Settle();
+    if (to != LockState::kHeld) {
+      ended.store(true, std::memory_order_release);
+      Settle();
+      if (held) held->Unlink(this);  // nothing to renew or report any more
+    }
   }
   void Settle() REQUIRES(mu) {
     if (!settled && budget) budget->Give(grant.ticket.slot);
@@ -310,14 +365,15 @@ class [[gnu::visibility("hidden")]] Client::Impl
   static constexpr std::chrono::milliseconds kReapTick{1};
 
   // client_channels.cc
+  static void InitGrant(LockHandle::State & s, const Grant& g, bool auto_renew)
+      NO_THREAD_SAFETY_ANALYSIS;
   std::shared_ptr<const Session> MakeSession(
       const Connection& first, std::chrono::nanoseconds liveness, const std::string& server,
       uint16_t port) REQUIRES(mu_);
-  // Tracks a new grant's handle for renewal and loss reports, atomically with the session's end
-  // (see the definition).
-  bool Track(const std::shared_ptr<LockHandle::State>& s) EXCLUDES(mu_);
-  // Marks every held lock lost and calls the loss callbacks. Returns how many.
-  size_t EndLeases(const Status& why) EXCLUDES(mu_);
+  // Marks every lock held on `chans` (an ending session's channels) lost, closes their held
+  // lists, and calls the loss callbacks. Returns how many.
+  size_t EndLeases(const std::vector<std::shared_ptr<ThreadChannel>>& chans, const Status& why)
+      EXCLUDES(mu_);
   static void JoinOrDetach(std::thread & t, std::thread::id me);
 
   // client_reaper.cc
@@ -379,7 +435,6 @@ class [[gnu::visibility("hidden")]] Client::Impl
   std::unordered_map<std::thread::id, std::shared_ptr<ThreadChannel>> channels_ GUARDED_BY(mu_);
   ClientStats retired_ GUARDED_BY(mu_);  // counters of the connections of ended sessions
   std::deque<std::pair<uint64_t, Ticket>> abandoned_ GUARDED_BY(mu_);  // (session gen, ticket)
-  std::vector<std::weak_ptr<LockHandle::State>> handles_ GUARDED_BY(mu_);
   uint64_t sessions_lost_ GUARDED_BY(mu_) = 0;
   uint64_t reconnects_ GUARDED_BY(mu_) = 0;
 

@@ -182,17 +182,17 @@ bool Client::Impl::Reconnect(std::chrono::milliseconds* backoff) {
 }
 
 void Client::Impl::RenewDue(ThreadChannel& c, std::chrono::nanoseconds lease) {
-  std::vector<std::shared_ptr<LockHandle::State>> due;
+  // The grants held on the current session's channels (each channel's HeldList).
+  std::vector<std::shared_ptr<sdk::HeldList>> lists;
   {
     MutexLock lk(&mu_);
-    std::vector<std::weak_ptr<LockHandle::State>> keep;
-    for (auto& w : handles_) {
-      if (auto s = w.lock()) {
-        due.push_back(s);
-        keep.push_back(w);
-      }
-    }
-    handles_.swap(keep);
+    for (auto& [tid, ch] : channels_) lists.push_back(ch->held);
+  }
+  std::vector<std::shared_ptr<LockHandle::State>> due;
+  for (auto& l : lists) {
+    auto held = l->Snapshot(/*close=*/false);
+    due.insert(due.end(), std::make_move_iterator(held.begin()),
+               std::make_move_iterator(held.end()));
   }
   for (auto& s : due) {
     Status st;

@@ -97,17 +97,20 @@ void Client::Impl::ReaperLoop() {
 // Reaps releases that threads posted and then left (no call on the client since): a release
 // whose CAS missed must be retried soon, or the lock's waiters wait for it.
 void Client::Impl::ReapLeftReleases() {
-  const int64_t now = Clock::now().time_since_epoch().count();
-  const int64_t min_age = std::chrono::nanoseconds(kReapTick).count();
   std::vector<std::shared_ptr<ThreadChannel>> left;
   bool any = false;
   {
     MutexLock lk(&mu_);
     for (auto& [tid, ch] : channels_) {
-      const int64_t since = ch->pending_since.load(std::memory_order_relaxed);
-      if (since == 0) continue;
+      const uint64_t post = ch->pending_post.load(std::memory_order_relaxed);
+      if (post == 0) {
+        ch->reaper_seen = 0;
+        continue;
+      }
       any = true;
-      if (now - since >= min_age) left.push_back(ch);
+      // The same release outstanding at this tick and the last: left for at least a tick.
+      if (post == ch->reaper_seen) left.push_back(ch);
+      ch->reaper_seen = post;
     }
   }
   if (any) {

@@ -23,16 +23,26 @@ namespace {
 Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl);
 }  // namespace
 
+namespace {
+// The handle may still hold its lock (so dropping it must release it). A handle released by its
+// owner is the common case, and dropping it then costs one atomic load: no mutex, no error made
+// and thrown away, no channel looked up.
+bool StillHeld(const LockHandle::State& s) {
+  if (s.inherited()) return true;  // Release() says why it cannot
+  return !s.ended.load(std::memory_order_acquire);
+}
+}  // namespace
+
 LockHandle::LockHandle(LockHandle&& o) noexcept : state_(std::move(o.state_)) {}
 LockHandle& LockHandle::operator=(LockHandle&& o) noexcept {
   if (this != &o) {
-    if (state_) (void)Release();
+    if (state_ && StillHeld(*state_)) (void)Release();
     state_ = std::move(o.state_);
   }
   return *this;
 }
 LockHandle::~LockHandle() {
-  if (state_) (void)Release();
+  if (state_ && StillHeld(*state_)) (void)Release();
 }
 
 uint64_t LockHandle::slot() const { return state_ ? state_->ticket().slot : 0; }
@@ -91,8 +101,9 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
   // The calling thread's connection first, before the handle's mutex: a thread with none joins
   // the session, and a join that fails ends it, whose EndLeases takes every handle's mutex (this
   // one's too, on this thread: it deadlocked).
+  // Never waits for a reconnection (a deadline already past; no clock read for it).
   Result<ThreadChannel*> ch = impl
-                                  ? impl->Channel(Clock::now())
+                                  ? impl->Channel(Clock::time_point{})
                                   : Result<ThreadChannel*>(Error(ErrorCode::kConnection, "closed"));
   MutexLock lk(&state_->mu);
   if (state_->state == LockState::kReleased) {
