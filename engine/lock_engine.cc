@@ -221,6 +221,16 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
       return Error(ErrorCode::kBusy, "slot " + std::to_string(slot) + " is held");
     }
     Count(&EngineEvents::waits, ev);
+    {
+      // The FA's answer already says how many requests are ahead of ours: a READ at once would
+      // only show the same (the holder has had no time to release). Wait first as a poll after
+      // an unchanged READ would, so that a contended acquisition costs a READ fewer (issue 19,
+      // item 5). (Here only: FinishAcquire's tickets may have waited a while already.)
+      const uint32_t ahead = proto::Ahead(g.seen, prev, mode);
+      Pause(std::min<nanoseconds>(PollInterval(mem, ahead, 0, mem.handover_estimate(slot)),
+                                  opt.deadline - Clock::now()),
+            /*may_spin=*/ahead <= 1);
+    }
     RDMALOCK_ASSIGN_OR_RETURN(const WaitOutcome out,
                               Wait(mem, t, issue, opt.deadline, &g, ev, handed_off));
     if (out == WaitOutcome::kGranted) {

@@ -50,6 +50,18 @@ struct VerbsMemory::Impl {
     if (conn && conn->id) conn->id.FenceQp();  // nothing executes once we start tearing down
   }
 
+  // The work requests' constant parts, once the buffer is registered: each WR's one SGE and the
+  // region's lkey. The lock path then writes only the op's own fields (issue 19).
+  void Prepare() {
+    for (size_t i = 0; i < kMaxBatch; ++i) {
+      wrs[i] = ibv_send_wr{};
+      sges[i] = ibv_sge{};
+      sges[i].lkey = mr->lkey;
+      wrs[i].sg_list = &sges[i];
+      wrs[i].num_sge = 1;
+    }
+  }
+
   uint8_t* op_buf(size_t i) { return buffer.data() + i * kOpScratch; }
   uint8_t* ring_buf(size_t i) { return buffer.data() + (kMaxBatch + i) * kOpScratch; }
   uint8_t* start_buf(size_t i) { return buffer.data() + (kMaxBatch + kPostRing + i) * kOpScratch; }
@@ -75,16 +87,16 @@ struct VerbsMemory::Impl {
       if (op.offset + op.length > r.length || op.length > kOpScratch) {
         return Error(ErrorCode::kInvalidArgument, "remote offset out of range");
       }
+      // wrs[i] and sges[i] were prepared once (Prepare): only what varies by op is written
+      // here; every field the op's opcode uses is among them (wr_id, next and the signalled
+      // flag are Post's).
       ibv_send_wr& wr = wrs[i];
       ibv_sge& sge = sges[i];
-      wr = ibv_send_wr{};
       uint8_t* buf = scratch(i);
       sge.addr = reinterpret_cast<uint64_t>(buf);
-      sge.lkey = mr->lkey;
       sge.length =
           op.kind == RemoteOp::Kind::kRead || op.kind == RemoteOp::Kind::kWrite ? op.length : 8;
-      wr.sg_list = &sge;
-      wr.num_sge = 1;
+      wr.send_flags = 0;
       const uint64_t raddr = r.addr + op.offset;
       switch (op.kind) {
         case RemoteOp::Kind::kFetchAdd:
@@ -347,6 +359,7 @@ Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& p
   RDMALOCK_ASSIGN_OR_RETURN(
       impl->mr, rdma::RegisterMr(impl->conn->pd.get(), impl->buffer.data(), impl->buffer.size(),
                                  IBV_ACCESS_LOCAL_WRITE));
+  impl->Prepare();
   auto mem = std::unique_ptr<VerbsMemory>(new VerbsMemory(std::move(impl)));
   mem->reply_ = reply;
   mem->connect_started_ = started;
@@ -417,12 +430,11 @@ Status VerbsMemory::DoPost(std::span<RemoteOp> ops) {
     m.ring_next = (m.ring_next + 1) % kPostRing;
     std::memcpy(buf, &op.operand, 8);
     std::memcpy(buf + 8, &op.swap, 8);
-    m.sges[i] = {reinterpret_cast<uint64_t>(buf), op.length, m.mr->lkey};
-    ibv_send_wr& wr = m.wrs[i];
-    wr = ibv_send_wr{};
+    m.sges[i].addr = reinterpret_cast<uint64_t>(buf);
+    m.sges[i].length = op.length;
+    ibv_send_wr& wr = m.wrs[i];  // prepared once (Prepare)
     wr.wr_id = m.next_wr_id++;
-    wr.sg_list = &m.sges[i];
-    wr.num_sge = 1;
+    wr.send_flags = 0;
     wr.opcode = IBV_WR_RDMA_WRITE;
     wr.wr.rdma = {r.addr + op.offset, m.Rkey(op.region, true)};
     // Inline where the device allows: the data is copied at post time, the NIC reads no buffer.
@@ -470,11 +482,10 @@ Status VerbsMemory::ReadBytes(RegionId region, uint64_t offset, std::span<uint8_
   for (size_t done = 0; done < dst.size();) {
     const size_t n = std::min(kBulkBytes, dst.size() - done);
     ibv_sge& sge = m.sges[0];
-    sge = {reinterpret_cast<uint64_t>(m.bulk_buf()), static_cast<uint32_t>(n), m.mr->lkey};
-    ibv_send_wr& wr = m.wrs[0];
-    wr = ibv_send_wr{};
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
+    sge.addr = reinterpret_cast<uint64_t>(m.bulk_buf());
+    sge.length = static_cast<uint32_t>(n);
+    ibv_send_wr& wr = m.wrs[0];  // prepared once (Prepare)
+    wr.send_flags = 0;
     wr.opcode = IBV_WR_RDMA_READ;
     wr.wr.rdma = {r.addr + offset + done, m.Rkey(region, false)};
     RDMALOCK_RETURN_IF_ERROR(m.PostAndWait(1));
