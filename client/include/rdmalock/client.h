@@ -10,7 +10,9 @@
 //
 // Thread-safety: a Client may be shared by any number of threads. Each thread's operations go out
 // on an RDMA connection of its own, made on the thread's first operation, so the lock path takes
-// no lock. A LockHandle belongs to one thread at a time but may be moved between threads.
+// no lock that threads share: only the calling thread's own (uncontended) ones, and no heap
+// allocation once warm. A LockHandle belongs to one thread at a time but may be moved between
+// threads.
 //
 // Sessions: a Client is one session at lockd; its threads' connections join it. The client keeps
 // a heartbeat in its session record and records each request there, so that lockd frees a dead
