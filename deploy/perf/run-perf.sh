@@ -418,40 +418,6 @@ cpu_pct_window() { awk '{ printf "%.2f", ($6 > 0) ? 100 * $5 / $6 : 0 }' "$out/$
 } | tee "$out/table.txt"
 cat "$out/windows-rounds.txt" "$out/shard-rounds.txt"
 
-# ---- the CDF of the uncontended pair latency: rdmalock with its defaults, with --no-records, and
-# the bare lock (1 thread, 10,000 locks, same boot), from each run's pair_quantiles_us (the minimum,
-# every percent, p99.5, p99.9, p99.99 and the maximum). The data and the gnuplot script stay in
-# OUT_DIR next to the PNG. No gnuplot, or a gnuplot that fails, leaves no plot and says so.
-cdf_data() {  # json dat
-  python3 -c 'import json, sys
-for q, us in json.load(open(sys.argv[1]))["pair_quantiles_us"]:
-    print(q, us)' "$1" >"$2"
-}
-cdf_data "$u" "$out/cdf-rdmalock.dat"
-cdf_data "$n" "$out/cdf-rdmalock-norec.dat"
-cdf_data "$bu" "$out/cdf-bare.dat"
-term="png size 960,600"
-gnuplot -e 'set terminal' 2>/dev/null | grep -q pngcairo && term="pngcairo size 960,600 font ',10'"
-cat >"$out/pair-cdf.gp" <<EOF
-set terminal $term
-set output "$out/pair-cdf.png"
-set title "Uncontended acquire+release latency, 1 thread, 10,000 locks, exclusive (one boot, $dev)"
-set xlabel "pair latency, us (log scale)"
-set ylabel "fraction of pairs at or below"
-set logscale x
-set grid xtics mxtics ytics
-set key bottom right
-set yrange [0:1]
-plot "$out/cdf-bare.dat" using 2:1 with lines lw 2 title "bare ticket lock (p50 $(json_p "$bu" pair_us p50) us)", \\
-     "$out/cdf-rdmalock-norec.dat" using 2:1 with lines lw 2 title "rdmalock --no-records (p50 $(json_p "$n" pair_us p50) us)", \\
-     "$out/cdf-rdmalock.dat" using 2:1 with lines lw 2 title "rdmalock defaults (p50 $(json_p "$u" pair_us p50) us)"
-EOF
-if command -v gnuplot >/dev/null && gnuplot "$out/pair-cdf.gp"; then
-  echo "perf: CDF of the uncontended pair latency in $out/pair-cdf.png" >&2
-else
-  echo "perf: no CDF plot (gnuplot missing or failed); data in $out/cdf-*.dat" >&2
-fi
-
 {
   printf '{"raw":{"fa_median_us":%s,"fa_p99_us":%s,"read8_median_us":%s,"atomic_bw_mpps":%s},' \
     "$fa_med" "$fa_p99" "$rd_med" "$bw_mpps"
@@ -467,3 +433,42 @@ fi
   printf '}}\n'
 } >"$out/perf.json"
 echo "perf: table in $out/table.txt, every measurement in $out/perf.json" >&2
+
+# ---- the CDF of the uncontended pair latency: rdmalock with its defaults, with --no-records, and
+# the bare lock (1 thread, 10,000 locks, same boot), from each run's pair_quantiles_us (the minimum,
+# every percent, p99.5, p99.9, p99.99 and the maximum). The data and the gnuplot script stay in
+# OUT_DIR next to the PNG. No gnuplot, or a gnuplot that fails, leaves no plot and says so.
+# Called after perf.json is written, and in a condition, so that nothing here can stop the suite.
+cdf_data() {  # json dat
+  python3 -c 'import json, sys
+for q, us in json.load(open(sys.argv[1]))["pair_quantiles_us"]:
+    print(q, us)' "$1" >"$2"
+}
+plot_cdf() {
+  command -v gnuplot >/dev/null || return 1
+  cdf_data "$u" "$out/cdf-rdmalock.dat" || return 1
+  cdf_data "$n" "$out/cdf-rdmalock-norec.dat" || return 1
+  cdf_data "$bu" "$out/cdf-bare.dat" || return 1
+  local term="png size 960,600"
+  gnuplot -e 'set terminal' 2>/dev/null | grep -q pngcairo && term="pngcairo size 960,600 font ',10'"
+  cat >"$out/pair-cdf.gp" <<EOF
+set terminal $term
+set output "$out/pair-cdf.png"
+set title "Uncontended acquire+release latency, 1 thread, 10,000 locks, exclusive (one boot, $dev)"
+set xlabel "pair latency, us (log scale)"
+set ylabel "fraction of pairs at or below"
+set logscale x
+set grid xtics mxtics ytics
+set key bottom right
+set yrange [0:1]
+plot "$out/cdf-bare.dat" using 2:1 with lines lw 2 title "bare ticket lock (p50 $(json_p "$bu" pair_us p50) us)", \\
+     "$out/cdf-rdmalock-norec.dat" using 2:1 with lines lw 2 title "rdmalock --no-records (p50 $(json_p "$n" pair_us p50) us)", \\
+     "$out/cdf-rdmalock.dat" using 2:1 with lines lw 2 title "rdmalock defaults (p50 $(json_p "$u" pair_us p50) us)"
+EOF
+  gnuplot "$out/pair-cdf.gp"
+}
+if plot_cdf; then
+  echo "perf: CDF of the uncontended pair latency in $out/pair-cdf.png" >&2
+else
+  echo "perf: no CDF plot (gnuplot missing or failed); data in $out/cdf-*.dat" >&2
+fi
