@@ -46,14 +46,21 @@ section() { printf '\n=== %s\n' "$*" >&2; }
 # shellcheck source=deploy/lib.sh
 . "$root/deploy/lib.sh"
 
-# perftest: server in the background, client against it; the client's output is kept.
+# perftest: server in the background, client against it; the client's output is kept. On a
+# loaded host the server may not listen yet after 1 s: the client then cannot connect, and is
+# tried again (up to 10 times); a server left waiting for a client that never came is killed.
 perftest() {  # name tool args...
-  local name=$1 tool=$2
+  local name=$1 tool=$2 try
   shift 2
   "$tool" -d "$dev" "$@" >/dev/null 2>&1 &
   local srv=$!
-  sleep 1
-  "$tool" -d "$dev" "$@" "$ip" >"$out/$name.txt" 2>&1 || true
+  for try in $(seq 1 10); do
+    sleep 1
+    "$tool" -d "$dev" "$@" "$ip" >"$out/$name.txt" 2>&1 || true
+    grep -q "Couldn't connect" "$out/$name.txt" || break
+    echo "run-perf: $name: the client could not connect (try $try), again" >&2
+  done
+  kill "$srv" 2>/dev/null || true
   wait "$srv" 2>/dev/null || true
 }
 
