@@ -569,7 +569,8 @@ void Worker(Shared& sh, int t, ThreadResult& r) {
   r.acquire.reserve(1 << 20);
   r.release.reserve(1 << 20);
   r.pair.reserve(1 << 20);
-  // lockctl bench's generator and seed for thread t of the first process.
+  // lockctl bench's generator and seed for thread t of the first process (its draws differ:
+  // bench also draws each request's mode).
   std::mt19937_64 rng(static_cast<uint64_t>(t) * 7919 + 17);
   std::uniform_int_distribution<uint64_t> keys(0, o.locks - 1);
   BareLock lock(&conn);
