@@ -52,6 +52,23 @@ std::vector<std::pair<uint64_t, uint64_t>> Log2Histogram(const std::vector<uint3
   return out;
 }
 
+// Fine quantiles of sorted samples for a CDF (the log2 histogram is too coarse for one):
+// [q, us] for q = 0 (the minimum), every percent, 0.995, 0.999, 0.9999 and 1 (the maximum), by
+// Summarize's nearest-rank rule. deploy/perf/bare_lock.cc prints the same.
+Json Quantiles(const std::vector<uint32_t>& sorted) {
+  Json out = Json::array();
+  if (sorted.empty()) return out;
+  std::vector<double> qs;
+  for (int i = 0; i <= 99; ++i) qs.push_back(i / 100.0);
+  for (const double q : {0.995, 0.999, 0.9999, 1.0}) qs.push_back(q);
+  for (const double q : qs) {
+    const size_t i = std::min(
+        sorted.size() - 1, static_cast<size_t>(q * static_cast<double>(sorted.size() - 1) + 0.5));
+    out.push_back({Fixed(q, 4), Fixed(DecodeUs(sorted[i]), 2)});
+  }
+  return out;
+}
+
 Json PctJson(const Percentiles& p) {
   return {{"p50", Fixed(p.p50, 2)},
           {"p90", Fixed(p.p90, 2)},
@@ -168,7 +185,8 @@ int Report(const BenchOptions& o, std::vector<ProcResult>& procs, int failed_pro
                       {"waits", d.waits},
                       {"sdk_acquire_p50_us_bound", d.acquire_latency.QuantileUs(0.5)},
                       {"sdk_acquire_p99_us_bound", d.acquire_latency.QuantileUs(0.99)},
-                      {"pair_hist_us", std::move(hist)}};
+                      {"pair_hist_us", std::move(hist)},
+                      {"pair_quantiles_us", Quantiles(pair)}};
     std::fputs(JsonLine(out).c_str(), stdout);
   } else {
     std::printf("bench: processes=%d threads=%d locks=%llu keys=%s", o.processes, o.threads,
