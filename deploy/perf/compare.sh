@@ -88,7 +88,12 @@ import glob, json, statistics, sys
 out, rounds, scen = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def fig(files):
     """pairs/s summed over processes, pair p50 (max over processes), RDMA ops per acquisition."""
-    js = [json.load(open(f)) for f in files]
+    js = []
+    for f in files:
+        try:
+            js.append(json.load(open(f)))
+        except ValueError:
+            return None  # that run failed (reported above): its round is left out
     pairs = sum(j.get("pairs_per_s", 0) for j in js)
     p50 = max(j.get("pair_us", {}).get("p50", 0) for j in js)
     ops = statistics.mean(j.get("rdma_ops_per_pair", 0) for j in js)
@@ -100,8 +105,9 @@ for s in scen:
     for side in "AB":
         for r in range(1, rounds + 1):
             files = sorted(glob.glob("%s/%s.%s.%d.*.json" % (out, name, side, r)))
-            if files:
-                per[side].append(fig(files))
+            f = fig(files) if files else None
+            if f:
+                per[side].append(f)
     if not per["A"] or not per["B"]:
         print("%-20s missing results" % name); continue
     for k, label in ((0, "pairs/s"), (1, "pair p50 us"), (2, "ops/acq")):
