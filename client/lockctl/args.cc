@@ -293,6 +293,10 @@ int ParseArgs(int argc, char** argv, Args* args) {
   bench->add_flag("--no-records", no_records,
                   "do not record requests in the session record (lockd cannot free them if this "
                   "process dies; measures what recording costs)");
+  bool no_local_handover = false;
+  bench->add_flag("--no-local-handover", no_local_handover,
+                  "threads of one process queue at lockd even for a lock another of them holds "
+                  "(measures what cohort handover saves)");
 
   try {
     app.parse(argc, argv);
@@ -329,6 +333,7 @@ int ParseArgs(int argc, char** argv, Args* args) {
   } else if (bench->parsed()) {
     args->command = Command::kBench;
     c.record_requests = !no_records;
+    c.local_handover = !no_local_handover;
     bo.json = c.json;
     bo.cluster = !c.cluster_file.empty() || !c.etcd.empty();
     if (const int rc = ValidateBenchOptions(bo); rc != 0) return rc;

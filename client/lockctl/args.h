@@ -29,7 +29,8 @@ struct Common {
   bool port_given = false, timeout_given = false;  // on the command line
   bool json = false;
   bool record_requests = true;
-  std::string auth_key_file;  // --auth-key-file
+  bool local_handover = true;  // ClientOptions::local_handover (bench --no-local-handover)
+  std::string auth_key_file;   // --auth-key-file
   // --cluster FILE: a cluster map; the command's lock name (route_name, set from the command's
   // arguments) or --shard picks the lockd.
   std::string cluster_file, shard, route_name;

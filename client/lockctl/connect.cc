@@ -109,6 +109,7 @@ std::unique_ptr<rdmalock::Client> ConnectOrDie(const Common& c, int* exit_code) 
   o.connect_timeout = std::chrono::milliseconds(t.connect_timeout_ms);
   o.client_name = "lockctl";
   o.record_requests = c.record_requests;
+  o.local_handover = c.local_handover;
   // The environment's key (RDMALOCK_AUTH_KEY, RDMALOCK_AUTH_KEY_FILE) wins over the config file's.
   const bool env_key = std::getenv("RDMALOCK_AUTH_KEY") != nullptr ||
                        std::getenv("RDMALOCK_AUTH_KEY_FILE") != nullptr;
@@ -135,6 +136,7 @@ std::unique_ptr<rdmalock::ClusterClient> ConnectClusterOrDie(const Common& c, in
   o.connect_timeout = std::chrono::milliseconds(c.connect_timeout_ms);
   o.client_name = "lockctl";
   o.record_requests = c.record_requests;
+  o.local_handover = c.local_handover;
   o.auth_key_file = c.auth_key_file;  // else the SDK reads the environment
   auto client = c.etcd.empty() ? rdmalock::ClusterClient::Connect(map, o)
                                : rdmalock::ClusterClient::Connect(c.Etcd(), o);

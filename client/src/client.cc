@@ -236,9 +236,25 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
     ao.try_only = options.timeout->count() == 0;
   }
   RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel(ao.deadline));
-  const Session& sess = *ch->session;
   ao.want_token = options.fencing_token && mode == Mode::kExclusive;
-  if (!impl_->budget_->Take(slot)) return impl_->budget_->Refusal(slot);
+  // Cohort handover (cohort.h): an exclusive request queues behind another of this client's
+  // threads that holds or acquires the lock, and may get its grant in-process. A try-lock is
+  // busy at once then, token or not (lockd would say so too).
+  sdk::CohortTable* cohort = impl_->cohort().get();
+  bool owner = false;  // this request owns its slot's cohort entry: pass it on if it fails
+  if (cohort != nullptr && mode == Mode::kExclusive) {
+    if (!ao.want_token) {
+      auto local = impl_->CohortAcquire(&ch, slot, ao, options.auto_renew, started, &owner);
+      if (!local.ok() || local->valid()) return local;
+    } else if (ao.try_only && cohort->Owned(slot)) {
+      return Error(ErrorCode::kBusy, "slot " + std::to_string(slot) + " is held");
+    }
+  }
+  const Session& sess = *ch->session;
+  if (!impl_->budget_->Take(slot)) {
+    if (owner) cohort->Leave(slot);
+    return impl_->budget_->Refusal(slot);
+  }
   MutexLock clk(&ch->mu);
   std::tie(ao.record, ao.record_seq) = ch->TakeEntry(impl_->options().record_requests);
   ao.pending = &ch->pending;
@@ -246,13 +262,15 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   ch->NotePending();
   clk.Unlock();
   if (!grant.ok()) {
-    impl_->budget_->Give(slot);  // an abandoned ticket took a unit of its own
+    if (owner) cohort->Leave(slot);  // the next local waiter, if any, tries lockd itself
+    impl_->budget_->Give(slot);      // an abandoned ticket took a unit of its own
     if (grant.status().code() == ErrorCode::kTimeout) ++ch->timeouts;
     impl_->OnSessionError(sess.gen, grant.status());
     return grant.status();
   }
   impl_->TestHook("granted");
-  LockHandle h = impl_->MakeHandle(*ch, *grant, options.auto_renew, started);
+  LockHandle h = impl_->MakeHandle(*ch, *grant, options.auto_renew, started,
+                                   owner ? impl_->cohort() : nullptr);
   // Lost already: the session ended while the grant was made (MakeHandle could not track it).
   // Read without the handle's mutex or a clock: the engine granted it within its lease.
   if (h.state_->ended.load(std::memory_order_acquire)) return EndedWhileGranted();

@@ -86,7 +86,10 @@ std::vector<std::shared_ptr<LockHandle::State>> HeldList::Snapshot(bool close) {
 
 Client::Impl::Impl(ClientOptions opts, std::unique_ptr<Connection> first,
                    std::chrono::nanoseconds liveness, Client::Resolver resolve, Connector connector)
-    : opts_(std::move(opts)), resolve_(std::move(resolve)), connector_(std::move(connector)) {
+    : opts_(std::move(opts)),
+      resolve_(std::move(resolve)),
+      connector_(std::move(connector)),
+      cohort_(opts_.local_handover ? std::make_shared<sdk::CohortTable>() : nullptr) {
   std::random_device rd;
   nonce_ = (uint64_t{rd()} << 32) | rd();
   rng_.seed(rd());
@@ -322,13 +325,16 @@ void Client::Impl::JoinOrDetach(std::thread& t, std::thread::id me) {
 
 // A new state's fields, before any other thread can see it (HeldList::Link publishes it): its
 // mutex is not needed yet, and the acquire path saves taking it.
-void Client::Impl::InitGrant(LockHandle::State& s, const Grant& g, bool auto_renew) {
+void Client::Impl::InitGrant(LockHandle::State& s, const Grant& g, bool auto_renew,
+                             std::shared_ptr<sdk::CohortTable> cohort) {
   s.grant = g;
   s.auto_renew = auto_renew;
+  s.cohort = std::move(cohort);
 }
 
 LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, bool auto_renew,
-                                    Clock::time_point started) {
+                                    Clock::time_point started,
+                                    std::shared_ptr<sdk::CohortTable> cohort) {
   ++ch.acquires;
   // Until the completion of the channel's last operation (the one that showed the grant, or a
   // READ after it): a clock reading the acquire path had taken already.
@@ -338,7 +344,8 @@ LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, bool auto
   state->session = ch.session;
   state->budget = budget_;  // the caller took this grant's unit
   state->held = ch.held;
-  InitGrant(*state, g, auto_renew);
+  // With the cohort entry before Link: a grant lost at once (below) passes it on.
+  InitGrant(*state, g, auto_renew, std::move(cohort));
   // Linked atomically with the session's end: a grant of a session whose EndLeases has closed
   // this channel's list already (lockd frees the grant once the connections close) is not
   // tracked, and its handle reports the loss at once (the caller returns EndedWhileGranted).

@@ -8,6 +8,7 @@
 //   client_async.cc         LockAsync: the pump and the waiter threads
 //   client_introspection.cc Info, Inspect, InspectRange, Sessions
 //   client_stats.cc         ClientStats: the counters' one sum
+//   client_cohort.cc        cohort handover among the client's threads (cohort.h)
 //   lock_handle.cc          LockHandle
 //   client_test_peer.cc     ClientTestPeer (test hooks)
 //
@@ -18,10 +19,14 @@
 // Lock order (a thread holding one may take those after it, never one before):
 //   LockHandle::State::mu  ->  ThreadChannel::mu  ->  Impl::mu_
 //   HeldList::mu_ is a leaf (taken under State::mu or none; nothing is taken under it).
+//   LockHandle::State::mu  ->  sdk::CohortEntry::mu  ->  HeldList::mu_ (cohort handover,
+//   cohort.h; an entry's mu is never held with a ThreadChannel::mu or Impl::mu_).
 //   Impl::async_mu_ is never held with any other (it guards queues only).
 // The lock path (Lock, LockSlot, Release of an uncontended grant) takes only the calling
 // thread's channel mutex, the handle's own and its channel's HeldList: nothing client-wide
-// (issue 19). EntryPool and SlotBudget are lock-free.
+// (issue 19). EntryPool and SlotBudget are lock-free, and so is the cohort table for a request
+// that finds its entry free (cohort.h): an entry's mutex is taken only when threads of the
+// client contend for one lock.
 // A channel's mu is held across remote operations (which may wait out retransmissions): the
 // reaper (ReapLeftReleases) and StopAsync only try-lock another thread's channel, and the
 // keeper's renewals only try-lock a handle, so that none waits behind an owner's slow call. Loss
@@ -42,6 +47,7 @@
 #include <utility>
 #include <vector>
 
+#include "client/src/cohort.h"
 #include "client/src/entry_pool.h"
 #include "client/src/state_pool.h"
 #include "common/sync/mutex.h"
@@ -160,6 +166,7 @@ struct ThreadChannel {
   uint64_t reaper_seen = 0;  // owned by the reaper thread: pending_post at its last tick
   EngineEvents events;
   Counter acquires, releases, timeouts, lost, unrecorded, batches;
+  Counter local_handovers;  // grants this channel's thread handed to another of the client's
   LatencyCounters latency;  // of the grants made on this channel
 
   // Reaps the posted release, if any.
@@ -201,6 +208,9 @@ struct [[gnu::visibility("hidden")]] LockHandle::State
     Settle();
     // Linked only while held: a released or lost state was unlinked already (no mutex to take).
     if (held && held_linked.load(std::memory_order_acquire)) held->Unlink(this);
+    // Still the cohort entry's owner (never left kHeld): pass the entry on. Not in a forked
+    // child, whose entry mutexes may have been held by the parent's threads.
+    if (cohort && !inherited()) cohort->Leave(grant.ticket.slot);
   }
   // Constant after construction.
   // fork_guard::Generation() when granted: in a forked child the handle is inert (its mutex may
@@ -228,6 +238,12 @@ struct [[gnu::visibility("hidden")]] LockHandle::State
   bool auto_renew GUARDED_BY(mu) = true;
   std::function<void(const Status&)> on_lost GUARDED_BY(mu);
   bool lost_reported GUARDED_BY(mu) = false;
+  // Set while this state owns its slot's cohort entry (cohort.h): the grant came through the
+  // cohort, remotely or handed over. Cleared when the state leaves kHeld (the entry is passed
+  // on) or hands the grant over (the next holder's state owns the entry then).
+  std::shared_ptr<sdk::CohortTable> cohort GUARDED_BY(mu);
+  // Local handovers this remote grant has had before reaching this state (kMaxLocalHandovers).
+  uint32_t local_run GUARDED_BY(mu) = 0;
 
   // The grant's ticket: written once, before the handle exists (MakeHandle), never after (a
   // renewal moves the lease, not the ticket), so it is read without mu (LockHandle::slot, mode).
@@ -239,6 +255,8 @@ struct [[gnu::visibility("hidden")]] LockHandle::State
       ended.store(true, std::memory_order_release);
       Settle();
       if (held) held->Unlink(this);  // nothing to renew or report any more
+      // Released to lockd, or lost: the next local waiter (if any) goes to lockd itself.
+      if (cohort) std::exchange(cohort, nullptr)->Leave(grant.ticket.slot);
     }
   }
   void Settle() REQUIRES(mu) {
@@ -322,8 +340,26 @@ class [[gnu::visibility("hidden")]] Client::Impl
   void OnSessionError(uint64_t gen, const Status& st) EXCLUDES(mu_);
   // Makes a handle for a grant of `ch`'s session (counted, its latency since `started` recorded,
   // and tracked for renewal).
+  // `cohort`: the grant came to the owner of its cohort entry (the state owns it from now on).
   LockHandle MakeHandle(ThreadChannel & ch, const Grant& g, bool auto_renew,
-                        Clock::time_point started) EXCLUDES(mu_);
+                        Clock::time_point started,
+                        std::shared_ptr<sdk::CohortTable> cohort = nullptr) EXCLUDES(mu_);
+
+  // ---- Cohort handover (client_cohort.cc, cohort.h)
+  // The client's cohort table; null with ClientOptions::local_handover off.
+  const std::shared_ptr<sdk::CohortTable>& cohort() const { return cohort_; }
+  // An exclusive, token-free request's turn in the cohort: a handle handed over by a local
+  // holder; an empty handle with *owner set (the caller owns the entry and acquires from lockd
+  // on *ch, which may be a new channel after a wait), or with *owner clear (bypass: acquire
+  // from lockd outside the cohort); or kBusy (ao.try_only), kTimeout, or the error of a session
+  // that ended meanwhile.
+  Result<LockHandle> CohortAcquire(ThreadChannel * *ch, uint64_t slot, const AcquireOptions& ao,
+                                   bool auto_renew, Clock::time_point started, bool* owner)
+      EXCLUDES(mu_);
+  // Hands `s`'s grant to the first local waiter, if one waits, the grant's lease still runs and
+  // it has had fewer than kMaxLocalHandovers local handovers. True if it did: `s` no longer owns
+  // the grant (or the entry, or a budget unit); the caller marks it released.
+  bool HandOver(LockHandle::State & s, ThreadChannel & c) REQUIRES(s.mu);
 
   // ---- The reaper (client_reaper.cc)
   // A thread posted a release: make sure the reaper thread ticks fast enough to reap it if the
@@ -365,8 +401,8 @@ class [[gnu::visibility("hidden")]] Client::Impl
   static constexpr std::chrono::milliseconds kReapTick{1};
 
   // client_channels.cc
-  static void InitGrant(LockHandle::State & s, const Grant& g, bool auto_renew)
-      NO_THREAD_SAFETY_ANALYSIS;
+  static void InitGrant(LockHandle::State & s, const Grant& g, bool auto_renew,
+                        std::shared_ptr<sdk::CohortTable> cohort) NO_THREAD_SAFETY_ANALYSIS;
   std::shared_ptr<const Session> MakeSession(
       const Connection& first, std::chrono::nanoseconds liveness, const std::string& server,
       uint16_t port) REQUIRES(mu_);
@@ -407,7 +443,8 @@ class [[gnu::visibility("hidden")]] Client::Impl
   const ClientOptions opts_;
   const Client::Resolver resolve_;  // empty: lockd is at opts_.server, opts_.port
   const Connector connector_;       // how every connection is made (VerbsConnect but in tests)
-  uint64_t nonce_ = 0;              // set by the constructor: tells this Impl's thread caches apart
+  const std::shared_ptr<sdk::CohortTable> cohort_;  // see cohort(); constant, shared with states
+  uint64_t nonce_ = 0;  // set by the constructor: tells this Impl's thread caches apart
   const uint64_t fork_gen_ = fork_guard::Generation();  // see inherited()
   // Set before the client is used from other threads (ClientTestPeer::SetTestHook).
   std::function<void(std::string_view)> test_hook_;

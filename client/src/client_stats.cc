@@ -24,6 +24,7 @@ constexpr uint64_t ClientStats::*kCounters[] = {
     &ClientStats::sessions_lost,   &ClientStats::reconnects,
     &ClientStats::unrecorded,      &ClientStats::batches,
     &ClientStats::batch_fallbacks, &ClientStats::deferred_releases,
+    &ClientStats::local_handovers,
 };
 // A counter added to ClientStats but not to kCounters would go unsummed.
 static_assert(sizeof(ClientStats) ==
@@ -95,6 +96,7 @@ void ThreadChannel::AddStats(ClientStats* out) const {
   s.deferred_releases = events.deferred.get();
   s.batch_fallbacks = events.batch_fallbacks.get();
   s.batches = batches.get();
+  s.local_handovers = local_handovers.get();
   sdk::AddStats(s, out);
 }
 

@@ -28,4 +28,15 @@ uint64_t ClientTestPeer::JoinKey(Client& c) {
 
 std::weak_ptr<const void> ClientTestPeer::Lifetime(Client& c) { return c.impl_; }
 
+size_t ClientTestPeer::LocalWaiters(Client& c, uint64_t slot) {
+  const auto& table = c.impl_->cohort();
+  if (!table) return 0;
+  sdk::CohortEntry& e = table->Entry(slot);
+  MutexLock lk(&e.mu);
+  if (!table->Owned(slot)) return 0;
+  size_t n = 0;
+  for (const sdk::CohortWaiter* w = e.head; w != nullptr; w = w->next) ++n;
+  return n;
+}
+
 }  // namespace rdmalock

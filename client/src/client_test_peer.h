@@ -5,6 +5,7 @@
 // Thread-safety: set the test hook before the client is used from other threads.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -33,6 +34,9 @@ class ClientTestPeer {
   // which may be after ~Client returned (issue 17, finding 9: a client closed from its own
   // callback is finished on that thread).
   static std::weak_ptr<const void> Lifetime(Client& c);
+  // How many of the client's threads wait in-process for `slot` (cohort handover, cohort.h);
+  // 0 with ClientOptions::local_handover off.
+  static size_t LocalWaiters(Client& c, uint64_t slot);
 };
 
 }  // namespace rdmalock

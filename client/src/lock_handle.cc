@@ -121,7 +121,10 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
     ch = Error(ErrorCode::kLockLost, "session with lockd ended; lock lost");
   }
   Status st = ch.status();
-  if (ch.ok()) {
+  // A local waiter queued for this lock (cohort.h): the grant goes to it in-process, no RDMA
+  // operation. Outside the channel's mutex (the cohort entry's mu is never held with it).
+  const bool handed = ch.ok() && impl->HandOver(*state_, **ch);
+  if (ch.ok() && !handed) {
     ThreadChannel& c = **ch;
     MutexLock clk(&c.mu);
     // Posted, not waited for, unless waiters were seen queued behind: the CAS's completion is

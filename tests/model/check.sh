@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Model-checks rdmalock.pml (the lock word) with spin: one exhaustive run and two bitstate
-# (supertrace) runs over larger configurations, each bounded in time; and records.pml (request
-# records, the entry pool across QPs, lockd's reaping) exhaustively. Prints the state counts; exits non-zero on any
+# (supertrace) runs over larger configurations, each bounded in time; records.pml (request
+# records, the entry pool across QPs, lockd's reaping) exhaustively; and cohort.pml (cohort
+# handover among a client's threads) exhaustively, plus one run without its bound that must find
+# the bypass it prevents (else the property would not be checking anything). Prints the state counts; exits non-zero on any
 # assertion violation, invalid end state, or an exhaustive run that did not complete.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 command -v spin >/dev/null || { echo "model: spin is not installed (apt-get install spin)"; exit 1; }
-cp "$here/rdmalock.pml" "$here/records.pml" "$work/"
+cp "$here/rdmalock.pml" "$here/records.pml" "$here/cohort.pml" "$work/"
 cd "$work"
 status=0
 
@@ -49,4 +51,18 @@ run "2 clients, 2 rounds, 6 ticks, CMAX 3" bitstate 1 -DNCLIENTS=2 -DROUNDS=2 -D
 model=records.pml
 run "records: 2 QPs, 2 uses each" exhaustive 2 -DUSES=2
 run "records: 2 QPs, 3 uses each" exhaustive 2 -DUSES=3
+model=cohort.pml
+run "cohort: 2 threads + 1, 3 rounds" exhaustive 2 -DNT=2 -DROUNDS=3
+run "cohort: 3 threads + 1, no timeouts" exhaustive 3 -DNT=3 -DROUNDS=2 -DTIMEOUTS=0
+run "cohort: 3 threads + 1, 2 rounds" bitstate 1 -DNT=3 -DROUNDS=2
+# Without the bound spin must find another client's waiter bypassed more than KMAX + 1 times.
+spin -DNT=2 -DROUNDS=3 -DTIMEOUTS=0 -DNOBOUND=1 -a cohort.pml >/dev/null &&
+  gcc -O2 -DSAFETY -w -o pan pan.c && ./pan -m1000000 >out.txt 2>&1
+if grep -q 'assertion violated (bypass' out.txt; then
+  echo "model cohort: without the bound               exhaustive finds the bypass: ok"
+else
+  echo "model cohort: without the bound, no bypass was found: the property checks nothing"
+  status=1
+fi
+rm -f cohort.pml.trail
 exit $status

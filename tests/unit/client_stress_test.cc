@@ -40,14 +40,17 @@ struct Shadow {
   uint64_t last_token = 0;
 };
 
-}  // namespace
-
-TEST_CASE("SDK stress: sessions fenced, connections broken, pauses; never two believing holders") {
+// The workload: kClients clients of `threads` threads each on `lock_count` locks. Exclusive
+// requests want a fencing token unless `local_share` of them (out of 4) may be handed over
+// between threads of one client (cohort handover, client/src/cohort.h): their tokens are 0 and
+// not checked, and the shadow table checks them like any other holder.
+void RunStress(uint64_t lock_count, int threads_per_client, int local_share) {
   testing::FakeLockd::Options fo;
-  fo.lock_count = 6;
+  fo.lock_count = lock_count;
   fo.lease = 300ms;
   testing::FakeLockd lockd(fo);
-  constexpr int kClients = 3, kThreads = 3;
+  constexpr int kClients = 3;
+  const int kThreads = threads_per_client;
   const int ops = EnvInt("RDMALOCK_SDK_STRESS_OPS", 400);
 
   std::vector<std::unique_ptr<Client>> clients;
@@ -110,7 +113,7 @@ TEST_CASE("SDK stress: sessions fenced, connections broken, pauses; never two be
           const LockMode mode = rng() % 4 == 0 ? LockMode::kShared : LockMode::kExclusive;
           LockOptions lo;
           lo.mode = mode;
-          lo.fencing_token = true;
+          lo.fencing_token = local_share == 0 || static_cast<int>(rng() % 4) >= local_share;
           const int kind = static_cast<int>(rng() % 3);
           lo.timeout = kind == 0 ? 0ms : kind == 1 ? 20ms : 200ms;
           auto h = client.LockSlot(slot, lo);
@@ -140,7 +143,7 @@ TEST_CASE("SDK stress: sessions fenced, connections broken, pauses; never two be
                          " still believes in its lease");
                 }
               }
-              if (mode == LockMode::kExclusive) {
+              if (mode == LockMode::kExclusive && lo.fencing_token) {
                 if (h->fencing_token() <= sh.last_token) {
                   ++token_violations;
                   report("slot " + std::to_string(slot) + ": token " +
@@ -171,19 +174,34 @@ TEST_CASE("SDK stress: sessions fenced, connections broken, pauses; never two be
   for (auto& t : threads) t.join();
   done.store(true);
   chaos.join();
-  uint64_t sessions_lost = 0;
-  for (auto& c : clients) sessions_lost += c->Stats().sessions_lost;
+  uint64_t sessions_lost = 0, local_handovers = 0;
+  for (auto& c : clients) {
+    const ClientStats st = c->Stats();
+    sessions_lost += st.sessions_lost;
+    local_handovers += st.local_handovers;
+  }
   clients.clear();
   WARN("SDK stress: " << grants.load() << " grants checked, " << lost.load() << " lost before use, "
                       << pauses.load() << " pauses past the lease; " << sessions_lost
                       << " sessions lost; fake lockd ended " << lockd.ended_at_once()
                       << " sessions at once and " << lockd.ended_after_lease()
                       << " after a lease, released " << lockd.released_for_dead()
-                      << " tickets for them");
+                      << " tickets for them; " << local_handovers << " local handovers");
   INFO(first_violation);
   CHECK(violations.load() == 0);
   CHECK(token_violations.load() == 0);
   CHECK(errors.load() == 0);
   CHECK(grants.load() > static_cast<uint64_t>(ops));
   CHECK(sessions_lost > 0);
+  if (local_share > 0) CHECK(local_handovers > 0);  // the cohort was exercised under the faults
+}
+
+}  // namespace
+
+TEST_CASE("SDK stress: sessions fenced, connections broken, pauses; never two believing holders") {
+  RunStress(/*lock_count=*/6, /*threads_per_client=*/3, /*local_share=*/0);
+}
+
+TEST_CASE("SDK stress: several threads per client on two locks, handed over in-process") {
+  RunStress(/*lock_count=*/2, /*threads_per_client=*/5, /*local_share=*/3);
 }

@@ -61,6 +61,12 @@ struct ClientOptions {
   bool record_requests = true;
   // Reconnect by itself when the session ends. Off: calls fail with kConnection from then on.
   bool reconnect = true;
+  // Threads of this client that want an exclusive lock another of its threads holds or is
+  // acquiring queue in-process, and the holder hands the grant to the next of them with no RDMA
+  // operation (at most 8 in a row, then it goes back to lockd so that other clients get their
+  // turn). Only for requests without a fencing token (LockOptions::fencing_token false): a grant
+  // handed over has no newer ticket to make a larger token from. See docs/sdk.md.
+  bool local_handover = true;
   // The shared key of a lockd that authenticates clients (its auth_key_file). auth_key gives the
   // bytes; auth_key_file names a file holding them (trailing whitespace is stripped). Both empty:
   // the environment's RDMALOCK_AUTH_KEY, else the file RDMALOCK_AUTH_KEY_FILE names, else no key.
@@ -247,6 +253,7 @@ struct ClientStats {
   uint64_t batches = 0;          // LockMany calls that acquired their set
   uint64_t batch_fallbacks = 0;  // of those, sets not all free at once (acquired in slot order)
   uint64_t deferred_releases = 0;    // posted releases whose CAS had to be retried later
+  uint64_t local_handovers = 0;      // grants handed to another thread of this client in-process
   LatencyHistogram acquire_latency;  // every granted acquire, blocking, batched or async
 };
 // Counter by counter (the histogram bucket by bucket): totals over several clients, or what a

@@ -173,6 +173,7 @@ int Report(const BenchOptions& o, std::vector<ProcResult>& procs, int failed_pro
                       {"max_start_lag_us", Fixed(static_cast<double>(max_lag_ns) / 1000.0, 2)},
                       {"withdrawals", d.withdrawals},
                       {"deferred_releases", d.deferred_releases},
+                      {"local_handovers", d.local_handovers},
                       {"batches", d.batches},
                       {"batch_fallbacks", d.batch_fallbacks},
                       {"timeouts", d.timeouts},
@@ -222,9 +223,10 @@ int Report(const BenchOptions& o, std::vector<ProcResult>& procs, int failed_pro
     }
     std::printf(
         "client counters:     recoveries %llu  restarts %llu  withdrawals %llu  deferred releases "
-        "%llu  batches %llu  batch fallbacks %llu  timeouts %llu  lost %llu  reconnects %llu\n",
+        "%llu  batches %llu  batch fallbacks %llu  timeouts %llu  lost %llu  reconnects %llu  "
+        "local handovers %llu\n",
         u(d.recoveries), u(d.restarts), u(d.withdrawals), u(d.deferred_releases), u(d.batches),
-        u(d.batch_fallbacks), u(d.timeouts), u(d.lost), u(d.reconnects));
+        u(d.batch_fallbacks), u(d.timeouts), u(d.lost), u(d.reconnects), u(d.local_handovers));
     std::printf(
         "sdk histogram:       %llu acquires, %llu waited; acquire p50 <= %llu us, p99 <= %llu us "
         "(ClientStats::acquire_latency, power-of-two buckets)\n",

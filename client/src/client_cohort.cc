@@ -1,0 +1,226 @@
+// Cohort handover among a client's threads (cohort.h): the table's queue, a request's turn in it
+// (Client::Impl::CohortAcquire) and a holder's handover (Client::Impl::HandOver).
+#include <utility>
+
+#include "client/src/client_impl.h"
+
+namespace rdmalock {
+
+using sdk::CohortEntry;
+using sdk::CohortTable;
+using sdk::CohortWaiter;
+using sdk::ThreadChannel;
+
+namespace sdk {
+
+CohortTable::Join CohortTable::Wait(uint64_t slot, CohortWaiter* w,
+                                    std::chrono::steady_clock::time_point deadline, bool* served) {
+  CohortEntry& e = Entry(slot);
+  const uint64_t key = Key(slot);
+  MutexLock lk(&e.mu);
+  // Mark the entry contended before queueing, so that its owner's lock-free Leave (a CAS from
+  // Key(slot)) fails and it takes mu to find this waiter. Once kContended is set, `word` only
+  // changes under mu.
+  for (uint64_t cur = e.word.load(std::memory_order_acquire);;) {
+    if (cur == 0) {
+      if (e.word.compare_exchange_weak(cur, key, std::memory_order_acq_rel)) return Join::kOwner;
+      continue;
+    }
+    if ((cur & ~CohortEntry::kContended) != key) return Join::kBypass;
+    if (cur == key && !e.word.compare_exchange_weak(cur, key | CohortEntry::kContended,
+                                                    std::memory_order_acq_rel)) {
+      continue;
+    }
+    break;
+  }
+  w->next = nullptr;
+  w->outcome = CohortWaiter::Outcome::kWaiting;
+  if (e.tail != nullptr) {
+    e.tail->next = w;
+  } else {
+    e.head = w;
+  }
+  e.tail = w;
+  auto done = [&] { return w->outcome != CohortWaiter::Outcome::kWaiting; };
+  if (deadline == std::chrono::steady_clock::time_point::max()) {
+    w->cv.Wait(lk, done);
+    *served = true;
+    return Join::kQueued;
+  }
+  *served = w->cv.WaitUntil(lk, deadline, done);
+  if (!*served) {
+    // Timed out, still queued (a served waiter is out of the queue): leave it.
+    CohortWaiter* prev = nullptr;
+    for (CohortWaiter* p = e.head; p != w; p = p->next) prev = p;
+    (prev != nullptr ? prev->next : e.head) = w->next;
+    if (e.tail == w) e.tail = prev;
+    if (e.head == nullptr) e.word.store(key, std::memory_order_release);  // nobody waits now
+  }
+  return Join::kQueued;
+}
+
+CohortWaiter* CohortTable::Pop(CohortEntry& e, uint64_t slot) {
+  CohortWaiter* w = e.head;
+  if (w == nullptr) return nullptr;
+  e.head = w->next;
+  if (e.head == nullptr) {
+    e.tail = nullptr;
+    e.word.store(Key(slot), std::memory_order_release);  // owned (by w from now on), uncontended
+  }
+  w->next = nullptr;
+  return w;
+}
+
+void CohortTable::Leave(uint64_t slot) {
+  CohortEntry& e = Entry(slot);
+  uint64_t cur = Key(slot);
+  if (e.word.compare_exchange_strong(cur, 0, std::memory_order_acq_rel)) return;  // nobody waits
+  MutexLock lk(&e.mu);
+  CohortWaiter* w = Pop(e, slot);
+  if (w == nullptr) {
+    e.word.store(0, std::memory_order_release);  // the waiters timed out meanwhile
+    return;
+  }
+  w->outcome = CohortWaiter::Outcome::kRemote;
+  w->cv.Signal();  // under mu: w lives on its thread's stack until it sees the outcome
+}
+
+}  // namespace sdk
+
+namespace {
+
+// A state for a grant that may be handed over to this thread: like MakeHandle's, but with no
+// grant and no budget unit yet (settled), and not published (no list links it) until a holder
+// hands a grant over into it under the cohort entry's mutex.
+std::shared_ptr<LockHandle::State> WaitingState(const std::weak_ptr<Client::Impl>& client,
+                                                const std::shared_ptr<sdk::SlotBudget>& budget,
+                                                ThreadChannel& ch,
+                                                bool auto_renew) NO_THREAD_SAFETY_ANALYSIS {
+  auto state = std::allocate_shared<LockHandle::State>(sdk::StateAllocator<LockHandle::State>());
+  state->client = client;
+  state->session = ch.session;
+  state->budget = budget;
+  state->held = ch.held;
+  state->auto_renew = auto_renew;
+  state->settled = true;  // no unit until it holds a grant
+  return state;
+}
+
+// The grant moves from `from` to `to` (a waiter's unpublished state): the ticket, lease and
+// record entry, the budget unit, the cohort entry and the count of local handovers. Not its
+// token: the new holder has no newer ticket, so it gets none (it did not ask for one).
+void AdoptGrant(LockHandle::State& to, LockHandle::State& from) NO_THREAD_SAFETY_ANALYSIS {
+  to.grant = from.grant;
+  to.grant.token = 0;
+  to.settled = false;
+  from.settled = true;
+  to.cohort = std::move(from.cohort);
+  to.local_run = from.local_run + 1;
+}
+
+}  // namespace
+
+Result<LockHandle> Client::Impl::CohortAcquire(ThreadChannel** chp, uint64_t slot,
+                                               const AcquireOptions& ao, bool auto_renew,
+                                               Clock::time_point started, bool* owner) {
+  CohortTable& table = *cohort_;
+  *owner = false;
+  switch (table.TryOwn(slot)) {
+    case CohortTable::Join::kOwner:
+      *owner = true;
+      return LockHandle();
+    case CohortTable::Join::kBypass:
+      return LockHandle();
+    case CohortTable::Join::kQueued:
+      break;
+  }
+  // One of the client's threads holds or acquires the lock: as lockd would say to a try-lock.
+  if (ao.try_only) return Error(ErrorCode::kBusy, "slot " + std::to_string(slot) + " is held");
+  ThreadChannel& ch = **chp;
+  std::shared_ptr<LockHandle::State> state =
+      WaitingState(weak_from_this(), budget_, ch, auto_renew);
+  CohortWaiter w;
+  w.state = state.get();
+  w.session = ch.session.get();
+  bool served = false;
+  switch (table.Wait(slot, &w, ao.deadline, &served)) {
+    case CohortTable::Join::kOwner:
+      *owner = true;
+      return LockHandle();
+    case CohortTable::Join::kBypass:
+      return LockHandle();
+    case CohortTable::Join::kQueued:
+      break;
+  }
+  if (!served) {
+    ++ch.timeouts;
+    return Error(ErrorCode::kTimeout, "timed out waiting for slot " + std::to_string(slot));
+  }
+  // Served: the outcome is final and w is out of the queue (read after the entry's mutex).
+  switch (w.outcome) {
+    case CohortWaiter::Outcome::kGranted: {
+      ++ch.acquires;
+      ch.latency.Add(Clock::now() - started);
+      TestHook("granted");
+      LockHandle h(std::move(state));
+      // The session ended after the handover linked the state (EndLeases marked it lost).
+      if (h.state_->ended.load(std::memory_order_acquire)) return sdk::EndedWhileGranted();
+      return h;
+    }
+    case CohortWaiter::Outcome::kEnded: {
+      MutexLock lk(&state->mu);
+      state->SetState(LockState::kLost);  // passes the entry on
+      state->lost_reported = true;
+      return sdk::EndedWhileGranted();
+    }
+    case CohortWaiter::Outcome::kRemote:
+    case CohortWaiter::Outcome::kWaiting:
+      break;
+  }
+  // The entry is ours without a grant (the holder released to lockd or lost the lock): acquire
+  // from lockd. The session may have ended meanwhile: this thread's channel in the current one,
+  // waiting for a reconnection as a blocking Lock does when it starts.
+  *owner = true;
+  auto again = Channel(ao.deadline);
+  if (!again.ok()) {
+    table.Leave(slot);
+    *owner = false;
+    return again.status();
+  }
+  *chp = *again;
+  return LockHandle();
+}
+
+bool Client::Impl::HandOver(LockHandle::State& s, ThreadChannel& c) {
+  if (!s.cohort) return false;
+  const uint64_t slot = s.grant.ticket.slot;
+  CohortEntry& e = s.cohort->Entry(slot);
+  // Nobody queued (the common case): one load, then the release goes to lockd.
+  if (e.word.load(std::memory_order_acquire) !=
+      (CohortTable::Key(slot) | CohortEntry::kContended)) {
+    return false;
+  }
+  // Never hand over a grant whose lease has run out: the release then says kLockLost, and
+  // leaving kHeld passes the entry to the waiter, which queues at lockd.
+  if (s.local_run >= sdk::kMaxLocalHandovers ||
+      !s.session->engine->LeaseValid(s.grant, Clock::now())) {
+    return false;
+  }
+  MutexLock lk(&e.mu);
+  CohortWaiter* w = e.head;
+  // A waiter of another session (this one is ending) acquires from lockd instead: Leave, as
+  // the caller's release passes the entry on.
+  if (w == nullptr || w->session != s.session.get()) return false;
+  CohortTable::Pop(e, slot);
+  LockHandle::State& to = *w->state;
+  AdoptGrant(to, s);
+  // Linked into the waiter's channel's list, so the keeper renews it from now on and a
+  // session's end reports it lost. A closed list: the session is ending (lockd frees the grant
+  // once its connections close); the waiter marks its state lost, which passes the entry on.
+  w->outcome = to.held->Link(&to) ? CohortWaiter::Outcome::kGranted : CohortWaiter::Outcome::kEnded;
+  w->cv.Signal();  // under mu: w lives on its thread's stack until it sees the outcome
+  ++c.local_handovers;
+  return true;
+}
+
+}  // namespace rdmalock

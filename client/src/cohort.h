@@ -1,0 +1,128 @@
+// Cohort handover inside one Client (issue 19, item 4; Sherman's HOCL on one node): threads of
+// one client that want an exclusive lock the client already holds or is acquiring queue here,
+// in-process, and the holder hands the session's remote grant to the next of them with no RDMA
+// operation. The remote grant (its ticket, lease, record entry) stays the session's; only which
+// LockHandle::State carries it changes (Client::Impl::HandOver, lock_handle.cc).
+//
+// Who uses it: exclusive blocking requests without a fencing token (Client::LockSlot with or
+// without a timeout, TryLockSlot). Requests that want a token, shared requests, sets and async
+// requests go to lockd as before and queue there behind the cohort's grant: a locally handed-over
+// grant has no new ticket, so it could not carry a strictly larger token without a new token
+// layout (epoch:16|generation:32|ticket:16 uses all 64 bits, and tokens are computed client-side,
+// so a new layout would break mixed-version fleets).
+//
+// The table: kBuckets entries, one per bucket (slot mod kBuckets). An entry's `word` is 0 when no
+// thread of this client holds or acquires a slot of its bucket through the cohort, else
+// Key(slot) (the owner: the thread acquiring remotely, the holder's State, or a waiter being
+// promoted), with kContended added while waiters may be queued. A request for a slot whose
+// bucket another slot occupies bypasses the cohort (goes to lockd as before).
+//
+// Threads: any caller's thread. Lock-free for the uncontended request: taking a free entry and
+// giving it back are one CAS each (no mutex, no allocation). `mu` is taken only by a thread that
+// finds its slot's entry owned (to queue), by an owner leaving an entry that has kContended set,
+// and by a holder handing over. mu guards the waiter queue (head/tail and every queued waiter's
+// `next` and `outcome`) and every change of `word` while kContended is set (so an owner's CAS
+// from Key(slot) to 0 cannot race with a waiter queueing: it fails, and the owner takes mu).
+//
+// Lock order: LockHandle::State::mu -> CohortEntry::mu -> HeldList::mu_ (a leaf). A holder
+// leaves (LockHandle::State::SetState) and hands over under its State::mu; a waiter takes no
+// State::mu while it holds an entry's mu (its own state is not published until it is granted).
+// Neither ThreadChannel::mu nor Impl::mu_ is ever taken under an entry's mu.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+
+#include "common/sync/mutex.h"
+#include "common/sync/thread_annotations.h"
+#include "rdmalock/client.h"
+
+namespace rdmalock::sdk {
+
+struct Session;
+
+// At most this many local handovers of one remote grant in a row; then the holder releases to
+// lockd and the next local waiter queues there again with its own FETCH_AND_ADD, behind whatever
+// other sessions queued meanwhile, so that they are never starved. Counted per grant (the count
+// travels with it from state to state), not per entry, so an entry freed and taken again starts
+// from zero with its new remote grant. We do not read the word to skip the bound when nobody else
+// seems queued: the grant's last seen word is from the acquire or the last renewal, and a session
+// that queued since would be starved for as long as the cohort kept handing over.
+inline constexpr uint32_t kMaxLocalHandovers = 8;
+static_assert(kMaxLocalHandovers >= 1 && kMaxLocalHandovers <= 64,
+              "the bound must let some local handover happen and keep other sessions' waits short");
+
+// One thread waiting for an entry, on its own stack, queued under the entry's mu.
+struct CohortWaiter {
+  enum class Outcome : uint8_t {
+    kWaiting,  // queued
+    kGranted,  // the grant was handed over into `state`, which is linked and holds it
+    kEnded,    // handed over, but the waiter's channel's list was closed: the session ended
+    kRemote,   // the entry is this waiter's now, without a grant: it acquires from lockd
+  };
+  LockHandle::State* state = nullptr;   // made by the waiter, unpublished until granted
+  const Session* session = nullptr;     // the waiter's channel's session (a grant must match)
+  CohortWaiter* next = nullptr;         // guarded by the entry's mu
+  Outcome outcome = Outcome::kWaiting;  // guarded by the entry's mu
+  CondVar cv;                           // waited on with the entry's mu
+};
+
+struct alignas(64) CohortEntry {
+  static constexpr uint64_t kContended = 1;
+  std::atomic<uint64_t> word{0};
+  Mutex mu;
+  CohortWaiter* head GUARDED_BY(mu) = nullptr;
+  CohortWaiter* tail GUARDED_BY(mu) = nullptr;
+};
+
+class CohortTable {
+ public:
+  static constexpr size_t kBuckets = 4096;
+  static constexpr uint64_t Key(uint64_t slot) { return (slot + 1) << 1; }
+  CohortEntry& Entry(uint64_t slot) { return entries_[slot % kBuckets]; }
+
+  enum class Join : uint8_t {
+    kOwner,   // the entry is the caller's: acquire from lockd, then hold it (or Leave)
+    kQueued,  // owned for this slot by another of the client's threads (the caller may queue)
+    kBypass,  // the bucket is another slot's: acquire from lockd outside the cohort
+  };
+  // Lock-free: takes the entry if it is free.
+  Join TryOwn(uint64_t slot) {
+    CohortEntry& e = Entry(slot);
+    uint64_t w = e.word.load(std::memory_order_acquire);
+    for (;;) {
+      if (w == 0) {
+        if (e.word.compare_exchange_weak(w, Key(slot), std::memory_order_acq_rel)) {
+          return Join::kOwner;
+        }
+        continue;
+      }
+      return (w & ~CohortEntry::kContended) == Key(slot) ? Join::kQueued : Join::kBypass;
+    }
+  }
+  // Whether one of the client's threads holds or acquires `slot` through the cohort now.
+  bool Owned(uint64_t slot) {
+    return (Entry(slot).word.load(std::memory_order_acquire) & ~CohortEntry::kContended) ==
+           Key(slot);
+  }
+  // Queues `w` behind the owner of `slot`'s entry and waits until it is served or `deadline`
+  // passes (then it is taken out of the queue: false). Returns kOwner at once (w untouched)
+  // if the entry was freed meanwhile and the caller took it, kBypass if another slot took it.
+  // On kQueued, *served says whether w was served (w->outcome) or timed out.
+  Join Wait(uint64_t slot, CohortWaiter* w, std::chrono::steady_clock::time_point deadline,
+            bool* served) NO_THREAD_SAFETY_ANALYSIS;
+  // The owner of `slot`'s entry gives it up without handing a grant over: the first waiter, if
+  // any, becomes the owner (kRemote) and acquires from lockd; else the entry is free.
+  void Leave(uint64_t slot) NO_THREAD_SAFETY_ANALYSIS;
+  // For a handover, with the entry's mu held: the first waiter, taken out of the queue (with
+  // kContended cleared if it was the last), or null if none.
+  static CohortWaiter* Pop(CohortEntry& e, uint64_t slot) REQUIRES(e.mu);
+
+ private:
+  std::array<CohortEntry, kBuckets> entries_{};
+};
+
+}  // namespace rdmalock::sdk

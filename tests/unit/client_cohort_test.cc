@@ -1,0 +1,370 @@
+// Cohort handover inside one Client (client/src/cohort.h; issue 19, item 4) over the in-process
+// backend and the test lockd: threads of one client that want an exclusive lock another of its
+// threads holds queue in-process and get the grant handed over with no RDMA operation, FIFO,
+// at most kMaxLocalHandovers in a row while another client waits; try-locks are busy; local
+// waiters time out; a session's end reaches every local holder and wakes every local waiter; an
+// expired grant is never handed over.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/src/client_test_peer.h"
+#include "client/src/cohort.h"
+#include "rdmalock/client.h"
+#include "rdmalock/proto/lock_word.h"
+#include "tests/support/fake_lockd.h"
+
+using namespace rdmalock;
+using namespace std::chrono_literals;
+using testing::WaitFor;
+
+namespace {
+
+std::unique_ptr<Client> ConnectTo(const std::string& name, testing::FakeLockd& lockd,
+                                  bool local_handover = true, bool auto_renew = true) {
+  ClientOptions o = testing::FakeClientOptions(name);
+  o.local_handover = local_handover;
+  o.auto_renew = auto_renew;
+  auto c = ClientTestPeer::Connect(o, lockd.connector());
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  return std::move(c).value();
+}
+
+// An exclusive request that may be handed over locally (no fencing token).
+LockOptions Local(std::optional<std::chrono::milliseconds> timeout = std::nullopt) {
+  LockOptions lo;
+  lo.fencing_token = false;
+  lo.timeout = timeout;
+  return lo;
+}
+
+// Exclusive tickets issued on `slot` so far (word0's max_x).
+uint16_t TicketsIssued(testing::FakeLockd& lockd, uint64_t slot) {
+  return proto::Word0::Decode(lockd.table().Load(slot, 0)).max_x;
+}
+
+}  // namespace
+
+TEST_CASE("cohort: many threads of one client and another client never hold one lock at once") {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 4;
+  testing::FakeLockd lockd(fo);
+  auto a = ConnectTo("cohort-a", lockd);
+  auto b = ConnectTo("cohort-b", lockd);
+  constexpr int kThreadsA = 6, kThreadsB = 2, kOps = 150;
+  uint64_t counter = 0;  // not atomic: only a holder touches it
+  std::atomic<int> inside{0}, overlaps{0}, errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreadsA + kThreadsB; ++t) {
+    Client& c = t < kThreadsA ? *a : *b;
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kOps; ++i) {
+        // Some of client A's requests want a token (they go to lockd and queue behind the
+        // cohort's grant); the rest may be handed over.
+        LockOptions lo = Local();
+        lo.fencing_token = t == 0 && i % 3 == 0;
+        auto h = c.LockSlot(1, lo);
+        if (!h.ok()) {
+          ++errors;
+          continue;
+        }
+        if (inside.fetch_add(1) != 0) ++overlaps;
+        const uint64_t v = counter;
+        std::this_thread::yield();
+        counter = v + 1;
+        inside.fetch_sub(1);
+        if (!h->Release().ok()) ++errors;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const ClientStats sa = a->Stats();
+  CHECK(errors.load() == 0);
+  CHECK(overlaps.load() == 0);
+  CHECK(counter == uint64_t{kThreadsA + kThreadsB} * kOps);
+  CHECK(sa.local_handovers > 0);  // the cohort was exercised
+  CHECK(sa.acquires == uint64_t{kThreadsA} * kOps);
+  CHECK(sa.releases == uint64_t{kThreadsA} * kOps);
+  WARN("cohort: " << sa.local_handovers << " of " << sa.acquires
+                  << " acquires handed over locally; client A made " << sa.fetch_add
+                  << " FETCH_AND_ADDs, client B " << b->Stats().fetch_add);
+}
+
+TEST_CASE("cohort: local waiters are served in FIFO order, with no RDMA operation") {
+  testing::FakeLockd::Options fo;
+  fo.lease = 2s;  // no renewal (a FETCH_AND_ADD on word1) while the test counts atomics
+  testing::FakeLockd lockd(fo);
+  auto c = ConnectTo("cohort-fifo", lockd);
+  auto holder = c->LockSlot(2, Local());
+  REQUIRE(holder.ok());
+  constexpr int kWaiters = 5;
+  std::mutex mu;
+  std::vector<int> order;
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWaiters; ++i) {
+    threads.emplace_back([&, i] {
+      auto h = c->LockSlot(2, Local());
+      if (!h.ok()) {
+        ++errors;
+        return;
+      }
+      {
+        std::lock_guard lk(mu);
+        order.push_back(i);
+      }
+      if (!h->Release().ok()) ++errors;
+    });
+    // Queued in this order: the next one starts once this one waits.
+    REQUIRE(WaitFor([&] { return ClientTestPeer::LocalWaiters(*c, 2) == size_t(i + 1); }));
+  }
+  const ClientStats before = c->Stats();
+  REQUIRE(holder->Release().ok());
+  for (auto& t : threads) t.join();
+  const ClientStats after = c->Stats();
+  CHECK(errors.load() == 0);
+  CHECK(order == std::vector<int>{0, 1, 2, 3, 4});
+  CHECK(after.local_handovers - before.local_handovers == kWaiters);
+  // Handovers make no FETCH_AND_ADD (only the last release went to lockd: one CAS).
+  CHECK(after.fetch_add - after.renewals - after.renew_failures ==
+        before.fetch_add - before.renewals - before.renew_failures);
+  CHECK(ClientTestPeer::LocalWaiters(*c, 2) == 0);
+  // The lock is free again, for anyone.
+  auto again = c->TryLockSlot(2);
+  CHECK(again.ok());
+}
+
+TEST_CASE("cohort: another client's waiter is granted within kMaxLocalHandovers local handovers") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  auto a = ConnectTo("cohort-bound-a", lockd);
+  auto b = ConnectTo("cohort-bound-b", lockd);
+  auto holder = a->LockSlot(3, Local());
+  REQUIRE(holder.ok());
+  std::mutex mu;
+  std::vector<std::string> order;
+  auto note = [&](std::string who) {
+    std::lock_guard lk(mu);
+    order.push_back(std::move(who));
+  };
+  std::atomic<int> errors{0};
+  // Client B's thread queues at lockd behind client A's grant.
+  const uint16_t issued = TicketsIssued(lockd, 3);
+  std::thread remote([&] {
+    auto h = b->LockSlot(3, Local());
+    if (!h.ok()) {
+      ++errors;
+      return;
+    }
+    note("B");
+    if (!h->Release().ok()) ++errors;
+  });
+  REQUIRE(WaitFor([&] { return TicketsIssued(lockd, 3) != issued; }));
+  // More local waiters than the bound, queued behind A's holder.
+  constexpr int kLocal = static_cast<int>(sdk::kMaxLocalHandovers) + 4;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kLocal; ++i) {
+    threads.emplace_back([&, i] {
+      auto h = a->LockSlot(3, Local());
+      if (!h.ok()) {
+        ++errors;
+        return;
+      }
+      note("A" + std::to_string(i));
+      if (!h->Release().ok()) ++errors;
+    });
+    REQUIRE(WaitFor([&] { return ClientTestPeer::LocalWaiters(*a, 3) == size_t(i + 1); }));
+  }
+  REQUIRE(holder->Release().ok());
+  remote.join();
+  for (auto& t : threads) t.join();
+  CHECK(errors.load() == 0);
+  REQUIRE(order.size() == size_t(kLocal + 1));
+  size_t before_b = 0;
+  while (before_b < order.size() && order[before_b] != "B") ++before_b;
+  INFO("grant order: " << [&] {
+    std::string s;
+    for (const auto& o : order) s += o + " ";
+    return s;
+  }());
+  CHECK(before_b <= sdk::kMaxLocalHandovers);  // B waited out at most the bound's handovers
+  CHECK(before_b >= 1);                        // and the cohort did hand over meanwhile
+  CHECK(a->Stats().local_handovers >= before_b);
+  // A's threads among themselves: FIFO.
+  int last = -1;
+  for (const auto& o : order) {
+    if (o == "B") continue;
+    const int i = std::stoi(o.substr(1));
+    CHECK(i > last);
+    last = i;
+  }
+}
+
+TEST_CASE("cohort: a try-lock is busy at once while another thread of the client holds it") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  auto c = ConnectTo("cohort-try", lockd);
+  auto holder = c->LockSlot(4, Local());
+  REQUIRE(holder.ok());
+  std::atomic<int> busy{0}, other{0};
+  uint64_t fa_before = 0, fa_after = 0;
+  std::thread t([&] {
+    // This thread's channel first (joining makes no atomic), then count.
+    (void)c->Flush();
+    fa_before = c->Stats().fetch_add;
+    auto plain = c->TryLockSlot(4);  // wants a token (the default)
+    (plain.status().code() == ErrorCode::kBusy ? busy : other)++;
+    auto local = c->LockSlot(4, Local(0ms));  // may be handed over
+    (local.status().code() == ErrorCode::kBusy ? busy : other)++;
+    fa_after = c->Stats().fetch_add;
+  });
+  t.join();
+  CHECK(busy.load() == 2);
+  CHECK(other.load() == 0);
+  CHECK(fa_after == fa_before);  // told busy without asking lockd
+  REQUIRE(holder->Release().ok());
+  auto free = c->TryLockSlot(4);
+  CHECK(free.ok());
+}
+
+TEST_CASE("cohort: a local waiter's timeout takes it out of the queue") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  auto c = ConnectTo("cohort-timeout", lockd);
+  auto holder = c->LockSlot(5, Local());
+  REQUIRE(holder.ok());
+  std::atomic<int> first_ok{0};
+  Status timed_out;
+  // A patient waiter first, then one that gives up.
+  std::thread patient([&] {
+    auto h = c->LockSlot(5, Local());
+    if (h.ok() && h->Release().ok()) ++first_ok;
+  });
+  REQUIRE(WaitFor([&] { return ClientTestPeer::LocalWaiters(*c, 5) == 1; }));
+  std::thread impatient([&] {
+    auto h = c->LockSlot(5, Local(30ms));
+    timed_out = h.status();
+  });
+  impatient.join();
+  CHECK(timed_out.code() == ErrorCode::kTimeout);
+  CHECK(ClientTestPeer::LocalWaiters(*c, 5) == 1);  // the patient one is still queued
+  CHECK(c->Stats().timeouts >= 1);
+  REQUIRE(holder->Release().ok());
+  patient.join();
+  CHECK(first_ok.load() == 1);
+  CHECK(ClientTestPeer::LocalWaiters(*c, 5) == 0);
+  auto free = c->TryLockSlot(5);
+  CHECK(free.ok());
+}
+
+TEST_CASE("cohort: a session's end reaches every local holder once and wakes every local waiter") {
+  testing::FakeLockd::Options fo;
+  fo.lease = 200ms;
+  testing::FakeLockd lockd(fo);
+  auto c = ConnectTo("cohort-fence", lockd);
+  const uint64_t first = c->session_id();
+  auto holder = c->LockSlot(6, Local());
+  REQUIRE(holder.ok());
+  // One thread gets the grant handed over and holds it; three more queue behind it.
+  std::atomic<int> holder_lost{0}, handed_lost{0}, handed{0}, done{0}, bad{0};
+  holder->OnLost([&](const Status&) { ++holder_lost; });
+  std::atomic<bool> release_handed{false};
+  std::thread second([&] {
+    auto h = c->LockSlot(6, Local());
+    if (!h.ok()) {
+      ++bad;
+      ++done;
+      return;
+    }
+    h->OnLost([&](const Status&) { ++handed_lost; });
+    ++handed;
+    while (!release_handed.load()) std::this_thread::sleep_for(1ms);
+    (void)h->Release();  // lost by now: kLockLost or kConnection
+    ++done;
+  });
+  REQUIRE(WaitFor([&] { return ClientTestPeer::LocalWaiters(*c, 6) == 1; }));
+  REQUIRE(holder->Release().ok());  // handed over to `second`
+  REQUIRE(WaitFor([&] { return handed.load() == 1; }));
+  std::vector<std::thread> waiters;
+  std::atomic<int> waiter_ok{0}, waiter_err{0};
+  for (int i = 0; i < 3; ++i) {
+    waiters.emplace_back([&] {
+      auto h = c->LockSlot(6, Local(5s));
+      if (h.ok()) {
+        ++waiter_ok;  // granted on the new session (a blocking Lock waits for it)
+        (void)h->Release();
+      } else if (h.status().code() == ErrorCode::kConnection ||
+                 h.status().code() == ErrorCode::kLockLost) {
+        ++waiter_err;
+      } else {
+        ++bad;
+      }
+      ++done;
+    });
+    REQUIRE(WaitFor([&] { return ClientTestPeer::LocalWaiters(*c, 6) == size_t(i + 1); }));
+  }
+  REQUIRE(WaitFor([&] { return lockd.Heartbeat(first) != 0; }));
+  lockd.Fence(first);
+  REQUIRE(WaitFor([&] { return handed_lost.load() == 1; }));
+  release_handed.store(true);
+  // Every waiter finishes (no hang), each with a grant of the new session or a session error.
+  for (auto& t : waiters) t.join();
+  second.join();
+  std::this_thread::sleep_for(50ms);  // a second report would have come by now
+  CHECK(done.load() == 4);
+  CHECK(bad.load() == 0);
+  CHECK(waiter_ok.load() + waiter_err.load() == 3);
+  CHECK(holder_lost.load() == 0);  // it had handed the grant over before the fence
+  CHECK(handed_lost.load() == 1);
+  CHECK(ClientTestPeer::LocalWaiters(*c, 6) == 0);
+}
+
+TEST_CASE("cohort: a grant whose lease ran out during a local hold is never handed over") {
+  testing::FakeLockd::Options fo;
+  fo.lease = 60ms;
+  testing::FakeLockd lockd(fo);
+  auto c = ConnectTo("cohort-lease", lockd);
+  LockOptions lo = Local();
+  lo.auto_renew = false;  // nothing keeps this one's lease: it runs out while held
+  auto holder = c->LockSlot(7, lo);
+  REQUIRE(holder.ok());
+  Status waited;
+  std::atomic<bool> waiter_held{false};
+  std::thread waiter([&] {
+    auto h = c->LockSlot(7, Local(5s));
+    waited = h.status();
+    if (h.ok()) {
+      waiter_held = h->state() == LockState::kHeld;
+      (void)h->Release();
+    }
+  });
+  REQUIRE(WaitFor([&] { return ClientTestPeer::LocalWaiters(*c, 7) == 1; }));
+  REQUIRE(WaitFor([&] { return holder->state() == LockState::kLost; }));
+  const Status released = holder->Release();
+  waiter.join();
+  CHECK(released.code() == ErrorCode::kLockLost);
+  CHECK(c->Stats().local_handovers == 0);
+  // The waiter went to lockd and was granted there (after the expired grant's stall recovery).
+  CHECK(waited.ok());
+  CHECK(waiter_held.load());
+}
+
+TEST_CASE("cohort: with local_handover off, threads of one client queue at lockd") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  auto c = ConnectTo("cohort-off", lockd, /*local_handover=*/false);
+  auto holder = c->LockSlot(8, Local());
+  REQUIRE(holder.ok());
+  const uint16_t issued = TicketsIssued(lockd, 8);
+  std::atomic<int> ok{0};
+  std::thread t([&] {
+    auto h = c->LockSlot(8, Local());
+    if (h.ok() && h->Release().ok()) ++ok;
+  });
+  REQUIRE(WaitFor([&] { return TicketsIssued(lockd, 8) != issued; }));  // its own ticket
+  CHECK(ClientTestPeer::LocalWaiters(*c, 8) == 0);
+  REQUIRE(holder->Release().ok());
+  t.join();
+  CHECK(ok.load() == 1);
+  CHECK(c->Stats().local_handovers == 0);
+}
