@@ -33,6 +33,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -235,6 +236,13 @@ class [[gnu::visibility("hidden")]] Client::Impl
   Impl(ClientOptions opts, std::unique_ptr<Connection> first, std::chrono::nanoseconds liveness,
        Client::Resolver resolve, Connector connector);
   ~Impl() { Close(); }
+  // Makes the keeper's and the reaper's connections of the first session, on the connecting
+  // thread before Connect returns (ConnectImpl); Start hands them to the threads. lockd counts
+  // every connection of a session against max_connections_per_session alike: made lazily, they
+  // could find the application's threads holding them all, and a keeper without a connection
+  // writes no heartbeat (lockd fences the live session), a reaper none leaves abandoned tickets
+  // in their queues. A refusal for the cap fails Connect with kResource, naming the key.
+  Status JoinOwnThreads() EXCLUDES(mu_);
   // Starts the keeper and the reaper. Each thread holds a reference to the Impl until it ends,
   // so that one whose callback closes the client (Close then detaches it) goes on, until it
   // returns, on a live object (issue 17, finding 9). Called once, by Client's constructor.
@@ -319,6 +327,14 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // Marks every held lock lost and calls the loss callbacks. Returns how many.
   size_t EndLeases(const Status& why) EXCLUDES(mu_);
   static void JoinOrDetach(std::thread & t, std::thread::id me);
+  // A connection joining the session `reply` describes at server:port (a connect timeout of
+  // `timeout`), retried while lockd is busy until `deadline`. A refusal for the session's
+  // connection cap or lockd's resources comes back as kResource; *reason says which.
+  Result<std::unique_ptr<Connection>> Join(
+      const std::string& server, uint16_t port, const proto::AcceptReply& reply,
+      std::chrono::milliseconds timeout, Clock::time_point deadline, proto::RejectReason* reason);
+  // Why one of the client's own threads (`whose`) could not join its session.
+  static Status OwnJoinError(std::string_view whose, const Status& st, proto::RejectReason reason);
 
   // client_reaper.cc
   void Abandon(uint64_t gen, const Ticket& t) EXCLUDES(mu_);
@@ -382,6 +398,12 @@ class [[gnu::visibility("hidden")]] Client::Impl
   std::vector<std::weak_ptr<LockHandle::State>> handles_ GUARDED_BY(mu_);
   uint64_t sessions_lost_ GUARDED_BY(mu_) = 0;
   uint64_t reconnects_ GUARDED_BY(mu_) = 0;
+
+  // The keeper's and the reaper's connections of the first session, from JoinOwnThreads until
+  // Start registers them under their threads' ids; reaper_id_ (set by Start) is where Reconnect
+  // registers the reaper's connection of each new session.
+  std::shared_ptr<ThreadChannel> keeper_own_ GUARDED_BY(mu_), reaper_own_ GUARDED_BY(mu_);
+  std::thread::id reaper_id_ GUARDED_BY(mu_);
 
   // ---- Started by Start, joined (or detached) by Close
   std::thread reaper_;
