@@ -51,12 +51,23 @@ Client::Impl::Impl(ClientOptions opts, std::unique_ptr<Connection> first,
 }
 
 Status Client::Impl::JoinOwnThreads() {
-  const std::shared_ptr<const Session> sess = session();
+  std::shared_ptr<const Session> sess;
+  std::shared_ptr<ThreadChannel> first;  // the connecting thread's: no other thread runs yet
+  {
+    MutexLock lk(&mu_);
+    sess = session_;
+    first = channels_[std::this_thread::get_id()];
+  }
   const auto deadline = Clock::now() + opts_.connect_timeout;
   constexpr std::string_view kWhose[2] = {"keeper (heartbeats, renewals)",
                                           "reaper (abandoned tickets)"};
   std::shared_ptr<ThreadChannel> own[2];
   for (int i = 0; i < 2; ++i) {
+    {
+      // lockd's heartbeat clock runs from the first connection's admission.
+      MutexLock clk(&first->mu);
+      RDMALOCK_RETURN_IF_ERROR(WriteHeartbeat(*first->mem, sess->reply));
+    }
     auto reason = proto::RejectReason::kNone;
     auto mem =
         Join(sess->server, sess->port, sess->reply, opts_.connect_timeout, deadline, &reason);
@@ -66,10 +77,21 @@ Status Client::Impl::JoinOwnThreads() {
     own[i]->session = sess;
     own[i]->mem = std::move(mem).value();
   }
+  {
+    MutexLock clk(&first->mu);
+    RDMALOCK_RETURN_IF_ERROR(WriteHeartbeat(*first->mem, sess->reply));
+  }
   MutexLock lk(&mu_);
   keeper_own_ = std::move(own[0]);
   reaper_own_ = std::move(own[1]);
   return Status::Ok();
+}
+
+Status Client::Impl::WriteHeartbeat(RemoteMemory& mem, const proto::AcceptReply& reply) {
+  RemoteOp w = RemoteOp::Write(RegionId::kSessions,
+                               reply.session_record_offset + proto::SessionRecord::kHeartbeat,
+                               beats_.fetch_add(1, std::memory_order_relaxed) + 1);
+  return mem.Execute(std::span<RemoteOp>(&w, 1));
 }
 
 Status Client::Impl::OwnJoinError(std::string_view whose, const Status& st,

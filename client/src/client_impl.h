@@ -335,6 +335,10 @@ class [[gnu::visibility("hidden")]] Client::Impl
       std::chrono::milliseconds timeout, Clock::time_point deadline, proto::RejectReason* reason);
   // Why one of the client's own threads (`whose`) could not join its session.
   static Status OwnJoinError(std::string_view whose, const Status& st, proto::RejectReason reason);
+  // Writes the next heartbeat (beats_) into the record `reply` names, over `mem`: while the
+  // client's own connections are being made, before the keeper's loop runs, so that lockd's
+  // heartbeat timeout never covers more than one handshake.
+  Status WriteHeartbeat(RemoteMemory & mem, const proto::AcceptReply& reply);
 
   // client_reaper.cc
   void Abandon(uint64_t gen, const Ticket& t) EXCLUDES(mu_);
@@ -376,6 +380,9 @@ class [[gnu::visibility("hidden")]] Client::Impl
   std::atomic<uint64_t> gen_{0};  // the current session's gen; 0 while there is none
   std::atomic<uint64_t> renewals_{0}, renew_failures_{0};
   std::atomic<bool> reap_fast_{false};  // releases are being posted: the reaper ticks every 1 ms
+  // The heartbeat's last value: JoinOwnThreads and Reconnect write some, the keeper the rest
+  // (lockd counts a change, so one sequence for all).
+  std::atomic<uint64_t> beats_{0};
 
   // ---- Owned by the keeper thread
   std::minstd_rand rng_;

@@ -42,7 +42,6 @@ struct AliveWatch {
 // passed, watches for lockd disconnecting us, and reconnects after the session ends.
 void Client::Impl::KeeperLoop() {
   AliveWatch alive;
-  uint64_t beat = 0;
   Clock::time_point next_beat, next_renew_check;
   std::chrono::milliseconds backoff{50};
   bool told_retry = false;  // backoff is lockd's retry-after
@@ -96,7 +95,7 @@ void Client::Impl::KeeperLoop() {
         RemoteOp ops[2] = {
             RemoteOp::Write(RegionId::kSessions,
                             sess->reply.session_record_offset + proto::SessionRecord::kHeartbeat,
-                            ++beat),
+                            beats_.fetch_add(1, std::memory_order_relaxed) + 1),
             RemoteOp::Read(RegionId::kInfo, proto::InfoPage::kAliveTicks, 8)};
         const bool watch = sess->liveness > std::chrono::nanoseconds::zero();
         const auto issued = Clock::now();
@@ -171,7 +170,14 @@ bool Client::Impl::Reconnect(std::chrono::milliseconds* backoff) {
   // The reaper's connection of the new session, before the session is published: the
   // application's threads waiting in Channel() join it the moment it is, and could take every
   // connection lockd allows it (max_connections_per_session). The first one is the keeper's.
+  // (A heartbeat first: lockd's heartbeat clock runs from the admission.)
   auto reason = proto::RejectReason::kNone;
+  Status beat = WriteHeartbeat(**mem, (*mem)->reply());
+  if (!beat.ok()) {
+    MutexLock lk(&mu_);
+    last_error_ = beat.message();
+    return false;
+  }
   auto reaper_mem = Join(server, port, (*mem)->reply(), p.connect_timeout,
                          Clock::now() + opts_.connect_timeout, &reason);
   if (!reaper_mem.ok()) {
