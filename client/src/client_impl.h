@@ -312,6 +312,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
     AsyncRequest req;
     Grant queued;
     bool frozen = false;
+    uint64_t gen = 0;  // the session `queued` was issued in
   };
   static constexpr size_t kAsyncBatch = 8;
   static constexpr int kAsyncWaiters = 4;

@@ -578,3 +578,75 @@ TEST_CASE(
   CHECK(apps.limited == 1);
   CHECK(h->Release().ok());
 }
+
+// The async waiters join lazily too (a thread per waiter, on its first request): the pump's FA has
+// queued the request before a waiter takes it, so a waiter refused for the session's connection
+// cap must not leave that ticket in the queue. It goes to the reaper, which releases it at its
+// turn; the request completes with kResource.
+TEST_CASE(
+    "session keeping: an async request whose waiter cannot join (the session's connection cap) "
+    "leaves no ticket in the lock's queue") {
+  t_app_thread = true;
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 32;
+  fo.lease = 300ms;
+  fo.max_connections_per_session = 5;
+  testing::FakeLockd lockd(fo);
+  auto other = ConnectTo("other", lockd.connector());
+  auto client = ConnectTo("async", lockd.connector());
+  const uint64_t id = client->session_id();
+
+  // Completes an async request and says how.
+  struct Done {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status status;
+    LockHandle handle;
+  };
+  const auto lock_async = [&](uint64_t slot, std::chrono::milliseconds timeout) {
+    auto d = std::make_shared<Done>();
+    LockOptions lo;
+    lo.timeout = timeout;
+    const Status st = client->LockSlotAsync(slot, lo, [d](Result<LockHandle> h) {
+      std::lock_guard lk(d->mu);
+      d->status = h.ok() ? Status::Ok() : h.status();
+      if (h.ok()) d->handle = std::move(h).value();
+      d->done = true;
+      d->cv.notify_all();
+    });
+    REQUIRE(st.ok());
+    std::unique_lock lk(d->mu);
+    REQUIRE(d->cv.wait_for(lk, 5s, [&] { return d->done; }));
+    return d;
+  };
+  // A free lock: granted on the pump's connection (which it makes now).
+  auto first = lock_async(20, 2s);
+  REQUIRE(first->status.ok());
+  REQUIRE(first->handle.Release().ok());
+  // An application thread takes the last connection the cap leaves.
+  const AppJoins apps = RunAppThreads(*client, 1, 10);
+  REQUIRE(apps.ok == 1);
+  REQUIRE(lockd.Connections(id) == fo.max_connections_per_session);
+
+  // `other` holds slot 1: the pump's FA queues the request, a waiter takes it and cannot join.
+  const uint64_t slot = 1;
+  auto held = other->LockSlot(slot);
+  REQUIRE(held.ok());
+  auto queued = lock_async(slot, 2s);
+  INFO(queued->status.ToString());
+  CHECK(queued->status.code() == ErrorCode::kResource);
+  CHECK(queued->status.message().find("max_connections_per_session") != std::string::npos);
+  auto& word0 = lockd.table().word(slot * 2);
+  CHECK(proto::Word0::Decode(word0.load()).max_x == 2);  // other's ticket and the request's
+
+  // Once the holder releases, nothing of the request stays in the queue.
+  REQUIRE(held->Release().ok());
+  const bool drained = WaitFor([&] { return proto::Word0::Decode(word0.load()).Drained(); }, 3s);
+  INFO("lock word " << std::hex << word0.load());
+  CHECK(drained);
+  CHECK(client->Stats().sessions_lost == 0);
+  LockOptions lo;
+  lo.timeout = 2s;
+  CHECK(other->LockSlot(slot, lo).ok());
+}
