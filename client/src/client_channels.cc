@@ -56,7 +56,12 @@ Status Client::Impl::JoinOwnThreads() {
   {
     MutexLock lk(&mu_);
     sess = session_;
-    first = channels_[std::this_thread::get_id()];
+    if (auto it = channels_.find(std::this_thread::get_id()); it != channels_.end()) {
+      first = it->second;
+    }
+  }
+  if (first == nullptr || first->session != sess) {
+    return Error(ErrorCode::kInternal, "JoinOwnThreads: not on the connecting thread");
   }
   const auto deadline = Clock::now() + opts_.connect_timeout;
   constexpr std::string_view kWhose[2] = {"keeper (heartbeats, renewals)",
