@@ -142,18 +142,17 @@ TEST_CASE("lockd rate-limits connection attempts per address; sessions and their
               {"--max-connects-per-second", "4", "--metrics-address", addr});
   std::this_thread::sleep_for(1100ms);  // the start-up probe's token comes back
   auto keeper = MustConnect(lockd);
-  // A burst of new sessions from this address, each one handshake with a 50 ms connect timeout
-  // (no time to wait for the limit): the burst's tokens are admitted, the rest refused with a
-  // reason and a retry time. (Raw first connections, the handshake lockd rate-limits: a
-  // Client::Connect also makes its keeper's and reaper's joins, two more handshakes under
-  // Soft-RoCE, which would stretch the burst past the refill of a token.)
-  ChannelParams quick{RxeIp(), lockd.port(), 50ms, "burst", 0};
-  quick.auth_key = lockd.key();
-  std::vector<std::unique_ptr<VerbsMemory>> opened;
+  // A burst of sessions from this address with a 50 ms connect timeout (no time to wait for the
+  // limit): the burst's tokens are admitted, the rest refused with a reason and a retry time.
+  ClientOptions quick;
+  quick.server = RxeIp();
+  quick.port = lockd.port();
+  quick.connect_timeout = 50ms;
+  std::vector<std::unique_ptr<Client>> opened;
   int refused = 0;
   std::string message;
   for (int i = 0; i < 12; ++i) {
-    auto c = VerbsMemory::Connect(quick);
+    auto c = Client::Connect(quick);
     if (c.ok()) {
       opened.push_back(std::move(c).value());
       continue;
