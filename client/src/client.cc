@@ -151,10 +151,14 @@ Result<std::shared_ptr<Client::Impl>> ConnectImpl(const ClientOptions& options, 
       Result<std::chrono::nanoseconds> liveness = first.status();
       if (first.ok()) liveness = ReadLiveness(**first);
       if (liveness.ok()) {
-        return std::make_shared<Client::Impl>(opts, std::move(first).value(), *liveness,
-                                              std::move(resolve), std::move(connector));
+        auto impl = std::make_shared<Client::Impl>(opts, std::move(first).value(), *liveness,
+                                                   resolve, connector);
+        // The keeper's and the reaper's connections, before any other thread can join.
+        failed = impl->JoinOwnThreads();
+        if (failed.ok()) return impl;
+      } else {
+        failed = liveness.status();
       }
-      failed = liveness.status();
     }
     std::chrono::milliseconds retry = backoff;
     // With a resolver, whatever did not come as lockd's own refusal is retried: the lockd it

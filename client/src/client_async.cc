@@ -93,7 +93,7 @@ void Client::Impl::PumpLoop() {
           batch[i].done(std::move(h));
         }
       } else {
-        waits.push_back({std::move(batch[i]), is.grant, is.frozen});
+        waits.push_back({std::move(batch[i]), is.grant, is.frozen, sess.gen});
       }
     }
     if (!waits.empty()) {
@@ -122,6 +122,11 @@ void Client::Impl::WaiterLoop() {
     }
     auto chr = Channel(w.req.deadline);
     if (!chr.ok()) {
+      // The pump's FA queued the request (unless the word was frozen): a waiter that cannot
+      // join (the session's connection cap) hands the ticket to the reaper, which releases it at
+      // its turn, or the lock's queue would stop at it. Of an ended session it is dropped
+      // (lockd frees what the record shows).
+      if (!w.frozen) Abandon(w.gen, w.queued.ticket);
       w.req.done(chr.status());
       continue;
     }

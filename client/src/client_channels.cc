@@ -101,9 +101,79 @@ Client::Impl::Impl(ClientOptions opts, std::unique_ptr<Connection> first,
   channels_[std::this_thread::get_id()] = std::move(ch);
 }
 
+Status Client::Impl::JoinOwnThreads() {
+  std::shared_ptr<const Session> sess;
+  std::shared_ptr<ThreadChannel> first;  // the connecting thread's: no other thread runs yet
+  {
+    MutexLock lk(&mu_);
+    sess = session_;
+    if (auto it = channels_.find(std::this_thread::get_id()); it != channels_.end()) {
+      first = it->second;
+    }
+  }
+  if (first == nullptr || first->session != sess) {
+    return Error(ErrorCode::kInternal, "JoinOwnThreads: not on the connecting thread");
+  }
+  const auto deadline = Clock::now() + opts_.connect_timeout;
+  constexpr std::string_view kWhose[2] = {"keeper (heartbeats, renewals)",
+                                          "reaper (abandoned tickets)"};
+  std::shared_ptr<ThreadChannel> own[2];
+  for (int i = 0; i < 2; ++i) {
+    {
+      // lockd's heartbeat clock runs from the first connection's admission.
+      MutexLock clk(&first->mu);
+      RDMALOCK_RETURN_IF_ERROR(WriteHeartbeat(*first->mem, sess->reply));
+    }
+    auto reason = proto::RejectReason::kNone;
+    auto mem =
+        Join(sess->server, sess->port, sess->reply, opts_.connect_timeout, deadline, &reason);
+    // (A connection made already closes with `own`, the first with the Impl.)
+    if (!mem.ok()) return OwnJoinError(kWhose[i], mem.status(), reason);
+    own[i] = std::make_shared<ThreadChannel>();
+    own[i]->session = sess;
+    own[i]->mem = std::move(mem).value();
+  }
+  {
+    MutexLock clk(&first->mu);
+    RDMALOCK_RETURN_IF_ERROR(WriteHeartbeat(*first->mem, sess->reply));
+  }
+  MutexLock lk(&mu_);
+  keeper_own_ = std::move(own[0]);
+  reaper_own_ = std::move(own[1]);
+  return Status::Ok();
+}
+
+Status Client::Impl::WriteHeartbeat(RemoteMemory& mem, const proto::AcceptReply& reply) {
+  RemoteOp w = RemoteOp::Write(RegionId::kSessions,
+                               reply.session_record_offset + proto::SessionRecord::kHeartbeat,
+                               beats_.fetch_add(1, std::memory_order_relaxed) + 1);
+  return mem.Execute(std::span<RemoteOp>(&w, 1));
+}
+
+Status Client::Impl::OwnJoinError(std::string_view whose, const Status& st,
+                                  proto::RejectReason reason) {
+  if (reason == proto::RejectReason::kTooManyConnections) {
+    return Error(ErrorCode::kResource,
+                 "lockd's max_connections_per_session leaves no connection for the client's " +
+                     std::string(whose) +
+                     ": a client needs one each for its keeper and its reaper besides one per "
+                     "thread that locks, so 3 at least (" +
+                     st.message() + ")");
+  }
+  return Error(st.code(), "the client's " + std::string(whose) +
+                              " could not join its session: " + st.message());
+}
+
 void Client::Impl::Start() {
+  // Under mu_ until the channels are registered: each thread's loop begins by taking it.
+  MutexLock lk(&mu_);
   reaper_ = std::thread([self = shared_from_this()] { self->ReaperLoop(); });
   keeper_ = std::thread([self = shared_from_this()] { self->KeeperLoop(); });
+  reaper_id_ = reaper_.get_id();
+  if (keeper_own_ && keeper_own_->session == session_) channels_[keeper_.get_id()] = keeper_own_;
+  if (reaper_own_ && reaper_own_->session == session_) channels_[reaper_id_] = reaper_own_;
+  keeper_own_.reset();
+  reaper_own_.reset();
 }
 
 void Client::Impl::Close() {
@@ -188,30 +258,15 @@ Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline) {
     }
     sess = session_;
   }
-  ChannelParams p{sess->server,        sess->port,       opts_.connect_timeout,
-                  opts_.client_name,   proto::kFlagJoin, sess->reply.session_id,
-                  sess->reply.join_key};
-  p.auth_key = opts_.auth_key;
   // lockd may refuse a thread's join while the session itself is fine: too many handshakes at
   // once (retried within the connect timeout) or the session's connection limit (this thread
   // gets kResource; the session and the other threads go on).
   const auto join_deadline = std::min(deadline, Clock::now() + opts_.connect_timeout);
-  Result<std::unique_ptr<Connection>> mem = Error(ErrorCode::kInternal, "not connected");
-  for (;;) {
-    uint32_t retry_ms = 0;
-    proto::RejectReason reason = proto::RejectReason::kNone;
-    mem = connector_(p, &retry_ms, &reason);
-    if (mem.ok()) break;
-    if (reason == proto::RejectReason::kTooManyConnections ||
-        reason == proto::RejectReason::kNoResources) {
-      return Error(ErrorCode::kResource, mem.status().message());
-    }
-    if (reason == proto::RejectReason::kBusy &&
-        Clock::now() + std::chrono::milliseconds(retry_ms) < join_deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(retry_ms));
-      continue;
-    }
-    OnSessionError(sess->gen, mem.status());
+  auto reason = proto::RejectReason::kNone;
+  auto mem =
+      Join(sess->server, sess->port, sess->reply, opts_.connect_timeout, join_deadline, &reason);
+  if (!mem.ok()) {
+    if (mem.status().code() != ErrorCode::kResource) OnSessionError(sess->gen, mem.status());
     return mem.status();
   }
   auto ch = std::make_shared<ThreadChannel>();
@@ -224,6 +279,32 @@ Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline) {
   channels_[tid] = ch;
   cache = {this, nonce_, sess->gen, ch};
   return ch.get();
+}
+
+Result<std::unique_ptr<Connection>> Client::Impl::Join(const std::string& server, uint16_t port,
+                                                       const proto::AcceptReply& reply,
+                                                       std::chrono::milliseconds timeout,
+                                                       Clock::time_point deadline,
+                                                       proto::RejectReason* reason) {
+  ChannelParams p{server,           port,          timeout, opts_.client_name, proto::kFlagJoin,
+                  reply.session_id, reply.join_key};
+  p.auth_key = opts_.auth_key;
+  for (;;) {
+    uint32_t retry_ms = 0;
+    *reason = proto::RejectReason::kNone;
+    auto mem = connector_(p, &retry_ms, reason);
+    if (mem.ok()) return mem;
+    if (*reason == proto::RejectReason::kTooManyConnections ||
+        *reason == proto::RejectReason::kNoResources) {
+      return Error(ErrorCode::kResource, mem.status().message());
+    }
+    if (*reason == proto::RejectReason::kBusy &&
+        Clock::now() + std::chrono::milliseconds(retry_ms) < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(retry_ms));
+      continue;
+    }
+    return mem.status();
+  }
 }
 
 void Client::Impl::OnSessionError(uint64_t gen, const Status& st) {

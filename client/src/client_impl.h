@@ -42,6 +42,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -308,6 +309,13 @@ class [[gnu::visibility("hidden")]] Client::Impl
   Impl(ClientOptions opts, std::unique_ptr<Connection> first, std::chrono::nanoseconds liveness,
        Client::Resolver resolve, Connector connector);
   ~Impl() { Close(); }
+  // Makes the keeper's and the reaper's connections of the first session, on the connecting
+  // thread before Connect returns (ConnectImpl); Start hands them to the threads. lockd counts
+  // every connection of a session against max_connections_per_session alike: made lazily, they
+  // could find the application's threads holding them all, and a keeper without a connection
+  // writes no heartbeat (lockd fences the live session), a reaper none leaves abandoned tickets
+  // in their queues. A refusal for the cap fails Connect with kResource, naming the key.
+  Status JoinOwnThreads() EXCLUDES(mu_);
   // Starts the keeper and the reaper. Each thread holds a reference to the Impl until it ends,
   // so that one whose callback closes the client (Close then detaches it) goes on, until it
   // returns, on a live object (issue 17, finding 9). Called once, by Client's constructor.
@@ -395,6 +403,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
     AsyncRequest req;
     Grant queued;
     bool frozen = false;
+    uint64_t gen = 0;  // the session `queued` was issued in
   };
   static constexpr size_t kAsyncBatch = 8;
   static constexpr int kAsyncWaiters = 4;
@@ -411,6 +420,18 @@ class [[gnu::visibility("hidden")]] Client::Impl
   size_t EndLeases(const std::vector<std::shared_ptr<ThreadChannel>>& chans, const Status& why)
       EXCLUDES(mu_);
   static void JoinOrDetach(std::thread & t, std::thread::id me);
+  // A connection joining the session `reply` describes at server:port (a connect timeout of
+  // `timeout`), retried while lockd is busy until `deadline`. A refusal for the session's
+  // connection cap or lockd's resources comes back as kResource; *reason says which.
+  Result<std::unique_ptr<Connection>> Join(
+      const std::string& server, uint16_t port, const proto::AcceptReply& reply,
+      std::chrono::milliseconds timeout, Clock::time_point deadline, proto::RejectReason* reason);
+  // Why one of the client's own threads (`whose`) could not join its session.
+  static Status OwnJoinError(std::string_view whose, const Status& st, proto::RejectReason reason);
+  // Writes the next heartbeat (beats_) into the record `reply` names, over `mem`: while the
+  // client's own connections are being made, before the keeper's loop runs, so that lockd's
+  // heartbeat timeout never covers more than one handshake.
+  Status WriteHeartbeat(RemoteMemory & mem, const proto::AcceptReply& reply);
 
   // client_reaper.cc
   void Abandon(uint64_t gen, const Ticket& t) EXCLUDES(mu_);
@@ -453,6 +474,9 @@ class [[gnu::visibility("hidden")]] Client::Impl
   std::atomic<uint64_t> gen_{0};  // the current session's gen; 0 while there is none
   std::atomic<uint64_t> renewals_{0}, renew_failures_{0};
   std::atomic<bool> reap_fast_{false};  // releases are being posted: the reaper ticks every 1 ms
+  // The heartbeat's last value: JoinOwnThreads and Reconnect write some, the keeper the rest
+  // (lockd counts a change, so one sequence for all).
+  std::atomic<uint64_t> beats_{0};
 
   // ---- Owned by the keeper thread
   std::minstd_rand rng_;
@@ -474,6 +498,12 @@ class [[gnu::visibility("hidden")]] Client::Impl
   std::deque<std::pair<uint64_t, Ticket>> abandoned_ GUARDED_BY(mu_);  // (session gen, ticket)
   uint64_t sessions_lost_ GUARDED_BY(mu_) = 0;
   uint64_t reconnects_ GUARDED_BY(mu_) = 0;
+
+  // The keeper's and the reaper's connections of the first session, from JoinOwnThreads until
+  // Start registers them under their threads' ids; reaper_id_ (set by Start) is where Reconnect
+  // registers the reaper's connection of each new session.
+  std::shared_ptr<ThreadChannel> keeper_own_ GUARDED_BY(mu_), reaper_own_ GUARDED_BY(mu_);
+  std::thread::id reaper_id_ GUARDED_BY(mu_);
 
   // ---- Started by Start, joined (or detached) by Close
   std::thread reaper_;

@@ -1,5 +1,7 @@
 // The keeper thread: heartbeats, renewals, lockd's liveness (cluster mode) and reconnects.
 // Owns rng_ and its own channel; takes a handle's or another channel's mutex only by try-lock.
+// Its channel is never joined lazily: the first session's is made before Connect returns
+// (JoinOwnThreads), each new session's first connection is its own (Reconnect).
 #include <algorithm>
 #include <random>
 #include <tuple>
@@ -40,7 +42,6 @@ struct AliveWatch {
 // passed, watches for lockd disconnecting us, and reconnects after the session ends.
 void Client::Impl::KeeperLoop() {
   AliveWatch alive;
-  uint64_t beat = 0;
   Clock::time_point next_beat, next_renew_check;
   std::chrono::milliseconds backoff{50};
   bool told_retry = false;  // backoff is lockd's retry-after
@@ -94,7 +95,7 @@ void Client::Impl::KeeperLoop() {
         RemoteOp ops[2] = {
             RemoteOp::Write(RegionId::kSessions,
                             sess->reply.session_record_offset + proto::SessionRecord::kHeartbeat,
-                            ++beat),
+                            beats_.fetch_add(1, std::memory_order_relaxed) + 1),
             RemoteOp::Read(RegionId::kInfo, proto::InfoPage::kAliveTicks, 8)};
         const bool watch = sess->liveness > std::chrono::nanoseconds::zero();
         const auto issued = Clock::now();
@@ -166,15 +167,38 @@ bool Client::Impl::Reconnect(std::chrono::milliseconds* backoff) {
     if (retry_ms > 0) *backoff = std::chrono::milliseconds(retry_ms);
     return false;
   }
+  // The reaper's connection of the new session, before the session is published: the
+  // application's threads waiting in Channel() join it the moment it is, and could take every
+  // connection lockd allows it (max_connections_per_session). The first one is the keeper's.
+  // (A heartbeat first: lockd's heartbeat clock runs from the admission.)
+  auto reason = proto::RejectReason::kNone;
+  Status beat = WriteHeartbeat(**mem, (*mem)->reply());
+  if (!beat.ok()) {
+    MutexLock lk(&mu_);
+    last_error_ = beat.message();
+    return false;
+  }
+  auto reaper_mem = Join(server, port, (*mem)->reply(), p.connect_timeout,
+                         Clock::now() + opts_.connect_timeout, &reason);
+  if (!reaper_mem.ok()) {
+    (*mem)->Shutdown();  // lockd ends the session with its only connection
+    MutexLock lk(&mu_);
+    last_error_ = OwnJoinError("reaper (abandoned tickets)", reaper_mem.status(), reason).message();
+    return false;  // tried again after the back-off (lockd may come back with a larger cap)
+  }
   auto ch = std::make_shared<ThreadChannel>();
   ch->mem = std::move(mem).value();
+  auto reaper_ch = std::make_shared<ThreadChannel>();
+  reaper_ch->mem = std::move(reaper_mem).value();
   {
     MutexLock lk(&mu_);
     if (stopping_) return false;
     ch->session = MakeSession(*ch->mem, *liveness, server, port);
+    reaper_ch->session = ch->session;
     session_ = ch->session;
     latest_ = session_;
     channels_[std::this_thread::get_id()] = ch;
+    channels_[reaper_id_] = reaper_ch;
     ++reconnects_;
   }
   cv_.SignalAll();

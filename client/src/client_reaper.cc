@@ -1,5 +1,7 @@
 // The reaper thread: frees tickets that gave up while others queued behind them, and reaps
-// releases that threads posted and left. Owns idle_reap_ticks_; its channel is its own.
+// releases that threads posted and left. Owns idle_reap_ticks_; its channel is its own, made
+// for each session before any application thread can join it (JoinOwnThreads, Reconnect).
+// Releases left by other threads it reaps on their own connections.
 #include "client/src/client_impl.h"
 
 namespace rdmalock {

@@ -64,11 +64,11 @@ TEST_CASE("lockd serves Prometheus metrics: sessions, handshakes, occupancy and 
   WaitQueued(*a, a->SlotOf("metered"), 3);
   std::string busy;
   for (const auto until = std::chrono::steady_clock::now() + 10s;;) {
-    // lockd notices the start-up probe's session leave asynchronously; each client's keeper
-    // thread joins its session at its first heartbeat.
+    // lockd notices the start-up probe's session leave asynchronously. Each client's keeper
+    // and reaper join its session before Connect returns, the probe's too.
     busy = Scrape(addr);
     if (Metric(busy, "rdmalock_lockd_sessions_connected") == 2 &&
-        Metric(busy, "rdmalock_lockd_connections_joined_total") == 4) {
+        Metric(busy, "rdmalock_lockd_connections_joined_total") == 8) {
       break;
     }
     REQUIRE(std::chrono::steady_clock::now() < until);
@@ -79,7 +79,8 @@ TEST_CASE("lockd serves Prometheus metrics: sessions, handshakes, occupancy and 
   CHECK(Metric(busy, "rdmalock_lockd_lock_waiters") == 2);
   CHECK(Metric(busy, "rdmalock_lockd_locks_contended") == 1);
   CHECK(Metric(busy, "rdmalock_lockd_handshakes_accepted_total") >= 3);  // loopback, a, b
-  // Joined (checked above): b's two waiting threads, and a's and b's keeper threads.
+  // Joined (checked above): b's two waiting threads, and the keeper and the reaper threads of
+  // a, b and the start-up probe.
   const double requests0 = Metric(busy, "rdmalock_lockd_lock_requests_total");
   REQUIRE(held->Release().ok());
   REQUIRE(w1.ok());

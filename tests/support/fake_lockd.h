@@ -7,7 +7,11 @@
 //     and what its record shows is freed one lease later (a heartbeat, QP-error or operator
 //     fence: the client may be alive and believe in its leases until then);
 //   - a connection that is shut down (or destroyed: a DISCONNECTED) is dropped; when it was the
-//     session's last, the session ends and its record is freed at once.
+//     session's last, the session ends and its record is freed at once;
+//   - as test doubles of lockd's admission and liveness tick, both off unless set: a join past
+//     max_connections_per_session live connections of its session is refused
+//     (kTooManyConnections, as Admission::Decide), and a session whose heartbeat word has not
+//     moved for heartbeat_timeout is fenced as Fence() does (SessionTable::CheckLiveness).
 // Thread-safety: every public method may be called from any thread; mu_ guards the sessions.
 #pragma once
 
@@ -61,12 +65,17 @@ class FakeLockd {
     uint32_t stall_factor = 2;
     std::chrono::milliseconds heartbeat_interval{20};
     uint16_t epoch = 1;
+    // 0: no limit (lockd's default is 256). Settable later: set_max_connections_per_session.
+    uint32_t max_connections_per_session = 0;
+    // 0: no heartbeat fencing (the handshake's reply still says 5 x heartbeat_interval).
+    std::chrono::milliseconds heartbeat_timeout{0};
   };
 
   explicit FakeLockd(Options o)
       : opts_(o),
         table_(o.lock_count, (uint64_t{o.max_sessions} + 1) * proto::kSessionRecordSize),
-        engine_(Params(o), nullptr) {
+        engine_(Params(o), nullptr),
+        max_conns_(o.max_connections_per_session) {
     for (uint32_t i = o.max_sessions; i >= 1; --i) free_records_.push_back(i);
     recovery_ = std::thread([this] { RecoveryLoop(); });
   }
@@ -129,15 +138,34 @@ class FakeLockd {
     if (!all.empty()) all[rng() % all.size()]->Break();
   }
 
+  // Live connections of session `id` now (0: no such session).
+  size_t Connections(uint64_t id) {
+    std::lock_guard lk(mu_);
+    auto it = sessions_.find(id);
+    return it == sessions_.end() ? 0 : it->second.live.size();
+  }
+
+  // Applies to joins from now on (the connections a session has keep going).
+  void set_max_connections_per_session(uint32_t n) {
+    std::lock_guard lk(mu_);
+    max_conns_ = n;
+  }
+
   uint64_t ended_at_once() const { return ended_now_.load(); }
   uint64_t ended_after_lease() const { return ended_later_.load(); }
   uint64_t released_for_dead() const { return released_.load(); }
+  // Sessions fenced because their heartbeat stopped (Options::heartbeat_timeout).
+  uint64_t fenced_for_heartbeat() const { return fenced_hb_.load(); }
+  // Joins refused for max_connections_per_session.
+  uint64_t joins_refused() const { return joins_refused_.load(); }
 
  private:
   struct Session {
     uint64_t key = 0;
     uint32_t index = 0;
     std::vector<InProcessMemory*> live;  // connections not shut down, fenced or destroyed
+    uint64_t beat = 0;                   // the heartbeat word when last seen to move
+    Clock::time_point beat_moved;        // when (the session's start until it first moves)
   };
   struct Job {
     Clock::time_point not_before;
@@ -164,6 +192,16 @@ class FakeLockd {
         return Error(ErrorCode::kRejected, "fake lockd: no such session to join");
       }
       id = it->first;
+      if (max_conns_ != 0 && it->second.live.size() >= max_conns_) {
+        ++joins_refused_;
+        if (reason != nullptr) *reason = proto::RejectReason::kTooManyConnections;
+        return Error(
+            ErrorCode::kRejected,
+            "fake lockd: session " + std::to_string(id) + " has " +
+                std::to_string(it->second.live.size()) + " connections (" +
+                std::string(proto::RejectReasonName(proto::RejectReason::kTooManyConnections)) +
+                ")");
+      }
     } else {
       if (free_records_.empty()) {
         if (reason != nullptr) *reason = proto::RejectReason::kServerFull;
@@ -173,6 +211,7 @@ class FakeLockd {
       Session s;
       s.key = rng_() | 1;
       s.index = free_records_.back();
+      s.beat_moved = Clock::now();
       free_records_.pop_back();
       sessions_[id] = s;
     }
@@ -244,6 +283,31 @@ class FakeLockd {
     rec_cv_.notify_all();
   }
 
+  // lockd's liveness tick, for the heartbeat alone: a session whose heartbeat word has not moved
+  // for heartbeat_timeout is fenced.
+  void CheckHeartbeats() {
+    if (opts_.heartbeat_timeout.count() == 0) return;
+    std::lock_guard lk(mu_);
+    const auto now = Clock::now();
+    std::vector<uint64_t> dead;
+    for (auto& [id, s] : sessions_) {
+      const uint64_t beat = table_
+                                .session_word(uint64_t{s.index} * proto::kSessionRecordSize +
+                                              proto::SessionRecord::kHeartbeat)
+                                .load();
+      if (beat != s.beat) {
+        s.beat = beat;
+        s.beat_moved = now;
+      } else if (now - s.beat_moved >= opts_.heartbeat_timeout) {
+        dead.push_back(id);
+      }
+    }
+    for (uint64_t id : dead) {
+      EndLocked(id, /*now=*/false);
+      ++fenced_hb_;
+    }
+  }
+
   void RecoveryLoop() {
     InProcessMemory mem(&table_);
     mem.set_min_round_trip(std::chrono::microseconds(20));
@@ -264,6 +328,7 @@ class FakeLockd {
           it = jobs_.erase(it);
         }
       }
+      CheckHeartbeats();  // takes mu_, and EndLocked rec_mu_ inside it: not under rec_mu_
       for (size_t i = 0; i < steps.size();) {
         auto done = engine_.Reap(mem, steps[i]);
         if (!done.ok() || *done) {
@@ -281,7 +346,8 @@ class FakeLockd {
   InProcessTable table_;
   const LockEngine engine_;
 
-  std::mutex mu_;  // guards the members below
+  std::mutex mu_;       // guards the members below
+  uint32_t max_conns_;  // 0: none
   std::map<uint64_t, Session> sessions_;
   std::vector<uint32_t> free_records_;  // record indices; 0 is lockd's own (unused here)
   uint64_t next_id_ = 1;
@@ -293,7 +359,8 @@ class FakeLockd {
   bool stopping_ = false;
   std::thread recovery_;
 
-  std::atomic<uint64_t> ended_now_{0}, ended_later_{0}, released_{0};
+  std::atomic<uint64_t> ended_now_{0}, ended_later_{0}, released_{0}, fenced_hb_{0};
+  std::atomic<uint64_t> joins_refused_{0};
 };
 
 }  // namespace rdmalock::testing

@@ -2,17 +2,21 @@
 // Client over the in-process backend and the test lockd (tests/support/fake_lockd.h), whose
 // connections are dropped, fenced or refused. The keeper must notice, report every lock of the
 // ended session lost exactly once, reconnect with a new session (retrying a refused or failed
-// connect), and keep a healthy session alive with heartbeats and renewals.
+// connect), and keep a healthy session alive with heartbeats and renewals, also when the
+// application's threads take the session's connection cap (max_connections_per_session).
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "client/src/client_test_peer.h"
 #include "rdmalock/client.h"
+#include "rdmalock/proto/lock_word.h"
 #include "tests/support/fake_lockd.h"
 
 using namespace rdmalock;
@@ -254,4 +258,395 @@ TEST_CASE("session keeping: a connect that fails while reconnecting is retried")
   INFO(again.status().ToString());
   REQUIRE(again.ok());
   CHECK(again->Release().ok());
+}
+
+namespace {
+
+// The application's threads in the tests below: the test's own thread and the threads it starts.
+thread_local bool t_app_thread = false;
+
+// Makes the application's threads join a session before the client's own threads (keeper,
+// reaper, pump) whatever the scheduling: a join from a thread that is not the application's
+// waits in the connector until Open(). Joins the client makes on the application's thread (in
+// Connect, say) are not held.
+class AppThreadsFirst {
+ public:
+  explicit AppThreadsFirst(Connector inner) : inner_(std::move(inner)) {}
+  Connector connector() {
+    return [this](const ChannelParams& p, uint32_t* retry_ms, proto::RejectReason* reason) {
+      if ((p.flags & proto::kFlagJoin) != 0 && !t_app_thread) {
+        std::unique_lock lk(mu_);
+        cv_.wait_for(lk, 10s, [&] { return open_; });  // (bounded: a failed test still ends)
+        ++held_;
+      }
+      return inner_(p, retry_ms, reason);
+    };
+  }
+  void Open() {
+    {
+      std::lock_guard lk(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  // Joins by the client's own threads that waited for the application's.
+  int held() {
+    std::lock_guard lk(mu_);
+    return held_;
+  }
+
+ private:
+  Connector inner_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+  int held_ = 0;
+};
+
+// Opens the gate when it goes out of scope (declared after the client: before the client closes,
+// whose keeper may be waiting in it).
+struct OpenOnExit {
+  AppThreadsFirst& gate;
+  ~OpenOnExit() { gate.Open(); }
+};
+
+// `n` application threads each lock (try) and release a slot of their own, from `first`: each
+// joins the session on its first call. Counts who got a connection and who was refused for
+// max_connections_per_session.
+struct AppJoins {
+  int ok = 0, limited = 0, other = 0;
+  std::string other_error;
+  std::vector<uint64_t> locked;  // slots locked (their releases were posted and left)
+};
+AppJoins RunAppThreads(Client& client, int n, uint64_t first) {
+  AppJoins out;
+  std::mutex mu;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      t_app_thread = true;
+      const uint64_t slot = first + static_cast<uint64_t>(i);
+      auto h = client.TryLockSlot(slot);
+      std::lock_guard lk(mu);
+      if (h.ok()) {
+        ++out.ok;
+        out.locked.push_back(slot);
+        if (!h->Release().ok()) ++out.other;
+      } else if (h.status().code() == ErrorCode::kResource &&
+                 h.status().message().find("max_connections_per_session") != std::string::npos) {
+        ++out.limited;
+      } else {
+        ++out.other;
+        out.other_error = h.status().ToString();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+}  // namespace
+
+// lockd's admission counts every connection of a session alike (Admission::Decide,
+// max_connections_per_session). If the application's threads take them all before the keeper
+// has its own, the keeper can write no heartbeat and renew nothing: lockd would fence a healthy
+// session and every lock of the process would be lost.
+TEST_CASE(
+    "session keeping: the application's threads take the session's connection cap first; the "
+    "keeper still heartbeats and renews, the session and its locks live on") {
+  t_app_thread = true;
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 32;
+  fo.lease = 300ms;
+  fo.heartbeat_interval = 20ms;
+  fo.heartbeat_timeout = 150ms;
+  fo.max_connections_per_session = 5;
+  testing::FakeLockd lockd(fo);
+  AppThreadsFirst gate(lockd.connector());
+  auto other = ConnectTo("other", lockd.connector());
+  auto client = ConnectTo("capped", gate.connector());
+  OpenOnExit open_on_exit{gate};
+  const uint64_t id = client->session_id();
+
+  auto h = client->LockSlot(0);  // on the connecting thread's connection
+  REQUIRE(h.ok());
+  std::atomic<int> lost{0};
+  h->OnLost([&](const Status&) { ++lost; });
+
+  // More application threads than the cap leaves: they take every connection they can.
+  const AppJoins apps = RunAppThreads(*client, 4, 10);
+  gate.Open();
+  INFO(apps.other_error);
+  CHECK(apps.other == 0);
+  CHECK(apps.ok >= 1);
+  CHECK(apps.ok + apps.limited == 4);
+  CHECK(lockd.Connections(id) <= fo.max_connections_per_session);
+
+  // Five heartbeat timeouts: without heartbeats lockd fences the session after one, without
+  // renewals the lock's lease runs out after two.
+  const auto end = std::chrono::steady_clock::now() + 5 * fo.heartbeat_timeout;
+  while (std::chrono::steady_clock::now() < end && lockd.fenced_for_heartbeat() == 0) {
+    std::this_thread::sleep_for(10ms);
+  }
+  INFO("joins by the client's own threads after the application's: "
+       << gate.held() << ", refused joins: " << lockd.joins_refused());
+  CHECK(lockd.fenced_for_heartbeat() == 0);
+  CHECK(lockd.Sessions() == std::vector<uint64_t>{other->session_id(), id});
+  CHECK(lockd.Heartbeat(id) != 0);
+  const ClientStats st = client->Stats();
+  CHECK(st.sessions_lost == 0);
+  CHECK(st.renewals >= 1);
+  CHECK(client->session_id() == id);
+  CHECK(lost.load() == 0);
+  CHECK(h->state() == LockState::kHeld);
+  CHECK(h->lease_expiry() > std::chrono::steady_clock::now());
+  // lockd still counts it held.
+  CHECK(other->TryLockSlot(0).status().code() == ErrorCode::kBusy);
+  // The application threads' posted releases were reaped (by the reaper, on their connections).
+  for (uint64_t slot : apps.locked) {
+    CHECK(WaitFor([&] { return other->TryLockSlot(slot).ok(); }));
+  }
+  CHECK(h->Release().ok());
+}
+
+// The reaper's part: an abandoned ticket (a waiter that timed out with another queued behind it)
+// is released by the reaper when its turn comes, on the reaper's own connection. If the
+// application's threads had taken every connection first, it would get none, and the lock's
+// queue would stop at that ticket.
+TEST_CASE(
+    "session keeping: the application's threads take the session's connection cap; an "
+    "abandoned ticket is still reaped, in the first session and after a reconnect") {
+  t_app_thread = true;
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 32;
+  fo.lease = 300ms;
+  fo.max_connections_per_session = 5;
+  testing::FakeLockd lockd(fo);
+  auto other = ConnectTo("other", lockd.connector());
+  auto client = ConnectTo("capped", lockd.connector());
+  uint64_t id = client->session_id();
+  uint64_t losses = 0;  // sessions the test ends
+  // The keeper has its connection (the reaper joins only when it has a ticket to reap).
+  REQUIRE(WaitFor([&] { return lockd.Heartbeat(id) != 0; }));
+  SECTION("the first session") {}
+  SECTION("a session after a reconnect") {
+    losses = 1;
+    lockd.BreakSession(id);
+    REQUIRE(WaitForNewSession(*client, id));
+    id = client->session_id();
+    REQUIRE(WaitFor([&] { return lockd.Heartbeat(id) != 0; }));
+    // This thread joins the new session (its connection was the old session's).
+    LockOptions lo;
+    lo.timeout = 2s;
+    auto h = client->LockSlot(5, lo);
+    REQUIRE(h.ok());
+    REQUIRE(h->Release().ok());
+  }
+
+  const AppJoins apps = RunAppThreads(*client, 4, 10);
+  INFO(apps.other_error);
+  CHECK(apps.other == 0);
+  CHECK(apps.ok >= 1);
+  CHECK(apps.ok + apps.limited == 4);
+  CHECK(lockd.Connections(id) == fo.max_connections_per_session);  // the cap is taken
+
+  // `other` holds slot 1; this client queues behind it (ticket 1), then a raw requester behind
+  // that (ticket 2, made by the test on the lock word: it never recovers or gives up).
+  const uint64_t slot = 1;
+  auto held = other->LockSlot(slot);
+  REQUIRE(held.ok());
+  auto& word0 = lockd.table().word(slot * 2);
+  std::atomic<uint64_t> raw_ticket{0};
+  std::atomic<bool> raw_queued{false};
+  std::thread raw([&] {
+    if (!WaitFor([&] { return proto::Word0::Decode(word0.load()).max_x == 2; })) return;
+    raw_ticket = word0.fetch_add(proto::kAcquireExclusive);
+    raw_queued = true;
+  });
+  LockOptions lo;
+  lo.timeout = 1s;  // gives up with the raw requester queued behind it: abandoned
+  auto waited = client->LockSlot(slot, lo);
+  raw.join();
+  REQUIRE(raw_queued.load());
+  REQUIRE(waited.status().code() == ErrorCode::kTimeout);
+  REQUIRE(client->Stats().abandoned == 1);
+
+  // The holder releases: the abandoned ticket's turn. The reaper releases it, and the raw
+  // requester is granted.
+  REQUIRE(held->Release().ok());
+  const proto::Word0 mine = proto::Word0::Decode(raw_ticket.load());
+  const bool granted = WaitFor(
+      [&] {
+        return proto::Granted(proto::Word0::Decode(word0.load()), mine, proto::Mode::kExclusive);
+      },
+      3s);
+  INFO("lock word " << std::hex << word0.load() << ", refused joins " << std::dec
+                    << lockd.joins_refused());
+  CHECK(granted);
+  CHECK(client->Stats().sessions_lost == losses);
+  if (granted) word0.fetch_add(proto::kReleaseExclusive);
+  // The application threads' posted releases were reaped too.
+  for (uint64_t s : apps.locked) {
+    CHECK(WaitFor([&] { return other->TryLockSlot(s).ok(); }));
+  }
+}
+
+// A client needs its own connections of the session (the connecting thread's, the keeper's and
+// the reaper's) before any further thread's: a cap lower than that is refused at Connect, with
+// the key named, rather than a client whose session lockd fences later.
+TEST_CASE(
+    "session keeping: a max_connections_per_session below the client's own connections fails "
+    "Connect, naming it; at the minimum, further threads get kResource and the session lives") {
+  t_app_thread = true;
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 8;
+  fo.lease = 300ms;
+  fo.heartbeat_interval = 20ms;
+  fo.heartbeat_timeout = 150ms;
+  for (uint32_t cap : {1u, 2u}) {
+    INFO("max_connections_per_session " << cap);
+    fo.max_connections_per_session = cap;
+    testing::FakeLockd lockd(fo);
+    auto c = ClientTestPeer::Connect(testing::FakeClientOptions("small"), lockd.connector());
+    REQUIRE_FALSE(c.ok());
+    INFO(c.status().ToString());
+    CHECK(c.status().code() == ErrorCode::kResource);
+    CHECK(c.status().message().find("max_connections_per_session") != std::string::npos);
+    // Its first connection closed: no session is left at lockd.
+    CHECK(WaitFor([&] { return lockd.Sessions().empty(); }));
+  }
+  fo.max_connections_per_session = 3;
+  testing::FakeLockd lockd(fo);
+  auto client = ConnectTo("three", lockd.connector());
+  const uint64_t id = client->session_id();
+  CHECK(lockd.Connections(id) == 3);
+  auto h = client->LockSlot(0);
+  REQUIRE(h.ok());
+  const AppJoins apps = RunAppThreads(*client, 1, 4);
+  INFO(apps.other_error);
+  CHECK(apps.limited == 1);
+  std::this_thread::sleep_for(3 * fo.heartbeat_timeout);
+  CHECK(lockd.fenced_for_heartbeat() == 0);
+  CHECK(client->Stats().sessions_lost == 0);
+  CHECK(h->state() == LockState::kHeld);
+  CHECK(h->Release().ok());
+}
+
+// At a reconnect the keeper makes the new session's first connection and the reaper's join
+// before the session is published to the application's threads. A cap the new session cannot
+// give the reaper (lockd restarted with a lower one) fails that attempt, which is retried, and
+// calls say why meanwhile.
+TEST_CASE(
+    "session keeping: at a reconnect the reaper's connection is made before the application's "
+    "threads join; a cap too small for it is retried, naming the key") {
+  t_app_thread = true;
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 8;
+  fo.lease = 200ms;
+  fo.max_connections_per_session = 4;
+  testing::FakeLockd lockd(fo);
+  auto client = ConnectTo("reconnects", lockd.connector());
+  const uint64_t first = client->session_id();
+  REQUIRE(WaitFor([&] { return lockd.Heartbeat(first) != 0; }));
+
+  lockd.set_max_connections_per_session(1);
+  lockd.BreakSession(first);
+  REQUIRE(WaitFor([&] { return client->Stats().sessions_lost == 1; }));
+  // Attempts fail while the cap is 1 (each attempt's session ends with its first connection).
+  REQUIRE(WaitFor([&] { return lockd.joins_refused() >= 2; }));
+  LockOptions quick;
+  quick.timeout = 50ms;
+  auto r = client->LockSlot(3, quick);
+  REQUIRE_FALSE(r.ok());
+  INFO(r.status().ToString());
+  CHECK(r.status().code() == ErrorCode::kConnection);
+  CHECK(r.status().message().find("max_connections_per_session") != std::string::npos);
+  CHECK(client->Stats().reconnects == 0);
+
+  lockd.set_max_connections_per_session(3);
+  REQUIRE(WaitForNewSession(*client, first));
+  const uint64_t id = client->session_id();
+  // The keeper's and the reaper's, before any application thread's.
+  CHECK(lockd.Connections(id) == 2);
+  LockOptions lo;
+  lo.timeout = 2s;
+  auto h = client->LockSlot(3, lo);
+  INFO(h.status().ToString());
+  REQUIRE(h.ok());
+  CHECK(lockd.Connections(id) == 3);
+  const AppJoins apps = RunAppThreads(*client, 1, 4);
+  CHECK(apps.limited == 1);
+  CHECK(h->Release().ok());
+}
+
+// The async waiters join lazily too (a thread per waiter, on its first request): the pump's FA has
+// queued the request before a waiter takes it, so a waiter refused for the session's connection
+// cap must not leave that ticket in the queue. It goes to the reaper, which releases it at its
+// turn; the request completes with kResource.
+TEST_CASE(
+    "session keeping: an async request whose waiter cannot join (the session's connection cap) "
+    "leaves no ticket in the lock's queue") {
+  t_app_thread = true;
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 32;
+  fo.lease = 300ms;
+  fo.max_connections_per_session = 5;
+  testing::FakeLockd lockd(fo);
+  auto other = ConnectTo("other", lockd.connector());
+  auto client = ConnectTo("async", lockd.connector());
+  const uint64_t id = client->session_id();
+
+  // Completes an async request and says how.
+  struct Done {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status status;
+    LockHandle handle;
+  };
+  const auto lock_async = [&](uint64_t slot, std::chrono::milliseconds timeout) {
+    auto d = std::make_shared<Done>();
+    LockOptions lo;
+    lo.timeout = timeout;
+    const Status st = client->LockSlotAsync(slot, lo, [d](Result<LockHandle> h) {
+      std::lock_guard lk(d->mu);
+      d->status = h.ok() ? Status::Ok() : h.status();
+      if (h.ok()) d->handle = std::move(h).value();
+      d->done = true;
+      d->cv.notify_all();
+    });
+    REQUIRE(st.ok());
+    std::unique_lock lk(d->mu);
+    REQUIRE(d->cv.wait_for(lk, 5s, [&] { return d->done; }));
+    return d;
+  };
+  // A free lock: granted on the pump's connection (which it makes now).
+  auto first = lock_async(20, 2s);
+  REQUIRE(first->status.ok());
+  REQUIRE(first->handle.Release().ok());
+  // An application thread takes the last connection the cap leaves.
+  const AppJoins apps = RunAppThreads(*client, 1, 10);
+  REQUIRE(apps.ok == 1);
+  REQUIRE(lockd.Connections(id) == fo.max_connections_per_session);
+
+  // `other` holds slot 1: the pump's FA queues the request, a waiter takes it and cannot join.
+  const uint64_t slot = 1;
+  auto held = other->LockSlot(slot);
+  REQUIRE(held.ok());
+  auto queued = lock_async(slot, 2s);
+  INFO(queued->status.ToString());
+  CHECK(queued->status.code() == ErrorCode::kResource);
+  CHECK(queued->status.message().find("max_connections_per_session") != std::string::npos);
+  auto& word0 = lockd.table().word(slot * 2);
+  CHECK(proto::Word0::Decode(word0.load()).max_x == 2);  // other's ticket and the request's
+
+  // Once the holder releases, nothing of the request stays in the queue.
+  REQUIRE(held->Release().ok());
+  const bool drained = WaitFor([&] { return proto::Word0::Decode(word0.load()).Drained(); }, 3s);
+  INFO("lock word " << std::hex << word0.load());
+  CHECK(drained);
+  CHECK(client->Stats().sessions_lost == 0);
+  LockOptions lo;
+  lo.timeout = 2s;
+  CHECK(other->LockSlot(slot, lo).ok());
 }

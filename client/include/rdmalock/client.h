@@ -264,7 +264,10 @@ RDMALOCK_EXPORT ClientStats& operator-=(ClientStats& a, const ClientStats& b);
 class RDMALOCK_EXPORT Client {
  public:
   // Connects to lockd and checks the handshake. Each thread that uses the client later opens its
-  // own connection on first use.
+  // own connection on first use. The client's keeper (heartbeats, renewals) and reaper have theirs
+  // before Connect returns, so the application's threads never take them: a lockd whose
+  // max_connections_per_session is below those 3 (this thread's, the keeper's, the reaper's)
+  // fails Connect with kResource, naming the key; a thread past the cap gets kResource.
   static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options);
   ~Client();
   Client(const Client&) = delete;

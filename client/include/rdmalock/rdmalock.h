@@ -120,7 +120,9 @@ RDMALOCK_C_EXPORT void rdmalock_options_init(rdmalock_options_t* options);
  *   UNSUPPORTED       options sets fields (beyond struct_size of this library's header) that this
  *                     library does not know
  *   CONNECTION        nothing listens at server:port, or the connection failed
- *   RESOURCE          no RDMA device on this host, or out of QPs or memory
+ *   RESOURCE          no RDMA device on this host, or out of QPs or memory; or lockd's
+ *                     max_connections_per_session is below the 3 connections a client makes
+ *                     at connect (the calling thread's, the keeper's and the reaper's)
  *   REJECTED          lockd refused the handshake (version, too many clients, restart grace,
  *                     authentication failed)
  *   CONFIG            the auth key (file) cannot be read or is shorter than 16 bytes
