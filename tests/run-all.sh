@@ -109,6 +109,19 @@ build() {  # dir sanitize targets...
 logs="$root/build/test-logs"
 mkdir -p "$logs"
 
+# What only the VM and package stages need, and the build does not: the Soft-RoCE VM's kernel and
+# initramfs (rxe-run --prepare, about a minute on a fresh machine) and the package stage's clean
+# Debian 12 tree (tests/pkg/chroot-cache.sh, about 3.5 minutes, mostly downloading). Both are made
+# in the background while the first build compiles, not in the VM stages after the host stages;
+# both caches are flock'ed, so the stages that use them wait for them and build nothing twice.
+# Where they are cached already this takes seconds. If it fails, the stages that need the caches
+# make them again and fail there if they cannot.
+(
+  "$root/deploy/softroce/rxe-run" --prepare &&
+  "$root/tests/pkg/chroot-cache.sh"
+) >"$logs/prefetch.log" 2>&1 &
+prefetch_pid=$!
+
 stage "build (RelWithDebInfo)"
 echo "=== build (RelWithDebInfo)"
 if ! build build "" all; then echo "run-all: build failed"; exit 1; fi
@@ -124,6 +137,11 @@ cli_failed=${cli_failed:-1}
 passed=$((passed + ${cli_total:-0} - cli_failed))
 failed=$((failed + cli_failed))
 results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "command-line tests" "$((${cli_total:-0} - cli_failed))" "$cli_failed" "$rc")")
+
+# The host unit tests time 30-40 ms leases: nothing of ours runs beside them.
+stage "VM and Debian-tree caches (wait)"
+wait "$prefetch_pid" ||
+  echo "run-all: making the VM and Debian-tree caches failed (log: $logs/prefetch.log); their stages retry"
 
 stage "host unit tests"
 echo "=== host unit tests"
