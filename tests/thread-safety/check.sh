@@ -14,10 +14,8 @@ jobs=${JOBS:-$(nproc)}
 flags="-fsyntax-only -Wthread-safety -Werror=thread-safety"
 
 mkdir -p "$build"
-# No precompiled headers: this tree is configured, never built, so there would be no PCH to use,
-# and each file must be checked on its own includes.
 if ! CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
-  -DRDMALOCK_PCH=OFF -DCMAKE_BUILD_TYPE=Debug >"$build/configure.log" 2>&1; then
+  -DCMAKE_BUILD_TYPE=Debug >"$build/configure.log" 2>&1; then
   cat "$build/configure.log"
   echo "thread-safety: configure: FAIL"
   exit 1
