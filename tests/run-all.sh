@@ -18,16 +18,49 @@
 #   9. the libFuzzer targets (tests/fuzz/run.sh): the handshake, config and lockctl-argument
 #      parsers, 30 s each.
 # An RDMA test that cannot run fails; nothing is skipped. Exits non-zero if anything failed.
+# Each stage's wall and CPU seconds are printed when it ends and again in the summary.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 jobs=${JOBS:-$(nproc)}
 
-"$root/deploy/install-deps.sh" || { echo "run-all: installing dependencies failed"; exit 1; }
-
 passed=0
 failed=0
 results=()
+
+# Where the time goes: each stage's wall seconds and CPU seconds (user+system of the processes it
+# ran, from the kernel's count of this shell's finished children in /proc/$$/stat; unlike wall time
+# it does not grow when other work loads the machine). The summary prints one line per stage.
+timings=()
+stage_name=""
+clk_tck=$(getconf CLK_TCK)
+cpu_ticks() {  # prints this shell's finished children's user+system time, in clock ticks
+  local stat f
+  read -r stat </proc/$$/stat
+  stat=${stat##*) }  # drop "pid (comm) ": the fields from "state" on, state being field 3
+  read -r -a f <<<"$stat"
+  echo $((f[13] + f[14]))  # fields 16 and 17: cutime, cstime
+}
+usecs() { local t=${EPOCHREALTIME/[.,]/}; echo $((10#$t)); }  # wall clock, microseconds
+# Ends the running stage (if any) and starts the next one: stage NAME. "stage" alone ends the last.
+stage() {
+  local now ticks wall cpu
+  now=$(usecs)
+  ticks=$(cpu_ticks)
+  if [ -n "$stage_name" ]; then
+    wall=$(((now - stage_us0 + 500000) / 1000000))
+    cpu=$((((ticks - stage_ticks0) * 10 / clk_tck + 5) / 10))
+    timings+=("$(printf '%-34s %6d s wall %6d s CPU' "$stage_name" "$wall" "$cpu")")
+    echo "--- time: ${timings[-1]}"
+  fi
+  stage_name=${1:-}
+  stage_us0=$now
+  stage_ticks0=$ticks
+}
+run_us0=$(usecs)
+
+stage "install dependencies"
+"$root/deploy/install-deps.sh" || { echo "run-all: installing dependencies failed"; exit 1; }
 
 # Adds a Catch2 run's test-case counts to the totals.
 count() {  # name log rc
@@ -76,9 +109,24 @@ build() {  # dir sanitize targets...
 logs="$root/build/test-logs"
 mkdir -p "$logs"
 
+# What only the VM and package stages need, and the build does not: the Soft-RoCE VM's kernel and
+# initramfs (rxe-run --prepare, about a minute on a fresh machine) and the package stage's clean
+# Debian 12 tree (tests/pkg/chroot-cache.sh, about 3.5 minutes, mostly downloading). Both are made
+# in the background while the first build compiles, not in the VM stages after the host stages;
+# both caches are flock'ed, so the stages that use them wait for them and build nothing twice.
+# Where they are cached already this takes seconds. If it fails, the stages that need the caches
+# make them again and fail there if they cannot.
+(
+  "$root/deploy/softroce/rxe-run" --prepare &&
+  "$root/tests/pkg/chroot-cache.sh"
+) >"$logs/prefetch.log" 2>&1 &
+prefetch_pid=$!
+
+stage "build (RelWithDebInfo)"
 echo "=== build (RelWithDebInfo)"
 if ! build build "" all; then echo "run-all: build failed"; exit 1; fi
 
+stage "command-line tests"
 echo "=== command-line tests (ctest)"
 ctest --test-dir "$root/build" --output-on-failure -E '^unit:' 2>&1 | tee "$logs/ctest.log"
 rc=${PIPESTATUS[0]}
@@ -90,14 +138,22 @@ passed=$((passed + ${cli_total:-0} - cli_failed))
 failed=$((failed + cli_failed))
 results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "command-line tests" "$((${cli_total:-0} - cli_failed))" "$cli_failed" "$rc")")
 
+# The host unit tests time 30-40 ms leases: nothing of ours runs beside them.
+stage "VM and Debian-tree caches (wait)"
+wait "$prefetch_pid" ||
+  echo "run-all: making the VM and Debian-tree caches failed (log: $logs/prefetch.log); their stages retry"
+
+stage "host unit tests"
 echo "=== host unit tests"
 "$root/build/tests/unit_tests" --use-colour no 2>&1 | tee "$logs/unit.log" | tail -3
 count "host unit tests" "$logs/unit.log" "${PIPESTATUS[0]}"
 
+stage "protocol model (spin)"
 echo "=== protocol model (spin)"
 "$root/tests/model/check.sh" 2>&1 | tee "$logs/model.log"
 tally "protocol model (spin)" "$logs/model.log" "${PIPESTATUS[0]}" ': ok$' ': (VIOLATION|INCOMPLETE)$'
 
+stage "ASan+UBSan: build and unit tests"
 echo "=== host unit tests under ASan+UBSan"
 # lockd and lockctl too: the operator suite (stage 4) runs them under ASan on rdma_rxe.
 if build build-asan "address;undefined" unit_tests lockd lockctl; then
@@ -110,6 +166,7 @@ else
   count "host unit tests (ASan+UBSan)" /dev/null 1
 fi
 
+stage "TSan: build and unit tests"
 echo "=== host unit tests under TSan"
 if build build-tsan "thread" unit_tests; then
   # TSan needs a narrower address-space randomisation than recent kernels use by default.
@@ -121,6 +178,7 @@ else
   count "host unit tests (TSan)" /dev/null 1
 fi
 
+stage "Release build (-O3, -Werror)"
 echo "=== Release build, as users and packagers build (GCC -O3, warnings as errors)"
 # A user's build has no -Werror (RDMALOCK_WERROR is off by default); CI turns it on here so that
 # -O3-only warnings (GCC 12's -Wrestrict false positives) are caught before a user meets them.
@@ -135,6 +193,7 @@ else
 fi
 tally "Release build (-O3, -Werror)" "$logs/release.log" 0 '^release: .*: ok$' '^release: .*: FAIL$'
 
+stage "thread-safety analysis (clang)"
 echo "=== thread-safety analysis (clang -Wthread-safety, every translation unit, syntax only)"
 "$root/tests/thread-safety/check.sh" "$root/build-tsa" 2>&1 | tee "$logs/thread-safety.log" | grep -v ': ok$'
 rc=${PIPESTATUS[0]}
@@ -143,28 +202,33 @@ if [ "$rc" -eq 0 ]; then echo "thread-safety: all files: ok" >>"$logs/thread-saf
 tally "thread-safety analysis (clang)" "$logs/thread-safety.log" "$rc" '^thread-safety: (the analysis refuses|all files)' \
   '^thread-safety: .*: FAIL$'
 
+stage "fuzzers: build and runs"
 echo "=== fuzzers (libFuzzer + ASan/UBSan: handshake, config and lockctl-argument parsers, ${FUZZ_SECONDS:-30} s each)"
 "$root/tests/fuzz/run.sh" "$logs/fuzz" 2>&1 | tee "$logs/fuzz.log"
 tally "fuzzers (libFuzzer)" "$logs/fuzz.log" "${PIPESTATUS[0]}" '^fuzz: .*: ok ' '^fuzz: .*: FAIL'
 
+stage "RDMA tests (rdma_rxe)"
 echo "=== RDMA integration tests on rdma_rxe"
 "$root/deploy/softroce/rxe-run" --timeout 1200 -- \
   sh -c 'echo "rdma device: $RXE_DEV at $RXE_IP (in VM: ${RXE_IN_VM:-0})"; ibv_devices;
          exec "$0"/build/tests/rdma_tests --use-colour no --durations yes' "$root" 2>&1 | tee "$logs/rdma.log"
 count "RDMA tests (rdma_rxe)" "$logs/rdma.log" "${PIPESTATUS[0]}"
 
+stage "C API + Python (rdma_rxe)"
 echo "=== C API and Python module on rdma_rxe"
 "$root/deploy/softroce/rxe-run" --timeout 600 -- "$root/tests/sdk/run.sh" "$root/build" 2>&1 |
   tee "$logs/sdk.log"
 tally "C API + Python (rdma_rxe)" "$logs/sdk.log" "${PIPESTATUS[0]}" '^sdk-test: .*: ok$' \
   '^sdk-test: .*: FAIL'
 
+stage "operator paths (rdma_rxe, ASan)"
 echo "=== lockd's operator paths on rdma_rxe, lockd under ASan+UBSan (tests/operator/run.sh)"
 "$root/deploy/softroce/rxe-run" --timeout 600 -- "$root/tests/operator/run.sh" "$root/build-asan" 2>&1 |
   tee "$logs/operator.log"
 tally "operator paths (rdma_rxe, ASan)" "$logs/operator.log" "${PIPESTATUS[0]}" '^operator: .*: ok$' \
   '^operator: .*: FAIL'
 
+stage "two-host fault tests"
 echo "=== two-host fault tests (lockd and clients in two VMs)"
 twohost_out="$root/build/twohost"
 rm -rf "$twohost_out"
@@ -175,6 +239,7 @@ mkdir -p "$twohost_out"
 tally "two-host fault tests" "$logs/twohost.log" "${PIPESTATUS[0]}" 'twohost: .*: ok ' \
   'twohost: .*: FAIL'
 
+stage "failover tests"
 echo "=== failover tests (two shards, one with a standby, etcd; two VMs)"
 failover_out="$root/build/failover"
 rm -rf "$failover_out"
@@ -184,12 +249,17 @@ mkdir -p "$failover_out"
 tally "failover tests" "$logs/failover.log" "${PIPESTATUS[0]}" 'failover: .*: ok ' \
   'failover: .*: FAIL'
 
+stage "Debian packages"
 echo "=== Debian packages (built, installed into a clean Debian 12 tree, lockd run from them on rdma_rxe)"
 "$root/tests/pkg/run.sh" "$root/build" 2>&1 | tee "$logs/pkg.log"
 tally "Debian packages" "$logs/pkg.log" "${PIPESTATUS[0]}" '^pkg: .*: ok$' '^pkg: .*: FAIL'
 
+stage
 echo
 echo "=== summary"
 for r in "${results[@]}"; do echo "$r"; done
+echo "--- time per stage (CPU: user+system of the stage's processes; the machine has $(nproc) cores)"
+for t in "${timings[@]}"; do echo "$t"; done
+printf '%-34s %6d s wall\n' "whole run" $((($(usecs) - run_us0 + 500000) / 1000000))
 echo "total: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

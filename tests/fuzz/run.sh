@@ -23,13 +23,12 @@ if ! cmake --build "$build" -j "${JOBS:-$(nproc)}" --target fuzz_handshake fuzz_
   exit 1
 fi
 
-rc=0
-for name in handshake config lockctl_args; do
-  seeds=$root/tests/fuzz/corpus/$name
-  work=$build/corpus-$name
+# One target: runs it and writes its line to $build/result-NAME (and the log to OUT/NAME.log).
+fuzz_one() {
+  local name=$1 seeds=$root/tests/fuzz/corpus/$1 work=$build/corpus-$1 log=$out/$1.log
+  local status runs cov n
   rm -rf "$work"
   mkdir -p "$work"
-  log=$out/$name.log
   # -max_total_time bounds the run; a crash stops it with a non-zero status and a crash-* file.
   "$build/tests/fuzz/fuzz_$name" -max_total_time="$secs" -print_final_stats=1 \
     -artifact_prefix="$out/$name-" -timeout=10 -rss_limit_mb=2048 -close_fd_mask=3 "$work" "$seeds" \
@@ -44,7 +43,23 @@ for name in handshake config lockctl_args; do
     echo "fuzz: $name: FAIL (exit $status); log $log; last lines:"
     tail -30 "$log" | sed 's/^/  /'
     ls "$out/$name-"* 2>/dev/null | sed 's/^/  saved input: /'
-    rc=1
   fi
+}
+
+# Each fuzzer is one single-threaded process with a wall-time bound: they run JOBS (default: the
+# number of CPUs) at a time, never more than there are CPUs, so that each has a CPU for its
+# FUZZ_SECONDS; their lines are printed in this order.
+jobs=${JOBS:-$(nproc)}
+targets=(handshake config lockctl_args)
+for name in "${targets[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+  fuzz_one "$name" >"$build/result-$name" 2>&1 &
+done
+wait
+
+rc=0
+for name in "${targets[@]}"; do
+  cat "$build/result-$name"
+  grep -q "^fuzz: $name: ok " "$build/result-$name" || rc=1
 done
 exit "$rc"

@@ -5,24 +5,25 @@
 # handover among a client's threads) exhaustively, plus one run without its bound that must find
 # the bypass it prevents (else the property would not be checking anything). Prints the state counts; exits non-zero on any
 # assertion violation, invalid end state, or an exhaustive run that did not complete.
+# The runs are independent, single-threaded programs: they run JOBS (default: the number of CPUs)
+# at a time, each in a directory of its own, and their lines are printed in the order below. A
+# bitstate run's bound is wall time (pan's -Q), so it needs a CPU of its own: never more runs at
+# once than CPUs.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 command -v spin >/dev/null || { echo "model: spin is not installed (apt-get install spin)"; exit 1; }
-cp "$here/rdmalock.pml" "$here/records.pml" "$here/cohort.pml" "$work/"
-cd "$work"
-status=0
+jobs=${JOBS:-$(nproc)}
 
-model=rdmalock.pml
-run() {  # label mode(exhaustive|bitstate) minutes defines...
-  local label=$1 mode=$2 minutes=$3
-  shift 3
+run() {  # model label mode(exhaustive|bitstate) minutes defines...
+  local model=$1 label=$2 mode=$3 minutes=$4 status=0
+  shift 4
   local flags="-O2 -DSAFETY -w"
   if [ "$mode" = exhaustive ]; then flags="$flags -DCOLLAPSE -DMEMLIM=4000"; else flags="$flags -DBITSTATE"; fi
-  spin "$@" -a "$model" >/dev/null || { echo "model: spin -a failed"; status=1; return; }
+  spin "$@" -a "$model" >/dev/null || { echo "model: spin -a failed"; return 1; }
   # shellcheck disable=SC2086
-  gcc $flags -o pan pan.c || { echo "model: compiling pan failed"; status=1; return; }
+  gcc $flags -o pan pan.c || { echo "model: compiling pan failed"; return 1; }
   local extra=""
   [ "$mode" = bitstate ] && extra="-w29 -k3"
   # shellcheck disable=SC2086
@@ -33,7 +34,8 @@ run() {  # label mode(exhaustive|bitstate) minutes defines...
   depth=$(sed -n 's/.*depth reached \([0-9]*\).*/\1/p' out.txt | tail -1)
   local verdict=ok
   if [ "${errors:-1}" != 0 ]; then verdict="VIOLATION"; status=1; fi
-  if [ "$mode" = exhaustive ] && grep -qE 'reached -DMEMLIM|time limit' out.txt; then
+  # pan says "pan: reached -DMEMLIM bound" and "Time limit of N minutes exceeded".
+  if [ "$mode" = exhaustive ] && grep -qiE 'reached -DMEMLIM|time limit' out.txt; then
     verdict="INCOMPLETE"; status=1
   fi
   printf 'model %-34s %-10s states %-12s depth %-5s errors %s: %s\n' "$label" "$mode" \
@@ -43,26 +45,44 @@ run() {  # label mode(exhaustive|bitstate) minutes defines...
     [ -f "$model.trail" ] && spin "$@" -t -p -g "$model" | tail -80
   fi
   rm -f "$model.trail"
+  return $status
 }
 
-run "2 clients, 1 round, 6 ticks, CMAX 2" exhaustive 3 -DNCLIENTS=2 -DROUNDS=1 -DTMAX=6 -DCMAX=2
-run "3 clients, 1 round, 6 ticks, CMAX 2" bitstate 1 -DNCLIENTS=3 -DROUNDS=1 -DTMAX=6 -DCMAX=2
-run "2 clients, 2 rounds, 6 ticks, CMAX 3" bitstate 1 -DNCLIENTS=2 -DROUNDS=2 -DTMAX=6 -DCMAX=3
-model=records.pml
-run "records: 2 QPs, 2 uses each" exhaustive 2 -DUSES=2
-run "records: 2 QPs, 3 uses each" exhaustive 2 -DUSES=3
-model=cohort.pml
-run "cohort: 2 threads + 1, 3 rounds" exhaustive 2 -DNT=2 -DROUNDS=3
-run "cohort: 3 threads + 1, no timeouts" exhaustive 3 -DNT=3 -DROUNDS=2 -DTIMEOUTS=0
-run "cohort: 3 threads + 1, 2 rounds" bitstate 1 -DNT=3 -DROUNDS=2
+# Starts run ARGS... in the background in work/N once fewer than $jobs runs are running; its lines
+# go to work/N/report and its verdict to work/N/status.
+n=0
+start() {
+  n=$((n + 1))
+  mkdir "$work/$n"
+  cp "$here/$1" "$work/$n/"
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+  (cd "$work/$n" && run "$@" >report 2>&1; echo $? >status) &
+}
+
+start rdmalock.pml "2 clients, 1 round, 6 ticks, CMAX 2" exhaustive 3 -DNCLIENTS=2 -DROUNDS=1 -DTMAX=6 -DCMAX=2
+start rdmalock.pml "3 clients, 1 round, 6 ticks, CMAX 2" bitstate 1 -DNCLIENTS=3 -DROUNDS=1 -DTMAX=6 -DCMAX=2
+start rdmalock.pml "2 clients, 2 rounds, 6 ticks, CMAX 3" bitstate 1 -DNCLIENTS=2 -DROUNDS=2 -DTMAX=6 -DCMAX=3
+start records.pml "records: 2 QPs, 2 uses each" exhaustive 2 -DUSES=2
+start records.pml "records: 2 QPs, 3 uses each" exhaustive 2 -DUSES=3
+start cohort.pml "cohort: 2 threads + 1, 3 rounds" exhaustive 2 -DNT=2 -DROUNDS=3
+start cohort.pml "cohort: 3 threads + 1, no timeouts" exhaustive 3 -DNT=3 -DROUNDS=2 -DTIMEOUTS=0
+start cohort.pml "cohort: 3 threads + 1, 2 rounds" bitstate 1 -DNT=3 -DROUNDS=2
+wait
+
+status=0
+for i in $(seq "$n"); do
+  cat "$work/$i/report"
+  [ "$(cat "$work/$i/status" 2>/dev/null)" = 0 ] || status=1
+done
 # Without the bound spin must find another client's waiter bypassed more than KMAX + 1 times.
-spin -DNT=2 -DROUNDS=3 -DTIMEOUTS=0 -DNOBOUND=1 -a cohort.pml >/dev/null &&
+mkdir "$work/nobound"
+cp "$here/cohort.pml" "$work/nobound/"
+if (cd "$work/nobound" && spin -DNT=2 -DROUNDS=3 -DTIMEOUTS=0 -DNOBOUND=1 -a cohort.pml >/dev/null &&
   gcc -O2 -DSAFETY -w -o pan pan.c && ./pan -m1000000 >out.txt 2>&1
-if grep -q 'assertion violated (bypass' out.txt; then
+  grep -q 'assertion violated (bypass' out.txt); then
   echo "model cohort: without the bound               exhaustive finds the bypass: ok"
 else
   echo "model cohort: without the bound, no bypass was found: the property checks nothing"
   status=1
 fi
-rm -f cohort.pml.trail
 exit $status
