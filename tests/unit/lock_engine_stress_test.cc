@@ -14,6 +14,7 @@
 #include <mutex>
 #include <random>
 #include <shared_mutex>
+#include <sstream>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -38,15 +39,33 @@ struct Holder {
   Clock::time_point lease_end;
 };
 
+// An exclusive grant as the shadow saw it, kept so that a token violation can print both grants.
+struct ExclusiveGrant {
+  int thread = -1;
+  uint64_t serial = 0;
+  uint64_t ticket_word = 0;  // word0 as the request's FA returned it
+  uint64_t generation = 0;
+  uint64_t token = 0;
+  Clock::time_point lease_start;
+  Clock::time_point returned;  // when Acquire returned
+  Clock::time_point observed;  // when the shadow judged it (under sh.mu)
+  uint64_t restarts = 0;       // tickets given up and drawn again (skipped, reset, paused)
+  bool waited = false;         // granted in Wait rather than by its FA
+  bool gave_up = false;        // the deadline had passed: granted while giving up its ticket
+};
+
 struct SlotShadow {
   std::mutex mu;
   std::vector<Holder> holders;
   uint64_t last_token = 0;
+  ExclusiveGrant last;  // the grant that set last_token
 };
 
 struct Totals {
   std::atomic<uint64_t> grants{0}, violations{0}, token_violations{0}, crashes{0}, pauses{0},
       timeouts{0}, lost{0}, renewals{0}, errors{0}, posted{0};
+  std::mutex report_mu;
+  std::string report;  // each violation, both grants in full
 };
 
 // Fencing, as lockd does it: once a client is declared dead, none of its operations (from any of
@@ -282,6 +301,24 @@ void Stress(bool records) {
   std::vector<SlotShadow> shadow(kSlots);
   Totals tot;
 
+  const auto start = Clock::now();
+  const auto us = [&](Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(t - start).count();
+  };
+  const auto describe = [&](const ExclusiveGrant& x) {
+    std::ostringstream os;
+    const proto::Word0 w = proto::Word0::Decode(x.ticket_word);
+    os << "thread " << x.thread << " #" << x.serial << " "
+       << (x.waited ? (x.gave_up ? "granted while giving up (GiveUpTicket)" : "after waiting")
+                    : "at once")
+       << " after " << x.restarts << " restart(s): ticket word 0x" << std::hex << x.ticket_word
+       << std::dec << " (maxX " << w.max_x << " maxS " << w.max_s << " nX " << w.n_x << " nS "
+       << w.n_s << "), generation " << x.generation << ", token 0x" << std::hex << x.token
+       << std::dec << ", lease_start " << us(x.lease_start) << " us, lease_end "
+       << us(x.lease_start + lease) << " us, Acquire returned " << us(x.returned)
+       << " us, observed under sh.mu " << us(x.observed) << " us";
+    return os.str();
+  };
   auto worker = [&](int id) {
     std::mt19937_64 rng(static_cast<uint64_t>(id) * 1000003u + 12345u);
     auto chance = [&](double p_) { return std::uniform_real_distribution<>(0, 1)(rng) < p_; };
@@ -343,7 +380,8 @@ void Stress(bool records) {
         if (o.record == 0) FAIL("out of record entries");
       }
       o.pending = &pending;
-      auto g = engine.Acquire(*mem, slot, mode, o);
+      EngineEvents ev;
+      auto g = engine.Acquire(*mem, slot, mode, o, &ev);
       if (!g.ok()) {
         if (g.status().code() == ErrorCode::kConnection) {
           pending.active = false;  // the channel is gone, and what it posted with it
@@ -356,11 +394,22 @@ void Stress(bool records) {
         continue;
       }
       tot.grants++;
-      const auto observed = Clock::now();
+      const auto returned = Clock::now();  // Acquire returned
       const uint64_t me = ++serial;
       SlotShadow& sh = shadow[slot];
       {
         std::lock_guard lk(sh.mu);
+        // The clock is read under sh.mu, not before taking it: the shadow's holders and
+        // last_token are in the order threads take sh.mu, so a grant must be judged lease-valid
+        // at a time inside that order. Then a grant valid at `observed` was granted before any
+        // later holder of the lock (that one needs our release, which comes after this block,
+        // or a stall recovery, which comes at least a lease after our lease ended; fast recovery
+        // frees only dead clients), so that holder takes sh.mu after us. Read before sh.mu, a
+        // thread descheduled between the clock and the lock for over F x L checked its grant, valid
+        // when it read the clock, against tokens of grants made after its lease ran out and the
+        // lock was recovered past it: a false token violation, in every run with a 60 ms pause
+        // there, and the likely cause of one failure on a loaded host.
+        const auto observed = Clock::now();
         std::erase_if(sh.holders, [&](const Holder& h) { return h.lease_end <= observed; });
         // The invariant is about lease-valid holders: a grant whose lease already ran out by the
         // time this thread looked (it was descheduled or paused) may legitimately have been
@@ -370,8 +419,26 @@ void Stress(bool records) {
             if (mode == Mode::kExclusive || h.mode == Mode::kExclusive) tot.violations++;
           }
           if (mode == Mode::kExclusive) {
-            if (g->token <= sh.last_token) tot.token_violations++;
+            ExclusiveGrant x;
+            x.thread = id;
+            x.serial = me;
+            x.ticket_word = g->ticket.word.Encode();
+            x.generation = g->generation;
+            x.token = g->token;
+            x.lease_start = g->lease_start;
+            x.observed = observed;
+            x.returned = returned;
+            x.restarts = ev.restarts.get();
+            x.waited = ev.waits.get() > 0;
+            x.gave_up = returned >= o.deadline;
+            if (g->token <= sh.last_token) {
+              tot.token_violations++;
+              std::lock_guard rl(tot.report_mu);
+              tot.report += "token violation on slot " + std::to_string(slot) + ":\n  earlier " +
+                            describe(sh.last) + "\n  this    " + describe(x) + "\n";
+            }
             sh.last_token = g->token;
+            sh.last = x;
           }
           sh.holders.push_back({id, me, mode, g->lease_start + lease});
         }
@@ -454,6 +521,7 @@ void Stress(bool records) {
                 << ", pauses " << tot.pauses << ", timeouts " << tot.timeouts << ", lost "
                 << tot.lost << ", renewals " << tot.renewals << ", posted releases " << tot.posted
                 << ", freed by fast recovery " << fast_released);
+  if (!tot.report.empty()) WARN(tot.report);
   REQUIRE(tot.violations == 0);
   REQUIRE(tot.token_violations == 0);
   REQUIRE(tot.errors == 0);
