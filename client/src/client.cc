@@ -134,6 +134,7 @@ Result<std::shared_ptr<Client::Impl>> ConnectImpl(const ClientOptions& options, 
   for (;;) {
     Status failed;
     uint32_t retry_ms = 0;
+    bool joins_failed = false;  // the first connection was made, the keeper's or reaper's join not
     if (resolve) {
       auto where = resolve();
       if (where.ok()) {
@@ -156,6 +157,10 @@ Result<std::shared_ptr<Client::Impl>> ConnectImpl(const ClientOptions& options, 
         // The keeper's and the reaper's connections, before any other thread can join.
         failed = impl->JoinOwnThreads();
         if (failed.ok()) return impl;
+        // Not the session's connection cap (final: kResource): the session ended while Connect
+        // joined it (lockd fenced it, or its first connection dropped, e.g. under packet loss
+        // on two hosts). Start again with a new session, within the connect timeout.
+        joins_failed = failed.code() != ErrorCode::kResource;
       } else {
         failed = liveness.status();
       }
@@ -169,7 +174,7 @@ Result<std::shared_ptr<Client::Impl>> ConnectImpl(const ClientOptions& options, 
                                           failed.code() == ErrorCode::kTimeout);
     if (retry_ms > 0) {
       retry = std::chrono::milliseconds(retry_ms);
-    } else if (!IsNotListening(failed) && !moving_retry) {
+    } else if (!IsNotListening(failed) && !moving_retry && !joins_failed) {
       return failed;
     }
     if (Clock::now() + retry >= deadline) return failed;
