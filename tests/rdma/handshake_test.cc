@@ -17,8 +17,8 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <string>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
