@@ -336,7 +336,9 @@ TEST_CASE("a release that finds its grant skipped is undone and reported lost") 
 
 TEST_CASE("renewal keeps waiters from recovering a live holder") {
   InProcessTable table(1);
-  const auto lease = 30ms;
+  // Long enough that a renewer thread descheduled on a loaded 2-core machine (tens of ms) does
+  // not let its lease lapse: the test is about the protocol, not the scheduler.
+  const auto lease = 150ms;
   LockEngine e(Params(1, lease), nullptr);
   InProcessMemory h(&table), w(&table);
   auto g = e.Acquire(h, 0, Mode::kExclusive, {});
@@ -353,10 +355,10 @@ TEST_CASE("renewal keeps waiters from recovering a live holder") {
   o.deadline = Clock::now() + 5 * lease;  // longer than F x L
   EngineEvents ev;
   auto r = e.Acquire(w, 0, Mode::kExclusive, o, &ev);
+  stop = true;
+  renewer.join();  // before any REQUIRE, so that a failure reports instead of aborting the run
   REQUIRE(r.status().code() == ErrorCode::kTimeout);
   REQUIRE(ev.recoveries.get() == 0);
-  stop = true;
-  renewer.join();
   INFO(checks.Report());
   REQUIRE(checks.failures.empty());
   REQUIRE(e.Release(h, *g).ok());
