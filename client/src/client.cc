@@ -252,12 +252,8 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   sdk::CohortTable* cohort = impl_->cohort().get();
   bool owner = false;  // this request owns its slot's cohort entry: pass it on if it fails
   if (cohort != nullptr && mode == Mode::kExclusive) {
-    if (!ao.want_token) {
-      auto local = impl_->CohortAcquire(&ch, slot, ao, options.auto_renew, started, &owner);
-      if (!local.ok() || local->valid()) return local;
-    } else if (ao.try_only && cohort->Owned(slot)) {
-      return Error(ErrorCode::kBusy, "slot " + std::to_string(slot) + " is held");
-    }
+    auto local = impl_->CohortAcquire(&ch, slot, ao, options.auto_renew, started, &owner);
+    if (!local.ok() || local->valid()) return local;
   }
   const Session& sess = *ch->session;
   if (!impl_->budget_->Take(slot)) {

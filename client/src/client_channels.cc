@@ -409,6 +409,7 @@ void Client::Impl::JoinOrDetach(std::thread& t, std::thread::id me) {
 void Client::Impl::InitGrant(LockHandle::State& s, const Grant& g, bool auto_renew,
                              std::shared_ptr<sdk::CohortTable> cohort) {
   s.grant = g;
+  s.remote_token = g.token;
   s.auto_renew = auto_renew;
   s.cohort = std::move(cohort);
 }

@@ -94,28 +94,32 @@ namespace {
 // hands a grant over into it under the cohort entry's mutex.
 std::shared_ptr<LockHandle::State> WaitingState(const std::weak_ptr<Client::Impl>& client,
                                                 const std::shared_ptr<sdk::SlotBudget>& budget,
-                                                ThreadChannel& ch,
-                                                bool auto_renew) NO_THREAD_SAFETY_ANALYSIS {
+                                                ThreadChannel& ch, bool auto_renew,
+                                                bool wants_token) NO_THREAD_SAFETY_ANALYSIS {
   auto state = std::allocate_shared<LockHandle::State>(sdk::StateAllocator<LockHandle::State>());
   state->client = client;
   state->session = ch.session;
   state->budget = budget;
   state->held = ch.held;
   state->auto_renew = auto_renew;
+  state->wants_token = wants_token;
   state->settled = true;  // no unit until it holds a grant
   return state;
 }
 
 // The grant moves from `from` to `to` (a waiter's unpublished state): the ticket, lease and
-// record entry, the budget unit, the cohort entry and the count of local handovers. Not its
-// token: the new holder has no newer ticket, so it gets none (it did not ask for one).
+// record entry, the budget unit, the cohort entry and the count of local handovers. The new
+// holder has no newer ticket: if it asked for a token it gets the remote grant's with its
+// handover's number in the low bits (proto::LocalHandoverToken), larger than every earlier
+// holder's of this grant and smaller than the next remote grant's.
 void AdoptGrant(LockHandle::State& to, LockHandle::State& from) NO_THREAD_SAFETY_ANALYSIS {
   to.grant = from.grant;
-  to.grant.token = 0;
   to.settled = false;
   from.settled = true;
   to.cohort = std::move(from.cohort);
   to.local_run = from.local_run + 1;
+  to.remote_token = from.remote_token;
+  to.grant.token = to.wants_token ? proto::LocalHandoverToken(from.remote_token, to.local_run) : 0;
 }
 
 }  // namespace
@@ -138,10 +142,11 @@ Result<LockHandle> Client::Impl::CohortAcquire(ThreadChannel** chp, uint64_t slo
   if (ao.try_only) return Error(ErrorCode::kBusy, "slot " + std::to_string(slot) + " is held");
   ThreadChannel& ch = **chp;
   std::shared_ptr<LockHandle::State> state =
-      WaitingState(weak_from_this(), budget_, ch, auto_renew);
+      WaitingState(weak_from_this(), budget_, ch, auto_renew, ao.want_token);
   CohortWaiter w;
   w.state = state.get();
   w.session = ch.session.get();
+  w.wants_token = ao.want_token;
   bool served = false;
   switch (table.Wait(slot, &w, ao.deadline, &served)) {
     case CohortTable::Join::kOwner:
@@ -208,9 +213,11 @@ bool Client::Impl::HandOver(LockHandle::State& s, ThreadChannel& c) {
   }
   MutexLock lk(&e.mu);
   CohortWaiter* w = e.head;
-  // A waiter of another session (this one is ending) acquires from lockd instead: Leave, as
-  // the caller's release passes the entry on.
+  // A waiter of another session (this one is ending), or one that wants a fencing token from a
+  // grant that has none, acquires from lockd instead: Leave, as the caller's release passes the
+  // entry on.
   if (w == nullptr || w->session != s.session.get()) return false;
+  if (w->wants_token && s.remote_token == 0) return false;
   CohortTable::Pop(e, slot);
   LockHandle::State& to = *w->state;
   AdoptGrant(to, s);

@@ -245,6 +245,13 @@ struct [[gnu::visibility("hidden")]] LockHandle::State
   std::shared_ptr<sdk::CohortTable> cohort GUARDED_BY(mu);
   // Local handovers this remote grant has had before reaching this state (kMaxLocalHandovers).
   uint32_t local_run GUARDED_BY(mu) = 0;
+  // The remote grant's fencing token (0: it has none), kept through local handovers: a holder
+  // that asked for a token gets proto::LocalHandoverToken(remote_token, local_run) in
+  // grant.token, one that did not gets 0 (cohort.h).
+  uint64_t remote_token GUARDED_BY(mu) = 0;
+  // The request wanted a fencing token (LockOptions::fencing_token, exclusive): a waiting
+  // state's, set before it is queued; a grant from lockd has one iff it was wanted.
+  bool wants_token GUARDED_BY(mu) = false;
 
   // The grant's ticket: written once, before the handle exists (MakeHandle), never after (a
   // renewal moves the lease, not the ticket), so it is read without mu (LockHandle::slot, mode).

@@ -4,12 +4,14 @@
 // operation. The remote grant (its ticket, lease, record entry) stays the session's; only which
 // LockHandle::State carries it changes (Client::Impl::HandOver, lock_handle.cc).
 //
-// Who uses it: exclusive blocking requests without a fencing token (Client::LockSlot with or
-// without a timeout, TryLockSlot). Requests that want a token, shared requests, sets and async
-// requests go to lockd as before and queue there behind the cohort's grant: a locally handed-over
-// grant has no new ticket, so it could not carry a strictly larger token without a new token
-// layout (epoch:16|generation:32|ticket:16 uses all 64 bits, and tokens are computed client-side,
-// so a new layout would break mixed-version fleets).
+// Who uses it: exclusive blocking requests (Client::LockSlot with or without a timeout,
+// TryLockSlot), with or without a fencing token. A locally handed-over grant has no new ticket:
+// the k-th holder after the remote grant gets proto::LocalHandoverToken(remote token, k), the
+// remote grant's token with k in its low bits (protocol version 5), larger than every earlier
+// holder's and smaller than the next remote grant's. A waiter that wants a token is not handed a
+// grant acquired without one (it becomes the entry's owner and acquires from lockd). Shared
+// requests, sets and async requests go to lockd as before and queue there behind the cohort's
+// grant.
 //
 // The table: kBuckets entries, one per bucket (slot mod kBuckets). An entry's `word` is 0 when no
 // thread of this client holds or acquires a slot of its bucket through the cohort, else
@@ -39,6 +41,7 @@
 #include "common/sync/mutex.h"
 #include "common/sync/thread_annotations.h"
 #include "rdmalock/client.h"
+#include "rdmalock/proto/lock_word.h"
 
 namespace rdmalock::sdk {
 
@@ -54,6 +57,9 @@ struct Session;
 inline constexpr uint32_t kMaxLocalHandovers = 8;
 static_assert(kMaxLocalHandovers >= 1 && kMaxLocalHandovers <= 64,
               "the bound must let some local handover happen and keep other sessions' waits short");
+// The k-th handover's holder gets the remote grant's token with k in its low bits.
+static_assert(kMaxLocalHandovers <= proto::kTokenLocalMax,
+              "every local handover of one grant needs its own fencing token");
 
 // One thread waiting for an entry, on its own stack, queued under the entry's mu.
 struct CohortWaiter {
@@ -65,6 +71,7 @@ struct CohortWaiter {
   };
   LockHandle::State* state = nullptr;   // made by the waiter, unpublished until granted
   const Session* session = nullptr;     // the waiter's channel's session (a grant must match)
+  bool wants_token = false;             // only a grant that has a token can be handed to it
   CohortWaiter* next = nullptr;         // guarded by the entry's mu
   Outcome outcome = Outcome::kWaiting;  // guarded by the entry's mu
   CondVar cv;                           // waited on with the entry's mu

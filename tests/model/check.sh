@@ -2,8 +2,10 @@
 # Model-checks rdmalock.pml (the lock word) with spin: one exhaustive run and two bitstate
 # (supertrace) runs over larger configurations, each bounded in time; records.pml (request
 # records, the entry pool across QPs, lockd's reaping) exhaustively; and cohort.pml (cohort
-# handover among a client's threads) exhaustively, plus one run without its bound that must find
-# the bypass it prevents (else the property would not be checking anything). Prints the state counts; exits non-zero on any
+# handover among a client's threads, with fencing tokens) exhaustively, plus two runs that must
+# find a violation: one without the bound (the bypass it prevents) and one without the
+# handover's number in a local holder's token (a token no larger than the last), else those
+# properties would not be checking anything. Prints the state counts; exits non-zero on any
 # assertion violation, invalid end state, or an exhaustive run that did not complete.
 # The runs are independent, single-threaded programs: they run JOBS (default: the number of CPUs)
 # at a time, each in a directory of its own, and their lines are printed in the order below. A
@@ -64,9 +66,11 @@ start rdmalock.pml "3 clients, 1 round, 6 ticks, CMAX 2" bitstate 1 -DNCLIENTS=3
 start rdmalock.pml "2 clients, 2 rounds, 6 ticks, CMAX 3" bitstate 1 -DNCLIENTS=2 -DROUNDS=2 -DTMAX=6 -DCMAX=3
 start records.pml "records: 2 QPs, 2 uses each" exhaustive 2 -DUSES=2
 start records.pml "records: 2 QPs, 3 uses each" exhaustive 2 -DUSES=3
-start cohort.pml "cohort: 2 threads + 1, 3 rounds" exhaustive 2 -DNT=2 -DROUNDS=3
-start cohort.pml "cohort: 3 threads + 1, no timeouts" exhaustive 3 -DNT=3 -DROUNDS=2 -DTIMEOUTS=0
-start cohort.pml "cohort: 3 threads + 1, 2 rounds" bitstate 1 -DNT=3 -DROUNDS=2
+start cohort.pml "cohort: 2 threads + 1, 3 rounds" exhaustive 2 -DNT=2 -DROUNDS=3 -DTOKENS=0
+start cohort.pml "cohort: 3 threads + 1, no timeouts" exhaustive 3 -DNT=3 -DROUNDS=2 -DTIMEOUTS=0 -DTOKENS=0
+start cohort.pml "cohort: 3 threads + 1, 2 rounds" bitstate 1 -DNT=3 -DROUNDS=2 -DTOKENS=0
+start cohort.pml "cohort tokens: 2 threads + 1, 2 rounds" exhaustive 2 -DNT=2 -DROUNDS=2
+start cohort.pml "cohort tokens: 3 threads + 1, 1 round" exhaustive 2 -DNT=3 -DROUNDS=1
 wait
 
 status=0
@@ -83,6 +87,18 @@ if (cd "$work/nobound" && spin -DNT=2 -DROUNDS=3 -DTIMEOUTS=0 -DNOBOUND=1 -a coh
   echo "model cohort: without the bound               exhaustive finds the bypass: ok"
 else
   echo "model cohort: without the bound, no bypass was found: the property checks nothing"
+  status=1
+fi
+# Without the handover's number in a local holder's token spin must find a token no larger than
+# the one before it.
+mkdir "$work/nolocal"
+cp "$here/cohort.pml" "$work/nolocal/"
+if (cd "$work/nolocal" && spin -DNT=2 -DROUNDS=2 -DNOLOCAL=1 -a cohort.pml >/dev/null &&
+  gcc -O2 -DSAFETY -w -o pan pan.c && ./pan -m1000000 >out.txt 2>&1
+  grep -q 'assertion violated.*last_tok' out.txt); then
+  echo "model cohort: tokens without the handover's number  exhaustive finds the repeat: ok"
+else
+  echo "model cohort: tokens without the handover's number, no repeat was found: the property checks nothing"
   status=1
 fi
 exit $status

@@ -18,14 +18,24 @@
  *     mutex the first waiter becomes the owner (REMOTE), or the entry is freed.
  * B's thread draws its ticket and waits its turn.
  *
+ * Fencing tokens (protocol version 5): a remote grant's token is its ticket with 0 in the low
+ * bits, the k-th handover's holder gets the same ticket with k there ((ticket + 1) * 16 + k here).
+ * Each of A's requests wants a token or not (nondeterministically); a grant acquired without one
+ * is not handed to a waiter that wants one (HandOver leaves it, and the waiter acquires from
+ * lockd as REMOTE).
+ *
  * Properties (assertions): never two holders at once (A's local and remote ones and B); while B
  * waits for its turn, A's threads enter the lock at most KMAX + 1 times (the grant ahead of B and
- * its KMAX handovers). Invalid end states: no thread waits for ever (every waiter is served or
+ * its KMAX handovers); every holder that wanted a token has one, larger than every earlier
+ * holder's. Invalid end states: no thread waits for ever (every waiter is served or
  * times out; nobody holds the entry at the end).
  * TIMEOUTS=0: waiters never give up, so a waiter left unserved (a lost wakeup) is an invalid
  * end state.
+ * TOKENS=0 leaves tokens out (no request wants one): a smaller state space for the runs with
+ * more threads and rounds.
  * NOBOUND=1 drops the bound (handovers for as long as threads wait): spin then finds B bypassed
- * more than KMAX + 1 times.
+ * more than KMAX + 1 times. NOLOCAL=1 gives a handed-over holder the remote grant's token as it
+ * is (no handover number in the low bits): spin then finds a token no larger than the last.
  *
  * Run: spin -a cohort.pml && gcc -O2 -DSAFETY -o pan pan.c && ./pan
  */
@@ -44,6 +54,12 @@
 #ifndef TIMEOUTS
 #define TIMEOUTS 1
 #endif
+#ifndef NOLOCAL
+#define NOLOCAL 0
+#endif
+#ifndef TOKENS
+#define TOKENS 1
+#endif
 
 #define WAITING 0
 #define GRANTED 1
@@ -58,14 +74,25 @@ byte grun;                  /* local handovers of the current remote grant (trav
 byte in_cs;                 /* ghost: holders now */
 bool b_waiting;             /* ghost: B has drawn its ticket and waits */
 byte bypass;                /* ghost: A's entries while B waits */
+bool wtok[NT];              /* A's request wants a fencing token (set before it queues) */
+byte gtick;                 /* the current remote grant's ticket (travels with it, as grun) */
+bool ghas;                  /* the current remote grant has a token (its owner wanted one) */
+byte last_tok;              /* ghost: the largest token a holder had so far */
 
 inline lock() { atomic { !emu -> emu = true } }
 inline unlock() { emu = false }
 
-inline enter() {
+/* A holder enters; tok is its fencing token, 0 if it has none. */
+inline enter(tok) {
   atomic {
     in_cs++;
     assert(in_cs == 1);
+#if TOKENS
+    if
+    :: tok != 0 -> assert(tok > last_tok); last_tok = tok
+    :: else -> skip
+    fi;
+#endif
     if
     :: b_waiting -> bypass++; assert(bypass <= KMAX + 1)
     :: else -> skip
@@ -79,6 +106,12 @@ proctype A(byte me) {
   bool remote;
   for (r : 1 .. ROUNDS) {
     remote = false;
+#if TOKENS
+    if
+    :: wtok[me] = true
+    :: wtok[me] = false
+    fi;
+#endif
     /* CohortTable::TryOwn */
     if
     :: atomic { !owned -> owned = true; remote = true }
@@ -130,25 +163,38 @@ proctype A(byte me) {
     :: remote ->  /* the owner acquires from lockd */
       atomic { t = next_ticket; next_ticket++ };
       serving == t;
-      grun = 0
+      grun = 0;
+#if TOKENS
+      atomic { gtick = t; ghas = wtok[me] }
+#endif
     :: else -> skip  /* handed over: the grant (and run) came with it */
     fi;
-    enter();
+    /* A token-wanting holder was never handed a grant without one (HandOver checks ghas). */
+    assert(!wtok[me] || ghas);
+    if
+    :: wtok[me] -> enter((gtick + 1) * 16 + grun * (1 - NOLOCAL))
+    :: else -> enter(0)
+    fi;
     /* Client::Impl::HandOver */
     if
     :: atomic { contended && (NOBOUND || grun < KMAX) -> skip }
       lock();
       if
       :: len(q) > 0 ->
-        q?w;
+        q?<w>;  /* the first waiter, still queued */
         if
-        :: len(q) == 0 -> contended = false
-        :: else -> skip
-        fi;
-        grun++;
-        out[w] = GRANTED;
-        unlock();
-        goto next
+        :: ghas || !wtok[w] ->  /* a waiter that wants a token needs a grant that has one */
+          q?w;
+          if
+          :: len(q) == 0 -> contended = false
+          :: else -> skip
+          fi;
+          grun++;
+          out[w] = GRANTED;
+          unlock();
+          goto next
+        :: else -> unlock()
+        fi
       :: else -> unlock()
       fi
     :: else -> skip
@@ -181,7 +227,7 @@ proctype B() {
   atomic { t = next_ticket; next_ticket++; b_waiting = true; bypass = 0 };
   serving == t;
   b_waiting = false;
-  enter();
+  enter((t + 1) * 16);
   serving++
 }
 

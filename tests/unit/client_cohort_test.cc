@@ -368,3 +368,90 @@ TEST_CASE("cohort: with local_handover off, threads of one client queue at lockd
   CHECK(ok.load() == 1);
   CHECK(c->Stats().local_handovers == 0);
 }
+
+TEST_CASE(
+    "cohort: requests with a fencing token are handed over, each token larger than the last") {
+  testing::FakeLockd::Options fo;
+  fo.lease = 2s;  // no renewal while the test counts atomics
+  testing::FakeLockd lockd(fo);
+  auto c = ConnectTo("cohort-token", lockd);
+  auto other = ConnectTo("cohort-token-other", lockd);
+  LockOptions tok;  // the defaults: exclusive, with a fencing token
+  auto holder = c->LockSlot(3, tok);
+  REQUIRE(holder.ok());
+  const uint64_t first = holder->fencing_token();
+  REQUIRE(first != 0);
+  constexpr int kWaiters = 5;
+  std::mutex mu;
+  std::vector<uint64_t> tokens;  // in the order the grants were held
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWaiters; ++i) {
+    threads.emplace_back([&] {
+      auto h = c->LockSlot(3, tok);
+      if (!h.ok()) {
+        ++errors;
+        return;
+      }
+      {
+        std::lock_guard lk(mu);
+        tokens.push_back(h->fencing_token());
+      }
+      if (!h->Release().ok()) ++errors;
+    });
+    // Queued locally behind the holder (else it waits at lockd: release, join, and fail).
+    if (!WaitFor([&] { return ClientTestPeer::LocalWaiters(*c, 3) == size_t(i + 1); })) {
+      FAIL_CHECK("waiter " << i << " did not queue in the cohort");
+      break;
+    }
+  }
+  const ClientStats before = c->Stats();
+  REQUIRE(holder->Release().ok());
+  for (auto& t : threads) t.join();
+  const ClientStats after = c->Stats();
+  CHECK(errors.load() == 0);
+  CHECK(after.local_handovers - before.local_handovers == kWaiters);
+  CHECK(after.fetch_add - after.renewals - after.renew_failures ==
+        before.fetch_add - before.renewals - before.renew_failures);
+  REQUIRE(tokens.size() == size_t{kWaiters});
+  uint64_t last = first;
+  for (uint64_t t : tokens) {
+    INFO("token " << t << " after " << last);
+    CHECK(t > last);
+    last = t;
+  }
+  // The next holder, of another session, from lockd: larger still.
+  auto next = other->LockSlot(3, tok);
+  REQUIRE(next.ok());
+  CHECK(next->fencing_token() > last);
+}
+
+TEST_CASE("cohort: a grant without a token is not handed to a request that wants one") {
+  testing::FakeLockd::Options fo;
+  fo.lease = 2s;
+  testing::FakeLockd lockd(fo);
+  auto c = ConnectTo("cohort-token-mixed", lockd);
+  auto holder = c->LockSlot(4, Local());
+  REQUIRE(holder.ok());
+  CHECK(holder->fencing_token() == 0);
+  uint64_t token = 0;
+  bool ok = false;
+  std::thread waiter([&] {
+    auto h = c->LockSlot(4, LockOptions{});
+    ok = h.ok();
+    if (ok) {
+      token = h->fencing_token();
+      ok = h->Release().ok();
+    }
+  });
+  CHECK(WaitFor([&] { return ClientTestPeer::LocalWaiters(*c, 4) == 1; }));
+  const ClientStats before = c->Stats();
+  const uint16_t issued = TicketsIssued(lockd, 4);
+  REQUIRE(holder->Release().ok());
+  waiter.join();
+  const ClientStats after = c->Stats();
+  CHECK(ok);
+  CHECK(token != 0);  // it asked for one, so it queued at lockd for a grant that has one
+  CHECK(after.local_handovers == before.local_handovers);
+  CHECK(TicketsIssued(lockd, 4) == issued + 1);
+}

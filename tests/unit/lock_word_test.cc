@@ -90,7 +90,21 @@ TEST_CASE("recovered word marks everything up to the waiter as done") {
 }
 
 TEST_CASE("fencing token layout") {
-  REQUIRE(FencingToken(0x0102, 0x0000000304050607ull, 0x0809) == 0x0102040506070809ull);
+  // epoch:16 | generation:29 | ticket:15 | local:4
+  REQUIRE(FencingToken(0x0102, 0x1, 0x0, 0) == 0x0102000000080000ull);
+  REQUIRE(FencingToken(0x0102, 0, 0x7fff, 0) == 0x010200000007fff0ull);
+  REQUIRE(FencingToken(0x0102, 0x1fffffff, 0, 0) == 0x0102fffffff80000ull);
+  REQUIRE(FencingToken(0x0102, 0, 0, 0xf) == 0x010200000000000full);
   REQUIRE(FencingToken(1, 0, 5) < FencingToken(1, 1, 0));
-  REQUIRE(FencingToken(1, 0xffffffff, 0xffff) < FencingToken(2, 0, 0));
+  REQUIRE(FencingToken(1, 0x1fffffff, 0x7fff, 0xf) < FencingToken(2, 0, 0));
+  // A local handover's token lies between its remote grant's and the next ticket's.
+  const uint64_t remote = FencingToken(3, 77, 100);
+  REQUIRE(LocalHandoverToken(remote, 0) == remote);
+  for (uint64_t k = 1; k <= kTokenLocalMax; ++k) {
+    REQUIRE(LocalHandoverToken(remote, k) > LocalHandoverToken(remote, k - 1));
+    REQUIRE(LocalHandoverToken(remote, k) < FencingToken(3, 77, 101));
+  }
+  // Ticket 32767 (the last before a reset) is below the next generation's first ticket.
+  REQUIRE(LocalHandoverToken(FencingToken(3, 77, kCountMax - 1), kTokenLocalMax) <
+          FencingToken(3, 78, 0));
 }

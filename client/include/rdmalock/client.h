@@ -64,8 +64,8 @@ struct ClientOptions {
   // Threads of this client that want an exclusive lock another of its threads holds or is
   // acquiring queue in-process, and the holder hands the grant to the next of them with no RDMA
   // operation (at most 8 in a row, then it goes back to lockd so that other clients get their
-  // turn). Only for requests without a fencing token (LockOptions::fencing_token false): a grant
-  // handed over has no newer ticket to make a larger token from. See docs/sdk.md.
+  // turn). Blocking exclusive requests (Lock, LockSlot, TryLock, with or without a timeout); a
+  // holder handed a grant gets a fencing token larger than the one before it. See docs/sdk.md.
   bool local_handover = true;
   // The shared key of a lockd that authenticates clients (its auth_key_file). auth_key gives the
   // bytes; auth_key_file names a file holding them (trailing whitespace is stripped). Both empty:
@@ -112,8 +112,9 @@ class RDMALOCK_EXPORT LockHandle {
   // or the renewer stuck); OnLost fires then too (from the keeper, within a twelfth of a lease).
   LockState state() const;
   // Fencing token of an exclusive grant (0 for shared grants or without
-  // LockOptions::fencing_token): epoch:16 | generation:32 | ticket:16. Successive exclusive holders
-  // get strictly larger tokens.
+  // LockOptions::fencing_token): epoch:16 | generation:29 | ticket:15 | local:4, local being the
+  // number of in-process handovers of the client's grant (0 for a grant from lockd). Successive
+  // exclusive holders get strictly larger tokens.
   uint64_t fencing_token() const;
   // When the lease ends on this process's monotonic clock unless renewed.
   std::chrono::steady_clock::time_point lease_expiry() const;

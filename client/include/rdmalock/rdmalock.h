@@ -171,8 +171,9 @@ RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_renew(rdmalock_lock_t* lock);
 RDMALOCK_C_EXPORT void rdmalock_lock_free(rdmalock_lock_t* lock);
 
 /* Accessors; on NULL they return 0 (RDMALOCK_EXCLUSIVE, RDMALOCK_RELEASED). */
-/* The fencing token of an exclusive grant (0 for shared): epoch:16 | generation:32 | ticket:16.
- * Successive exclusive holders of a lock get strictly larger tokens. */
+/* The fencing token of an exclusive grant (0 for shared): epoch:16 | generation:29 | ticket:15 |
+ * local:4 (docs/protocol.md section 6). Successive exclusive holders of a lock get strictly larger
+ * tokens. */
 RDMALOCK_C_EXPORT uint64_t rdmalock_lock_get_token(const rdmalock_lock_t* lock);
 RDMALOCK_C_EXPORT uint64_t rdmalock_lock_get_slot(const rdmalock_lock_t* lock);
 RDMALOCK_C_EXPORT rdmalock_mode_t rdmalock_lock_get_mode(const rdmalock_lock_t* lock);

@@ -19,8 +19,12 @@ inline constexpr uint32_t kHandshakeMagic = 0x314b4c52;  // "RLK1" read little-e
 // the connection's QP) travel in a Welcome SEND after the client's Hello proved the shared key.
 // Version 4: the session record's heartbeat moved to 112, and the client's record window starts
 // there: the header before it (lockd's view of the session) is not client-writable.
-inline constexpr uint16_t kProtocolVersion = 4;
-inline constexpr uint16_t kMinProtocolVersion = 4;
+// Version 5: fencing tokens are epoch:16|generation:29|ticket:15|local:4 (lock_word.h), so that
+// threads of one client handed a grant in-process get larger tokens. Tokens are made by clients
+// and compared by resources, so a version-4 client's tokens would not order with version 5's:
+// lockd refuses version 4 (the handshake is version 4's).
+inline constexpr uint16_t kProtocolVersion = 5;
+inline constexpr uint16_t kMinProtocolVersion = 5;
 
 // rdma_cm limits (verified on rdma_rxe; the IB CM sets them): connect 56, accept 196, reject 148.
 inline constexpr size_t kMaxConnectPrivateData = 56;

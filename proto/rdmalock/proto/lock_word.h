@@ -138,10 +138,31 @@ constexpr Word0 RecoveredWord(Word0 seen, Word0 ticket, Mode m) {
   return w;
 }
 
-// Fencing token of an exclusive grant: epoch:16 | generation:32 | ticket:16. Tokens of successive
-// exclusive holders of one lock strictly increase, across resets and lockd restarts.
-constexpr uint64_t FencingToken(uint16_t epoch, uint64_t generation, uint16_t ticket) {
-  return (uint64_t{epoch} << 48) | ((generation & 0xffffffffu) << 16) | ticket;
+// Fencing token of an exclusive grant (protocol version 5):
+//   epoch:16 | generation:29 | ticket:15 | local:4
+// `local` is 0 for a grant from lockd and k for the k-th in-process handover of that grant to
+// another thread of the same client (cohort handover, client/src/cohort.h), so the holders of
+// one remote grant get tokens between its own and the next remote grant's. Tokens of successive
+// exclusive holders of one lock strictly increase, across resets and lockd restarts, while a
+// slot's generation stays below 2^29 within one epoch (docs/protocol.md, section 6).
+inline constexpr unsigned kTokenLocalBits = 4;
+inline constexpr unsigned kTokenTicketBits = 15;
+inline constexpr unsigned kTokenGenerationBits = 29;
+inline constexpr uint64_t kTokenLocalMax = (uint64_t{1} << kTokenLocalBits) - 1;
+static_assert(kTokenLocalBits + kTokenTicketBits + kTokenGenerationBits + 16 == 64);
+// A granted exclusive ticket is below kCountMax (a request whose ticket reaches it withdraws).
+static_assert(kCountMax <= (uint32_t{1} << kTokenTicketBits));
+constexpr uint64_t FencingToken(uint16_t epoch, uint64_t generation, uint16_t ticket,
+                                uint64_t local = 0) {
+  constexpr uint64_t kGenMask = (uint64_t{1} << kTokenGenerationBits) - 1;
+  constexpr uint64_t kTicketMask = (uint64_t{1} << kTokenTicketBits) - 1;
+  return (uint64_t{epoch} << 48) |
+         ((generation & kGenMask) << (kTokenTicketBits + kTokenLocalBits)) |
+         ((uint64_t{ticket} & kTicketMask) << kTokenLocalBits) | (local & kTokenLocalMax);
+}
+// The token of the `local`-th local handover of the grant whose token is `remote`.
+constexpr uint64_t LocalHandoverToken(uint64_t remote, uint64_t local) {
+  return (remote & ~kTokenLocalMax) | (local & kTokenLocalMax);
 }
 
 }  // namespace rdmalock::proto
