@@ -29,10 +29,11 @@ import os
 import pathlib
 import threading
 import weakref
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 __all__ = [
     "Client",
+    "Cluster",
     "ErrorCode",
     "Lock",
     "LockState",
@@ -104,6 +105,19 @@ class _Options(ctypes.Structure):
         ("record_requests", ctypes.c_int),
         ("reconnect", ctypes.c_int),
         ("auth_key_file", ctypes.c_char_p),
+    ]
+
+
+class _ClusterOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("shard_map_file", ctypes.c_char_p),
+        ("etcd_endpoints", ctypes.c_char_p),
+        ("etcd_cluster", ctypes.c_char_p),
+        ("etcd_ca_file", ctypes.c_char_p),
+        ("etcd_cert_file", ctypes.c_char_p),
+        ("etcd_key_file", ctypes.c_char_p),
+        ("client", ctypes.POINTER(_Options)),
     ]
 
 
@@ -196,6 +210,25 @@ def _declare(lib: ctypes.CDLL) -> None:
         f = getattr(lib, name)
         f.restype = restype
         f.argtypes = argtypes
+    # C API version 3: the cluster (older libraries lack it; Cluster raises UNSUPPORTED there).
+    c_cluster, c_cluster_opts = ctypes.c_void_p, ctypes.POINTER(_ClusterOptions)
+    cluster_sigs = {
+        "rdmalock_cluster_options_init_sized": (None, [c_cluster_opts, ctypes.c_size_t]),
+        "rdmalock_cluster_open": (st, [c_cluster_opts, ctypes.POINTER(c_cluster)]),
+        "rdmalock_cluster_close": (None, [c_cluster]),
+        "rdmalock_cluster_lock": (st, [c_cluster, ctypes.c_char_p, ctypes.c_int, i64,
+                                       ctypes.POINTER(c_lock)]),
+        "rdmalock_cluster_try_lock": (st, [c_cluster, ctypes.c_char_p, ctypes.c_int,
+                                           ctypes.POINTER(c_lock)]),
+        "rdmalock_cluster_shard_count": (u64, [c_cluster]),
+        "rdmalock_cluster_shard_of": (st, [c_cluster, ctypes.c_char_p, ctypes.c_char_p,
+                                           ctypes.c_size_t]),
+    }
+    for name, (restype, argtypes) in cluster_sigs.items():
+        f = getattr(lib, name, None)
+        if f is not None:
+            f.restype = restype
+            f.argtypes = argtypes
     # C API version 2: the options carry the caller's size (older libraries lack it).
     sized = getattr(lib, "rdmalock_options_init_sized", None)
     if sized is not None:
@@ -256,6 +289,29 @@ def _options() -> _Options:
     return o
 
 
+def _client_options(server: Optional[str], port: int, connect_timeout: float = 5.0,
+                    client_name: Optional[str] = None, auto_renew: bool = True,
+                    record_requests: bool = True, reconnect: bool = True,
+                    auth_key_file: Optional[str] = None) -> _Options:
+    """The options of a session (a Client's, or each shard's of a Cluster, whose server is None).
+    Raises RdmalockError(INVALID_ARGUMENT) for a port out of range or a negative timeout."""
+    o = _options()
+    o.server = server.encode() if server else None
+    if not 0 <= port <= 0xFFFF:
+        raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"port {port} is out of range")
+    o.port = port
+    if connect_timeout < 0:
+        raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
+                            f"connect_timeout {connect_timeout} is negative")
+    o.connect_timeout_ms = int(round(connect_timeout * 1000))
+    o.client_name = client_name.encode() if client_name else None
+    o.auto_renew = int(auto_renew)
+    o.record_requests = int(record_requests)
+    o.reconnect = int(reconnect)
+    o.auth_key_file = auth_key_file.encode() if auth_key_file else None
+    return o
+
+
 def _free_lock(handle: ctypes.c_void_p, key: int) -> None:
     _lib().rdmalock_lock_free(handle)  # after it returns the library never calls back for it
     with _callbacks_lock:
@@ -281,10 +337,10 @@ class Lock:
     then is released. A Lock keeps its Client alive (issue 17, finding 10): the session lasts at
     least as long as the locks it granted, unless the client is closed."""
 
-    def __init__(self, handle: int, name: Optional[str], client: "Client"):
+    def __init__(self, handle: int, name: Optional[str], client: "Union[Client, Cluster]"):
         self._handle = ctypes.c_void_p(handle)
         self.name = name
-        self._client: Optional[Client] = client
+        self._client: "Optional[Union[Client, Cluster]]" = client
         self._key = next(_callback_keys)  # this lock's entry in _callbacks
         # Runs before the Lock's attributes go (so before its reference to the client): the
         # handle is freed while the session is still there.
@@ -386,20 +442,8 @@ class Client:
                  record_requests: bool = True, reconnect: bool = True,
                  auth_key_file: Optional[str] = None):
         lib = _lib()
-        o = _options()
-        o.server = server.encode() if server else None
-        if not 0 <= port <= 0xFFFF:
-            raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"port {port} is out of range")
-        o.port = port
-        if connect_timeout < 0:
-            raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
-                                f"connect_timeout {connect_timeout} is negative")
-        o.connect_timeout_ms = int(round(connect_timeout * 1000))
-        o.client_name = client_name.encode() if client_name else None
-        o.auto_renew = int(auto_renew)
-        o.record_requests = int(record_requests)
-        o.reconnect = int(reconnect)
-        o.auth_key_file = auth_key_file.encode() if auth_key_file else None
+        o = _client_options(server, port, connect_timeout, client_name, auto_renew,
+                            record_requests, reconnect, auth_key_file)
         handle = ctypes.c_void_p()
         _check(lib.rdmalock_connect(ctypes.byref(o), ctypes.byref(handle)))
         self._handle = handle
@@ -486,3 +530,130 @@ class Client:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"session {self.session_id}"
         return f"<rdmalock.Client {self.server}:{self.port} {state}>"
+
+
+class Cluster:
+    """A sharded lock space: many lockds (shards) behind one object, as the C++ ClusterClient.
+
+    A lock name picks its shard by rendezvous hashing over the shard names, then its slot inside
+    that shard as with one lockd. The cluster opens a session with a shard the first time it uses
+    it, so opening needs no lockd. Threads may share a Cluster, but must not use it while one of
+    them closes it. Its Locks keep it alive. Fencing tokens are per shard: tokens of locks on
+    different shards are not comparable.
+
+        with rdmalock.Cluster.from_shard_map("/etc/rdmalock/cluster.yaml") as cluster:
+            with cluster.lock("orders/42", timeout=2.0) as lock:
+                write_to_storage(lock.token)
+    """
+
+    def __init__(self, shard_map: Optional[str] = None, etcd_endpoints: Optional[list] = None,
+                 etcd_cluster: Optional[str] = None, ca: Optional[str] = None,
+                 cert: Optional[str] = None, key: Optional[str] = None,
+                 **client_options):
+        lib = _lib()
+        if not hasattr(lib, "rdmalock_cluster_open"):
+            raise RdmalockError(ErrorCode.UNSUPPORTED,
+                                "librdmalock is older than this module (no rdmalock_cluster_open)")
+        co = _ClusterOptions()
+        lib.rdmalock_cluster_options_init_sized(ctypes.byref(co), ctypes.sizeof(co))
+        # The encoded strings must outlive the call: keep them referenced here.
+        keep = []
+
+        def enc(v: Optional[str]) -> Optional[bytes]:
+            if v is None:
+                return None
+            b = str(v).encode()
+            keep.append(b)
+            return b
+
+        co.shard_map_file = enc(shard_map)
+        if etcd_endpoints is not None:
+            if isinstance(etcd_endpoints, str):
+                etcd_endpoints = [etcd_endpoints]
+            co.etcd_endpoints = enc(",".join(etcd_endpoints))
+        co.etcd_cluster = enc(etcd_cluster)
+        co.etcd_ca_file, co.etcd_cert_file, co.etcd_key_file = enc(ca), enc(cert), enc(key)
+        o = _client_options(None, 0, **client_options)
+        co.client = ctypes.pointer(o)
+        handle = ctypes.c_void_p()
+        _check(lib.rdmalock_cluster_open(ctypes.byref(co), ctypes.byref(handle)))
+        self._handle = handle
+        self.source = shard_map if shard_map is not None else ",".join(etcd_endpoints or [])
+        self._finalizer = weakref.finalize(self, lib.rdmalock_cluster_close, handle)
+
+    @classmethod
+    def from_shard_map(cls, path: str, **client_options) -> "Cluster":
+        """Opens the cluster a map file describes (YAML, as ``lockctl --cluster FILE`` reads it:
+        ``shards: [{name, server, port}]``). client_options are Client.connect's, for every
+        shard's session."""
+        return cls(shard_map=path, **client_options)
+
+    @classmethod
+    def from_etcd(cls, endpoints, cluster: str = "default", ca: Optional[str] = None,
+                  cert: Optional[str] = None, key: Optional[str] = None,
+                  **client_options) -> "Cluster":
+        """Opens a cluster whose map and primaries live in etcd (lockd's cluster mode).
+        ``endpoints``: http[s]://HOST:PORT of etcd members (a str or a list); ``ca``, ``cert``,
+        ``key``: PEM files for https (cert and key both or neither)."""
+        return cls(etcd_endpoints=endpoints, etcd_cluster=cluster, ca=ca, cert=cert, key=key,
+                   **client_options)
+
+    def _h(self) -> ctypes.c_void_p:
+        if not self._finalizer.alive:
+            raise RdmalockError(ErrorCode.CONNECTION, "cluster is closed")
+        return self._handle
+
+    def _acquire(self, name: str, shared: bool, timeout_ms: int) -> Lock:
+        if not isinstance(name, str):
+            raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
+                                f"lock name must be a str, not {type(name).__name__}")
+        out = ctypes.c_void_p()
+        mode = _SHARED if shared else _EXCLUSIVE
+        if timeout_ms == 0:
+            _check(_lib().rdmalock_cluster_try_lock(self._h(), name.encode(), mode,
+                                                    ctypes.byref(out)))
+        else:
+            _check(_lib().rdmalock_cluster_lock(self._h(), name.encode(), mode, timeout_ms,
+                                                ctypes.byref(out)))
+        return Lock(out.value, name, self)
+
+    def lock(self, name: str, shared: bool = False, timeout: Optional[float] = None) -> Lock:
+        """As Client.lock, on the shard that owns ``name``."""
+        return self._acquire(name, shared, _timeout_ms(timeout))
+
+    def try_lock(self, name: str, shared: bool = False) -> Optional[Lock]:
+        """As Client.try_lock, on the shard that owns ``name``."""
+        try:
+            return self._acquire(name, shared, 0)
+        except RdmalockError as e:
+            if e.code == ErrorCode.BUSY:
+                return None
+            raise
+
+    def shard_of(self, name: str) -> str:
+        """The name of the shard that owns ``name`` now."""
+        buf = ctypes.create_string_buffer(256)
+        _check(_lib().rdmalock_cluster_shard_of(self._h(), name.encode(), buf, len(buf)))
+        return buf.value.decode()
+
+    @property
+    def shard_count(self) -> int:
+        return _lib().rdmalock_cluster_shard_count(self._h())
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Ends every shard's session. Idempotent. Locks still held become LOST."""
+        self._finalizer()
+
+    def __enter__(self) -> "Cluster":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self.shard_count} shards"
+        return f"<rdmalock.Cluster {self.source} {state}>"
