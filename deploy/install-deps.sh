@@ -21,8 +21,9 @@ packages=(
   # RDMA runtime and tools (providers include rdma_rxe's userspace part; perftest for baselines)
   systemd
   rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest iproute2
-  # the Python module's tests (tests/python, run by ctest and tests/sdk/run.sh)
-  python3 python3-pytest
+  # the Python module's tests (tests/python, run by ctest and tests/sdk/run.sh), and its offline
+  # pip install into a venv (tests/python/pip-install.sh: Debian's setuptools and wheel)
+  python3 python3-pytest python3-venv python3-setuptools python3-wheel
   # the Soft-RoCE VM (deploy/softroce/rxe-run)
   qemu-system-x86 busybox-static cpio kmod
   # Debian packages (cpack: dpkg-shlibdeps, file) and their test in a clean tree (tests/pkg/run.sh)

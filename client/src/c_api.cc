@@ -13,11 +13,15 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
+#include "client/src/c_api_internal.h"
+#include "client/src/shard_map_file.h"
 #include "common/sync/mutex.h"
 #include "common/sync/thread_annotations.h"
 #include "engine/fork_guard.h"
 #include "rdmalock/client.h"
+#include "rdmalock/cluster.h"
 #include "rdmalock/rdmalock.h"
 #include "rdmalock/status.h"
 
@@ -83,6 +87,10 @@ struct LostGate {
 
 struct rdmalock_client_s {
   std::unique_ptr<rdmalock::Client> client;
+};
+
+struct rdmalock_cluster_s {
+  std::unique_ptr<rdmalock::ClusterClient> cluster;
 };
 
 struct rdmalock_lock_s {
@@ -189,6 +197,124 @@ void FillDefaults(rdmalock_options_t* o) {
   o->auth_key_file = nullptr;
 }
 
+// Reads the caller's rdmalock_options_t (of its struct_size) into ClientOptions; the server may be
+// empty (the caller checks it where it is required). `what` names the struct in messages.
+rdmalock_status_t ToClientOptions(const char* fn, const char* what,
+                                  const rdmalock_options_t* options, rdmalock::ClientOptions* out) {
+  const size_t size = options->struct_size;
+  if (size < kOptionsMinSize) {
+    return Fail(
+        ErrorCode::kInvalidArgument, fn,
+        (std::string(what) + "->struct_size is " + std::to_string(size) + ", not at least " +
+         std::to_string(kOptionsMinSize) + ": call rdmalock_options_init first")
+            .c_str());
+  }
+  // A newer caller's fields beyond what this library knows must be unset (zero): an option the
+  // library cannot honour is refused, not ignored.
+  const auto* bytes = reinterpret_cast<const unsigned char*>(options);
+  for (size_t i = sizeof(rdmalock_options_t); i < size; ++i) {
+    if (bytes[i] != 0) {
+      return Fail(
+          ErrorCode::kUnsupported, fn,
+          (std::string(what) +
+           " set fields this librdmalock (" RDMALOCK_VERSION ") does not know (struct_size " +
+           std::to_string(size) + ")")
+              .c_str());
+    }
+  }
+  // An older caller's struct ends earlier: its fields, and the defaults of the rest. Nothing
+  // past its struct_size is read.
+  rdmalock_options_t merged;
+  FillDefaults(&merged);
+  std::memcpy(&merged, options, KnownPrefix(size));
+  rdmalock::ClientOptions o;
+  if (merged.server != nullptr) o.server = merged.server;
+  o.port = merged.port;
+  o.connect_timeout = std::chrono::milliseconds(merged.connect_timeout_ms);
+  if (merged.client_name != nullptr) o.client_name = merged.client_name;
+  o.auto_renew = merged.auto_renew != 0;
+  o.record_requests = merged.record_requests != 0;
+  o.reconnect = merged.reconnect != 0;
+  if (merged.auth_key_file != nullptr) o.auth_key_file = merged.auth_key_file;
+  *out = std::move(o);
+  return RDMALOCK_OK;
+}
+
+// rdmalock_cluster_options_t's fields, as for rdmalock_options_t above. Version 3 is the first.
+#define RDMALOCK_FIELD_END(f) \
+  (offsetof(rdmalock_cluster_options_t, f) + sizeof(rdmalock_cluster_options_t::f))
+constexpr size_t kClusterFieldEnds[] = {
+    RDMALOCK_FIELD_END(struct_size),    RDMALOCK_FIELD_END(shard_map_file),
+    RDMALOCK_FIELD_END(etcd_endpoints), RDMALOCK_FIELD_END(etcd_cluster),
+    RDMALOCK_FIELD_END(etcd_ca_file),   RDMALOCK_FIELD_END(etcd_cert_file),
+    RDMALOCK_FIELD_END(etcd_key_file),  RDMALOCK_FIELD_END(client)};
+#undef RDMALOCK_FIELD_END
+static_assert(kClusterFieldEnds[std::size(kClusterFieldEnds) - 1] <=
+              sizeof(rdmalock_cluster_options_t));
+constexpr size_t kClusterOptionsMinSize = kClusterFieldEnds[std::size(kClusterFieldEnds) - 1];
+
+bool Set(const char* s) { return s != nullptr && s[0] != '\0'; }
+
+// "a,b , c" -> {"a", "b", "c"}; an empty member is refused (false).
+bool SplitEndpoints(const std::string& text, std::vector<std::string>* out) {
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    std::string e = text.substr(pos, comma - pos);
+    e.erase(0, e.find_first_not_of(" \t"));
+    e.erase(e.find_last_not_of(" \t") + 1);
+    if (e.empty()) return false;
+    out->push_back(e);
+    pos = comma + 1;
+  }
+  return !out->empty();
+}
+
+rdmalock_status_t ClusterAcquire(const char* function, rdmalock_cluster_t* cluster,
+                                 const char* name, rdmalock_mode_t mode, int64_t timeout_ms,
+                                 rdmalock_lock_t** out) {
+  if (out == nullptr) return Fail(ErrorCode::kInvalidArgument, function, "out is NULL");
+  *out = nullptr;
+  if (cluster == nullptr) return Fail(ErrorCode::kInvalidArgument, function, "cluster is NULL");
+  if (name == nullptr) return Fail(ErrorCode::kInvalidArgument, function, "lock name is NULL");
+  if (!ValidMode(mode)) {
+    return Fail(ErrorCode::kInvalidArgument, function,
+                ("mode " + std::to_string(static_cast<int>(mode)) +
+                 " is neither RDMALOCK_EXCLUSIVE nor RDMALOCK_SHARED")
+                    .c_str());
+  }
+  if (timeout_ms < RDMALOCK_WAIT_FOREVER) {
+    return Fail(
+        ErrorCode::kInvalidArgument, function,
+        ("timeout_ms " + std::to_string(timeout_ms) + " is negative (RDMALOCK_WAIT_FOREVER is -1)")
+            .c_str());
+  }
+  rdmalock::LockOptions o;
+  o.mode = static_cast<rdmalock::LockMode>(mode);
+  if (timeout_ms != RDMALOCK_WAIT_FOREVER) o.timeout = std::chrono::milliseconds(timeout_ms);
+  auto lock = std::make_unique<rdmalock_lock_s>();
+  auto r = cluster->cluster->Lock(std::string_view(name), o);
+  if (!r.ok()) return Record(r.status(), function);
+  lock->handle = std::move(r).value();
+  *out = lock.release();
+  return Record(Status::Ok(), function);
+}
+
+}  // namespace
+
+namespace rdmalock {
+
+rdmalock_cluster_t* WrapClusterForTesting(std::unique_ptr<ClusterClient> cluster) {
+  auto c = std::make_unique<rdmalock_cluster_s>();
+  c->cluster = std::move(cluster);
+  return c.release();
+}
+
+}  // namespace rdmalock
+
+namespace {
+
 rdmalock_status_t Acquire(const char* function, rdmalock_client_t* client, const char* name,
                           const uint64_t* slot, rdmalock_mode_t mode, int64_t timeout_ms,
                           rdmalock_lock_t** out) {
@@ -247,44 +373,15 @@ rdmalock_status_t rdmalock_connect(const rdmalock_options_t* options, rdmalock_c
     if (out == nullptr) return Fail(ErrorCode::kInvalidArgument, fn, "out is NULL");
     *out = nullptr;
     if (options == nullptr) return Fail(ErrorCode::kInvalidArgument, fn, "options is NULL");
-    const size_t size = options->struct_size;
-    if (size < kOptionsMinSize) {
-      return Fail(ErrorCode::kInvalidArgument, fn,
-                  ("options->struct_size is " + std::to_string(size) + ", not at least " +
-                   std::to_string(kOptionsMinSize) + ": call rdmalock_options_init first")
-                      .c_str());
+    rdmalock::ClientOptions o;
+    if (const rdmalock_status_t st = ToClientOptions(fn, "options", options, &o);
+        st != RDMALOCK_OK) {
+      return st;
     }
-    // A newer caller's fields beyond what this library knows must be unset (zero): an option the
-    // library cannot honour is refused, not ignored.
-    const auto* bytes = reinterpret_cast<const unsigned char*>(options);
-    for (size_t i = sizeof(rdmalock_options_t); i < size; ++i) {
-      if (bytes[i] != 0) {
-        return Fail(ErrorCode::kUnsupported, fn,
-                    ("options set fields this librdmalock (" RDMALOCK_VERSION
-                     ") does not know (struct_size " +
-                     std::to_string(options->struct_size) + ")")
-                        .c_str());
-      }
-    }
-    // An older caller's struct ends earlier: its fields, and the defaults of the rest. Nothing
-    // past its struct_size is read.
-    rdmalock_options_t merged;
-    FillDefaults(&merged);
-    std::memcpy(&merged, options, KnownPrefix(size));
-    options = &merged;
-    if (options->server == nullptr || options->server[0] == '\0') {
+    if (o.server.empty()) {
       return Fail(ErrorCode::kInvalidArgument, fn,
                   "options->server is not set: name lockd's address");
     }
-    rdmalock::ClientOptions o;
-    o.server = options->server;
-    o.port = options->port;
-    o.connect_timeout = std::chrono::milliseconds(options->connect_timeout_ms);
-    if (options->client_name != nullptr) o.client_name = options->client_name;
-    o.auto_renew = options->auto_renew != 0;
-    o.record_requests = options->record_requests != 0;
-    o.reconnect = options->reconnect != 0;
-    if (options->auth_key_file != nullptr) o.auth_key_file = options->auth_key_file;
     auto c = std::make_unique<rdmalock_client_s>();
     auto r = rdmalock::Client::Connect(o);
     if (!r.ok()) return Record(r.status(), fn);
@@ -461,6 +558,144 @@ uint64_t rdmalock_client_session_id(const rdmalock_client_t* client) {
     return client != nullptr ? client->client->session_id() : 0;
   } catch (...) {
     return 0;
+  }
+}
+
+void rdmalock_cluster_options_init_sized(rdmalock_cluster_options_t* options, size_t struct_size) {
+  if (options == nullptr || struct_size < sizeof(size_t)) return;
+  std::memset(options, 0, struct_size);  // every field's default is its zero
+  options->struct_size = struct_size;
+}
+
+rdmalock_status_t rdmalock_cluster_open(const rdmalock_cluster_options_t* options,
+                                        rdmalock_cluster_t** out) {
+  constexpr const char* fn = "rdmalock_cluster_open";
+  try {
+    if (out == nullptr) return Fail(ErrorCode::kInvalidArgument, fn, "out is NULL");
+    *out = nullptr;
+    if (options == nullptr) return Fail(ErrorCode::kInvalidArgument, fn, "options is NULL");
+    const size_t size = options->struct_size;
+    if (size < kClusterOptionsMinSize) {
+      return Fail(
+          ErrorCode::kInvalidArgument, fn,
+          ("options->struct_size is " + std::to_string(size) + ", not at least " +
+           std::to_string(kClusterOptionsMinSize) + ": call rdmalock_cluster_options_init first")
+              .c_str());
+    }
+    const auto* bytes = reinterpret_cast<const unsigned char*>(options);
+    for (size_t i = sizeof(rdmalock_cluster_options_t); i < size; ++i) {
+      if (bytes[i] != 0) {
+        return Fail(ErrorCode::kUnsupported, fn,
+                    ("options set fields this librdmalock (" RDMALOCK_VERSION
+                     ") does not know (struct_size " +
+                     std::to_string(size) + ")")
+                        .c_str());
+      }
+    }
+    const bool file = Set(options->shard_map_file);
+    const bool etcd = Set(options->etcd_endpoints);
+    if (file == etcd) {
+      return Fail(ErrorCode::kInvalidArgument, fn,
+                  file ? "options set both shard_map_file and etcd_endpoints: choose one"
+                       : "options set neither shard_map_file nor etcd_endpoints");
+    }
+    rdmalock::ClientOptions o;
+    if (options->client != nullptr) {
+      if (const rdmalock_status_t st = ToClientOptions(fn, "options->client", options->client, &o);
+          st != RDMALOCK_OK) {
+        return st;
+      }
+    }
+    auto c = std::make_unique<rdmalock_cluster_s>();
+    if (file) {
+      auto map = rdmalock::ReadClusterMapFile(options->shard_map_file);
+      if (!map.ok()) return Record(map.status(), fn);
+      auto r = rdmalock::ClusterClient::Connect(*map, o);
+      if (!r.ok()) return Record(r.status(), fn);
+      c->cluster = std::move(r).value();
+    } else {
+      rdmalock::EtcdCluster e;
+      if (!SplitEndpoints(options->etcd_endpoints, &e.endpoints)) {
+        return Fail(ErrorCode::kInvalidArgument, fn,
+                    "options->etcd_endpoints has an empty member (expected "
+                    "http[s]://HOST:PORT, comma-separated)");
+      }
+      if (Set(options->etcd_cluster)) e.cluster = options->etcd_cluster;
+      if (Set(options->etcd_cert_file) != Set(options->etcd_key_file)) {
+        return Fail(ErrorCode::kInvalidArgument, fn,
+                    "options set one of etcd_cert_file and etcd_key_file: give both or neither");
+      }
+      if (Set(options->etcd_ca_file)) e.ca_file = options->etcd_ca_file;
+      if (Set(options->etcd_cert_file)) e.cert_file = options->etcd_cert_file;
+      if (Set(options->etcd_key_file)) e.key_file = options->etcd_key_file;
+      auto r = rdmalock::ClusterClient::Connect(e, o);
+      if (!r.ok()) return Record(r.status(), fn);
+      c->cluster = std::move(r).value();
+    }
+    *out = c.release();
+    return Record(Status::Ok(), fn);
+  } catch (...) {
+    return FromException(fn);
+  }
+}
+
+void rdmalock_cluster_close(rdmalock_cluster_t* cluster) {
+  try {
+    delete cluster;
+  } catch (...) {
+    // ~ClusterClient does not throw; nothing to report through a void function anyway.
+  }
+}
+
+rdmalock_status_t rdmalock_cluster_lock(rdmalock_cluster_t* cluster, const char* name,
+                                        rdmalock_mode_t mode, int64_t timeout_ms,
+                                        rdmalock_lock_t** out) {
+  try {
+    return ClusterAcquire("rdmalock_cluster_lock", cluster, name, mode, timeout_ms, out);
+  } catch (...) {
+    return FromException("rdmalock_cluster_lock");
+  }
+}
+
+rdmalock_status_t rdmalock_cluster_try_lock(rdmalock_cluster_t* cluster, const char* name,
+                                            rdmalock_mode_t mode, rdmalock_lock_t** out) {
+  try {
+    return ClusterAcquire("rdmalock_cluster_try_lock", cluster, name, mode, 0, out);
+  } catch (...) {
+    return FromException("rdmalock_cluster_try_lock");
+  }
+}
+
+uint64_t rdmalock_cluster_shard_count(const rdmalock_cluster_t* cluster) {
+  try {
+    return cluster != nullptr ? cluster->cluster->map().shards.size() : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+
+rdmalock_status_t rdmalock_cluster_shard_of(const rdmalock_cluster_t* cluster, const char* name,
+                                            char* buf, size_t buf_size) {
+  constexpr const char* fn = "rdmalock_cluster_shard_of";
+  try {
+    if (cluster == nullptr) return Fail(ErrorCode::kInvalidArgument, fn, "cluster is NULL");
+    if (name == nullptr || name[0] == '\0') {
+      return Fail(ErrorCode::kInvalidArgument, fn, "lock name is NULL or empty");
+    }
+    if (buf == nullptr) return Fail(ErrorCode::kInvalidArgument, fn, "buf is NULL");
+    // One copy of the map for both lookups: a map in etcd can change between two calls.
+    const rdmalock::ClusterMap map = cluster->cluster->map();
+    const std::string& shard = map.shards[rdmalock::ShardForName(map, name)].name;
+    if (shard.size() + 1 > buf_size) {
+      return Fail(
+          ErrorCode::kInvalidArgument, fn,
+          ("buf_size " + std::to_string(buf_size) + " is too small for shard name '" + shard + "'")
+              .c_str());
+    }
+    std::memcpy(buf, shard.c_str(), shard.size() + 1);
+    return Record(Status::Ok(), fn);
+  } catch (...) {
+    return FromException(fn);
   }
 }
 

@@ -8,6 +8,8 @@
 #   dev        librdmalock-dev   headers (C++ and C), librdmalock.so, the CMake package, rdmalock.pc,
 #                                docs/sdk.md
 #   lockctl    lockctl           bin/lockctl, lockctl(1)
+#   python     python3-rdmalock  the Python package (lib/python3/dist-packages/rdmalock, py.typed,
+#                                its dist-info); Architecture: all, pure Python over librdmalock
 #
 # Build them (into BUILD/pkg) from a tree configured with -DCMAKE_INSTALL_PREFIX=/usr:
 #   cmake --build build --target package
@@ -63,7 +65,7 @@ set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)
 
 set(CPACK_DEB_COMPONENT_INSTALL ON)
-set(CPACK_COMPONENTS_ALL lockd libs dev lockctl)
+set(CPACK_COMPONENTS_ALL lockd libs dev lockctl python)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_RELEASE 1)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
@@ -121,5 +123,18 @@ set(CPACK_DEBIAN_LOCKCTL_DESCRIPTION "rdmalock admin and scripting tool
 lockctl shows a lockd node's status and clients, inspects and force-releases
 locks, runs commands under a lock and benchmarks a lock node.")
 set(CPACK_DEBIAN_LOCKCTL_PACKAGE_DEPENDS "librdmalock (= ${_rdmalock_exact})")
+
+set(CPACK_DEBIAN_PYTHON_PACKAGE_NAME python3-rdmalock)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_SECTION python)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_ARCHITECTURE all)
+set(CPACK_DEBIAN_PYTHON_DESCRIPTION "rdmalock client library: Python 3 binding
+The rdmalock module (Client, Cluster, Lock) over librdmalock's C API, with
+ctypes: acquire and release rdmalock locks, with the same with-blocks,
+fencing tokens and lost callbacks as the C++ SDK. Type hints included.")
+# It loads librdmalock.so.0 at run time (ctypes), which dpkg-shlibdeps cannot see: the exact
+# version is the one its ctypes declarations were written against.
+set(CPACK_DEBIAN_PYTHON_PACKAGE_DEPENDS "python3, librdmalock (= ${_rdmalock_exact})")
+set(CPACK_DEBIAN_PYTHON_PACKAGE_SHLIBDEPS OFF)
+set(CPACK_DEBIAN_PYTHON_PACKAGE_CONTROL_EXTRA ${CMAKE_CURRENT_LIST_DIR}/python3-rdmalock/prerm)
 
 include(CPack)

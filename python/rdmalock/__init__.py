@@ -9,13 +9,22 @@
         if maybe is not None:
             maybe.release()
 
-Every failure raises RdmalockError, whose ``code`` is an ErrorCode (the C API's
-rdmalock_status_t values). A Client may be shared between threads; a Lock belongs to one thread
-at a time.
+    with rdmalock.Cluster.from_shard_map("/etc/rdmalock/cluster.yaml") as cluster:
+        with cluster.lock("orders/42", timeout=2.0) as lock:   # on the name's shard
+            write_to_storage(lock.token)
 
-The library is found through the RDMALOCK_LIBRARY environment variable (a path to
-librdmalock.so), else the system's library search (ctypes.util.find_library), else the build
-tree next to this package (build/librdmalock.so).
+Every failure of a call into the library raises RdmalockError, whose ``code`` is an ErrorCode
+(the C API's rdmalock_status_t values); each method's docstring lists the codes it raises. A
+Client or a Cluster may be shared between threads; a Lock belongs to one thread at a time.
+
+The library is found, on first use, through:
+
+1. the RDMALOCK_LIBRARY environment variable (a path to librdmalock.so*): only that is tried;
+2. librdmalock.so.0 through the dynamic loader (what the librdmalock package installs);
+3. the system's library search (ctypes.util.find_library("rdmalock"));
+4. in a source checkout only, the build tree next to this package (build/librdmalock.so).
+
+None found raises OSError naming every place tried.
 """
 
 from __future__ import annotations
@@ -29,36 +38,45 @@ import os
 import pathlib
 import threading
 import weakref
-from typing import Callable, Optional
+from types import TracebackType
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
+
+__version__ = "0.1.0"  # the project's version (CMakeLists.txt); librdmalock's: library_version()
 
 __all__ = [
     "Client",
+    "Cluster",
     "ErrorCode",
     "Lock",
     "LockState",
+    "LostCallback",
     "RdmalockError",
+    "__version__",
     "library_version",
     "slot_for_name",
 ]
+
+# The soname of the librdmalock this module speaks to (CMakeLists.txt's SOVERSION).
+_SONAME = "librdmalock.so.0"
 
 
 class ErrorCode(enum.IntEnum):
     """The C API's rdmalock_status_t (and rdmalock::ErrorCode) values."""
 
     OK = 0
-    INVALID_ARGUMENT = 1
-    TIMEOUT = 2
-    BUSY = 3
-    LOCK_LOST = 4
-    NOT_HELD = 5
-    CONNECTION = 6
-    REJECTED = 7
-    PROTOCOL = 8
-    RESOURCE = 9
-    UNSUPPORTED = 10
-    IO = 11
-    CONFIG = 12
-    INTERNAL = 13
+    INVALID_ARGUMENT = 1  # a bad argument, an empty name, a bad option
+    TIMEOUT = 2  # the deadline passed before the lock was granted
+    BUSY = 3  # one attempt found the lock taken (try_lock returns None for it)
+    LOCK_LOST = 4  # the grant is no longer valid (lease lapsed, recovered, session ended)
+    NOT_HELD = 5  # the handle does not hold the lock (already released)
+    CONNECTION = 6  # connecting to or talking to lockd (or etcd) failed; or a closed object
+    REJECTED = 7  # lockd refused the handshake (the message says why)
+    PROTOCOL = 8  # a peer broke the protocol
+    RESOURCE = 9  # out of memory, QPs, sessions or descriptors; no RDMA device
+    UNSUPPORTED = 10  # the device, the peer or the library lacks a capability; after fork()
+    IO = 11  # a file or system call failed
+    CONFIG = 12  # a configuration value (a key file, a cluster map) is invalid
+    INTERNAL = 13  # a bug in rdmalock
 
 
 class LockState(enum.IntEnum):
@@ -80,14 +98,22 @@ class RdmalockError(Exception):
     ``name`` (the library's name for it, e.g. "busy") and ``message`` (what went wrong).
     """
 
-    def __init__(self, code: int, message: str):
+    code: Union[ErrorCode, int]
+    name: str
+    message: str
+
+    def __init__(self, code: int, message: str) -> None:
         try:
             self.code = ErrorCode(code)
         except ValueError:
             self.code = code
-        self.name = _lib().rdmalock_error_name(code).decode()
+        self.name = str(_lib().rdmalock_error_name(code).decode())
         self.message = message
         super().__init__(f"{self.name}: {message}")
+
+
+LostCallback = Callable[[RdmalockError], None]
+"""A lost callback: called with the error that says why the lock was lost."""
 
 
 # ---- the library
@@ -107,6 +133,19 @@ class _Options(ctypes.Structure):
     ]
 
 
+class _ClusterOptions(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("shard_map_file", ctypes.c_char_p),
+        ("etcd_endpoints", ctypes.c_char_p),
+        ("etcd_cluster", ctypes.c_char_p),
+        ("etcd_ca_file", ctypes.c_char_p),
+        ("etcd_cert_file", ctypes.c_char_p),
+        ("etcd_key_file", ctypes.c_char_p),
+        ("client", ctypes.POINTER(_Options)),
+    ]
+
+
 # rdmalock_options_t of C API version 1 (what a library without rdmalock_options_init_sized
 # fills).
 _OPTIONS_V1_SIZE = ctypes.sizeof(_Options)
@@ -121,14 +160,14 @@ _load_lock = threading.Lock()
 # to outlive every call the library makes through it, including the one during which its Lock is
 # collected; issue 17, finding 9.) _callbacks_lock guards _callbacks; it is never held while a
 # callback runs.
-_callbacks: dict = {}
+_callbacks: Dict[int, LostCallback] = {}
 _callbacks_lock = threading.Lock()
 _callback_keys = itertools.count(1)
 
 
-def _on_lost(code, message, key):
+def _on_lost(code: int, message: Optional[bytes], key: Optional[int]) -> None:
     with _callbacks_lock:
-        callback = _callbacks.get(key)
+        callback = _callbacks.get(key) if key is not None else None
     if callback is not None:
         callback(RdmalockError(code, (message or b"").decode(errors="replace")))
 
@@ -148,23 +187,26 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _candidates() -> list[str]:
+def _candidates() -> List[str]:
     env = os.environ.get("RDMALOCK_LIBRARY")
     if env:
         return [env]  # named explicitly: nothing else is tried
-    found = []
+    found = [_SONAME]  # the librdmalock package's, through the loader's own search
     system = ctypes.util.find_library("rdmalock")
-    if system:
+    if system and system != _SONAME:
         found.append(system)
+    # A source checkout: python/rdmalock/ next to build/ (an installed package has no such tree).
     root = pathlib.Path(__file__).resolve().parents[2]
-    found.append(str(root / "build" / "librdmalock.so"))
+    in_tree = root / "build" / "librdmalock.so"
+    if (root / "CMakeLists.txt").is_file() and in_tree.exists():
+        found.append(str(in_tree))
     return found
 
 
 def _declare(lib: ctypes.CDLL) -> None:
     c_client, c_lock = ctypes.c_void_p, ctypes.c_void_p
     st, u64, i64 = ctypes.c_int, ctypes.c_uint64, ctypes.c_int64
-    sigs = {
+    sigs: Dict[str, Tuple[Any, List[Any]]] = {
         "rdmalock_options_init": (None, [ctypes.POINTER(_Options)]),
         "rdmalock_connect": (st, [ctypes.POINTER(_Options), ctypes.POINTER(c_client)]),
         "rdmalock_close": (None, [c_client]),
@@ -196,6 +238,25 @@ def _declare(lib: ctypes.CDLL) -> None:
         f = getattr(lib, name)
         f.restype = restype
         f.argtypes = argtypes
+    # C API version 3: the cluster (older libraries lack it; Cluster raises UNSUPPORTED there).
+    c_cluster, c_cluster_opts = ctypes.c_void_p, ctypes.POINTER(_ClusterOptions)
+    cluster_sigs: Dict[str, Tuple[Any, List[Any]]] = {
+        "rdmalock_cluster_options_init_sized": (None, [c_cluster_opts, ctypes.c_size_t]),
+        "rdmalock_cluster_open": (st, [c_cluster_opts, ctypes.POINTER(c_cluster)]),
+        "rdmalock_cluster_close": (None, [c_cluster]),
+        "rdmalock_cluster_lock": (st, [c_cluster, ctypes.c_char_p, ctypes.c_int, i64,
+                                       ctypes.POINTER(c_lock)]),
+        "rdmalock_cluster_try_lock": (st, [c_cluster, ctypes.c_char_p, ctypes.c_int,
+                                           ctypes.POINTER(c_lock)]),
+        "rdmalock_cluster_shard_count": (u64, [c_cluster]),
+        "rdmalock_cluster_shard_of": (st, [c_cluster, ctypes.c_char_p, ctypes.c_char_p,
+                                           ctypes.c_size_t]),
+    }
+    for name, (restype, argtypes) in cluster_sigs.items():
+        f = getattr(lib, name, None)
+        if f is not None:
+            f.restype = restype
+            f.argtypes = argtypes
     # C API version 2: the options carry the caller's size (older libraries lack it).
     sized = getattr(lib, "rdmalock_options_init_sized", None)
     if sized is not None:
@@ -204,6 +265,7 @@ def _declare(lib: ctypes.CDLL) -> None:
 
 
 def _lib() -> ctypes.CDLL:
+    """The loaded librdmalock (loaded on first use). Raises OSError if none is found."""
     global _loaded
     if _loaded is not None:
         return _loaded
@@ -223,8 +285,8 @@ def _lib() -> ctypes.CDLL:
                 _loaded = lib
                 break
             else:
-                raise OSError("librdmalock not found (set RDMALOCK_LIBRARY to its path); tried "
-                              + "; ".join(errors))
+                raise OSError("librdmalock not found (install the librdmalock package, or set "
+                              "RDMALOCK_LIBRARY to its path); tried " + "; ".join(errors))
     return _loaded
 
 
@@ -256,6 +318,36 @@ def _options() -> _Options:
     return o
 
 
+def _client_options(server: Optional[str], port: int, connect_timeout: float = 5.0,
+                    client_name: Optional[str] = None, auto_renew: bool = True,
+                    record_requests: bool = True, reconnect: bool = True,
+                    auth_key_file: Optional[str] = None) -> _Options:
+    """The options of a session (a Client's, or each shard's of a Cluster, whose server is None).
+    Raises RdmalockError(INVALID_ARGUMENT) for a port out of range or a negative timeout."""
+    o = _options()
+    o.server = server.encode() if server else None
+    if not 0 <= port <= 0xFFFF:
+        raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"port {port} is out of range")
+    o.port = port
+    if connect_timeout < 0:
+        raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
+                            f"connect_timeout {connect_timeout} is negative")
+    o.connect_timeout_ms = int(round(connect_timeout * 1000))
+    o.client_name = client_name.encode() if client_name else None
+    o.auto_renew = int(auto_renew)
+    o.record_requests = int(record_requests)
+    o.reconnect = int(reconnect)
+    o.auth_key_file = auth_key_file.encode() if auth_key_file else None
+    return o
+
+
+def _check_name(name: object) -> bytes:
+    if not isinstance(name, str):
+        raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
+                            f"lock name must be a str, not {type(name).__name__}")
+    return name.encode()
+
+
 def _free_lock(handle: ctypes.c_void_p, key: int) -> None:
     _lib().rdmalock_lock_free(handle)  # after it returns the library never calls back for it
     with _callbacks_lock:
@@ -263,13 +355,14 @@ def _free_lock(handle: ctypes.c_void_p, key: int) -> None:
 
 
 def library_version() -> str:
-    """librdmalock's version, e.g. "0.1.0"."""
-    return _lib().rdmalock_version().decode()
+    """librdmalock's version, e.g. "0.1.0". Raises OSError if the library cannot be loaded."""
+    return str(_lib().rdmalock_version().decode())
 
 
 def slot_for_name(name: str, lock_count: int) -> int:
-    """The slot ``name`` maps to among ``lock_count`` slots (XXH3-64 modulo the count)."""
-    return _lib().rdmalock_slot_for_name(name.encode(), lock_count)
+    """The slot ``name`` maps to among ``lock_count`` slots (XXH3-64 modulo the count; 0 for a
+    count of 0). Raises OSError if the library cannot be loaded."""
+    return int(_lib().rdmalock_slot_for_name(name.encode(), lock_count))
 
 
 # ---- the API
@@ -278,13 +371,19 @@ def slot_for_name(name: str, lock_count: int) -> int:
 class Lock:
     """An acquired lock. Use it as a context manager (released when the block ends), or call
     release(). The handle is freed by close() or when the object is collected; a lock still held
-    then is released. A Lock keeps its Client alive (issue 17, finding 10): the session lasts at
-    least as long as the locks it granted, unless the client is closed."""
+    then is released. A Lock keeps its Client (or Cluster) alive (issue 17, finding 10): the
+    session lasts at least as long as the locks it granted, unless the client is closed.
 
-    def __init__(self, handle: int, name: Optional[str], client: "Client"):
+    The accessors (token, slot, state, ...) raise RdmalockError(INVALID_ARGUMENT) once the handle
+    is closed, and nothing else."""
+
+    name: Optional[str]
+
+    def __init__(self, handle: Optional[int], name: Optional[str],
+                 client: Union[Client, Cluster]) -> None:
         self._handle = ctypes.c_void_p(handle)
         self.name = name
-        self._client: Optional[Client] = client
+        self._client: Optional[Union[Client, Cluster]] = client
         self._key = next(_callback_keys)  # this lock's entry in _callbacks
         # Runs before the Lock's attributes go (so before its reference to the client): the
         # handle is freed while the session is still there.
@@ -297,31 +396,37 @@ class Lock:
 
     def release(self) -> None:
         """Releases the lock. Raises RdmalockError: LOCK_LOST (it was lost, nothing released),
-        NOT_HELD (already released), CONNECTION (the client was closed or failed)."""
+        NOT_HELD (already released), CONNECTION (the client was closed or failed),
+        INVALID_ARGUMENT (the handle was closed), UNSUPPORTED (inherited across fork())."""
         _check(_lib().rdmalock_release(self._h()))
 
     def renew(self) -> None:
-        """Extends the lease by one lease period (the client also renews in the background)."""
+        """Extends the lease by one lease period (the client also renews in the background).
+        Raises RdmalockError: NOT_HELD, LOCK_LOST, CONNECTION, INVALID_ARGUMENT (closed
+        handle), UNSUPPORTED (inherited across fork())."""
         _check(_lib().rdmalock_renew(self._h()))
 
     def close(self) -> None:
-        """Frees the handle, releasing the lock if still held (errors dropped). Idempotent."""
+        """Frees the handle, releasing the lock if still held (errors dropped: call release()
+        first to see them). Idempotent; raises nothing."""
         self._finalizer()
         self._client = None
 
     @property
     def token(self) -> int:
         """The fencing token of an exclusive grant (0 for shared): larger for every later
-        exclusive holder."""
-        return _lib().rdmalock_lock_get_token(self._h())
+        exclusive holder (of the same lockd; a Cluster's tokens are per shard)."""
+        return int(_lib().rdmalock_lock_get_token(self._h()))
 
     @property
     def slot(self) -> int:
-        return _lib().rdmalock_lock_get_slot(self._h())
+        """The lock's slot in its lockd's table."""
+        return int(_lib().rdmalock_lock_get_slot(self._h()))
 
     @property
     def shared(self) -> bool:
-        return _lib().rdmalock_lock_get_mode(self._h()) == _SHARED
+        """True for a shared grant, False for an exclusive one."""
+        return bool(_lib().rdmalock_lock_get_mode(self._h()) == _SHARED)
 
     @property
     def mode(self) -> str:
@@ -330,23 +435,29 @@ class Lock:
 
     @property
     def state(self) -> LockState:
+        """HELD, RELEASED or LOST."""
         return LockState(_lib().rdmalock_lock_get_state(self._h()))
 
     @property
     def held(self) -> bool:
+        """state == HELD."""
         return self.state == LockState.HELD
 
     @property
     def lease_remaining(self) -> float:
         """Seconds until the lease ends unless renewed (0.0 if not held)."""
-        return _lib().rdmalock_lock_lease_remaining_ms(self._h()) / 1000.0
+        return float(_lib().rdmalock_lock_lease_remaining_ms(self._h())) / 1000.0
 
-    def on_lost(self, callback: Optional[Callable[[RdmalockError], None]]) -> None:
+    def on_lost(self, callback: Optional[LostCallback]) -> None:
         """Calls ``callback(error)`` at most once if the lock is lost while held (on a library
-        thread: keep it short, and do not release or renew this lock from it). None clears it."""
+        thread: keep it short, and do not release or renew this lock from it). None clears it.
+        Raises RdmalockError: INVALID_ARGUMENT (closed handle), UNSUPPORTED (inherited across
+        fork())."""
         handle = self._h()
         if callback is None:
-            _check(_lib().rdmalock_lock_on_lost(handle, _LOST_FN(), None))
+            # _LOST_FN() is a NULL function pointer (typeshed lacks the no-argument form).
+            null_fn = _LOST_FN()  # type: ignore[call-overload]
+            _check(_lib().rdmalock_lock_on_lost(handle, null_fn, None))
             with _callbacks_lock:
                 _callbacks.pop(self._key, None)
             return
@@ -354,10 +465,11 @@ class Lock:
             _callbacks[self._key] = callback
         _check(_lib().rdmalock_lock_on_lost(handle, _LOST_TRAMPOLINE, self._key))
 
-    def __enter__(self) -> "Lock":
+    def __enter__(self) -> Lock:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
         # Release unless already released. Losing the lock inside the block matters: raise it,
         # unless the block is failing anyway. The handle stays readable (state, token).
         if self._finalizer.alive and self.state != LockState.RELEASED:
@@ -379,27 +491,25 @@ class Client:
     ends the session, and lockd frees the locks it still held. Threads may share a Client, but
     must not use it while one of them closes it. Its Locks keep it alive; a lost callback may
     close it or drop the last references to it. After os.fork(), the child's copy refuses every
-    call (UNSUPPORTED) and leaves the parent's session alone."""
+    call (UNSUPPORTED) and leaves the parent's session alone. A closed Client raises
+    RdmalockError(CONNECTION) from every call but close()."""
+
+    server: str
+    port: int
 
     def __init__(self, server: str, port: int = 7471, connect_timeout: float = 5.0,
                  client_name: Optional[str] = None, auto_renew: bool = True,
                  record_requests: bool = True, reconnect: bool = True,
-                 auth_key_file: Optional[str] = None):
+                 auth_key_file: Optional[str] = None) -> None:
+        """Connects to lockd, as connect(). Raises RdmalockError: INVALID_ARGUMENT (no server, a name that does not
+        resolve, a port out of range, a negative timeout), CONNECTION (nothing listens, or the
+        connection failed), RESOURCE (no RDMA device, out of QPs or memory), REJECTED (lockd
+        refused the handshake: version, too many clients, restart grace, authentication),
+        CONFIG (the auth key file cannot be read or is too short). Raises OSError if
+        librdmalock cannot be loaded."""
         lib = _lib()
-        o = _options()
-        o.server = server.encode() if server else None
-        if not 0 <= port <= 0xFFFF:
-            raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"port {port} is out of range")
-        o.port = port
-        if connect_timeout < 0:
-            raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
-                                f"connect_timeout {connect_timeout} is negative")
-        o.connect_timeout_ms = int(round(connect_timeout * 1000))
-        o.client_name = client_name.encode() if client_name else None
-        o.auto_renew = int(auto_renew)
-        o.record_requests = int(record_requests)
-        o.reconnect = int(reconnect)
-        o.auth_key_file = auth_key_file.encode() if auth_key_file else None
+        o = _client_options(server, port, connect_timeout, client_name, auto_renew,
+                            record_requests, reconnect, auth_key_file)
         handle = ctypes.c_void_p()
         _check(lib.rdmalock_connect(ctypes.byref(o), ctypes.byref(handle)))
         self._handle = handle
@@ -407,11 +517,23 @@ class Client:
         self._finalizer = weakref.finalize(self, lib.rdmalock_close, handle)
 
     @classmethod
-    def connect(cls, server: str, port: int = 7471, **options) -> "Client":
-        """Connects to lockd at ``server`` (an IP of its RDMA device, or a name). Options:
-        connect_timeout (seconds), client_name, auto_renew, record_requests, reconnect,
-        auth_key_file (else $RDMALOCK_AUTH_KEY / $RDMALOCK_AUTH_KEY_FILE)."""
-        return cls(server, port, **options)
+    def connect(cls, server: str, port: int = 7471, *, connect_timeout: float = 5.0,
+                client_name: Optional[str] = None, auto_renew: bool = True,
+                record_requests: bool = True, reconnect: bool = True,
+                auth_key_file: Optional[str] = None) -> Client:
+        """Connects to lockd at ``server`` (an IP of its RDMA device, or a name) and ``port``.
+        connect_timeout (seconds), client_name (shown to operators), auto_renew (renew held
+        locks every lease/3), record_requests (lockd frees a dead client's locks at once),
+        reconnect (a new session when the session ends), auth_key_file (else
+        $RDMALOCK_AUTH_KEY / $RDMALOCK_AUTH_KEY_FILE). Raises RdmalockError: INVALID_ARGUMENT (no server, a name that does not
+        resolve, a port out of range, a negative timeout), CONNECTION (nothing listens, or the
+        connection failed), RESOURCE (no RDMA device, out of QPs or memory), REJECTED (lockd
+        refused the handshake: version, too many clients, restart grace, authentication),
+        CONFIG (the auth key file cannot be read or is too short). Raises OSError if
+        librdmalock cannot be loaded."""
+        return cls(server, port, connect_timeout=connect_timeout, client_name=client_name,
+                   auto_renew=auto_renew, record_requests=record_requests, reconnect=reconnect,
+                   auth_key_file=auth_key_file)
 
     def _h(self) -> ctypes.c_void_p:
         if not self._finalizer.alive:
@@ -419,21 +541,22 @@ class Client:
         return self._handle
 
     def _acquire(self, name: str, shared: bool, timeout_ms: int) -> Lock:
-        if not isinstance(name, str):
-            raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
-                                f"lock name must be a str, not {type(name).__name__}")
+        encoded = _check_name(name)
         out = ctypes.c_void_p()
-        _check(_lib().rdmalock_lock(self._h(), name.encode(), _SHARED if shared else _EXCLUSIVE,
+        _check(_lib().rdmalock_lock(self._h(), encoded, _SHARED if shared else _EXCLUSIVE,
                                     timeout_ms, ctypes.byref(out)))
         return Lock(out.value, name, self)
 
     def lock(self, name: str, shared: bool = False, timeout: Optional[float] = None) -> Lock:
         """Acquires ``name``, waiting up to ``timeout`` seconds (None: for ever). Raises
-        RdmalockError with code TIMEOUT if it was not granted in time."""
+        RdmalockError: TIMEOUT (not granted in time), BUSY (timeout 0, taken),
+        INVALID_ARGUMENT (an empty or non-str name, a negative timeout), CONNECTION (the
+        connection failed, or the client is closed), UNSUPPORTED (inherited across fork())."""
         return self._acquire(name, shared, _timeout_ms(timeout))
 
     def try_lock(self, name: str, shared: bool = False) -> Optional[Lock]:
-        """One attempt: the Lock, or None if the lock is held in a conflicting mode."""
+        """One attempt: the Lock, or None if the lock is held in a conflicting mode. Raises
+        RdmalockError as lock() does, except BUSY and TIMEOUT."""
         try:
             return self._acquire(name, shared, 0)
         except RdmalockError as e:
@@ -443,7 +566,8 @@ class Client:
 
     def lock_slot(self, slot: int, shared: bool = False,
                   timeout: Optional[float] = None) -> Lock:
-        """As lock(), by slot number (0 .. lock_count - 1)."""
+        """As lock(), by slot number (0 .. lock_count - 1). Raises RdmalockError as lock();
+        INVALID_ARGUMENT for a slot out of range."""
         if slot < 0:
             raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"slot {slot} is negative")
         out = ctypes.c_void_p()
@@ -452,37 +576,202 @@ class Client:
         return Lock(out.value, None, self)
 
     def flush(self) -> None:
-        """Waits until this thread's posted releases have completed at lockd."""
+        """Waits until this thread's posted releases have completed at lockd. Raises
+        RdmalockError: CONNECTION (the connection failed, or the client is closed)."""
         _check(_lib().rdmalock_flush(self._h()))
 
     @property
     def lock_count(self) -> int:
-        return _lib().rdmalock_client_lock_count(self._h())
+        """lockd's number of locks (slots)."""
+        return int(_lib().rdmalock_client_lock_count(self._h()))
 
     @property
     def lease(self) -> float:
         """lockd's lease, in seconds."""
-        return _lib().rdmalock_client_lease_ms(self._h()) / 1000.0
+        return float(_lib().rdmalock_client_lease_ms(self._h())) / 1000.0
 
     @property
     def session_id(self) -> int:
         """The current session (0 while reconnecting)."""
-        return _lib().rdmalock_client_session_id(self._h())
+        return int(_lib().rdmalock_client_session_id(self._h()))
 
     @property
     def closed(self) -> bool:
+        """True once close() ran."""
         return not self._finalizer.alive
 
     def close(self) -> None:
-        """Ends the session. Idempotent. Locks still held become LOST; lockd frees them."""
+        """Ends the session. Idempotent; raises nothing. Locks still held become LOST; lockd
+        frees them."""
         self._finalizer()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
         self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"session {self.session_id}"
         return f"<rdmalock.Client {self.server}:{self.port} {state}>"
+
+
+class Cluster:
+    """A sharded lock space: many lockds (shards) behind one object, as the C++ ClusterClient.
+
+    A lock name picks its shard by rendezvous hashing over the shard names, then its slot inside
+    that shard as with one lockd. The cluster opens a session with a shard the first time it uses
+    it (so opening needs no lockd, and a shard's connection errors come from lock()). Threads may
+    share a Cluster, but must not use it while one of them closes it. Its Locks keep it alive.
+    Fencing tokens are per shard: tokens of locks on different shards are not comparable. A
+    closed Cluster raises RdmalockError(CONNECTION) from every call but close().
+
+        with rdmalock.Cluster.from_shard_map("/etc/rdmalock/cluster.yaml") as cluster:
+            with cluster.lock("orders/42", timeout=2.0) as lock:
+                write_to_storage(lock.token)
+    """
+
+    source: str
+
+    def __init__(self, shard_map: Optional[str] = None,
+                 etcd_endpoints: Union[str, Sequence[str], None] = None,
+                 etcd_cluster: Optional[str] = None, ca: Optional[str] = None,
+                 cert: Optional[str] = None, key: Optional[str] = None, *,
+                 connect_timeout: float = 5.0, client_name: Optional[str] = None,
+                 auto_renew: bool = True, record_requests: bool = True, reconnect: bool = True,
+                 auth_key_file: Optional[str] = None) -> None:
+        """Opens a cluster from a map file (``shard_map``) or from etcd (``etcd_endpoints``,
+        exactly one of them); prefer from_shard_map() and from_etcd(). The keyword options are
+        Client.connect's, for every shard's session. Raises RdmalockError: INVALID_ARGUMENT
+        (neither or both sources, an empty endpoint, cert without key or key without cert, a
+        negative timeout), IO (the map file cannot be read), CONFIG (not a valid map: the
+        message names file, line and key; no map for this cluster in etcd), CONNECTION (no etcd
+        member answered), PROTOCOL (etcd holds something that is not a map), UNSUPPORTED
+        (librdmalock older than the cluster API). Raises OSError if librdmalock cannot be
+        loaded."""
+        lib = _lib()
+        if not hasattr(lib, "rdmalock_cluster_open"):
+            raise RdmalockError(ErrorCode.UNSUPPORTED,
+                                "librdmalock is older than this module (no rdmalock_cluster_open)")
+        co = _ClusterOptions()
+        lib.rdmalock_cluster_options_init_sized(ctypes.byref(co), ctypes.sizeof(co))
+        if isinstance(etcd_endpoints, str):
+            etcd_endpoints = [etcd_endpoints]
+        endpoints = ",".join(etcd_endpoints) if etcd_endpoints is not None else None
+        # ctypes keeps a reference to each bytes object assigned to a c_char_p field.
+        co.shard_map_file = os.fsencode(shard_map) if shard_map is not None else None
+        co.etcd_endpoints = endpoints.encode() if endpoints is not None else None
+        co.etcd_cluster = etcd_cluster.encode() if etcd_cluster else None
+        co.etcd_ca_file = os.fsencode(ca) if ca else None
+        co.etcd_cert_file = os.fsencode(cert) if cert else None
+        co.etcd_key_file = os.fsencode(key) if key else None
+        o = _client_options(None, 0, connect_timeout, client_name, auto_renew, record_requests,
+                            reconnect, auth_key_file)
+        co.client = ctypes.pointer(o)
+        handle = ctypes.c_void_p()
+        _check(lib.rdmalock_cluster_open(ctypes.byref(co), ctypes.byref(handle)))
+        self._handle = handle
+        self.source = shard_map if shard_map is not None else (endpoints or "")
+        self._finalizer = weakref.finalize(self, lib.rdmalock_cluster_close, handle)
+
+    @classmethod
+    def from_shard_map(cls, path: str, *, connect_timeout: float = 5.0,
+                       client_name: Optional[str] = None, auto_renew: bool = True,
+                       record_requests: bool = True, reconnect: bool = True,
+                       auth_key_file: Optional[str] = None) -> Cluster:
+        """Opens the cluster a map file describes (YAML, as ``lockctl --cluster FILE`` reads it:
+        ``shards: [{name, server, port}]``), read once, now. The keyword options are
+        Client.connect's, for every shard's session. Raises RdmalockError: IO (the file cannot
+        be read), CONFIG (not a valid map; the message names file, line and key),
+        INVALID_ARGUMENT (a negative timeout), UNSUPPORTED (librdmalock older than the cluster
+        API); OSError if librdmalock cannot be loaded."""
+        return cls(shard_map=path, connect_timeout=connect_timeout, client_name=client_name,
+                   auto_renew=auto_renew, record_requests=record_requests, reconnect=reconnect,
+                   auth_key_file=auth_key_file)
+
+    @classmethod
+    def from_etcd(cls, endpoints: Union[str, Sequence[str]], cluster: str = "default",
+                  ca: Optional[str] = None, cert: Optional[str] = None,
+                  key: Optional[str] = None, *, connect_timeout: float = 5.0,
+                  client_name: Optional[str] = None, auto_renew: bool = True,
+                  record_requests: bool = True, reconnect: bool = True,
+                  auth_key_file: Optional[str] = None) -> Cluster:
+        """Opens a cluster whose map and primaries live in etcd (lockd's cluster mode).
+        ``endpoints``: http[s]://HOST:PORT of etcd members (a str or a list); ``cluster``: its
+        name in etcd; ``ca``, ``cert``, ``key``: PEM files for https (cert and key both or
+        neither). Each shard's session follows the primary etcd names. Raises RdmalockError:
+        CONNECTION (no etcd member answered), CONFIG (etcd has no map for this cluster),
+        PROTOCOL (etcd holds something that is not a map), INVALID_ARGUMENT (an empty
+        endpoint, cert without key or key without cert, a negative timeout), UNSUPPORTED
+        (librdmalock older than the cluster API); OSError if librdmalock cannot be loaded."""
+        return cls(etcd_endpoints=endpoints, etcd_cluster=cluster, ca=ca, cert=cert, key=key,
+                   connect_timeout=connect_timeout, client_name=client_name,
+                   auto_renew=auto_renew, record_requests=record_requests, reconnect=reconnect,
+                   auth_key_file=auth_key_file)
+
+    def _h(self) -> ctypes.c_void_p:
+        if not self._finalizer.alive:
+            raise RdmalockError(ErrorCode.CONNECTION, "cluster is closed")
+        return self._handle
+
+    def _acquire(self, name: str, shared: bool, timeout_ms: int) -> Lock:
+        encoded = _check_name(name)
+        out = ctypes.c_void_p()
+        mode = _SHARED if shared else _EXCLUSIVE
+        if timeout_ms == 0:
+            _check(_lib().rdmalock_cluster_try_lock(self._h(), encoded, mode, ctypes.byref(out)))
+        else:
+            _check(_lib().rdmalock_cluster_lock(self._h(), encoded, mode, timeout_ms,
+                                                ctypes.byref(out)))
+        return Lock(out.value, name, self)
+
+    def lock(self, name: str, shared: bool = False, timeout: Optional[float] = None) -> Lock:
+        """As Client.lock, on the shard that owns ``name``. Raises RdmalockError as
+        Client.lock does, and, on that shard's first use, as Client.connect does (CONNECTION,
+        RESOURCE, REJECTED, CONFIG)."""
+        return self._acquire(name, shared, _timeout_ms(timeout))
+
+    def try_lock(self, name: str, shared: bool = False) -> Optional[Lock]:
+        """As Client.try_lock, on the shard that owns ``name``: None if it is taken. Raises
+        RdmalockError as lock() does, except BUSY and TIMEOUT."""
+        try:
+            return self._acquire(name, shared, 0)
+        except RdmalockError as e:
+            if e.code == ErrorCode.BUSY:
+                return None
+            raise
+
+    def shard_of(self, name: str) -> str:
+        """The name of the shard that owns ``name`` now (a map in etcd can change). Raises
+        RdmalockError: INVALID_ARGUMENT (an empty or non-str name), CONNECTION (closed)."""
+        encoded = _check_name(name)
+        buf = ctypes.create_string_buffer(256)  # shard names are at most 64 bytes
+        _check(_lib().rdmalock_cluster_shard_of(self._h(), encoded, buf, len(buf)))
+        return buf.value.decode()
+
+    @property
+    def shard_count(self) -> int:
+        """The number of shards in the map in use now."""
+        return int(_lib().rdmalock_cluster_shard_count(self._h()))
+
+    @property
+    def closed(self) -> bool:
+        """True once close() ran."""
+        return not self._finalizer.alive
+
+    def close(self) -> None:
+        """Ends every shard's session. Idempotent; raises nothing. Locks still held become
+        LOST; their lockds free them."""
+        self._finalizer()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self.shard_count} shards"
+        return f"<rdmalock.Cluster {self.source} {state}>"

@@ -6,6 +6,11 @@
  *       against a running lockd (on real verbs): exclusion between clients, shared locks, fencing
  *       tokens, release, accessors, closing with locks held, and a lost callback when the holder's
  *       session is fenced (`LOCKCTL release --force` through lockd's ADMIN_SOCKET)
+ *   c_api_test cluster MAP_FILE LOCKCTL SERVER PORT_A PORT_B
+ *       against two running lockds, shards "shard-a" (SERVER:PORT_A) and "shard-b" (SERVER:PORT_B)
+ *       of the cluster map MAP_FILE: a lock through rdmalock_cluster_* is held on its name's
+ *       shard and on no other (a single client of each lockd, and `LOCKCTL --cluster MAP_FILE
+ *       inspect`, say so)
  *
  * Prints "c_api: <test>: ok" or "c_api: <test>: FAIL <why>" per test, then a count; exits 1 if
  * anything failed. */
@@ -705,6 +710,110 @@ static void test_fork_child_exit_leaves_parent_locks(void) {
   rdmalock_close(a);
 }
 
+/* ---- cluster: against two running lockds, the shards of a map file */
+
+static const char* map_file;
+static uint16_t port_a, port_b;
+
+static rdmalock_cluster_t* open_cluster(void) {
+  rdmalock_cluster_options_t co;
+  rdmalock_options_t o;
+  rdmalock_cluster_t* c = NULL;
+  rdmalock_cluster_options_init(&co);
+  rdmalock_options_init(&o);
+  o.connect_timeout_ms = 10000;
+  o.client_name = "c-api-cluster";
+  co.shard_map_file = map_file;
+  co.client = &o;
+  if (rdmalock_cluster_open(&co, &c) != RDMALOCK_OK) return NULL;
+  return c;
+}
+
+/* A name the cluster puts on `shard` (into buf). */
+static int name_on(rdmalock_cluster_t* c, const char* shard, char* buf, size_t size) {
+  char got[64];
+  for (int i = 0; i < 10000; ++i) {
+    snprintf(buf, size, "c-api/cluster/%d", i);
+    if (rdmalock_cluster_shard_of(c, buf, got, sizeof got) != RDMALOCK_OK) return 0;
+    if (strcmp(got, shard) == 0) return 1;
+  }
+  return 0;
+}
+
+/* `LOCKCTL --cluster MAP_FILE [--shard SHARD] inspect NAME` prints a line containing `want`. */
+static int inspect_shows(const char* shard, const char* name, const char* want) {
+  char cmd[2048];
+  snprintf(cmd, sizeof cmd, "%s --cluster %s %s%s inspect %s 2>&1 | grep -q '%s'", lockctl,
+           map_file, shard ? "--shard " : "", shard ? shard : "", name, want);
+  return system(cmd) == 0;
+}
+
+static void test_cluster_locks_land_on_their_shard(void) {
+  rdmalock_cluster_t* c = open_cluster();
+  REQUIRE(c != NULL);
+  CHECK(rdmalock_cluster_shard_count(c) == 2);
+  char on_a[64], on_b[64];
+  REQUIRE(name_on(c, "shard-a", on_a, sizeof on_a));
+  REQUIRE(name_on(c, "shard-b", on_b, sizeof on_b));
+  rdmalock_lock_t *la = NULL, *lb = NULL, *m = NULL;
+  EXPECT_STATUS(rdmalock_cluster_lock(c, on_a, RDMALOCK_EXCLUSIVE, 5000, &la), RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_cluster_try_lock(c, on_b, RDMALOCK_EXCLUSIVE, &lb), RDMALOCK_OK);
+  REQUIRE(la != NULL && lb != NULL);
+  CHECK(rdmalock_lock_get_token(la) != 0 && rdmalock_lock_get_token(lb) != 0);
+  /* The cluster itself: the same names are taken. */
+  EXPECT_STATUS(rdmalock_cluster_try_lock(c, on_a, RDMALOCK_EXCLUSIVE, &m), RDMALOCK_ERR_BUSY);
+  /* Each lockd on its own: shard-a's has on_a held and on_b free, shard-b's the reverse. */
+  port = port_a;
+  rdmalock_client_t* a = connect_as("c-api-shard-a");
+  port = port_b;
+  rdmalock_client_t* b = connect_as("c-api-shard-b");
+  REQUIRE(a != NULL && b != NULL);
+  EXPECT_STATUS(rdmalock_try_lock(a, on_a, RDMALOCK_EXCLUSIVE, &m), RDMALOCK_ERR_BUSY);
+  EXPECT_STATUS(rdmalock_try_lock(b, on_b, RDMALOCK_EXCLUSIVE, &m), RDMALOCK_ERR_BUSY);
+  EXPECT_STATUS(rdmalock_try_lock(b, on_a, RDMALOCK_EXCLUSIVE, &m), RDMALOCK_OK);
+  rdmalock_lock_free(m);
+  EXPECT_STATUS(rdmalock_try_lock(a, on_b, RDMALOCK_EXCLUSIVE, &m), RDMALOCK_OK);
+  rdmalock_lock_free(m);
+  EXPECT_STATUS(rdmalock_flush(a), RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_flush(b), RDMALOCK_OK);
+  /* lockctl with the same map finds each lock on its shard, held by this cluster's session. */
+  CHECK(inspect_shows(NULL, on_a, "shard        shard-a"));
+  CHECK(inspect_shows(NULL, on_a, "state        held exclusive"));
+  CHECK(inspect_shows(NULL, on_a, "c-api-cluster"));
+  CHECK(inspect_shows(NULL, on_b, "shard        shard-b"));
+  CHECK(inspect_shows(NULL, on_b, "state        held exclusive"));
+  CHECK(inspect_shows("shard-b", on_a, "state        free"));
+  EXPECT_STATUS(rdmalock_release(la), RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_release(lb), RDMALOCK_OK);
+  rdmalock_lock_free(la);
+  rdmalock_lock_free(lb);
+  rdmalock_close(a);
+  rdmalock_close(b);
+  rdmalock_cluster_close(c);
+}
+
+static void test_cluster_close_with_locks_held(void) {
+  rdmalock_cluster_t* c = open_cluster();
+  REQUIRE(c != NULL);
+  char on_a[64];
+  REQUIRE(name_on(c, "shard-a", on_a, sizeof on_a));
+  rdmalock_lock_t* l = NULL;
+  EXPECT_STATUS(rdmalock_cluster_lock(c, on_a, RDMALOCK_EXCLUSIVE, 5000, &l), RDMALOCK_OK);
+  REQUIRE(l != NULL);
+  rdmalock_cluster_close(c);
+  CHECK(rdmalock_lock_get_state(l) == RDMALOCK_LOST);
+  EXPECT_STATUS(rdmalock_release(l), RDMALOCK_ERR_LOCK_LOST);
+  rdmalock_lock_free(l);
+  /* lockd freed it with the session: another client gets it. */
+  port = port_a;
+  rdmalock_client_t* a = connect_as("c-api-after-close");
+  REQUIRE(a != NULL);
+  rdmalock_lock_t* m = NULL;
+  EXPECT_STATUS(rdmalock_lock(a, on_a, RDMALOCK_EXCLUSIVE, 10000, &m), RDMALOCK_OK);
+  rdmalock_lock_free(m);
+  rdmalock_close(a);
+}
+
 int main(int argc, char** argv) {
   if (argc >= 2 && strcmp(argv[1], "host") == 0) {
     run("version and error names", test_version_and_names);
@@ -737,11 +846,22 @@ int main(int argc, char** argv) {
     run("lost callback when the session is fenced (lockctl release --force)", test_lost_callback);
     run("issue 17 finding 11: a forked child's exit leaves the parent's session and lock",
         test_fork_child_exit_leaves_parent_locks);
+  } else if (argc == 7 && strcmp(argv[1], "cluster") == 0) {
+    map_file = argv[2];
+    lockctl = argv[3];
+    server = argv[4];
+    port_a = (uint16_t)atoi(argv[5]);
+    port_b = (uint16_t)atoi(argv[6]);
+    run("cluster: a lock lands on its name's shard and on no other (lockctl inspect agrees)",
+        test_cluster_locks_land_on_their_shard);
+    run("cluster: close with a lock held: handle lost, the shard's lockd frees it",
+        test_cluster_close_with_locks_held);
   } else {
     fprintf(stderr,
             "usage: %s host\n"
-            "       %s rdma SERVER PORT LOCKCTL ADMIN_SOCKET\n",
-            argv[0], argv[0]);
+            "       %s rdma SERVER PORT LOCKCTL ADMIN_SOCKET\n"
+            "       %s cluster MAP_FILE LOCKCTL SERVER PORT_A PORT_B\n",
+            argv[0], argv[0], argv[0]);
     return 64;
   }
   printf("c_api: %d passed, %d failed\n", passed, failed);

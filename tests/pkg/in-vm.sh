@@ -6,7 +6,7 @@
 # StateDirectory and RuntimeDirectory as directories, UMask. The config /etc/rdmalock/lockd.yaml
 # is edited to listen on $RXE_IP, and nothing else: it requires the key the package generated.
 # Then the packaged lockctl's `status` must succeed against it with that key and be refused
-# without it (issue 17 finding 15),
+# without it (issue 17 finding 15), a lock through python3-rdmalock must be held and released,
 # the epoch must appear in /var/lib/rdmalock, and SIGTERM must stop lockd cleanly.
 #   in-vm.sh TREE
 set -euo pipefail
@@ -100,6 +100,24 @@ epoch=$(cat "$epoch_file")
 step "epoch $epoch in /var/lib/$state/epoch; /var/lib/$state: $(stat -c '%a' "$tree/var/lib/$state")"
 [ -S "$tree/run/$runtime/lockd.sock" ] || fail "no admin socket /run/$runtime/lockd.sock"
 out=$(in_tree lockctl --server "$RXE_IP" --auth-key-file "$key" clients 2>&1) || fail "lockctl clients failed: $out"
+
+# python3-rdmalock against the packaged lockd: the system python3, the package's key through the
+# environment (as lockctl's --auth-key-file), a lock held and released in a with-block; lockctl
+# inspect sees it held while the block runs (the script waits for it on stdin).
+py_out=$(in_tree env RDMALOCK_AUTH_KEY_FILE="$key" python3 -c '
+import sys, subprocess, rdmalock
+ip, key = sys.argv[1], sys.argv[2]
+with rdmalock.Client.connect(ip, connect_timeout=10, client_name="pkg-python") as client:
+    with client.lock("pkg/python", timeout=10) as lock:
+        shown = subprocess.run(["lockctl", "--server", ip, "--auth-key-file", key, "inspect",
+                                "pkg/python"], capture_output=True, text=True, check=True).stdout
+        assert "held exclusive" in shown and "pkg-python" in shown, shown
+        token, mode, session = lock.token, lock.mode, client.session_id
+    assert lock.state == rdmalock.LockState.RELEASED
+print(f"rdmalock {rdmalock.__version__}: pkg/python {mode}, token {token:#x}, "
+      f"held (lockctl inspect) then released, session {session}")
+' "$RXE_IP" "$key" 2>&1) || fail "a lock through python3-rdmalock failed: $py_out"
+step "python3-rdmalock: $py_out"
 
 # The unit's stop: SIGTERM; lockd must exit 0 and say it stopped cleanly.
 kill -TERM "$lockd_pid"

@@ -3,7 +3,7 @@
 # The Debian packages, end to end:
 #   1. builds them with cpack from BUILD_DIR (configured with -DCMAKE_INSTALL_PREFIX=/usr) and
 #      checks their control data (names, dependencies, conffiles, shlibs);
-#   2. installs all four with `apt-get install ./*.deb` into a fresh copy of a clean Debian 12
+#   2. installs all five with `apt-get install ./*.deb` into a fresh copy of a clean Debian 12
 #      minbase tree (tests/pkg/chroot-cache.sh), so apt resolves their declared dependencies from
 #      the archive; dpkg must report no problem;
 #   3. checks file placement (dpkg -L), lockd --version / --check-config from the package, the
@@ -84,9 +84,12 @@ rm -rf "$build/pkg"
 if ! cpack --config "$build/CPackConfig.cmake" >"$build/cpack.log" 2>&1; then
   fail "build packages" "cpack failed:" "$(tail -20 "$build/cpack.log")"
 fi
+# Every package of the build; python3-rdmalock is Architecture: all.
+packages=(lockd librdmalock librdmalock-dev lockctl python3-rdmalock)
+arch_of() { if [ "$1" = python3-rdmalock ]; then echo all; else echo "$arch"; fi; }
 debs=()
-for p in lockd librdmalock librdmalock-dev lockctl; do
-  f="$build/pkg/${p}_${debver}_${arch}.deb"
+for p in "${packages[@]}"; do
+  f="$build/pkg/${p}_${debver}_$(arch_of "$p").deb"
   [ -f "$f" ] || fail "build packages" "no $f; cpack made: $(cd "$build/pkg" && echo ./*.deb)"
   debs+=("$f")
 done
@@ -105,8 +108,8 @@ ok "every installed file packaged ($(wc -l <<<"$installed") files)"
 
 # ---- control data
 field() { dpkg-deb -f "$1" "$2"; }
-deb_of() { echo "$build/pkg/${1}_${debver}_${arch}.deb"; }
-for p in lockd librdmalock librdmalock-dev lockctl; do
+deb_of() { echo "$build/pkg/${1}_${debver}_$(arch_of "$1").deb"; }
+for p in "${packages[@]}"; do
   echo "pkg:   $p: Depends: $(field "$(deb_of "$p")" Depends)"
 done
 echo "pkg:   lockd: Recommends: $(field "$(deb_of lockd)" Recommends); Suggests: $(field "$(deb_of lockd)" Suggests)"
@@ -118,6 +121,11 @@ need_dep() {  # package field pattern
 exact="\\(= ${debver//./\\.}\\)"
 need_dep lockctl Depends "librdmalock $exact"
 need_dep librdmalock-dev Depends "librdmalock $exact"
+# The Python package loads librdmalock.so.0 with ctypes (invisible to dpkg-shlibdeps): exact.
+need_dep python3-rdmalock Depends "librdmalock $exact"
+need_dep python3-rdmalock Depends "python3"
+[ "$(field "$(deb_of python3-rdmalock)" Architecture)" = all ] ||
+  fail "control data" "python3-rdmalock is Architecture: $(field "$(deb_of python3-rdmalock)" Architecture), want all"
 # dpkg-shlibdeps ran: the libraries each binary links come with version floors.
 need_dep lockd Depends "libibverbs1 \\(>= [^)]*\\)"
 need_dep lockd Depends "librdmacm1 \\(>= [^)]*\\)"
@@ -142,9 +150,9 @@ done
 grep -qx "librdmalock 0 librdmalock (>= $debver)" "$ctl/lib/shlibs" ||
   fail "control data" "librdmalock's shlibs is not 'librdmalock 0 librdmalock (>= $debver)': $(cat "$ctl/lib/shlibs")"
 rm -rf "$ctl"
-ok "control data (exact inter-package versions, shlibdeps, conffiles, maintainer scripts, shlibs)"
+ok "control data (exact inter-package versions, shlibdeps, conffiles, maintainer scripts, shlibs; python3-rdmalock Architecture: all)"
 
-# ---- 2. a fresh clean tree; apt installs the four .debs and their dependencies
+# ---- 2. a fresh clean tree; apt installs the five .debs and their dependencies
 base=$("$root/tests/pkg/chroot-cache.sh") || fail "clean Debian 12 tree" "tests/pkg/chroot-cache.sh failed"
 rm -rf "$work"
 mkdir -p "$work"
@@ -166,22 +174,22 @@ for f in "${debs[@]}"; do tree_debs+=("$debs_in_tree/${f##*/}"); done
 rc=0
 in_tree env DEBIAN_FRONTEND=noninteractive apt-get -q -y -o Dpkg::Use-Pty=0 install "${tree_debs[@]}" \
   >"$apt_log" 2>&1 || rc=$?
-# The key lines: what apt pulled in, and our four packages being configured.
+# The key lines: what apt pulled in, and our five packages being configured.
 awk '/^The following NEW packages/ { p = 1; print; next } p && /^  / { print; next } { p = 0 }
-  /newly installed/ || /^Setting up (lockd|librdmalock|librdmalock-dev|lockctl) / { print }' "$apt_log" |
+  /newly installed/ || /^Setting up (lockd|librdmalock|librdmalock-dev|lockctl|python3-rdmalock) / { print }' "$apt_log" |
   sed 's/^/pkg:   apt: /'
 [ "$rc" -eq 0 ] || fail "apt-get install" "apt-get install exited $rc:" "$(tail -20 "$apt_log")"
 # Anything dpkg or a maintainer script complains about is a failure, even with exit status 0.
 problems=$(grep -E '^(E:|W:)|dpkg: (error|warning)|warning:|error:|[Ff]ailed|not found|Traceback' "$apt_log" || true)
 [ -z "$problems" ] || fail "apt-get install" "problems in $apt_log:" "$problems"
 # Our maintainer scripts print nothing: after "Setting up <ours>" comes dpkg's next step.
-chatter=$(awk '/^Setting up (lockd|librdmalock|librdmalock-dev|lockctl) / { ours = $3; next }
+chatter=$(awk '/^Setting up (lockd|librdmalock|librdmalock-dev|lockctl|python3-rdmalock) / { ours = $3; next }
   ours != "" && !/^(Setting up|Processing triggers|Unpacking|Preparing|Selecting|\(Reading)/ { print ours ": " $0 }
   { ours = "" }' "$apt_log")
 [ -z "$chatter" ] || fail "apt-get install" "our maintainer scripts printed:" "$chatter"
 audit=$(in_tree dpkg --audit)
 [ -z "$audit" ] || fail "apt-get install" "dpkg --audit: $audit"
-for p in lockd librdmalock librdmalock-dev lockctl; do
+for p in "${packages[@]}"; do
   st=$(in_tree dpkg-query -W -f='${Status} ${Version}' "$p")
   [ "$st" = "install ok installed $debver" ] || fail "apt-get install" "$p: '$st'"
 done
@@ -208,11 +216,14 @@ has librdmalock-dev /usr/include/rdmalock/client.h /usr/include/rdmalock/status.
   "$libdir/cmake/rdmalock/rdmalockConfigVersion.cmake" "$libdir/cmake/rdmalock/rdmalockTargets.cmake" \
   "$libdir/pkgconfig/rdmalock.pc"
 has lockctl /usr/bin/lockctl /usr/share/man/man1/lockctl.1
+pydir=/usr/lib/python3/dist-packages
+has python3-rdmalock "$pydir/rdmalock/__init__.py" "$pydir/rdmalock/py.typed" \
+  "$pydir/rdmalock-$version.dist-info/METADATA"
 # The runtime package has no development symlink; nothing lands in /usr/etc, /usr/local or /tmp.
 if files librdmalock | grep -qx "$libdir/librdmalock.so"; then
   fail "file placement" "librdmalock ships the development symlink librdmalock.so"
 fi
-stray=$(for p in lockd librdmalock librdmalock-dev lockctl; do files "$p"; done |
+stray=$(for p in "${packages[@]}"; do files "$p"; done |
   grep -E '^/(usr/etc|usr/local|tmp|home|root)(/|$)' || true)
 [ -z "$stray" ] || fail "file placement" "files in the wrong place:" "$stray"
 soname=$(objdump -p "$tree$libdir/librdmalock.so.$version" | awk '/SONAME/ { print $2 }')
@@ -232,6 +243,31 @@ lib=$(in_tree sh -c 'ldd /usr/bin/lockctl' | awk '$1 == "librdmalock.so.0" { pri
 missing=$(in_tree sh -c 'ldd /usr/sbin/lockd /usr/bin/lockctl' | grep 'not found' || true)
 [ -z "$missing" ] || fail "packaged binaries" "unresolved libraries:" "$missing"
 ok "packaged binaries (lockd --version: $version; --check-config of /etc/rdmalock/lockd.yaml; lockctl loads $lib)"
+
+# python3-rdmalock in the tree: the system python3 imports it with no RDMALOCK_LIBRARY, and it
+# loads librdmalock.so.0 from the librdmalock package (not a build tree: there is none here).
+pyout=$(in_tree python3 -c '
+import importlib.metadata, rdmalock
+v = rdmalock.library_version()
+lib = next(l.split()[-1] for l in open("/proc/self/maps") if "librdmalock.so" in l)
+print(rdmalock.__version__, importlib.metadata.version("rdmalock"), v, lib, rdmalock.__file__)
+' 2>&1) || fail "python3-rdmalock imports" "python3 -c 'import rdmalock' in the tree failed: $pyout"
+read -r py_version py_meta py_lib_version py_lib py_file <<<"$pyout"
+{ [ "$py_version" = "$version" ] && [ "$py_meta" = "$version" ] && [ "$py_lib_version" = "$version" ]; } ||
+  fail "python3-rdmalock imports" "versions (module, metadata, librdmalock): $pyout; want $version"
+case $py_lib in
+  "$libdir/librdmalock.so.$version" | "/lib/$multiarch/librdmalock.so.$version") ;;
+  *) fail "python3-rdmalock imports" "rdmalock loaded '$py_lib', not the librdmalock package's" ;;
+esac
+ok "python3-rdmalock imports (rdmalock $py_version from $py_file; loads $py_lib)"
+
+# pip install of the source tree, offline (--no-build-isolation --no-index, Debian's setuptools),
+# into a venv on the host; it imports from the venv and reports the version.
+pipout=$("$root/tests/python/pip-install.sh" "$build/librdmalock.so" 2>&1) ||
+  fail "pip install ./python (offline, venv)" "tests/python/pip-install.sh failed:" "$pipout"
+grep -qx "pip-install: rdmalock $version (librdmalock $version) from .*" <<<"$pipout" ||
+  fail "pip install ./python (offline, venv)" "it printed: $pipout"
+ok "pip install ./python (offline, venv): ${pipout#pip-install: }"
 
 # Issue 17 finding 15: the package must not install an open lockd (its unit is enabled, so the next
 # boot starts it). postinst generates the shared key if there is none, root's only (lockd refuses
@@ -301,6 +337,9 @@ grep -q '^pkg-vm: the installed config refuses a client without the key' "$work/
   fail "$f15: a client without the key is refused on rdma_rxe" "in-vm.sh did not show it (log: $work/vm.log)"
 ok "$f15: a client without the key is refused on rdma_rxe ('authentication failed'; the packaged lockctl with $keyf is served)"
 ok "packaged lockd on rdma_rxe (unit settings, lockctl status, epoch in /var/lib/rdmalock, clean stop)"
+pyline=$(sed -n 's/^pkg-vm: python3-rdmalock: //p' "$work/vm.log")
+[ -n "$pyline" ] || fail "python3-rdmalock on rdma_rxe" "in-vm.sh took no lock through the package (log: $work/vm.log)"
+ok "python3-rdmalock on rdma_rxe (a lock through the package against the packaged lockd: $pyline)"
 grep -q '^pkg-nspawn: all checks passed$' "$work/vm.log" ||
   fail "lockd.service under systemd (nspawn)" "the VM run exited $rc without passing its checks (log: $work/vm.log)"
 [ "$rc" -eq 0 ] || fail "lockd.service under systemd (nspawn)" "the VM run exited $rc (log: $work/vm.log)"

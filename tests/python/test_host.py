@@ -67,3 +67,61 @@ def test_issue17_finding8_the_options_carry_the_module_own_size():
         ctypes.cast(ctypes.pointer(c), ctypes.POINTER(rdmalock._Options)), ctypes.sizeof(Short))
     assert c.guard == 0xABABABABABABABAB
     assert c.o.struct_size == ctypes.sizeof(Short) and c.o.port == 7471
+
+
+def _map_file(tmp_path, text):
+    p = tmp_path / "cluster.yaml"
+    p.write_text(text)
+    return str(p)
+
+
+def test_cluster_from_shard_map_opens_without_lockd_and_routes_names(tmp_path):
+    path = _map_file(tmp_path, "shards:\n"
+                               "  - {name: shard-a, server: 192.0.2.1}\n"
+                               "  - {name: shard-b, server: 192.0.2.2, port: 7472}\n")
+    with rdmalock.Cluster.from_shard_map(path, client_name="py-host") as cluster:
+        assert cluster.shard_count == 2 and not cluster.closed
+        shards = [cluster.shard_of(f"orders/{i}") for i in range(64)]
+        assert set(shards) == {"shard-a", "shard-b"}  # both get names (about half each)
+        assert shards == [cluster.shard_of(f"orders/{i}") for i in range(64)]  # stable
+        assert "2 shards" in repr(cluster)
+    assert cluster.closed
+    with pytest.raises(RdmalockError) as e:
+        cluster.lock("orders/1")
+    assert e.value.code == ErrorCode.CONNECTION and "closed" in e.value.message
+
+
+def test_cluster_shard_map_errors_name_the_problem(tmp_path):
+    with pytest.raises(RdmalockError) as e:
+        rdmalock.Cluster.from_shard_map(str(tmp_path / "absent.yaml"))
+    assert e.value.code == ErrorCode.IO and "absent.yaml" in e.value.message
+    bad = _map_file(tmp_path, "shards:\n  - {name: a, server: h}\n  - {name: b, host: h}\n")
+    with pytest.raises(RdmalockError) as e:
+        rdmalock.Cluster.from_shard_map(bad)
+    assert e.value.code == ErrorCode.CONFIG and ":3: key 'host': unknown" in e.value.message
+    with pytest.raises(RdmalockError) as e:
+        rdmalock.Cluster()
+    assert e.value.code == ErrorCode.INVALID_ARGUMENT
+    assert "neither shard_map_file nor etcd_endpoints" in e.value.message
+    with pytest.raises(RdmalockError) as e:
+        rdmalock.Cluster.from_etcd("http://127.0.0.1:1", cert="/x.crt")
+    assert e.value.code == ErrorCode.INVALID_ARGUMENT and "etcd_key_file" in e.value.message
+
+
+def test_cluster_from_unreachable_etcd_is_connection():
+    with pytest.raises(RdmalockError) as e:
+        rdmalock.Cluster.from_etcd(["http://127.0.0.1:1"], cluster="py")
+    assert e.value.code == ErrorCode.CONNECTION
+    assert e.value.message.startswith("rdmalock_cluster_open: ")
+
+
+def test_cluster_lock_on_an_unreachable_shard_raises_not_hangs(tmp_path):
+    path = _map_file(tmp_path, "shards:\n  - {name: only, server: 192.0.2.77, port: 7999}\n")
+    with rdmalock.Cluster.from_shard_map(path, connect_timeout=0.3) as cluster:
+        with pytest.raises(RdmalockError) as e:
+            cluster.try_lock("orders/1")
+        assert e.value.code != ErrorCode.OK and e.value.code != ErrorCode.BUSY
+        assert e.value.message.startswith("rdmalock_cluster_try_lock: ")
+        with pytest.raises(RdmalockError) as e:
+            cluster.lock("orders/1", timeout=-1)
+        assert e.value.code == ErrorCode.INVALID_ARGUMENT

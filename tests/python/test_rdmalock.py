@@ -362,3 +362,45 @@ def test_issue17_finding11_a_forked_child_exit_leaves_the_parent_lock(lockd, oth
     other.flush()
     with other.lock("py/fork", timeout=5):
         pass
+
+
+def _cluster_env():
+    path, port_b = os.environ.get("RDMALOCK_CLUSTER_MAP"), os.environ.get("RDMALOCK_PORT_B")
+    lockctl = os.environ.get("RDMALOCK_LOCKCTL")
+    if not (path and port_b and lockctl):
+        pytest.fail("RDMALOCK_CLUSTER_MAP, RDMALOCK_PORT_B and RDMALOCK_LOCKCTL are not set "
+                    "(tests/sdk/run.sh starts the second lockd and writes the map)",
+                    pytrace=False)
+    return path, int(port_b), lockctl
+
+
+def _name_on(cluster, shard):
+    return next(n for n in (f"py/cluster/{i}" for i in range(10000))
+                if cluster.shard_of(n) == shard)
+
+
+def test_cluster_lock_lands_on_its_shard(lockd):
+    server, port_a = lockd
+    path, port_b, lockctl = _cluster_env()
+    with rdmalock.Cluster.from_shard_map(path, connect_timeout=10,
+                                         client_name="py-cluster") as cluster, \
+            rdmalock.Client.connect(server, port=port_a, client_name="py-shard-a") as a, \
+            rdmalock.Client.connect(server, port=port_b, client_name="py-shard-b") as b:
+        assert cluster.shard_count == 2
+        on_a, on_b = _name_on(cluster, "shard-a"), _name_on(cluster, "shard-b")
+        with cluster.lock(on_a, timeout=5) as la, cluster.lock(on_b, timeout=5) as lb:
+            assert la.held and lb.held and la.token != 0
+            assert cluster.try_lock(on_a) is None
+            # Shard a's lockd has on_a and not on_b; shard b's the reverse.
+            assert a.try_lock(on_a) is None and b.try_lock(on_b) is None
+            free = b.try_lock(on_a)
+            assert free is not None
+            free.release()
+            out = subprocess.run([lockctl, "--cluster", path, "inspect", on_a],
+                                 capture_output=True, text=True, check=True).stdout
+            assert "shard        shard-a" in out and "held exclusive" in out, out
+            assert "py-cluster" in out, out
+        assert la.state == LockState.RELEASED and lb.state == LockState.RELEASED
+        cluster_lock = cluster.try_lock(on_b)
+        assert cluster_lock is not None  # released above, so free again
+        cluster_lock.release()

@@ -3,27 +3,31 @@
 #
 #   deploy/softroce/rxe-run --timeout 600 -- tests/sdk/run.sh "$PWD/build"
 #
-# Starts lockd from BUILD_DIR on $RXE_IP (set by rxe-run), runs the C API test
-# (BUILD_DIR/tests/c_api_test rdma ...) and the Python tests (python3 -m pytest tests/python),
-# stops lockd. Prints one line per test, "sdk-test: <suite>: <test>: ok|FAIL", then
+# Starts two lockds from BUILD_DIR on $RXE_IP (set by rxe-run), ports 7480 and 7482, the shards
+# "shard-a" and "shard-b" of a cluster map file; runs the C API tests (BUILD_DIR/tests/c_api_test
+# rdma ... against the first, c_api_test cluster ... against both) and the Python tests
+# (python3 -m pytest tests/python, the cluster's through the map), stops the lockds. Prints one line per test, "sdk-test: <suite>: <test>: ok|FAIL", then
 # "sdk: N passed, M failed", and exits non-zero if anything failed or could not run.
 set -u
 build=${1:?usage: run.sh BUILD_DIR}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 ip=${RXE_IP:?RXE_IP is not set: run this through deploy/softroce/rxe-run}
 port=7480
+port_b=7482  # not port + 1: c_api_test expects nothing to listen there
 # Scratch for lockd (state, admin socket, log) and the test logs; removed on exit.
 work=$(mktemp -d /tmp/sdk-test.XXXXXX)
 log=$work/lockd.log
-sock=$work/admin.sock
-lockctl="$build/lockctl --server $ip --port $port"
 
 lockd_pid=
+lockd_b_pid=
 stop_lockd() {
-  [ -n "$lockd_pid" ] || return 0
-  kill -TERM "$lockd_pid" 2>/dev/null
-  wait "$lockd_pid" 2>/dev/null
+  local p
+  for p in $lockd_pid $lockd_b_pid; do
+    kill -TERM "$p" 2>/dev/null
+    wait "$p" 2>/dev/null
+  done
   lockd_pid=
+  lockd_b_pid=
 }
 trap 'stop_lockd; rm -rf "$work"' EXIT
 
@@ -36,35 +40,57 @@ done
 key=$work/lockd.key
 (umask 077 && "$build/lockctl" keygen >"$key") || { echo "sdk: lockctl keygen failed"; exit 1; }
 export RDMALOCK_AUTH_KEY_FILE=$key
-"$build/lockd" --address "$ip" --port "$port" --lock-count 1024 --lease-ms 2000 \
-  --state-dir "$work" --admin-socket "$sock" --metrics-address "" --log-level info \
-  --auth-key-file "$key" >"$log" 2>&1 &
-lockd_pid=$!
-i=0
-until $lockctl status >/dev/null 2>&1; do
-  if ! kill -0 "$lockd_pid" 2>/dev/null; then
-    echo "sdk: lockd exited during start-up:"; cat "$log"; exit 1
-  fi
-  i=$((i + 1))
-  [ "$i" -gt 100 ] && { echo "sdk: lockd did not answer within 20 s:"; cat "$log"; exit 1; }
-  sleep 0.2
-done
-echo "sdk: lockd at $ip:$port (pid $lockd_pid)"
+# start_lockd PORT STATE_DIR LOG: lockd in the background (its pid in $started), answering.
+start_lockd() {
+  mkdir -p "$2"
+  "$build/lockd" --address "$ip" --port "$1" --lock-count 1024 --lease-ms 2000 \
+    --state-dir "$2" --admin-socket "$2/admin.sock" --metrics-address "" --log-level info \
+    --auth-key-file "$key" >"$3" 2>&1 &
+  started=$!
+  local i=0
+  until "$build/lockctl" --server "$ip" --port "$1" status >/dev/null 2>&1; do
+    if ! kill -0 "$started" 2>/dev/null; then
+      echo "sdk: lockd (port $1) exited during start-up:"; cat "$3"; exit 1
+    fi
+    i=$((i + 1))
+    [ "$i" -gt 100 ] && { echo "sdk: lockd (port $1) did not answer within 20 s:"; cat "$3"; exit 1; }
+    sleep 0.2
+  done
+  echo "sdk: lockd at $ip:$1 (pid $started)"
+}
+start_lockd "$port" "$work/a" "$log"
+lockd_pid=$started
+sock=$work/a/admin.sock
+log_b=$work/lockd-b.log
+start_lockd "$port_b" "$work/b" "$log_b"
+lockd_b_pid=$started
+# The cluster map (the format of lockctl --cluster; docs/operations.md, "Several lock nodes").
+map=$work/cluster.yaml
+cat >"$map" <<EOF
+shards:
+  - {name: shard-a, server: $ip, port: $port}
+  - {name: shard-b, server: $ip, port: $port_b}
+EOF
 
 echo "=== C API (tests/c/c_api_test.c)"
 "$build/tests/c_api_test" rdma "$ip" "$port" "$build/lockctl" "$sock" 2>&1 | tee "$work/c.log"
 c_rc=${PIPESTATUS[0]}
+echo "=== C API, cluster of two shards (tests/c/c_api_test.c)"
+"$build/tests/c_api_test" cluster "$map" "$build/lockctl" "$ip" "$port" "$port_b" 2>&1 |
+  tee -a "$work/c.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || c_rc=1
 
 echo "=== Python module (tests/python)"
 # pytest.sh writes no bytecode or cache: the root is read-only in the VM.
 RDMALOCK_SERVER=$ip RDMALOCK_PORT=$port RDMALOCK_LIBRARY="$build/librdmalock.so" \
 RDMALOCK_LOCKCTL="$build/lockctl" RDMALOCK_ADMIN_SOCKET="$sock" \
+RDMALOCK_CLUSTER_MAP="$map" RDMALOCK_PORT_B=$port_b \
   "$root/tests/python/pytest.sh" -q -rA "$root/tests/python" 2>&1 | tee "$work/py.log"
 py_rc=${PIPESTATUS[0]}
 
 stop_lockd
-if grep -qE 'terminate called|Sanitizer|Assertion' "$log"; then
-  echo "sdk: lockd's log shows a failure:"; cat "$log"; lockd_bad=1
+if grep -qE 'terminate called|Sanitizer|Assertion' "$log" "$log_b"; then
+  echo "sdk: a lockd's log shows a failure:"; cat "$log" "$log_b"; lockd_bad=1
 else
   lockd_bad=0
 fi

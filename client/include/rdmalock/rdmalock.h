@@ -52,8 +52,9 @@ extern "C" {
 #endif
 
 /* The version of this C interface: bumped when functions or fields are added. 2 added
- * rdmalock_options_init_sized (rdmalock_options_init became a macro over it). */
-#define RDMALOCK_C_API_VERSION 2
+ * rdmalock_options_init_sized (rdmalock_options_init became a macro over it); 3 added the
+ * cluster (rdmalock_cluster_*: a sharded lock space, as the C++ ClusterClient). */
+#define RDMALOCK_C_API_VERSION 3
 
 /* Result codes. The same values as rdmalock::ErrorCode in status.h. */
 typedef enum rdmalock_status {
@@ -196,6 +197,92 @@ RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_lock_on_lost(rdmalock_lock_t* lock,
 RDMALOCK_C_EXPORT uint64_t rdmalock_client_lock_count(const rdmalock_client_t* client);
 RDMALOCK_C_EXPORT uint64_t rdmalock_client_lease_ms(const rdmalock_client_t* client);
 RDMALOCK_C_EXPORT uint64_t rdmalock_client_session_id(const rdmalock_client_t* client);
+
+/* ---- A cluster: many lockds (shards) behind one handle, as the C++ ClusterClient (cluster.h).
+ * A lock name picks its shard by rendezvous hashing over the shard names, then its slot inside
+ * that shard as with one lockd. The cluster keeps one session per shard it uses, opened on first
+ * use by that caller. Locks it grants are ordinary rdmalock_lock_t handles: release, renew,
+ * on_lost, the accessors and rdmalock_lock_free work on them as on a client's.
+ *
+ *   rdmalock_cluster_options_t co;
+ *   rdmalock_cluster_options_init(&co);
+ *   co.shard_map_file = "/etc/rdmalock/cluster.yaml";   (or co.etcd_endpoints = "https://...")
+ *   rdmalock_cluster_t* cluster;
+ *   if (rdmalock_cluster_open(&co, &cluster) != RDMALOCK_OK) { ... rdmalock_last_error() ... }
+ *   rdmalock_lock_t* lock;
+ *   if (rdmalock_cluster_lock(cluster, "orders/42", RDMALOCK_EXCLUSIVE, 2000, &lock) == 0) { ... }
+ *   rdmalock_cluster_close(cluster);
+ *
+ * Threads: a cluster may be shared by any number of threads; while one shard's session connects,
+ * only callers of that shard wait. rdmalock_cluster_close must not run while another thread uses
+ * the cluster. fork() and the lock handles' rules are those of a client (above). */
+typedef struct rdmalock_cluster_s rdmalock_cluster_t;
+
+/* Exactly one of shard_map_file and etcd_endpoints is set. Fields are only ever added at the end,
+ * and a field's zero value is its default. */
+typedef struct rdmalock_cluster_options {
+  size_t struct_size; /* the caller's sizeof: rdmalock_cluster_options_init sets it */
+  /* A cluster map file, as `lockctl --cluster FILE` reads it (YAML: shards: - {name, server,
+   * port}; docs/operations.md, "Several lock nodes"). Read once, by rdmalock_cluster_open. */
+  const char* shard_map_file;
+  /* Or a map kept in etcd (lockd's cluster mode): comma-separated http://HOST:PORT or
+   * https://HOST:PORT of etcd members; each shard's session goes to the primary etcd names. */
+  const char* etcd_endpoints;
+  const char* etcd_cluster; /* the cluster's name in etcd; NULL or "": "default" */
+  /* For https: etcd's CA (NULL: the system's CAs), and a client certificate and its key (both or
+   * neither). PEM files. */
+  const char* etcd_ca_file;
+  const char* etcd_cert_file;
+  const char* etcd_key_file;
+  /* Every shard session's options (rdmalock_options_init'd; server and port are ignored: each
+   * shard's come from the map). NULL: the defaults. Copied by rdmalock_cluster_open. */
+  const rdmalock_options_t* client;
+} rdmalock_cluster_options_t;
+
+/* As rdmalock_options_init_sized, for rdmalock_cluster_options_t. */
+RDMALOCK_C_EXPORT void rdmalock_cluster_options_init_sized(rdmalock_cluster_options_t* options,
+                                                           size_t struct_size);
+#define rdmalock_cluster_options_init(options) \
+  rdmalock_cluster_options_init_sized((options), sizeof(*(options)))
+
+/* Reads the map (the file, or etcd) and checks it; connects to no shard yet. On success *out is a
+ * cluster to pass to rdmalock_cluster_close(); on failure *out is NULL. Errors:
+ *   INVALID_ARGUMENT  NULL options or out; struct_size not set by rdmalock_cluster_options_init;
+ *                     neither or both of shard_map_file and etcd_endpoints; an empty endpoint;
+ *                     one of etcd_cert_file and etcd_key_file without the other; bad client
+ *                     options (as rdmalock_connect's)
+ *   UNSUPPORTED       options (or *client) set fields this library does not know
+ *   IO                the map file cannot be read
+ *   CONFIG            the map file is not a valid map (the message names file, line and key);
+ *                     the map has no shard, or duplicate or empty names; etcd has no map for
+ *                     this cluster (lockctl --etcd ... cluster init writes one)
+ *   CONNECTION        no etcd member answered
+ *   PROTOCOL          etcd holds something that is not a map or a primary's address */
+RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_cluster_open(const rdmalock_cluster_options_t* options,
+                                                          rdmalock_cluster_t** out);
+/* Ends every shard's session and frees the cluster (as rdmalock_close for each). NULL: no-op. */
+RDMALOCK_C_EXPORT void rdmalock_cluster_close(rdmalock_cluster_t* cluster);
+
+/* As rdmalock_lock and rdmalock_try_lock, on the shard that owns `name` (whose session is made
+ * first if this is that shard's first use: then CONNECTION, RESOURCE or REJECTED as
+ * rdmalock_connect's, if the shard cannot be reached). */
+RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_cluster_lock(rdmalock_cluster_t* cluster,
+                                                          const char* name, rdmalock_mode_t mode,
+                                                          int64_t timeout_ms,
+                                                          rdmalock_lock_t** out);
+RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_cluster_try_lock(rdmalock_cluster_t* cluster,
+                                                              const char* name,
+                                                              rdmalock_mode_t mode,
+                                                              rdmalock_lock_t** out);
+
+/* The number of shards in the map in use now (0 for NULL). A map in etcd can change under it. */
+RDMALOCK_C_EXPORT uint64_t rdmalock_cluster_shard_count(const rdmalock_cluster_t* cluster);
+/* Copies the name of the shard that owns `name` now (NUL-terminated) into buf. Errors:
+ * INVALID_ARGUMENT (NULL cluster, name or buf; an empty name; buf_size too small for the name
+ * and its NUL: nothing is written then). */
+RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_cluster_shard_of(const rdmalock_cluster_t* cluster,
+                                                              const char* name, char* buf,
+                                                              size_t buf_size);
 
 /* The slot `name` maps to among lock_count slots (0 for NULL name or lock_count 0). */
 RDMALOCK_C_EXPORT uint64_t rdmalock_slot_for_name(const char* name, uint64_t lock_count);

@@ -1,0 +1,68 @@
+// The cluster map file for the C API. The same format and rules as lockctl's ParseClusterMap
+// (client/lockctl/args.cc), which prints its errors; this one returns them, since no library
+// writes to stderr.
+#include "client/src/shard_map_file.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace rdmalock {
+
+Result<ClusterMap> ReadClusterMapFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return Error(ErrorCode::kIo, "cannot read cluster map " + path + ": " + std::strerror(errno));
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  YAML::Node root;
+  try {
+    root = YAML::Load(ss.str());
+  } catch (const YAML::Exception& e) {
+    return Error(ErrorCode::kConfig, path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
+  }
+  auto bad = [&](const YAML::Node& n, const std::string& why) {
+    return Error(ErrorCode::kConfig, path + ":" + std::to_string(n.Mark().line + 1) + ": " + why);
+  };
+  if (!root.IsMap() || !root["shards"] || !root["shards"].IsSequence()) {
+    return bad(root, "expected 'shards:', a list of {name, server, port}");
+  }
+  ClusterMap map;
+  for (const auto& item : root["shards"]) {
+    if (!item.IsMap()) return bad(item, "a shard must be a map of name, server, port");
+    ShardSpec s;
+    for (const auto& kv : item) {
+      const std::string key = kv.first.as<std::string>("");
+      if (!kv.second.IsScalar()) return bad(kv.first, "key '" + key + "': expected a value");
+      const std::string v = kv.second.Scalar();
+      if (key == "name") {
+        s.name = v;
+      } else if (key == "server") {
+        s.server = v;
+      } else if (key == "port") {
+        char* end = nullptr;
+        const long n = std::strtol(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || n < 1 || n > 65535) {
+          return bad(kv.first, "key 'port': '" + v + "' is not a port (1..65535)");
+        }
+        s.port = static_cast<uint16_t>(n);
+      } else {
+        return bad(kv.first, "key '" + key + "': unknown (known: name, server, port)");
+      }
+    }
+    map.shards.push_back(s);
+  }
+  if (Status st = map.Validate(); !st.ok()) {
+    return Error(ErrorCode::kConfig, path + ": " + st.message());
+  }
+  return map;
+}
+
+}  // namespace rdmalock

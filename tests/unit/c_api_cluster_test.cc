@@ -1,0 +1,263 @@
+// The C API's cluster (rdmalock_cluster_*, rdmalock.h) on the host. Locks go through the C entry
+// points over a ClusterClient whose shards are test lockds (tests/support/fake_lockd.h), wrapped
+// by the C API's test seam (client/src/c_api_internal.h); opening goes through
+// rdmalock_cluster_open itself, from a map file and from a real etcd (tests/support/local_etcd.h).
+// rdmalock_cluster_open connects to no shard, so opening needs no lockd.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "client/src/c_api_internal.h"
+#include "client/src/client_test_peer.h"
+#include "client/src/cluster_test_peer.h"
+#include "common/etcd/etcd.h"
+#include "rdmalock/cluster.h"
+#include "rdmalock/rdmalock.h"
+#include "tests/support/fake_lockd.h"
+#include "tests/support/local_etcd.h"
+
+using namespace rdmalock;
+using namespace std::chrono_literals;
+
+namespace {
+
+// Test lockds by host name, reached through ClusterTestPeer's connector (as cluster_test.cc).
+// Thread-safety: the map is written before use and only read afterwards.
+struct FakeShards {
+  explicit FakeShards(std::initializer_list<std::string> hosts) {
+    for (const auto& h : hosts)
+      lockds[h] = std::make_unique<testing::FakeLockd>(testing::FakeLockd::Options{});
+  }
+  ClusterTestPeer::ShardConnector connector() {
+    return [this](const ClientOptions& o, ClusterTestPeer::Resolve) {
+      Connector c = [this](const ChannelParams& p, uint32_t* retry,
+                           proto::RejectReason* reason) -> Result<std::unique_ptr<Connection>> {
+        auto it = lockds.find(p.host);
+        if (it == lockds.end()) return Error(ErrorCode::kConnection, "no lockd at " + p.host);
+        return it->second->connector()(p, retry, reason);
+      };
+      return ClientTestPeer::Connect(o, std::move(c));
+    };
+  }
+  std::map<std::string, std::unique_ptr<testing::FakeLockd>> lockds;
+};
+
+ClusterMap TwoShards() {
+  ClusterMap m;
+  m.shards.push_back({"shard-a", "host-a", 7471});
+  m.shards.push_back({"shard-b", "host-b", 7471});
+  return m;
+}
+
+std::string ShardOf(rdmalock_cluster_t* c, const std::string& name) {
+  char buf[65] = {};
+  REQUIRE(rdmalock_cluster_shard_of(c, name.c_str(), buf, sizeof(buf)) == RDMALOCK_OK);
+  return buf;
+}
+
+// A name the cluster puts on `shard`.
+std::string NameOn(rdmalock_cluster_t* c, const std::string& shard) {
+  for (int i = 0;; ++i) {
+    const std::string n = "c-api/" + std::to_string(i);
+    if (ShardOf(c, n) == shard) return n;
+  }
+}
+
+// A file in a temporary directory, removed at the end.
+struct TempFile {
+  explicit TempFile(const std::string& text) {
+    char tmpl[] = "/tmp/rdmalock-cmap-XXXXXX";
+    const int fd = mkstemp(tmpl);
+    REQUIRE(fd >= 0);
+    close(fd);
+    path = tmpl;
+    std::ofstream(path) << text;
+  }
+  ~TempFile() { std::remove(path.c_str()); }
+  std::string path;
+};
+
+}  // namespace
+
+TEST_CASE("c api cluster: locks land on the name's shard, with the single client's codes") {
+  FakeShards f{"host-a", "host-b"};
+  auto cc = ClusterTestPeer::Connect(TwoShards(), testing::FakeClientOptions("c-api-cluster"),
+                                     f.connector());
+  REQUIRE(cc.ok());
+  rdmalock_cluster_t* c = WrapClusterForTesting(std::move(cc).value());
+  CHECK(rdmalock_cluster_shard_count(c) == 2);
+  const std::string on_a = NameOn(c, "shard-a"), on_b = NameOn(c, "shard-b");
+
+  rdmalock_lock_t* a = nullptr;
+  REQUIRE(rdmalock_cluster_lock(c, on_a.c_str(), RDMALOCK_EXCLUSIVE, 2000, &a) == RDMALOCK_OK);
+  CHECK(std::string(rdmalock_last_error()).empty());
+  CHECK(f.lockds["host-a"]->Sessions().size() == 1);
+  CHECK(f.lockds["host-b"]->Sessions().empty());  // shard b not used yet: no session
+  CHECK(rdmalock_lock_get_state(a) == RDMALOCK_HELD);
+  CHECK(rdmalock_lock_get_token(a) != 0);
+
+  rdmalock_lock_t* b = nullptr;
+  REQUIRE(rdmalock_cluster_try_lock(c, on_b.c_str(), RDMALOCK_EXCLUSIVE, &b) == RDMALOCK_OK);
+  CHECK(f.lockds["host-b"]->Sessions().size() == 1);
+
+  // The same name again: taken, so BUSY for one attempt and TIMEOUT for a short wait.
+  rdmalock_lock_t* again = reinterpret_cast<rdmalock_lock_t*>(&f);  // must be reset to NULL
+  CHECK(rdmalock_cluster_try_lock(c, on_a.c_str(), RDMALOCK_EXCLUSIVE, &again) ==
+        RDMALOCK_ERR_BUSY);
+  CHECK(again == nullptr);
+  CHECK(std::string(rdmalock_last_error()).rfind("rdmalock_cluster_try_lock: ", 0) == 0);
+  CHECK(rdmalock_cluster_lock(c, on_a.c_str(), RDMALOCK_EXCLUSIVE, 50, &again) ==
+        RDMALOCK_ERR_TIMEOUT);
+
+  CHECK(rdmalock_release(a) == RDMALOCK_OK);
+  CHECK(rdmalock_lock_get_state(a) == RDMALOCK_RELEASED);
+  CHECK(rdmalock_release(a) == RDMALOCK_ERR_NOT_HELD);
+  rdmalock_lock_free(a);
+  rdmalock_lock_free(b);  // still held: released by the free
+
+  // Argument errors, as the single client's.
+  rdmalock_lock_t* out = nullptr;
+  CHECK(rdmalock_cluster_lock(nullptr, "x", RDMALOCK_EXCLUSIVE, 0, &out) ==
+        RDMALOCK_ERR_INVALID_ARGUMENT);
+  CHECK(rdmalock_cluster_lock(c, nullptr, RDMALOCK_EXCLUSIVE, 0, &out) ==
+        RDMALOCK_ERR_INVALID_ARGUMENT);
+  CHECK(rdmalock_cluster_lock(c, "x", static_cast<rdmalock_mode_t>(7), 0, &out) ==
+        RDMALOCK_ERR_INVALID_ARGUMENT);
+  CHECK(rdmalock_cluster_lock(c, "x", RDMALOCK_EXCLUSIVE, -2, &out) ==
+        RDMALOCK_ERR_INVALID_ARGUMENT);
+  CHECK(rdmalock_cluster_lock(c, "x", RDMALOCK_EXCLUSIVE, 0, nullptr) ==
+        RDMALOCK_ERR_INVALID_ARGUMENT);
+  char tiny[3];
+  CHECK(rdmalock_cluster_shard_of(c, on_a.c_str(), tiny, sizeof(tiny)) ==
+        RDMALOCK_ERR_INVALID_ARGUMENT);
+  rdmalock_cluster_close(c);
+  rdmalock_cluster_close(nullptr);
+}
+
+TEST_CASE("c api cluster: rdmalock_cluster_open reads a map file and routes as ShardForName") {
+  TempFile good(
+      "shards:\n"
+      "  - {name: shard-a, server: 192.0.2.1}\n"
+      "  - {name: shard-b, server: 192.0.2.2, port: 7472}\n");
+  rdmalock_cluster_options_t o;
+  rdmalock_cluster_options_init(&o);
+  CHECK(o.struct_size == sizeof(o));
+  o.shard_map_file = good.path.c_str();
+  rdmalock_cluster_t* c = nullptr;
+  REQUIRE(rdmalock_cluster_open(&o, &c) == RDMALOCK_OK);
+  CHECK(rdmalock_cluster_shard_count(c) == 2);
+  ClusterMap m;
+  m.shards.push_back({"shard-a", "192.0.2.1", 7471});
+  m.shards.push_back({"shard-b", "192.0.2.2", 7472});
+  for (int i = 0; i < 50; ++i) {
+    const std::string n = "orders/" + std::to_string(i);
+    CHECK(ShardOf(c, n) == m.shards[ShardForName(m, n)].name);
+  }
+  rdmalock_cluster_close(c);
+
+  // Per-shard session options are read as rdmalock_connect reads them (server is not required).
+  rdmalock_options_t client;
+  rdmalock_options_init(&client);
+  client.client_name = "c-api-test";
+  o.client = &client;
+  REQUIRE(rdmalock_cluster_open(&o, &c) == RDMALOCK_OK);
+  rdmalock_cluster_close(c);
+  client.struct_size = 1;
+  CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_INVALID_ARGUMENT);
+  CHECK(c == nullptr);
+  CHECK(std::string(rdmalock_last_error()).find("options->client->struct_size") !=
+        std::string::npos);
+}
+
+TEST_CASE("c api cluster: rdmalock_cluster_open refuses what it cannot use, naming it") {
+  rdmalock_cluster_options_t o;
+  rdmalock_cluster_options_init(&o);
+  rdmalock_cluster_t* c = reinterpret_cast<rdmalock_cluster_t*>(&o);
+  CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_INVALID_ARGUMENT);  // neither source
+  CHECK(c == nullptr);
+  CHECK(std::string(rdmalock_last_error()).find("neither shard_map_file nor etcd_endpoints") !=
+        std::string::npos);
+  CHECK(rdmalock_cluster_open(nullptr, &c) == RDMALOCK_ERR_INVALID_ARGUMENT);
+  CHECK(rdmalock_cluster_open(&o, nullptr) == RDMALOCK_ERR_INVALID_ARGUMENT);
+
+  o.shard_map_file = "/nonexistent/cluster.yaml";
+  o.etcd_endpoints = "http://127.0.0.1:2379";
+  CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_INVALID_ARGUMENT);  // both
+  o.etcd_endpoints = nullptr;
+  CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_IO);
+  CHECK(std::string(rdmalock_last_error()).find("/nonexistent/cluster.yaml") != std::string::npos);
+
+  TempFile unknown_key("shards:\n  - {name: a, server: h}\n  - {name: b, host: h}\n");
+  o.shard_map_file = unknown_key.path.c_str();
+  CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_CONFIG);
+  const std::string why = rdmalock_last_error();
+  INFO(why);
+  CHECK(why.find(unknown_key.path + ":3: key 'host': unknown") != std::string::npos);
+  TempFile twice("shards:\n  - {name: a, server: h}\n  - {name: a, server: i}\n");
+  o.shard_map_file = twice.path.c_str();
+  CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_CONFIG);
+  TempFile not_yaml("shards: [\n");
+  o.shard_map_file = not_yaml.path.c_str();
+  CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_CONFIG);
+
+  o.shard_map_file = nullptr;
+  o.etcd_endpoints = "http://127.0.0.1:1, ";
+  CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_INVALID_ARGUMENT);
+  o.etcd_endpoints = "http://127.0.0.1:1";
+  o.etcd_cert_file = "/x.crt";
+  CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_INVALID_ARGUMENT);
+  CHECK(std::string(rdmalock_last_error()).find("etcd_key_file") != std::string::npos);
+
+  // A newer caller's struct with a field this library does not know set: refused, not ignored.
+  struct Newer {
+    rdmalock_cluster_options_t known;
+    int future;
+  } n;
+  rdmalock_cluster_options_init_sized(&n.known, sizeof(n));
+  CHECK(n.known.struct_size == sizeof(n));
+  n.known.shard_map_file = "/nonexistent";
+  n.future = 1;
+  CHECK(rdmalock_cluster_open(&n.known, &c) == RDMALOCK_ERR_UNSUPPORTED);
+  o.struct_size = 4;
+  CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("c api cluster: rdmalock_cluster_open reads a map kept in etcd", "[etcd]") {
+  testing::LocalEtcd server;
+  const EtcdCluster e{{server.url()}, "capi"};
+  auto kv = etcd::Client::Create({server.url()});
+  REQUIRE(kv.ok());
+  REQUIRE((*kv)->Put("/rdmalock/capi/shard/a/primary", "192.0.2.1:7471", 0, 2000ms).ok());
+  REQUIRE((*kv)->Put("/rdmalock/capi/shard/b/primary", "192.0.2.2:7471", 0, 2000ms).ok());
+  rdmalock_cluster_options_t o;
+  rdmalock_cluster_options_init(&o);
+  const std::string endpoints = server.url();
+  o.etcd_endpoints = endpoints.c_str();
+  o.etcd_cluster = "capi";
+  rdmalock_cluster_t* c = nullptr;
+  CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_CONFIG);  // no map published yet
+  CHECK(std::string(rdmalock_last_error()).find("no cluster map") != std::string::npos);
+
+  REQUIRE(PublishClusterMap(e, {"a", "b"}, false).ok());
+  REQUIRE(rdmalock_cluster_open(&o, &c) == RDMALOCK_OK);
+  CHECK(rdmalock_cluster_shard_count(c) == 2);
+  ClusterMap m;
+  m.shards.push_back({"a", "x", 7471});
+  m.shards.push_back({"b", "y", 7471});
+  for (int i = 0; i < 20; ++i) {
+    const std::string n = "jobs/" + std::to_string(i);
+    CHECK(ShardOf(c, n) == m.shards[ShardForName(m, n)].name);
+  }
+  rdmalock_cluster_close(c);
+
+  o.etcd_endpoints = "http://127.0.0.1:1";  // nothing listens
+  CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_CONNECTION);
+}
