@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
   int64_t port = -1, lock_count = -1, lease_ms = -1, max_clients = -1, hb_interval = -1,
           hb_timeout = -1, grace = -1, max_connects = -1;
   // The time flags' text ("2s", "500ms", or a plain number in the flag's unit), converted after
-  // parsing so that a bad value is one line naming the flag (see ConvertTimeFlags below).
+  // parsing (right after CLI11_PARSE) so that a bad value is one line naming the flag.
   std::string lease_text, hb_interval_text, hb_timeout_text, grace_text, etcd_ttl_text;
   std::string admin_socket, metrics_address, auth_key_file, memory_windows;
   std::vector<std::string> allow_from;
@@ -351,8 +351,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "lockd " RDMALOCK_VERSION);
   CLI11_PARSE(app, argc, argv);
   {
-    // Each time flag into the unit it has always had, with the range it had (the file's keys
-    // are checked again by Validate); a bad value is one line and exit 2 (invalid configuration).
+    // Each time flag into the unit it has always had, with the range CLI11 checked before (> 0;
+    // >= 0 for the grace; 2 to 600 s for the etcd TTL; Validate then checks how they relate). A
+    // bad value is one line and exit 2, as for an invalid configuration file.
     using rdmalock::DurationUnit;
     constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
     struct TimeFlag {
