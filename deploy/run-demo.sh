@@ -68,12 +68,12 @@ holder=$!
 sleep 1.5
 lockctl inspect demo/orders
 set +e
-lockctl acquire --timeout 300 demo/orders -- true 2>&1 | sed 's/^/  [other] /'
+lockctl acquire --timeout 300ms demo/orders -- true 2>&1 | sed 's/^/  [other] /'
 rc=${PIPESTATUS[0]}
 set -e
-echo "  [other] lockctl acquire --timeout 300 exited $rc (75 = not granted in time)"
+echo "  [other] lockctl acquire --timeout 300ms exited $rc (75 = not granted in time)"
 wait "$holder"
-lockctl acquire --timeout 1000 demo/orders -- sh -c 'echo "  [other] got demo/orders after the holder finished"'
+lockctl acquire --timeout 1s demo/orders -- sh -c 'echo "  [other] got demo/orders after the holder finished"'
 
 section "contended workload: 4 threads on one lock, 30% shared"
 lockctl bench --threads 4 --locks 1 --duration 3 --shared-ratio 0.3

@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/duration.h"
 #include "common/etcd/etcd.h"
 #include "rdmalock/proto/layout.h"
 #include "server/acl.h"
@@ -44,6 +45,22 @@ Status ReadUnsigned(const std::string& origin, const std::string& key, const YAM
                                          std::to_string(lo) + ", " + std::to_string(hi) + "]");
   }
   *out = static_cast<T>(v);
+  return Status::Ok();
+}
+
+// A time key: "2s", "500ms", "1m30s", or a plain number in the key's unit (what the file held
+// before units were accepted), stored as a whole count of `unit` in [lo, hi].
+template <typename T>
+Status ReadDuration(const std::string& origin, const std::string& key, const YAML::Node& node,
+                    DurationUnit unit, uint64_t lo, uint64_t hi, T* out) {
+  if (!node.IsScalar()) {
+    return Error(ErrorCode::kConfig, Where(origin, node, key) + ": expected a duration (2s, or " +
+                                         BareUnitHint(unit) + ")");
+  }
+  auto v = ParseDurationIn(node.Scalar(), unit, static_cast<int64_t>(lo), static_cast<int64_t>(hi));
+  if (!v.ok())
+    return Error(ErrorCode::kConfig, Where(origin, node, key) + ": " + v.status().message());
+  *out = static_cast<T>(*v);
   return Status::Ok();
 }
 
@@ -230,7 +247,7 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
         st =
             ReadUnsigned(origin, key, v, proto::kMinLockCount, proto::kMaxLockCount, &c.lock_count);
       } else if (key == "lease_ms") {
-        st = ReadUnsigned(origin, key, v, 10, 3'600'000, &c.lease_ms);
+        st = ReadDuration(origin, key, v, DurationUnit::kMilliseconds, 10, 3'600'000, &c.lease_ms);
       } else if (key == "stall_factor") {
         st = ReadUnsigned(origin, key, v, 2, 100, &c.stall_factor);
       } else if (key == "max_clients") {
@@ -241,11 +258,14 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
       } else if (key == "max_connects_per_second") {
         st = ReadUnsigned(origin, key, v, 0, 1'000'000, &c.max_connects_per_second);
       } else if (key == "heartbeat_interval_ms") {
-        st = ReadUnsigned(origin, key, v, 10, 600'000, &c.heartbeat_interval_ms);
+        st = ReadDuration(origin, key, v, DurationUnit::kMilliseconds, 10, 600'000,
+                          &c.heartbeat_interval_ms);
       } else if (key == "heartbeat_timeout_ms") {
-        st = ReadUnsigned(origin, key, v, 20, 3'600'000, &c.heartbeat_timeout_ms);
+        st = ReadDuration(origin, key, v, DurationUnit::kMilliseconds, 20, 3'600'000,
+                          &c.heartbeat_timeout_ms);
       } else if (key == "restart_grace_ms") {
-        st = ReadUnsigned(origin, key, v, 0, 3'600'000, &c.restart_grace_ms);
+        st = ReadDuration(origin, key, v, DurationUnit::kMilliseconds, 0, 3'600'000,
+                          &c.restart_grace_ms);
       } else if (key == "admin_socket") {
         st = ReadString(origin, key, v, &c.admin_socket);
       } else if (key == "metrics_address") {
@@ -284,9 +304,10 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
       } else if (key == "etcd_key_file") {
         st = ReadString(origin, key, v, &c.etcd_key_file);
       } else if (key == "etcd_lease_ttl_s") {
-        st = ReadUnsigned(origin, key, v, 2, 600, &c.etcd_lease_ttl_s);
+        st = ReadDuration(origin, key, v, DurationUnit::kSeconds, 2, 600, &c.etcd_lease_ttl_s);
       } else if (key == "liveness_timeout_ms") {
-        st = ReadUnsigned(origin, key, v, 0, 3'600'000, &c.liveness_timeout_ms);
+        st = ReadDuration(origin, key, v, DurationUnit::kMilliseconds, 0, 3'600'000,
+                          &c.liveness_timeout_ms);
       } else if (key == "state_dir") {
         st = ReadString(origin, key, v, &c.state_dir);
       } else if (key == "log_level") {

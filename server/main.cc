@@ -12,10 +12,12 @@
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <thread>
 
 #include "common/auth/auth.h"
+#include "common/duration.h"
 #include "common/sync/mutex.h"
 #include "server/campaign.h"
 #include "server/config.h"
@@ -287,6 +289,9 @@ int main(int argc, char** argv) {
   std::string log_level, address, state_dir;
   int64_t port = -1, lock_count = -1, lease_ms = -1, max_clients = -1, hb_interval = -1,
           hb_timeout = -1, grace = -1, max_connects = -1;
+  // The time flags' text ("2s", "500ms", or a plain number in the flag's unit), converted after
+  // parsing (right after CLI11_PARSE) so that a bad value is one line naming the flag.
+  std::string lease_text, hb_interval_text, hb_timeout_text, grace_text, etcd_ttl_text;
   std::string admin_socket, metrics_address, auth_key_file, memory_windows;
   std::vector<std::string> allow_from;
   int64_t max_conns_per_session = -1;
@@ -300,18 +305,22 @@ int main(int argc, char** argv) {
   app.add_option("--address", address, "override address");
   app.add_option("--port", port, "override port")->check(CLI::Range(1, 65535));
   app.add_option("--lock-count", lock_count, "override lock_count")->check(CLI::PositiveNumber);
-  app.add_option("--lease-ms", lease_ms, "override lease_ms")->check(CLI::PositiveNumber);
+  auto* lease_opt = app.add_option("--lease-ms", lease_text, "override lease_ms (2s, or ms)")
+                        ->type_name("DURATION");
   app.add_option("--max-clients", max_clients, "override max_clients")->check(CLI::PositiveNumber);
   app.add_option("--max-connects-per-second", max_connects,
                  "override max_connects_per_second (0: no limit)")
       ->check(CLI::Range(0, 1000000));
   app.add_option("--state-dir", state_dir, "override state_dir (where the epoch persists)");
-  app.add_option("--heartbeat-interval-ms", hb_interval, "override heartbeat_interval_ms")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--heartbeat-timeout-ms", hb_timeout, "override heartbeat_timeout_ms")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--restart-grace-ms", grace, "override restart_grace_ms (0: one lease)")
-      ->check(CLI::NonNegativeNumber);
+  auto* hb_interval_opt = app.add_option("--heartbeat-interval-ms", hb_interval_text,
+                                         "override heartbeat_interval_ms (200ms, or ms)")
+                              ->type_name("DURATION");
+  auto* hb_timeout_opt = app.add_option("--heartbeat-timeout-ms", hb_timeout_text,
+                                        "override heartbeat_timeout_ms (1s, or ms)")
+                             ->type_name("DURATION");
+  auto* grace_opt = app.add_option("--restart-grace-ms", grace_text,
+                                   "override restart_grace_ms (10s, or ms; 0: one lease)")
+                        ->type_name("DURATION");
   app.add_option("--admin-socket", admin_socket, "override admin_socket (\"\" disables)");
   app.add_option("--metrics-address", metrics_address,
                  "override metrics_address, HOST:PORT (\"\" serves no metrics)");
@@ -335,10 +344,42 @@ int main(int argc, char** argv) {
   app.add_option("--etcd-cert-file", etcd_cert,
                  "override etcd_cert_file (client certificate for etcd)");
   app.add_option("--etcd-key-file", etcd_key, "override etcd_key_file (its key)");
-  app.add_option("--etcd-lease-ttl-s", etcd_ttl, "override etcd_lease_ttl_s")
-      ->check(CLI::Range(2, 600));
+  auto* etcd_ttl_opt = app.add_option("--etcd-lease-ttl-s", etcd_ttl_text,
+                                      "override etcd_lease_ttl_s (2s to 10m; a plain number is "
+                                      "seconds)")
+                           ->type_name("DURATION");
   app.set_version_flag("--version", "lockd " RDMALOCK_VERSION);
   CLI11_PARSE(app, argc, argv);
+  {
+    // Each time flag into the unit it has always had, with the range CLI11 checked before (> 0;
+    // >= 0 for the grace; 2 to 600 s for the etcd TTL; Validate then checks how they relate). A
+    // bad value is one line and exit 2, as for an invalid configuration file.
+    using rdmalock::DurationUnit;
+    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+    struct TimeFlag {
+      CLI::Option* opt;
+      const std::string& text;
+      DurationUnit unit;
+      int64_t lo, hi;
+      int64_t* out;
+    };
+    const TimeFlag flags[] = {
+        {lease_opt, lease_text, DurationUnit::kMilliseconds, 1, kMax, &lease_ms},
+        {hb_interval_opt, hb_interval_text, DurationUnit::kMilliseconds, 1, kMax, &hb_interval},
+        {hb_timeout_opt, hb_timeout_text, DurationUnit::kMilliseconds, 1, kMax, &hb_timeout},
+        {grace_opt, grace_text, DurationUnit::kMilliseconds, 0, kMax, &grace},
+        {etcd_ttl_opt, etcd_ttl_text, DurationUnit::kSeconds, 2, 600, &etcd_ttl},
+    };
+    for (const TimeFlag& f : flags) {
+      if (f.opt->count() == 0) continue;
+      auto v = rdmalock::ParseDurationIn(f.text, f.unit, f.lo, f.hi);
+      if (!v.ok()) {
+        std::cerr << "lockd: " << f.opt->get_name() << ": " << v.status().message() << "\n";
+        return 2;
+      }
+      *f.out = *v;
+    }
+  }
 
   auto logger = spdlog::stderr_color_mt("lockd");
   spdlog::set_default_logger(logger);

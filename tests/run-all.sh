@@ -3,7 +3,8 @@
 #   1. host unit tests (proto, config, the protocol engine over the in-process backend), in a plain
 #      build, under AddressSanitizer+UndefinedBehaviorSanitizer, and under ThreadSanitizer;
 #   2. the RDMA integration tests on real rdma_rxe, through deploy/softroce/rxe-run (natively if
-#      this kernel has RDMA, else in the Soft-RoCE VM);
+#      this kernel has RDMA, else in the Soft-RoCE VM), and rxe-run once from a working directory
+#      under /var/tmp with a space in its name;
 #   3. the C API and Python module against lockd on rdma_rxe (tests/sdk/run.sh);
 #   4. lockd's operator paths (tests/operator/run.sh), lockd and lockctl built under ASan+UBSan,
 #      on rdma_rxe: forced releases, admin socket peers, the metrics endpoint, running out of
@@ -210,6 +211,20 @@ stage "fuzzers: build and runs"
 echo "=== fuzzers (libFuzzer + ASan/UBSan: handshake, config and lockctl-argument parsers, ${FUZZ_SECONDS:-30} s each)"
 "$root/tests/fuzz/run.sh" "$logs/fuzz" 2>&1 | tee "$logs/fuzz.log"
 tally "fuzzers (libFuzzer)" "$logs/fuzz.log" "${PIPESTATUS[0]}" '^fuzz: .*: ok ' '^fuzz: .*: FAIL'
+
+stage "harness from any directory (rdma_rxe)"
+# A clone may be anywhere: rxe-run from a working directory the guest's tmpfs would hide
+# (/var/tmp) with a space in its name must see it (issue 20, item 1). One short boot.
+echo "=== rxe-run from a working directory under /var/tmp with a space in its name"
+anywhere=$(mktemp -d "/var/tmp/rdmalock any dir.XXXXXX")
+echo here >"$anywhere/cwd-marker"
+(cd "$anywhere" && "$root/deploy/softroce/rxe-run" --timeout 300 -- sh -c \
+  'if [ "$(cat cwd-marker)" = here ]; then r=ok; else r=FAIL; fi
+   echo "harness: working directory $(pwd) seen in the guest: $r"; ibv_devices') 2>&1 |
+  tee "$logs/anywhere.log"
+tally "harness from any directory" "$logs/anywhere.log" "${PIPESTATUS[0]}" '^harness: .*: ok$' \
+  '^harness: .*: FAIL$'
+rm -rf "$anywhere"
 
 stage "RDMA tests (rdma_rxe)"
 echo "=== RDMA integration tests on rdma_rxe"

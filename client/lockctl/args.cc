@@ -9,7 +9,10 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <sstream>
+
+#include "common/duration.h"
 
 namespace lockctl {
 
@@ -51,6 +54,47 @@ bool LoadYaml(const std::string& text, const std::string& path, YAML::Node* root
   }
 }
 
+// A time flag: CLI11 takes its text (shown as DURATION in --help) and ParseArgs converts it after
+// parsing, so that a bad value is one line that names the flag and gives examples, not CLI11's
+// range message with a 309-digit bound. A plain number means what it meant before units were
+// accepted (the flag's own unit).
+struct TimeFlag {
+  CLI::Option* opt = nullptr;
+  std::string text;
+};
+
+void AddTimeFlag(CLI::App* app, const std::string& names, TimeFlag* flag, const std::string& help,
+                 const std::string& default_text = "") {
+  flag->opt = app->add_option(names, flag->text, help)->type_name("DURATION");
+  if (!default_text.empty()) flag->opt->default_str(default_text);
+}
+
+bool BadTime(const TimeFlag& flag, const rdmalock::Status& st) {
+  std::cerr << "lockctl: " << flag.opt->get_name() << ": " << st.message() << "\n";
+  return false;
+}
+
+// The flag's value, if given, into *out: a whole count of `unit` in [lo, hi]. False after
+// printing why not.
+template <typename T>
+bool ConvertTime(const TimeFlag& flag, rdmalock::DurationUnit unit, int64_t lo, int64_t hi,
+                 T* out) {
+  if (flag.opt->count() == 0) return true;
+  auto v = rdmalock::ParseDurationIn(flag.text, unit, lo, hi);
+  if (!v.ok()) return BadTime(flag, v.status());
+  *out = static_cast<T>(*v);
+  return true;
+}
+
+// The same for bench's seconds, kept as a double (a fraction of a second is fine there).
+bool ConvertSeconds(const TimeFlag& flag, double* out) {
+  if (flag.opt->count() == 0) return true;
+  auto ns = rdmalock::ParseDurationNs(flag.text, rdmalock::DurationUnit::kSeconds);
+  if (!ns.ok()) return BadTime(flag, ns.status());
+  *out = static_cast<double>(*ns) / 1e9;
+  return true;
+}
+
 }  // namespace
 
 bool ParseClientConfig(const std::string& text, const std::string& path, bool have_server,
@@ -75,15 +119,18 @@ bool ParseClientConfig(const std::string& text, const std::string& path, bool ha
     if (key == "server") {
       if (v.empty()) return bad("empty");
       if (!have_server) t->server = v, t->source = path;
-    } else if (key == "port" || key == "connect_timeout_ms") {
+    } else if (key == "port") {
       char* end = nullptr;
       const long n = std::strtol(v.c_str(), &end, 10);
-      const long max = key == "port" ? 65535 : 3600000;
-      if (v.empty() || *end != '\0' || n < 1 || n > max) {
-        return bad("'" + v + "' is not an integer in 1.." + std::to_string(max));
+      if (v.empty() || *end != '\0' || n < 1 || n > 65535) {
+        return bad("'" + v + "' is not an integer in 1..65535");
       }
-      if (key == "port" && !have_port) t->port = static_cast<int>(n);
-      if (key == "connect_timeout_ms" && !have_timeout) t->connect_timeout_ms = static_cast<int>(n);
+      if (!have_port) t->port = static_cast<int>(n);
+    } else if (key == "connect_timeout_ms") {
+      // "5s" or milliseconds as a number, as on the command line.
+      auto ms = rdmalock::ParseDurationIn(v, rdmalock::DurationUnit::kMilliseconds, 1, 3600000);
+      if (!ms.ok()) return bad(ms.status().message());
+      if (!have_timeout) t->connect_timeout_ms = static_cast<int>(*ms);
     } else if (key == "auth_key_file") {
       if (v.empty()) return bad("empty");
       if (t->auth_key_file.empty()) t->auth_key_file = v;
@@ -149,8 +196,9 @@ int ParseArgs(int argc, char** argv, Args* args) {
                  "lockd address (default: $RDMALOCK_SERVER, then 'server' in "
                  "~/.config/rdmalock/client.yaml)");
   app.add_option("-p,--port", c.port, "lockd port")->check(CLI::Range(1, 65535));
-  app.add_option("--connect-timeout-ms", c.connect_timeout_ms, "connect timeout")
-      ->check(CLI::PositiveNumber);
+  TimeFlag connect_timeout;
+  AddTimeFlag(&app, "--connect-timeout-ms", &connect_timeout,
+              "connect timeout: 5s, 500ms, or milliseconds as a number", "5000");
   app.add_flag("--json", c.json, "print JSON");
   app.add_option("--cluster", c.cluster_file,
                  "cluster map (YAML: shards: [{name, server, port}]); a command's lock name "
@@ -202,31 +250,28 @@ int ParseArgs(int argc, char** argv, Args* args) {
       "acquire", "hold a lock while a command runs: lockctl acquire NAME [--shared] -- CMD...");
   std::string& acq_name = args->acq_name;
   bool& acq_shared = args->acq_shared;
-  int64_t& acq_timeout = args->acq_timeout;
-  int& acq_grace = args->acq_grace;
   std::vector<std::string>& acq_cmd = args->acq_cmd;
   acquire->add_option("name", acq_name, "lock name")->required();
   acquire->add_flag("--shared", acq_shared, "take the lock in shared mode");
-  acquire->add_option("--timeout", acq_timeout, "ms to wait for the lock (default: for ever)")
-      ->check(CLI::NonNegativeNumber);
-  acquire
-      ->add_option("--grace", acq_grace,
-                   "ms from SIGTERM to SIGKILL when the lock is lost or a renewal is overdue "
-                   "(default: a quarter of lockd's lease, 500 ms at lease_ms 2000); the SIGKILL "
-                   "comes a tenth of a lease before the lease ends at the latest, whatever "
-                   "--grace says")
-      ->check(CLI::NonNegativeNumber);
+  TimeFlag acq_timeout, acq_grace;
+  AddTimeFlag(acquire, "--timeout", &acq_timeout,
+              "how long to wait for the lock: 60s, 500ms, 2m, or milliseconds as a number "
+              "(default: for ever)");
+  AddTimeFlag(acquire, "--grace", &acq_grace,
+              "from SIGTERM to SIGKILL when the lock is lost or a renewal is overdue: 2s, 500ms, "
+              "or milliseconds as a number (default: a quarter of lockd's lease, 500ms at "
+              "lease_ms 2000); the SIGKILL comes a tenth of a lease before the lease ends at the "
+              "latest, whatever --grace says");
   acquire->add_option("cmd", acq_cmd, "command and arguments (after --)");
 
   auto* top = app.add_subcommand(
       "top", "the most contended locks now: holders, waiters, requests/s; refreshes");
-  int& top_interval = args->top_interval;
   int& top_rows = args->top_rows;
   int& top_iterations = args->top_iterations;
   std::vector<std::string>& top_names = args->top_names;
-  top->add_option("-i,--interval-ms", top_interval, "refresh interval")
-      ->check(CLI::Range(50, 3600000))
-      ->capture_default_str();
+  TimeFlag top_interval;
+  AddTimeFlag(top, "-i,--interval-ms", &top_interval,
+              "refresh interval, 50ms to 1h: 2s, 500ms, or milliseconds as a number", "1000");
   top->add_option("-n,--rows", top_rows, "locks shown")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -276,14 +321,16 @@ int ParseArgs(int argc, char** argv, Args* args) {
       ->add_option("--processes", bo.processes,
                    "run in this many processes, each with its own session and --threads threads")
       ->capture_default_str();
-  bench->add_option("--duration", bo.duration_s, "seconds to measure")->check(CLI::PositiveNumber);
-  bench->add_option("--warmup", bo.warmup_s, "seconds before measuring")
-      ->check(CLI::NonNegativeNumber);
+  TimeFlag bench_duration, bench_warmup, bench_hold;
+  AddTimeFlag(bench, "--duration", &bench_duration,
+              "how long to measure: 10s, 1m, 500ms, or seconds as a number", "5");
+  AddTimeFlag(bench, "--warmup", &bench_warmup,
+              "how long to run before measuring: 2s, 500ms, or seconds as a number", "0.5");
   bench->add_option("--shared-ratio", bo.shared_ratio, "fraction of shared acquisitions")
       ->check(CLI::Range(0.0, 1.0));
   bench->add_flag("--token", bo.token, "request fencing tokens");
-  bench->add_option("--hold-us", bo.hold_us, "hold each lock this many microseconds")
-      ->check(CLI::NonNegativeNumber);
+  AddTimeFlag(bench, "--hold-us", &bench_hold,
+              "hold each lock this long: 20us, 1ms, or microseconds as a number", "0");
   bench
       ->add_option("--idle-sessions", bo.idle_sessions,
                    "also open this many idle client sessions for the run, in the first process "
@@ -303,6 +350,21 @@ int ParseArgs(int argc, char** argv, Args* args) {
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
+  }
+  // The time flags, each into the unit it has always had; one line on a bad value.
+  using rdmalock::DurationUnit;
+  constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+  if (!ConvertTime(connect_timeout, DurationUnit::kMilliseconds, 1, kIntMax,
+                   &c.connect_timeout_ms) ||
+      // At most a year: the SDK adds the timeout to the clock's now, in nanoseconds.
+      !ConvertTime(acq_timeout, DurationUnit::kMilliseconds, 0, int64_t{365} * 24 * 3600 * 1000,
+                   &args->acq_timeout) ||
+      !ConvertTime(acq_grace, DurationUnit::kMilliseconds, 0, kIntMax, &args->acq_grace) ||
+      !ConvertTime(top_interval, DurationUnit::kMilliseconds, 50, 3600000, &args->top_interval) ||
+      !ConvertSeconds(bench_duration, &bo.duration_s) ||
+      !ConvertSeconds(bench_warmup, &bo.warmup_s) ||
+      !ConvertTime(bench_hold, DurationUnit::kMicroseconds, 0, kIntMax, &bo.hold_us)) {
+    return kExitUsage;
   }
   c.port_given = app.count("--port") > 0;
   if (!c.etcd.empty() && !c.cluster_file.empty()) {

@@ -138,7 +138,10 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
   rdmalock::Client* client = nullptr;
   if (!c.etcd.empty()) {
     Common cc = c;
-    if (timeout_ms > cc.connect_timeout_ms) cc.connect_timeout_ms = static_cast<int>(timeout_ms);
+    if (timeout_ms > cc.connect_timeout_ms) {
+      // --timeout goes up to a year of milliseconds, more than an int holds.
+      cc.connect_timeout_ms = static_cast<int>(std::min<int64_t>(timeout_ms, INT32_MAX));
+    }
     cluster = ConnectClusterOrDie(cc, &code);
     if (!cluster) return code;
     auto shard = cluster->Shard(cluster->ShardOf(name));

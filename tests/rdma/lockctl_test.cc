@@ -2,6 +2,7 @@
 // lock, is ended when the lock is lost, and no process of it outlives lockctl or the lock),
 // release --force over the admin socket, clients, inspect and top.
 // Run on rdma_rxe only (tests/rdma/lockd_fixture.h).
+#include <pty.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -10,12 +11,14 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "rdmalock/client.h"
@@ -406,4 +409,75 @@ TEST_CASE("issue 17 finding 13: lockctl acquire's exec and its SIGKILL bound") {
     CHECK(WaitExit(lockctl, 20s) == 76);
     REQUIRE(got->Release().ok());
   }
+}
+
+namespace {
+
+// Runs `argv` with its stdout and stderr on a new terminal (a pty) and returns what it wrote
+// there and its exit status.
+std::pair<int, std::string> CaptureOnTerminal(const std::vector<std::string>& argv) {
+  int master = -1;
+  const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = read(master, buf, sizeof(buf));
+    if (n > 0) {
+      out.append(buf, static_cast<size_t>(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      break;  // EIO once the child's side is closed
+    }
+  }
+  close(master);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+}  // namespace
+
+TEST_CASE("issue 20 item 5: lockctl bench shows its progress line on a terminal only") {
+  Lockd lockd(7681, 1024);
+  const std::vector<std::string> bench = {
+      LOCKCTL_PATH, "--server",   RxeIp(),  "--port",   std::to_string(lockd.port()),
+      "bench",      "--duration", "1500ms", "--warmup", "300ms",
+      "--locks",    "64"};
+  // A terminal: the line is drawn in place (\r, erased before the report) with elapsed time,
+  // acquisitions and the rate, and the report follows.
+  auto [rc, tty] = CaptureOnTerminal(bench);
+  INFO(tty);
+  REQUIRE(rc == 0);
+  CHECK(tty.find("\r\x1b[Kbench: ") != std::string::npos);
+  CHECK(tty.find(" acquisitions  ") != std::string::npos);
+  CHECK(tty.find("/s now") != std::string::npos);
+  const auto last_progress = tty.rfind("\r\x1b[K");
+  REQUIRE(last_progress != std::string::npos);
+  CHECK(tty.find("acquisitions", last_progress + 4) != std::string::npos);  // the report's
+  // --json on a terminal: none of it.
+  std::vector<std::string> json = bench;
+  json.insert(json.begin() + 1, "--json");
+  auto [rc_json, tty_json] = CaptureOnTerminal(json);
+  INFO(tty_json);
+  REQUIRE(rc_json == 0);
+  CHECK(tty_json.find("\x1b[K") == std::string::npos);  // (the terminal turns \n into \r\n)
+  CHECK(tty_json.find("/s now") == std::string::npos);
+  // A pipe: none of it either.
+  std::string cmd;
+  for (const auto& a : bench) cmd += a + " ";
+  auto [rc_pipe, piped] = Capture(cmd);
+  INFO(piped);
+  REQUIRE(rc_pipe == 0);
+  CHECK(piped.find('\r') == std::string::npos);
+  CHECK(piped.find("/s now") == std::string::npos);
+  CHECK(piped.find("acquisitions") != std::string::npos);
 }

@@ -70,6 +70,48 @@ TEST_CASE("bad configs name the file, line and key") {
   check("max_connects_per_second: -5\n", "key 'max_connects_per_second'");
 }
 
+TEST_CASE("time keys take durations as people write them, and plain numbers as before") {
+  auto c = ParseConfig(
+      "lease_ms: 2s\nheartbeat_interval_ms: 250ms\nheartbeat_timeout_ms: 1.5s\n"
+      "restart_grace_ms: 1m\netcd_lease_ttl_s: 1m\nliveness_timeout_ms: 1m30s\n",
+      "d.yaml");
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  CHECK(c->lease_ms == 2000);
+  CHECK(c->heartbeat_interval_ms == 250);
+  CHECK(c->heartbeat_timeout_ms == 1500);
+  CHECK(c->restart_grace_ms == 60000);
+  CHECK(c->etcd_lease_ttl_s == 60);
+  CHECK(c->liveness_timeout_ms == 90000);
+  // A plain number is in the key's own unit, as it always was.
+  auto plain = ParseConfig("lease_ms: 3000\netcd_lease_ttl_s: 7\n", "p.yaml");
+  REQUIRE(plain.ok());
+  CHECK(plain->lease_ms == 3000);
+  CHECK(plain->etcd_lease_ttl_s == 7);
+  // What --print-config writes reads back the same.
+  auto again = ParseConfig(c->ToYaml(), "again.yaml");
+  REQUIRE(again.ok());
+  CHECK(again->ToYaml() == c->ToYaml());
+  auto bad = [](const std::string& text, const std::string& message) {
+    auto r = ParseConfig(text, "bad.yaml");
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().code() == ErrorCode::kConfig);
+    CHECK(r.status().message() == message);
+  };
+  bad("lease_ms: 60x\n",
+      "bad.yaml:1: key 'lease_ms': \"60x\" is not a duration (examples: 500ms, 10s, 2m, or "
+      "milliseconds as a number)");
+  bad("port: 7471\nlease_ms: 2h\n",
+      "bad.yaml:2: key 'lease_ms': \"2h\" is out of range: between 10ms and 1h");
+  bad("etcd_lease_ttl_s: 2500ms\n",
+      "bad.yaml:1: key 'etcd_lease_ttl_s': \"2500ms\" is not a whole number of seconds");
+  bad("restart_grace_ms: -2s\n",
+      "bad.yaml:1: key 'restart_grace_ms': \"-2s\" is negative: a duration is 0 or more");
+  bad("heartbeat_timeout_ms: [1s]\n",
+      "bad.yaml:1: key 'heartbeat_timeout_ms': expected a duration (2s, or milliseconds as a "
+      "number)");
+}
+
 TEST_CASE("metrics_address: a default, HOST:PORT or IPv6 in brackets, or empty to disable") {
   REQUIRE(ParseConfig("", "m.yaml")->metrics_address == "127.0.0.1:9477");
   REQUIRE(ParseConfig("metrics_address: \"\"\n", "m.yaml")->metrics_address.empty());

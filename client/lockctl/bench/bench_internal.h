@@ -3,6 +3,7 @@
 //   workload.cc   one process's run: its worker threads, their timing and the ClientStats delta
 //   processes.cc  RunBench: the forked processes, their start together and their results' wire
 //   report.cc     the merged figures: percentiles, histogram, text or JSON
+//   progress.cc   the progress line on a terminal and its counters (progress.h)
 // Thread-safety: KeySampler is immutable after construction (every worker thread draws from one);
 // the rest are values or functions called from one thread of one process.
 #pragma once
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "client/lockctl/bench.h"
+#include "client/lockctl/bench/progress.h"
 #include "rdmalock/client.h"
 
 namespace lockctl::bench {
@@ -92,9 +94,12 @@ struct ProcResult {
 };
 
 // Runs o.threads workers against `target` for the warm-up and the measured window.
-// `proc` numbers the process (0: the parent), which seeds its threads' generators.
+// `proc` numbers the process (0: the parent), which seeds its threads' generators. With
+// `progress`, worker g of this process counts its measured acquisitions in slot
+// proc * o.threads + g; with `draw` too (the parent, on a terminal), the main thread redraws the
+// progress line while it waits and clears it at the end.
 ProcResult RunWorkload(const BenchTarget& target, const BenchOptions& o, const KeySampler& keys,
-                       int proc);
+                       int proc, ProgressCounters* progress, bool draw);
 
 // sum += v, counter by counter.
 void Accumulate(rdmalock::ClientStats& sum, const rdmalock::ClientStats& v);

@@ -149,7 +149,7 @@ int Connect(const BenchOptions& o, const BenchConnect& connect, int proc, Sessio
 // means the parent gave up), run, send the result. Its exit code says whether it could run and
 // report; what went wrong in the run (errors) travels in the result.
 int ChildMain(const BenchOptions& o, const BenchConnect& connect, int proc, int result_fd,
-              int go_fd) {
+              int go_fd, ProgressCounters* progress) {
   Session s;
   if (const int rc = Connect(o, connect, proc, &s); rc != 0) return rc;
   const KeySampler keys(o);
@@ -160,7 +160,7 @@ int ChildMain(const BenchOptions& o, const BenchConnect& connect, int proc, int 
   }
   if (n != 1) return kExitInternal;
   close(go_fd);
-  const ProcResult p = RunWorkload(s.target, o, keys, proc);
+  const ProcResult p = RunWorkload(s.target, o, keys, proc, progress, /*draw=*/false);
   if (!SendResult(result_fd, p)) {
     std::fprintf(stderr, "lockctl bench: process %d: cannot send its result: %s\n", proc,
                  std::strerror(errno));
@@ -214,6 +214,13 @@ int RunBench(const BenchOptions& o, const BenchConnect& connect) {
   using namespace bench;  // this file's parts
   if (const int rc = ValidateBenchOptions(o); rc != 0) return rc;
   std::vector<Child> children;
+  // The progress line (a terminal, not --json): its counters are mapped before the fork so that
+  // every process's workers count into them and the parent draws the sum.
+  std::unique_ptr<ProgressCounters> progress;
+  if (ShouldShowProgress(o.json, STDOUT_FILENO)) {
+    progress =
+        ProgressCounters::Create(static_cast<size_t>(o.processes) * static_cast<size_t>(o.threads));
+  }
   int go[2] = {-1, -1};
   if (o.processes > 1) {
     // A child that dies must not kill the parent's writes to it (nor the parent a child's).
@@ -251,7 +258,7 @@ int RunBench(const BenchOptions& o, const BenchConnect& connect) {
         close(go[1]);
         close(res[0]);
         for (const auto& c : children) close(c.fd);
-        _exit(ChildMain(o, connect, p, res[1], go[0]));
+        _exit(ChildMain(o, connect, p, res[1], go[0], progress.get()));
       }
       close(res[1]);
       children.push_back({.proc = p, .pid = pid, .fd = res[0]});
@@ -294,7 +301,7 @@ int RunBench(const BenchOptions& o, const BenchConnect& connect) {
   }
 
   std::vector<ProcResult> procs;
-  procs.push_back(RunWorkload(s.target, o, *keys, 0));
+  procs.push_back(RunWorkload(s.target, o, *keys, 0, progress.get(), progress != nullptr));
   s = Session{};  // the parent's sessions end now, as the children's do when they exit
 
   int failed = 0, child_code = 0;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <deque>
 #include <random>
 #include <string>
@@ -58,6 +59,8 @@ struct Shared {
   double interval_ns = 0;  // open loop: each thread's inter-arrival time; 0: closed loop
   Clock::time_point base;  // open loop: the schedule's origin
   std::atomic<bool> measuring{false}, stop{false};
+  // The progress line's counters (null: no line); worker g writes only slot g.
+  ProgressCounters* progress = nullptr;
 };
 
 // Open loop: waits for each set's scheduled start. Sleeps until `early_` before it, then spins:
@@ -108,6 +111,8 @@ void AsyncWorker(Shared& sh, int global_thread, ThreadResult& r) {
   r.pair.reserve(1 << 20);
   std::mt19937_64 rng(static_cast<uint64_t>(global_thread) * 7919 + 17);
   std::bernoulli_distribution shared(o.shared_ratio);
+  ProgressSlot* progress =
+      sh.progress != nullptr ? sh.progress->slot(static_cast<size_t>(global_thread)) : nullptr;
   struct Done {
     rdmalock::Result<rdmalock::LockHandle> h;
     Clock::time_point issued, granted;
@@ -185,6 +190,7 @@ void AsyncWorker(Shared& sh, int global_thread, ThreadResult& r) {
         r.pair.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - d.issued).count()));
         r.locks += 1;
       }
+      if (progress != nullptr) progress->Add(handles.size());
     }
     if (!sh.stop.load(std::memory_order_relaxed)) {
       for (size_t i = 0; i < got.size(); ++i) issue();
@@ -212,6 +218,8 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
   std::vector<rdmalock::SlotRequest> set;
   set.reserve(static_cast<size_t>(o.batch));
   std::unordered_set<uint64_t> taken;
+  ProgressSlot* progress =
+      sh.progress != nullptr ? sh.progress->slot(static_cast<size_t>(global_thread)) : nullptr;
   const bool open = sh.interval_ns > 0;
   if (open) prctl(PR_SET_TIMERSLACK, 1UL);  // this thread's sleeps end on time (Pacer)
   Pacer pacer;
@@ -272,6 +280,7 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
       r.release.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - t1r).count()));
       r.pair.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - start).count()));
       r.locks += static_cast<uint64_t>(o.batch);
+      if (progress != nullptr) progress->Add(static_cast<uint64_t>(o.batch));
       if (open) {
         const int64_t lag = duration_cast<nanoseconds>(t0 - start).count();
         if (lag > kLateNs) ++r.late;
@@ -302,12 +311,44 @@ rdmalock::ClientStats StatsOf(const BenchTarget& t) {
   return sum;
 }
 
+// Sleeps `secs`; with `draw`, redraws the progress line every kProgressIntervalMs meanwhile. The
+// last wake-up at the end draws nothing, so the measured window ends when it would without the
+// line.
+void SleepShowing(double secs, bool warmup, const ProgressCounters* draw) {
+  const auto span = std::chrono::duration<double>(secs);
+  if (draw == nullptr) {
+    std::this_thread::sleep_for(span);
+    return;
+  }
+  const auto begin = Clock::now();
+  const auto end = begin + duration_cast<Clock::duration>(span);
+  auto last_t = begin;
+  uint64_t last_n = draw->Sum();
+  for (;;) {
+    const auto now = Clock::now();
+    if (now >= end) return;
+    std::this_thread::sleep_for(
+        std::min<Clock::duration>(end - now, std::chrono::milliseconds(kProgressIntervalMs)));
+    const auto t = Clock::now();
+    if (t >= end) return;
+    const uint64_t n = draw->Sum();
+    const double dt = std::chrono::duration<double>(t - last_t).count();
+    const std::string line =
+        FormatProgress(warmup, std::chrono::duration<double>(t - begin).count(), secs, n,
+                       dt > 0 ? static_cast<double>(n - last_n) / dt : 0);
+    std::fputs(("\r\x1b[K" + line).c_str(), stdout);
+    std::fflush(stdout);
+    last_t = t;
+    last_n = n;
+  }
+}
+
 }  // namespace
 
 void Accumulate(rdmalock::ClientStats& sum, const rdmalock::ClientStats& v) { sum += v; }
 
 ProcResult RunWorkload(const BenchTarget& target, const BenchOptions& o, const KeySampler& keys,
-                       int proc) {
+                       int proc, ProgressCounters* progress, bool draw) {
   Shared sh;
   sh.client = target.client.get();
   sh.cluster = target.cluster.get();
@@ -322,6 +363,8 @@ ProcResult RunWorkload(const BenchTarget& target, const BenchOptions& o, const K
   sh.total_threads = o.threads * o.processes;
   sh.interval_ns = o.rate > 0 ? 1e9 * sh.total_threads / o.rate : 0;
   sh.base = Clock::now();
+  sh.progress = progress;
+  const ProgressCounters* shown = draw ? progress : nullptr;
   std::vector<ThreadResult> results(static_cast<size_t>(o.threads));
   std::vector<std::thread> workers;
   for (int t = 0; t < o.threads; ++t) {
@@ -329,12 +372,16 @@ ProcResult RunWorkload(const BenchTarget& target, const BenchOptions& o, const K
       Worker(sh, g, results[static_cast<size_t>(t)]);
     });
   }
-  std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup_s));
+  SleepShowing(o.warmup_s, /*warmup=*/true, shown);
   const rdmalock::ClientStats at_start = StatsOf(target);
   sh.measuring.store(true);
   const auto start = Clock::now();
-  std::this_thread::sleep_for(std::chrono::duration<double>(o.duration_s));
+  SleepShowing(o.duration_s, /*warmup=*/false, shown);
   sh.measuring.store(false);
+  if (shown != nullptr) {
+    std::fputs("\r\x1b[K", stdout);  // the report starts on a clean line
+    std::fflush(stdout);
+  }
   ProcResult p;
   p.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
   p.stats = Delta(StatsOf(target), at_start);
