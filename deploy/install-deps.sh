@@ -23,6 +23,10 @@ packages=(
   rdma-core ibverbs-providers ibverbs-utils rdmacm-utils perftest iproute2
   # the Python module's tests (tests/python, run by ctest and tests/sdk/run.sh)
   python3 python3-pytest
+  # the alert rules' tests (deploy/monitoring, run by ctest): promtool. Where systemd runs, the
+  # package also enables and starts a Prometheus server on :9090; `systemctl disable --now
+  # prometheus` if you want none
+  prometheus
   # the Soft-RoCE VM (deploy/softroce/rxe-run)
   qemu-system-x86 busybox-static cpio kmod
   # Debian packages (cpack: dpkg-shlibdeps, file) and their test in a clean tree (tests/pkg/run.sh)
