@@ -24,6 +24,10 @@ packages=(
   # the Python module's tests (tests/python, run by ctest and tests/sdk/run.sh), and its offline
   # pip install into a venv (tests/python/pip-install.sh: Debian's setuptools and wheel)
   python3 python3-pytest python3-venv python3-setuptools python3-wheel
+  # the alert rules' tests (deploy/monitoring, run by ctest): promtool, which Debian ships only in
+  # the prometheus package. Its server is not wanted: when this script installs the package, it
+  # stops and disables the service the package starts (an existing Prometheus is left alone)
+  prometheus
   # the Soft-RoCE VM (deploy/softroce/rxe-run)
   qemu-system-x86 busybox-static cpio kmod
   # Debian packages (cpack: dpkg-shlibdeps, file) and their test in a clean tree (tests/pkg/run.sh)
@@ -44,3 +48,7 @@ sudo=""
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Installed here only for promtool: no Prometheus server left running on :9090.
+if printf '%s\n' "${missing[@]}" | grep -qx prometheus && [ -d /run/systemd/system ]; then
+  $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi

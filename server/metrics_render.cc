@@ -29,6 +29,11 @@ std::string RenderMetrics(const MetricsSource& s, LockTableSampler& sampler,
            "restart grace period left (clients are refused until it ends); 0 if none");
   p.Sample(s.grace_until_wall > now_wall ? duration<double>(s.grace_until_wall - now_wall).count()
                                          : 0.0);
+  // A constant of the run, so an alert sees a grace of one lease whenever it scrapes (the
+  // remaining time above is > 0 for that lease only).
+  p.Family("rdmalock_lockd_grace_end_time_seconds", "gauge",
+           "when this run's restart grace period ends or ended, Unix seconds; 0 if it had none");
+  p.Sample(duration<double>(s.grace_until_wall.time_since_epoch()).count());
   p.Family("rdmalock_lockd_sessions_connected", "gauge", "client sessions connected now");
   p.Sample(s.connected->load(std::memory_order_relaxed));
   p.Family("rdmalock_lockd_sessions_max", "gauge", "max_clients");

@@ -5,7 +5,8 @@
 #
 # What an operator, a local user or a misbehaving peer can do to lockd from outside the lock
 # protocol: forced releases, the admin socket, the metrics endpoint, running out of descriptors.
-# Each check names the finding of issue 17 it covers. lockd must survive every one of them,
+# Each check names the finding of issue 17 it covers (monitoring_metrics_served is issue 20's:
+# the metrics that deploy/monitoring uses). lockd must survive every one of them,
 # answer afterwards, and its log must show no sanitizer report. Prints one line per check,
 # "operator: <check>: ok" or "operator: <check>: FAIL <why>", then "operator: N passed, M failed",
 # and exits non-zero if anything failed or could not run.
@@ -235,6 +236,23 @@ else
   fi
 fi
 prlimit --pid "$lockd_pid" --nofile=1024:1024
+fi
+
+if want metrics; then
+# ---- issue 20: every metric and label value that deploy/monitoring's Grafana dashboard and
+# Prometheus rules use is on this lockd's /metrics (a renamed metric would leave a panel empty
+# and an alert silent, and nothing else would notice). After the checks above, so that it does
+# not change their timing; lockd serves every family from its start.
+check=monitoring_metrics_served
+src=$(cd "$(dirname "$0")/../.." && pwd)
+if ! curl -fsS -m 20 "http://$metrics_addr/metrics" >"$work/metrics.txt" 2>"$work/metrics.err"; then
+  fail $check "GET /metrics failed: $(cat "$work/metrics.err")"
+elif out=$(python3 "$src/deploy/monitoring/check_monitoring.py" served "$work/metrics.txt" 2>&1); then
+  echo "operator: ${out%: ok}"
+  pass $check
+else
+  fail $check "$(echo "$out" | tr '\n' ' ')"
+fi
 fi
 
 if want f16; then

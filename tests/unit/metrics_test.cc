@@ -91,6 +91,18 @@ TEST_CASE("metrics: the counters and constants, one family each with HELP and TY
   // No grace period: 0, not a negative number.
   src.grace_until_wall = {};
   CHECK(Value(RenderMetrics(src, sampler, now), "rdmalock_lockd_grace_remaining_seconds") == "0");
+  CHECK(Value(RenderMetrics(src, sampler, now), "rdmalock_lockd_grace_end_time_seconds") == "0");
+
+  // When the grace period ends (or ended), in Unix seconds, after it is over too: the alert
+  // rules see a restart with a grace however short it was and whenever they scrape.
+  const std::chrono::system_clock::time_point t(std::chrono::seconds(1'800'000'000));
+  src.grace_until_wall = t + std::chrono::milliseconds(2500);
+  CHECK(Value(RenderMetrics(src, sampler, t), "rdmalock_lockd_grace_end_time_seconds") ==
+        "1800000002.5");
+  const std::string after = RenderMetrics(src, sampler, t + std::chrono::seconds(60));
+  CHECK(Value(after, "rdmalock_lockd_grace_end_time_seconds") == "1800000002.5");
+  CHECK(Value(after, "rdmalock_lockd_grace_remaining_seconds") == "0");
+  CHECK(after.find("# TYPE rdmalock_lockd_grace_end_time_seconds gauge\n") != std::string::npos);
 }
 
 TEST_CASE("metrics: lock-table occupancy and requests counted between scrapes") {
