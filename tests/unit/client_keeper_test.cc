@@ -650,3 +650,41 @@ TEST_CASE(
   lo.timeout = 2s;
   CHECK(other->LockSlot(slot, lo).ok());
 }
+
+TEST_CASE("session keeping: a session that ends while Connect makes the keeper's join is replaced") {
+  // Two hosts under packet loss found this (stop 24): lockd ended a session between its first
+  // connection and the keeper's join, and Connect returned "no such session to join" as final.
+  // Here lockd fences the first session as the keeper's join arrives; Connect must start again
+  // with a new session, within its connect timeout, and that session must be whole.
+  testing::FakeLockd lockd({});
+  Connector inner = lockd.connector();
+  std::atomic<int> joins{0}, fenced{0};
+  std::atomic<uint64_t> victim{0};
+  Connector connector = [&, inner](
+                            const ChannelParams& p, uint32_t* retry_ms,
+                            proto::RejectReason* reason) -> Result<std::unique_ptr<Connection>> {
+    if ((p.flags & proto::kFlagJoin) != 0 && joins.fetch_add(1) == 0) {
+      victim = p.join_session;
+      lockd.Fence(p.join_session);  // the first session's first join: it has just ended
+      ++fenced;
+    }
+    return inner(p, retry_ms, reason);
+  };
+  auto c = ClientTestPeer::Connect(testing::FakeClientOptions("joins-ended"), connector);
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  Client& client = **c;
+  CHECK(fenced.load() == 1);
+  CHECK(client.session_id() != 0);
+  CHECK(client.session_id() != victim.load());
+  // The new session is whole: its keeper heartbeats, and a lock is granted and released.
+  const uint64_t id = client.session_id();
+  CHECK(WaitFor([&] { return lockd.Heartbeat(id) != 0; }));
+  LockOptions lo;
+  lo.timeout = 2s;
+  auto h = client.LockSlot(1, lo);
+  INFO(h.status().ToString());
+  REQUIRE(h.ok());
+  CHECK(h->Release().ok());
+  CHECK(client.Stats().sessions_lost == 0);
+}
