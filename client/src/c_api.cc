@@ -271,13 +271,10 @@ bool SplitEndpoints(const std::string& text, std::vector<std::string>* out) {
   return !out->empty();
 }
 
-rdmalock_status_t ClusterAcquire(const char* function, rdmalock_cluster_t* cluster,
-                                 const char* name, rdmalock_mode_t mode, int64_t timeout_ms,
-                                 rdmalock_lock_t** out) {
-  if (out == nullptr) return Fail(ErrorCode::kInvalidArgument, function, "out is NULL");
-  *out = nullptr;
-  if (cluster == nullptr) return Fail(ErrorCode::kInvalidArgument, function, "cluster is NULL");
-  if (name == nullptr) return Fail(ErrorCode::kInvalidArgument, function, "lock name is NULL");
+// The checks and options every acquire shares (client or cluster): mode and timeout. Returns
+// RDMALOCK_OK with *o filled, or the failure already recorded.
+rdmalock_status_t AcquireOptions(const char* function, rdmalock_mode_t mode, int64_t timeout_ms,
+                                 rdmalock::LockOptions* o) {
   if (!ValidMode(mode)) {
     return Fail(ErrorCode::kInvalidArgument, function,
                 ("mode " + std::to_string(static_cast<int>(mode)) +
@@ -290,15 +287,31 @@ rdmalock_status_t ClusterAcquire(const char* function, rdmalock_cluster_t* clust
         ("timeout_ms " + std::to_string(timeout_ms) + " is negative (RDMALOCK_WAIT_FOREVER is -1)")
             .c_str());
   }
-  rdmalock::LockOptions o;
-  o.mode = static_cast<rdmalock::LockMode>(mode);
-  if (timeout_ms != RDMALOCK_WAIT_FOREVER) o.timeout = std::chrono::milliseconds(timeout_ms);
-  auto lock = std::make_unique<rdmalock_lock_s>();
-  auto r = cluster->cluster->Lock(std::string_view(name), o);
+  o->mode = static_cast<rdmalock::LockMode>(mode);
+  if (timeout_ms != RDMALOCK_WAIT_FOREVER) o->timeout = std::chrono::milliseconds(timeout_ms);
+  return RDMALOCK_OK;
+}
+
+// An acquire's result as the C API gives it: a new lock in *out, or the error recorded.
+rdmalock_status_t AcquireResult(const char* function, rdmalock::Result<rdmalock::LockHandle> r,
+                                rdmalock_lock_t** out) {
   if (!r.ok()) return Record(r.status(), function);
+  auto lock = std::make_unique<rdmalock_lock_s>();
   lock->handle = std::move(r).value();
   *out = lock.release();
   return Record(Status::Ok(), function);
+}
+
+rdmalock_status_t ClusterAcquire(const char* function, rdmalock_cluster_t* cluster,
+                                 const char* name, rdmalock_mode_t mode, int64_t timeout_ms,
+                                 rdmalock_lock_t** out) {
+  if (out == nullptr) return Fail(ErrorCode::kInvalidArgument, function, "out is NULL");
+  *out = nullptr;
+  if (cluster == nullptr) return Fail(ErrorCode::kInvalidArgument, function, "cluster is NULL");
+  if (name == nullptr) return Fail(ErrorCode::kInvalidArgument, function, "lock name is NULL");
+  rdmalock::LockOptions o;
+  if (auto st = AcquireOptions(function, mode, timeout_ms, &o); st != RDMALOCK_OK) return st;
+  return AcquireResult(function, cluster->cluster->Lock(std::string_view(name), o), out);
 }
 
 }  // namespace
@@ -324,28 +337,12 @@ rdmalock_status_t Acquire(const char* function, rdmalock_client_t* client, const
   if (slot == nullptr && name == nullptr) {
     return Fail(ErrorCode::kInvalidArgument, function, "lock name is NULL");
   }
-  if (!ValidMode(mode)) {
-    return Fail(ErrorCode::kInvalidArgument, function,
-                ("mode " + std::to_string(static_cast<int>(mode)) +
-                 " is neither RDMALOCK_EXCLUSIVE nor RDMALOCK_SHARED")
-                    .c_str());
-  }
-  if (timeout_ms < RDMALOCK_WAIT_FOREVER) {
-    return Fail(
-        ErrorCode::kInvalidArgument, function,
-        ("timeout_ms " + std::to_string(timeout_ms) + " is negative (RDMALOCK_WAIT_FOREVER is -1)")
-            .c_str());
-  }
   rdmalock::LockOptions o;
-  o.mode = static_cast<rdmalock::LockMode>(mode);
-  if (timeout_ms != RDMALOCK_WAIT_FOREVER) o.timeout = std::chrono::milliseconds(timeout_ms);
-  auto lock = std::make_unique<rdmalock_lock_s>();
-  auto r = slot != nullptr ? client->client->LockSlot(*slot, o)
-                           : client->client->Lock(std::string_view(name), o);
-  if (!r.ok()) return Record(r.status(), function);
-  lock->handle = std::move(r).value();
-  *out = lock.release();
-  return Record(Status::Ok(), function);
+  if (auto st = AcquireOptions(function, mode, timeout_ms, &o); st != RDMALOCK_OK) return st;
+  return AcquireResult(function,
+                       slot != nullptr ? client->client->LockSlot(*slot, o)
+                                       : client->client->Lock(std::string_view(name), o),
+                       out);
 }
 
 }  // namespace
