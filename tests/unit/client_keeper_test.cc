@@ -651,7 +651,8 @@ TEST_CASE(
   CHECK(other->LockSlot(slot, lo).ok());
 }
 
-TEST_CASE("session keeping: a session that ends while Connect makes the keeper's join is replaced") {
+TEST_CASE(
+    "session keeping: a session that ends while Connect makes the keeper's join is replaced") {
   // Two hosts under packet loss found this (stop 24): lockd ended a session between its first
   // connection and the keeper's join, and Connect returned "no such session to join" as final.
   // Here lockd fences the first session as the keeper's join arrives; Connect must start again
