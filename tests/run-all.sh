@@ -18,8 +18,6 @@
 #      file (tests/thread-safety/check.sh);
 #   9. the libFuzzer targets (tests/fuzz/run.sh): the handshake, config and lockctl-argument
 #      parsers, 30 s each.
-#   8 and 9 run in the background, at nice 10, while the VM stages (2 to 7) run: they time
-#   nothing, and the VMs leave a core idle.
 # An RDMA test that cannot run fails; nothing is skipped. Exits non-zero if anything failed.
 # Each stage's wall and CPU seconds are printed when it ends and again in the summary.
 set -uo pipefail
@@ -185,41 +183,34 @@ else
   count "host unit tests (TSan)" /dev/null 1
 fi
 
-# The Release build, the thread-safety analysis and the fuzzers need no RDMA and time nothing
-# that a loaded machine could make fail (the fuzzers run for a fixed wall time), while the VM
-# stages below leave about one of the two cores idle. So they run in the background during the
-# VM stages, one job at a time and at nice 10, so that the VMs keep the CPU they ask for; their
-# results are counted after the last VM stage. (About 250 s of wall time saved.)
-background_checks() {
-  echo "=== Release build, as users and packagers build (GCC -O3, warnings as errors)"
-  # A user's build has no -Werror (RDMALOCK_WERROR is off by default); CI turns it on here so
-  # that -O3-only warnings (GCC 12's -Wrestrict false positives) are caught before a user
-  # meets them.
-  mkdir -p "$root/build-release"
-  if cmake -S "$root" -B "$root/build-release" -DCMAKE_BUILD_TYPE=Release -DRDMALOCK_WERROR=ON \
-    -DRDMALOCK_BUILD_TESTS=OFF >"$root/build-release/configure.log" 2>&1 &&
-    cmake --build "$root/build-release" -j 1 --target lockd lockctl rdmalock >"$logs/release.log" 2>&1; then
-    echo "release: lockd, lockctl and librdmalock build at -O3 with -Werror: ok" >>"$logs/release.log"
-  else
-    echo "release: lockd, lockctl and librdmalock build at -O3 with -Werror: FAIL" >>"$logs/release.log"
-  fi
-  echo "=== thread-safety analysis (clang -Wthread-safety, every translation unit, syntax only)"
-  JOBS=1 "$root/tests/thread-safety/check.sh" "$root/build-tsa" >"$logs/thread-safety.log" 2>&1
-  echo $? >"$logs/thread-safety.rc"
-  echo "=== fuzzers (libFuzzer + ASan/UBSan: handshake, config and lockctl-argument parsers, ${FUZZ_SECONDS:-30} s each)"
-  JOBS=1 "$root/tests/fuzz/run.sh" "$logs/fuzz" >"$logs/fuzz.log" 2>&1
-  echo $? >"$logs/fuzz.rc"
-}
-stage "background: Release build, thread-safety, fuzzers (start)"
-echo "=== in the background during the VM stages: the Release build, the thread-safety analysis, the fuzzers"
-rm -f "$logs/thread-safety.rc" "$logs/fuzz.rc"
-bg_us0=$(usecs)
-(
-  renice -n 10 -p "$BASHPID" >/dev/null  # and so everything it starts
-  background_checks >"$logs/background.log" 2>&1
-  echo $((($(usecs) - bg_us0 + 500000) / 1000000)) >"$logs/background.wall"
-) &
-background_pid=$!
+stage "Release build (-O3, -Werror)"
+echo "=== Release build, as users and packagers build (GCC -O3, warnings as errors)"
+# A user's build has no -Werror (RDMALOCK_WERROR is off by default); CI turns it on here so that
+# -O3-only warnings (GCC 12's -Wrestrict false positives) are caught before a user meets them.
+mkdir -p "$root/build-release"
+if cmake -S "$root" -B "$root/build-release" -DCMAKE_BUILD_TYPE=Release -DRDMALOCK_WERROR=ON \
+  -DRDMALOCK_BUILD_TESTS=OFF >"$root/build-release/configure.log" 2>&1 &&
+  cmake --build "$root/build-release" -j "$jobs" --target lockd lockctl rdmalock >"$logs/release.log" 2>&1; then
+  echo "release: lockd, lockctl and librdmalock build at -O3 with -Werror: ok" | tee -a "$logs/release.log"
+else
+  tail -40 "$logs/release.log"
+  echo "release: lockd, lockctl and librdmalock build at -O3 with -Werror: FAIL" | tee -a "$logs/release.log"
+fi
+tally "Release build (-O3, -Werror)" "$logs/release.log" 0 '^release: .*: ok$' '^release: .*: FAIL$'
+
+stage "thread-safety analysis (clang)"
+echo "=== thread-safety analysis (clang -Wthread-safety, every translation unit, syntax only)"
+"$root/tests/thread-safety/check.sh" "$root/build-tsa" 2>&1 | tee "$logs/thread-safety.log" | grep -v ': ok$'
+rc=${PIPESTATUS[0]}
+# One check: the analysis refuses the known violations and accepts every file of the project.
+if [ "$rc" -eq 0 ]; then echo "thread-safety: all files: ok" >>"$logs/thread-safety.log"; fi
+tally "thread-safety analysis (clang)" "$logs/thread-safety.log" "$rc" '^thread-safety: (the analysis refuses|all files)' \
+  '^thread-safety: .*: FAIL$'
+
+stage "fuzzers: build and runs"
+echo "=== fuzzers (libFuzzer + ASan/UBSan: handshake, config and lockctl-argument parsers, ${FUZZ_SECONDS:-30} s each)"
+"$root/tests/fuzz/run.sh" "$logs/fuzz" 2>&1 | tee "$logs/fuzz.log"
+tally "fuzzers (libFuzzer)" "$logs/fuzz.log" "${PIPESTATUS[0]}" '^fuzz: .*: ok ' '^fuzz: .*: FAIL'
 
 stage "RDMA tests (rdma_rxe)"
 echo "=== RDMA integration tests on rdma_rxe"
@@ -279,23 +270,6 @@ stage "Debian packages"
 echo "=== Debian packages (built, installed into a clean Debian 12 tree, lockd run from them on rdma_rxe)"
 "$root/tests/pkg/run.sh" "$root/build" 2>&1 | tee "$logs/pkg.log"
 tally "Debian packages" "$logs/pkg.log" "${PIPESTATUS[0]}" '^pkg: .*: ok$' '^pkg: .*: FAIL'
-
-stage "background: Release build, thread-safety, fuzzers (wait)"
-wait "$background_pid"
-echo "=== Release build (in the background, $(cat "$logs/background.wall" 2>/dev/null || echo '?') s wall for the three)"
-grep -q '^release: .*: ok$' "$logs/release.log" || tail -40 "$logs/release.log"
-grep '^release: ' "$logs/release.log"
-tally "Release build (-O3, -Werror)" "$logs/release.log" 0 '^release: .*: ok$' '^release: .*: FAIL$'
-echo "=== thread-safety analysis (in the background)"
-grep -v ': ok$' "$logs/thread-safety.log"
-rc=$(cat "$logs/thread-safety.rc" 2>/dev/null || echo 1)
-# One check: the analysis refuses the known violations and accepts every file of the project.
-if [ "$rc" -eq 0 ]; then echo "thread-safety: all files: ok" >>"$logs/thread-safety.log"; fi
-tally "thread-safety analysis (clang)" "$logs/thread-safety.log" "$rc" '^thread-safety: (the analysis refuses|all files)' \
-  '^thread-safety: .*: FAIL$'
-echo "=== fuzzers (in the background)"
-cat "$logs/fuzz.log"
-tally "fuzzers (libFuzzer)" "$logs/fuzz.log" "$(cat "$logs/fuzz.rc" 2>/dev/null || echo 1)" '^fuzz: .*: ok ' '^fuzz: .*: FAIL'
 
 stage
 echo
