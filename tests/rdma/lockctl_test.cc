@@ -215,7 +215,7 @@ TEST_CASE("lockctl clients and inspect show sessions, heartbeats, holders and wa
 TEST_CASE("lockctl top ranks the contended lock first, by name, and --json says so") {
   Lockd lockd(7644, 1024);
   auto a = MustConnect(lockd);
-  auto b = MustConnect(lockd);
+  auto b = MustConnectQueuingAtLockd(lockd);  // both of its waiters queue at lockd
   auto held = a->Lock("hot");
   REQUIRE(held.ok());
   auto quiet = a->Lock("quiet");

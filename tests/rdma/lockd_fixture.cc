@@ -142,12 +142,13 @@ Lockd::~Lockd() {
   }
 }
 
-Result<std::unique_ptr<Client>> Lockd::Connect(bool auto_renew) const {
+Result<std::unique_ptr<Client>> Lockd::Connect(bool auto_renew, bool local_handover) const {
   ClientOptions o;
   o.server = RxeIp();
   o.port = port_;
   o.connect_timeout = 3s;
   o.auto_renew = auto_renew;
+  o.local_handover = local_handover;
   o.auth_key = key_;
   return Client::Connect(o);
 }
@@ -175,6 +176,13 @@ void Lockd::Kill9() {
 
 std::unique_ptr<Client> MustConnect(const Lockd& d, bool auto_renew) {
   auto c = d.Connect(auto_renew);
+  INFO(c.status().ToString());
+  REQUIRE(c.ok());
+  return std::move(c).value();
+}
+
+std::unique_ptr<Client> MustConnectQueuingAtLockd(const Lockd& d) {
+  auto c = d.Connect(/*auto_renew=*/true, /*local_handover=*/false);
   INFO(c.status().ToString());
   REQUIRE(c.ok());
   return std::move(c).value();

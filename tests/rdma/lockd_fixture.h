@@ -53,7 +53,7 @@ class Lockd {
 
   // Starts lockd (again, after Kill9()) and waits until a client can connect.
   void Start();
-  Result<std::unique_ptr<Client>> Connect(bool auto_renew = true) const;
+  Result<std::unique_ptr<Client>> Connect(bool auto_renew = true, bool local_handover = true) const;
   const std::string& key() const { return key_; }
   // All lockd wrote to stderr so far (every start appends).
   std::string Log() const;
@@ -76,6 +76,10 @@ class Lockd {
 };
 
 std::unique_ptr<Client> MustConnect(const Lockd& d, bool auto_renew = true);
+// A client whose threads each queue at lockd (ClientOptions::local_handover off): for tests that
+// want one client's threads to show as lockd's waiters; with the default, the second thread of a
+// client to want a lock waits in-process behind the first (cohort handover).
+std::unique_ptr<Client> MustConnectQueuingAtLockd(const Lockd& d);
 
 // A raw channel to lockd (no session keeper: it never heartbeats, so lockd fences it after
 // heartbeat_timeout_ms).

@@ -55,8 +55,9 @@ TEST_CASE("lockd serves Prometheus metrics: sessions, handshakes, occupancy and 
   REQUIRE(Metric(first, "rdmalock_lockd_lock_slots") == 256);
   REQUIRE(Metric(first, "rdmalock_lockd_lease_seconds") == 2.0);
 
-  // A holder and two waiters on one lock; a second client session.
-  auto b = MustConnect(lockd);
+  // A holder and two waiters on one lock; a second client session, whose two waiters both queue
+  // at lockd (not one behind the other in-process).
+  auto b = MustConnectQueuingAtLockd(lockd);
   auto held = a->Lock("metered");
   REQUIRE(held.ok());
   LockAndRelease w1(*b, "metered");

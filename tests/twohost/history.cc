@@ -4,6 +4,9 @@
 //
 //   rdma_history run --server S [--port P] --out FILE [--threads T] [--locks N]
 //                    [--seconds D] [--shared-ratio R] [--hold-us U] [--timeout-ms M]
+//                    [--local-handover on|off]
+//     --local-handover off: every thread's request goes to lockd (ClientOptions::local_handover;
+//     by default threads of the process hand grants over in-process, cohort handover).
 //     Each thread loops: pick a lock, acquire (exclusive or shared, with a fencing token and a
 //     timeout), hold it for up to U microseconds, release. Every grant becomes one line of FILE:
 //       G <slot> <x|s> <token> <granted_ns> <valid_until_ns> <released|lost|expired> <shard>
@@ -77,6 +80,7 @@ struct RunOptions {
   std::vector<std::string> etcd;
   std::string etcd_cluster = "default";
   std::string prefix = "h";  // lock names are <prefix><k>
+  bool local_handover = true;
 };
 
 int Run(const RunOptions& o) {
@@ -91,6 +95,7 @@ int Run(const RunOptions& o) {
   co.port = o.port;
   co.client_name = "rdma_history";
   co.connect_timeout = std::chrono::milliseconds(20000);
+  co.local_handover = o.local_handover;
   std::unique_ptr<Client> single;
   std::unique_ptr<ClusterClient> cluster;
   if (o.etcd.empty()) {
@@ -404,6 +409,8 @@ int main(int argc, char** argv) {
       o.etcd_cluster = v;
     } else if (k == "--prefix") {
       o.prefix = v;
+    } else if (k == "--local-handover" && (v == "on" || v == "off")) {
+      o.local_handover = v == "on";
     } else {
       std::fprintf(stderr, "rdma_history: unknown option %s\n", k.c_str());
       return 64;
