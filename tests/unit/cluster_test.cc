@@ -22,12 +22,12 @@
 
 using namespace rdmalock;
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 namespace {
 
-int64_t MsSince(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count();
+int64_t MsSince(SteadyClock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - t).count();
 }
 
 // Test lockds by host name, and a ClusterTestPeer connector that reaches them. A shard's
@@ -104,7 +104,7 @@ TEST_CASE("issue 17 finding 12: one shard connecting does not stall another") {
     CHECK(h.ok());
   });
   while (!a_connecting.load()) std::this_thread::sleep_for(1ms);
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   auto h = (*cc)->Lock(on_b, {.timeout = 200ms});
   const int64_t took = MsSince(t0);
   slow.join();
@@ -130,11 +130,11 @@ TEST_CASE("issue 17 finding 12: a caller of a connecting shard waits no longer t
     CHECK(h.ok());
   });
   while (!a_connecting.load()) std::this_thread::sleep_for(1ms);
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   auto h = (*cc)->Lock(on_a2, {.timeout = 200ms});
   const int64_t took = MsSince(t0);
   if (h.ok()) CHECK(h->Release().ok());
-  auto t1 = Clock::now();
+  auto t1 = SteadyClock::now();
   auto tried = (*cc)->TryLock(on_a2);
   const int64_t try_took = MsSince(t1);
   slow.join();
@@ -200,7 +200,7 @@ TEST_CASE("issue 17 finding 12: LockMany whose budget ran out is kTimeout, not k
   auto blocker = (*other)->Lock(on_b);
   REQUIRE(blocker.ok());
   const std::vector<LockRequest> set = {{on_a}, {on_b}};
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   auto got = (*cc)->LockMany(set, {.timeout = 300ms});
   INFO("LockMany with a 300 ms budget, shard-b's lock held: "
        << (got.ok() ? std::string("ok") : got.status().ToString()) << " after " << MsSince(t0)
@@ -233,7 +233,7 @@ TEST_CASE(
 
   // An operator replaces the map: every name moves to shard b.
   REQUIRE(PublishClusterMap(e, {"b"}, /*replace=*/true).ok());
-  const auto t0 = Clock::now();
+  const auto t0 = SteadyClock::now();
   std::string now;
   while (MsSince(t0) < 5000) {
     now = (*cc)->map().shards[(*cc)->ShardOf("orders/1")].name;

@@ -74,7 +74,15 @@ typedef enum rdmalock_status {
   RDMALOCK_ERR_INTERNAL = 13         /* a bug in rdmalock */
 } rdmalock_status_t;
 
-typedef enum rdmalock_mode { RDMALOCK_EXCLUSIVE = 0, RDMALOCK_SHARED = 1 } rdmalock_mode_t;
+/* A mode argument other than these two is refused with RDMALOCK_ERR_INVALID_ARGUMENT.
+ * RDMALOCK_MODE_INT_RANGE_ is no mode: it makes every int a value of the type, so that the library
+ * can check what a C caller passed (in C++ an out-of-range value of an enum without it is undefined
+ * behaviour, which clang's -fsanitize=enum reports). */
+typedef enum rdmalock_mode {
+  RDMALOCK_EXCLUSIVE = 0,
+  RDMALOCK_SHARED = 1,
+  RDMALOCK_MODE_INT_RANGE_ = 0x7fffffff
+} rdmalock_mode_t;
 
 typedef enum rdmalock_state {
   RDMALOCK_HELD = 0,     /* granted; as far as this client knows the lease is valid */
