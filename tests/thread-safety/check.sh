@@ -6,9 +6,21 @@
 # -fsyntax-only (no code generated, so it costs a fraction of a build).
 # First it checks that the analysis is on at all: violation.cc, which breaks each rule once, must
 # be refused. Prints "thread-safety: FILE: ok|FAIL" per file; exits non-zero on any failure.
-# Usage: tests/thread-safety/check.sh [BUILD_DIR]   (default: build-tsa under the repository)
+# A translation unit that a clang tree given with --compiled-in has compiled already, with the
+# analysis on (-Wthread-safety, which the project's CMakeLists.txt adds for clang) and -Werror, and
+# whose object is newer than its source and every header its depfile names, is not checked again:
+# that compile was the check (the CI passes its clang ASan+UBSan tree). Its line says where.
+# Usage: tests/thread-safety/check.sh [--compiled-in CLANG_TREE]... [BUILD_DIR]
+#        (default BUILD_DIR: build-tsa under the repository)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+compiled_in=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --compiled-in) compiled_in+=("$(cd "$2" && pwd)") || exit 2; shift 2 ;;
+    *) break ;;
+  esac
+done
 build=${1:-$root/build-tsa}
 jobs=${JOBS:-$(nproc)}
 flags="-fsyntax-only -Wthread-safety -Werror=thread-safety"
@@ -24,8 +36,9 @@ fi
 # The analysis must refuse the known violations (else a broken flag would pass everything).
 out=$(clang++ -std=c++20 -I"$root" $flags -c "$root/tests/thread-safety/violation.cc" 2>&1)
 missing=0
-for rule in "requires holding mutex 'mu_' exclusively" "reading variable 'count_' requires" \
-  "releasing mutex 'mu_' that was not held" "cannot call function 'Excluded' while mutex 'mu_' is held"; do
+rules=("requires holding mutex 'mu_' exclusively" "reading variable 'count_' requires"
+  "releasing mutex 'mu_' that was not held" "cannot call function 'Excluded' while mutex 'mu_' is held")
+for rule in "${rules[@]}"; do
   grep -qF "$rule" <<<"$out" || { echo "thread-safety: violation.cc not refused for: $rule"; missing=1; }
 done
 if [ "$missing" -ne 0 ]; then
@@ -35,13 +48,50 @@ if [ "$missing" -ne 0 ]; then
 fi
 echo "thread-safety: the analysis refuses violation.cc: ok"
 
-# One line per translation unit: "directory<TAB>file<TAB>command".
-python3 - "$build/compile_commands.json" "$root" >"$build/tsa-commands.txt" <<'PY'
-import json, shlex, sys
+# One line per translation unit: "directory<TAB>file<TAB>command"; one "ok" line per unit a
+# --compiled-in tree has checked already; and per such tree, its command for violation.cc.
+export tsa_trees=$build/tsa-trees.txt
+: >"$tsa_trees"
+python3 - "$build/compile_commands.json" "$root" "${compiled_in[@]}" >"$build/tsa-commands.txt" \
+  2>"$build/tsa-compiled.txt" <<'PY'
+import json, os, re, shlex, sys
 root = sys.argv[2]
+
+def up_to_date(obj, cwd):  # the object is newer than every file its depfile names
+    try:
+        t = os.stat(obj).st_mtime
+        deps = open(obj + ".d").read()
+    except OSError:
+        return False
+    names = re.sub(r"\\\n", " ", deps).split(":", 1)[-1].split()
+    try:
+        return all(os.stat(os.path.join(cwd, n)).st_mtime <= t for n in names if n != "\\")
+    except OSError:
+        return False
+
+done = {}
+for tree in sys.argv[3:]:
+    for e in json.load(open(os.path.join(tree, "compile_commands.json"))):
+        args = shlex.split(e["command"])
+        if "clang" not in os.path.basename(args[0]) or "-Wthread-safety" not in args \
+                or "-Werror" not in args or "-o" not in args[:-1]:
+            continue
+        obj = os.path.join(e["directory"], args[args.index("-o") + 1])
+        if up_to_date(obj, e["directory"]):
+            if tree not in done.values():  # the tree's own flags must refuse violation.cc too
+                v = args[:]
+                v[v.index("-o") + 1] = "/dev/null"
+                v[-1] = os.path.join(root, "tests/thread-safety/violation.cc")
+                with open(os.environ["tsa_trees"], "a") as t:
+                    print(tree, e["directory"], shlex.join(v), sep="\t", file=t)
+            done.setdefault(e["file"], tree)
 for e in json.load(open(sys.argv[1])):
     f = e["file"]
     if not f.startswith(root + "/") or not f.endswith(".cc"):
+        continue
+    if f in done:
+        print(f"thread-safety: {f[len(root) + 1:]}: ok (compiled with the analysis in {done[f]})",
+              file=sys.stderr)
         continue
     args = shlex.split(e["command"])
     out, skip = [], False
@@ -52,7 +102,20 @@ for e in json.load(open(sys.argv[1])):
     print(e["directory"], f, shlex.join(out), sep="\t")
 PY
 n=$(wc -l <"$build/tsa-commands.txt")
-[ "$n" -gt 0 ] || { echo "thread-safety: no translation units found: FAIL"; exit 1; }
+skipped=$(wc -l <"$build/tsa-compiled.txt")
+[ $((n + skipped)) -gt 0 ] || { echo "thread-safety: no translation units found: FAIL"; exit 1; }
+while IFS=$'\t' read -r tree dir cmd; do
+  out=$(cd "$dir" && eval "$cmd" 2>&1)
+  for rule in "${rules[@]}"; do
+    grep -qF "$rule" <<<"$out" || {
+      echo "$out"
+      echo "thread-safety: $tree's own flags refuse violation.cc ($rule): FAIL"
+      exit 1
+    }
+  done
+  echo "thread-safety: $tree's own flags refuse violation.cc: ok"
+done <"$tsa_trees"
+cat "$build/tsa-compiled.txt"
 
 export flags root
 check_one() {
