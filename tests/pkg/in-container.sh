@@ -71,9 +71,9 @@ check_active "after systemctl start"
 status "start"
 # 5. postinst under a running systemd: reinstalling runs "configure OLD", the upgrade path. It must
 # leave the running lockd alone (a restart is an outage the admin plans). (A dpkg run here took
-# 22-125 s in our runs, perl and dpkg reading the 9p share under TCG on a busy host, so prerm's
-# stop on removal is not exercised under systemd; run.sh removes and purges lockd where systemd is
-# not running.)
+# 22-125 s in our runs while the share was mounted uncached, perl and dpkg reading the 9p share
+# under TCG on a busy host, and 11 s cached; so prerm's stop on removal is not exercised under
+# systemd; run.sh removes and purges lockd where systemd is not running.)
 deb=$(ls /srv/rdmalock-debs/lockd_*.deb)
 pid=$(systemctl show -p MainPID --value lockd.service)
 t0=$(date +%s)
