@@ -12,8 +12,11 @@ secs=${FUZZ_SECONDS:-30}
 build=$root/build-fuzz
 mkdir -p "$out" "$build"
 
+# -O1 with line tables (-g1), as libFuzzer's documentation suggests: reports keep file:line, and
+# the build takes less time than at -O2 -g.
 if ! CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DRDMALOCK_FUZZ=ON -DRDMALOCK_WERROR=ON -DRDMALOCK_BUILD_TESTS=OFF \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$build/configure.log" 2>&1; then
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" >"$build/configure.log" 2>&1; then
   cat "$build/configure.log"
   echo "fuzz: build: FAIL (configure)"
   exit 1
