@@ -168,7 +168,8 @@ constexpr size_t kOptionsFieldEnds[] = {RDMALOCK_FIELD_END(struct_size),
                                         RDMALOCK_FIELD_END(auto_renew),
                                         RDMALOCK_FIELD_END(record_requests),
                                         RDMALOCK_FIELD_END(reconnect),
-                                        RDMALOCK_FIELD_END(auth_key_file)};
+                                        RDMALOCK_FIELD_END(auth_key_file),
+                                        RDMALOCK_FIELD_END(no_local_handover)};
 #undef RDMALOCK_FIELD_END
 static_assert(kOptionsFieldEnds[std::size(kOptionsFieldEnds) - 1] <= sizeof(rdmalock_options_t));
 // The smallest struct connect accepts: up to the one required field, the server.
@@ -195,6 +196,7 @@ void FillDefaults(rdmalock_options_t* o) {
   o->record_requests = defaults.record_requests ? 1 : 0;
   o->reconnect = defaults.reconnect ? 1 : 0;
   o->auth_key_file = nullptr;
+  o->no_local_handover = defaults.local_handover ? 0 : 1;
 }
 
 // Reads the caller's rdmalock_options_t (of its struct_size) into ClientOptions; the server may be
@@ -236,6 +238,7 @@ rdmalock_status_t ToClientOptions(const char* fn, const char* what,
   o.record_requests = merged.record_requests != 0;
   o.reconnect = merged.reconnect != 0;
   if (merged.auth_key_file != nullptr) o.auth_key_file = merged.auth_key_file;
+  o.local_handover = merged.no_local_handover == 0;
   *out = std::move(o);
   return RDMALOCK_OK;
 }

@@ -130,6 +130,7 @@ class _Options(ctypes.Structure):
         ("record_requests", ctypes.c_int),
         ("reconnect", ctypes.c_int),
         ("auth_key_file", ctypes.c_char_p),
+        ("no_local_handover", ctypes.c_int),  # C API version 4
     ]
 
 
@@ -321,7 +322,8 @@ def _options() -> _Options:
 def _client_options(server: Optional[str], port: int, connect_timeout: float = 5.0,
                     client_name: Optional[str] = None, auto_renew: bool = True,
                     record_requests: bool = True, reconnect: bool = True,
-                    auth_key_file: Optional[str] = None) -> _Options:
+                    auth_key_file: Optional[str] = None,
+                    local_handover: bool = True) -> _Options:
     """The options of a session (a Client's, or each shard's of a Cluster, whose server is None).
     Raises RdmalockError(INVALID_ARGUMENT) for a port out of range or a negative timeout."""
     o = _options()
@@ -338,6 +340,9 @@ def _client_options(server: Optional[str], port: int, connect_timeout: float = 5
     o.record_requests = int(record_requests)
     o.reconnect = int(reconnect)
     o.auth_key_file = auth_key_file.encode() if auth_key_file else None
+    # Zero (the field's default) unless turned off: a librdmalock older than C API version 4
+    # refuses a field it does not know only when it is set.
+    o.no_local_handover = 0 if local_handover else 1
     return o
 
 
@@ -500,7 +505,8 @@ class Client:
     def __init__(self, server: str, port: int = 7471, connect_timeout: float = 5.0,
                  client_name: Optional[str] = None, auto_renew: bool = True,
                  record_requests: bool = True, reconnect: bool = True,
-                 auth_key_file: Optional[str] = None) -> None:
+                 auth_key_file: Optional[str] = None,
+                 local_handover: bool = True) -> None:
         """Connects to lockd, as connect(). Raises RdmalockError: INVALID_ARGUMENT (no server, a name that does not
         resolve, a port out of range, a negative timeout), CONNECTION (nothing listens, or the
         connection failed), RESOURCE (no RDMA device, out of QPs or memory), REJECTED (lockd
@@ -509,7 +515,7 @@ class Client:
         librdmalock cannot be loaded."""
         lib = _lib()
         o = _client_options(server, port, connect_timeout, client_name, auto_renew,
-                            record_requests, reconnect, auth_key_file)
+                            record_requests, reconnect, auth_key_file, local_handover)
         handle = ctypes.c_void_p()
         _check(lib.rdmalock_connect(ctypes.byref(o), ctypes.byref(handle)))
         self._handle = handle
@@ -520,12 +526,16 @@ class Client:
     def connect(cls, server: str, port: int = 7471, *, connect_timeout: float = 5.0,
                 client_name: Optional[str] = None, auto_renew: bool = True,
                 record_requests: bool = True, reconnect: bool = True,
-                auth_key_file: Optional[str] = None) -> Client:
+                auth_key_file: Optional[str] = None,
+                local_handover: bool = True) -> Client:
         """Connects to lockd at ``server`` (an IP of its RDMA device, or a name) and ``port``.
         connect_timeout (seconds), client_name (shown to operators), auto_renew (renew held
         locks every lease/3), record_requests (lockd frees a dead client's locks at once),
         reconnect (a new session when the session ends), auth_key_file (else
-        $RDMALOCK_AUTH_KEY / $RDMALOCK_AUTH_KEY_FILE). Raises RdmalockError: INVALID_ARGUMENT (no server, a name that does not
+        $RDMALOCK_AUTH_KEY / $RDMALOCK_AUTH_KEY_FILE), local_handover (threads of this client
+        that want an exclusive lock it holds or waits for are handed the grant in-process;
+        False: each request takes its own ticket from lockd; UNSUPPORTED from a librdmalock
+        older than C API version 4). Raises RdmalockError: INVALID_ARGUMENT (no server, a name that does not
         resolve, a port out of range, a negative timeout), CONNECTION (nothing listens, or the
         connection failed), RESOURCE (no RDMA device, out of QPs or memory), REJECTED (lockd
         refused the handshake: version, too many clients, restart grace, authentication),
@@ -533,7 +543,7 @@ class Client:
         librdmalock cannot be loaded."""
         return cls(server, port, connect_timeout=connect_timeout, client_name=client_name,
                    auto_renew=auto_renew, record_requests=record_requests, reconnect=reconnect,
-                   auth_key_file=auth_key_file)
+                   auth_key_file=auth_key_file, local_handover=local_handover)
 
     def _h(self) -> ctypes.c_void_p:
         if not self._finalizer.alive:
@@ -640,7 +650,8 @@ class Cluster:
                  cert: Optional[str] = None, key: Optional[str] = None, *,
                  connect_timeout: float = 5.0, client_name: Optional[str] = None,
                  auto_renew: bool = True, record_requests: bool = True, reconnect: bool = True,
-                 auth_key_file: Optional[str] = None) -> None:
+                 auth_key_file: Optional[str] = None,
+                 local_handover: bool = True) -> None:
         """Opens a cluster from a map file (``shard_map``) or from etcd (``etcd_endpoints``,
         exactly one of them); prefer from_shard_map() and from_etcd(). The keyword options are
         Client.connect's, for every shard's session. Raises RdmalockError: INVALID_ARGUMENT
@@ -667,7 +678,7 @@ class Cluster:
         co.etcd_cert_file = os.fsencode(cert) if cert else None
         co.etcd_key_file = os.fsencode(key) if key else None
         o = _client_options(None, 0, connect_timeout, client_name, auto_renew, record_requests,
-                            reconnect, auth_key_file)
+                            reconnect, auth_key_file, local_handover)
         co.client = ctypes.pointer(o)
         handle = ctypes.c_void_p()
         _check(lib.rdmalock_cluster_open(ctypes.byref(co), ctypes.byref(handle)))
@@ -679,7 +690,8 @@ class Cluster:
     def from_shard_map(cls, path: str, *, connect_timeout: float = 5.0,
                        client_name: Optional[str] = None, auto_renew: bool = True,
                        record_requests: bool = True, reconnect: bool = True,
-                       auth_key_file: Optional[str] = None) -> Cluster:
+                       auth_key_file: Optional[str] = None,
+                       local_handover: bool = True) -> Cluster:
         """Opens the cluster a map file describes (YAML, as ``lockctl --cluster FILE`` reads it:
         ``shards: [{name, server, port}]``), read once, now. The keyword options are
         Client.connect's, for every shard's session. Raises RdmalockError: IO (the file cannot
@@ -688,7 +700,7 @@ class Cluster:
         API); OSError if librdmalock cannot be loaded."""
         return cls(shard_map=path, connect_timeout=connect_timeout, client_name=client_name,
                    auto_renew=auto_renew, record_requests=record_requests, reconnect=reconnect,
-                   auth_key_file=auth_key_file)
+                   auth_key_file=auth_key_file, local_handover=local_handover)
 
     @classmethod
     def from_etcd(cls, endpoints: Union[str, Sequence[str]], cluster: str = "default",
@@ -696,7 +708,8 @@ class Cluster:
                   key: Optional[str] = None, *, connect_timeout: float = 5.0,
                   client_name: Optional[str] = None, auto_renew: bool = True,
                   record_requests: bool = True, reconnect: bool = True,
-                  auth_key_file: Optional[str] = None) -> Cluster:
+                  auth_key_file: Optional[str] = None,
+                  local_handover: bool = True) -> Cluster:
         """Opens a cluster whose map and primaries live in etcd (lockd's cluster mode).
         ``endpoints``: http[s]://HOST:PORT of etcd members (a str or a list); ``cluster``: its
         name in etcd; ``ca``, ``cert``, ``key``: PEM files for https (cert and key both or
@@ -708,7 +721,7 @@ class Cluster:
         return cls(etcd_endpoints=endpoints, etcd_cluster=cluster, ca=ca, cert=cert, key=key,
                    connect_timeout=connect_timeout, client_name=client_name,
                    auto_renew=auto_renew, record_requests=record_requests, reconnect=reconnect,
-                   auth_key_file=auth_key_file)
+                   auth_key_file=auth_key_file, local_handover=local_handover)
 
     def _h(self) -> ctypes.c_void_p:
         if not self._finalizer.alive:

@@ -127,6 +127,7 @@ static void test_options_defaults(void) {
   CHECK(o.port == 7471);
   CHECK(o.connect_timeout_ms == 5000);
   CHECK(o.auto_renew == 1 && o.record_requests == 1 && o.reconnect == 1);
+  CHECK(o.no_local_handover == 0); /* version 4: local handover on */
   /* NULL is a no-op, not a crash (the macro takes sizeof *NULL: call the functions). */
   (rdmalock_options_init)(NULL);
   rdmalock_options_init_sized(NULL, sizeof o);
@@ -256,15 +257,19 @@ static void test_older_caller_options(void) {
     rdmalock_options_t o;
     unsigned char guard[32];
   } v1;
+  /* Version 1's struct ended with auth_key_file; later versions' fields (no_local_handover, 4)
+   * and the guard after them must stay as they were. */
+  const size_t v1_size = offsetof(rdmalock_options_t, auth_key_file) + sizeof(const char*);
   memset(&v1, 0xcd, sizeof v1);
   (rdmalock_options_init)(&v1.o);
-  for (size_t i = 0; i < sizeof v1.guard; ++i) {
-    if (v1.guard[i] != 0xcd) {
-      fail_at(__LINE__, "the version 1 entry point wrote byte %zu past its struct", i);
+  for (size_t i = v1_size; i < sizeof v1; ++i) {
+    if (((const unsigned char*)&v1)[i] != 0xcd) {
+      fail_at(__LINE__, "the version 1 entry point wrote byte %zu past its %zu-byte struct", i,
+              v1_size);
       break;
     }
   }
-  CHECK(v1.o.struct_size == sizeof v1.o && v1.o.port == 7471);
+  CHECK(v1.o.struct_size == v1_size && v1.o.port == 7471);
 }
 
 /* Where this host has no RDMA device, or nothing listens: an error naming the server, no client. */
@@ -459,6 +464,65 @@ static void test_tokens_increase(void) {
   }
   rdmalock_close(c[1]);
   rdmalock_close(c[0]);
+}
+
+/* Version 4's no_local_handover: a second thread of the client that wants the lock its first
+ * thread holds is handed the grant in-process (its token is the grant's with 1 in the four low
+ * bits, protocol.md section 6), unless the option is set: then it takes a ticket of its own from
+ * lockd (its token's low bits are 0, and it is larger). */
+struct handover_waiter {
+  rdmalock_client_t* client;
+  const char* name;
+  rdmalock_status_t st;
+  rdmalock_lock_t* lock;
+};
+static void* lock_on_other_thread(void* arg) {
+  struct handover_waiter* w = arg;
+  w->st = rdmalock_lock(w->client, w->name, RDMALOCK_EXCLUSIVE, 10000, &w->lock);
+  return NULL;
+}
+static void test_local_handover_option(void) {
+  for (int off = 0; off <= 1; ++off) {
+    rdmalock_options_t o;
+    rdmalock_client_t* c = NULL;
+    rdmalock_options_init(&o);
+    o.server = server;
+    o.port = port;
+    o.connect_timeout_ms = 10000;
+    o.client_name = off ? "c-api-no-handover" : "c-api-handover";
+    o.no_local_handover = off;
+    EXPECT_STATUS(rdmalock_connect(&o, &c), RDMALOCK_OK);
+    REQUIRE(c != NULL);
+    const char* name = off ? "c-api/handover-off" : "c-api/handover-on";
+    rdmalock_lock_t* first = NULL;
+    EXPECT_STATUS(rdmalock_lock(c, name, RDMALOCK_EXCLUSIVE, 5000, &first), RDMALOCK_OK);
+    REQUIRE(first != NULL);
+    const uint64_t t1 = rdmalock_lock_get_token(first);
+    CHECK((t1 & 0xf) == 0); /* a grant from lockd */
+    struct handover_waiter w = {c, name, RDMALOCK_ERR_INTERNAL, NULL};
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, lock_on_other_thread, &w) == 0);
+    sleep_ms(300); /* the waiter queues: in-process, or at lockd */
+    EXPECT_STATUS(rdmalock_release(first), RDMALOCK_OK);
+    pthread_join(th, NULL);
+    EXPECT_STATUS(w.st, RDMALOCK_OK);
+    REQUIRE(w.lock != NULL);
+    const uint64_t t2 = rdmalock_lock_get_token(w.lock);
+    if (!off && t2 != t1 + 1) {
+      fail_at(__LINE__, "local handover on: the waiter's token is %#llx, not the grant's %#llx + 1",
+              (unsigned long long)t2, (unsigned long long)t1);
+    }
+    if (off && ((t2 & 0xf) != 0 || t2 <= t1)) {
+      fail_at(__LINE__,
+              "no_local_handover: the waiter's token %#llx is not a later grant from lockd (first "
+              "%#llx)",
+              (unsigned long long)t2, (unsigned long long)t1);
+    }
+    EXPECT_STATUS(rdmalock_release(w.lock), RDMALOCK_OK);
+    rdmalock_lock_free(w.lock);
+    rdmalock_lock_free(first);
+    rdmalock_close(c);
+  }
 }
 
 static void test_shared_coexist(void) {
@@ -837,6 +901,8 @@ int main(int argc, char** argv) {
     run("release then try_lock succeeds (same client, 20 times)",
         test_release_then_try_lock_same_client);
     run("fencing tokens strictly increase across grants", test_tokens_increase);
+    run("no_local_handover: a second thread is handed the grant in-process unless it is set",
+        test_local_handover_option);
     run("shared locks coexist and keep a writer out", test_shared_coexist);
     run("lock_slot, slot range, renew extends the lease", test_slots_and_renew);
     run("bad arguments on a live client", test_bad_arguments_live);

@@ -69,6 +69,14 @@ def test_issue17_finding8_the_options_carry_the_module_own_size():
     assert c.o.struct_size == ctypes.sizeof(Short) and c.o.port == 7471
 
 
+def test_local_handover_maps_to_the_c_field():
+    # C API version 4's field is named for its nonzero value: zero (on) unless turned off, so that
+    # a librdmalock older than version 4 still accepts the module's default options.
+    assert rdmalock._client_options("192.0.2.1", 7471).no_local_handover == 0
+    assert rdmalock._client_options("192.0.2.1", 7471, local_handover=False).no_local_handover == 1
+    assert rdmalock._lib().rdmalock_c_api_version() >= 4
+
+
 def _map_file(tmp_path, text):
     p = tmp_path / "cluster.yaml"
     p.write_text(text)

@@ -181,6 +181,36 @@ def test_locks_from_threads_exclude_each_other(client):
     assert errors == [] and overlaps[0] == 0
 
 
+def test_local_handover_option(lockd):
+    # A second thread that wants the lock the first holds is handed the grant in-process: its token
+    # is the grant's with 1 in the four low bits (protocol.md section 6). With local_handover=False
+    # it takes a ticket of its own from lockd: low bits 0, and larger.
+    server, port = lockd
+    for on in (True, False):
+        with rdmalock.Client.connect(server, port=port, connect_timeout=10,
+                                     local_handover=on) as c:
+            name = f"py/handover-{'on' if on else 'off'}"
+            first = c.lock(name, timeout=5)
+            t1 = first.token
+            assert t1 & 0xF == 0, f"{t1:#x}: a grant from lockd has 0 in the low bits"
+            got = {}
+
+            def waiter():
+                with c.lock(name, timeout=10) as lock:
+                    got["token"] = lock.token
+
+            t = threading.Thread(target=waiter)
+            t.start()
+            time.sleep(0.3)  # the waiter queues: in-process, or at lockd
+            first.release()
+            t.join()
+            t2 = got["token"]
+            if on:
+                assert t2 == t1 + 1, f"handed over: {t2:#x} is not {t1:#x} + 1"
+            else:
+                assert t2 & 0xF == 0 and t2 > t1, f"from lockd: {t2:#x} after {t1:#x}"
+
+
 def test_on_lost_runs_when_the_session_is_fenced(lockd):
     # lockctl release --force (through lockd's admin socket) fences the holder's session: the
     # client reports the lock lost through the callback, once, and release() says LOCK_LOST.

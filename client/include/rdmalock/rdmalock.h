@@ -53,8 +53,9 @@ extern "C" {
 
 /* The version of this C interface: bumped when functions or fields are added. 2 added
  * rdmalock_options_init_sized (rdmalock_options_init became a macro over it); 3 added the
- * cluster (rdmalock_cluster_*: a sharded lock space, as the C++ ClusterClient). */
-#define RDMALOCK_C_API_VERSION 3
+ * cluster (rdmalock_cluster_*: a sharded lock space, as the C++ ClusterClient); 4 added
+ * rdmalock_options_t.no_local_handover. */
+#define RDMALOCK_C_API_VERSION 4
 
 /* Result codes. The same values as rdmalock::ErrorCode in status.h. */
 typedef enum rdmalock_status {
@@ -110,6 +111,13 @@ typedef struct rdmalock_options {
   /* A file holding the key of a lockd that authenticates clients (its auth_key_file). NULL: the
    * environment's RDMALOCK_AUTH_KEY, else RDMALOCK_AUTH_KEY_FILE, else no key. */
   const char* auth_key_file;
+  /* Version 4. 0 (default): threads of this client that want an exclusive lock the client holds
+   * or waits for queue in-process, and the holder hands its grant to the next of them without an
+   * RDMA operation (at most 8 in a row while another session waits; each holder gets a larger
+   * fencing token). Nonzero: every request takes its own ticket from lockd (lockctl bench
+   * --no-local-handover; C++ ClientOptions::local_handover = false). (Named for its nonzero
+   * value, as every added field's default is zero.) */
+  int no_local_handover;
 } rdmalock_options_t;
 
 /* Fills the struct_size bytes at *options with the defaults (zero beyond the fields this library
