@@ -360,7 +360,7 @@ static uint16_t port;
 static const char* lockctl;
 static const char* admin_socket;
 
-static rdmalock_client_t* connect_as(const char* name) {
+static rdmalock_client_t* connect_with(const char* name, int no_local_handover) {
   rdmalock_options_t o;
   rdmalock_client_t* c = NULL;
   rdmalock_options_init(&o);
@@ -368,10 +368,13 @@ static rdmalock_client_t* connect_as(const char* name) {
   o.port = port;
   o.connect_timeout_ms = 10000;
   o.client_name = name;
+  o.no_local_handover = no_local_handover;
   if (rdmalock_connect(&o, &c) != RDMALOCK_OK) return NULL;
   if (rdmalock_last_error()[0] != '\0') fail_at(__LINE__, "connect ok with a message");
   return c;
 }
+
+static rdmalock_client_t* connect_as(const char* name) { return connect_with(name, 0); }
 
 static void test_connect_and_session(void) {
   rdmalock_client_t* a = connect_as("c-api-a");
@@ -483,15 +486,7 @@ static void* lock_on_other_thread(void* arg) {
 }
 static void test_local_handover_option(void) {
   for (int off = 0; off <= 1; ++off) {
-    rdmalock_options_t o;
-    rdmalock_client_t* c = NULL;
-    rdmalock_options_init(&o);
-    o.server = server;
-    o.port = port;
-    o.connect_timeout_ms = 10000;
-    o.client_name = off ? "c-api-no-handover" : "c-api-handover";
-    o.no_local_handover = off;
-    EXPECT_STATUS(rdmalock_connect(&o, &c), RDMALOCK_OK);
+    rdmalock_client_t* c = connect_with(off ? "c-api-no-handover" : "c-api-handover", off);
     REQUIRE(c != NULL);
     const char* name = off ? "c-api/handover-off" : "c-api/handover-on";
     rdmalock_lock_t* first = NULL;

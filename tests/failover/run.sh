@@ -41,6 +41,16 @@ start_lockd() {
     --metrics-address "" --log-level info >>"$out/$1.log" 2>&1 &
 }
 
+# Waits up to $4 seconds (in half-second looks) for $3 lines matching $2 in file $1.
+wait_count() {
+  local i=0
+  until [ "$(grep -c "$2" "$1" 2>/dev/null)" -ge "$3" ]; do
+    i=$((i + 1))
+    [ "$i" -gt $(($4 * 2)) ] && return 1
+    sleep 0.5
+  done
+}
+
 # Waits up to $3 seconds for a line matching $2 in file $1.
 wait_log() {
   local i=0
@@ -271,12 +281,7 @@ client() {
   # clients were connected to a1 before the stop; W2 starts once a2 serves.
   start_lockd a2 a 7471 127.0.0.1
   a2=$!
-  i=0
-  until [ "$(grep -c "standby for shard a" "$out/a2.log")" -ge 2 ]; do
-    i=$((i + 1))
-    [ "$i" -gt 60 ] && break
-    sleep 0.5
-  done
+  wait_count "$out/a2.log" "standby for shard a" 2 30
   # A name on shard a for lockctl acquire (finding 14: a caller's timeout covers a failover).
   local n14="" k
   for k in $(seq 0 30); do
@@ -299,12 +304,7 @@ client() {
   # Resumed, a1 finds its etcd lease gone: it steps down ("no longer primary", its second) and
   # becomes a standby again (its second "standby for shard a" line). (This waited for systemd's
   # status text, which is not in the log, so it always ran out its 30 s, ~100 s under TCG.)
-  i=0
-  until [ "$(grep -c "standby for shard a" "$out/a1.log")" -ge 2 ]; do
-    i=$((i + 1))
-    [ "$i" -gt 60 ] && break
-    sleep 0.5
-  done
+  wait_count "$out/a1.log" "standby for shard a" 2 30
   local stepped_down=1
   [ "$(grep -c "no longer primary of shard a" "$out/a1.log")" -ge 2 ] &&
     [ "$(grep -c "standby for shard a" "$out/a1.log")" -ge 2 ] && stepped_down=0
