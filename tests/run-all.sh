@@ -161,9 +161,10 @@ results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "command-line tests"
 # (its bitstate runs are bounded by wall time) or the VM stages (TCG needs both cores).
 bg_pid=""
 bg_log=""
-bg_start() {  # dir sanitize compiler targets...: build() in the background, at nice 19
-  bg_log="$logs/build-$1.log"
-  (renice -n 19 -p "$BASHPID" >/dev/null && build "$@") >"$bg_log" 2>&1 &
+bg_start() {  # LOG COMMAND...: runs COMMAND in the background at nice 19, output to LOG
+  bg_log=$1
+  shift
+  (renice -n 19 -p "$BASHPID" >/dev/null && "$@") >"$bg_log" 2>&1 &
   bg_pid=$!
 }
 bg_wait() {  # returns the background build's exit status, after printing its output
@@ -190,7 +191,7 @@ echo "=== host unit tests"
 # undefined behaviour), the project's code meets a second compiler's warnings, and every file it
 # compiles gets the thread-safety analysis with -Werror, which the analysis stage then need not
 # repeat. The plain and TSan trees are GCC's.
-bg_start build-asan "address;undefined" clang unit_tests lockd lockctl
+bg_start "$logs/build-asan.log" build build-asan "address;undefined" clang unit_tests lockd lockctl
 "$root/build/tests/unit_tests" --use-colour no 2>&1 | tee "$logs/unit.log" | tail -3
 count "host unit tests" "$logs/unit.log" "${PIPESTATUS[0]}"
 
@@ -198,7 +199,7 @@ stage "ASan+UBSan (clang) (+ TSan build)"
 echo "=== host unit tests under ASan+UBSan (clang)"
 bg_wait
 asan_built=$?
-bg_start build-tsan "thread" gcc unit_tests
+bg_start "$logs/build-tsan.log" build build-tsan "thread" gcc unit_tests
 if [ "$asan_built" -eq 0 ]; then
   # The stress tests run a smaller randomized workload under the (slow) sanitizers.
   RDMALOCK_STRESS_OPS=${RDMALOCK_STRESS_OPS:-40000} RDMALOCK_SDK_STRESS_OPS=${RDMALOCK_SDK_STRESS_OPS:-200} \
@@ -216,9 +217,7 @@ bg_wait
 tsan_built=$?
 # A user's build has no -Werror (RDMALOCK_WERROR is off by default); CI turns it on here so that
 # -O3-only warnings (GCC 12's -Wrestrict false positives) are caught before a user meets them.
-bg_log="$logs/release.log"
-(renice -n 19 -p "$BASHPID" >/dev/null && release_build) >"$bg_log" 2>&1 &
-bg_pid=$!
+bg_start "$logs/release.log" release_build
 if [ "$tsan_built" -eq 0 ]; then
   # TSan needs a narrower address-space randomisation than recent kernels use by default.
   RDMALOCK_STRESS_OPS=${RDMALOCK_STRESS_OPS:-40000} RDMALOCK_SDK_STRESS_OPS=${RDMALOCK_SDK_STRESS_OPS:-200} \
