@@ -64,6 +64,28 @@ run_us0=$(usecs)
 stage "install dependencies"
 "$root/deploy/install-deps.sh" || { echo "run-all: installing dependencies failed"; exit 1; }
 
+# What failed, for the end of the output: a CI log may keep only its last lines, and the summary's
+# counts alone do not say which test to look at. For a Catch2 log, each failing test case's name
+# and section with its first failed assertion; for a stage of check lines, its failed lines.
+failures=()
+note_failures() {  # name log catch|bad_re
+  local name=$1 log=$2 what=$3 text
+  if [ "$what" = catch ]; then
+    # Catch2 v2's console reporter frames a test case's name (and sections) between two rules of
+    # dashes, then prints "file:line: FAILED:" and the expression; "due to unexpected exception"
+    # and fatal signals are reported the same way.
+    text=$(awk '
+      /^-+$/ && length($0) > 70 { if (inhead) { inhead = 0 } else { inhead = 1; head = "" } next }
+      inhead { sub(/^ +/, ""); head = head (head == "" ? "" : " / ") $0; next }
+      /: FAILED:$/ && !(head in shown) { shown[head] = 1; print "  " head; print "    " $0; n = 3; next }
+      n > 0 { print "    " $0; n-- }' "$log" | head -60)
+  else
+    text=$(grep -E "$what" "$log" | sed 's/^/  /' | head -20)
+  fi
+  [ -n "$text" ] || text="  (no failed check named in $log: it exited non-zero or ran nothing)"
+  failures+=("$name:" "$text")
+}
+
 # Adds a Catch2 run's test-case counts to the totals.
 count() {  # name log rc
   local name=$1 log=$2 rc=$3 p f
@@ -77,6 +99,7 @@ count() {  # name log rc
   p=${p:-0}
   f=${f:-0}
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # crashed or never reported: a failure
+  [ "$f" -gt 0 ] && note_failures "$name" "$log" catch
   passed=$((passed + p))
   failed=$((failed + f))
   results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "$name" "$p" "$f" "$rc")")
@@ -91,6 +114,7 @@ tally() {  # name log rc ok_re bad_re
   bad=$(grep -cE "$5" "$log")
   [ "$rc" -ne 0 ] && [ "$bad" -eq 0 ] && bad=1
   [ "$rc" -eq 0 ] && [ "$ok" -eq 0 ] && bad=1
+  [ "$bad" -gt 0 ] && note_failures "$name" "$log" "$5"
   passed=$((passed + ok))
   failed=$((failed + bad))
   results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "$name" "$ok" "$bad" "$rc")")
@@ -330,5 +354,9 @@ for r in "${results[@]}"; do echo "$r"; done
 echo "--- time per stage (CPU: user+system of the stage's processes; the machine has $(nproc) cores)"
 for t in "${timings[@]}"; do echo "$t"; done
 printf '%-34s %6d s wall\n' "whole run" $((($(usecs) - run_us0 + 500000) / 1000000))
+if [ "${#failures[@]}" -gt 0 ]; then
+  echo "--- what failed (the full logs are in $logs)"
+  for f in "${failures[@]}"; do echo "$f"; done
+fi
 echo "total: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
