@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Model-checks rdmalock.pml (the lock word) with spin: one exhaustive run and two bitstate
 # (supertrace) runs over larger configurations, each bounded in time; records.pml (request
-# records, the entry pool across QPs, lockd's reaping) exhaustively; and cohort.pml (cohort
+# records, the entry pool across QPs, lockd's reaping) exhaustively; cohort.pml (cohort
 # handover among a client's threads, with fencing tokens) exhaustively, plus two runs that must
 # find a violation: one without the bound (the bypass it prevents) and one without the
-# handover's number in a local holder's token (a token no larger than the last), else those
-# properties would not be checking anything. Prints the state counts; exits non-zero on any
-# assertion violation, invalid end state, or an exhaustive run that did not complete.
+# handover's number in a local holder's token (a token no larger than the last); and
+# stale_entry.pml (exclusive releases without a done mark: entries tagged with the generation)
+# exhaustively, plus three runs that must find lockd releasing a live session's grant: without
+# the generation check, with a generation newer than word1's, and with word1 read before word0.
+# Without the runs that must fail, those properties would not be checking anything. Prints the
+# state counts; exits non-zero on any assertion violation, invalid end state, or an exhaustive run
+# that did not complete.
 # The runs are independent, single-threaded programs: they run JOBS (default: the number of CPUs)
 # at a time, each in a directory of its own, and their lines are printed in the order below. A
 # bitstate run's bound is wall time (pan's -Q), so it needs a CPU of its own: never more runs at
@@ -71,6 +75,8 @@ start cohort.pml "cohort: 3 threads + 1, no timeouts" exhaustive 3 -DNT=3 -DROUN
 start cohort.pml "cohort: 3 threads + 1, 2 rounds" bitstate 1 -DNT=3 -DROUNDS=2 -DTOKENS=0
 start cohort.pml "cohort tokens: 2 threads + 1, 2 rounds" exhaustive 2 -DNT=2 -DROUNDS=2
 start cohort.pml "cohort tokens: 3 threads + 1, 1 round" exhaustive 2 -DNT=3 -DROUNDS=1
+start stale_entry.pml "stale entries: 2 sessions, 2 rounds" exhaustive 1 -DNS=2 -DROUNDS=2
+start stale_entry.pml "stale entries: 3 sessions, 1 round" exhaustive 1 -DNS=3 -DROUNDS=1
 wait
 
 status=0
@@ -78,14 +84,14 @@ for i in $(seq "$n"); do
   cat "$work/$i/report"
   [ "$(cat "$work/$i/status" 2>/dev/null)" = 0 ] || status=1
 done
-# A run of cohort.pml with a safeguard taken out must find the violation it prevents, else the
-# property would check nothing: must_find DIR PATTERN OK_LINE FAIL_LINE defines...
+# A run of a model with a safeguard taken out must find the violation it prevents, else the
+# property would check nothing: must_find MODEL DIR PATTERN OK_LINE FAIL_LINE defines...
 must_find() {
-  local dir=$work/$1 pattern=$2 ok=$3 bad=$4
-  shift 4
+  local model=$1 dir=$work/$2 pattern=$3 ok=$4 bad=$5
+  shift 5
   mkdir "$dir"
-  cp "$here/cohort.pml" "$dir/"
-  if (cd "$dir" && spin "$@" -a cohort.pml >/dev/null &&
+  cp "$here/$model" "$dir/"
+  if (cd "$dir" && spin "$@" -a "$model" >/dev/null &&
     gcc -O2 -DSAFETY -w -o pan pan.c && ./pan -m1000000 >out.txt 2>&1
     grep -q "$pattern" out.txt); then
     echo "$ok"
@@ -95,13 +101,30 @@ must_find() {
   fi
 }
 # Without the bound: another client's waiter bypassed more than KMAX + 1 times.
-must_find nobound 'assertion violated (bypass' \
+must_find cohort.pml nobound 'assertion violated (bypass' \
   "model cohort: without the bound               exhaustive finds the bypass: ok" \
   "model cohort: without the bound, no bypass was found: the property checks nothing" \
   -DNT=2 -DROUNDS=3 -DTIMEOUTS=0 -DNOBOUND=1
 # Without the handover's number in a local holder's token: a token no larger than the last.
-must_find nolocal 'assertion violated.*last_tok' \
+must_find cohort.pml nolocal 'assertion violated.*last_tok' \
   "model cohort: tokens without the handover's number  exhaustive finds the repeat: ok" \
   "model cohort: tokens without the handover's number, no repeat was found: the property checks nothing" \
   -DNT=2 -DROUNDS=2 -DNOLOCAL=1
+# lockd's reap releasing the grant of a session that is still live (stale_entry.pml).
+reaped_live='assertion violated.*holding\[j\]&& !(ended\[j\])'
+# Without the generation check: a released entry's ticket recurs after a reset.
+must_find stale_entry.pml nogen "$reaped_live" \
+  "model stale entries: without the generation check  exhaustive finds a live grant reaped: ok" \
+  "model stale entries: without the generation check, no live grant was reaped: the property checks nothing" \
+  -DNS=2 -DROUNDS=2 -DFIX_GEN=0
+# A generation newer than word1's: the next generation's, so the stale entry matches again.
+must_find stale_entry.pml newer "$reaped_live" \
+  "model stale entries: a generation newer than word1's  exhaustive finds a live grant reaped: ok" \
+  "model stale entries: a generation newer than word1's, no live grant was reaped: the property checks nothing" \
+  -DNS=2 -DROUNDS=2 -DSTALE_NEWER=1
+# word1 read before word0, a generation apart: the entry's generation beside a later word0.
+must_find stale_entry.pml w1first "$reaped_live" \
+  "model stale entries: word1 read before word0  exhaustive finds a live grant reaped: ok" \
+  "model stale entries: word1 read before word0, no live grant was reaped: the property checks nothing" \
+  -DNS=2 -DROUNDS=2 -DW1_FIRST=1
 exit $status
