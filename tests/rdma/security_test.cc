@@ -60,7 +60,11 @@ uint64_t Temper(uint64_t x) {
 }  // namespace
 
 TEST_CASE("the NIC refuses an RDMA WRITE to the lock table") {
-  Lockd lockd(7603);
+  // The offender sends no heartbeat, so its session also ends by heartbeat timeout: that must
+  // come well after the two QP checks (a quarter of it apart) that find its QP broken. With the
+  // default 1 s timeout a slow TCG moment let the heartbeat win once (stop 27: "no heartbeat for
+  // 1073 ms", and no QP line); 4 s leaves two or three checks of slack.
+  Lockd lockd(7603, 1024, 2000, 64, "", {"--heartbeat-timeout-ms", "4000"});
   ChannelParams p{RxeIp(), lockd.port(), 3000ms, "writer", 0};
   auto mem = VerbsMemory::Connect(p);
   REQUIRE(mem.ok());
