@@ -149,11 +149,27 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     // record entry is written once the ticket is known, below: an entry written ahead of the FA
     // would cost a WRITE on every acquire and tell lockd nothing it could act on (a request
     // without a ticket is left to stall recovery either way).
+    //
+    // A recorded exclusive request's entry is tagged with the slot's generation when the channel
+    // knows it, so that its release needs no done mark (three operations per uncontended pair
+    // instead of four; docs/protocol.md, section 10). It knows it from a READ of word1 in the
+    // FA's doorbell (a token's, or one added below), or from its hint of a request on the slot
+    // less than kGenerationHintAge ago (GenerationHintCovers). A channel that comes back to a
+    // slot within that time after an untagged request adds the READ (no round trip: it is in
+    // the FA's doorbell) and tags from then on. A slot visited once, or seldom, costs what it
+    // did: no READ, an untagged entry, and a done mark at the release.
+    const bool tag = record != 0 && mode == Mode::kExclusive;
+    const RemoteMemory::GenerationHint* hint = tag ? mem.generation_hint(slot) : nullptr;
+    // The hint's age by the clock reading the last batch took (no reading of our own); checked
+    // again below against this FA's own issue time.
+    const bool hint_recent =
+        hint != nullptr && mem.last_completed() - hint->at < kGenerationHintAge;
+    const bool read_word1 = opt.want_token || (hint_recent && !hint->known);
     RemoteOp ops[2];
     size_t n = 0;
     const size_t fa = n;
     ops[n++] = RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(slot), inc);
-    if (opt.want_token) ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(slot), 8);
+    if (read_word1) ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(slot), 8);
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops, n)));
     const auto issue = mem.last_issued();  // before the FA was posted: the lease's start
     // The channel's posted release landed before this FA; reap it (a retry if it missed)
@@ -191,11 +207,25 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     }
     frozen_seen = Observed{};
 
-    const Ticket t{slot, mode, prev, record, record_seq};
+    Ticket t{slot, mode, prev, record, record_seq};
+    if (tag) {
+      // Our increment keeps the word from draining, so no reset comes before our release: the
+      // generation word1 showed after our FA is our grant's.
+      if (read_word1) {
+        t.tagged = true;
+        t.generation = proto::RequestEntry::GenerationOf(ops[fa + 1].result[0]);
+      } else if (hint_recent && hint->known && GenerationHintCovers(*hint, prev, issue)) {
+        t.tagged = true;
+        t.generation = hint->generation;
+      }
+      // Known, or (untagged) only visited: the next request here within the age READs word1.
+      mem.set_generation_hint({slot, t.tagged, t.generation, TicketsIssued(prev) + 1, issue});
+    }
     if (record != 0) {
       // The ticket, posted without waiting: it lands before anything this channel sends next.
-      RemoteOp queued = EntryWrite(record, record_seq, slot, mode,
-                                   proto::RequestEntry::State::kQueued, prev.Encode());
+      RemoteOp queued =
+          EntryWrite(record, record_seq, slot, mode, proto::RequestEntry::State::kQueued,
+                     prev.Encode(), t.tagged, t.generation);
       RDMALOCK_RETURN_IF_ERROR(mem.Post(queued));
     }
     Grant g;
@@ -300,6 +330,8 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       grant->lease_start = last_waiting_issue;
       grant->generation = proto::Generation(rd.result[1]);
       grant->has_generation = true;
+      mem.set_generation_hint({t.slot, true, proto::RequestEntry::GenerationOf(rd.result[1]),
+                               TicketsIssued(w0), issue});
       return WaitOutcome::kGranted;
     }
     if (proto::Skipped(w0, t.word, t.mode)) return WaitOutcome::kRestart;

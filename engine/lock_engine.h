@@ -15,6 +15,7 @@
 
 #include "engine/budgets.h"
 #include "engine/remote_memory.h"
+#include "rdmalock/proto/layout.h"
 #include "rdmalock/proto/lock_word.h"
 #include "rdmalock/status.h"
 
@@ -43,6 +44,11 @@ struct Ticket {
   // proto::RequestEntry.
   uint64_t record = 0;
   uint32_t record_seq = 0;
+  // The entry is tagged with `generation` (the low 32 bits of word1's generation, at most the
+  // grant's): lockd acts on it only in that generation, so its exclusive release writes no done
+  // mark (proto::RequestEntry, docs/protocol.md section 10). Exclusive, recorded requests only.
+  bool tagged = false;
+  uint32_t generation = 0;
 };
 
 struct Grant {
@@ -90,6 +96,17 @@ struct Issued {
 
 // lockd's recovery of one request of a dead client: Reap() steps it without blocking.
 struct ReapState {
+  // The recovery of a live entry of an ended session's record (lockd; the host tests' fakes).
+  static ReapState ForEntry(const proto::RequestEntry& e) {
+    ReapState r;
+    r.ticket.slot = e.slot;
+    r.ticket.mode = e.mode;
+    r.ticket.word = proto::Word0::Decode(e.ticket);
+    r.ticket.tagged = e.tagged;
+    r.ticket.generation = e.generation;
+    return r;
+  }
+
   Ticket ticket;
   // The caller's own abandoned ticket (the SDK's reaper), not a dead client's (lockd): its record
   // entry is marked done in the release's doorbell and handed back when the ticket is over.

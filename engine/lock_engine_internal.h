@@ -27,15 +27,36 @@ inline void Count(Counter EngineEvents::*field, EngineEvents* ev) {
 }
 
 inline RemoteOp EntryWrite(uint64_t record, uint32_t seq, uint64_t slot, Mode mode,
-                           proto::RequestEntry::State state, uint64_t ticket) {
+                           proto::RequestEntry::State state, uint64_t ticket, bool tagged = false,
+                           uint32_t generation = 0) {
   proto::RequestEntry e;
   e.slot = static_cast<uint32_t>(slot);
   e.mode = mode;
   e.state = state;
   e.seq = seq;
   e.ticket = ticket;
+  e.tagged = tagged;
+  e.generation = generation;
   const auto w = e.Encode();
   return RemoteOp::Write16(RegionId::kSessions, record, w[0], w[1]);
+}
+
+// Requests a word has queued in its generation (each acquire's FA adds one to max_x or max_s).
+inline uint32_t TicketsIssued(Word0 w) { return uint32_t{w.max_x} + w.max_s; }
+
+// How long a channel's generation hint (RemoteMemory::GenerationHint) is taken as the slot's
+// generation for a request that queued `prev` (the word its FA returned) at `issue`, and so tags
+// its record entry without a READ of word1. A later generation would need the hint's generation to
+// freeze (some counter at COUNT_MAX, so COUNT_MAX minus the hint's count of further tickets) and
+// drain, and then as many tickets of the new generation as the hint had counted, for `prev` to
+// count no fewer: at least COUNT_MAX = 32,768 requests granted and released on one word since the
+// hint, which no NIC does within a millisecond (kFreshWithdrawal's argument). Safety does not
+// rest on this bound: a hint older than the grant's generation makes lockd ignore the entry, and
+// only that request's fast recovery (were its client to die holding it) is lost to stall recovery.
+inline constexpr std::chrono::microseconds kGenerationHintAge{1000};
+inline bool GenerationHintCovers(const RemoteMemory::GenerationHint& h, Word0 prev,
+                                 Clock::time_point issue) {
+  return TicketsIssued(prev) >= h.tickets && issue - h.at < kGenerationHintAge;
 }
 
 // Marks this use of the entry done. Goes *before* the operation that ends the request, so the
@@ -58,11 +79,14 @@ inline bool StillHeld(Word0 w, const Ticket& t) {
 // released shared ticket, and a second release of it would count for another reader. (If the CAS
 // misses and we try again, the entry reads done meanwhile: a crash then leaves this grant to
 // stall recovery.) Returns the index of the first op to post.
+// A tagged entry (exclusive, with its grant's generation or an older one) gets no done mark: lockd
+// acts on it only in that generation, in which the CAS below moves n_x past its ticket for good.
+// Its record stays as it is until the entry's next use (docs/protocol.md, section 10).
 inline size_t ReleaseOps(const Ticket& t, Word0 cur, RemoteOp ops[2]) {
   ops[0] = EntryDone(t.record, t.record_seq);
   ops[1] = RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), cur.Encode(),
                                  cur.Encode() + proto::ReleaseIncrement(t.mode));
-  return t.record != 0 ? 0 : 1;
+  return t.record != 0 && !t.tagged ? 0 : 1;
 }
 
 }  // namespace rdmalock::engine_internal

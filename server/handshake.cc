@@ -93,6 +93,7 @@ rdma::CmId Server::Impl::OnConnectRequest(rdma_cm_event* ev) {
   }
   auto c = std::make_unique<Conn>();
   c->serial = next_conn_serial++;
+  c->version = req.version;
   c->device = dev;
   std::memcpy(c->request.data(), bytes.data(), c->request.size());
   c->nonce = auth::NewNonce();
@@ -123,6 +124,7 @@ rdma::CmId Server::Impl::OnConnectRequest(rdma_cm_event* ev) {
   c->auth_key = AuthKey();
   challenge.flags = c->auth_key.empty() ? 0 : proto::kChallengeAuthRequired;
   challenge.nonce = c->nonce;
+  challenge.version = c->version;
   const auto out = challenge.Encode();
   rdma_conn_param param{};
   param.private_data = out.data();
@@ -354,6 +356,7 @@ void Server::Impl::Admit(Conn& c, const proto::Hello& hello) {
     rkeys[2] = rkeys[3] = dev.sessions_mr->rkey;
   }
   proto::AcceptReply reply;
+  reply.version = c.version;
   reply.epoch = epoch;
   reply.session_id = s.session_id;
   reply.lease_ns = config.lease_ms * 1'000'000;

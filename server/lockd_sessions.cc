@@ -80,6 +80,16 @@ void Server::Impl::EndSession(std::shared_ptr<Session> s, EndReason reason, cons
   EndedRecord rec = std::move(*sessions.End(*s));
   record_mrs.erase(s->session_id);  // its connections hold them until their windows are gone
   job.items = std::move(rec.items);
+  // A tagged entry of a finished exclusive request stays in the record (its release wrote no done
+  // mark): by the slot's words now it is over, and stays so (generations only grow, and within
+  // one n_x only grows past it). Not a request to free; the reap would find the same.
+  std::erase_if(job.items, [&](const ReapState& r) {
+    const uint64_t off = proto::SlotOffset(r.ticket.slot);
+    return r.ticket.tagged &&
+           proto::RequestEntry::TaggedOver(r.ticket.word, r.ticket.mode, r.ticket.generation,
+                                           proto::Word0::Decode(Load64(regions->locks(), off)),
+                                           Load64(regions->locks(), off + proto::kWord1Offset));
+  });
   const uint32_t requesting = rec.requesting;
   const uint32_t garbage = rec.garbage;
   if (s->loopback) {
@@ -235,7 +245,8 @@ std::string Server::Impl::AdminCommand(const std::string& line, const std::strin
   }
   // Who holds it, by the records: entries on this slot whose ticket the word shows granted.
   const auto w0 = proto::Word0::Decode(Load64(regions->locks(), proto::SlotOffset(n)));
-  const std::vector<std::shared_ptr<Session>> holders = sessions.HoldersOf(n, w0);
+  const uint64_t w1 = Load64(regions->locks(), proto::SlotOffset(n) + proto::kWord1Offset);
+  const std::vector<std::shared_ptr<Session>> holders = sessions.HoldersOf(n, w0, w1);
   if (holders.empty()) {
     return "error no session's record shows a holder of slot " + arg +
            " (free, or held by a client that did not record it: waiters recover it after " +

@@ -71,17 +71,15 @@ std::optional<EndedRecord> SessionTable::End(const Session& s) {
   if (sessions_.erase(s.session_id) == 0) return std::nullopt;  // already ended
   EndedRecord out;
   const uint8_t* rec = RecordAt(s.index);
-  out.garbage = proto::ScanRecordEntries(
-      [rec](uint64_t off) { return Load64(rec, off); }, lock_count_,
-      [&](const proto::RequestEntry& e, uint32_t) {
-        if (e.state == proto::RequestEntry::State::kRequesting) {
-          ++out.requesting;
-          return;
-        }
-        ReapState r;
-        r.ticket = Ticket{e.slot, e.mode, proto::Word0::Decode(e.ticket), 0};
-        out.items.push_back(r);
-      });
+  out.garbage =
+      proto::ScanRecordEntries([rec](uint64_t off) { return Load64(rec, off); }, lock_count_,
+                               [&](const proto::RequestEntry& e, uint32_t) {
+                                 if (e.state == proto::RequestEntry::State::kRequesting) {
+                                   ++out.requesting;
+                                   return;
+                                 }
+                                 out.items.push_back(ReapState::ForEntry(e));
+                               });
   std::memset(RecordAt(s.index), 0, proto::kSessionRecordSize);
   free_records_.push_back(s.index);
   return out;
@@ -125,8 +123,8 @@ std::vector<SessionTable::Dead> SessionTable::CheckLiveness(
   return dead;
 }
 
-std::vector<std::shared_ptr<Session>> SessionTable::HoldersOf(uint64_t slot,
-                                                              proto::Word0 w0) const {
+std::vector<std::shared_ptr<Session>> SessionTable::HoldersOf(uint64_t slot, proto::Word0 w0,
+                                                              uint64_t word1) const {
   std::vector<std::shared_ptr<Session>> holders;
   for (auto& [sid, s] : sessions_) {
     const uint8_t* rec = RecordAt(s->index);
@@ -135,6 +133,7 @@ std::vector<std::shared_ptr<Session>> SessionTable::HoldersOf(uint64_t slot,
         [rec](uint64_t off) { return Load64(rec, off); }, lock_count_,
         [&](const proto::RequestEntry& e, uint32_t) {
           holds = holds || (e.slot == slot && e.state == proto::RequestEntry::State::kQueued &&
+                            (!e.tagged || !e.TaggedOver(w0, word1)) &&
                             proto::Granted(w0, proto::Word0::Decode(e.ticket), e.mode));
         });
     if (holds) holders.push_back(s);

@@ -96,8 +96,10 @@ class SessionTable {
                                   std::chrono::milliseconds heartbeat_timeout, bool check_qps,
                                   const std::function<bool(const Session&)>& qp_in_error);
 
-  // The sessions whose records show a granted request on `slot`, given its word0 now.
-  std::vector<std::shared_ptr<Session>> HoldersOf(uint64_t slot, proto::Word0 w0) const;
+  // The sessions whose records show a granted request on `slot`, given its word0 and word1 now
+  // (a tagged entry counts only in its own generation).
+  std::vector<std::shared_ptr<Session>> HoldersOf(uint64_t slot, proto::Word0 w0,
+                                                  uint64_t word1) const;
 
   uint8_t* RecordAt(uint32_t index) const;
   void Clear() { sessions_.clear(); }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
+#include <utility>
 
 #include "client/src/client_impl.h"
 
@@ -119,7 +120,8 @@ Result<std::vector<SessionInfo>> Client::Sessions() {
   }
   const uint64_t lockd_now = proto::InfoPage::DecodeFrom(page).clock_unix_ns;
   std::vector<SessionInfo> out;
-  std::unordered_map<uint64_t, proto::Word0> words;  // slot -> word0, read once per slot
+  // slot -> word0 and word1, read once per slot
+  std::unordered_map<uint64_t, std::pair<proto::Word0, uint64_t>> words;
   for (size_t off = 0; off + r.session_record_size <= table.size(); off += r.session_record_size) {
     const std::span<const uint8_t> rec(table.data() + off, r.session_record_size);
     const auto hdr = proto::SessionRecord::DecodeFrom(rec);
@@ -148,15 +150,19 @@ Result<std::vector<SessionInfo>> Client::Sessions() {
       if (entry.state == proto::RequestEntry::State::kQueued) {
         auto it = words.find(entry.slot);
         if (it == words.end()) {
-          RemoteOp rd = RemoteOp::Read(RegionId::kLocks, proto::SlotOffset(entry.slot), 8);
+          RemoteOp rd = RemoteOp::Read(RegionId::kLocks, proto::SlotOffset(entry.slot), 16);
           if (Status rs = ch->mem->Execute(rd); !rs.ok()) {
             clk.Unlock();
             impl_->OnSessionError(ch->session->gen, rs);
             return rs;
           }
-          it = words.emplace(entry.slot, proto::Word0::Decode(rd.result[0])).first;
+          it =
+              words.emplace(entry.slot, std::pair{proto::Word0::Decode(rd.result[0]), rd.result[1]})
+                  .first;
         }
-        const proto::Word0 w = it->second;
+        const proto::Word0 w = it->second.first;
+        // A finished exclusive request whose release wrote no done mark (a tagged entry): over.
+        if (entry.tagged && entry.TaggedOver(w, it->second.second)) continue;
         if (proto::TicketGone(w, t, entry.mode) || proto::Skipped(w, t, entry.mode)) {
           q.status = RequestInfo::Status::kStale;
         } else if (proto::Granted(w, t, entry.mode)) {

@@ -265,9 +265,7 @@ class FakeLockd {
                                           table_.session_word(off + 8).load(),
                                           table_.session_word(off + 16).load(), &e) &&
           e.state == proto::RequestEntry::State::kQueued && e.slot < opts_.lock_count) {
-        ReapState r;
-        r.ticket = Ticket{e.slot, e.mode, proto::Word0::Decode(e.ticket), 0, 0};
-        job.items.push_back(r);
+        job.items.push_back(ReapState::ForEntry(e));
       }
     }
     for (uint64_t w = 0; w < proto::kSessionRecordSize; w += 8)

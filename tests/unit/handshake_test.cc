@@ -43,6 +43,15 @@ TEST_CASE("malformed connect requests are refused with a reason") {
     b[ConnectRequest::kVersion] = 99;
     REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kBadVersion);
   }
+  SECTION("version 5: lockd of version 6 serves version-5 clients") {
+    b[ConnectRequest::kVersion] = 5;
+    REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kNone);
+    REQUIRE(out.version == 5);
+  }
+  SECTION("version 4: refused") {
+    b[ConnectRequest::kVersion] = 4;
+    REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kBadVersion);
+  }
   SECTION("version zero") {
     b[ConnectRequest::kVersion] = 0;
     REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kBadVersion);

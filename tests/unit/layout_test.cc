@@ -48,6 +48,47 @@ TEST_CASE("request entries round-trip and reject torn or garbage words") {
   REQUIRE(RequestEntry::NextSeq(0) == 1);
 }
 
+TEST_CASE("a tagged entry carries its generation, and counts only in it (protocol version 6)") {
+  using rdmalock::proto::Mode;
+  using rdmalock::proto::Word0;
+  RequestEntry e;
+  e.slot = 42;
+  e.mode = Mode::kExclusive;
+  e.state = RequestEntry::State::kQueued;
+  e.seq = 9;
+  e.ticket = Word0{.max_s = 3, .max_x = 7, .n_s = 2, .n_x = 5}.Encode();
+  e.tagged = true;
+  e.generation = 0xfedcba98u;
+  const auto w = e.Encode();
+  REQUIRE(((w[0] >> 29) & 3) == RequestEntry::kTaggedStateBits);
+  RequestEntry out;
+  REQUIRE(RequestEntry::Decode(w[0], w[1], &out));
+  CHECK(out.tagged);
+  CHECK(out.state == RequestEntry::State::kQueued);
+  CHECK(out.generation == 0xfedcba98u);
+  // The ticket keeps its max fields (all a grant or a reap compares); the FA's n fields are not
+  // kept.
+  CHECK(Word0::Decode(out.ticket) == Word0{.max_s = 3, .max_x = 7, .n_s = 0, .n_x = 0});
+  // The check covers the generation: another generation with the same a word is torn.
+  RequestEntry other = e;
+  other.generation = 1;
+  REQUIRE_FALSE(RequestEntry::Decode(w[0], other.Encode()[1], &out));
+  // Only exclusive entries are tagged: a shared one is written untagged, and a tagged shared
+  // entry (no client writes one) is refused.
+  RequestEntry sh = e;
+  sh.mode = Mode::kShared;
+  const auto ws = sh.Encode();
+  REQUIRE(RequestEntry::Decode(ws[0], ws[1], &out));
+  CHECK_FALSE(out.tagged);
+  // Over in another generation, or once the word has moved past its ticket; not while granted.
+  REQUIRE(RequestEntry::Decode(w[0], w[1], &out));
+  const Word0 granted{.max_s = 3, .max_x = 8, .n_s = 3, .n_x = 7};
+  const uint64_t gen_word1 = uint64_t{0xfedcba98u} << 16;
+  CHECK_FALSE(out.TaggedOver(granted, gen_word1));
+  CHECK(out.TaggedOver(granted, gen_word1 + rdmalock::proto::kGenerationIncrement));
+  CHECK(out.TaggedOver(Word0{.max_s = 3, .max_x = 8, .n_s = 3, .n_x = 8}, gen_word1));
+}
+
 TEST_CASE("info page round-trips") {
   std::array<uint8_t, kInfoPageSize> page{};
   InfoPage p;

@@ -64,6 +64,79 @@ TEST_CASE("records: lockd frees a dead client's held and queued requests, exactl
   REQUIRE(W0(table, 1).Drained());
 }
 
+// Issue 19, item 3: an exclusive release writes no done mark when its entry is tagged with the
+// generation. The entry then stays live in the record after the release. Should the slot go
+// through a reset and a later holder draw the same ticket numbers, lockd must not take that
+// entry for the later grant when the first client's session ends.
+TEST_CASE(
+    "item 3: a released, unmarked exclusive entry never frees a later holder of its numbers") {
+  InProcessTable table(4, 4 * 4096);
+  LockEngine e(Params(4), nullptr);
+  InProcessMemory a(&table), b(&table), c(&table);
+  const uint64_t rec = 4096;  // client A's record
+  AcquireOptions o;
+  o.record = rec + proto::SessionRecord::EntryOffset(0);
+  o.record_seq = 1;
+  // A's first request on slot 0 is untagged (its channel knows nothing of the slot), its second,
+  // at once, READs word1 with its FA and is tagged: ticket max_x 1 in generation 0.
+  auto first = e.Acquire(a, 0, Mode::kExclusive, o);
+  REQUIRE(first.ok());
+  REQUIRE_FALSE(first->ticket.tagged);
+  REQUIRE(e.Release(a, *first).ok());
+  o.record_seq = 2;
+  auto ga = e.Acquire(a, 0, Mode::kExclusive, o);
+  REQUIRE(ga.ok());
+  REQUIRE(ga->ticket.tagged);
+  REQUIRE(e.Release(a, *ga).ok());
+  // No done mark: the entry still reads as a live request (the record is as the FA left it).
+  proto::RequestEntry left;
+  REQUIRE(proto::RequestEntry::DecodeLive(table.session_word(o.record).load(),
+                                          table.session_word(o.record + 8).load(),
+                                          table.session_word(o.record + 16).load(), &left));
+  REQUIRE(left.tagged);
+  REQUIRE(left.generation == 0);
+
+  SECTION("the same generation: the word moved past the ticket") {
+    auto gb = e.Acquire(b, 0, Mode::kExclusive, {});
+    REQUIRE(gb.ok());
+    a.Break();
+    REQUIRE(ReapRecord(table, e, rec) == 0);
+    REQUIRE(e.Release(b, *gb).ok());
+  }
+  SECTION("a later generation: a reset, and B draws A's ticket numbers again") {
+    // 32,768 grants later the word froze and drained, and its last participant reset it
+    // (generation first, then word0), as LockEngine::ResetDrained does. One request of another
+    // client came and went in the new generation, so B's ticket is A's again (max_x 1).
+    table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
+    table.Store(0, 0, Word0{.max_s = 0, .max_x = 1, .n_s = 0, .n_x = 1}.Encode());
+    auto gb = e.Acquire(b, 0, Mode::kExclusive, {});
+    REQUIRE(gb.ok());
+    REQUIRE(gb->ticket.word.max_x == left.ticket >> 16);  // the numbers A's entry shows
+    a.Break();                                            // A dies; lockd reaps its record
+    const int released = ReapRecord(table, e, rec);
+    CHECK(released == 0);
+    // B still holds: its release finds its grant and frees the lock.
+    REQUIRE(e.Release(b, *gb).ok());
+    REQUIRE(W0(table, 0) == Word0{.max_s = 0, .max_x = 2, .n_s = 0, .n_x = 2});
+  }
+  SECTION("an entry tagged with an older generation than its grant's is left alone") {
+    // What a stale hint would write: lockd ignores the entry (the waiters' stall recovery covers
+    // a holder that died), and never acts on it in another generation.
+    table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
+    auto gc = e.Acquire(c, 0, Mode::kExclusive, {});
+    REQUIRE(gc.ok());
+    proto::RequestEntry st = left;
+    st.ticket = gc->ticket.word.Encode();
+    st.seq = 3;
+    const auto w = st.Encode();  // generation 0, the slot is in 1
+    table.session_word(o.record).store(w[0]);
+    table.session_word(o.record + 8).store(w[1]);
+    a.Break();
+    REQUIRE(ReapRecord(table, e, rec) == 0);
+    REQUIRE(e.Release(c, *gc).ok());
+  }
+}
+
 TEST_CASE("records: a crash anywhere in a shared release never releases it twice") {
   // Readers A and B hold slot 0, writer C waits. A's release is cut short by a crash before its
   // first or its second operation; lockd then reaps A's record. B must still hold, C must not be

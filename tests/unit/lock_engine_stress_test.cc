@@ -226,9 +226,7 @@ class FastRecovery {
       proto::RequestEntry e;
       if (!proto::RequestEntry::DecodeLive(a, b, d, &e)) continue;
       if (e.state != proto::RequestEntry::State::kQueued) continue;
-      ReapState r;
-      r.ticket = Ticket{e.slot, e.mode, proto::Word0::Decode(e.ticket), 0};
-      items.push_back(r);
+      items.push_back(ReapState::ForEntry(e));
     }
     std::lock_guard lk(mu_);
     for (auto& r : items) q_.push_back(r);

@@ -35,6 +35,105 @@ TEST_CASE("uncontended exclusive acquire is one FETCH_AND_ADD, release one more"
   REQUIRE(W0(table, 3) == Word0{.max_s = 0, .max_x = 1, .n_s = 0, .n_x = 1});
 }
 
+TEST_CASE("item 3: a recorded uncontended exclusive pair costs three operations once warm") {
+  // FA, the entry's WRITE and the release CAS. The channel's first request on a slot knows no
+  // generation: untagged, with a done mark (4 operations, as before). Its second, within
+  // kGenerationHintAge, READs word1 in the FA's doorbell (4); from then on the channel's hint
+  // tags the entry (3).
+  InProcessTable table(16, 4096);
+  LockEngine e(Params(16), nullptr);
+  InProcessMemory mem(&table);
+  AcquireOptions o;
+  o.record = proto::SessionRecord::EntryOffset(0);
+  uint32_t seq = 1;
+  auto pair = [&](bool tagged) {
+    o.record_seq = seq++;
+    auto g = e.Acquire(mem, 3, Mode::kExclusive, o);
+    REQUIRE(g.ok());
+    CHECK(g->ticket.tagged == tagged);
+    REQUIRE(e.Release(mem, *g).ok());
+  };
+  const OpCounters& c = mem.counters();
+  pair(false);
+  CHECK(c.Total() == 4);
+  CHECK(c.write.get() == 2);  // the entry and its done mark
+  pair(true);
+  CHECK(c.Total() == 8);
+  CHECK(c.read.get() == 1);  // word1, with the FA
+  for (int i = 0; i < 100; ++i) pair(true);
+  CHECK(c.Total() == 8 + 300);
+  CHECK(c.fetch_add.get() == 102);
+  CHECK(c.read.get() == 1);
+  CHECK(c.write.get() == 2 + 101);
+  CHECK(c.compare_swap.get() == 102);
+  // The entry names the slot's generation.
+  proto::RequestEntry en;
+  REQUIRE(proto::RequestEntry::Decode(table.session_word(o.record).load(),
+                                      table.session_word(o.record + 8).load(), &en));
+  CHECK(en.tagged);
+  CHECK(en.generation == 0);
+}
+
+TEST_CASE("item 3: after a reset the hint is not trusted, and the entry gets the new generation") {
+  InProcessTable table(1, 4096);
+  LockEngine e(Params(1), nullptr);
+  InProcessMemory mem(&table);
+  AcquireOptions o;
+  o.record = proto::SessionRecord::EntryOffset(0);
+  uint32_t seq = 1;
+  auto acquire = [&] {
+    o.record_seq = seq++;
+    auto g = e.Acquire(mem, 0, Mode::kExclusive, o);
+    REQUIRE(g.ok());
+    return *g;
+  };
+  // Tickets well into generation 0, so that a reset makes the FA's count go down.
+  table.Store(0, 0, Word0{.max_s = 0, .max_x = 100, .n_s = 0, .n_x = 100}.Encode());
+  REQUIRE(e.Release(mem, acquire()).ok());  // untagged: the channel's first visit
+  Grant g = acquire();                      // READs word1: tagged, generation 0
+  REQUIRE(g.ticket.tagged);
+  REQUIRE(e.Release(mem, g).ok());
+  // Another client's reset (generation 1), and this channel asks again at once.
+  table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
+  table.Store(0, 0, 0);
+  Grant g2 = acquire();
+  // The FA's count (0) is below the hint's (102), and no READ was in the doorbell: untagged,
+  // and its release marks it done as before.
+  CHECK_FALSE(g2.ticket.tagged);
+  const uint64_t writes = mem.counters().write.get();
+  REQUIRE(e.Release(mem, g2).ok());
+  CHECK(mem.counters().write.get() == writes + 1);  // the done mark
+  // The next request READs word1 again and tags generation 1.
+  Grant g3 = acquire();
+  CHECK(g3.ticket.tagged);
+  CHECK(g3.ticket.generation == 1);
+  REQUIRE(e.Release(mem, g3).ok());
+}
+
+TEST_CASE("item 3: a token's READ tags the entry; a shared request is never tagged") {
+  InProcessTable table(4, 4096);
+  LockEngine e(Params(4), nullptr);
+  InProcessMemory mem(&table);
+  table.Store(2, 1, 7 * proto::kGenerationIncrement);
+  AcquireOptions o;
+  o.record = proto::SessionRecord::EntryOffset(0);
+  o.record_seq = 1;
+  o.want_token = true;
+  auto g = e.Acquire(mem, 2, Mode::kExclusive, o);
+  REQUIRE(g.ok());
+  CHECK(g->ticket.tagged);
+  CHECK(g->ticket.generation == 7);
+  CHECK(mem.counters().Total() == 3);  // FA and READ, the entry's WRITE
+  REQUIRE(e.Release(mem, *g).ok());
+  CHECK(mem.counters().Total() == 4);  // the CAS alone
+  o.want_token = false;
+  o.record_seq = 2;
+  auto s = e.Acquire(mem, 2, Mode::kShared, o);
+  REQUIRE(s.ok());
+  CHECK_FALSE(s->ticket.tagged);
+  REQUIRE(e.Release(mem, *s).ok());
+}
+
 TEST_CASE("a token comes with an exclusive grant when asked for, and increases") {
   InProcessTable table(4);
   LockEngine e(Params(4), nullptr);

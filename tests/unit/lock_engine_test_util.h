@@ -112,8 +112,7 @@ inline int ReapRecord(InProcessTable& table, const LockEngine& e, uint64_t base)
       continue;
     }
     if (entry.state != proto::RequestEntry::State::kQueued) continue;
-    ReapState r;
-    r.ticket = Ticket{entry.slot, entry.mode, Word0::Decode(entry.ticket), 0, 0};
+    ReapState r = ReapState::ForEntry(entry);
     for (int step = 0; step < 1000; ++step) {
       auto done = e.Reap(mem, r);
       REQUIRE(done.ok());

@@ -188,12 +188,45 @@ TEST_CASE("session table: the holders of a slot are the sessions whose granted r
   const proto::Word0 now{0, 2, 0, 0};
   PutEntry(t.RecordAt(holder->index), 0, Entry(9, St::kQueued, 1, proto::Word0{0, 0, 0, 0}));
   PutEntry(t.RecordAt(waiter->index), 0, Entry(9, St::kQueued, 1, proto::Word0{0, 1, 0, 0}));
-  auto h = t.HoldersOf(9, now);
+  auto h = t.HoldersOf(9, now, 0);
   REQUIRE(h.size() == 1);
   CHECK(h[0] == holder);
-  CHECK(t.HoldersOf(8, now).empty());
+  CHECK(t.HoldersOf(8, now, 0).empty());
   // After the first released, the second holds.
-  auto h2 = t.HoldersOf(9, proto::Word0{0, 2, 0, 1});
+  auto h2 = t.HoldersOf(9, proto::Word0{0, 2, 0, 1}, 0);
   REQUIRE(h2.size() == 1);
   CHECK(h2[0] == waiter);
+}
+
+TEST_CASE("session table: a tagged entry names its session a holder only in its generation") {
+  // A released exclusive request's tagged entry stays in the record (no done mark). After a reset
+  // another session holds a ticket with the same numbers: lockd must not name the first session
+  // (a forced release of the slot would fence it), nor free its entry when it ends.
+  Records mem(2);
+  SessionTable t(mem.data(), 2, 64);
+  const auto t0 = SessionTable::Clock::now();
+  auto done = t.Allocate("a:1", "old", 1, false, {}, t0);
+  auto holder = t.Allocate("b:1", "new", 2, false, {}, t0);
+  t.Insert(done);
+  t.Insert(holder);
+  using St = proto::RequestEntry::State;
+  proto::RequestEntry old = Entry(9, St::kQueued, 1, proto::Word0{0, 0, 0, 0});
+  old.tagged = true;
+  old.generation = 4;  // released in generation 4
+  proto::RequestEntry now_e = Entry(9, St::kQueued, 1, proto::Word0{0, 0, 0, 0});
+  now_e.tagged = true;
+  now_e.generation = 5;  // holds ticket 0 of generation 5
+  PutEntry(t.RecordAt(done->index), 0, old);
+  PutEntry(t.RecordAt(holder->index), 0, now_e);
+  const proto::Word0 w0{0, 1, 0, 0};
+  const uint64_t word1 = uint64_t{5} << 16;
+  auto h = t.HoldersOf(9, w0, word1);
+  REQUIRE(h.size() == 1);
+  CHECK(h[0] == holder);
+  // Ended, the record's entry is handed over with its tag (the reap compares it).
+  auto rec = t.End(*done);
+  REQUIRE(rec.has_value());
+  REQUIRE(rec->items.size() == 1);
+  CHECK(rec->items[0].ticket.tagged);
+  CHECK(rec->items[0].ticket.generation == 4);
 }

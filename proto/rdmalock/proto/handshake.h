@@ -23,7 +23,12 @@ inline constexpr uint32_t kHandshakeMagic = 0x314b4c52;  // "RLK1" read little-e
 // threads of one client handed a grant in-process get larger tokens. Tokens are made by clients
 // and compared by resources, so a version-4 client's tokens would not order with version 5's:
 // lockd refuses version 4 (the handshake is version 4's).
-inline constexpr uint16_t kProtocolVersion = 5;
+// Version 6: a recorded exclusive request's entry may be tagged with its slot's generation
+// (RequestEntry, state field 3), and its release then writes no done mark. lockd of version 6
+// serves version-5 clients too (they write no tagged entry; nothing else changed) and answers
+// each client in the version of its connect request. A version-6 client needs a version-6
+// lockd, which a version-5 lockd's refusal (bad_version, versions 5..5) says.
+inline constexpr uint16_t kProtocolVersion = 6;
 inline constexpr uint16_t kMinProtocolVersion = 5;
 
 // rdma_cm limits (verified on rdma_rxe; the IB CM sets them): connect 56, accept 196, reject 148.

@@ -182,8 +182,15 @@ static_assert(SessionRecord::kMaxEntries >= 120);
 
 // One request of a client, as its record shows it: 32 bytes at SessionRecord::EntryOffset(i).
 //   word a (+0):  slot (bits 0-27) | mode (28) | state (29-30) | seq (31-47) | check (48-63)
-//   word b (+8):  word0 as the request's FETCH_AND_ADD returned it (its ticket), when kQueued
+//   word b (+8):  word0 as the request's FETCH_AND_ADD returned it (its ticket), when kQueued;
+//                 in a tagged entry (state field 3, exclusive only, protocol version 6) the
+//                 ticket's max_s and max_x (bits 0-31) and the low 32 bits of the generation of
+//                 word1 the grant is in (bits 32-63), where the FA's n_s and n_x would be
 //   word d (+16): the seq of the last use of this entry that is over ("done")
+// A tagged entry's exclusive release needs no done mark (docs/protocol.md, section 10): lockd acts
+// on it only while the slot's generation is the entry's, and within one generation a released
+// exclusive ticket is never granted again (n_x only grows past it). The generation written may be
+// older than the grant's (a cached one, never a newer one): lockd then only ignores the entry.
 // The client writes a and b together (one 16-byte RDMA WRITE) when it asks (kRequesting, in the
 // FA's doorbell) and once the ticket is known (kQueued); it writes d alone, in the same doorbell
 // and *before* the operation that ends the request (the release or withdrawal CAS). Each use of an
@@ -200,7 +207,26 @@ struct RequestEntry {
   Mode mode = Mode::kExclusive;
   State state = State::kFree;
   uint32_t seq = 0;     // 1..kSeqMask
-  uint64_t ticket = 0;  // Word0 encoding
+  uint64_t ticket = 0;  // Word0 encoding (a tagged entry's: its max fields only, n_s = n_x = 0)
+  // Tagged (kQueued, exclusive): `generation` is the low 32 bits of word1's generation (at most
+  // the grant's), and the release writes no done mark.
+  bool tagged = false;
+  uint32_t generation = 0;
+  static constexpr uint8_t kTaggedStateBits = 3;  // the state field's value for a tagged entry
+
+  // What a tagged entry's generation is compared with: the low 32 bits of word1's generation.
+  static constexpr uint32_t GenerationOf(uint64_t word1) {
+    return static_cast<uint32_t>(Generation(word1));
+  }
+  // A tagged entry's request is over, by the slot's words: the slot is in another generation, or
+  // the word has moved past its ticket (released, or recovered by a waiter).
+  bool TaggedOver(Word0 w0, uint64_t word1) const {
+    return TaggedOver(Word0::Decode(ticket), mode, generation, w0, word1);
+  }
+  static bool TaggedOver(Word0 ticket, Mode mode, uint32_t generation, Word0 w0, uint64_t word1) {
+    return GenerationOf(word1) != generation || Skipped(w0, ticket, mode) ||
+           TicketGone(w0, ticket, mode);
+  }
 
   static uint32_t NextSeq(uint32_t seq) { return (seq & kSeqMask) == kSeqMask ? 1 : seq + 1; }
 
@@ -213,10 +239,12 @@ struct RequestEntry {
   }
   std::array<uint64_t, 2> Encode() const {
     if (state == State::kFree) return {0, 0};
+    const bool tag = tagged && state == State::kQueued && mode == Mode::kExclusive;
+    const uint8_t st = tag ? kTaggedStateBits : static_cast<uint8_t>(state);
     const uint64_t a = uint64_t{slot & kSlotMask} | (uint64_t{static_cast<uint8_t>(mode)} << 28) |
-                       (uint64_t{static_cast<uint8_t>(state)} << 29) |
-                       (uint64_t{seq & kSeqMask} << 31);
-    return {a | (uint64_t{Check(a, ticket)} << 48), ticket};
+                       (uint64_t{st} << 29) | (uint64_t{seq & kSeqMask} << 31);
+    const uint64_t b = tag ? (ticket & 0xffffffffull) | (uint64_t{generation} << 32) : ticket;
+    return {a | (uint64_t{Check(a, b)} << 48), b};
   }
   // False for a free entry or one that fails its check (torn, garbage).
   static bool Decode(uint64_t a, uint64_t b, RequestEntry* out) {
@@ -225,12 +253,17 @@ struct RequestEntry {
     if (static_cast<uint16_t>(a >> 48) != Check(rest, b)) return false;
     const auto state = static_cast<uint8_t>((a >> 29) & 3);
     const auto seq = static_cast<uint32_t>((a >> 31) & kSeqMask);
-    if (state < 1 || state > 2 || seq == 0) return false;
+    const auto mode = static_cast<Mode>((a >> 28) & 1);
+    if (state < 1 || seq == 0) return false;
+    const bool tag = state == kTaggedStateBits;
+    if (tag && mode != Mode::kExclusive) return false;
     out->slot = static_cast<uint32_t>(a & kSlotMask);
-    out->mode = static_cast<Mode>((a >> 28) & 1);
-    out->state = static_cast<State>(state);
+    out->mode = mode;
+    out->state = tag ? State::kQueued : static_cast<State>(state);
     out->seq = seq;
-    out->ticket = b;
+    out->tagged = tag;
+    out->generation = tag ? static_cast<uint32_t>(b >> 32) : 0;
+    out->ticket = tag ? b & 0xffffffffull : b;
     return true;
   }
   // A request still open: well-formed, and its use not marked done.
