@@ -386,3 +386,37 @@ TEST_CASE(
   CHECK(after.ok());
   CHECK(held->Release().ok());
 }
+
+TEST_CASE("protocol version 6: lockd answers a version-5 client in version 5, and serves it") {
+  // A version-5 client writes no tagged record entries, the only change of version 6, so lockd
+  // serves it: the challenge and the Welcome carry the client's version (a version-5 SDK refuses
+  // any other). A version-6 request is answered in 6.
+  Lockd lockd(7673);
+  const std::string ip = RxeIp();
+  for (const uint16_t version : {uint16_t{5}, uint16_t{6}}) {
+    INFO("client version " << version);
+    proto::ConnectRequest req;
+    req.version = version;
+    req.client_name = "v" + std::to_string(version);
+    const auto bytes = req.Encode();
+    std::vector<uint8_t> reject, reply;
+    auto conn = rdma::ConnectRc(ip, lockd.port(), bytes, 3s, 4, proto::kControlMessageMax, &reject);
+    REQUIRE(conn.ok());
+    proto::Challenge ch;
+    REQUIRE(proto::Challenge::Decode((*conn)->accept_data, &ch));
+    CHECK(ch.version == version);
+    proto::Hello h;
+    h.version = version;
+    const auto hello = h.Encode();
+    uint32_t kind = 0;
+    REQUIRE(rdma::ExchangeControl(conn->get(), hello,
+                                  static_cast<uint32_t>(proto::ControlKind::kHello), 3s, &reply,
+                                  &kind)
+                .ok());
+    REQUIRE(kind == static_cast<uint32_t>(proto::ControlKind::kWelcome));
+    proto::AcceptReply welcome;
+    REQUIRE(proto::AcceptReply::Decode(reply, &welcome));
+    CHECK(welcome.version == version);
+    CHECK(welcome.session_id != 0);
+  }
+}
