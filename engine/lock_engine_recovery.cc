@@ -39,10 +39,11 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
   r.started = true;
   r.last_issue = issue;
   const Word0 w0 = Word0::Decode(rd.result[0]);
-  // A tagged entry counts only in its own generation. Its exclusive release wrote no done mark,
-  // so after a reset its ticket's numbers may be a later holder's; and a generation older than
-  // the grant's (the SDK's cached one) only makes lockd leave the request to stall recovery.
-  if ((t.tagged && proto::RequestEntry::GenerationOf(rd.result[1]) != t.generation) ||
+  // A tagged entry of a dead client counts only in its own generation. Its exclusive release
+  // wrote no done mark, so after a reset its ticket's numbers may be a later holder's; and a
+  // generation older than the grant's (the SDK's hint) only makes lockd leave the request to
+  // stall recovery. The SDK's own abandoned ticket is no stale entry: it is stepped as before.
+  if ((!r.own && t.tagged && proto::RequestEntry::GenerationOf(rd.result[1]) != t.generation) ||
       proto::TicketGone(w0, t.word, t.mode) || proto::Skipped(w0, t.word, t.mode)) {
     r.outcome = Outcome::kAlreadyDone;
     if (r.own) FreeRecord(mem, t.record, t.record_seq);
