@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Model-checks rdmalock.pml (the lock word) with spin: one exhaustive run and two bitstate
 # (supertrace) runs over larger configurations, each bounded in time; records.pml (request
-# records, the entry pool across QPs, lockd's reaping) exhaustively; cohort.pml (cohort
+# records, the entry pool across QPs, lockd's reaping) exhaustively, plus two runs that must find
+# a ticket released twice (either half of FreeRecord's fix taken out); cohort.pml (cohort
 # handover among a client's threads, with fencing tokens) exhaustively, plus two runs that must
 # find a violation: one without the bound (the bypass it prevents) and one without the
 # handover's number in a local holder's token (a token no larger than the last); and
@@ -110,6 +111,17 @@ must_find cohort.pml nolocal 'assertion violated.*last_tok' \
   "model cohort: tokens without the handover's number  exhaustive finds the repeat: ok" \
   "model cohort: tokens without the handover's number, no repeat was found: the property checks nothing" \
   -DNT=2 -DROUNDS=2 -DNOLOCAL=1
+# records.pml with either half of FreeRecord's fix taken out: a ticket released twice
+# (docs/protocol.md section 9 says spin finds it; these runs keep that true).
+twice='assertion violated.*released\['
+must_find records.pml nowait "$twice" \
+  "model records: the entry back at once (FIX_WAIT=0)  exhaustive finds a double release: ok" \
+  "model records: the entry back at once (FIX_WAIT=0), no double release was found: the property checks nothing" \
+  -DUSES=2 -DFIX_WAIT=0
+must_find records.pml noclear "$twice" \
+  "model records: a done mark instead of a clear (FIX_CLEAR=0)  exhaustive finds a double release: ok" \
+  "model records: a done mark instead of a clear (FIX_CLEAR=0), no double release was found: the property checks nothing" \
+  -DUSES=3 -DFIX_CLEAR=0
 # lockd's reap releasing the grant of a session that is still live (stale_entry.pml).
 reaped_live='assertion violated.*holding\[j\]&& !(ended\[j\])'
 # Without the generation check: a released entry's ticket recurs after a reset.
