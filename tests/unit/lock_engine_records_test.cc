@@ -22,14 +22,8 @@ using namespace rdmalock::engine_test;
 
 // ---- Request records and lockd's recovery (Reap)
 
-TEST_CASE("records: lockd frees a dead client's held and queued requests, exactly once") {
-  InProcessTable table(4, 4 * 4096);
-  LockEngine e(Params(4), nullptr);
-  InProcessMemory a(&table), b(&table), c(&table);
-  const uint64_t rec = 4096;  // client A's record
-  AcquireOptions o;
-  o.record = rec + proto::SessionRecord::EntryOffset(0);
-  o.record_seq = 1;
+TEST_CASE_METHOD(RecordedClients,
+                 "records: lockd frees a dead client's held and queued requests, exactly once") {
   auto ga = e.Acquire(a, 0, Mode::kExclusive, o);  // A holds slot 0
   REQUIRE(ga.ok());
   o.record = rec + proto::SessionRecord::EntryOffset(1);
@@ -68,15 +62,9 @@ TEST_CASE("records: lockd frees a dead client's held and queued requests, exactl
 // generation. The entry then stays live in the record after the release. Should the slot go
 // through a reset and a later holder draw the same ticket numbers, lockd must not take that
 // entry for the later grant when the first client's session ends.
-TEST_CASE(
+TEST_CASE_METHOD(
+    RecordedClients,
     "item 3: a released, unmarked exclusive entry never frees a later holder of its numbers") {
-  InProcessTable table(4, 4 * 4096);
-  LockEngine e(Params(4), nullptr);
-  InProcessMemory a(&table), b(&table), c(&table);
-  const uint64_t rec = 4096;  // client A's record
-  AcquireOptions o;
-  o.record = rec + proto::SessionRecord::EntryOffset(0);
-  o.record_seq = 1;
   // A's first request on slot 0 is untagged (its channel knows nothing of the slot), its second,
   // at once, READs word1 with its FA and is tagged: ticket max_x 1 in generation 0.
   auto first = e.Acquire(a, 0, Mode::kExclusive, o);

@@ -42,18 +42,13 @@ TEST_CASE("item 3: a recorded uncontended exclusive pair costs three operations 
   // tags the entry (3).
   InProcessTable table(16, 4096);
   LockEngine e(Params(16), nullptr);
-  InProcessMemory mem(&table);
-  AcquireOptions o;
-  o.record = proto::SessionRecord::EntryOffset(0);
-  uint32_t seq = 1;
+  RecordedChannel ch(&table, proto::SessionRecord::EntryOffset(0));
   auto pair = [&](bool tagged) {
-    o.record_seq = seq++;
-    auto g = e.Acquire(mem, 3, Mode::kExclusive, o);
-    REQUIRE(g.ok());
-    CHECK(g->ticket.tagged == tagged);
-    REQUIRE(e.Release(mem, *g).ok());
+    const Grant g = ch.Acquire(e, 3);
+    CHECK(g.ticket.tagged == tagged);
+    REQUIRE(e.Release(ch.mem, g).ok());
   };
-  const OpCounters& c = mem.counters();
+  const OpCounters& c = ch.mem.counters();
   pair(false);
   CHECK(c.Total() == 4);
   CHECK(c.write.get() == 2);  // the entry and its done mark
@@ -68,8 +63,8 @@ TEST_CASE("item 3: a recorded uncontended exclusive pair costs three operations 
   CHECK(c.compare_swap.get() == 102);
   // The entry names the slot's generation.
   proto::RequestEntry en;
-  REQUIRE(proto::RequestEntry::Decode(table.session_word(o.record).load(),
-                                      table.session_word(o.record + 8).load(), &en));
+  REQUIRE(proto::RequestEntry::Decode(table.session_word(ch.o.record).load(),
+                                      table.session_word(ch.o.record + 8).load(), &en));
   CHECK(en.tagged);
   CHECK(en.generation == 0);
 }
@@ -77,26 +72,18 @@ TEST_CASE("item 3: a recorded uncontended exclusive pair costs three operations 
 TEST_CASE("item 3: after a reset the hint is not trusted, and the entry gets the new generation") {
   InProcessTable table(1, 4096);
   LockEngine e(Params(1), nullptr);
-  InProcessMemory mem(&table);
-  AcquireOptions o;
-  o.record = proto::SessionRecord::EntryOffset(0);
-  uint32_t seq = 1;
-  auto acquire = [&] {
-    o.record_seq = seq++;
-    auto g = e.Acquire(mem, 0, Mode::kExclusive, o);
-    REQUIRE(g.ok());
-    return *g;
-  };
+  RecordedChannel ch(&table, proto::SessionRecord::EntryOffset(0));
+  InProcessMemory& mem = ch.mem;
   // Tickets well into generation 0, so that a reset makes the FA's count go down.
   table.Store(0, 0, Word0{.max_s = 0, .max_x = 100, .n_s = 0, .n_x = 100}.Encode());
-  REQUIRE(e.Release(mem, acquire()).ok());  // untagged: the channel's first visit
-  Grant g = acquire();                      // READs word1: tagged, generation 0
+  REQUIRE(e.Release(mem, ch.Acquire(e, 0)).ok());  // untagged: the channel's first visit
+  Grant g = ch.Acquire(e, 0);                      // READs word1: tagged, generation 0
   REQUIRE(g.ticket.tagged);
   REQUIRE(e.Release(mem, g).ok());
   // Another client's reset (generation 1), and this channel asks again at once.
   table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
   table.Store(0, 0, 0);
-  Grant g2 = acquire();
+  Grant g2 = ch.Acquire(e, 0);
   // The FA's count (0) is below the hint's (102), and no READ was in the doorbell: untagged,
   // and its release marks it done as before.
   CHECK_FALSE(g2.ticket.tagged);
@@ -104,7 +91,7 @@ TEST_CASE("item 3: after a reset the hint is not trusted, and the entry gets the
   REQUIRE(e.Release(mem, g2).ok());
   CHECK(mem.counters().write.get() == writes + 1);  // the done mark
   // The next request READs word1 again and tags generation 1.
-  Grant g3 = acquire();
+  Grant g3 = ch.Acquire(e, 0);
   CHECK(g3.ticket.tagged);
   CHECK(g3.ticket.generation == 1);
   REQUIRE(e.Release(mem, g3).ok());

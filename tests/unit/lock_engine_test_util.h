@@ -1,6 +1,7 @@
 // What the engine's unit tests share (lock_engine_test.cc, lock_engine_records_test.cc,
 // lock_engine_batch_test.cc): engine parameters, a reaper of abandoned tickets, the word of a
-// slot, failure collection for worker threads, and lockd's reaping of a record.
+// slot, failure collection for worker threads, recorded clients and channels, and lockd's reaping
+// of a record.
 //
 // Threads: a Reaper and ThreadChecks may be used from many threads (their vectors are guarded
 // by their mutex); Reaper::DrainAll, ReapRecord and QueueExclusive REQUIRE, so only the test's
@@ -98,6 +99,37 @@ struct ThreadChecks {
   }
 };
 #define THREAD_CHECK(checks, cond) (checks).Check((cond), #cond, __LINE__)
+
+// Three clients' channels on one table of 4 locks. Client A's record is at byte 4096 of the
+// sessions region, and `o` records a request in its entry 0 (TEST_CASE_METHOD's fixture: each
+// run of a test case, section by section, gets a fresh one).
+struct RecordedClients {
+  static constexpr uint64_t rec = 4096;  // client A's record
+  InProcessTable table{4, 4 * 4096};
+  LockEngine e{Params(4), nullptr};
+  InProcessMemory a{&table}, b{&table}, c{&table};
+  AcquireOptions o = [] {
+    AcquireOptions x;
+    x.record = rec + proto::SessionRecord::EntryOffset(0);
+    x.record_seq = 1;
+    return x;
+  }();
+};
+
+// A channel whose requests all use one record entry (byte `record` of the sessions region),
+// each with the next seq, as the SDK's entry pool hands them out. Acquire REQUIREs the grant.
+struct RecordedChannel {
+  RecordedChannel(InProcessTable* t, uint64_t record) : mem(t) { o.record = record; }
+  InProcessMemory mem;
+  AcquireOptions o;
+  uint32_t seq = 1;
+  Grant Acquire(const LockEngine& e, uint64_t slot, Mode mode = Mode::kExclusive) {
+    o.record_seq = seq++;
+    auto g = e.Acquire(mem, slot, mode, o);
+    REQUIRE(g.ok());
+    return *g;
+  }
+};
 
 // What lockd does with a fenced client's record: steps Reap() on every live entry until done.
 inline int ReapRecord(InProcessTable& table, const LockEngine& e, uint64_t base) {
