@@ -247,7 +247,8 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
         st =
             ReadUnsigned(origin, key, v, proto::kMinLockCount, proto::kMaxLockCount, &c.lock_count);
       } else if (key == "lease_ms") {
-        st = ReadDuration(origin, key, v, DurationUnit::kMilliseconds, 10, 3'600'000, &c.lease_ms);
+        st = ReadDuration(origin, key, v, DurationUnit::kMilliseconds, kLeaseMsRange.lo,
+                          kLeaseMsRange.hi, &c.lease_ms);
       } else if (key == "stall_factor") {
         st = ReadUnsigned(origin, key, v, 2, 100, &c.stall_factor);
       } else if (key == "max_clients") {
@@ -258,14 +259,14 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
       } else if (key == "max_connects_per_second") {
         st = ReadUnsigned(origin, key, v, 0, 1'000'000, &c.max_connects_per_second);
       } else if (key == "heartbeat_interval_ms") {
-        st = ReadDuration(origin, key, v, DurationUnit::kMilliseconds, 10, 600'000,
-                          &c.heartbeat_interval_ms);
+        st = ReadDuration(origin, key, v, DurationUnit::kMilliseconds, kHeartbeatIntervalMsRange.lo,
+                          kHeartbeatIntervalMsRange.hi, &c.heartbeat_interval_ms);
       } else if (key == "heartbeat_timeout_ms") {
-        st = ReadDuration(origin, key, v, DurationUnit::kMilliseconds, 20, 3'600'000,
-                          &c.heartbeat_timeout_ms);
+        st = ReadDuration(origin, key, v, DurationUnit::kMilliseconds, kHeartbeatTimeoutMsRange.lo,
+                          kHeartbeatTimeoutMsRange.hi, &c.heartbeat_timeout_ms);
       } else if (key == "restart_grace_ms") {
-        st = ReadDuration(origin, key, v, DurationUnit::kMilliseconds, 0, 3'600'000,
-                          &c.restart_grace_ms);
+        st = ReadDuration(origin, key, v, DurationUnit::kMilliseconds, kRestartGraceMsRange.lo,
+                          kRestartGraceMsRange.hi, &c.restart_grace_ms);
       } else if (key == "admin_socket") {
         st = ReadString(origin, key, v, &c.admin_socket);
       } else if (key == "metrics_address") {
@@ -304,10 +305,11 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
       } else if (key == "etcd_key_file") {
         st = ReadString(origin, key, v, &c.etcd_key_file);
       } else if (key == "etcd_lease_ttl_s") {
-        st = ReadDuration(origin, key, v, DurationUnit::kSeconds, 2, 600, &c.etcd_lease_ttl_s);
+        st = ReadDuration(origin, key, v, DurationUnit::kSeconds, kEtcdLeaseTtlSRange.lo,
+                          kEtcdLeaseTtlSRange.hi, &c.etcd_lease_ttl_s);
       } else if (key == "liveness_timeout_ms") {
-        st = ReadDuration(origin, key, v, DurationUnit::kMilliseconds, 0, 3'600'000,
-                          &c.liveness_timeout_ms);
+        st = ReadDuration(origin, key, v, DurationUnit::kMilliseconds, kLivenessTimeoutMsRange.lo,
+                          kLivenessTimeoutMsRange.hi, &c.liveness_timeout_ms);
       } else if (key == "state_dir") {
         st = ReadString(origin, key, v, &c.state_dir);
       } else if (key == "log_level") {

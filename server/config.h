@@ -11,6 +11,18 @@
 
 namespace rdmalock::lockd {
 
+// The ranges of lockd.yaml's time keys, in their units (milliseconds; etcd_lease_ttl_s in
+// seconds). The command line's time flags have the same ranges (main.cc).
+struct TimeRange {
+  int64_t lo, hi;
+};
+inline constexpr TimeRange kLeaseMsRange{10, 3'600'000};
+inline constexpr TimeRange kHeartbeatIntervalMsRange{10, 600'000};
+inline constexpr TimeRange kHeartbeatTimeoutMsRange{20, 3'600'000};
+inline constexpr TimeRange kRestartGraceMsRange{0, 3'600'000};
+inline constexpr TimeRange kEtcdLeaseTtlSRange{2, 600};
+inline constexpr TimeRange kLivenessTimeoutMsRange{0, 3'600'000};
+
 struct Config {
   std::string address = "0.0.0.0";  // address to listen on (an IP of the RDMA device, or any)
   uint16_t port = 7471;             // rdma_cm port

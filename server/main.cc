@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <functional>
 #include <iostream>
-#include <limits>
 #include <string>
 #include <thread>
 
@@ -351,28 +350,31 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "lockd " RDMALOCK_VERSION);
   CLI11_PARSE(app, argc, argv);
   {
-    // Each time flag into the unit it has always had, with the range CLI11 checked before (> 0;
-    // >= 0 for the grace; 2 to 600 s for the etcd TTL; Validate then checks how they relate). A
+    // Each time flag into the unit it has always had, with the range of its lockd.yaml key
+    // (config.h; Validate then checks how they relate). Until stop 27 the flags took anything
+    // above 0: --lease-ms 2562047h was "configuration OK", and lease_ms x 10^6 ns overflows. A
     // bad value is one line and exit 2, as for an invalid configuration file.
     using rdmalock::DurationUnit;
-    constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+    namespace cfg = rdmalock::lockd;
     struct TimeFlag {
       CLI::Option* opt;
       const std::string& text;
       DurationUnit unit;
-      int64_t lo, hi;
+      cfg::TimeRange range;
       int64_t* out;
     };
     const TimeFlag flags[] = {
-        {lease_opt, lease_text, DurationUnit::kMilliseconds, 1, kMax, &lease_ms},
-        {hb_interval_opt, hb_interval_text, DurationUnit::kMilliseconds, 1, kMax, &hb_interval},
-        {hb_timeout_opt, hb_timeout_text, DurationUnit::kMilliseconds, 1, kMax, &hb_timeout},
-        {grace_opt, grace_text, DurationUnit::kMilliseconds, 0, kMax, &grace},
-        {etcd_ttl_opt, etcd_ttl_text, DurationUnit::kSeconds, 2, 600, &etcd_ttl},
+        {lease_opt, lease_text, DurationUnit::kMilliseconds, cfg::kLeaseMsRange, &lease_ms},
+        {hb_interval_opt, hb_interval_text, DurationUnit::kMilliseconds,
+         cfg::kHeartbeatIntervalMsRange, &hb_interval},
+        {hb_timeout_opt, hb_timeout_text, DurationUnit::kMilliseconds,
+         cfg::kHeartbeatTimeoutMsRange, &hb_timeout},
+        {grace_opt, grace_text, DurationUnit::kMilliseconds, cfg::kRestartGraceMsRange, &grace},
+        {etcd_ttl_opt, etcd_ttl_text, DurationUnit::kSeconds, cfg::kEtcdLeaseTtlSRange, &etcd_ttl},
     };
     for (const TimeFlag& f : flags) {
       if (f.opt->count() == 0) continue;
-      auto v = rdmalock::ParseDurationIn(f.text, f.unit, f.lo, f.hi);
+      auto v = rdmalock::ParseDurationIn(f.text, f.unit, f.range.lo, f.range.hi);
       if (!v.ok()) {
         std::cerr << "lockd: " << f.opt->get_name() << ": " << v.status().message() << "\n";
         return 2;

@@ -96,6 +96,23 @@ expect_line "lockd --lease-ms 60x" 2 "lockd: --lease-ms: \"60x\" is not a durati
 expect_line "lockd --etcd-lease-ttl-s 20m" 2 \
   'lockd: --etcd-lease-ttl-s: "20m" is out of range: between 2s and 10m' \
   "$lockd" --etcd-lease-ttl-s 20m --print-config
+# The time flags have the ranges of their lockd.yaml keys (stop 27: --lease-ms 2562047h was
+# "configuration OK", and lockd would have handed clients a lease of lease_ms x 10^6 ns, which
+# overflows; 5 ms, which lockd.yaml refuses, was accepted too).
+expect_line "lockd --lease-ms 100h" 2 \
+  'lockd: --lease-ms: "100h" is out of range: between 10ms and 1h' \
+  "$lockd" --lease-ms 100h --print-config
+expect_line "lockd --lease-ms 5" 2 'lockd: --lease-ms: "5" is out of range: between 10ms and 1h' \
+  "$lockd" --lease-ms 5 --print-config
+expect_line "lockd --heartbeat-interval-ms 11m" 2 \
+  'lockd: --heartbeat-interval-ms: "11m" is out of range: between 10ms and 10m' \
+  "$lockd" --heartbeat-interval-ms 11m --print-config
+expect_line "lockd --heartbeat-timeout-ms 10ms" 2 \
+  'lockd: --heartbeat-timeout-ms: "10ms" is out of range: between 20ms and 1h' \
+  "$lockd" --heartbeat-timeout-ms 10ms --print-config
+expect_line "lockd --restart-grace-ms 2h" 2 \
+  'lockd: --restart-grace-ms: "2h" is out of range: between 0s and 1h' \
+  "$lockd" --restart-grace-ms 2h --print-config
 printf 'lease_ms: 2s\nheartbeat_interval_ms: 100ms\nheartbeat_timeout_ms: 1.5s\nrestart_grace_ms: 1m\netcd_lease_ttl_s: 5\nliveness_timeout_ms: 0\n' \
   >"$dir/lockd.yaml"
 expect_in "lockd.yaml with durations" 0 "heartbeat_timeout_ms: 1500" \
