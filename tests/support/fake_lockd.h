@@ -16,6 +16,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -214,6 +215,16 @@ class FakeLockd {
       s.beat_moved = Clock::now();
       free_records_.pop_back();
       sessions_[id] = s;
+      // The record's header, as lockd writes it (SessionTable::WriteRecord): Client::Sessions()
+      // lists the records whose session id is set.
+      proto::SessionRecord hdr;
+      hdr.session_id = id;
+      std::array<uint8_t, proto::SessionRecord::kEntries> b{};
+      hdr.EncodeTo(b);
+      const uint64_t base = uint64_t{s.index} * proto::kSessionRecordSize;
+      for (uint64_t w = 0; w < b.size(); w += 8) {
+        table_.session_word(base + w).store(proto::GetLe(b, w, 8));
+      }
     }
     Session& s = sessions_[id];
     auto mem = std::make_unique<InProcessMemory>(&table_);

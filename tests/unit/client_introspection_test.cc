@@ -1,0 +1,57 @@
+// Client::Sessions() (behind `lockctl clients` and `inspect`) over the in-process backend and the
+// test lockd (tests/support/fake_lockd.h): what a session's record shows, checked against the lock
+// words. Issue 19, item 3: an exclusive release of a tagged entry writes no done mark, so the
+// record keeps the finished request; Sessions() must not show it.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "client/src/client_test_peer.h"
+#include "rdmalock/client.h"
+#include "tests/support/fake_lockd.h"
+
+using namespace rdmalock;
+using namespace std::chrono_literals;
+
+namespace {
+
+// This client's own session, as Sessions() shows it.
+SessionInfo Mine(Client& c) {
+  auto all = c.Sessions();
+  INFO(all.status().ToString());
+  REQUIRE(all.ok());
+  for (const SessionInfo& s : *all) {
+    if (s.session_id == c.session_id()) return s;
+  }
+  FAIL("Sessions() does not list the client's own session");
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("sessions: a released exclusive lock's tagged entry is not shown; a held one is") {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 8;
+  testing::FakeLockd lockd(fo);
+  auto c = ClientTestPeer::Connect(testing::FakeClientOptions("introspect"), lockd.connector());
+  REQUIRE(c.ok());
+  Client& client = **c;
+  // Twice, so that the second request is tagged even without a token (the channel's hint).
+  for (const bool token : {true, false}) {
+    INFO("fencing token " << token);
+    LockOptions lo;
+    lo.fencing_token = token;
+    for (int i = 0; i < 2; ++i) {
+      auto h = client.LockSlot(5, lo);
+      REQUIRE(h.ok());
+      const SessionInfo held = Mine(client);
+      REQUIRE(held.requests.size() == 1);
+      CHECK(held.requests[0].slot == 5);
+      CHECK(held.requests[0].status == RequestInfo::Status::kHolding);
+      REQUIRE(h->Release().ok());
+      REQUIRE(client.Flush().ok());  // the posted release has landed
+      CHECK(Mine(client).requests.empty());
+    }
+  }
+}
