@@ -43,8 +43,11 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
   // wrote no done mark, so after a reset its ticket's numbers may be a later holder's; and a
   // generation older than the grant's (the SDK's hint) only makes lockd leave the request to
   // stall recovery. The SDK's own abandoned ticket is no stale entry: it is stepped as before.
-  if ((!r.own && t.tagged && proto::RequestEntry::GenerationOf(rd.result[1]) != t.generation) ||
-      proto::TicketGone(w0, t.word, t.mode) || proto::Skipped(w0, t.word, t.mode)) {
+  const bool over =
+      !r.own && t.tagged
+          ? proto::RequestEntry::TaggedOver(t.word, t.mode, t.generation, w0, rd.result[1])
+          : proto::TicketGone(w0, t.word, t.mode) || proto::Skipped(w0, t.word, t.mode);
+  if (over) {
     r.outcome = Outcome::kAlreadyDone;
     if (r.own) FreeRecord(mem, t.record, t.record_seq);
     return true;
