@@ -140,6 +140,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
   // Watches a frozen word that nobody resets (its last participant died holding an increment).
   Observed frozen_seen;
   Clock::time_point frozen_since;
+  Clock::time_point requested;  // the first FA's issue (Grant::requested)
 
   for (int attempt = 0;; ++attempt) {
     if (attempt > 0 && Clock::now() >= opt.deadline) {
@@ -172,6 +173,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     if (read_word1) ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(slot), 8);
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops, n)));
     const auto issue = mem.last_issued();  // before the FA was posted: the lease's start
+    if (attempt == 0) requested = issue;
     // The channel's posted release landed before this FA; reap it (a retry if it missed)
     // before this request waits, possibly behind that very lock.
     RDMALOCK_RETURN_IF_ERROR(ReapPending(mem, opt.pending, ev));
@@ -232,6 +234,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     g.ticket = t;
     g.seen = Word0::Decode(prev.Encode() + inc);
     g.lease_start = issue;
+    g.requested = requested;
     if (opt.want_token) {
       g.generation = proto::Generation(ops[fa + 1].result[0]);
       g.has_generation = true;
@@ -531,9 +534,11 @@ Status LockEngine::FinishRelease(RemoteMemory& mem, PendingRelease* p, EngineEve
 }
 
 Status LockEngine::ReapPending(RemoteMemory& mem, PendingRelease* p, EngineEvents* ev) const {
+  if (p == nullptr || !p->active) return Status::Ok();  // the common case, without a call
   Status st = FinishRelease(mem, p, ev);
   // An earlier lock whose release came too late to count is no concern of this call.
-  return st.code() == ErrorCode::kLockLost ? Status::Ok() : st;
+  if (st.code() == ErrorCode::kLockLost) return Status::Ok();
+  return st;  // moved, not copied (a conditional expression would copy its message)
 }
 
 Status LockEngine::Renew(RemoteMemory& mem, Grant& g, EngineEvents* /*ev*/) const {

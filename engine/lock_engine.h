@@ -55,7 +55,10 @@ struct Grant {
   Ticket ticket;
   proto::Word0 seen;              // word0 as last seen while holding: the release CAS's first guess
   Clock::time_point lease_start;  // the lease ends at lease_start + L
-  uint64_t generation = 0;        // word1's generation when granted (valid if has_generation)
+  // When the request's first FETCH_AND_ADD was issued (LockEngine::Acquire's grants): where an
+  // acquire's latency starts for a caller that read no clock of its own.
+  Clock::time_point requested;
+  uint64_t generation = 0;  // word1's generation when granted (valid if has_generation)
   bool has_generation = false;
   uint64_t token = 0;  // fencing token; exclusive grants with has_generation only
 };

@@ -237,11 +237,15 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   if (options.timeout && options.timeout->count() < 0) {
     return Error(ErrorCode::kInvalidArgument, "negative lock timeout");
   }
-  const Clock::time_point started = Clock::now();
+  // Where the acquire's latency starts. No clock is read for it here: unset, it starts at the
+  // grant's first FETCH_AND_ADD (Grant::requested, a reading the engine takes anyway), and a
+  // request that waits in the cohort reads the clock when it queues (CohortAcquire).
+  Clock::time_point started{};
   AcquireOptions ao;
   const auto mode = static_cast<Mode>(options.mode);
   if (options.timeout) {
-    ao.deadline = Clock::now() + *options.timeout;
+    started = Clock::now();
+    ao.deadline = started + *options.timeout;
     ao.try_only = options.timeout->count() == 0;
   }
   RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel(ao.deadline));
@@ -252,7 +256,7 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   sdk::CohortTable* cohort = impl_->cohort().get();
   bool owner = false;  // this request owns its slot's cohort entry: pass it on if it fails
   if (cohort != nullptr && mode == Mode::kExclusive) {
-    auto local = impl_->CohortAcquire(&ch, slot, ao, options.auto_renew, started, &owner);
+    auto local = impl_->CohortAcquire(&ch, slot, ao, options.auto_renew, &started, &owner);
     if (!local.ok() || local->valid()) return local;
   }
   const Session& sess = *ch->session;
@@ -275,7 +279,7 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   }
   impl_->TestHook("granted");
   LockHandle h = impl_->MakeHandle(*ch, *grant, options.auto_renew, started,
-                                   owner ? impl_->cohort() : nullptr);
+                                   owner ? impl_->cohort().get() : nullptr);
   // Lost already: the session ended while the grant was made (MakeHandle could not track it).
   // Read without the handle's mutex or a clock: the engine granted it within its lease.
   if (h.state_->ended.load(std::memory_order_acquire)) return EndedWhileGranted();
@@ -369,7 +373,8 @@ Status Client::ReleaseMany(std::span<LockHandle> handles) {
     if (!h.state_) continue;
     locks.Lock(h.state_.get());
     h.state_->mu.AssertHeld();
-    if (ch.ok() && h.state_->state == LockState::kHeld && h.state_->session == (*ch)->session) {
+    if (ch.ok() && h.state_->state == LockState::kHeld &&
+        h.state_->ctx->session == (*ch)->session) {
       batch.push_back(h.state_.get());
       continue;
     }

@@ -114,6 +114,8 @@ Status Client::Impl::JoinOwnThreads() {
   if (first == nullptr || first->session != sess) {
     return Error(ErrorCode::kInternal, "JoinOwnThreads: not on the connecting thread");
   }
+  // The constructor made the first channel before the Impl had an owner (weak_from_this).
+  SetGrantContext(*first);
   const auto deadline = Clock::now() + opts_.connect_timeout;
   constexpr std::string_view kWhose[2] = {"keeper (heartbeats, renewals)",
                                           "reaper (abandoned tickets)"};
@@ -132,6 +134,7 @@ Status Client::Impl::JoinOwnThreads() {
     own[i] = std::make_shared<ThreadChannel>();
     own[i]->session = sess;
     own[i]->mem = std::move(mem).value();
+    SetGrantContext(*own[i]);
   }
   {
     MutexLock clk(&first->mu);
@@ -272,6 +275,7 @@ Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline) {
   auto ch = std::make_shared<ThreadChannel>();
   ch->session = sess;
   ch->mem = std::move(mem).value();
+  SetGrantContext(*ch);
   MutexLock lk(&mu_);
   // Close() has begun meanwhile: it ends the channels it finds, and this one would not be.
   if (stopping_) return Error(ErrorCode::kConnection, "client closed");
@@ -407,27 +411,29 @@ void Client::Impl::JoinOrDetach(std::thread& t, std::thread::id me) {
 // A new state's fields, before any other thread can see it (HeldList::Link publishes it): its
 // mutex is not needed yet, and the acquire path saves taking it.
 void Client::Impl::InitGrant(LockHandle::State& s, const Grant& g, bool auto_renew,
-                             std::shared_ptr<sdk::CohortTable> cohort) {
+                             sdk::CohortTable* cohort) {
   s.grant = g;
   s.remote_token = g.token;
   s.auto_renew = auto_renew;
-  s.cohort = std::move(cohort);
+  s.cohort = cohort;
+}
+
+void Client::Impl::SetGrantContext(ThreadChannel& ch) {
+  ch.grants = std::make_shared<const sdk::GrantContext>(
+      sdk::GrantContext{weak_from_this(), ch.session, budget_, ch.held, cohort_});
 }
 
 LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, bool auto_renew,
-                                    Clock::time_point started,
-                                    std::shared_ptr<sdk::CohortTable> cohort) {
+                                    Clock::time_point started, sdk::CohortTable* cohort) {
   ++ch.acquires;
   // Until the completion of the channel's last operation (the one that showed the grant, or a
   // READ after it): a clock reading the acquire path had taken already.
-  ch.latency.Add(ch.mem->last_completed() - started);
+  ch.latency.Add(ch.mem->last_completed() -
+                 (started == Clock::time_point{} ? g.requested : started));
   auto state = std::allocate_shared<LockHandle::State>(sdk::StateAllocator<LockHandle::State>());
-  state->client = weak_from_this();  // expired while the client closes: no throw
-  state->session = ch.session;
-  state->budget = budget_;  // the caller took this grant's unit
-  state->held = ch.held;
+  state->ctx = ch.grants;  // the caller took this grant's budget unit
   // With the cohort entry before Link: a grant lost at once (below) passes it on.
-  InitGrant(*state, g, auto_renew, std::move(cohort));
+  InitGrant(*state, g, auto_renew, cohort);
   // Linked atomically with the session's end: a grant of a session whose EndLeases has closed
   // this channel's list already (lockd frees the grant once the connections close) is not
   // tracked, and its handle reports the loss at once (the caller returns EndedWhileGranted).

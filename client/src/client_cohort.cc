@@ -92,15 +92,10 @@ namespace {
 // A state for a grant that may be handed over to this thread: like MakeHandle's, but with no
 // grant and no budget unit yet (settled), and not published (no list links it) until a holder
 // hands a grant over into it under the cohort entry's mutex.
-std::shared_ptr<LockHandle::State> WaitingState(const std::weak_ptr<Client::Impl>& client,
-                                                const std::shared_ptr<sdk::SlotBudget>& budget,
-                                                ThreadChannel& ch, bool auto_renew,
+std::shared_ptr<LockHandle::State> WaitingState(ThreadChannel& ch, bool auto_renew,
                                                 bool wants_token) NO_THREAD_SAFETY_ANALYSIS {
   auto state = std::allocate_shared<LockHandle::State>(sdk::StateAllocator<LockHandle::State>());
-  state->client = client;
-  state->session = ch.session;
-  state->budget = budget;
-  state->held = ch.held;
+  state->ctx = ch.grants;
   state->auto_renew = auto_renew;
   state->wants_token = wants_token;
   state->settled = true;  // no unit until it holds a grant
@@ -116,7 +111,7 @@ void AdoptGrant(LockHandle::State& to, LockHandle::State& from) NO_THREAD_SAFETY
   to.grant = from.grant;
   to.settled = false;
   from.settled = true;
-  to.cohort = std::move(from.cohort);
+  to.cohort = std::exchange(from.cohort, nullptr);
   to.local_run = from.local_run + 1;
   to.remote_token = from.remote_token;
   to.grant.token = to.wants_token ? proto::LocalHandoverToken(from.remote_token, to.local_run) : 0;
@@ -126,7 +121,7 @@ void AdoptGrant(LockHandle::State& to, LockHandle::State& from) NO_THREAD_SAFETY
 
 Result<LockHandle> Client::Impl::CohortAcquire(ThreadChannel** chp, uint64_t slot,
                                                const AcquireOptions& ao, bool auto_renew,
-                                               Clock::time_point started, bool* owner) {
+                                               Clock::time_point* started, bool* owner) {
   CohortTable& table = *cohort_;
   *owner = false;
   switch (table.TryOwn(slot)) {
@@ -140,9 +135,11 @@ Result<LockHandle> Client::Impl::CohortAcquire(ThreadChannel** chp, uint64_t slo
   }
   // One of the client's threads holds or acquires the lock: as lockd would say to a try-lock.
   if (ao.try_only) return Error(ErrorCode::kBusy, "slot " + std::to_string(slot) + " is held");
+  // The latency of a request that waits here includes the wait (also when it then acquires
+  // from lockd as the entry's next owner).
+  if (*started == Clock::time_point{}) *started = Clock::now();
   ThreadChannel& ch = **chp;
-  std::shared_ptr<LockHandle::State> state =
-      WaitingState(weak_from_this(), budget_, ch, auto_renew, ao.want_token);
+  std::shared_ptr<LockHandle::State> state = WaitingState(ch, auto_renew, ao.want_token);
   CohortWaiter w;
   w.state = state.get();
   w.session = ch.session.get();
@@ -165,7 +162,7 @@ Result<LockHandle> Client::Impl::CohortAcquire(ThreadChannel** chp, uint64_t slo
   switch (w.outcome) {
     case CohortWaiter::Outcome::kGranted: {
       ++ch.acquires;
-      ch.latency.Add(Clock::now() - started);
+      ch.latency.Add(Clock::now() - *started);
       TestHook("granted");
       LockHandle h(std::move(state));
       // The session ended after the handover linked the state (EndLeases marked it lost).
@@ -208,7 +205,7 @@ bool Client::Impl::HandOver(LockHandle::State& s, ThreadChannel& c) {
   // Never hand over a grant whose lease has run out: the release then says kLockLost, and
   // leaving kHeld passes the entry to the waiter, which queues at lockd.
   if (s.local_run >= sdk::kMaxLocalHandovers ||
-      !s.session->engine->LeaseValid(s.grant, Clock::now())) {
+      !s.ctx->session->engine->LeaseValid(s.grant, Clock::now())) {
     return false;
   }
   MutexLock lk(&e.mu);
@@ -216,7 +213,7 @@ bool Client::Impl::HandOver(LockHandle::State& s, ThreadChannel& c) {
   // A waiter of another session (this one is ending), or one that wants a fencing token from a
   // grant that has none, acquires from lockd instead: Leave, as the caller's release passes the
   // entry on.
-  if (w == nullptr || w->session != s.session.get()) return false;
+  if (w == nullptr || w->session != s.ctx->session.get()) return false;
   if (w->wants_token && s.remote_token == 0) return false;
   CohortTable::Pop(e, slot);
   LockHandle::State& to = *w->state;
@@ -224,7 +221,8 @@ bool Client::Impl::HandOver(LockHandle::State& s, ThreadChannel& c) {
   // Linked into the waiter's channel's list, so the keeper renews it from now on and a
   // session's end reports it lost. A closed list: the session is ending (lockd frees the grant
   // once its connections close); the waiter marks its state lost, which passes the entry on.
-  w->outcome = to.held->Link(&to) ? CohortWaiter::Outcome::kGranted : CohortWaiter::Outcome::kEnded;
+  w->outcome =
+      to.ctx->held->Link(&to) ? CohortWaiter::Outcome::kGranted : CohortWaiter::Outcome::kEnded;
   w->cv.Signal();  // under mu: w lives on its thread's stack until it sees the outcome
   ++c.local_handovers;
   return true;

@@ -147,6 +147,17 @@ class HeldList {
   bool closed_ GUARDED_BY(mu_) = false;
 };
 
+// What every grant made on one channel refers to, in one object the channel makes once, so that
+// a grant's state takes one reference count instead of one for each (issue 19, item 2: the
+// lock path's atomic operations and instructions). Constant once made; any thread.
+struct GrantContext {
+  std::weak_ptr<Client::Impl> client;      // expired once the client is gone
+  std::shared_ptr<const Session> session;  // the channel's session
+  std::shared_ptr<SlotBudget> budget;      // the client's
+  std::shared_ptr<HeldList> held;          // the channel's list of its grants
+  std::shared_ptr<CohortTable> cohort;     // the client's table; null with local handover off
+};
+
 // One thread's connection to lockd (in one session) and what the engine did on it. `session`
 // and `mem` are set before the channel is shared; the counters are written by the thread using
 // the channel and read by any (Stats).
@@ -154,6 +165,9 @@ struct ThreadChannel {
   std::shared_ptr<const Session> session;
   std::unique_ptr<Connection> mem;
   const std::shared_ptr<HeldList> held = std::make_shared<HeldList>();  // grants made here
+  // What this channel's grants refer to (Client::Impl::NewChannel; for the connecting thread's
+  // first channel, JoinOwnThreads): set before the channel makes a grant.
+  std::shared_ptr<const GrantContext> grants;
   // Held by whoever uses `mem` and `pending`: the owning thread for its calls, the keeper and
   // the reaper when they reap a release the owner posted and left (they only try-lock).
   // `mem` is not GUARDED_BY it: Shutdown() and counters() are for any thread.
@@ -203,12 +217,16 @@ Result<std::unique_ptr<Connection>> VerbsConnect(const ChannelParams& p, uint32_
 // Hidden: nested in an exported class, it would be exported too.
 struct [[gnu::visibility("hidden")]] LockHandle::State
     : public std::enable_shared_from_this<LockHandle::State> {
+  // User-provided, so that std::allocate_shared's value-initialisation does not zero the whole
+  // state before the member initialisers run (a 300-byte rep stosq on every grant; every member
+  // has an initialiser).
+  State() noexcept {}  // NOLINT(modernize-use-equals-default): `= default` would zero it
   // The last reference is going: no other thread can hold mu (the keeper may be looking at the
   // held list: Unlink waits for it, and the keeper skips a state it cannot lock a reference to).
   ~State() NO_THREAD_SAFETY_ANALYSIS {
     Settle();
     // Linked only while held: a released or lost state was unlinked already (no mutex to take).
-    if (held && held_linked.load(std::memory_order_acquire)) held->Unlink(this);
+    if (ctx && held_linked.load(std::memory_order_acquire)) ctx->held->Unlink(this);
     // Still the cohort entry's owner (never left kHeld): pass the entry on. Not in a forked
     // child, whose entry mutexes may have been held by the parent's threads.
     if (cohort && !inherited()) cohort->Leave(grant.ticket.slot);
@@ -218,10 +236,9 @@ struct [[gnu::visibility("hidden")]] LockHandle::State
   // have been held by one of the parent's threads, which the child does not have).
   const uint64_t fork_gen = fork_guard::Generation();
   bool inherited() const { return fork_guard::Generation() != fork_gen; }
-  std::weak_ptr<Client::Impl> client;
-  std::shared_ptr<const sdk::Session> session;
-  std::shared_ptr<sdk::SlotBudget> budget;  // the client's; the grant holds one unit until it ends
-  std::shared_ptr<sdk::HeldList> held;      // the granting channel's list (Impl::MakeHandle)
+  // The client, session, budget, held list and cohort table of the channel that made the state
+  // (one reference for all of them). The grant holds one budget unit until it ends.
+  std::shared_ptr<const sdk::GrantContext> ctx;
   // Links in `held`, guarded by held's mutex (HeldList's methods only). held_linked is also
   // read without it, by the destructor: once false it stays false (nothing links a state twice).
   State* held_prev = nullptr;
@@ -241,8 +258,9 @@ struct [[gnu::visibility("hidden")]] LockHandle::State
   bool lost_reported GUARDED_BY(mu) = false;
   // Set while this state owns its slot's cohort entry (cohort.h): the grant came through the
   // cohort, remotely or handed over. Cleared when the state leaves kHeld (the entry is passed
-  // on) or hands the grant over (the next holder's state owns the entry then).
-  std::shared_ptr<sdk::CohortTable> cohort GUARDED_BY(mu);
+  // on) or hands the grant over (the next holder's state owns the entry then). The table is
+  // ctx->cohort, which outlives the state.
+  sdk::CohortTable* cohort GUARDED_BY(mu) = nullptr;
   // Local handovers this remote grant has had before reaching this state (kMaxLocalHandovers).
   uint32_t local_run GUARDED_BY(mu) = 0;
   // The remote grant's fencing token (0: it has none), kept through local handovers: a holder
@@ -262,13 +280,13 @@ struct [[gnu::visibility("hidden")]] LockHandle::State
     if (to != LockState::kHeld) {
       ended.store(true, std::memory_order_release);
       Settle();
-      if (held) held->Unlink(this);  // nothing to renew or report any more
+      if (ctx) ctx->held->Unlink(this);  // nothing to renew or report any more
       // Released to lockd, or lost: the next local waiter (if any) goes to lockd itself.
       if (cohort) std::exchange(cohort, nullptr)->Leave(grant.ticket.slot);
     }
   }
   void Settle() REQUIRES(mu) {
-    if (!settled && budget) budget->Give(grant.ticket.slot);
+    if (!settled && ctx) ctx->budget->Give(grant.ticket.slot);
     settled = true;
   }
 };
@@ -354,11 +372,15 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // lost, its connections close (so lockd frees what they recorded), and the keeper reconnects.
   void OnSessionError(uint64_t gen, const Status& st) EXCLUDES(mu_);
   // Makes a handle for a grant of `ch`'s session (counted, its latency since `started` recorded,
-  // and tracked for renewal).
+  // or since the grant's first FETCH_AND_ADD (Grant::requested) when `started` is unset, and
+  // tracked for renewal).
   // `cohort`: the grant came to the owner of its cohort entry (the state owns it from now on).
   LockHandle MakeHandle(ThreadChannel & ch, const Grant& g, bool auto_renew,
-                        Clock::time_point started,
-                        std::shared_ptr<sdk::CohortTable> cohort = nullptr) EXCLUDES(mu_);
+                        Clock::time_point started, sdk::CohortTable* cohort = nullptr)
+      EXCLUDES(mu_);
+  // Sets `ch`'s grant context (ThreadChannel::grants) from its session and held list: once,
+  // when the channel is made, before it is shared.
+  void SetGrantContext(ThreadChannel & ch);
 
   // ---- Cohort handover (client_cohort.cc, cohort.h)
   // The client's cohort table; null with ClientOptions::local_handover off.
@@ -367,9 +389,10 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // holder; an empty handle with *owner set (the caller owns the entry and acquires from lockd
   // on *ch, which may be a new channel after a wait), or with *owner clear (bypass: acquire
   // from lockd outside the cohort); or kBusy (ao.try_only), kTimeout, or the error of a session
-  // that ended meanwhile.
+  // that ended meanwhile. An unset *started (the caller read no clock) is set when the request
+  // queues, so that its latency includes the wait.
   Result<LockHandle> CohortAcquire(ThreadChannel * *ch, uint64_t slot, const AcquireOptions& ao,
-                                   bool auto_renew, Clock::time_point started, bool* owner)
+                                   bool auto_renew, Clock::time_point* started, bool* owner)
       EXCLUDES(mu_);
   // Hands `s`'s grant to the first local waiter, if one waits, the grant's lease still runs and
   // it has had fewer than kMaxLocalHandovers local handovers. True if it did: `s` no longer owns
@@ -418,7 +441,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
 
   // client_channels.cc
   static void InitGrant(LockHandle::State & s, const Grant& g, bool auto_renew,
-                        std::shared_ptr<sdk::CohortTable> cohort) NO_THREAD_SAFETY_ANALYSIS;
+                        sdk::CohortTable* cohort) NO_THREAD_SAFETY_ANALYSIS;
   std::shared_ptr<const Session> MakeSession(
       const Connection& first, std::chrono::nanoseconds liveness, const std::string& server,
       uint16_t port) REQUIRES(mu_);

@@ -195,6 +195,8 @@ bool Client::Impl::Reconnect(std::chrono::milliseconds* backoff) {
     if (stopping_) return false;
     ch->session = MakeSession(*ch->mem, *liveness, server, port);
     reaper_ch->session = ch->session;
+    SetGrantContext(*ch);
+    SetGrantContext(*reaper_ch);
     session_ = ch->session;
     latest_ = session_;
     channels_[std::this_thread::get_id()] = ch;
@@ -238,7 +240,7 @@ void Client::Impl::RenewDue(ThreadChannel& c, std::chrono::nanoseconds lease) {
 bool Client::Impl::RenewOne(ThreadChannel& c, LockHandle::State& s, std::chrono::nanoseconds lease,
                             Status* st, std::function<void(const Status&)>* notify) {
   if (s.state != LockState::kHeld) return false;
-  if (s.session != c.session) return false;  // from an ended session: EndLeases handles it
+  if (s.ctx->session != c.session) return false;  // from an ended session: EndLeases handles it
   if (!s.auto_renew || !opts_.auto_renew) {
     // Not renewed here: the lock is lost once its lease runs out, and the owner is told
     // (issue 16, finding 12).

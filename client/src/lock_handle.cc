@@ -21,6 +21,29 @@ Status EndedWhileGranted() {
 
 namespace {
 Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl);
+
+// ReleaseOnChannel's remote operations. Returns each outcome as it is made, so that the
+// common path assigns no Status (a Status assignment copies its message's buffer).
+Status ReapAndRelease(LockHandle::State& s, ThreadChannel& c) REQUIRES(s.mu, c.mu) {
+  RDMALOCK_RETURN_IF_ERROR(c.Reap());  // the channel's last posted release
+  const LockEngine& engine = *s.ctx->session->engine;
+  if (LockEngine::BlocksOthers(s.grant)) {
+    return engine.Release(*c.mem, s.grant, &c.events);  // a handover: at once
+  }
+  return engine.StartRelease(*c.mem, s.grant, &c.pending, &c.events);
+}
+
+// The release of `s`'s grant to lockd on `c`, the calling thread's channel in its session.
+// Posted, not waited for, unless waiters were seen queued behind: the CAS's completion is reaped
+// by this thread's next call, or by the reaper thread (ReapLeftReleases). Only the checks before
+// posting can fail here.
+Status ReleaseOnChannel(LockHandle::State& s, ThreadChannel& c, Client::Impl& impl) REQUIRES(s.mu) {
+  MutexLock clk(&c.mu);
+  Status st = ReapAndRelease(s, c);
+  c.NotePending();
+  if (c.pending.active) impl.ReleasePosted();
+  return st;
+}
 }  // namespace
 
 namespace {
@@ -56,7 +79,7 @@ LockState LockHandle::state() const {
   if (state_->inherited()) return LockState::kLost;  // a forked child holds nothing
   MutexLock lk(&state_->mu);
   if (state_->state == LockState::kHeld &&
-      !state_->session->engine->LeaseValid(state_->grant, Clock::now())) {
+      !state_->ctx->session->engine->LeaseValid(state_->grant, Clock::now())) {
     return LockState::kLost;
   }
   return state_->state;
@@ -69,8 +92,8 @@ uint64_t LockHandle::fencing_token() const {
 std::chrono::steady_clock::time_point LockHandle::lease_expiry() const {
   if (!state_ || state_->inherited()) return {};
   MutexLock lk(&state_->mu);
-  const auto end = state_->grant.lease_start + state_->session->engine->params().lease;
-  if (const auto* t = state_->session->engine->params().trusted_until; t != nullptr) {
+  const auto end = state_->grant.lease_start + state_->ctx->session->engine->params().lease;
+  if (const auto* t = state_->ctx->session->engine->params().trusted_until; t != nullptr) {
     // A cluster-mode lockd not seen alive: no lease lasts past that (issue 16, finding 4).
     const auto trusted = Clock::time_point(Clock::duration(t->load()));
     return std::min(end, trusted);
@@ -88,9 +111,10 @@ Status LockHandle::Release() {
   if (!state_) return Error(ErrorCode::kNotHeld, "empty lock handle");
   // In a forked child: the parent holds the lock; releasing it from here would release theirs.
   if (state_->inherited()) return Client::Impl::InheritedError();
-  auto impl = state_->client.lock();
+  auto impl = state_->ctx->client.lock();
   Status st = ReleaseHeld(*state_, impl.get());
-  if (impl && st.code() == ErrorCode::kConnection) impl->OnSessionError(state_->session->gen, st);
+  if (impl && st.code() == ErrorCode::kConnection)
+    impl->OnSessionError(state_->ctx->session->gen, st);
   return st;
 }
 
@@ -117,29 +141,16 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
     return Error(ErrorCode::kConnection,
                  "client closed before release; lockd frees the lock when the session ends");
   }
-  if (ch.ok() && (*ch)->session != state_->session) {
+  if (ch.ok() && (*ch)->session != state_->ctx->session) {
     ch = Error(ErrorCode::kLockLost, "session with lockd ended; lock lost");
   }
-  Status st = ch.status();
   // A local waiter queued for this lock (cohort.h): the grant goes to it in-process, no RDMA
   // operation. Outside the channel's mutex (the cohort entry's mu is never held with it).
-  const bool handed = ch.ok() && impl->HandOver(*state_, **ch);
-  if (ch.ok() && !handed) {
-    ThreadChannel& c = **ch;
-    MutexLock clk(&c.mu);
-    // Posted, not waited for, unless waiters were seen queued behind: the CAS's completion is
-    // reaped by this thread's next call, or by the reaper thread (ReapLeftReleases). Only the
-    // checks before posting can fail here.
-    st = c.Reap();
-    const LockEngine& engine = *state_->session->engine;
-    if (st.ok() && LockEngine::BlocksOthers(state_->grant)) {
-      st = engine.Release(*c.mem, state_->grant, &c.events);  // a handover: at once
-    } else if (st.ok()) {
-      st = engine.StartRelease(*c.mem, state_->grant, &c.pending, &c.events);
-    }
-    c.NotePending();
-    if (c.pending.active) impl->ReleasePosted();
-  }
+  // Each branch makes `st` in place (no Status is assigned or copied on the way, but the
+  // channel's error).
+  Status st = !ch.ok()                        ? ch.status()
+              : impl->HandOver(*state_, **ch) ? Status()
+                                              : ReleaseOnChannel(*state_, **ch, *impl);
   if (st.ok()) {
     state_->SetState(LockState::kReleased);
     ++(*ch)->releases;
@@ -158,7 +169,7 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
 Status LockHandle::Renew() {
   if (!state_) return Error(ErrorCode::kNotHeld, "empty lock handle");
   if (state_->inherited()) return Client::Impl::InheritedError();
-  auto impl = state_->client.lock();
+  auto impl = state_->ctx->client.lock();
   if (!impl) return Error(ErrorCode::kConnection, "client closed");
   Status st;
   // The connection before the handle's mutex, as in ReleaseHeld (a failed join ends the session,
@@ -168,18 +179,18 @@ Status LockHandle::Renew() {
     MutexLock lk(&state_->mu);
     if (state_->state != LockState::kHeld) return Error(ErrorCode::kNotHeld, "lock is not held");
     RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, std::move(chr));
-    if (ch->session != state_->session) {
+    if (ch->session != state_->ctx->session) {
       state_->SetState(LockState::kLost);
       return Error(ErrorCode::kLockLost, "session with lockd ended; lock lost");
     }
     {
       MutexLock clk(&ch->mu);
       st = ch->Reap();
-      if (st.ok()) st = state_->session->engine->Renew(*ch->mem, state_->grant, &ch->events);
+      if (st.ok()) st = state_->ctx->session->engine->Renew(*ch->mem, state_->grant, &ch->events);
     }
     if (st.code() == ErrorCode::kLockLost) state_->SetState(LockState::kLost);
   }
-  if (st.code() == ErrorCode::kConnection) impl->OnSessionError(state_->session->gen, st);
+  if (st.code() == ErrorCode::kConnection) impl->OnSessionError(state_->ctx->session->gen, st);
   return st;
 }
 
