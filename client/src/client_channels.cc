@@ -38,7 +38,7 @@ void ThreadChannel::NotePending() {
 }
 
 bool HeldList::Link(LockHandle::State* s) {
-  MutexLock lk(&mu_);
+  SpinLockGuard lk(&mu_);
   if (closed_) return false;
   s->held_prev = nullptr;
   s->held_next = head_;
@@ -49,7 +49,7 @@ bool HeldList::Link(LockHandle::State* s) {
 }
 
 void HeldList::Unlink(LockHandle::State* s) {
-  MutexLock lk(&mu_);
+  SpinLockGuard lk(&mu_);
   if (!s->held_linked.load(std::memory_order_relaxed)) return;
   if (s->held_prev != nullptr) {
     s->held_prev->held_next = s->held_next;
@@ -63,7 +63,7 @@ void HeldList::Unlink(LockHandle::State* s) {
 
 std::vector<std::shared_ptr<LockHandle::State>> HeldList::Snapshot(bool close) {
   std::vector<std::shared_ptr<LockHandle::State>> out;
-  MutexLock lk(&mu_);
+  SpinLockGuard lk(&mu_);
   for (LockHandle::State* s = head_; s != nullptr;) {
     LockHandle::State* next = s->held_next;
     // A state whose last reference went is being destroyed: its destructor waits for mu_ to

@@ -37,6 +37,34 @@ class [[nodiscard]] RDMALOCK_EXPORT Status {
  public:
   Status() = default;
   Status(ErrorCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  // Copies and moves touch the message only when there is one: an ok Status (the lock path
+  // moves several per call) costs a code and no string copy. Defined here, inline: the layout
+  // is the one the implicit members had, so the ABI is unchanged.
+  Status(const Status& o) : code_(o.code_) {
+    if (!o.message_.empty()) message_ = o.message_;
+  }
+  Status(Status&& o) noexcept : code_(o.code_) {
+    if (!o.message_.empty()) message_ = std::move(o.message_);
+  }
+  Status& operator=(const Status& o) {
+    code_ = o.code_;
+    if (o.message_.empty()) {
+      message_.clear();
+    } else {
+      message_ = o.message_;
+    }
+    return *this;
+  }
+  Status& operator=(Status&& o) noexcept {
+    code_ = o.code_;
+    if (o.message_.empty()) {
+      message_.clear();
+    } else {
+      message_ = std::move(o.message_);
+    }
+    return *this;
+  }
+  ~Status() = default;
 
   static Status Ok() { return Status(); }
 
