@@ -7,7 +7,8 @@
 # anything; this is how a change is shown not to slow any scenario down.
 #
 #   deploy/perf/compare.sh BUILD_A BUILD_B [OUT_DIR]     (default OUT_DIR: BUILD_B/compare)
-#   env: ROUNDS (default 3), SECS (default 3)
+#   env: ROUNDS (default 3), SECS (default 3), ONLY (an extended regular expression: run only
+#        the scenarios whose names match it, e.g. ONLY='^uncontended')
 #
 # BUILD_A and BUILD_B are build directories with lockd and lockctl built (cmake --build DIR
 # --target lockd lockctl); they need not come from this checkout.
@@ -27,7 +28,9 @@ if [ "${1:-}" != "--inside" ]; then
   mkdir -p "$out"
   out=$(cd "$out" && pwd)
   cd "$root"
+  # The guest does not inherit this shell's environment: ROUNDS and SECS go along explicitly.
   exec "$root/deploy/softroce/rxe-run" --timeout 1200 --share "$out" -- \
+    env ROUNDS="${ROUNDS:-3}" SECS="${SECS:-3}" ONLY="${ONLY:-}" \
     "$root/deploy/perf/compare.sh" --inside "$a" "$b" "$out"
 fi
 
@@ -73,6 +76,14 @@ run() {  # side(A|B) name procs round args -> out/name.side.round.process.json
   done
 }
 failures=0
+if [ -n "${ONLY:-}" ]; then
+  kept=()
+  for s in "${scenarios[@]}"; do
+    if [[ ${s%%|*} =~ $ONLY ]]; then kept+=("$s"); fi
+  done
+  [ "${#kept[@]}" -gt 0 ] || { echo "compare: no scenario matches ONLY='$ONLY'" >&2; exit 2; }
+  scenarios=("${kept[@]}")
+fi
 
 for r in $(seq 1 "$rounds"); do
   for s in "${scenarios[@]}"; do
