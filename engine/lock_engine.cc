@@ -538,7 +538,7 @@ Status LockEngine::ReapPending(RemoteMemory& mem, PendingRelease* p, EngineEvent
   Status st = FinishRelease(mem, p, ev);
   // An earlier lock whose release came too late to count is no concern of this call.
   if (st.code() == ErrorCode::kLockLost) return Status::Ok();
-  return st;  // moved, not copied (a conditional expression would copy its message)
+  return st;
 }
 
 Status LockEngine::Renew(RemoteMemory& mem, Grant& g, EngineEvents* /*ev*/) const {

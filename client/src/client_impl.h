@@ -167,8 +167,9 @@ struct ThreadChannel {
   std::shared_ptr<const Session> session;
   std::unique_ptr<Connection> mem;
   const std::shared_ptr<HeldList> held = std::make_shared<HeldList>();  // grants made here
-  // What this channel's grants refer to (Client::Impl::NewChannel; for the connecting thread's
-  // first channel, JoinOwnThreads): set before the channel makes a grant.
+  // What this channel's grants refer to (Client::Impl::SetGrantContext where the channel is
+  // made; for the connecting thread's first channel, JoinOwnThreads): set before the channel
+  // makes a grant.
   std::shared_ptr<const GrantContext> grants;
   // Held by whoever uses `mem` and `pending`: the owning thread for its calls, the keeper and
   // the reaper when they reap a release the owner posted and left (they only try-lock).
@@ -241,8 +242,9 @@ struct [[gnu::visibility("hidden")]] LockHandle::State
   // The client, session, budget, held list and cohort table of the channel that made the state
   // (one reference for all of them). The grant holds one budget unit until it ends.
   std::shared_ptr<const sdk::GrantContext> ctx;
-  // Links in `held`, guarded by held's mutex (HeldList's methods only). held_linked is also
-  // read without it, by the destructor: once false it stays false (nothing links a state twice).
+  // Links in `ctx->held`, guarded by that list's lock (HeldList's methods only). held_linked is
+  // also read without it, by the destructor: once false it stays false (nothing links a state
+  // twice).
   State* held_prev = nullptr;
   State* held_next = nullptr;
   std::atomic<bool> held_linked{false};

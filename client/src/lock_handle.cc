@@ -22,8 +22,8 @@ Status EndedWhileGranted() {
 namespace {
 Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl);
 
-// ReleaseOnChannel's remote operations. Returns each outcome as it is made, so that the
-// common path assigns no Status (a Status assignment copies its message's buffer).
+// ReleaseOnChannel's remote operations: the channel's last posted release reaped, then this
+// grant's release, at once (waiters were seen) or posted.
 Status ReapAndRelease(LockHandle::State& s, ThreadChannel& c) REQUIRES(s.mu, c.mu) {
   RDMALOCK_RETURN_IF_ERROR(c.Reap());  // the channel's last posted release
   const LockEngine& engine = *s.ctx->session->engine;
