@@ -32,6 +32,23 @@ Status Client::Impl::Submit(AsyncRequest req) {
   return Status::Ok();
 }
 
+void Client::Impl::Finish(AsyncRequest& r, Result<LockHandle> result) {
+  if (r.holds_unit) budget_->Give(r.slot);
+  r.holds_unit = false;
+  r.done(std::move(result));
+}
+
+void Client::Impl::FinishGranted(AsyncRequest& r, LockHandle h) {
+  // The grant's state holds the unit from now on, also when it was lost at once: its Settle
+  // gives it back (giving it back here too counted it twice, and the slot's count wrapped).
+  r.holds_unit = false;
+  if (h.state() == LockState::kLost) {
+    r.done(EndedWhileGranted());  // the handle passed its cohort entry on, if it had one
+  } else {
+    r.done(std::move(h));
+  }
+}
+
 // Takes up to kAsyncBatch queued requests and posts their FAs in one doorbell. Granted ones
 // complete here; the others go to the waiters.
 void Client::Impl::PumpLoop() {
@@ -53,18 +70,56 @@ void Client::Impl::PumpLoop() {
     for (const auto& r : batch) deadline = std::min(deadline, r.deadline);
     auto chr = Channel(deadline);
     if (!chr.ok()) {
-      for (auto& r : batch) r.done(chr.status());
+      for (auto& r : batch) Finish(r, chr.status());
       continue;
     }
     ThreadChannel& ch = **chr;
     const Session& sess = *ch.session;
+    // Cohort handover (cohort.h), as for a blocking request: an exclusive request whose slot's
+    // entry another of the client's requests owns is not issued; it waits in the cohort on a
+    // waiter thread (a try-lock is busy at once). One that takes a free entry owns it.
+    std::vector<AsyncWait> waits;
+    std::vector<bool> owner;
+    {
+      std::vector<AsyncRequest> issue;
+      issue.reserve(batch.size());
+      for (auto& r : batch) {
+        bool own = false;
+        if (cohort_ && r.mode == Mode::kExclusive) {
+          switch (cohort_->TryOwn(r.slot)) {
+            case sdk::CohortTable::Join::kOwner:
+              own = true;
+              break;
+            case sdk::CohortTable::Join::kBypass:
+              break;
+            case sdk::CohortTable::Join::kQueued:
+              if (r.options.timeout && r.options.timeout->count() == 0) {
+                Finish(r, Error(ErrorCode::kBusy, "slot " + std::to_string(r.slot) + " is held"));
+              } else {
+                AsyncWait w;
+                w.req = std::move(r);
+                w.cohort_queued = true;
+                waits.push_back(std::move(w));
+              }
+              continue;
+          }
+        }
+        owner.push_back(own);
+        issue.push_back(std::move(r));
+      }
+      batch = std::move(issue);
+    }
+    // The entries of requests that end here without a grant go to the next local waiter.
+    auto leave = [&](size_t i) {
+      if (owner[i]) cohort_->Leave(batch[i].slot);
+    };
     std::vector<ManyRequest> reqs;
     reqs.reserve(batch.size());
     for (const auto& r : batch) {
       reqs.push_back({r.slot, r.mode, r.options.fencing_token && r.mode == Mode::kExclusive});
     }
-    Result<std::vector<Issued>> issued = Error(ErrorCode::kInternal, "not issued");
-    {
+    Result<std::vector<Issued>> issued = std::vector<Issued>{};
+    if (!batch.empty()) {
       MutexLock clk(&ch.mu);
       Status st = ch.Reap();
       if (st.ok()) {
@@ -76,26 +131,38 @@ void Client::Impl::PumpLoop() {
       }
       ch.NotePending();
     }
+    std::vector<AsyncWait> queued = std::move(waits);  // the cohort's, behind the issued ones
+    waits.clear();
     if (!issued.ok()) {
       OnSessionError(sess.gen, issued.status());
-      for (auto& r : batch) r.done(issued.status());
-      continue;
-    }
-    std::vector<AsyncWait> waits;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const Issued& is = (*issued)[i];
-      if (is.granted) {
-        TestHook("granted");
-        LockHandle h = MakeHandle(ch, is.grant, batch[i].options.auto_renew, batch[i].submitted);
-        if (h.state() == LockState::kLost) {
-          batch[i].done(EndedWhileGranted());
+      for (size_t i = 0; i < batch.size(); ++i) {
+        leave(i);
+        Finish(batch[i], issued.status());
+      }
+    } else {
+      for (size_t i = 0; i < batch.size(); ++i) {
+        const Issued& is = (*issued)[i];
+        if (is.granted) {
+          TestHook("granted");
+          FinishGranted(batch[i],
+                        MakeHandle(ch, is.grant, batch[i].options.auto_renew, batch[i].submitted,
+                                   owner[i] ? cohort_.get() : nullptr));
         } else {
-          batch[i].done(std::move(h));
+          AsyncWait w;
+          w.req = std::move(batch[i]);
+          w.queued = is.grant;
+          w.frozen = is.frozen;
+          w.gen = sess.gen;
+          w.cohort_owner = owner[i];
+          waits.push_back(std::move(w));
         }
-      } else {
-        waits.push_back({std::move(batch[i]), is.grant, is.frozen, sess.gen});
       }
     }
+    // An owner's wait goes into the queue before any request that waits in the cohort behind
+    // it, and the waiter threads take the queue in order: the owner's acquire is always being
+    // finished on some waiter thread while requests of its entry wait there (no waiter thread
+    // waits in the cohort for a request no thread works on).
+    for (auto& w : queued) waits.push_back(std::move(w));
     if (!waits.empty()) {
       {
         MutexLock lk(&async_mu_);
@@ -126,8 +193,13 @@ void Client::Impl::WaiterLoop() {
       // join (the session's connection cap) hands the ticket to the reaper, which releases it at
       // its turn, or the lock's queue would stop at it. Of an ended session it is dropped
       // (lockd frees what the record shows).
-      if (!w.frozen) Abandon(w.gen, w.queued.ticket);
-      w.req.done(chr.status());
+      if (!w.frozen && !w.cohort_queued) Abandon(w.gen, w.queued.ticket);
+      if (w.cohort_owner) cohort_->Leave(w.req.slot);  // the next local waiter goes to lockd
+      Finish(w.req, chr.status());
+      continue;
+    }
+    if (w.cohort_queued) {
+      CohortWait(w, *chr);
       continue;
     }
     ThreadChannel& ch = **chr;
@@ -156,19 +228,66 @@ void Client::Impl::WaiterLoop() {
       ch.NotePending();
     }
     if (!g.ok()) {
+      if (w.cohort_owner) cohort_->Leave(w.req.slot);
       if (g.status().code() == ErrorCode::kTimeout) ++ch.timeouts;
       OnSessionError(sess.gen, g.status());
-      w.req.done(g.status());
+      Finish(w.req, g.status());
       continue;
     }
     TestHook("granted");
-    LockHandle h = MakeHandle(ch, *g, w.req.options.auto_renew, w.req.submitted);
-    if (h.state() == LockState::kLost) {
-      w.req.done(EndedWhileGranted());
-    } else {
-      w.req.done(std::move(h));
-    }
+    FinishGranted(w.req, MakeHandle(ch, *g, w.req.options.auto_renew, w.req.submitted,
+                                    w.cohort_owner ? cohort_.get() : nullptr));
   }
+}
+
+// A request the pump did not issue because another of the client's requests owns its slot's
+// cohort entry: it waits there as a blocking Lock does (CohortAcquire), on this waiter thread,
+// until a holder hands it the grant, or the entry comes to it without one (it acquires from
+// lockd here), or its deadline passes, or the client closes (StopAsync sets async_cancel_).
+void Client::Impl::CohortWait(AsyncWait& w, ThreadChannel* ch) {
+  const uint64_t slot = w.req.slot;
+  AcquireOptions ao;
+  ao.deadline = w.req.deadline;
+  ao.want_token = w.req.options.fencing_token;  // exclusive (only those join the cohort)
+  Clock::time_point started = w.req.submitted;
+  bool owner = false;
+  auto local =
+      CohortAcquire(&ch, slot, ao, w.req.options.auto_renew, &started, &owner, &async_cancel_);
+  if (!local.ok()) {
+    Finish(w.req, local.status());
+    return;
+  }
+  if (local->valid()) {
+    // A handed-over grant brings its own budget unit (AdoptGrant): the request's goes back.
+    Finish(w.req, std::move(local).value());
+    return;
+  }
+  // The entry is this request's (or another slot's: bypass): acquire from lockd, as a blocking
+  // request does, with the budget unit LockSlotAsync took.
+  const Session& sess = *ch->session;
+  Result<Grant> g = Error(ErrorCode::kInternal, "not acquired");
+  {
+    MutexLock clk(&ch->mu);
+    Status st = ch->Reap();
+    if (st.ok()) {
+      std::tie(ao.record, ao.record_seq) = ch->TakeEntry(opts_.record_requests);
+      ao.pending = &ch->pending;
+      g = sess.engine->Acquire(*ch->mem, slot, Mode::kExclusive, ao, &ch->events);
+    } else {
+      g = st;
+    }
+    ch->NotePending();
+  }
+  if (!g.ok()) {
+    if (owner) cohort_->Leave(slot);
+    if (g.status().code() == ErrorCode::kTimeout) ++ch->timeouts;
+    OnSessionError(sess.gen, g.status());
+    Finish(w.req, g.status());
+    return;
+  }
+  TestHook("granted");
+  FinishGranted(w.req, MakeHandle(*ch, *g, w.req.options.auto_renew, started,
+                                  owner ? cohort_.get() : nullptr));
 }
 
 // Stops the async threads. Waiters blocked in a wait are woken by shutting their connections
@@ -182,6 +301,12 @@ void Client::Impl::StopAsync(std::thread::id me) {
   }
   async_cv_.SignalAll();
   wait_cv_.SignalAll();
+  // Waiters waiting in the cohort (CohortWait) behind a lock that may never be released (its
+  // holder's handle lives on) give up: their requests end with kConnection.
+  if (cohort_) {
+    async_cancel_.store(true, std::memory_order_release);
+    cohort_->WakeAll();
+  }
   JoinOrDetach(pump_, me);
   std::vector<std::shared_ptr<ThreadChannel>> chans;
   {
@@ -195,11 +320,16 @@ void Client::Impl::StopAsync(std::thread::id me) {
     (void)ch->Reap();
     ch->mu.Unlock();
   }
+  std::vector<uint64_t> owned;  // cohort entries of requests no waiter took: passed on
   {
     MutexLock lk(&async_mu_);
-    for (auto& w : wait_q_) async_q_.push_back(std::move(w.req));
+    for (auto& w : wait_q_) {
+      if (w.cohort_owner) owned.push_back(w.req.slot);
+      async_q_.push_back(std::move(w.req));
+    }
     wait_q_.clear();
   }
+  for (uint64_t slot : owned) cohort_->Leave(slot);  // not under async_mu_ (a leaf)
   for (auto& ch : chans) ch->mem->Shutdown();
   for (auto& t : waiters_) JoinOrDetach(t, me);
   std::deque<AsyncRequest> left;
@@ -207,7 +337,7 @@ void Client::Impl::StopAsync(std::thread::id me) {
     MutexLock lk(&async_mu_);
     left.swap(async_q_);
   }
-  for (auto& r : left) r.done(Error(ErrorCode::kConnection, "client closed"));
+  for (auto& r : left) Finish(r, Error(ErrorCode::kConnection, "client closed"));
 }
 
 Status Client::LockAsync(std::string_view name, const LockOptions& options, LockCallback done) {
@@ -235,11 +365,9 @@ Status Client::LockSlotAsync(uint64_t slot, const LockOptions& options, LockCall
   r.mode = static_cast<Mode>(options.mode);
   r.options = options;
   if (options.timeout) r.deadline = Clock::now() + *options.timeout;
-  // A request that ends without a grant gives its unit back; a grant's handle holds it.
-  r.done = [budget = impl_->budget_, slot, done = std::move(done)](Result<LockHandle> h) {
-    if (!h.ok()) budget->Give(slot);
-    done(std::move(h));
-  };
+  // The request holds the unit until a grant of its own takes it (Impl::FinishGranted) or it
+  // ends (Impl::Finish gives it back).
+  r.done = std::move(done);
   Status st = impl_->Submit(std::move(r));
   if (!st.ok()) impl_->budget_->Give(slot);
   return st;

@@ -14,7 +14,8 @@ using sdk::ThreadChannel;
 namespace sdk {
 
 CohortTable::Join CohortTable::Wait(uint64_t slot, CohortWaiter* w,
-                                    std::chrono::steady_clock::time_point deadline, bool* served) {
+                                    std::chrono::steady_clock::time_point deadline,
+                                    const std::atomic<bool>* cancel, bool* served) {
   CohortEntry& e = Entry(slot);
   const uint64_t key = Key(slot);
   MutexLock lk(&e.mu);
@@ -41,15 +42,18 @@ CohortTable::Join CohortTable::Wait(uint64_t slot, CohortWaiter* w,
     e.head = w;
   }
   e.tail = w;
-  auto done = [&] { return w->outcome != CohortWaiter::Outcome::kWaiting; };
+  auto done = [&] {
+    return w->outcome != CohortWaiter::Outcome::kWaiting ||
+           (cancel != nullptr && cancel->load(std::memory_order_acquire));
+  };
   if (deadline == std::chrono::steady_clock::time_point::max()) {
     w->cv.Wait(lk, done);
-    *served = true;
-    return Join::kQueued;
+  } else {
+    w->cv.WaitUntil(lk, deadline, done);
   }
-  *served = w->cv.WaitUntil(lk, deadline, done);
+  *served = w->outcome != CohortWaiter::Outcome::kWaiting;
   if (!*served) {
-    // Timed out, still queued (a served waiter is out of the queue): leave it.
+    // Timed out or cancelled, still queued (a served waiter is out of the queue): leave it.
     CohortWaiter* prev = nullptr;
     for (CohortWaiter* p = e.head; p != w; p = p->next) prev = p;
     (prev != nullptr ? prev->next : e.head) = w->next;
@@ -57,6 +61,14 @@ CohortTable::Join CohortTable::Wait(uint64_t slot, CohortWaiter* w,
     if (e.head == nullptr) e.word.store(key, std::memory_order_release);  // nobody waits now
   }
   return Join::kQueued;
+}
+
+void CohortTable::WakeAll() {
+  for (CohortEntry& e : entries_) {
+    if (e.word.load(std::memory_order_acquire) == 0) continue;  // nobody queued there
+    MutexLock lk(&e.mu);
+    for (CohortWaiter* w = e.head; w != nullptr; w = w->next) w->cv.Signal();
+  }
 }
 
 CohortWaiter* CohortTable::Pop(CohortEntry& e, uint64_t slot) {
@@ -121,7 +133,8 @@ void AdoptGrant(LockHandle::State& to, LockHandle::State& from) NO_THREAD_SAFETY
 
 Result<LockHandle> Client::Impl::CohortAcquire(ThreadChannel** chp, uint64_t slot,
                                                const AcquireOptions& ao, bool auto_renew,
-                                               Clock::time_point* started, bool* owner) {
+                                               Clock::time_point* started, bool* owner,
+                                               const std::atomic<bool>* cancel) {
   CohortTable& table = *cohort_;
   *owner = false;
   switch (table.TryOwn(slot)) {
@@ -145,7 +158,7 @@ Result<LockHandle> Client::Impl::CohortAcquire(ThreadChannel** chp, uint64_t slo
   w.session = ch.session.get();
   w.wants_token = ao.want_token;
   bool served = false;
-  switch (table.Wait(slot, &w, ao.deadline, &served)) {
+  switch (table.Wait(slot, &w, ao.deadline, cancel, &served)) {
     case CohortTable::Join::kOwner:
       *owner = true;
       return LockHandle();
@@ -155,6 +168,9 @@ Result<LockHandle> Client::Impl::CohortAcquire(ThreadChannel** chp, uint64_t slo
       break;
   }
   if (!served) {
+    if (cancel != nullptr && cancel->load(std::memory_order_acquire)) {
+      return Error(ErrorCode::kConnection, "client closed");
+    }
     ++ch.timeouts;
     return Error(ErrorCode::kTimeout, "timed out waiting for slot " + std::to_string(slot));
   }

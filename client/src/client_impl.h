@@ -108,6 +108,9 @@ class SlotBudget {
   // One more that exists already (a ticket handed to the reaper): counted whatever the limit.
   void Force(uint64_t slot) { counts_[slot % kBuckets].fetch_add(1, std::memory_order_relaxed); }
   void Give(uint64_t slot) { counts_[slot % kBuckets].fetch_sub(1, std::memory_order_relaxed); }
+  uint32_t Count(uint64_t slot) const {
+    return counts_[slot % kBuckets].load(std::memory_order_relaxed);
+  }
   Status Refusal(uint64_t slot) const;
 
  private:
@@ -394,10 +397,11 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // on *ch, which may be a new channel after a wait), or with *owner clear (bypass: acquire
   // from lockd outside the cohort); or kBusy (ao.try_only), kTimeout, or the error of a session
   // that ended meanwhile. An unset *started (the caller read no clock) is set when the request
-  // queues, so that its latency includes the wait.
+  // queues, so that its latency includes the wait. `cancel` (may be null): a queued request
+  // gives up with kConnection once it is set and the table's WakeAll called (StopAsync).
   Result<LockHandle> CohortAcquire(ThreadChannel * *ch, uint64_t slot, const AcquireOptions& ao,
-                                   bool auto_renew, Clock::time_point* started, bool* owner)
-      EXCLUDES(mu_);
+                                   bool auto_renew, Clock::time_point* started, bool* owner,
+                                   const std::atomic<bool>* cancel = nullptr) EXCLUDES(mu_);
   // Hands `s`'s grant to the first local waiter, if one waits, the grant's lease still runs and
   // it has had fewer than kMaxLocalHandovers local handovers. True if it did: `s` no longer owns
   // the grant (or the entry, or a budget unit); the caller marks it released.
@@ -414,8 +418,9 @@ class [[gnu::visibility("hidden")]] Client::Impl
     Mode mode = Mode::kExclusive;
     LockOptions options;
     Clock::time_point deadline = Clock::time_point::max();
-    Client::LockCallback done;
+    Client::LockCallback done;                   // called once, by Finish or FinishGranted
     Clock::time_point submitted = Clock::now();  // where its latency starts
+    bool holds_unit = true;  // the budget unit LockSlotAsync took is the request's
   };
   Status Submit(AsyncRequest req) EXCLUDES(async_mu_);
 
@@ -438,6 +443,11 @@ class [[gnu::visibility("hidden")]] Client::Impl
     Grant queued;
     bool frozen = false;
     uint64_t gen = 0;  // the session `queued` was issued in
+    // Cohort handover (cohort.h): the request owns its slot's cohort entry (its grant will, or
+    // it passes the entry on if it fails), or it was not issued because another of the
+    // client's requests owns the entry: it waits in the cohort on a waiter thread.
+    bool cohort_owner = false;
+    bool cohort_queued = false;
   };
   static constexpr size_t kAsyncBatch = 8;
   static constexpr int kAsyncWaiters = 4;
@@ -486,8 +496,17 @@ class [[gnu::visibility("hidden")]] Client::Impl
   std::chrono::nanoseconds Jittered(std::chrono::milliseconds d);
 
   // client_async.cc
+  // Completes `r` without a grant of its own (an error, or a grant handed over in the cohort,
+  // which brings its own unit): the request's budget unit goes back.
+  void Finish(AsyncRequest & r, Result<LockHandle> result);
+  // Completes `r` with the handle MakeHandle made for its own grant, which holds the request's
+  // budget unit from now on; a handle lost at once completes it with EndedWhileGranted.
+  static void FinishGranted(AsyncRequest & r, LockHandle h);
   void PumpLoop() EXCLUDES(async_mu_);
   void WaiterLoop() EXCLUDES(async_mu_);
+  // An async request that waits in the cohort (AsyncWait::cohort_queued), on a waiter thread
+  // whose channel is `ch`: completes it.
+  void CohortWait(AsyncWait & w, ThreadChannel * ch) EXCLUDES(mu_, async_mu_);
   // `me`: the closing thread (if it is the pump or a waiter, it is detached, not joined).
   void StopAsync(std::thread::id me) EXCLUDES(mu_, async_mu_);
 
@@ -508,6 +527,8 @@ class [[gnu::visibility("hidden")]] Client::Impl
   std::atomic<uint64_t> gen_{0};  // the current session's gen; 0 while there is none
   std::atomic<uint64_t> renewals_{0}, renew_failures_{0};
   std::atomic<bool> reap_fast_{false};  // releases are being posted: the reaper ticks every 1 ms
+  // Set by StopAsync: async requests waiting in the cohort give up (CohortAcquire's `cancel`).
+  std::atomic<bool> async_cancel_{false};
   // The heartbeat's last value: JoinOwnThreads and Reconnect write some, the keeper the rest
   // (lockd counts a change, so one sequence for all).
   std::atomic<uint64_t> beats_{0};

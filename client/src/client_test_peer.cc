@@ -39,4 +39,8 @@ size_t ClientTestPeer::LocalWaiters(Client& c, uint64_t slot) {
   return n;
 }
 
+uint32_t ClientTestPeer::BudgetUnits(Client& c, uint64_t slot) {
+  return c.impl_->budget_->Count(slot);
+}
+
 }  // namespace rdmalock

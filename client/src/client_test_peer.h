@@ -37,6 +37,9 @@ class ClientTestPeer {
   // How many of the client's threads wait in-process for `slot` (cohort handover, cohort.h);
   // 0 with ClientOptions::local_handover off.
   static size_t LocalWaiters(Client& c, uint64_t slot);
+  // The budget units (requests queued, held or left to the reaper) the client counts on `slot`'s
+  // bucket now (finding 11's SlotBudget): 0 once every request on it has ended.
+  static uint32_t BudgetUnits(Client& c, uint64_t slot);
 };
 
 }  // namespace rdmalock

@@ -5,13 +5,14 @@
 // LockHandle::State carries it changes (Client::Impl::HandOver, lock_handle.cc).
 //
 // Who uses it: exclusive blocking requests (Client::LockSlot with or without a timeout,
-// TryLockSlot), with or without a fencing token. A locally handed-over grant has no new ticket:
-// the k-th holder after the remote grant gets proto::LocalHandoverToken(remote token, k), the
-// remote grant's token with k in its low bits (protocol version 5), larger than every earlier
-// holder's and smaller than the next remote grant's. A waiter that wants a token is not handed a
-// grant acquired without one (it becomes the entry's owner and acquires from lockd). Shared
-// requests, sets and async requests go to lockd as before and queue there behind the cohort's
-// grant.
+// TryLockSlot) and exclusive async requests, with or without a fencing token. A locally
+// handed-over grant has no new ticket: the k-th holder after the remote grant gets
+// proto::LocalHandoverToken(remote token, k), the remote grant's token with k in its low bits
+// (protocol version 5), larger than every earlier holder's and smaller than the next remote
+// grant's. A waiter that wants a token is not handed a grant acquired without one (it becomes
+// the entry's owner and acquires from lockd). Async requests (Client::LockSlotAsync) join on
+// the pump and wait in the cohort on an async waiter thread (Client::Impl::CohortWait). Shared
+// requests and sets go to lockd as before and queue there behind the cohort's grant.
 //
 // The table: kBuckets entries, one per bucket (slot mod kBuckets). An entry's `word` is 0 when no
 // thread of this client holds or acquires a slot of its bucket through the cohort, else
@@ -115,12 +116,17 @@ class CohortTable {
     return (Entry(slot).word.load(std::memory_order_acquire) & ~CohortEntry::kContended) ==
            Key(slot);
   }
-  // Queues `w` behind the owner of `slot`'s entry and waits until it is served or `deadline`
-  // passes (then it is taken out of the queue: false). Returns kOwner at once (w untouched)
-  // if the entry was freed meanwhile and the caller took it, kBypass if another slot took it.
-  // On kQueued, *served says whether w was served (w->outcome) or timed out.
+  // Queues `w` behind the owner of `slot`'s entry and waits until it is served, `deadline`
+  // passes or `*cancel` (may be null) is set and WakeAll called (then it is taken out of the
+  // queue: false). Returns kOwner at once (w untouched) if the entry was freed meanwhile and the
+  // caller took it, kBypass if another slot took it. On kQueued, *served says whether w was
+  // served (w->outcome) or gave up.
   Join Wait(uint64_t slot, CohortWaiter* w, std::chrono::steady_clock::time_point deadline,
-            bool* served) NO_THREAD_SAFETY_ANALYSIS;
+            const std::atomic<bool>* cancel, bool* served) NO_THREAD_SAFETY_ANALYSIS;
+  // Wakes every queued waiter, so that those whose `cancel` flag is set (set before this call)
+  // give up (a closing client's async waiter threads, Client::Impl::StopAsync). Takes every
+  // entry's mutex in turn: for Close, not for the lock path.
+  void WakeAll() NO_THREAD_SAFETY_ANALYSIS;
   // The owner of `slot`'s entry gives it up without handing a grant over: the first waiter, if
   // any, becomes the owner (kRemote) and acquires from lockd; else the entry is free.
   void Leave(uint64_t slot) NO_THREAD_SAFETY_ANALYSIS;

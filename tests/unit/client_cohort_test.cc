@@ -4,6 +4,7 @@
 // at most kMaxLocalHandovers in a row while another client waits; try-locks are busy; local
 // waiters time out; a session's end reaches every local holder and wakes every local waiter; an
 // expired grant is never handed over.
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <mutex>
@@ -454,4 +455,151 @@ TEST_CASE("cohort: a grant without a token is not handed to a request that wants
   CHECK(token != 0);  // it asked for one, so it queued at lockd for a grant that has one
   CHECK(after.local_handovers == before.local_handovers);
   CHECK(TicketsIssued(lockd, 4) == issued + 1);
+}
+
+// ---- Async requests (Client::LockSlotAsync) through the cohort: the pump does not issue an
+// exclusive request whose slot another of the client's requests holds or acquires; it waits in
+// the cohort on a waiter thread and is handed the grant in-process.
+
+namespace {
+
+// Collects async results; each handle is released in its callback unless `keep`.
+struct AsyncResults {
+  std::mutex mu;
+  std::vector<Status> statuses;  // in completion order
+  std::vector<LockHandle> kept;
+  std::atomic<int> done{0};
+  bool keep = false;
+  Client::LockCallback Callback() {
+    return [this](Result<LockHandle> h) {
+      std::lock_guard lk(mu);
+      if (!h.ok()) {
+        statuses.push_back(h.status());
+      } else if (keep) {
+        statuses.push_back(Status::Ok());
+        kept.push_back(std::move(h).value());
+      } else {
+        statuses.push_back(h->Release());
+      }
+      ++done;
+    };
+  }
+};
+
+}  // namespace
+
+TEST_CASE("cohort: async requests on a lock the client holds are handed over, no RDMA operation") {
+  testing::FakeLockd::Options fo;
+  fo.lease = 2s;  // no renewal (a FETCH_AND_ADD on word1) while the test counts atomics
+  testing::FakeLockd lockd(fo);
+  auto c = ConnectTo("cohort-async", lockd);
+  auto holder = c->LockSlot(9, Local());
+  REQUIRE(holder.ok());
+  const ClientStats before = c->Stats();
+  AsyncResults r;
+  r.keep = true;  // each grant is kept until the test releases it to the next request
+  // More than the 4 waiter threads: the rest wait in their queue until a thread is free.
+  constexpr size_t kRequests = 6, kWaiterThreads = 4;
+  for (size_t i = 0; i < kRequests; ++i) {
+    REQUIRE(c->LockSlotAsync(9, Local(), r.Callback()).ok());
+  }
+  REQUIRE(WaitFor([&] { return ClientTestPeer::LocalWaiters(*c, 9) == kWaiterThreads; }));
+  CHECK(r.done.load() == 0);
+  REQUIRE(holder->Release().ok());  // handed over to the first
+  for (size_t k = 0; k < kRequests; ++k) {
+    // The k-th grant was handed over, and every request left waits in the cohort (as many as
+    // there are waiter threads), so that its release hands over too.
+    const size_t left = std::min(kRequests - k - 1, kWaiterThreads);
+    REQUIRE(WaitFor([&] {
+      return r.done.load() == int(k + 1) && ClientTestPeer::LocalWaiters(*c, 9) == left;
+    }));
+    LockHandle h;
+    {
+      std::lock_guard lk(r.mu);
+      REQUIRE(r.statuses.at(k).ok());
+      h = std::move(r.kept.at(k));
+    }
+    REQUIRE(h.Release().ok());
+  }
+  const ClientStats after = c->Stats();
+  CHECK(after.local_handovers - before.local_handovers == kRequests);
+  CHECK(after.acquires - before.acquires == kRequests);
+  // No FETCH_AND_ADD: every grant came from the holder's (only the last release went to lockd).
+  CHECK(after.fetch_add - after.renewals - after.renew_failures ==
+        before.fetch_add - before.renewals - before.renew_failures);
+  CHECK(ClientTestPeer::LocalWaiters(*c, 9) == 0);
+  // Every request's budget unit came back (a handed-over grant brings its own).
+  REQUIRE(WaitFor([&] { return ClientTestPeer::BudgetUnits(*c, 9) == 0; }));
+  auto again = c->TryLockSlot(9);
+  CHECK(again.ok());
+}
+
+TEST_CASE("cohort: an async request that owns the lock hands it to a blocking one, and back") {
+  testing::FakeLockd::Options fo;
+  fo.lease = 2s;
+  testing::FakeLockd lockd(fo);
+  auto c = ConnectTo("cohort-async-owner", lockd);
+  AsyncResults first;
+  first.keep = true;
+  REQUIRE(c->LockSlotAsync(10, Local(), first.Callback()).ok());
+  REQUIRE(WaitFor([&] { return first.done.load() == 1; }));
+  REQUIRE(first.kept.size() == 1);
+  const ClientStats before = c->Stats();
+  std::atomic<int> blocking_ok{0};
+  AsyncResults next;  // queued behind the blocking thread
+  std::thread t([&] {
+    auto h = c->LockSlot(10, Local());
+    if (h.ok()) {
+      ++blocking_ok;
+      // (No REQUIRE off the test's thread: Catch2's assertions are not thread-safe.)
+      (void)WaitFor([&] { return ClientTestPeer::LocalWaiters(*c, 10) == 1; });
+      (void)h->Release();  // to the async request queued behind it
+    }
+  });
+  REQUIRE(WaitFor([&] { return ClientTestPeer::LocalWaiters(*c, 10) == 1; }));
+  REQUIRE(c->LockSlotAsync(10, Local(), next.Callback()).ok());
+  REQUIRE(first.kept[0].Release().ok());  // to the blocking thread
+  t.join();
+  REQUIRE(WaitFor([&] { return next.done.load() == 1; }));
+  const ClientStats after = c->Stats();
+  CHECK(blocking_ok.load() == 1);
+  CHECK(next.statuses.at(0).ok());
+  CHECK(after.local_handovers - before.local_handovers == 2);
+  CHECK(after.fetch_add - after.renewals - after.renew_failures ==
+        before.fetch_add - before.renewals - before.renew_failures);
+  REQUIRE(WaitFor([&] { return ClientTestPeer::BudgetUnits(*c, 10) == 0; }));
+}
+
+TEST_CASE("cohort: an async try-lock is busy at once, and an async wait times out, in the cohort") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  auto c = ConnectTo("cohort-async-try", lockd);
+  auto holder = c->LockSlot(11, Local());
+  REQUIRE(holder.ok());
+  const uint64_t fa_before = c->Stats().fetch_add;
+  AsyncResults tried, timed;
+  REQUIRE(c->LockSlotAsync(11, Local(0ms), tried.Callback()).ok());
+  REQUIRE(c->LockSlotAsync(11, Local(40ms), timed.Callback()).ok());
+  REQUIRE(WaitFor([&] { return tried.done.load() == 1 && timed.done.load() == 1; }));
+  CHECK(tried.statuses.at(0).code() == ErrorCode::kBusy);
+  CHECK(timed.statuses.at(0).code() == ErrorCode::kTimeout);
+  CHECK(c->Stats().fetch_add == fa_before);  // neither asked lockd
+  CHECK(ClientTestPeer::LocalWaiters(*c, 11) == 0);
+  CHECK(ClientTestPeer::BudgetUnits(*c, 11) == 1);  // the holder's only
+  REQUIRE(holder->Release().ok());
+  auto free = c->TryLockSlot(11);
+  CHECK(free.ok());
+}
+
+TEST_CASE("cohort: closing a client ends its async requests waiting in the cohort") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  auto c = ConnectTo("cohort-async-close", lockd);
+  auto holder = c->LockSlot(12, Local());  // outlives the client: nothing releases it in time
+  REQUIRE(holder.ok());
+  AsyncResults r;
+  for (int i = 0; i < 3; ++i) REQUIRE(c->LockSlotAsync(12, Local(), r.Callback()).ok());
+  REQUIRE(WaitFor([&] { return ClientTestPeer::LocalWaiters(*c, 12) == 3; }));
+  c.reset();  // must not wait for the holder
+  CHECK(r.done.load() == 3);
+  std::lock_guard lk(r.mu);
+  for (const Status& st : r.statuses) CHECK(st.code() == ErrorCode::kConnection);
 }

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -688,4 +689,60 @@ TEST_CASE(
   REQUIRE(h.ok());
   CHECK(h->Release().ok());
   CHECK(client.Stats().sessions_lost == 0);
+}
+
+TEST_CASE(
+    "session keeping: an async grant whose session ends before its handle is made gives its "
+    "budget unit back once") {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 8;
+  testing::FakeLockd lockd(fo);
+  auto other = ConnectTo("other", lockd.connector());
+  auto client = ConnectTo("async-ended", lockd.connector());
+  // The next grant's session ends between the grant and its handle (as another thread's
+  // connection error would): the handle is lost at once and the request fails.
+  std::atomic<bool> fail_next{false};
+  ClientTestPeer::SetTestHook(*client, [&](std::string_view point) {
+    if (point == "granted" && fail_next.exchange(false)) {
+      ClientTestPeer::FailSession(*client, "injected at the grant");
+    }
+  });
+  const auto lock_async = [&](uint64_t slot) {
+    auto p = std::make_shared<std::promise<Status>>();
+    auto f = p->get_future();
+    LockOptions lo;
+    lo.timeout = 5s;
+    REQUIRE(client
+                ->LockSlotAsync(
+                    slot, lo,
+                    [p](Result<LockHandle> h) { p->set_value(h.ok() ? Status::Ok() : h.status()); })
+                .ok());
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    return f.get();
+  };
+  SECTION("granted at once, on the pump") {
+    fail_next = true;
+    const Status st = lock_async(3);
+    CHECK(st.code() == ErrorCode::kConnection);
+    // Before the fix: 4294967295, the unit given back twice (by the lost handle and by the
+    // failed request), and every later request on the slot refused for the budget.
+    CHECK(ClientTestPeer::BudgetUnits(*client, 3) == 0);
+  }
+  SECTION("granted after a wait, on a waiter thread") {
+    auto held = other->LockSlot(4);
+    REQUIRE(held.ok());
+    std::thread release([&] {
+      std::this_thread::sleep_for(100ms);  // the request queues behind it meanwhile
+      fail_next = true;
+      (void)held->Release();
+    });
+    const Status st = lock_async(4);
+    release.join();
+    CHECK(st.code() == ErrorCode::kConnection);
+    CHECK(ClientTestPeer::BudgetUnits(*client, 4) == 0);
+  }
+  // The client goes on: a new session, and the slots are not refused.
+  REQUIRE(WaitFor([&] { return client->session_id() != 0; }));
+  CHECK(lock_async(3).ok());
+  CHECK(lock_async(4).ok());
 }

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <string>
@@ -27,6 +29,7 @@ using namespace std::chrono_literals;
 namespace {
 
 using testing::EnvInt;
+using testing::WaitFor;
 
 struct Held {
   const LockHandle* handle;
@@ -43,8 +46,10 @@ struct Shadow {
 // The workload: kClients clients of `threads` threads each on `lock_count` locks. Exclusive
 // requests want a fencing token unless `local_share` of them (out of 4) may be handed over
 // between threads of one client (cohort handover, client/src/cohort.h): their tokens are 0 and
-// not checked, and the shadow table checks them like any other holder.
-void RunStress(uint64_t lock_count, int threads_per_client, int local_share) {
+// not checked, and the shadow table checks them like any other holder. `async_share` of them
+// (out of 4) are made with LockSlotAsync (the pump and its waiter threads, also through the
+// cohort) and waited for, so that the async path meets the same faults.
+void RunStress(uint64_t lock_count, int threads_per_client, int local_share, int async_share) {
   testing::FakeLockd::Options fo;
   fo.lock_count = lock_count;
   fo.lease = 300ms;
@@ -116,7 +121,17 @@ void RunStress(uint64_t lock_count, int threads_per_client, int local_share) {
           lo.fencing_token = local_share == 0 || static_cast<int>(rng() % 4) >= local_share;
           const int kind = static_cast<int>(rng() % 3);
           lo.timeout = kind == 0 ? 0ms : kind == 1 ? 20ms : 200ms;
-          auto h = client.LockSlot(slot, lo);
+          const bool async = static_cast<int>(rng() % 4) < async_share;
+          auto h = [&]() -> Result<LockHandle> {
+            if (!async) return client.LockSlot(slot, lo);
+            // Shared with the callback, which may still be inside set_value when get() returns.
+            auto p = std::make_shared<std::promise<Result<LockHandle>>>();
+            auto f = p->get_future();
+            Status st = client.LockSlotAsync(
+                slot, lo, [p](Result<LockHandle> r) { p->set_value(std::move(r)); });
+            if (!st.ok()) return st;
+            return f.get();
+          }();
           if (!h.ok()) {
             const auto code = h.status().code();
             if (code != ErrorCode::kBusy && code != ErrorCode::kTimeout &&
@@ -174,6 +189,15 @@ void RunStress(uint64_t lock_count, int threads_per_client, int local_share) {
   for (auto& t : threads) t.join();
   done.store(true);
   chaos.join();
+  // Every request ended and every handle is gone: each client's budget units come back to 0
+  // once its reaper has released what it was left (a unit counted twice or never given back
+  // would show here, and would refuse the slot's requests for good).
+  for (auto& c : clients) {
+    for (uint64_t slot = 0; slot < fo.lock_count; ++slot) {
+      INFO("slot " << slot << ": " << ClientTestPeer::BudgetUnits(*c, slot) << " units");
+      CHECK(WaitFor([&] { return ClientTestPeer::BudgetUnits(*c, slot) == 0; }));
+    }
+  }
   uint64_t sessions_lost = 0, local_handovers = 0;
   for (auto& c : clients) {
     const ClientStats st = c->Stats();
@@ -199,9 +223,10 @@ void RunStress(uint64_t lock_count, int threads_per_client, int local_share) {
 }  // namespace
 
 TEST_CASE("SDK stress: sessions fenced, connections broken, pauses; never two believing holders") {
-  RunStress(/*lock_count=*/6, /*threads_per_client=*/3, /*local_share=*/0);
+  RunStress(/*lock_count=*/6, /*threads_per_client=*/3, /*local_share=*/0, /*async_share=*/0);
 }
 
-TEST_CASE("SDK stress: several threads per client on two locks, handed over in-process") {
-  RunStress(/*lock_count=*/2, /*threads_per_client=*/5, /*local_share=*/3);
+TEST_CASE(
+    "SDK stress: several threads per client on two locks, handed over in-process, some async") {
+  RunStress(/*lock_count=*/2, /*threads_per_client=*/5, /*local_share=*/3, /*async_share=*/1);
 }
