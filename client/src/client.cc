@@ -350,8 +350,20 @@ Result<std::vector<LockHandle>> Client::LockManySlots(std::span<const SlotReques
   out.reserve(grants->size());
   impl_->TestHook("granted");
   bool ended = false;
+  // Cohort handover (cohort.h): an exclusive grant of the set takes its slot's cohort entry if
+  // no other of the client's requests has it, so that the client's threads that want the lock
+  // meanwhile queue in-process behind this handle and are handed the grant at its release.
+  // Taken only once granted, never waited for: a set waits only at lockd (in slot order, as
+  // AcquireMany's deadlock freedom needs), and holds no entry of a lock it gave back there. An
+  // entry another request owns (it queues at lockd behind this grant) stays that request's.
+  sdk::CohortTable* cohort = impl_->cohort().get();
   for (const Grant& g : *grants) {
-    out.push_back(impl_->MakeHandle(*ch, g, options.auto_renew, started));
+    sdk::CohortTable* own = nullptr;
+    if (cohort != nullptr && g.ticket.mode == Mode::kExclusive &&
+        cohort->TryOwn(g.ticket.slot) == sdk::CohortTable::Join::kOwner) {
+      own = cohort;
+    }
+    out.push_back(impl_->MakeHandle(*ch, g, options.auto_renew, started, own));
     ended = ended || out.back().state_->ended.load(std::memory_order_acquire);
   }
   if (ended) return EndedWhileGranted();  // all or nothing: the handles' session is gone
@@ -375,6 +387,14 @@ Status Client::ReleaseMany(std::span<LockHandle> handles) {
     h.state_->mu.AssertHeld();
     if (ch.ok() && h.state_->state == LockState::kHeld &&
         h.state_->ctx->session == (*ch)->session) {
+      // A local waiter queued for this lock (cohort.h) is handed the grant in-process, as
+      // LockHandle::Release does; the rest go to lockd together.
+      if (impl->HandOver(*h.state_, **ch)) {
+        h.state_->SetState(LockState::kReleased);
+        ++(*ch)->releases;
+        locks.UnlockLast();
+        continue;
+      }
       batch.push_back(h.state_.get());
       continue;
     }

@@ -11,8 +11,10 @@
 // (protocol version 5), larger than every earlier holder's and smaller than the next remote
 // grant's. A waiter that wants a token is not handed a grant acquired without one (it becomes
 // the entry's owner and acquires from lockd). Async requests (Client::LockSlotAsync) join on
-// the pump and wait in the cohort on an async waiter thread (Client::Impl::CohortWait). Shared
-// requests and sets go to lockd as before and queue there behind the cohort's grant.
+// the pump and wait in the cohort on an async waiter thread (Client::Impl::CohortWait). A set
+// (Client::LockManySlots) waits only at lockd; its exclusive grants take their free entries once
+// granted and are handed over at release. Shared requests go to lockd as before and queue there
+// behind the cohort's grant.
 //
 // The table: kBuckets entries, one per bucket (slot mod kBuckets). An entry's `word` is 0 when no
 // thread of this client holds or acquires a slot of its bucket through the cohort, else

@@ -603,3 +603,69 @@ TEST_CASE("cohort: closing a client ends its async requests waiting in the cohor
   std::lock_guard lk(r.mu);
   for (const Status& st : r.statuses) CHECK(st.code() == ErrorCode::kConnection);
 }
+
+// ---- Sets (Client::LockManySlots): a set waits only at lockd, but its exclusive grants take
+// their cohort entries once granted, so that the client's other threads queue in-process behind
+// them and are handed the grant at its release (LockHandle::Release or Client::ReleaseMany).
+
+TEST_CASE("cohort: a set's exclusive grants are handed to local waiters at their release") {
+  testing::FakeLockd::Options fo;
+  fo.lease = 2s;  // no renewal while the test counts atomics
+  testing::FakeLockd lockd(fo);
+  auto c = ConnectTo("cohort-set", lockd);
+  const std::vector<SlotRequest> set = {
+      {13, LockMode::kExclusive}, {14, LockMode::kExclusive}, {15, LockMode::kShared}};
+  LockOptions lo = Local();
+  auto held = c->LockManySlots(set, lo);
+  REQUIRE(held.ok());
+  REQUIRE(held->size() == 3);
+  const ClientStats before = c->Stats();
+  std::atomic<int> ok{0};
+  std::vector<std::thread> waiters;
+  for (uint64_t slot : {13, 14}) {
+    waiters.emplace_back([&, slot] {
+      auto h = c->LockSlot(slot, Local());
+      if (h.ok() && h->Release().ok()) ++ok;
+    });
+    REQUIRE(WaitFor([&] { return ClientTestPeer::LocalWaiters(*c, slot) == 1; }));
+  }
+  SECTION("released one by one") {
+    for (LockHandle& h : *held) REQUIRE(h.Release().ok());
+  }
+  SECTION("released together") { REQUIRE(c->ReleaseMany(*held).ok()); }
+  for (auto& t : waiters) t.join();
+  const ClientStats after = c->Stats();
+  CHECK(ok.load() == 2);
+  CHECK(after.local_handovers - before.local_handovers == 2);
+  // The waiters made no FETCH_AND_ADD: both grants came from the set's.
+  CHECK(after.fetch_add - after.renewals - after.renew_failures ==
+        before.fetch_add - before.renewals - before.renew_failures);
+  for (uint64_t slot : {13, 14, 15}) {
+    CHECK(ClientTestPeer::LocalWaiters(*c, slot) == 0);
+    CHECK(ClientTestPeer::BudgetUnits(*c, slot) == 0);
+    auto free = c->TryLockSlot(slot);
+    CHECK(free.ok());
+  }
+}
+
+TEST_CASE("cohort: a set whose lock another thread of the client holds waits at lockd for it") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  auto c = ConnectTo("cohort-set-wait", lockd);
+  auto holder = c->LockSlot(2, Local());
+  REQUIRE(holder.ok());
+  const std::vector<SlotRequest> set = {{2, LockMode::kExclusive}, {3, LockMode::kExclusive}};
+  // Busy at once for a try (the holder's grant is at lockd), and granted once it is released.
+  auto tried = c->LockManySlots(set, Local(0ms));
+  CHECK(tried.status().code() == ErrorCode::kBusy);
+  Status got;
+  std::thread t([&] {
+    auto h = c->LockManySlots(set, Local(5s));
+    got = h.ok() ? c->ReleaseMany(*h) : h.status();
+  });
+  std::this_thread::sleep_for(50ms);  // the set queues at lockd meanwhile
+  REQUIRE(holder->Release().ok());
+  t.join();
+  CHECK(got.ok());
+  CHECK(ClientTestPeer::BudgetUnits(*c, 2) == 0);
+  CHECK(ClientTestPeer::BudgetUnits(*c, 3) == 0);
+}
