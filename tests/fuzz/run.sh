@@ -5,8 +5,14 @@
 # input is saved under OUT (default build/test-logs/fuzz). One line per target:
 #   fuzz: NAME: ok (RUNS runs in SECS s, COV coverage points, CORPUS inputs)  |  fuzz: NAME: FAIL ...
 #   run.sh [OUT]
+#   run.sh --build-only      (builds the targets and stops: tests/run-all.sh builds them early)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
+build_only=0
+if [ "${1:-}" = --build-only ]; then
+  build_only=1
+  shift
+fi
 out=${1:-$root/build/test-logs/fuzz}
 secs=${FUZZ_SECONDS:-30}
 build=$root/build-fuzz
@@ -25,6 +31,7 @@ if ! cmake --build "$build" -j "${JOBS:-$(nproc)}" --target fuzz_handshake fuzz_
   echo "fuzz: build: FAIL"
   exit 1
 fi
+[ "$build_only" -eq 1 ] && exit 0
 
 # One target: runs it and writes its line to $build/result-NAME (and the log to OUT/NAME.log).
 fuzz_one() {

@@ -397,7 +397,8 @@ TEST_CASE("protocol version 6: lockd answers a version-5 client in version 5, an
     INFO("client version " << version);
     proto::ConnectRequest req;
     req.version = version;
-    req.client_name = "v" + std::to_string(version);
+    req.client_name = std::string(1, 'v').append(
+        std::to_string(version));  // not "v" + ...: GCC 12 -O3 -Wrestrict
     const auto bytes = req.Encode();
     std::vector<uint8_t> reject, reply;
     auto conn = rdma::ConnectRc(ip, lockd.port(), bytes, 3s, 4, proto::kControlMessageMax, &reject);
