@@ -338,6 +338,64 @@ TEST_CASE("async acquires: many in flight from one thread, waits, try, timeout a
   REQUIRE(a->LockSlotAsync(99999, {}, c.Callback()).code() == ErrorCode::kInvalidArgument);
 }
 
+TEST_CASE("cohort on rdma_rxe: async requests and a set's grant are handed over in-process") {
+  Lockd lockd(7648, 64);
+  auto a = MustConnect(lockd);  // local handover on (the default)
+  // FETCH_AND_ADDs that acquire (a renewal is one on word1 too).
+  auto acquiring_fas = [&] {
+    const ClientStats s = a->Stats();
+    return s.fetch_add - s.renewals - s.renew_failures;
+  };
+
+  // Three async requests for a lock a thread of the client holds wait in-process (on the async
+  // waiter threads) and are handed the grant one after the other: no FETCH_AND_ADD of theirs.
+  auto x = a->LockSlot(1, {.fencing_token = false});
+  REQUIRE(x.ok());
+  const ClientStats before = a->Stats();
+  const uint64_t fas = acquiring_fas();
+  AsyncResults r;
+  std::atomic<int> released{0};
+  for (int i = 0; i < 3; ++i) {
+    REQUIRE(a->LockSlotAsync(1, {.timeout = 20000ms, .fencing_token = false},
+                             [&](Result<LockHandle> h) {
+                               if (h.ok() && h->Release().ok()) ++released;
+                               r.Callback()(std::move(h));
+                             })
+                .ok());
+  }
+  std::this_thread::sleep_for(500ms);  // all three queue in-process meanwhile
+  REQUIRE(x->Release().ok());
+  REQUIRE(r.WaitFor(3, 20000ms));
+  CHECK(released.load() == 3);
+  CHECK(a->Stats().local_handovers - before.local_handovers == 3);
+  CHECK(acquiring_fas() == fas);
+
+  // A set's exclusive grant is handed to a thread of the client that waits for it, also when
+  // the set is released with ReleaseMany.
+  const std::vector<SlotRequest> set = {{5, LockMode::kExclusive}, {6, LockMode::kExclusive}};
+  auto held = a->LockManySlots(set, {.fencing_token = false});
+  REQUIRE(held.ok());
+  const ClientStats mid = a->Stats();
+  const uint64_t fas_mid = acquiring_fas();
+  Status waited;
+  std::thread t([&] {
+    auto h = a->LockSlot(5, {.timeout = 20000ms, .fencing_token = false});
+    waited = h.ok() ? h->Release() : h.status();
+  });
+  std::this_thread::sleep_for(500ms);  // it queues in-process behind the set's grant
+  REQUIRE(a->ReleaseMany(*held).ok());
+  t.join();
+  INFO(waited.ToString());
+  CHECK(waited.ok());
+  CHECK(a->Stats().local_handovers - mid.local_handovers == 1);
+  CHECK(acquiring_fas() == fas_mid);
+  // Nothing is left held: another client takes all three at once.
+  auto b = MustConnect(lockd);
+  CHECK(b->TryLockSlot(1).ok());
+  CHECK(b->TryLockSlot(5).ok());
+  CHECK(b->TryLockSlot(6).ok());
+}
+
 TEST_CASE("finding 11: one client's requests on one lock word are bounded by 32767 / max_clients") {
   // max_clients 1024: each session may have 31 requests on one word at once, so 1,024 sessions
   // never make a 16-bit field carry. Before the fix a client could queue or hold any number.
