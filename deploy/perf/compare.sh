@@ -58,6 +58,7 @@ scenarios=(
   "onelock-4threads|1|--threads 4 --locks 1"
   "contended-2x4|2|--threads 4 --locks 1"
   "contended-4x1|4|--threads 1 --locks 1"
+  "async-onelock|1|--threads 1 --locks 1 --inflight 8"
 )
 
 run() {  # side(A|B) name procs round args -> out/name.side.round.process.json
