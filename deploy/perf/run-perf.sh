@@ -183,6 +183,17 @@ bare onelock-8t 1 --threads 8 --locks 1 --duration 5
 bench onelock-8t 1 --threads 8 --locks 1 --duration 5
 bare onelock-4p 4 --threads 1 --locks 1 --duration 5
 bench onelock-4p 4 --threads 1 --locks 1 --duration 5
+# Another process's waiter on a lock that 4 threads of one process hand over in-process (issue
+# 19, cohort handover): its longest acquire, also in grants of the 4 threads (their mean time per
+# grant). The bound: one remote grant is handed over at most kMaxLocalHandovers (8) times in a
+# row, so the other process waits for about 9 of their grants, plus its own turn at lockd.
+lockctl --json bench --threads 4 --locks 1 --duration 5 >"$out/cohort-local.json" &
+cohort_local_pid=$!
+lockctl --json bench --threads 1 --locks 1 --duration 5 >"$out/cohort-remote.json" &
+cohort_remote_pid=$!
+wait "$cohort_local_pid"
+wait "$cohort_remote_pid"
+section "cohort with a remote waiter: $(cat "$out/cohort-local.json" "$out/cohort-remote.json" | tr '\n' ' ' | cut -c1-300)"
 bench many 1 --threads 1 --locks 10000 --batch 8 --duration 5
 bench zipf 1 --threads 4 --locks 10000 --keys zipf --zipf-s 0.99 --shared-ratio 0.5 --duration 5
 bench openloop 1 --threads 2 --locks 10000 --rate 2000 --duration 5
@@ -426,6 +437,19 @@ cpu_pct_window() { awk '{ printf "%.2f", ($6 > 0) ? 100 * $5 / $6 : 0 }' "$out/$
     ">= 1.0 x bare" "$(json "$b4" pairs_per_s)"
   row "    same vs bare 4 processes x 1 thread" "$pairs_4p" "" "" "$bpairs_4p"
   row "    RDMA ops per acquisition" "$ops_4p" "" "<= 5" "$bops_4p"
+  cl=$out/cohort-local.json
+  cr=$out/cohort-remote.json
+  row "  4 threads of one process + 1 of another, one lock: pairs/s" \
+    "$(json "$cl" pairs_per_s)" "" "(4 threads)"
+  row "    local handovers per acquisition of the 4 threads" \
+    "$(awk -v h="$(json "$cl" local_handovers)" -v a="$(json "$cl" acquisitions)" \
+      'BEGIN { print (a > 0) ? h / a : 0 }')" "" ""
+  row "    the other process: pairs/s, acquire p50 us" "$(json "$cr" pairs_per_s)" \
+    "$(json_p "$cr" acquire_us p50)" ""
+  row "    its longest acquire us (raw: the 4 threads' us per grant)" \
+    "$(json_p "$cr" acquire_us max)" \
+    "$(awk -v p="$(json "$cl" pairs_per_s)" 'BEGIN { print (p > 0) ? 1e6 / p : 0 }')" \
+    "~ 9 grants + its turn"
   printf '%s\n' "the SDK's own cost on the host CPU, outside the VM (tests/bench/sdk_microbench;" \
     "target: SDK beyond the backend's own work <= 150 ns per uncontended pair)"
   sed 's/^/  /' "$out/sdk_microbench.txt"
