@@ -323,7 +323,10 @@ void Client::Impl::OnSessionError(uint64_t gen, const Status& st) {
     session_ = nullptr;
     gen_.store(0, std::memory_order_release);
     last_error_ = st.message();
-    retired_ = StatsLocked();  // keep the counters of the connections that close now
+    // Keep the counters of the connections that close now. Only theirs: StatsLocked() would
+    // add the client-wide ones (renewals, losses, reconnects) and the earlier retired_ too,
+    // which Stats() adds again (each loss counted them once more: n losses read n + n(n-1)/2).
+    for (const auto& [tid, ch] : channels_) ch->AddStats(&retired_);
     for (auto& [tid, ch] : channels_) old.push_back(ch);
     channels_.clear();
     ++sessions_lost_;

@@ -746,3 +746,38 @@ TEST_CASE(
   CHECK(lock_async(3).ok());
   CHECK(lock_async(4).ok());
 }
+
+TEST_CASE(
+    "session keeping: the client-wide counters count each session loss, reconnect and renewal "
+    "once") {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 4;
+  fo.lease = 150ms;  // renewed about every 50 ms while held
+  testing::FakeLockd lockd(fo);
+  auto client = ConnectTo("counts", lockd.connector());
+  constexpr uint64_t kLosses = 3;
+  for (uint64_t i = 1; i <= kLosses; ++i) {
+    const uint64_t id = client->session_id();
+    {
+      auto h = client->LockSlot(1);
+      REQUIRE(h.ok());
+      std::this_thread::sleep_for(400ms);  // a few renewals of this session
+      REQUIRE(h->Release().ok());
+    }
+    const uint64_t renewals = client->Stats().renewals;
+    ClientTestPeer::FailSession(*client, "injected");
+    // The session's end moves the ended connections' counters aside; it must not count the
+    // client-wide ones (renewals, losses, reconnects) again.
+    const ClientStats after = client->Stats();
+    INFO("loss " << i << ": renewals " << renewals << " before the loss, " << after.renewals
+                 << " just after; sessions_lost " << after.sessions_lost);
+    CHECK(renewals >= 3);
+    CHECK(after.renewals == renewals);  // nothing is held: no renewal in between
+    CHECK(after.sessions_lost == i);
+    REQUIRE(WaitForNewSession(*client, id));
+    REQUIRE(WaitFor([&] { return client->Stats().reconnects == i; }));
+  }
+  const ClientStats st = client->Stats();
+  CHECK(st.sessions_lost == kLosses);
+  CHECK(st.reconnects == kLosses);
+}
