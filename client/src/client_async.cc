@@ -78,7 +78,7 @@ void Client::Impl::PumpLoop() {
     // Cohort handover (cohort.h), as for a blocking request: an exclusive request whose slot's
     // entry another of the client's requests owns is not issued; it waits in the cohort on a
     // waiter thread (a try-lock is busy at once). One that takes a free entry owns it.
-    std::vector<AsyncWait> waits;
+    std::vector<AsyncWait> queued;  // not issued: they wait in the cohort on a waiter thread
     std::vector<bool> owner;
     {
       std::vector<AsyncRequest> issue;
@@ -99,7 +99,7 @@ void Client::Impl::PumpLoop() {
                 AsyncWait w;
                 w.req = std::move(r);
                 w.cohort_queued = true;
-                waits.push_back(std::move(w));
+                queued.push_back(std::move(w));
               }
               continue;
           }
@@ -131,8 +131,7 @@ void Client::Impl::PumpLoop() {
       }
       ch.NotePending();
     }
-    std::vector<AsyncWait> queued = std::move(waits);  // the cohort's, behind the issued ones
-    waits.clear();
+    std::vector<AsyncWait> waits;  // issued, not granted at once
     if (!issued.ok()) {
       OnSessionError(sess.gen, issued.status());
       for (size_t i = 0; i < batch.size(); ++i) {

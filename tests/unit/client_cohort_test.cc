@@ -43,6 +43,9 @@ LockOptions Local(std::optional<std::chrono::milliseconds> timeout = std::nullop
   return lo;
 }
 
+// FETCH_AND_ADDs that acquired (a renewal is one on word1 too, and counted apart).
+uint64_t AcquiringFas(const ClientStats& s) { return s.fetch_add - s.renewals - s.renew_failures; }
+
 // Exclusive tickets issued on `slot` so far (word0's max_x).
 uint16_t TicketsIssued(testing::FakeLockd& lockd, uint64_t slot) {
   return proto::Word0::Decode(lockd.table().Load(slot, 0)).max_x;
@@ -131,8 +134,7 @@ TEST_CASE("cohort: local waiters are served in FIFO order, with no RDMA operatio
   CHECK(order == std::vector<int>{0, 1, 2, 3, 4});
   CHECK(after.local_handovers - before.local_handovers == kWaiters);
   // Handovers make no FETCH_AND_ADD (only the last release went to lockd: one CAS).
-  CHECK(after.fetch_add - after.renewals - after.renew_failures ==
-        before.fetch_add - before.renewals - before.renew_failures);
+  CHECK(AcquiringFas(after) == AcquiringFas(before));
   CHECK(ClientTestPeer::LocalWaiters(*c, 2) == 0);
   // The lock is free again, for anyone.
   auto again = c->TryLockSlot(2);
@@ -413,8 +415,7 @@ TEST_CASE(
   const ClientStats after = c->Stats();
   CHECK(errors.load() == 0);
   CHECK(after.local_handovers - before.local_handovers == kWaiters);
-  CHECK(after.fetch_add - after.renewals - after.renew_failures ==
-        before.fetch_add - before.renewals - before.renew_failures);
+  CHECK(AcquiringFas(after) == AcquiringFas(before));
   REQUIRE(tokens.size() == size_t{kWaiters});
   uint64_t last = first;
   for (uint64_t t : tokens) {
@@ -526,8 +527,7 @@ TEST_CASE("cohort: async requests on a lock the client holds are handed over, no
   CHECK(after.local_handovers - before.local_handovers == kRequests);
   CHECK(after.acquires - before.acquires == kRequests);
   // No FETCH_AND_ADD: every grant came from the holder's (only the last release went to lockd).
-  CHECK(after.fetch_add - after.renewals - after.renew_failures ==
-        before.fetch_add - before.renewals - before.renew_failures);
+  CHECK(AcquiringFas(after) == AcquiringFas(before));
   CHECK(ClientTestPeer::LocalWaiters(*c, 9) == 0);
   // Every request's budget unit came back (a handed-over grant brings its own).
   REQUIRE(WaitFor([&] { return ClientTestPeer::BudgetUnits(*c, 9) == 0; }));
@@ -566,8 +566,7 @@ TEST_CASE("cohort: an async request that owns the lock hands it to a blocking on
   CHECK(blocking_ok.load() == 1);
   CHECK(next.statuses.at(0).ok());
   CHECK(after.local_handovers - before.local_handovers == 2);
-  CHECK(after.fetch_add - after.renewals - after.renew_failures ==
-        before.fetch_add - before.renewals - before.renew_failures);
+  CHECK(AcquiringFas(after) == AcquiringFas(before));
   REQUIRE(WaitFor([&] { return ClientTestPeer::BudgetUnits(*c, 10) == 0; }));
 }
 
@@ -639,8 +638,7 @@ TEST_CASE("cohort: a set's exclusive grants are handed to local waiters at their
   CHECK(ok.load() == 2);
   CHECK(after.local_handovers - before.local_handovers == 2);
   // The waiters made no FETCH_AND_ADD: both grants came from the set's.
-  CHECK(after.fetch_add - after.renewals - after.renew_failures ==
-        before.fetch_add - before.renewals - before.renew_failures);
+  CHECK(AcquiringFas(after) == AcquiringFas(before));
   for (uint64_t slot : {13, 14, 15}) {
     CHECK(ClientTestPeer::LocalWaiters(*c, slot) == 0);
     CHECK(ClientTestPeer::BudgetUnits(*c, slot) == 0);
