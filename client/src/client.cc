@@ -259,6 +259,17 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
     auto local = impl_->CohortAcquire(&ch, slot, ao, options.auto_renew, &started, &owner);
     if (!local.ok() || local->valid()) return local;
   }
+  // A shared request joins the session's shared grant of the slot in-process when another of
+  // the client's threads holds one that readers may still join; if it owns the entry, its grant
+  // from lockd becomes one that later readers can join (cohort.h). Only auto-renewed requests:
+  // readers share one lease, which the keeper renews.
+  bool share = false;
+  if (cohort != nullptr && mode == Mode::kShared && options.auto_renew &&
+      impl_->options().auto_renew) {
+    auto joined = impl_->CohortShare(*ch, slot, &owner);
+    if (!joined.ok() || joined->valid()) return joined;
+    share = owner;
+  }
   const Session& sess = *ch->session;
   if (!impl_->budget_->Take(slot)) {
     if (owner) cohort->Leave(slot);
@@ -283,6 +294,7 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   // Lost already: the session ended while the grant was made (MakeHandle could not track it).
   // Read without the handle's mutex or a clock: the engine granted it within its lease.
   if (h.state_->ended.load(std::memory_order_acquire)) return EndedWhileGranted();
+  if (share) return impl_->ShareGrant(std::move(h), *ch);
   return h;
 }
 
@@ -385,7 +397,8 @@ Status Client::ReleaseMany(std::span<LockHandle> handles) {
     if (!h.state_) continue;
     locks.Lock(h.state_.get());
     h.state_->mu.AssertHeld();
-    if (ch.ok() && h.state_->state == LockState::kHeld &&
+    // A rider (a shared grant joined in-process, cohort.h) has no grant of its own to batch.
+    if (ch.ok() && h.state_->state == LockState::kHeld && !h.state_->carrier &&
         h.state_->ctx->session == (*ch)->session) {
       // A local waiter queued for this lock (cohort.h) is handed the grant in-process, as
       // LockHandle::Release does; the rest go to lockd together.

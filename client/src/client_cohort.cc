@@ -210,7 +210,9 @@ Result<LockHandle> Client::Impl::CohortAcquire(ThreadChannel** chp, uint64_t slo
 }
 
 bool Client::Impl::HandOver(LockHandle::State& s, ThreadChannel& c) {
-  if (!s.cohort) return false;
+  // A shared grant (a carrier's) is never handed to a waiter: the cohort's waiters are all
+  // exclusive, and they acquire from lockd once the carrier leaves the entry.
+  if (!s.cohort || s.grant.ticket.mode != Mode::kExclusive) return false;
   const uint64_t slot = s.grant.ticket.slot;
   CohortEntry& e = s.cohort->Entry(slot);
   // Nobody queued (the common case): one load, then the release goes to lockd.
@@ -242,6 +244,146 @@ bool Client::Impl::HandOver(LockHandle::State& s, ThreadChannel& c) {
   w->cv.Signal();  // under mu: w lives on its thread's stack until it sees the outcome
   ++c.local_handovers;
   return true;
+}
+
+namespace {
+
+// A rider's state on `ch` (cohort.h): no grant of its own, no budget unit, never linked; its
+// `grant` is the carrier's ticket and lease start (for slot() and mode()), without a token.
+std::shared_ptr<LockHandle::State> RiderState(ThreadChannel& ch) NO_THREAD_SAFETY_ANALYSIS {
+  auto r = std::allocate_shared<LockHandle::State>(sdk::StateAllocator<LockHandle::State>());
+  r->ctx = ch.grants;
+  r->settled = true;
+  return r;
+}
+
+// Links rider `r` into carrier `c`'s list, with the entry's mu held.
+void LinkRider(LockHandle::State& c, LockHandle::State& r) NO_THREAD_SAFETY_ANALYSIS {
+  r.rider_prev = nullptr;
+  r.rider_next = c.riders;
+  if (c.riders != nullptr) c.riders->rider_prev = &r;
+  c.riders = &r;
+  r.rider_linked = true;
+}
+
+// The rider's copy of the carrier's grant (read under the carrier's mu, written under the
+// rider's, never both held).
+void SetRiderGrant(LockHandle::State& r, Grant g) NO_THREAD_SAFETY_ANALYSIS {
+  g.token = 0;  // shared grants carry no fencing token
+  MutexLock lk(&r.mu);
+  r.grant = g;
+}
+
+}  // namespace
+
+Result<LockHandle> Client::Impl::CohortShare(ThreadChannel& ch, uint64_t slot, bool* owner) {
+  CohortTable& table = *cohort_;
+  *owner = false;
+  switch (table.TryOwn(slot)) {
+    case CohortTable::Join::kOwner:
+      *owner = true;
+      return LockHandle();
+    case CohortTable::Join::kBypass:
+      return LockHandle();
+    case CohortTable::Join::kQueued:
+      break;
+  }
+  CohortEntry& e = table.Entry(slot);
+  std::shared_ptr<LockHandle::State> rider = RiderState(ch);
+  std::shared_ptr<LockHandle::State> carrier;
+  {
+    MutexLock lk(&e.mu);
+    LockHandle::State* c = e.carrier;
+    // Only while no exclusive request of this client queues in the entry, and a bounded number
+    // of times per remote grant (kMaxSharedJoins): other sessions' writers queue at lockd.
+    if (c == nullptr || e.joins >= sdk::kMaxSharedJoins ||
+        (e.word.load(std::memory_order_relaxed) & CohortEntry::kContended) != 0 ||
+        c->ctx->session != ch.session) {
+      return LockHandle();
+    }
+    carrier = c->shared_from_this();  // alive: a rider refers to it while it is the entry's
+    ++e.joins;
+    rider->carrier = carrier;
+    LinkRider(*carrier, *rider);
+  }
+  // The carrier's grant must still hold for a while: never join a lease that ran out (the
+  // keeper may not have noticed yet). Otherwise leave again (releasing the grant if this was
+  // its last reader) and acquire from lockd.
+  Grant g;
+  bool live = false;
+  const Clock::time_point now = Clock::now();
+  {
+    MutexLock lk(&carrier->mu);
+    live = carrier->state == LockState::kHeld &&
+           carrier->ctx->session->engine->LeaseValid(carrier->grant, now);
+    g = carrier->grant;
+  }
+  SetRiderGrant(*rider, g);
+  if (!live) {
+    (void)LockHandle(std::move(rider)).Release();
+    return LockHandle();
+  }
+  ++ch.acquires;
+  ++ch.local_shares;
+  ch.latency.Add(Clock::duration::zero());  // granted in-process, at once
+  TestHook("shared");
+  return LockHandle(std::move(rider));
+}
+
+LockHandle Client::Impl::ShareGrant(LockHandle h, ThreadChannel& ch) {
+  std::shared_ptr<LockHandle::State> carrier = std::move(h.state_);
+  std::shared_ptr<LockHandle::State> rider = RiderState(ch);
+  Grant g;
+  {
+    MutexLock lk(&carrier->mu);
+    // Lost already (the session ended): it left the entry; the caller sees the loss.
+    if (carrier->state != LockState::kHeld || carrier->cohort == nullptr) {
+      return LockHandle(std::move(carrier));
+    }
+    carrier->shares = true;
+    // The keeper's and a session's end's report of the carrier's loss reaches every rider.
+    carrier->on_lost = [weak = std::weak_ptr<LockHandle::State>(carrier)](const Status& why) {
+      if (auto c = weak.lock()) ReportRidersLost(c, why);
+    };
+    g = carrier->grant;
+    CohortEntry& e = carrier->cohort->Entry(g.ticket.slot);
+    MutexLock el(&e.mu);
+    e.carrier = carrier.get();
+    e.joins = 0;
+    rider->carrier = carrier;
+    LinkRider(*carrier, *rider);
+  }
+  SetRiderGrant(*rider, g);
+  return LockHandle(std::move(rider));
+}
+
+void Client::Impl::ReportRidersLost(const std::shared_ptr<LockHandle::State>& carrier,
+                                    const Status& why) NO_THREAD_SAFETY_ANALYSIS {
+  std::vector<std::shared_ptr<LockHandle::State>> riders;
+  {
+    CohortEntry& e = carrier->ctx->cohort->Entry(carrier->ticket().slot);
+    MutexLock el(&e.mu);
+    if (e.carrier == carrier.get()) e.carrier = nullptr;  // no reader joins a lost grant
+    for (LockHandle::State* r = std::exchange(carrier->riders, nullptr); r != nullptr;) {
+      LockHandle::State* next = r->rider_next;
+      r->rider_prev = r->rider_next = nullptr;
+      r->rider_linked = false;
+      // A linked rider is held, so its handle (a reference) still lives; lock() is for safety.
+      if (auto sp = r->weak_from_this().lock()) riders.push_back(std::move(sp));
+      r = next;
+    }
+  }
+  std::vector<std::function<void(const Status&)>> notify;
+  for (auto& r : riders) {
+    MutexLock lk(&r->mu);
+    if (r->state != LockState::kHeld) continue;  // released meanwhile
+    r->SetState(LockState::kLost);
+    if (!r->lost_reported) {
+      r->lost_reported = true;
+      if (r->on_lost) notify.push_back(r->on_lost);
+    }
+  }
+  for (auto& f : notify) f(why);
 }
 
 }  // namespace rdmalock

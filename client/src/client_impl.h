@@ -22,6 +22,8 @@
 //   LockHandle::State::mu  ->  sdk::CohortEntry::mu  ->  HeldList::mu_ (cohort handover,
 //   cohort.h; an entry's mu is never held with a ThreadChannel::mu or Impl::mu_).
 //   Impl::async_mu_ is never held with any other (it guards queues only).
+//   A shared grant's rider and carrier (cohort.h): their State::mu are never held together;
+//   the entry's mu, taken under either, guards the carrier's list of riders.
 // The lock path (Lock, LockSlot, Release of an uncontended grant) takes only the calling
 // thread's channel mutex, the handle's own and its channel's HeldList: nothing client-wide
 // (issue 19). EntryPool and SlotBudget are lock-free, and so is the cohort table for a request
@@ -188,6 +190,7 @@ struct ThreadChannel {
   EngineEvents events;
   Counter acquires, releases, timeouts, lost, unrecorded, batches;
   Counter local_handovers;  // grants this channel's thread handed to another of the client's
+  Counter local_shares;     // shared requests of this channel that joined a carrier in-process
   LatencyCounters latency;  // of the grants made on this channel
 
   // Reaps the posted release, if any.
@@ -235,7 +238,10 @@ struct [[gnu::visibility("hidden")]] LockHandle::State
     if (ctx && held_linked.load(std::memory_order_acquire)) ctx->held->Unlink(this);
     // Still the cohort entry's owner (never left kHeld): pass the entry on. Not in a forked
     // child, whose entry mutexes may have been held by the parent's threads.
-    if (cohort && !inherited()) cohort->Leave(grant.ticket.slot);
+    if (cohort && !inherited()) {
+      if (shares) cohort->Unshare(grant.ticket.slot, this);
+      cohort->Leave(grant.ticket.slot);
+    }
   }
   // Constant after construction.
   // fork_guard::Generation() when granted: in a forked child the handle is inert (its mutex may
@@ -278,6 +284,20 @@ struct [[gnu::visibility("hidden")]] LockHandle::State
   // state's, set before it is queued; a grant from lockd has one iff it was wanted.
   bool wants_token GUARDED_BY(mu) = false;
 
+  // Shared grants through the cohort (cohort.h, Client::Impl::CohortShare). A *rider* is a
+  // reader's handle state: it holds no grant of its own (its `grant` is a copy for slot() and
+  // mode(), settled, never linked) and refers to the carrier, whose grant the keeper renews.
+  // `carrier` is set before the rider is published and constant after.
+  std::shared_ptr<State> carrier;
+  // A rider's links in its carrier's `riders` list, and a carrier's list: guarded by the
+  // carrier's slot's cohort entry mutex (CohortEntry::mu; the analysis cannot name it).
+  State* rider_prev = nullptr;
+  State* rider_next = nullptr;
+  bool rider_linked = false;
+  State* riders = nullptr;
+  // This state is a carrier (set before it is published, constant after).
+  bool shares = false;
+
   // The grant's ticket: written once, before the handle exists (MakeHandle), never after (a
   // renewal moves the lease, not the ticket), so it is read without mu (LockHandle::slot, mode).
   const Ticket& ticket() const NO_THREAD_SAFETY_ANALYSIS { return grant.ticket; }
@@ -288,8 +308,13 @@ struct [[gnu::visibility("hidden")]] LockHandle::State
       ended.store(true, std::memory_order_release);
       Settle();
       if (ctx) ctx->held->Unlink(this);  // nothing to renew or report any more
-      // Released to lockd, or lost: the next local waiter (if any) goes to lockd itself.
-      if (cohort) std::exchange(cohort, nullptr)->Leave(grant.ticket.slot);
+      // Released to lockd, or lost: the next local waiter (if any) goes to lockd itself; no
+      // reader joins a carrier's grant from now on.
+      if (cohort) {
+        sdk::CohortTable* t = std::exchange(cohort, nullptr);
+        if (shares) t->Unshare(grant.ticket.slot, this);
+        t->Leave(grant.ticket.slot);
+      }
     }
   }
   void Settle() REQUIRES(mu) {
@@ -406,6 +431,20 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // it has had fewer than kMaxLocalHandovers local handovers. True if it did: `s` no longer owns
   // the grant (or the entry, or a budget unit); the caller marks it released.
   bool HandOver(LockHandle::State & s, ThreadChannel & c) REQUIRES(s.mu);
+  // A shared, auto-renewed request's turn in the cohort (cohort.h): a rider handle that joined
+  // the session's shared grant of `slot` in-process; an empty handle with *owner set (the caller
+  // owns the entry: acquire from lockd, then ShareGrant), or with *owner clear (acquire from
+  // lockd outside the cohort: the entry is another slot's, an exclusive request holds it or
+  // queues in it, the grant had its kMaxSharedJoins joins, or its lease ran out).
+  Result<LockHandle> CohortShare(ThreadChannel & ch, uint64_t slot, bool* owner) EXCLUDES(mu_);
+  // The entry owner's shared grant from lockd, `h` (made by MakeHandle with the cohort), becomes
+  // the entry's carrier; the caller gets a rider on it. A handle lost already is returned as is.
+  LockHandle ShareGrant(LockHandle h, ThreadChannel & ch) EXCLUDES(mu_);
+  // A carrier's grant was lost: every rider on it is marked lost and told (its OnLost), with no
+  // mutex held while the callbacks run. The carrier's loss callback; also called by a rider's
+  // Renew that found the lock lost.
+  static void ReportRidersLost(const std::shared_ptr<LockHandle::State>& carrier,
+                               const Status& why);
 
   // ---- The reaper (client_reaper.cc)
   // A thread posted a release: make sure the reaper thread ticks fast enough to reap it if the
@@ -522,6 +561,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
   const uint64_t fork_gen_ = fork_guard::Generation();  // see inherited()
   // Set before the client is used from other threads (ClientTestPeer::SetTestHook).
   std::function<void(std::string_view)> test_hook_;
+  std::atomic<bool> renewals_paused_{false};  // ClientTestPeer::PauseRenewals
 
   // ---- Atomics, any thread
   std::atomic<uint64_t> gen_{0};  // the current session's gen; 0 while there is none

@@ -208,6 +208,7 @@ bool Client::Impl::Reconnect(std::chrono::milliseconds* backoff) {
 }
 
 void Client::Impl::RenewDue(ThreadChannel& c, std::chrono::nanoseconds lease) {
+  if (renewals_paused_.load(std::memory_order_relaxed)) return;  // a test stalls the renewer
   // The grants held on the current session's channels (each channel's HeldList).
   std::vector<std::shared_ptr<sdk::HeldList>> lists;
   {

@@ -24,7 +24,7 @@ constexpr uint64_t ClientStats::*kCounters[] = {
     &ClientStats::sessions_lost,   &ClientStats::reconnects,
     &ClientStats::unrecorded,      &ClientStats::batches,
     &ClientStats::batch_fallbacks, &ClientStats::deferred_releases,
-    &ClientStats::local_handovers,
+    &ClientStats::local_handovers, &ClientStats::local_shares,
 };
 // A counter added to ClientStats but not to kCounters would go unsummed.
 static_assert(sizeof(ClientStats) ==
@@ -97,6 +97,7 @@ void ThreadChannel::AddStats(ClientStats* out) const {
   s.batch_fallbacks = events.batch_fallbacks.get();
   s.batches = batches.get();
   s.local_handovers = local_handovers.get();
+  s.local_shares = local_shares.get();
   sdk::AddStats(s, out);
 }
 

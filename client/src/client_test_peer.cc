@@ -9,6 +9,10 @@ void ClientTestPeer::SetTestHook(Client& c, std::function<void(std::string_view)
   c.impl_->test_hook_ = std::move(fn);
 }
 
+void ClientTestPeer::PauseRenewals(Client& c, bool paused) {
+  c.impl_->renewals_paused_.store(paused, std::memory_order_relaxed);
+}
+
 void ClientTestPeer::FailSession(Client& c, const std::string& why) {
   if (auto s = c.impl_->session()) {
     c.impl_->OnSessionError(s->gen, Error(ErrorCode::kConnection, why));

@@ -22,7 +22,11 @@ class ClientTestPeer {
   // Test hooks: named points the SDK calls `fn` at (Client::Impl::TestHook), on the thread that
   // passes them:
   //   "granted": an acquire (Lock, LockMany, async) was granted; its handle is not made yet.
+  //   "shared": a shared request joined another thread's shared grant in-process (cohort.h).
   static void SetTestHook(Client& c, std::function<void(std::string_view point)> fn);
+  // While set, the keeper renews nothing (its heartbeats go on): leases run out as they would
+  // behind a stuck renewer.
+  static void PauseRenewals(Client& c, bool paused);
   // Ends the current session as a connection error found by any thread would.
   static void FailSession(Client& c, const std::string& why);
   // A client whose every connection is made by `connector` (a test lockd over the in-process

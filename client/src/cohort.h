@@ -13,8 +13,17 @@
 // the entry's owner and acquires from lockd). Async requests (Client::LockSlotAsync) join on
 // the pump and wait in the cohort on an async waiter thread (Client::Impl::CohortWait). A set
 // (Client::LockManySlots) waits only at lockd; its exclusive grants take their free entries once
-// granted and are handed over at release. Shared requests go to lockd as before and queue there
-// behind the cohort's grant.
+// granted and are handed over at release.
+//
+// Shared requests (blocking, auto-renewed; Client::Impl::CohortShare): one that finds its entry
+// free owns it and acquires a shared grant from lockd; that grant goes into an internal
+// *carrier* state (linked and renewed like any grant) and the caller gets a *rider* state that
+// refers to it. A later shared request of the same session whose entry has a carrier joins it
+// in-process (another rider, no RDMA operation), while no exclusive request of this client
+// queues in the entry (kContended) and at most kMaxSharedJoins times per remote grant; else it
+// goes to lockd as before. The last rider to leave releases the carrier's grant to lockd, which
+// passes the entry on (an exclusive waiter acquires from lockd: a shared grant is never handed
+// to one). A carrier lost (lease, session) reports the loss to every rider.
 //
 // The table: kBuckets entries, one per bucket (slot mod kBuckets). An entry's `word` is 0 when no
 // thread of this client holds or acquires a slot of its bucket through the cohort, else
@@ -60,6 +69,13 @@ struct Session;
 inline constexpr uint32_t kMaxLocalHandovers = 8;
 static_assert(kMaxLocalHandovers >= 1 && kMaxLocalHandovers <= 64,
               "the bound must let some local handover happen and keep other sessions' waits short");
+// At most this many readers join one shared remote grant in-process (the reader that acquired
+// it not counted); later ones go to lockd, where they queue behind any exclusive request of
+// another session that queued meanwhile. Without a bound, overlapping readers of one client
+// would keep the grant for ever and starve the other sessions' writers.
+inline constexpr uint32_t kMaxSharedJoins = 8;
+static_assert(kMaxSharedJoins >= 1 && kMaxSharedJoins <= 64,
+              "the bound must let some readers join and keep other sessions' writers' waits short");
 // The k-th handover's holder gets the remote grant's token with k in its low bits.
 static_assert(kMaxLocalHandovers <= proto::kTokenLocalMax,
               "every local handover of one grant needs its own fencing token");
@@ -86,6 +102,12 @@ struct alignas(64) CohortEntry {
   Mutex mu;
   CohortWaiter* head GUARDED_BY(mu) = nullptr;
   CohortWaiter* tail GUARDED_BY(mu) = nullptr;
+  // Shared requests (Client::Impl::CohortShare): the state that carries the session's shared
+  // grant of the entry's slot while readers may join it, else null. Set only by the entry's
+  // owner; cleared when its last reader leaves or it leaves kHeld. Non-null implies the carrier
+  // has a reader, whose reference keeps it alive. Its readers are the carrier's `riders` list.
+  LockHandle::State* carrier GUARDED_BY(mu) = nullptr;
+  uint32_t joins GUARDED_BY(mu) = 0;  // readers that joined the carrier's grant so far
 };
 
 class CohortTable {
@@ -132,6 +154,12 @@ class CohortTable {
   // The owner of `slot`'s entry gives it up without handing a grant over: the first waiter, if
   // any, becomes the owner (kRemote) and acquires from lockd; else the entry is free.
   void Leave(uint64_t slot) NO_THREAD_SAFETY_ANALYSIS;
+  // `carrier` (a shared grant's state, cohort.h) leaves kHeld: no reader joins it from now on.
+  void Unshare(uint64_t slot, const LockHandle::State* carrier) NO_THREAD_SAFETY_ANALYSIS {
+    CohortEntry& e = Entry(slot);
+    MutexLock lk(&e.mu);
+    if (e.carrier == carrier) e.carrier = nullptr;
+  }
   // For a handover, with the entry's mu held: the first waiter, taken out of the queue (with
   // kContended cleared if it was the last), or null if none.
   static CohortWaiter* Pop(CohortEntry& e, uint64_t slot) REQUIRES(e.mu);

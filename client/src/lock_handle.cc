@@ -77,6 +77,19 @@ LockMode LockHandle::mode() const {
 LockState LockHandle::state() const {
   if (!state_) return LockState::kReleased;
   if (state_->inherited()) return LockState::kLost;  // a forked child holds nothing
+  if (const auto& c = state_->carrier) {
+    // A rider (cohort.h): held while its carrier's grant is. The two mutexes one after the
+    // other, never together.
+    {
+      MutexLock lk(&state_->mu);
+      if (state_->state != LockState::kHeld) return state_->state;
+    }
+    MutexLock lk(&c->mu);
+    return c->state == LockState::kHeld &&
+                   c->ctx->session->engine->LeaseValid(c->grant, Clock::now())
+               ? LockState::kHeld
+               : LockState::kLost;
+  }
   MutexLock lk(&state_->mu);
   if (state_->state == LockState::kHeld &&
       !state_->ctx->session->engine->LeaseValid(state_->grant, Clock::now())) {
@@ -91,9 +104,11 @@ uint64_t LockHandle::fencing_token() const {
 }
 std::chrono::steady_clock::time_point LockHandle::lease_expiry() const {
   if (!state_ || state_->inherited()) return {};
-  MutexLock lk(&state_->mu);
-  const auto end = state_->grant.lease_start + state_->ctx->session->engine->params().lease;
-  if (const auto* t = state_->ctx->session->engine->params().trusted_until; t != nullptr) {
+  // A rider's lease is its carrier's (the grant the keeper renews).
+  LockHandle::State* g = state_->carrier ? state_->carrier.get() : state_.get();
+  MutexLock lk(&g->mu);
+  const auto end = g->grant.lease_start + g->ctx->session->engine->params().lease;
+  if (const auto* t = g->ctx->session->engine->params().trusted_until; t != nullptr) {
     // A cluster-mode lockd not seen alive: no lease lasts past that (issue 16, finding 4).
     const auto trusted = Clock::time_point(Clock::duration(t->load()));
     return std::min(end, trusted);
@@ -120,7 +135,46 @@ Status LockHandle::Release() {
 
 namespace {
 
+// A rider (cohort.h) leaves its carrier's grant; the last one to leave releases the grant to
+// lockd (ReleaseHeld on the carrier: the cohort entry passes on). A rider holds nothing remote
+// of its own, so its release never fails but for the carrier's.
+Status ReleaseRider(LockHandle::State& r, Client::Impl* impl) NO_THREAD_SAFETY_ANALYSIS {
+  {
+    MutexLock lk(&r.mu);
+    if (r.state == LockState::kReleased) return Error(ErrorCode::kNotHeld, "lock already released");
+    if (r.state == LockState::kLost) {
+      return Error(ErrorCode::kLockLost, "lock was lost; nothing to release");
+    }
+    r.SetState(LockState::kReleased);
+  }
+  LockHandle::State& c = *r.carrier;
+  bool last = false;
+  {
+    sdk::CohortEntry& e = c.ctx->cohort->Entry(c.ticket().slot);
+    MutexLock el(&e.mu);
+    if (r.rider_linked) {
+      (r.rider_prev != nullptr ? r.rider_prev->rider_next : c.riders) = r.rider_next;
+      if (r.rider_next != nullptr) r.rider_next->rider_prev = r.rider_prev;
+      r.rider_prev = r.rider_next = nullptr;
+      r.rider_linked = false;
+    }
+    // The last reader: nobody joins from now on (a carrier lost already has no list either;
+    // its release below then says so).
+    last = c.riders == nullptr;
+    if (last && e.carrier == &c) e.carrier = nullptr;
+  }
+  if (!last) return Status();
+  Status st = ReleaseHeld(c, impl);
+  if (!st.ok()) {
+    MutexLock lk(&r.mu);
+    r.state = LockState::kLost;  // ended already (kReleased above)
+    r.lost_reported = true;
+  }
+  return st;
+}
+
 Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
+  if (s.carrier) return ReleaseRider(s, impl);
   auto* state_ = &s;
   // The calling thread's connection first, before the handle's mutex: a thread with none joins
   // the session, and a join that fails ends it, whose EndLeases takes every handle's mutex (this
@@ -171,26 +225,37 @@ Status LockHandle::Renew() {
   if (state_->inherited()) return Client::Impl::InheritedError();
   auto impl = state_->ctx->client.lock();
   if (!impl) return Error(ErrorCode::kConnection, "client closed");
+  // A rider (cohort.h) renews its carrier's grant, the one lease all its readers share; if that
+  // finds the lock lost, every reader is told.
+  const std::shared_ptr<State>& carrier = state_->carrier;
+  if (carrier) {
+    MutexLock lk(&state_->mu);
+    if (state_->state != LockState::kHeld) return Error(ErrorCode::kNotHeld, "lock is not held");
+  }
+  State* const s = carrier ? carrier.get() : state_.get();
   Status st;
   // The connection before the handle's mutex, as in ReleaseHeld (a failed join ends the session,
   // and ending it takes this handle's mutex).
   auto chr = impl->Channel(Clock::now());
   {
-    MutexLock lk(&state_->mu);
-    if (state_->state != LockState::kHeld) return Error(ErrorCode::kNotHeld, "lock is not held");
-    RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, std::move(chr));
-    if (ch->session != state_->ctx->session) {
-      state_->SetState(LockState::kLost);
-      return Error(ErrorCode::kLockLost, "session with lockd ended; lock lost");
+    MutexLock lk(&s->mu);
+    if (s->state != LockState::kHeld) {
+      return carrier ? Error(ErrorCode::kLockLost, "lock was lost")
+                     : Error(ErrorCode::kNotHeld, "lock is not held");
     }
-    {
+    RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, std::move(chr));
+    if (ch->session != s->ctx->session) {
+      st = Error(ErrorCode::kLockLost, "session with lockd ended; lock lost");
+    } else {
       MutexLock clk(&ch->mu);
       st = ch->Reap();
-      if (st.ok()) st = state_->ctx->session->engine->Renew(*ch->mem, state_->grant, &ch->events);
+      if (st.ok()) st = s->ctx->session->engine->Renew(*ch->mem, s->grant, &ch->events);
     }
-    if (st.code() == ErrorCode::kLockLost) state_->SetState(LockState::kLost);
+    if (st.code() == ErrorCode::kLockLost) s->SetState(LockState::kLost);
   }
-  if (st.code() == ErrorCode::kConnection) impl->OnSessionError(state_->ctx->session->gen, st);
+  // The carrier is unlinked now, so no session's end reports it: tell its readers here.
+  if (carrier && st.code() == ErrorCode::kLockLost) Client::Impl::ReportRidersLost(carrier, st);
+  if (st.code() == ErrorCode::kConnection) impl->OnSessionError(s->ctx->session->gen, st);
   return st;
 }
 

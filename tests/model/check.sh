@@ -5,7 +5,10 @@
 # a ticket released twice (either half of FreeRecord's fix taken out); cohort.pml (cohort
 # handover among a client's threads, with fencing tokens) exhaustively, plus two runs that must
 # find a violation: one without the bound (the bypass it prevents) and one without the
-# handover's number in a local holder's token (a token no larger than the last); and
+# handover's number in a local holder's token (a token no larger than the last);
+# cohort_shared.pml (readers of a client joining one shared grant, among its writers and another
+# session's) exhaustively, plus two runs that must find a violation: a shared grant handed to a
+# writer, and joins without their bound; and
 # stale_entry.pml (exclusive releases without a done mark: entries tagged with the generation)
 # exhaustively, plus three runs that must find lockd releasing a live session's grant: without
 # the generation check, with a generation newer than word1's, and with word1 read before word0.
@@ -76,6 +79,8 @@ start cohort.pml "cohort: 3 threads + 1, no timeouts" exhaustive 3 -DNT=3 -DROUN
 start cohort.pml "cohort: 3 threads + 1, 2 rounds" bitstate 1 -DNT=3 -DROUNDS=2 -DTOKENS=0
 start cohort.pml "cohort tokens: 2 threads + 1, 2 rounds" exhaustive 2 -DNT=2 -DROUNDS=2
 start cohort.pml "cohort tokens: 3 threads + 1, 1 round" exhaustive 2 -DNT=3 -DROUNDS=1
+start cohort_shared.pml "cohort shared: 2 readers, 1 writer + 1" exhaustive 1 -DNR=2 -DNW=1 -DROUNDS=2
+start cohort_shared.pml "cohort shared: 3 readers, 2 writers + 1" exhaustive 1 -DNR=3 -DNW=2 -DROUNDS=1
 start stale_entry.pml "stale entries: 2 sessions, 2 rounds" exhaustive 1 -DNS=2 -DROUNDS=2
 start stale_entry.pml "stale entries: 3 sessions, 1 round" exhaustive 1 -DNS=3 -DROUNDS=1
 wait
@@ -111,6 +116,17 @@ must_find cohort.pml nolocal 'assertion violated.*last_tok' \
   "model cohort: tokens without the handover's number  exhaustive finds the repeat: ok" \
   "model cohort: tokens without the handover's number, no repeat was found: the property checks nothing" \
   -DNT=2 -DROUNDS=2 -DNOLOCAL=1
+# cohort_shared.pml: a shared grant handed to a waiting writer as an exclusive one would be: a
+# writer beside a reader.
+must_find cohort_shared.pml handshared 'assertion violated ((writers_in' \
+  "model cohort shared: a shared grant handed to a writer  exhaustive finds a writer beside a reader: ok" \
+  "model cohort shared: a shared grant handed to a writer, no writer beside a reader was found: the property checks nothing" \
+  -DNR=2 -DNW=1 -DROUNDS=2 -DHANDSHARED=1
+# Without the join bound: another session's writer bypassed by more than JMAX joins.
+must_find cohort_shared.pml nojoinbound 'assertion violated (b_joins' \
+  "model cohort shared: without the join bound      exhaustive finds the bypass: ok" \
+  "model cohort shared: without the join bound, no bypass was found: the property checks nothing" \
+  -DNR=3 -DNW=1 -DROUNDS=1 -DNOJOINBOUND=1
 # records.pml with either half of FreeRecord's fix taken out: a ticket released twice
 # (docs/protocol.md section 9 says spin finds it; these runs keep that true).
 twice='assertion violated.*released\['

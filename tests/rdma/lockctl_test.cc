@@ -127,7 +127,10 @@ TEST_CASE("lockctl acquire holds the lock while the command runs") {
 }
 
 TEST_CASE("lockctl acquire terminates its command when the lock is lost, and exits 76") {
-  Lockd lockd(7624, 64, 500);
+  // While lockctl is stopped its supervisor follows the lease: SIGTERM a third of a lease before
+  // it ends, SIGKILL a tenth before. With a 500 ms lease the trap had 117 ms to write its file,
+  // and under TCG it once did not (the test read nothing): a 2 s lease gives it 467 ms.
+  Lockd lockd(7624, 64, 2000);
   const std::string dir = TempDir();
   const std::string port = std::to_string(lockd.port());
   const std::string script = "trap 'echo terminated > " + dir + "/term; exit 0' TERM; touch " +

@@ -43,13 +43,17 @@ struct Shadow {
   uint64_t last_token = 0;
 };
 
-// The workload: kClients clients of `threads` threads each on `lock_count` locks. Exclusive
+// The workload: kClients clients of `threads` threads each on `lock_count` locks, `shared_share`
+// of the requests (out of 4) shared (blocking ones join a reader of their client in-process when
+// they can: a rider on its carrier, client/src/cohort.h; the shadow table checks them too).
+// Exclusive
 // requests want a fencing token unless `local_share` of them (out of 4) may be handed over
 // between threads of one client (cohort handover, client/src/cohort.h): their tokens are 0 and
 // not checked, and the shadow table checks them like any other holder. `async_share` of them
 // (out of 4) are made with LockSlotAsync (the pump and its waiter threads, also through the
 // cohort) and waited for, so that the async path meets the same faults.
-void RunStress(uint64_t lock_count, int threads_per_client, int local_share, int async_share) {
+void RunStress(uint64_t lock_count, int threads_per_client, int local_share, int async_share,
+               int shared_share) {
   testing::FakeLockd::Options fo;
   fo.lock_count = lock_count;
   fo.lease = 300ms;
@@ -115,7 +119,8 @@ void RunStress(uint64_t lock_count, int threads_per_client, int local_share, int
         Client& client = *clients[c];
         for (int i = 0; i < ops; ++i) {
           const uint64_t slot = rng() % fo.lock_count;
-          const LockMode mode = rng() % 4 == 0 ? LockMode::kShared : LockMode::kExclusive;
+          const LockMode mode =
+              static_cast<int>(rng() % 4) < shared_share ? LockMode::kShared : LockMode::kExclusive;
           LockOptions lo;
           lo.mode = mode;
           lo.fencing_token = local_share == 0 || static_cast<int>(rng() % 4) >= local_share;
@@ -198,11 +203,12 @@ void RunStress(uint64_t lock_count, int threads_per_client, int local_share, int
       CHECK(WaitFor([&] { return ClientTestPeer::BudgetUnits(*c, slot) == 0; }));
     }
   }
-  uint64_t sessions_lost = 0, local_handovers = 0;
+  uint64_t sessions_lost = 0, local_handovers = 0, local_shares = 0;
   for (auto& c : clients) {
     const ClientStats st = c->Stats();
     sessions_lost += st.sessions_lost;
     local_handovers += st.local_handovers;
+    local_shares += st.local_shares;
   }
   clients.clear();
   WARN("SDK stress: " << grants.load() << " grants checked, " << lost.load() << " lost before use, "
@@ -210,23 +216,34 @@ void RunStress(uint64_t lock_count, int threads_per_client, int local_share, int
                       << " sessions lost; fake lockd ended " << lockd.ended_at_once()
                       << " sessions at once and " << lockd.ended_after_lease()
                       << " after a lease, released " << lockd.released_for_dead()
-                      << " tickets for them; " << local_handovers << " local handovers");
+                      << " tickets for them; " << local_handovers << " local handovers, "
+                      << local_shares << " shared grants joined in-process");
   INFO(first_violation);
   CHECK(violations.load() == 0);
   CHECK(token_violations.load() == 0);
   CHECK(errors.load() == 0);
   CHECK(grants.load() > static_cast<uint64_t>(ops));
   CHECK(sessions_lost > 0);
-  if (local_share > 0) CHECK(local_handovers > 0);  // the cohort was exercised under the faults
+  if (local_share > 0) {
+    CHECK(local_handovers > 0);  // the cohort was exercised under the faults
+    CHECK(local_shares > 0);     // and readers joined one another's shared grants
+  }
 }
 
 }  // namespace
 
 TEST_CASE("SDK stress: sessions fenced, connections broken, pauses; never two believing holders") {
-  RunStress(/*lock_count=*/6, /*threads_per_client=*/3, /*local_share=*/0, /*async_share=*/0);
+  RunStress(/*lock_count=*/6, /*threads_per_client=*/3, /*local_share=*/0, /*async_share=*/0,
+            /*shared_share=*/1);
 }
 
 TEST_CASE(
     "SDK stress: several threads per client on two locks, handed over in-process, some async") {
-  RunStress(/*lock_count=*/2, /*threads_per_client=*/5, /*local_share=*/3, /*async_share=*/1);
+  RunStress(/*lock_count=*/2, /*threads_per_client=*/5, /*local_share=*/3, /*async_share=*/1,
+            /*shared_share=*/2);
+}
+
+TEST_CASE("SDK stress: readers of one client join one another's shared grants, among writers") {
+  RunStress(/*lock_count=*/2, /*threads_per_client=*/4, /*local_share=*/3, /*async_share=*/0,
+            /*shared_share=*/3);
 }
