@@ -396,11 +396,65 @@ TEST_CASE("cohort on rdma_rxe: async requests and a set's grant are handed over 
   CHECK(b->TryLockSlot(6).ok());
 }
 
+TEST_CASE("cohort on rdma_rxe: readers of one client share one shared grant in-process") {
+  Lockd lockd(7649, 64);
+  auto a = MustConnect(lockd);
+  auto b = MustConnect(lockd);
+  auto acquiring_fas = [&] {
+    const ClientStats s = a->Stats();
+    return s.fetch_add - s.renewals - s.renew_failures;
+  };
+  auto first = a->LockSlot(3, {.mode = LockMode::kShared});
+  REQUIRE(first.ok());
+  const ClientStats before = a->Stats();
+  const uint64_t fas = acquiring_fas();
+  // Four more threads of the client read the lock: they join the client's grant, no FA.
+  std::mutex mu;
+  std::vector<LockHandle> readers;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      auto h = a->LockSlot(3, {.mode = LockMode::kShared, .timeout = 20000ms});
+      std::lock_guard lk(mu);
+      if (h.ok()) readers.push_back(std::move(*h));
+    });
+  }
+  for (auto& t : threads) t.join();
+  REQUIRE(readers.size() == 4);
+  CHECK(a->Stats().local_shares - before.local_shares == 4);
+  CHECK(acquiring_fas() == fas);
+  auto st = a->Inspect(3);
+  REQUIRE(st.ok());
+  CHECK(st->shared_holders == 1);  // one shared grant at lockd for all five readers
+  // Another client's writer waits until the last of them leaves.
+  std::atomic<bool> granted{false};
+  Status wrote;
+  std::thread writer([&] {
+    auto h = b->LockSlot(3, {.timeout = 20000ms});
+    granted = h.ok();
+    wrote = h.ok() ? h->Release() : h.status();
+  });
+  std::this_thread::sleep_for(300ms);
+  CHECK_FALSE(granted.load());
+  REQUIRE(first->Release().ok());
+  for (int i = 0; i < 3; ++i) REQUIRE(readers[i].Release().ok());
+  std::this_thread::sleep_for(300ms);
+  CHECK_FALSE(granted.load());  // one reader left: the grant is still held
+  CHECK(readers[3].state() == LockState::kHeld);
+  REQUIRE(readers[3].Release().ok());
+  writer.join();
+  INFO(wrote.ToString());
+  CHECK(granted.load());
+  CHECK(wrote.ok());
+}
+
 TEST_CASE("finding 11: one client's requests on one lock word are bounded by 32767 / max_clients") {
   // max_clients 1024: each session may have 31 requests on one word at once, so 1,024 sessions
   // never make a 16-bit field carry. Before the fix a client could queue or hold any number.
   Lockd lockd(7668, 64, 2000, 1024);
-  auto a = MustConnect(lockd);
+  // Each reader to lockd: with the cohort, readers after the first would join its grant
+  // in-process and hold no request on the word (nor a unit).
+  auto a = MustConnectQueuingAtLockd(lockd);
   std::vector<LockHandle> held;
   Status refused;
   for (int i = 0; i < 40 && refused.ok(); ++i) {

@@ -65,7 +65,9 @@ struct ClientOptions {
   // acquiring queue in-process, and the holder hands the grant to the next of them with no RDMA
   // operation (at most 8 in a row, then it goes back to lockd so that other clients get their
   // turn). Blocking exclusive requests (Lock, LockSlot, TryLock, with or without a timeout); a
-  // holder handed a grant gets a fencing token larger than the one before it. See docs/sdk.md.
+  // holder handed a grant gets a fencing token larger than the one before it. Auto-renewed shared
+  // requests join another thread's shared grant of the lock in-process (at most 8 per grant,
+  // and not while a writer of the client waits for it). See docs/sdk.md.
   bool local_handover = true;
   // The shared key of a lockd that authenticates clients (its auth_key_file). auth_key gives the
   // bytes; auth_key_file names a file holding them (trailing whitespace is stripped). Both empty:

@@ -174,6 +174,7 @@ int Report(const BenchOptions& o, std::vector<ProcResult>& procs, int failed_pro
                       {"withdrawals", d.withdrawals},
                       {"deferred_releases", d.deferred_releases},
                       {"local_handovers", d.local_handovers},
+                      {"local_shares", d.local_shares},
                       {"batches", d.batches},
                       {"batch_fallbacks", d.batch_fallbacks},
                       {"timeouts", d.timeouts},
@@ -224,9 +225,10 @@ int Report(const BenchOptions& o, std::vector<ProcResult>& procs, int failed_pro
     std::printf(
         "client counters:     recoveries %llu  restarts %llu  withdrawals %llu  deferred releases "
         "%llu  batches %llu  batch fallbacks %llu  timeouts %llu  lost %llu  reconnects %llu  "
-        "local handovers %llu\n",
+        "local handovers %llu  local shares %llu\n",
         u(d.recoveries), u(d.restarts), u(d.withdrawals), u(d.deferred_releases), u(d.batches),
-        u(d.batch_fallbacks), u(d.timeouts), u(d.lost), u(d.reconnects), u(d.local_handovers));
+        u(d.batch_fallbacks), u(d.timeouts), u(d.lost), u(d.reconnects), u(d.local_handovers),
+        u(d.local_shares));
     std::printf(
         "sdk histogram:       %llu acquires, %llu waited; acquire p50 <= %llu us, p99 <= %llu us "
         "(ClientStats::acquire_latency, power-of-two buckets)\n",
