@@ -340,6 +340,10 @@ int ParseArgs(int argc, char** argv, Args* args) {
   bench->add_flag("--no-records", no_records,
                   "do not record requests in the session record (lockd cannot free them if this "
                   "process dies; measures what recording costs)");
+  bool no_auto_renew = false;
+  bench->add_flag("--no-auto-renew", no_auto_renew,
+                  "hold each lock without the keeper renewing its lease (until 2026-12-03 the "
+                  "bench's only way; readers of one process then each go to lockd)");
   bool no_local_handover = false;
   bench->add_flag("--no-local-handover", no_local_handover,
                   "threads of one process queue at lockd even for a lock another of them holds "
@@ -396,6 +400,7 @@ int ParseArgs(int argc, char** argv, Args* args) {
     args->command = Command::kBench;
     c.record_requests = !no_records;
     c.local_handover = !no_local_handover;
+    bo.auto_renew = !no_auto_renew;
     bo.json = c.json;
     bo.cluster = !c.cluster_file.empty() || !c.etcd.empty();
     if (const int rc = ValidateBenchOptions(bo); rc != 0) return rc;

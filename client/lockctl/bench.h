@@ -31,8 +31,11 @@ struct BenchOptions {
   double warmup_s = 0.5;
   double shared_ratio = 0.0;  // fraction of locks taken in shared mode
   bool token = false;         // ask for fencing tokens (adds a READ to each acquire)
-  int hold_us = 0;            // critical section: hold each set this long (busy-wait)
-  int idle_sessions = 0;      // extra idle client sessions, opened by the first process only
+  // Keep each held lock's lease renewed by the client's keeper (LockOptions::auto_renew, the
+  // SDK's default; readers of one process share a grant in-process only then).
+  bool auto_renew = true;
+  int hold_us = 0;        // critical section: hold each set this long (busy-wait)
+  int idle_sessions = 0;  // extra idle client sessions, opened by the first process only
   bool json = false;
   // Over a cluster (lockctl --cluster or --etcd): key k is the lock name "bench/k", which picks
   // its shard, then its slot there (ClusterClient::Lock). Single locks, synchronous only.

@@ -264,8 +264,7 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   // from lockd becomes one that later readers can join (cohort.h). Only auto-renewed requests:
   // readers share one lease, which the keeper renews.
   bool share = false;
-  if (cohort != nullptr && mode == Mode::kShared && options.auto_renew &&
-      impl_->options().auto_renew) {
+  if (impl_->SharesInCohort(mode, options)) {
     auto joined = impl_->CohortShare(*ch, slot, &owner);
     if (!joined.ok() || joined->valid()) return joined;
     share = owner;

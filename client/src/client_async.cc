@@ -78,13 +78,35 @@ void Client::Impl::PumpLoop() {
     // Cohort handover (cohort.h), as for a blocking request: an exclusive request whose slot's
     // entry another of the client's requests owns is not issued; it waits in the cohort on a
     // waiter thread (a try-lock is busy at once). One that takes a free entry owns it.
+    // A shared request joins another of the client's shared grants of its lock in-process if it
+    // can (complete at once, no unit: a rider holds none); one that takes a free entry owns it,
+    // and its grant becomes the entry's carrier (ShareGrant).
     std::vector<AsyncWait> queued;  // not issued: they wait in the cohort on a waiter thread
-    std::vector<bool> owner;
+    std::vector<bool> owner, share;
     {
       std::vector<AsyncRequest> issue;
       issue.reserve(batch.size());
       for (auto& r : batch) {
         bool own = false;
+        if (SharesInCohort(r.mode, r.options)) {
+          switch (cohort_->TryOwn(r.slot)) {
+            case sdk::CohortTable::Join::kOwner:
+              own = true;
+              break;
+            case sdk::CohortTable::Join::kBypass:
+              break;
+            case sdk::CohortTable::Join::kQueued:
+              if (LockHandle j = JoinShared(ch, r.slot); j.valid()) {
+                Finish(r, std::move(j));  // gives the request's unit back
+                continue;
+              }
+              break;
+          }
+          owner.push_back(own);
+          share.push_back(own);
+          issue.push_back(std::move(r));
+          continue;
+        }
         if (cohort_ && r.mode == Mode::kExclusive) {
           switch (cohort_->TryOwn(r.slot)) {
             case sdk::CohortTable::Join::kOwner:
@@ -105,6 +127,7 @@ void Client::Impl::PumpLoop() {
           }
         }
         owner.push_back(own);
+        share.push_back(false);
         issue.push_back(std::move(r));
       }
       batch = std::move(issue);
@@ -143,9 +166,9 @@ void Client::Impl::PumpLoop() {
         const Issued& is = (*issued)[i];
         if (is.granted) {
           TestHook("granted");
-          FinishGranted(batch[i],
-                        MakeHandle(ch, is.grant, batch[i].options.auto_renew, batch[i].submitted,
-                                   owner[i] ? cohort_.get() : nullptr));
+          LockHandle h = MakeHandle(ch, is.grant, batch[i].options.auto_renew, batch[i].submitted,
+                                    owner[i] ? cohort_.get() : nullptr);
+          FinishGranted(batch[i], share[i] ? ShareGrant(std::move(h), ch) : std::move(h));
         } else {
           AsyncWait w;
           w.req = std::move(batch[i]);
@@ -153,6 +176,7 @@ void Client::Impl::PumpLoop() {
           w.frozen = is.frozen;
           w.gen = sess.gen;
           w.cohort_owner = owner[i];
+          w.cohort_share = share[i];
           waits.push_back(std::move(w));
         }
       }
@@ -234,8 +258,9 @@ void Client::Impl::WaiterLoop() {
       continue;
     }
     TestHook("granted");
-    FinishGranted(w.req, MakeHandle(ch, *g, w.req.options.auto_renew, w.req.submitted,
-                                    w.cohort_owner ? cohort_.get() : nullptr));
+    LockHandle h = MakeHandle(ch, *g, w.req.options.auto_renew, w.req.submitted,
+                              w.cohort_owner ? cohort_.get() : nullptr);
+    FinishGranted(w.req, w.cohort_share ? ShareGrant(std::move(h), ch) : std::move(h));
   }
 }
 

@@ -277,9 +277,8 @@ void SetRiderGrant(LockHandle::State& r, Grant g) NO_THREAD_SAFETY_ANALYSIS {
 }  // namespace
 
 Result<LockHandle> Client::Impl::CohortShare(ThreadChannel& ch, uint64_t slot, bool* owner) {
-  CohortTable& table = *cohort_;
   *owner = false;
-  switch (table.TryOwn(slot)) {
+  switch (cohort_->TryOwn(slot)) {
     case CohortTable::Join::kOwner:
       *owner = true;
       return LockHandle();
@@ -288,7 +287,11 @@ Result<LockHandle> Client::Impl::CohortShare(ThreadChannel& ch, uint64_t slot, b
     case CohortTable::Join::kQueued:
       break;
   }
-  CohortEntry& e = table.Entry(slot);
+  return JoinShared(ch, slot);
+}
+
+LockHandle Client::Impl::JoinShared(ThreadChannel& ch, uint64_t slot) {
+  CohortEntry& e = cohort_->Entry(slot);
   std::shared_ptr<LockHandle::State> rider = RiderState(ch);
   std::shared_ptr<LockHandle::State> carrier;
   {

@@ -437,6 +437,13 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // lockd outside the cohort: the entry is another slot's, an exclusive request holds it or
   // queues in it, the grant had its kMaxSharedJoins joins, or its lease ran out).
   Result<LockHandle> CohortShare(ThreadChannel & ch, uint64_t slot, bool* owner) EXCLUDES(mu_);
+  // CohortShare's join, for a request whose entry another of the client's requests owns: a rider
+  // handle, or an empty one (acquire from lockd outside the cohort). Also the pump's.
+  LockHandle JoinShared(ThreadChannel & ch, uint64_t slot) EXCLUDES(mu_);
+  // Whether a request in `mode` with `o` goes through the cohort as a reader (CohortShare).
+  bool SharesInCohort(Mode mode, const LockOptions& o) const {
+    return cohort_ != nullptr && mode == Mode::kShared && o.auto_renew && opts_.auto_renew;
+  }
   // The entry owner's shared grant from lockd, `h` (made by MakeHandle with the cohort), becomes
   // the entry's carrier; the caller gets a rider on it. A handle lost already is returned as is.
   LockHandle ShareGrant(LockHandle h, ThreadChannel & ch) EXCLUDES(mu_);
@@ -487,6 +494,8 @@ class [[gnu::visibility("hidden")]] Client::Impl
     // client's requests owns the entry: it waits in the cohort on a waiter thread.
     bool cohort_owner = false;
     bool cohort_queued = false;
+    // A shared request that owns its entry: its grant becomes the entry's carrier (ShareGrant).
+    bool cohort_share = false;
   };
   static constexpr size_t kAsyncBatch = 8;
   static constexpr int kAsyncWaiters = 4;

@@ -15,7 +15,8 @@
 // (Client::LockManySlots) waits only at lockd; its exclusive grants take their free entries once
 // granted and are handed over at release.
 //
-// Shared requests (blocking, auto-renewed; Client::Impl::CohortShare): one that finds its entry
+// Shared requests (auto-renewed, blocking or async; Client::Impl::CohortShare, and the pump's
+// JoinShared for async ones): one that finds its entry
 // free owns it and acquires a shared grant from lockd; that grant goes into an internal
 // *carrier* state (linked and renewed like any grant) and the caller gets a *rider* state that
 // refers to it. A later shared request of the same session whose entry has a carrier joins it

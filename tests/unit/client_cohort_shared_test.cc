@@ -6,6 +6,7 @@
 // the grant; a lost carrier reaches every reader once; a lease that ran out is never joined.
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -282,4 +283,66 @@ TEST_CASE(
   REQUIRE(y.ok());
   CHECK(SharedOut(lockd, 9) == 2);
   CHECK(on->Stats().local_shares == 0);
+}
+
+TEST_CASE(
+    "cohort shared: async readers join a held grant at once, and an async reader's grant "
+    "is joined") {
+  testing::FakeLockd::Options fo;
+  fo.lease = 2s;
+  testing::FakeLockd lockd(fo);
+  auto c = ConnectTo("shared-async", lockd);
+  std::mutex mu;
+  std::vector<LockHandle> kept;
+  std::vector<Status> statuses;
+  auto keep = [&](Result<LockHandle> h) {
+    std::lock_guard lk(mu);
+    statuses.push_back(h.status());
+    if (h.ok()) kept.push_back(std::move(*h));
+  };
+  auto done = [&] {
+    std::lock_guard lk(mu);
+    return statuses.size();
+  };
+  // Async readers of a lock a thread of the client reads: they join, no FETCH_AND_ADD.
+  auto r0 = c->LockSlot(10, Reader());
+  REQUIRE(r0.ok());
+  const ClientStats before = c->Stats();
+  for (int i = 0; i < 3; ++i) REQUIRE(c->LockSlotAsync(10, Reader(), keep).ok());
+  REQUIRE(WaitFor([&] { return done() == 3; }));
+  ClientStats after = c->Stats();
+  CHECK(after.local_shares - before.local_shares == 3);
+  CHECK(AcquiringFas(after) == AcquiringFas(before));
+  CHECK(SharedOut(lockd, 10) == 1);
+  CHECK(ClientTestPeer::BudgetUnits(*c, 10) == 1);  // the one grant's: joins hold none
+  REQUIRE(r0->Release().ok());
+  {
+    std::lock_guard lk(mu);
+    for (auto& s : statuses) CHECK(s.ok());
+    for (auto& h : kept) CHECK(h.state() == LockState::kHeld);
+    for (auto& h : kept) CHECK(h.Release().ok());
+    kept.clear();
+    statuses.clear();
+  }
+  REQUIRE(c->Flush().ok());
+  CHECK(WaitFor([&] { return SharedOut(lockd, 10) == 0; }));
+  // An async reader that finds the entry free acquires from lockd and its grant is joined by a
+  // blocking reader.
+  REQUIRE(c->LockSlotAsync(11, Reader(), keep).ok());
+  REQUIRE(WaitFor([&] { return done() == 1; }));
+  auto r1 = c->LockSlot(11, Reader());
+  REQUIRE(r1.ok());
+  CHECK(c->Stats().local_shares - after.local_shares == 1);
+  CHECK(SharedOut(lockd, 11) == 1);
+  {
+    std::lock_guard lk(mu);
+    REQUIRE(kept.size() == 1);
+    CHECK(kept[0].Release().ok());
+  }
+  CHECK(r1->state() == LockState::kHeld);
+  CHECK(r1->Release().ok());
+  REQUIRE(c->Flush().ok());
+  CHECK(WaitFor([&] { return SharedOut(lockd, 11) == 0; }));
+  CHECK(WaitFor([&] { return ClientTestPeer::BudgetUnits(*c, 10) == 0; }));
+  CHECK(WaitFor([&] { return ClientTestPeer::BudgetUnits(*c, 11) == 0; }));
 }

@@ -175,6 +175,7 @@ int Report(const BenchOptions& o, std::vector<ProcResult>& procs, int failed_pro
                       {"deferred_releases", d.deferred_releases},
                       {"local_handovers", d.local_handovers},
                       {"local_shares", d.local_shares},
+                      {"auto_renew", o.auto_renew},
                       {"batches", d.batches},
                       {"batch_fallbacks", d.batch_fallbacks},
                       {"timeouts", d.timeouts},
@@ -194,9 +195,11 @@ int Report(const BenchOptions& o, std::vector<ProcResult>& procs, int failed_pro
     std::printf("bench: processes=%d threads=%d locks=%llu keys=%s", o.processes, o.threads,
                 u(o.locks), o.keys.c_str());
     if (o.keys == "zipf") std::printf(" (s=%.2f)", o.zipf_s);
-    std::printf(" batch=%d %s duration=%.2fs shared_ratio=%.2f token=%s hold=%dus%s\n", o.batch,
-                open ? "open-loop" : "closed-loop", elapsed, o.shared_ratio, o.token ? "yes" : "no",
-                o.hold_us, o.cluster ? " cluster (names bench/K over the shards)" : "");
+    std::printf(
+        " batch=%d %s duration=%.2fs shared_ratio=%.2f token=%s auto_renew=%s hold=%dus%s\n",
+        o.batch, open ? "open-loop" : "closed-loop", elapsed, o.shared_ratio,
+        o.token ? "yes" : "no", o.auto_renew ? "yes" : "no", o.hold_us,
+        o.cluster ? " cluster (names bench/K over the shards)" : "");
     std::printf(
         "acquisitions:        %llu sets of %d (%.1f acquire+release sets/s, %.1f locks/s)\n", u(n),
         o.batch, sets_per_s, locks_per_s);

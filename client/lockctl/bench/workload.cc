@@ -127,7 +127,7 @@ void AsyncWorker(Shared& sh, int global_thread, ThreadResult& r) {
   auto issue = [&] {
     rdmalock::LockOptions lo;
     lo.fencing_token = o.token;
-    lo.auto_renew = false;
+    lo.auto_renew = o.auto_renew;
     lo.mode = shared(rng) ? rdmalock::LockMode::kShared : rdmalock::LockMode::kExclusive;
     const auto t0 = Clock::now();
     rdmalock::Status st = client.LockSlotAsync((*sh.keys)(rng), lo,
@@ -214,7 +214,7 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
   std::bernoulli_distribution shared(o.shared_ratio);
   rdmalock::LockOptions lo;
   lo.fencing_token = o.token;
-  lo.auto_renew = false;
+  lo.auto_renew = o.auto_renew;
   std::vector<rdmalock::SlotRequest> set;
   set.reserve(static_cast<size_t>(o.batch));
   std::unordered_set<uint64_t> taken;
