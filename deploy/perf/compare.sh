@@ -59,8 +59,8 @@ scenarios=(
   "contended-2x4|2|--threads 4 --locks 1"
   "contended-4x1|4|--threads 1 --locks 1"
   "async-onelock|1|--threads 1 --locks 1 --inflight 8"
-  "readers-4threads|1|--threads 4 --locks 1 --shared-ratio 1"
-  "mixed-4threads|1|--threads 4 --locks 1 --shared-ratio 0.75"
+  "readers-4threads|1|--threads 4 --locks 1 --shared-ratio 1 --hold-us 100"
+  "mixed-4threads|1|--threads 4 --locks 1 --shared-ratio 0.75 --hold-us 100"
 )
 
 run() {  # side(A|B) name procs round args -> out/name.side.round.process.json
