@@ -265,8 +265,7 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   // readers share one lease, which the keeper renews.
   bool share = false;
   if (impl_->SharesInCohort(mode, options)) {
-    auto joined = impl_->CohortShare(*ch, slot, &owner);
-    if (!joined.ok() || joined->valid()) return joined;
+    if (LockHandle joined = impl_->CohortShare(*ch, slot, &owner); joined.valid()) return joined;
     share = owner;
   }
   const Session& sess = *ch->session;

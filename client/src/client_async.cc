@@ -89,18 +89,9 @@ void Client::Impl::PumpLoop() {
       for (auto& r : batch) {
         bool own = false;
         if (SharesInCohort(r.mode, r.options)) {
-          switch (cohort_->TryOwn(r.slot)) {
-            case sdk::CohortTable::Join::kOwner:
-              own = true;
-              break;
-            case sdk::CohortTable::Join::kBypass:
-              break;
-            case sdk::CohortTable::Join::kQueued:
-              if (LockHandle j = JoinShared(ch, r.slot); j.valid()) {
-                Finish(r, std::move(j));  // gives the request's unit back
-                continue;
-              }
-              break;
+          if (LockHandle j = CohortShare(ch, r.slot, &own); j.valid()) {
+            Finish(r, std::move(j));  // gives the request's unit back
+            continue;
           }
           owner.push_back(own);
           share.push_back(own);

@@ -276,7 +276,7 @@ void SetRiderGrant(LockHandle::State& r, Grant g) NO_THREAD_SAFETY_ANALYSIS {
 
 }  // namespace
 
-Result<LockHandle> Client::Impl::CohortShare(ThreadChannel& ch, uint64_t slot, bool* owner) {
+LockHandle Client::Impl::CohortShare(ThreadChannel& ch, uint64_t slot, bool* owner) {
   *owner = false;
   switch (cohort_->TryOwn(slot)) {
     case CohortTable::Join::kOwner:

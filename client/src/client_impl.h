@@ -436,9 +436,10 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // owns the entry: acquire from lockd, then ShareGrant), or with *owner clear (acquire from
   // lockd outside the cohort: the entry is another slot's, an exclusive request holds it or
   // queues in it, the grant had its kMaxSharedJoins joins, or its lease ran out).
-  Result<LockHandle> CohortShare(ThreadChannel & ch, uint64_t slot, bool* owner) EXCLUDES(mu_);
+  // Used by blocking requests (LockSlot) and the pump (async ones); never fails.
+  LockHandle CohortShare(ThreadChannel & ch, uint64_t slot, bool* owner) EXCLUDES(mu_);
   // CohortShare's join, for a request whose entry another of the client's requests owns: a rider
-  // handle, or an empty one (acquire from lockd outside the cohort). Also the pump's.
+  // handle, or an empty one (acquire from lockd outside the cohort).
   LockHandle JoinShared(ThreadChannel & ch, uint64_t slot) EXCLUDES(mu_);
   // Whether a request in `mode` with `o` goes through the cohort as a reader (CohortShare).
   bool SharesInCohort(Mode mode, const LockOptions& o) const {

@@ -15,9 +15,9 @@
 // (Client::LockManySlots) waits only at lockd; its exclusive grants take their free entries once
 // granted and are handed over at release.
 //
-// Shared requests (auto-renewed, blocking or async; Client::Impl::CohortShare, and the pump's
-// JoinShared for async ones): one that finds its entry
-// free owns it and acquires a shared grant from lockd; that grant goes into an internal
+// Shared requests (auto-renewed, blocking or async; Client::Impl::CohortShare, also the pump's):
+// one that finds its entry free owns it and acquires a shared grant from lockd; that grant goes
+// into an internal
 // *carrier* state (linked and renewed like any grant) and the caller gets a *rider* state that
 // refers to it. A later shared request of the same session whose entry has a carrier joins it
 // in-process (another rider, no RDMA operation), while no exclusive request of this client
