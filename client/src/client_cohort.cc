@@ -266,6 +266,15 @@ void LinkRider(LockHandle::State& c, LockHandle::State& r) NO_THREAD_SAFETY_ANAL
   r.rider_linked = true;
 }
 
+// Takes rider `r` off carrier `c`'s list (if it is still on it), with the entry's mu held.
+void UnlinkRider(LockHandle::State& c, LockHandle::State& r) NO_THREAD_SAFETY_ANALYSIS {
+  if (!r.rider_linked) return;
+  (r.rider_prev != nullptr ? r.rider_prev->rider_next : c.riders) = r.rider_next;
+  if (r.rider_next != nullptr) r.rider_next->rider_prev = r.rider_prev;
+  r.rider_prev = r.rider_next = nullptr;
+  r.rider_linked = false;
+}
+
 // The rider's copy of the carrier's grant (read under the carrier's mu, written under the
 // rider's, never both held).
 void SetRiderGrant(LockHandle::State& r, Grant g) NO_THREAD_SAFETY_ANALYSIS {
@@ -292,7 +301,7 @@ LockHandle Client::Impl::CohortShare(ThreadChannel& ch, uint64_t slot, bool* own
 
 LockHandle Client::Impl::JoinShared(ThreadChannel& ch, uint64_t slot) {
   CohortEntry& e = cohort_->Entry(slot);
-  std::shared_ptr<LockHandle::State> rider = RiderState(ch);
+  std::shared_ptr<LockHandle::State> rider;  // made only to join (from the thread's cache)
   std::shared_ptr<LockHandle::State> carrier;
   {
     MutexLock lk(&e.mu);
@@ -305,6 +314,7 @@ LockHandle Client::Impl::JoinShared(ThreadChannel& ch, uint64_t slot) {
       return LockHandle();
     }
     carrier = c->shared_from_this();  // alive: a rider refers to it while it is the entry's
+    rider = RiderState(ch);
     ++e.joins;
     rider->carrier = carrier;
     LinkRider(*carrier, *rider);
@@ -360,6 +370,17 @@ LockHandle Client::Impl::ShareGrant(LockHandle h, ThreadChannel& ch) {
   return LockHandle(std::move(rider));
 }
 
+bool Client::Impl::LeaveShared(LockHandle::State& carrier, LockHandle::State& rider) {
+  CohortEntry& e = carrier.ctx->cohort->Entry(carrier.ticket().slot);
+  MutexLock el(&e.mu);
+  UnlinkRider(carrier, rider);
+  // The last reader: nobody joins from now on (a carrier lost already has no list either; its
+  // release then says so).
+  const bool last = carrier.riders == nullptr;
+  if (last && e.carrier == &carrier) e.carrier = nullptr;
+  return last;
+}
+
 void Client::Impl::ReportRidersLost(const std::shared_ptr<LockHandle::State>& carrier,
                                     const Status& why) NO_THREAD_SAFETY_ANALYSIS {
   std::vector<std::shared_ptr<LockHandle::State>> riders;
@@ -367,13 +388,10 @@ void Client::Impl::ReportRidersLost(const std::shared_ptr<LockHandle::State>& ca
     CohortEntry& e = carrier->ctx->cohort->Entry(carrier->ticket().slot);
     MutexLock el(&e.mu);
     if (e.carrier == carrier.get()) e.carrier = nullptr;  // no reader joins a lost grant
-    for (LockHandle::State* r = std::exchange(carrier->riders, nullptr); r != nullptr;) {
-      LockHandle::State* next = r->rider_next;
-      r->rider_prev = r->rider_next = nullptr;
-      r->rider_linked = false;
+    while (LockHandle::State* r = carrier->riders) {
+      UnlinkRider(*carrier, *r);
       // A linked rider is held, so its handle (a reference) still lives; lock() is for safety.
       if (auto sp = r->weak_from_this().lock()) riders.push_back(std::move(sp));
-      r = next;
     }
   }
   std::vector<std::function<void(const Status&)>> notify;

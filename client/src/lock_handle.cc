@@ -148,22 +148,7 @@ Status ReleaseRider(LockHandle::State& r, Client::Impl* impl) NO_THREAD_SAFETY_A
     r.SetState(LockState::kReleased);
   }
   LockHandle::State& c = *r.carrier;
-  bool last = false;
-  {
-    sdk::CohortEntry& e = c.ctx->cohort->Entry(c.ticket().slot);
-    MutexLock el(&e.mu);
-    if (r.rider_linked) {
-      (r.rider_prev != nullptr ? r.rider_prev->rider_next : c.riders) = r.rider_next;
-      if (r.rider_next != nullptr) r.rider_next->rider_prev = r.rider_prev;
-      r.rider_prev = r.rider_next = nullptr;
-      r.rider_linked = false;
-    }
-    // The last reader: nobody joins from now on (a carrier lost already has no list either;
-    // its release below then says so).
-    last = c.riders == nullptr;
-    if (last && e.carrier == &c) e.carrier = nullptr;
-  }
-  if (!last) return Status();
+  if (!Client::Impl::LeaveShared(c, r)) return Status();
   Status st = ReleaseHeld(c, impl);
   if (!st.ok()) {
     MutexLock lk(&r.mu);
