@@ -332,6 +332,7 @@ void Client::Impl::OnSessionError(uint64_t gen, const Status& st) {
     ++sessions_lost_;
   }
   cv_.SignalAll();
+  TestHook("session_ended");
   // Locks first, then connections: when lockd sees them close it may free those locks at once.
   (void)EndLeases(old, Error(ErrorCode::kLockLost,
                              "session with lockd ended (" + st.message() + "); lock lost"));

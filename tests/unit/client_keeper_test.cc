@@ -781,3 +781,55 @@ TEST_CASE(
   CHECK(st.sessions_lost == kLosses);
   CHECK(st.reconnects == kLosses);
 }
+
+// A release that comes after the session ended but before its locks were reported lost (another
+// thread ended it, and EndLeases has not reached this handle yet) found no connection and said
+// kConnection: seen once in CI by the RDMA test "a stopped client's heartbeat stops" (a holder
+// resumed after lockd fenced it; `release_code` read 6, kConnection, not 4, kLockLost). The lock
+// is lost then, as after EndLeases, and Release() must say so (client.h).
+TEST_CASE(
+    "session keeping: a release between the session's end and its locks' loss report says "
+    "kLockLost") {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 8;
+  testing::FakeLockd lockd(fo);
+  auto client = ConnectTo("release-at-end", lockd.connector());
+  auto h = client->LockSlot(2);
+  REQUIRE(h.ok());
+  auto lost = std::make_shared<std::atomic<int>>(0);
+  h->OnLost([lost](const Status&) { ++*lost; });
+  Status during = Error(ErrorCode::kInternal, "the hook did not run");
+  std::atomic<bool> once{false};
+  ClientTestPeer::SetTestHook(*client, [&](std::string_view point) {
+    if (point == "session_ended" && !once.exchange(true)) during = h->Release();
+  });
+  ClientTestPeer::FailSession(*client, "injected");
+  INFO("Release() while the session ended: " << during.ToString());
+  CHECK(during.code() == ErrorCode::kLockLost);
+  CHECK(h->state() == LockState::kLost);
+  CHECK(h->Release().code() == ErrorCode::kLockLost);
+  CHECK(*lost == 0);  // the release reported the loss; OnLost does not report it again
+}
+
+// The same for a lease that ran out before the release (no renewal), released from a thread
+// lockd refuses a connection to (the session's connection cap): client.h promises kLockLost
+// (nothing released) for a lapsed lease, not the join's kResource.
+TEST_CASE("session keeping: releasing a lapsed lease says kLockLost whatever else failed") {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 8;
+  fo.lease = 200ms;
+  testing::FakeLockd lockd(fo);
+  auto client = ConnectTo("release-lapsed", lockd.connector());
+  auto h = client->LockSlot(3);
+  REQUIRE(h.ok());
+  ClientTestPeer::PauseRenewals(*client, true);
+  // Every connection the session has now is all it may have: another thread's join is refused.
+  const uint64_t id = client->session_id();
+  lockd.set_max_connections_per_session(static_cast<uint32_t>(lockd.Connections(id)));
+  std::this_thread::sleep_for(fo.lease + 100ms);
+  Status st = Error(ErrorCode::kInternal, "not run");
+  std::thread([&] { st = h->Release(); }).join();
+  INFO("Release() of a lapsed lease from a refused thread: " << st.ToString());
+  CHECK(st.code() == ErrorCode::kLockLost);
+  CHECK(h->state() == LockState::kLost);
+}
