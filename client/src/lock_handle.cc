@@ -22,6 +22,13 @@ Status EndedWhileGranted() {
 namespace {
 Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl);
 
+// Whether the lease of `s`'s grant (a rider's: its carrier's) has run out by now.
+bool LeaseRanOut(LockHandle::State& s) {
+  LockHandle::State& g = s.carrier ? *s.carrier : s;
+  MutexLock lk(&g.mu);
+  return !g.ctx->session->engine->LeaseValid(g.grant, Clock::now());
+}
+
 // ReleaseOnChannel's remote operations: the channel's last posted release reaped, then this
 // grant's release, at once (waiters were seen) or posted.
 Status ReapAndRelease(LockHandle::State& s, ThreadChannel& c) REQUIRES(s.mu, c.mu) {
@@ -128,8 +135,16 @@ Status LockHandle::Release() {
   if (state_->inherited()) return Client::Impl::InheritedError();
   auto impl = state_->ctx->client.lock();
   Status st = ReleaseHeld(*state_, impl.get());
+  if (st.ok() || st.code() == ErrorCode::kLockLost) return st;
   if (impl && st.code() == ErrorCode::kConnection)
     impl->OnSessionError(state_->ctx->session->gen, st);
+  // A lease that ran out lost the lock before anything else failed (client.h: kLockLost,
+  // nothing released), whatever that was: a broken connection, a join lockd refused.
+  if (LeaseRanOut(*state_)) {
+    return Error(ErrorCode::kLockLost,
+                 "lease ran out before the release; lock lost, nothing released (then: " +
+                     st.message() + ")");
+  }
   return st;
 }
 
@@ -168,6 +183,13 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
   Result<ThreadChannel*> ch = impl
                                   ? impl->Channel(Clock::time_point{})
                                   : Result<ThreadChannel*>(Error(ErrorCode::kConnection, "closed"));
+  // No connection because the session ended (another thread found it broken, and its EndLeases
+  // has not come to this handle yet): the lock is lost, as it will be reported.
+  if (!ch.ok() && ch.status().code() == ErrorCode::kConnection && impl &&
+      impl->session() != state_->ctx->session) {
+    ch = Error(ErrorCode::kLockLost, "session with lockd ended (" + ch.status().message() +
+                                         "); lock lost, nothing released");
+  }
   MutexLock lk(&state_->mu);
   if (state_->state == LockState::kReleased) {
     return Error(ErrorCode::kNotHeld, "lock already released");
