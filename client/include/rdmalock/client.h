@@ -121,8 +121,9 @@ class RDMALOCK_EXPORT LockHandle {
   // When the lease ends on this process's monotonic clock unless renewed.
   std::chrono::steady_clock::time_point lease_expiry() const;
 
-  // Releases the lock. kLockLost (nothing released) if the lease lapsed or the lock was recovered
-  // by a waiter; the handle is then in state kLost.
+  // Releases the lock. kLockLost (nothing released) if the lease lapsed, the session with lockd
+  // had ended, or the lock was recovered by a waiter, whatever else failed on the way; the handle
+  // is then in state kLost.
   //
   // Unless requests were seen queued behind the grant (then it releases at once, for their
   // sake), the release's COMPARE_AND_SWAP is posted and Release() returns without waiting for it:
