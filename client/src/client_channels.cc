@@ -420,6 +420,11 @@ void Client::Impl::InitGrant(LockHandle::State& s, const Grant& g, bool auto_ren
   s.remote_token = g.token;
   s.auto_renew = auto_renew;
   s.cohort = cohort;
+  // Local waiters spin behind a grant lockd gave at once (no other session was queued ahead
+  // of it: CohortEntry::held_here).
+  if (cohort != nullptr && g.ticket.mode == Mode::kExclusive && g.ticket.word.Drained()) {
+    cohort->MarkHeld(g.ticket.slot);
+  }
 }
 
 void Client::Impl::SetGrantContext(ThreadChannel& ch) {

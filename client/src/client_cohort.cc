@@ -1,5 +1,6 @@
 // Cohort handover among a client's threads (cohort.h): the table's queue, a request's turn in it
 // (Client::Impl::CohortAcquire) and a holder's handover (Client::Impl::HandOver).
+#include <thread>
 #include <utility>
 
 #include "client/src/client_impl.h"
@@ -36,20 +37,45 @@ CohortTable::Join CohortTable::Wait(uint64_t slot, CohortWaiter* w,
   }
   w->next = nullptr;
   w->outcome = CohortWaiter::Outcome::kWaiting;
+  w->signalled.store(false, std::memory_order_relaxed);
   if (e.tail != nullptr) {
     e.tail->next = w;
   } else {
     e.head = w;
   }
   e.tail = w;
-  auto done = [&] {
-    return w->outcome != CohortWaiter::Outcome::kWaiting ||
-           (cancel != nullptr && cancel->load(std::memory_order_acquire));
+  const uint32_t place = ++e.waiting;  // 1: served at the holder's next release
+  // While a thread of this client holds the grant that lockd gave at once (no other session
+  // was queued for it), it hands it over at its release with no RDMA operation. A waiter that
+  // will be served within kSpinPlaces handovers watches for its turn a little, without the
+  // mutex, before parking (a parked waiter costs the holder a futex wake and itself a context
+  // switch per handover). One further back, or behind a remote holder, or for a grant other
+  // sessions queued for, parks at once: the CPU is the holder's and theirs
+  // (CohortEntry::held_here).
+  w->spin = place <= kSpinPlaces;
+  const auto cancelled = [&] {
+    return cancel != nullptr && cancel->load(std::memory_order_acquire);
   };
-  if (deadline == std::chrono::steady_clock::time_point::max()) {
-    w->cv.Wait(lk, done);
-  } else {
-    w->cv.WaitUntil(lk, deadline, done);
+  while (w->outcome == CohortWaiter::Outcome::kWaiting && !cancelled()) {
+    if (w->spin && e.held_here.load(std::memory_order_relaxed)) {
+      w->spin = false;
+      lk.Unlock();
+      for (int i = 0; i < kSpinYields; ++i) {
+        if (w->signalled.load(std::memory_order_acquire) ||
+            !e.held_here.load(std::memory_order_relaxed) || cancelled() ||
+            (i % 16 == 15 && std::chrono::steady_clock::now() >= deadline)) {
+          break;
+        }
+        std::this_thread::yield();
+      }
+      lk.Lock();
+      continue;
+    }
+    if (deadline == std::chrono::steady_clock::time_point::max()) {
+      w->cv.Wait(lk);
+    } else if (w->cv.WaitUntil(lk, deadline) == std::cv_status::timeout) {
+      break;  // served meanwhile or not: the outcome says
+    }
   }
   *served = w->outcome != CohortWaiter::Outcome::kWaiting;
   if (!*served) {
@@ -58,6 +84,7 @@ CohortTable::Join CohortTable::Wait(uint64_t slot, CohortWaiter* w,
     for (CohortWaiter* p = e.head; p != w; p = p->next) prev = p;
     (prev != nullptr ? prev->next : e.head) = w->next;
     if (e.tail == w) e.tail = prev;
+    --e.waiting;
     if (e.head == nullptr) e.word.store(key, std::memory_order_release);  // nobody waits now
   }
   return Join::kQueued;
@@ -75,6 +102,7 @@ CohortWaiter* CohortTable::Pop(CohortEntry& e, uint64_t slot) {
   CohortWaiter* w = e.head;
   if (w == nullptr) return nullptr;
   e.head = w->next;
+  --e.waiting;
   if (e.head == nullptr) {
     e.tail = nullptr;
     e.word.store(Key(slot), std::memory_order_release);  // owned (by w from now on), uncontended
@@ -83,8 +111,18 @@ CohortWaiter* CohortTable::Pop(CohortEntry& e, uint64_t slot) {
   return w;
 }
 
+void CohortTable::WakeNearHead(CohortEntry& e) {
+  if (!e.held_here.load(std::memory_order_relaxed)) return;
+  CohortWaiter* near = e.head;
+  for (uint32_t i = 1; near != nullptr && i < kSpinPlaces; ++i) near = near->next;
+  if (near == nullptr || near->spin) return;  // fewer waiters, or it is about to spin anyway
+  near->spin = true;
+  near->cv.Signal();
+}
+
 void CohortTable::Leave(uint64_t slot) {
   CohortEntry& e = Entry(slot);
+  e.held_here.store(false, std::memory_order_relaxed);  // the grant went back, or never came
   uint64_t cur = Key(slot);
   if (e.word.compare_exchange_strong(cur, 0, std::memory_order_acq_rel)) return;  // nobody waits
   MutexLock lk(&e.mu);
@@ -93,8 +131,7 @@ void CohortTable::Leave(uint64_t slot) {
     e.word.store(0, std::memory_order_release);  // the waiters timed out meanwhile
     return;
   }
-  w->outcome = CohortWaiter::Outcome::kRemote;
-  w->cv.Signal();  // under mu: w lives on its thread's stack until it sees the outcome
+  w->Serve(CohortWaiter::Outcome::kRemote);
 }
 
 }  // namespace sdk
@@ -234,14 +271,14 @@ bool Client::Impl::HandOver(LockHandle::State& s, ThreadChannel& c) {
   if (w == nullptr || w->session != s.ctx->session.get()) return false;
   if (w->wants_token && s.remote_token == 0) return false;
   CohortTable::Pop(e, slot);
+  CohortTable::WakeNearHead(e);
   LockHandle::State& to = *w->state;
   AdoptGrant(to, s);
   // Linked into the waiter's channel's list, so the keeper renews it from now on and a
   // session's end reports it lost. A closed list: the session is ending (lockd frees the grant
   // once its connections close); the waiter marks its state lost, which passes the entry on.
-  w->outcome =
-      to.ctx->held->Link(&to) ? CohortWaiter::Outcome::kGranted : CohortWaiter::Outcome::kEnded;
-  w->cv.Signal();  // under mu: w lives on its thread's stack until it sees the outcome
+  w->Serve(to.ctx->held->Link(&to) ? CohortWaiter::Outcome::kGranted
+                                   : CohortWaiter::Outcome::kEnded);
   ++c.local_handovers;
   return true;
 }

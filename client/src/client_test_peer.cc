@@ -40,7 +40,13 @@ size_t ClientTestPeer::LocalWaiters(Client& c, uint64_t slot) {
   if (!table->Owned(slot)) return 0;
   size_t n = 0;
   for (const sdk::CohortWaiter* w = e.head; w != nullptr; w = w->next) ++n;
-  return n;
+  // The entry's count of its queue (where a waiter spins from) must agree with the queue.
+  return n == e.waiting ? n : kWaitersMiscounted;
+}
+
+bool ClientTestPeer::HeldHere(Client& c, uint64_t slot) {
+  const auto& table = c.impl_->cohort();
+  return table && table->Entry(slot).held_here.load(std::memory_order_relaxed);
 }
 
 uint32_t ClientTestPeer::BudgetUnits(Client& c, uint64_t slot) {

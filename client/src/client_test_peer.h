@@ -41,8 +41,13 @@ class ClientTestPeer {
   // callback is finished on that thread).
   static std::weak_ptr<const void> Lifetime(Client& c);
   // How many of the client's threads wait in-process for `slot` (cohort handover, cohort.h);
-  // 0 with ClientOptions::local_handover off.
+  // 0 with ClientOptions::local_handover off; kWaitersMiscounted if the entry's count of its
+  // queue (CohortEntry::waiting) disagrees with the queue.
+  static constexpr size_t kWaitersMiscounted = ~size_t{0};
   static size_t LocalWaiters(Client& c, uint64_t slot);
+  // The cohort entry of `slot` says a thread of the client holds a grant lockd gave at once
+  // (CohortEntry::held_here: its local waiters spin before they park).
+  static bool HeldHere(Client& c, uint64_t slot);
   // The budget units (requests queued, held or left to the reaper) the client counts on `slot`'s
   // bucket now (finding 11's SlotBudget): 0 once every request on it has ended.
   static uint32_t BudgetUnits(Client& c, uint64_t slot);

@@ -32,6 +32,13 @@
 // promoted), with kContended added while waiters may be queued. A request for a slot whose
 // bucket another slot occupies bypasses the cohort (goes to lockd as before).
 //
+// Waiting: a waiter within kSpinPlaces of the head of its queue, while the grant is held in
+// this process and lockd gave it at once (CohortEntry::held_here), yields the CPU up to
+// kSpinYields times watching for its turn before it parks on its condition variable; each
+// handover wakes the waiter it brings within kSpinPlaces, so that waiter's wake-up overlaps the
+// new holder's critical section instead of following its release. Spinning is only about speed:
+// a waiter's outcome is still read under the entry's mu.
+//
 // Threads: any caller's thread. Lock-free for the uncontended request: taking a free entry and
 // giving it back are one CAS each (no mutex, no allocation). `mu` is taken only by a thread that
 // finds its slot's entry owned (to queue), by an owner leaving an entry that has kContended set,
@@ -95,6 +102,18 @@ struct CohortWaiter {
   CohortWaiter* next = nullptr;         // guarded by the entry's mu
   Outcome outcome = Outcome::kWaiting;  // guarded by the entry's mu
   CondVar cv;                           // waited on with the entry's mu
+  // Guarded by the entry's mu: within kSpinPlaces of the head (when it queued, or brought
+  // there by a handover: WakeNearHead), it may spin once before parking (CohortTable::Wait).
+  bool spin = false;
+  // Set (under the entry's mu) just before `cv` is signalled with an outcome: a waiter that
+  // spins before it parks (CohortTable::Wait) watches it without the mutex.
+  std::atomic<bool> signalled{false};
+  // Serves the waiter (under the entry's mu): its outcome is final from now on.
+  void Serve(Outcome o) {
+    outcome = o;
+    signalled.store(true, std::memory_order_release);
+    cv.Signal();  // under mu: the waiter lives on its thread's stack until it sees the outcome
+  }
 };
 
 struct alignas(64) CohortEntry {
@@ -103,17 +122,37 @@ struct alignas(64) CohortEntry {
   Mutex mu;
   CohortWaiter* head GUARDED_BY(mu) = nullptr;
   CohortWaiter* tail GUARDED_BY(mu) = nullptr;
+  uint32_t waiting GUARDED_BY(mu) = 0;  // waiters in the queue
   // Shared requests (Client::Impl::CohortShare): the state that carries the session's shared
   // grant of the entry's slot while readers may join it, else null. Set only by the entry's
   // owner; cleared when its last reader leaves or it leaves kHeld. Non-null implies the carrier
   // has a reader, whose reference keeps it alive. Its readers are the carrier's `riders` list.
   LockHandle::State* carrier GUARDED_BY(mu) = nullptr;
   uint32_t joins GUARDED_BY(mu) = 0;  // readers that joined the carrier's grant so far
+  // A hint, not a guard: a state of this client holds the slot's exclusive grant through the
+  // entry, and lockd gave it at once (set when the owner is granted with no request ahead of
+  // its FETCH_AND_ADD, kept through handovers, cleared by Leave). A waiter spins a little
+  // before it parks only while it is set: the grant is then passed on in-process at the
+  // holder's release, soon. A waiter behind a remote holder (the owner still queued at lockd)
+  // may wait for a long time, and one behind a grant that other sessions queued for shares the
+  // CPU with them (on one host: 2 processes x 4 threads on 2 cores were half as fast when
+  // their waiters spun); both park at once.
+  std::atomic<bool> held_here{false};
 };
 
 class CohortTable {
  public:
   static constexpr size_t kBuckets = 4096;
+  // How many times a waiter yields the CPU, watching for its turn, before it parks on its
+  // condition variable (only while the grant is held in this process: held_here). A local
+  // handover costs the holder a futex wake and the waiter a context switch when it has parked,
+  // which on a slow host costs about what the remote operations it saves do (issue 19).
+  static constexpr int kSpinYields = 200;
+  // Only a waiter this near the head of the queue spins (at most this many at once): one
+  // further back waits for as many handovers as are ahead of it, and spinning all that time
+  // would take the CPU the holder needs (8 threads of one process on 2 cores were 28% slower
+  // when every waiter spun).
+  static constexpr uint32_t kSpinPlaces = 3;
   static constexpr uint64_t Key(uint64_t slot) { return (slot + 1) << 1; }
   CohortEntry& Entry(uint64_t slot) { return entries_[slot % kBuckets]; }
 
@@ -136,6 +175,8 @@ class CohortTable {
       return (w & ~CohortEntry::kContended) == Key(slot) ? Join::kQueued : Join::kBypass;
     }
   }
+  // The owner of `slot`'s entry now holds its exclusive grant (CohortEntry::held_here).
+  void MarkHeld(uint64_t slot) { Entry(slot).held_here.store(true, std::memory_order_relaxed); }
   // Whether one of the client's threads holds or acquires `slot` through the cohort now.
   bool Owned(uint64_t slot) {
     return (Entry(slot).word.load(std::memory_order_acquire) & ~CohortEntry::kContended) ==
@@ -164,6 +205,10 @@ class CohortTable {
   // For a handover, with the entry's mu held: the first waiter, taken out of the queue (with
   // kContended cleared if it was the last), or null if none.
   static CohortWaiter* Pop(CohortEntry& e, uint64_t slot) REQUIRES(e.mu);
+  // After a handover's Pop, with the entry's mu held: every waiter moved up one place, and the
+  // one that is kSpinPlaces-th now is woken to spin (Wait) while the new holder runs, so that
+  // its wake-up is off the path of the handover that serves it. Nothing unless held_here.
+  static void WakeNearHead(CohortEntry& e) REQUIRES(e.mu);
 
  private:
   std::array<CohortEntry, kBuckets> entries_{};

@@ -56,6 +56,7 @@ scenarios=(
   "throughput|1|--threads 8 --locks 10000"
   "onelock|1|--threads 1 --locks 1"
   "onelock-4threads|1|--threads 4 --locks 1"
+  "onelock-8threads|1|--threads 8 --locks 1"
   "contended-2x4|2|--threads 4 --locks 1"
   "contended-4x1|4|--threads 1 --locks 1"
   "async-onelock|1|--threads 1 --locks 1 --inflight 8"

@@ -207,6 +207,51 @@ TEST_CASE("cohort: another client's waiter is granted within kMaxLocalHandovers 
   }
 }
 
+// Local waiters spin a little before they park only while the entry says a thread of the
+// client holds a grant lockd gave at once (CohortEntry::held_here): not behind a remote holder,
+// not for a grant that waited behind another session, and not once the grant went back.
+TEST_CASE("cohort: waiters spin only behind a grant lockd gave at once and this client holds") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  auto a = ConnectTo("cohort-spin-a", lockd);
+  auto b = ConnectTo("cohort-spin-b", lockd);
+  // Taken at once: held here.
+  auto held = a->LockSlot(4, Local());
+  REQUIRE(held.ok());
+  CHECK(ClientTestPeer::HeldHere(*a, 4));
+  // Handed over to a local waiter: still held here.
+  std::atomic<bool> got{false};
+  std::atomic<bool> let_go{false};
+  std::thread waiter([&] {
+    auto h = a->LockSlot(4, Local());
+    got = h.ok();
+    while (!let_go) std::this_thread::sleep_for(1ms);
+    if (h.ok()) (void)h->Release();
+  });
+  REQUIRE(WaitFor([&] { return ClientTestPeer::LocalWaiters(*a, 4) == 1; }));
+  REQUIRE(held->Release().ok());
+  REQUIRE(WaitFor([&] { return got.load(); }));
+  CHECK(ClientTestPeer::HeldHere(*a, 4));
+  // Back to lockd: not held here.
+  let_go = true;
+  waiter.join();
+  CHECK_FALSE(ClientTestPeer::HeldHere(*a, 4));
+  // A grant that waited at lockd behind another client's: not held here, so A's local waiters
+  // park at once (the CPU is the other sessions' too).
+  auto other = b->LockSlot(4, Local());
+  REQUIRE(other.ok());
+  const uint16_t issued = TicketsIssued(lockd, 4);
+  Result<LockHandle> late = Error(ErrorCode::kInternal, "not run");
+  std::thread behind([&] { late = a->LockSlot(4, Local()); });
+  REQUIRE(WaitFor([&] { return TicketsIssued(lockd, 4) != issued; }));
+  CHECK_FALSE(ClientTestPeer::HeldHere(*a, 4));  // A's owner is queued at lockd
+  REQUIRE(other->Release().ok());
+  behind.join();
+  REQUIRE(late.ok());
+  CHECK_FALSE(ClientTestPeer::HeldHere(*a, 4));
+  REQUIRE(late->Release().ok());
+  CHECK(ClientTestPeer::LocalWaiters(*a, 4) == 0);
+}
+
 TEST_CASE("cohort: a try-lock is busy at once while another thread of the client holds it") {
   testing::FakeLockd lockd(testing::FakeLockd::Options{});
   auto c = ConnectTo("cohort-try", lockd);
