@@ -436,8 +436,7 @@ Status Client::ReleaseMany(std::span<LockHandle> handles) {
       batch[i]->SetState(LockState::kReleased);
       ++c.releases;
     } else {
-      batch[i]->SetState(LockState::kLost);
-      batch[i]->lost_reported = true;
+      batch[i]->LoseTold();
       ++c.lost;
       if (res[i].code() == ErrorCode::kConnection) conn = res[i];
     }

@@ -392,12 +392,8 @@ size_t Client::Impl::EndLeases(const std::vector<std::shared_ptr<ThreadChannel>>
   for (auto& s : all) {
     MutexLock lk(&s->mu);
     if (s->state != LockState::kHeld) continue;
-    s->SetState(LockState::kLost);
     ++n;
-    if (!s->lost_reported) {
-      s->lost_reported = true;
-      if (s->on_lost) notify.push_back(s->on_lost);
-    }
+    if (auto cb = s->Lose()) notify.push_back(std::move(cb));
   }
   for (auto& f : notify) f(why);
   return n;
@@ -450,8 +446,7 @@ LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, bool auto
   // publishes the state (its list's mutex orders these writes before the keeper's reads).
   if (!ch.held->Link(state.get())) {
     MutexLock lk(&state->mu);
-    state->SetState(LockState::kLost);
-    state->lost_reported = true;
+    state->LoseTold();
   }
   return LockHandle(std::move(state));
 }

@@ -224,8 +224,7 @@ Result<LockHandle> Client::Impl::CohortAcquire(ThreadChannel** chp, uint64_t slo
     }
     case CohortWaiter::Outcome::kEnded: {
       MutexLock lk(&state->mu);
-      state->SetState(LockState::kLost);  // passes the entry on
-      state->lost_reported = true;
+      state->LoseTold();  // passes the entry on
       return sdk::EndedWhileGranted();
     }
     case CohortWaiter::Outcome::kRemote:
@@ -435,11 +434,7 @@ void Client::Impl::ReportRidersLost(const std::shared_ptr<LockHandle::State>& ca
   for (auto& r : riders) {
     MutexLock lk(&r->mu);
     if (r->state != LockState::kHeld) continue;  // released meanwhile
-    r->SetState(LockState::kLost);
-    if (!r->lost_reported) {
-      r->lost_reported = true;
-      if (r->on_lost) notify.push_back(r->on_lost);
-    }
+    if (auto cb = r->Lose()) notify.push_back(std::move(cb));
   }
   for (auto& f : notify) f(why);
 }

@@ -317,6 +317,20 @@ struct [[gnu::visibility("hidden")]] LockHandle::State
       }
     }
   }
+  // Leaves kHeld as lost, when the caller tells the owner itself (a release's or an acquire's
+  // error): OnLost is not called for it.
+  void LoseTold() REQUIRES(mu) {
+    SetState(LockState::kLost);
+    lost_reported = true;
+  }
+  // Leaves kHeld as lost, and returns the OnLost callback to call (with no mutex held), or an
+  // empty one if the loss was reported already or none is set: each loss is reported once.
+  std::function<void(const Status&)> Lose() REQUIRES(mu) {
+    SetState(LockState::kLost);
+    if (lost_reported) return {};
+    lost_reported = true;
+    return on_lost;
+  }
   void Settle() REQUIRES(mu) {
     if (!settled && ctx) ctx->budget->Give(grant.ticket.slot);
     settled = true;

@@ -246,11 +246,7 @@ bool Client::Impl::RenewOne(ThreadChannel& c, LockHandle::State& s, std::chrono:
     // Not renewed here: the lock is lost once its lease runs out, and the owner is told
     // (issue 16, finding 12).
     if (!c.session->engine->LeaseValid(s.grant, Clock::now())) {
-      s.SetState(LockState::kLost);
-      if (!s.lost_reported) {
-        s.lost_reported = true;
-        *notify = s.on_lost;
-      }
+      *notify = s.Lose();
       *st = Error(ErrorCode::kLockLost, "lease ran out without a renewal; lock lost");
     }
     return false;
@@ -268,11 +264,7 @@ bool Client::Impl::RenewOne(ThreadChannel& c, LockHandle::State& s, std::chrono:
   // A failed renewal whose lease is still running may succeed next tick; past the lease the
   // lock is lost.
   if (st->code() == ErrorCode::kLockLost || !c.session->engine->LeaseValid(s.grant, Clock::now())) {
-    s.SetState(LockState::kLost);
-    if (!s.lost_reported) {
-      s.lost_reported = true;
-      *notify = s.on_lost;
-    }
+    *notify = s.Lose();
   }
   return true;
 }

@@ -218,8 +218,7 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
   } else {
     // Lost, or the connection failed so the release may not have happened: either way this
     // process no longer holds a lock it can rely on.
-    state_->SetState(LockState::kLost);
-    state_->lost_reported = true;
+    state_->LoseTold();
     if (ch.ok()) ++(*ch)->lost;
   }
   return st;
