@@ -833,3 +833,23 @@ TEST_CASE("session keeping: releasing a lapsed lease says kLockLost whatever els
   CHECK(st.code() == ErrorCode::kLockLost);
   CHECK(h->state() == LockState::kLost);
 }
+
+// A lock released once and released again after its lease would have run out is "already
+// released" (kNotHeld), not lost: the lapsed-lease mapping of Release() is only for a lock that
+// was still held when its release began.
+TEST_CASE(
+    "session keeping: releasing twice says kNotHeld, also after the lease would have run out") {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 8;
+  fo.lease = 200ms;
+  testing::FakeLockd lockd(fo);
+  auto client = ConnectTo("release-twice", lockd.connector());
+  auto h = client->LockSlot(4);
+  REQUIRE(h.ok());
+  REQUIRE(h->Release().ok());
+  std::this_thread::sleep_for(fo.lease + 100ms);
+  const Status again = h->Release();
+  INFO("second Release(): " << again.ToString());
+  CHECK(again.code() == ErrorCode::kNotHeld);
+  CHECK(h->state() == LockState::kReleased);
+}
