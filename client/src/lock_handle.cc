@@ -135,7 +135,8 @@ Status LockHandle::Release() {
   if (state_->inherited()) return Client::Impl::InheritedError();
   auto impl = state_->ctx->client.lock();
   Status st = ReleaseHeld(*state_, impl.get());
-  if (st.ok() || st.code() == ErrorCode::kLockLost) return st;
+  // kNotHeld: released (or ended) before this call; no lease of it is in question.
+  if (st.ok() || st.code() == ErrorCode::kLockLost || st.code() == ErrorCode::kNotHeld) return st;
   if (impl && st.code() == ErrorCode::kConnection)
     impl->OnSessionError(state_->ctx->session->gen, st);
   // A lease that ran out lost the lock before anything else failed (client.h: kLockLost,
