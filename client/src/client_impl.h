@@ -462,12 +462,12 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // The entry owner's shared grant from lockd, `h` (made by MakeHandle with the cohort), becomes
   // the entry's carrier; the caller gets a rider on it. A handle lost already is returned as is.
   LockHandle ShareGrant(LockHandle h, ThreadChannel & ch) EXCLUDES(mu_);
-  // A carrier's grant was lost: every rider on it is marked lost and told (its OnLost), with no
-  // mutex held while the callbacks run. The carrier's loss callback; also called by a rider's
-  // Renew that found the lock lost.
   // Takes `rider` off `carrier`'s readers; true if it was the last (then no reader joins the
   // grant any more, and the caller releases it).
   static bool LeaveShared(LockHandle::State & carrier, LockHandle::State & rider);
+  // A carrier's grant was lost: every rider on it is marked lost and told (its OnLost), with no
+  // mutex held while the callbacks run. The carrier's loss callback; also called by a rider's
+  // Renew that found the lock lost.
   static void ReportRidersLost(const std::shared_ptr<LockHandle::State>& carrier,
                                const Status& why);
 
