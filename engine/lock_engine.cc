@@ -54,7 +54,8 @@ struct Observed {
 LockEngine::LockEngine(EngineParams params, AbandonHandler on_abandon, RecordHandler on_record_free)
     : params_(params),
       on_abandon_(std::move(on_abandon)),
-      on_record_free_(std::move(on_record_free)) {}
+      on_record_free_(std::move(on_record_free)),
+      generations_(params_.lock_count) {}
 
 // The done mark is waited for before the entry goes back to the pool. Posted and handed back at
 // once, it could still be in flight on this QP (a retransmission) when another thread reuses the
@@ -151,21 +152,22 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     // would cost a WRITE on every acquire and tell lockd nothing it could act on (a request
     // without a ticket is left to stall recovery either way).
     //
-    // A recorded exclusive request's entry is tagged with the slot's generation when the channel
-    // knows it, so that its release needs no done mark (three operations per uncontended pair
-    // instead of four; docs/protocol.md, section 10). It knows it from a READ of word1 in the
-    // FA's doorbell (a token's, or one added below), or from its hint of a request on the slot
-    // less than kGenerationHintAge ago (GenerationHintCovers). A channel that comes back to a
-    // slot within that time after an untagged request adds the READ (no round trip: it is in
-    // the FA's doorbell) and tags from then on. A slot visited once, or seldom, costs what it
-    // did: no READ, an untagged entry, and a done mark at the release.
+    // A recorded exclusive request's entry is tagged with the slot's generation, so that its
+    // release needs no done mark (three operations per uncontended pair instead of four;
+    // docs/protocol.md, section 10). The generation comes from a READ of word1 in the FA's
+    // doorbell (a token's, or one added here when the session knows no recent generation of the
+    // slot: no round trip, the READ rides with the FA), or from what the session learned of the
+    // slot before (generations_, any thread's request; GenerationHintCovers).
     const bool tag = record != 0 && mode == Mode::kExclusive;
-    const RemoteMemory::GenerationHint* hint = tag ? mem.generation_hint(slot) : nullptr;
-    // The hint's age by the clock reading the last batch took (no reading of our own); checked
-    // again below against this FA's own issue time.
-    const bool hint_recent =
-        hint != nullptr && mem.last_completed() - hint->at < kGenerationHintAge;
-    const bool read_word1 = opt.want_token || (hint_recent && !hint->known);
+    GenerationTable::Hint hint;
+    // The hint's age by the clock reading the channel's last batch took (no reading of our own;
+    // a channel's first request has none and takes the hint); checked again below against this
+    // FA's own issue time.
+    const auto last_seen = mem.last_completed();
+    const bool hint_recent = tag && generations_.Find(slot, &hint) &&
+                             (last_seen == Clock::time_point{} ||
+                              GenerationTable::Age(hint, last_seen) < kGenerationHintAge);
+    const bool read_word1 = opt.want_token || (tag && !hint_recent);
     RemoteOp ops[2];
     size_t n = 0;
     const size_t fa = n;
@@ -216,12 +218,17 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
       if (read_word1) {
         t.tagged = true;
         t.generation = proto::RequestEntry::GenerationOf(ops[fa + 1].result[0]);
-      } else if (hint_recent && hint->known && GenerationHintCovers(*hint, prev, issue)) {
+      } else if (GenerationHintCovers(hint, prev, issue)) {
         t.tagged = true;
-        t.generation = hint->generation;
+        t.generation = hint.generation;
       }
-      // Known, or (untagged) only visited: the next request here within the age READs word1.
-      mem.set_generation_hint({slot, t.tagged, t.generation, TicketsIssued(prev) + 1, issue});
+      if (t.tagged) {
+        generations_.Learn(slot, {t.generation, TicketsIssued(prev) + 1, issue});
+      } else {
+        // The word was reset since the hint (its count went down), or the hint grew old: the
+        // next request here READs word1.
+        generations_.Forget(slot);
+      }
     }
     if (record != 0) {
       // The ticket, posted without waiting: it lands before anything this channel sends next.
@@ -333,8 +340,18 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       grant->lease_start = last_waiting_issue;
       grant->generation = proto::Generation(rd.result[1]);
       grant->has_generation = true;
-      mem.set_generation_hint({t.slot, true, proto::RequestEntry::GenerationOf(rd.result[1]),
-                               TicketsIssued(w0), issue});
+      const uint32_t gen = proto::RequestEntry::GenerationOf(rd.result[1]);
+      generations_.Learn(t.slot, {gen, TicketsIssued(w0), issue});
+      if (t.tagged && t.generation != gen) {
+        // The entry was tagged with an older generation (a hint from before a reset that the
+        // FA's count did not show): lockd would ignore it. Our increment kept the word from
+        // resetting since our FA, so `gen` is the grant's: write the entry again with it, on this
+        // channel, so that it lands before our release.
+        grant->ticket.generation = gen;
+        RemoteOp fix = EntryWrite(t.record, t.record_seq, t.slot, t.mode,
+                                  proto::RequestEntry::State::kQueued, t.word.Encode(), true, gen);
+        RDMALOCK_RETURN_IF_ERROR(mem.Post(fix));
+      }
       return WaitOutcome::kGranted;
     }
     if (proto::Skipped(w0, t.word, t.mode)) return WaitOutcome::kRestart;

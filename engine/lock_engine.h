@@ -1,8 +1,9 @@
 // The lock protocol engine: acquire, poll, release, renew, stall recovery, frozen-word withdrawal
 // and counter reset on one 16-byte slot, written once against RemoteMemory. See docs/protocol.md.
 //
-// Thread-safety: a LockEngine is immutable after construction and may be shared by all threads;
-// each call takes the caller's own channel.
+// Thread-safety: a LockEngine may be shared by all threads; each call takes the caller's own
+// channel. Its one mutable part is what the session learned of slots' generations
+// (GenerationTable, lock-free); everything else is immutable after construction.
 #pragma once
 
 #include <atomic>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "engine/budgets.h"
+#include "engine/generation_table.h"
 #include "engine/remote_memory.h"
 #include "rdmalock/proto/layout.h"
 #include "rdmalock/proto/lock_word.h"
@@ -273,6 +275,9 @@ class LockEngine {
   EngineParams params_;
   AbandonHandler on_abandon_;
   RecordHandler on_record_free_;
+  // Slots' generations as this session last saw them: exclusive requests tag their entries with
+  // them (AcquireImpl). Lock-free; written by any thread's acquire.
+  mutable GenerationTable generations_;
 };
 
 }  // namespace rdmalock

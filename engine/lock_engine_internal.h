@@ -44,19 +44,26 @@ inline RemoteOp EntryWrite(uint64_t record, uint32_t seq, uint64_t slot, Mode mo
 // Requests a word has queued in its generation (each acquire's FA adds one to max_x or max_s).
 inline uint32_t TicketsIssued(Word0 w) { return uint32_t{w.max_x} + w.max_s; }
 
-// How long a channel's generation hint (RemoteMemory::GenerationHint) is taken as the slot's
-// generation for a request that queued `prev` (the word its FA returned) at `issue`, and so tags
-// its record entry without a READ of word1. A later generation would need the hint's generation to
-// freeze (some counter at COUNT_MAX, so COUNT_MAX minus the hint's count of further tickets) and
-// drain, and then as many tickets of the new generation as the hint had counted, for `prev` to
-// count no fewer: at least COUNT_MAX = 32,768 requests granted and released on one word since the
-// hint, which no NIC does within a millisecond (kFreshWithdrawal's argument). Safety does not
-// rest on this bound: a hint older than the grant's generation makes lockd ignore the entry, and
-// only that request's fast recovery (were its client to die holding it) is lost to stall recovery.
-inline constexpr std::chrono::microseconds kGenerationHintAge{1000};
-inline bool GenerationHintCovers(const RemoteMemory::GenerationHint& h, Word0 prev,
+// How long a generation the session learned of a slot (GenerationTable) is taken as the slot's
+// generation for a request that queued `prev` (the word its FA returned) at `issue`, tagging its
+// record entry without a READ of word1. The FA's count (max_x + max_s) must be no lower than the
+// hint's: a word reset since then restarted its counters, and mostly shows it. A later generation
+// that this check cannot see needs the hint's generation to freeze (some counter at COUNT_MAX,
+// so COUNT_MAX minus the hint's count of further tickets) and drain, and then as many tickets of
+// the new generation as the hint had counted: at least COUNT_MAX = 32,768 requests granted and
+// released on one word since the hint, which within kGenerationHintAge means 3,277 a second,
+// sustained, while this session did not look at the slot.
+//
+// Safety does not rest on this bound. Any hint was read from the slot before this request's FA,
+// and generations only grow, so it is never newer than the grant's generation; a hint older than
+// the grant's generation makes lockd ignore the entry (it acts only when the slot's generation
+// equals the entry's), and only that request's fast recovery (were its client to die holding it)
+// is left to the waiters' stall recovery (F x L), as for an unrecorded request. A request that
+// waits sees word1 with its grant and corrects its entry (LockEngine::Wait).
+inline constexpr std::chrono::seconds kGenerationHintAge{10};
+inline bool GenerationHintCovers(const GenerationTable::Hint& h, Word0 prev,
                                  Clock::time_point issue) {
-  return TicketsIssued(prev) >= h.tickets && issue - h.at < kGenerationHintAge;
+  return TicketsIssued(prev) >= h.tickets && GenerationTable::Age(h, issue) < kGenerationHintAge;
 }
 
 // Marks this use of the entry done. Goes *before* the operation that ends the request, so the

@@ -130,25 +130,6 @@ class RemoteMemory {
     handover_slot_ = slot;
     handover_ = d;
   }
-  // What this channel last learned of a slot's generation (the low 32 bits of word1's), from a
-  // READ of word1 or carried on by an acquire it covered: `tickets` is max_x + max_s after that
-  // request's FA, `at` when that FA (or READ) was posted. Generations only grow, so a hint is
-  // never newer than the slot's; the engine tags a request's record entry with it
-  // (LockEngine::AcquireImpl). Without `known`, only that the channel queued on the slot at
-  // `at`: its next request there READs word1. A few slots, direct-mapped.
-  struct GenerationHint {
-    uint64_t slot = ~uint64_t{0};
-    bool known = false;
-    uint32_t generation = 0;
-    uint32_t tickets = 0;
-    Clock::time_point at{};
-  };
-  static constexpr size_t kGenerationHints = 8;
-  const GenerationHint* generation_hint(uint64_t slot) const {
-    const GenerationHint& h = hints_[slot % kGenerationHints];
-    return h.slot == slot ? &h : nullptr;
-  }
-  void set_generation_hint(const GenerationHint& h) { hints_[h.slot % kGenerationHints] = h; }
 
  protected:
   virtual Status DoExecute(std::span<RemoteOp> ops) = 0;
@@ -170,7 +151,6 @@ class RemoteMemory {
   std::chrono::nanoseconds min_round_trip_{0};
   uint64_t handover_slot_ = ~uint64_t{0};
   std::chrono::nanoseconds handover_{0};
-  std::array<GenerationHint, kGenerationHints> hints_{};
 };
 
 }  // namespace rdmalock

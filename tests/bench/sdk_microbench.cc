@@ -2,8 +2,9 @@
 // in-process backend (tests/support: lockd's lock table as atomic words in this process), so
 // that no network, NIC or VM is in the figure. Issue 19, item 2. It runs:
 //   backend   the backend's own work for one uncontended exclusive pair, the very operations the
-//             engine issues (FA; the record entry's WRITE, posted; the done mark and the CAS,
-//             started; the CAS reaped), issued on an InProcessMemory by hand;
+//             engine issues once it knows the slots' generations (FA; the record entry's WRITE,
+//             tagged, posted; the CAS alone, started, and reaped), issued on an InProcessMemory by
+//             hand;
 //   engine    LockEngine::Acquire + StartRelease (reaped by the next acquire) on the same backend;
 //   sdk       Client::LockSlot + LockHandle::Release over the test lockd (tests/support/
 //             fake_lockd.h), records on (the default) and off;
@@ -118,12 +119,14 @@ double MedianDifference(const Case& a, const Case& b) {
 constexpr uint64_t kLocks = 1024;
 
 // The backend's operations of one uncontended exclusive pair with a record entry, as the engine
-// issues them (lock_engine.cc: Acquire, StartRelease, FinishRelease), without the engine.
+// issues them (lock_engine.cc: Acquire, StartRelease, FinishRelease), without the engine. The
+// engine's entries are tagged once the session has seen a slot's generation (every round after
+// the first pass over the locks), so the release is the CAS alone, as here.
 Case Backend(bool records) {
   struct Fixture {
     InProcessTable table{kLocks, 2 * proto::kSessionRecordSize};
     InProcessMemory mem{&table};
-    RemoteOp release[2];
+    RemoteOp release;
     bool started = false;
     uint64_t slot = 0;
   };
@@ -144,11 +147,9 @@ Case Backend(bool records) {
         RemoteOp queued = RemoteOp::Write16(RegionId::kSessions, entry, prev | 1, prev);
         if (!mem.Post(queued).ok()) std::abort();
       }
-      f->release[0] = RemoteOp::Write(RegionId::kSessions, entry + 16, i);
-      f->release[1] = RemoteOp::CompareSwap(RegionId::kLocks, word0, cur,
-                                            cur + proto::ReleaseIncrement(proto::Mode::kExclusive));
-      const size_t first = records ? 0 : 1;
-      if (!mem.Start(std::span<RemoteOp>(f->release + first, 2 - first)).ok()) std::abort();
+      f->release = RemoteOp::CompareSwap(RegionId::kLocks, word0, cur,
+                                         cur + proto::ReleaseIncrement(proto::Mode::kExclusive));
+      if (!mem.Start(std::span<RemoteOp>(&f->release, 1)).ok()) std::abort();
       f->started = true;
     }
   }};

@@ -37,7 +37,8 @@ TEST_CASE("sessions: a released exclusive lock's tagged entry is not shown; a he
   auto c = ClientTestPeer::Connect(testing::FakeClientOptions("introspect"), lockd.connector());
   REQUIRE(c.ok());
   Client& client = **c;
-  // Twice, so that the second request is tagged even without a token (the channel's hint).
+  // Twice each: the first request READs word1 (without a token too), the second is tagged from
+  // what the session learned.
   for (const bool token : {true, false}) {
     INFO("fencing token " << token);
     LockOptions lo;

@@ -853,3 +853,36 @@ TEST_CASE(
   CHECK(again.code() == ErrorCode::kNotHeld);
   CHECK(h->state() == LockState::kReleased);
 }
+
+// What a session learned of slots' generations (the engine's GenerationTable, issue 19 item 3)
+// must not outlive it: a restarted lockd's lock table starts its generations at 0 again, and an
+// entry tagged with the old run's higher generation would be acted on once the slot's new
+// generation reached it, in the wrong generation. The table is the session's engine's, so a new
+// session READs word1 on its first request on each slot again.
+TEST_CASE("session keeping: a new session learns slots' generations anew") {
+  testing::FakeLockd::Options fo;
+  fo.lease = 10s;  // no renewal (a READ of its own) inside the test
+  testing::FakeLockd lockd(fo);
+  auto client = ConnectTo("generations", lockd.connector());
+  LockOptions lo;
+  lo.fencing_token = false;
+  lockd.table().Store(5, 1, 7 * proto::kGenerationIncrement);
+  const auto pair = [&] {
+    const uint64_t before = client->Stats().read;
+    auto h = client->LockSlot(5, lo);
+    REQUIRE(h.ok());
+    REQUIRE(h->Release().ok());
+    REQUIRE(client->Flush().ok());
+    return client->Stats().read - before;
+  };
+  CHECK(pair() == 1);  // the session's first request on slot 5 READs word1 (generation 7)
+  CHECK(pair() == 0);  // its second is tagged from what it learned
+  const uint64_t first = client->session_id();
+  // lockd "restarts": a new lock table, generations from 0.
+  lockd.table().Store(5, 1, 0);
+  lockd.table().Store(5, 0, 0);
+  ClientTestPeer::FailSession(*client, "injected");
+  REQUIRE(WaitForNewSession(*client, first));
+  CHECK(pair() == 1);  // READs again: the old session's generation 7 is gone with it
+  CHECK(pair() == 0);
+}

@@ -65,11 +65,11 @@ TEST_CASE_METHOD(RecordedClients,
 TEST_CASE_METHOD(
     RecordedClients,
     "item 3: a released, unmarked exclusive entry never frees a later holder of its numbers") {
-  // A's first request on slot 0 is untagged (its channel knows nothing of the slot), its second,
-  // at once, READs word1 with its FA and is tagged: ticket max_x 1 in generation 0.
+  // A's first request on slot 0 READs word1 with its FA (the session knows nothing of the slot),
+  // its second is tagged from what the first learned: ticket max_x 1 in generation 0.
   auto first = e.Acquire(a, 0, Mode::kExclusive, o);
   REQUIRE(first.ok());
-  REQUIRE_FALSE(first->ticket.tagged);
+  REQUIRE(first->ticket.tagged);
   REQUIRE(e.Release(a, *first).ok());
   o.record_seq = 2;
   auto ga = e.Acquire(a, 0, Mode::kExclusive, o);
