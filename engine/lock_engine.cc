@@ -223,7 +223,13 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
         t.generation = hint.generation;
       }
       if (t.tagged) {
-        generations_.Learn(slot, {t.generation, TicketsIssued(prev) + 1, issue});
+        // A hint learned less than kGenerationRelearn ago stays as it is (no atomic
+        // read-modify-write on the acquire path of a lock taken again and again; its count, a
+        // little lower, only makes the check above a little weaker).
+        if (read_word1 || hint.generation != t.generation ||
+            GenerationTable::Age(hint, issue) >= kGenerationRelearn) {
+          generations_.Learn(slot, {t.generation, TicketsIssued(prev) + 1, issue});
+        }
       } else {
         // The word was reset since the hint (its count went down), or the hint grew old: the
         // next request here READs word1.

@@ -61,6 +61,9 @@ inline uint32_t TicketsIssued(Word0 w) { return uint32_t{w.max_x} + w.max_s; }
 // is left to the waiters' stall recovery (F x L), as for an unrecorded request. A request that
 // waits sees word1 with its grant and corrects its entry (LockEngine::Wait).
 inline constexpr std::chrono::seconds kGenerationHintAge{10};
+// A request a hint covered learns it again (its own count and time) only when the hint is at
+// least this old.
+inline constexpr std::chrono::milliseconds kGenerationRelearn{100};
 inline bool GenerationHintCovers(const GenerationTable::Hint& h, Word0 prev,
                                  Clock::time_point issue) {
   return TicketsIssued(prev) >= h.tickets && GenerationTable::Age(h, issue) < kGenerationHintAge;
