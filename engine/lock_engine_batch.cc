@@ -66,17 +66,31 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
   const auto token = [&](const ManyRequest& r) {
     return (want_token || r.want_token) && r.mode == Mode::kExclusive;
   };
+  // Recorded exclusive requests tag their entries with the slot's generation as Acquire's do
+  // (lock_engine.cc, AcquireImpl): from a READ of word1 in the doorbell (a token's, or one added
+  // when the session knows no recent generation of the slot), or from what it learned before.
+  const bool recorded = static_cast<bool>(take);
+  const auto last_seen = mem.last_completed();
   std::vector<Issued> got(reqs.size());
   for (size_t base = 0; base < reqs.size();) {
     RemoteOp ops[kBatchOps];
     size_t fa_at[kBatchOps];
+    GenerationTable::Hint hints[kBatchOps];
+    bool read_word1[kBatchOps];
     size_t n = 0, first = base;
-    for (; base < reqs.size() && n + 1 + (token(reqs[base]) ? 1 : 0) <= kBatchOps; ++base) {
-      fa_at[base - first] = n;
-      ops[n++] = RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(reqs[base].slot),
-                                    proto::AcquireIncrement(reqs[base].mode));
-      if (token(reqs[base]))
-        ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(reqs[base].slot), 8);
+    for (; base < reqs.size(); ++base) {
+      const ManyRequest& r = reqs[base];
+      const size_t k = base - first;
+      const bool tag = recorded && r.mode == Mode::kExclusive;
+      const bool recent = tag && generations_.Find(r.slot, &hints[k]) &&
+                          (last_seen == Clock::time_point{} ||
+                           GenerationTable::Age(hints[k], last_seen) < kGenerationHintAge);
+      read_word1[k] = token(r) || (tag && !recent);
+      if (n + 1 + (read_word1[k] ? 1 : 0) > kBatchOps) break;
+      fa_at[k] = n;
+      ops[n++] =
+          RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(r.slot), proto::AcquireIncrement(r.mode));
+      if (read_word1[k]) ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(r.slot), 8);
     }
     const auto issue = Clock::now();
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops, n)));
@@ -99,9 +113,27 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
       }
       Ticket& t = s.grant.ticket;
       if (take) std::tie(t.record, t.record_seq) = take();
+      if (t.record != 0 && r.mode == Mode::kExclusive) {
+        // As in AcquireImpl: our increment keeps the word from resetting before our release.
+        const size_t k = i - first;
+        if (read_word1[k]) {
+          t.tagged = true;
+          t.generation = proto::RequestEntry::GenerationOf(ops[fa_at[i - first] + 1].result[0]);
+          generations_.Learn(r.slot, {t.generation, TicketsIssued(prev) + 1, issue});
+        } else if (GenerationHintCovers(hints[k], prev, issue)) {
+          t.tagged = true;
+          t.generation = hints[k].generation;
+          if (GenerationTable::Age(hints[k], issue) >= kGenerationRelearn) {
+            generations_.Learn(r.slot, {t.generation, TicketsIssued(prev) + 1, issue});
+          }
+        } else {
+          generations_.Forget(r.slot);
+        }
+      }
       if (t.record != 0) {
-        queued[nq++] = EntryWrite(t.record, t.record_seq, r.slot, r.mode,
-                                  proto::RequestEntry::State::kQueued, prev.Encode());
+        queued[nq++] =
+            EntryWrite(t.record, t.record_seq, r.slot, r.mode, proto::RequestEntry::State::kQueued,
+                       prev.Encode(), t.tagged, t.generation);
       }
       s.grant.seen = Word0::Decode(prev.Encode() + fa.operand);
       if (token(r)) {

@@ -126,6 +126,41 @@ TEST_CASE("acquire_many of free locks is one doorbell of FETCH_AND_ADDs") {
   for (uint64_t s : {1, 4, 9}) REQUIRE(W0(table, s).Drained());
 }
 
+TEST_CASE("item 3: a recorded set's exclusive entries are tagged, and its release marks none") {
+  // A set of 3 exclusive locks and a shared one, recorded. The session's first set READs word1 of
+  // each exclusive slot in the FAs' doorbell (it knows no generation yet); the second is tagged
+  // from what the first learned. Either way release_many is the CASes alone, and the shared
+  // lock's done mark.
+  InProcessTable table(16, 4096);
+  LockEngine e(Params(16), nullptr);
+  InProcessMemory mem(&table);
+  table.Store(9, 1, 3 * proto::kGenerationIncrement);
+  const ManyRequest reqs[] = {
+      {1, Mode::kExclusive}, {4, Mode::kShared}, {9, Mode::kExclusive}, {12, Mode::kExclusive}};
+  uint32_t next = 0;
+  const LockEngine::EntrySource take = [&] {
+    const uint32_t i = next++ % 8;
+    return std::pair<uint64_t, uint32_t>{proto::SessionRecord::EntryOffset(i), next};
+  };
+  const OpCounters& c = mem.counters();
+  for (int round = 0; round < 2; ++round) {
+    INFO("round " << round);
+    const uint64_t reads = c.read.get(), writes = c.write.get(), cas = c.compare_swap.get();
+    auto gs = e.AcquireMany(mem, reqs, {}, take);
+    REQUIRE(gs.ok());
+    CHECK(c.read.get() - reads == (round == 0 ? 3 : 0));
+    CHECK((*gs)[0].ticket.tagged);
+    CHECK_FALSE((*gs)[1].ticket.tagged);
+    CHECK((*gs)[2].ticket.tagged);
+    CHECK((*gs)[2].ticket.generation == 3);
+    CHECK((*gs)[3].ticket.tagged);
+    for (const Status& st : e.ReleaseMany(mem, *gs)) REQUIRE(st.ok());
+    CHECK(c.write.get() - writes == 4 + 1);  // 4 entries, the shared lock's done mark
+    CHECK(c.compare_swap.get() - cas == 4);
+  }
+  for (uint64_t s : {1, 4, 9, 12}) REQUIRE(W0(table, s).Drained());
+}
+
 TEST_CASE("acquire_many: a held lock fails a try for the whole set, and nothing stays held") {
   InProcessTable table(8);
   Reaper reaper(&table);
