@@ -5,9 +5,10 @@
 //
 // Thread-safety: lock-free, any thread. Each entry is a seqlock of two atomic words: `a` holds the
 // slot and a sequence that is odd while a writer fills `b`; a reader that sees `a` change (or odd)
-// under it takes a miss. Two writers of one entry at once: the second drops its learning (a hint,
-// nothing more). The entries are allocated by the first Learn (lockd's recovery engine and
-// clients that record nothing never do).
+// under it takes a miss. No standalone fences (ThreadSanitizer does not model them): `b` is
+// stored with release and loaded with acquire. Two writers of one entry at once: the second drops
+// its learning (a hint, nothing more). The entries are allocated by the first Learn (lockd's
+// recovery engine and clients that record nothing never do).
 #pragma once
 
 #include <algorithm>
@@ -54,8 +55,9 @@ class GenerationTable {
     const Entry& e = es[slot % size_];
     const uint64_t a = e.a.load(std::memory_order_acquire);
     if ((a & kWriting) != 0 || SlotOf(a) != slot) return false;
-    const uint64_t b = e.b.load(std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_acquire);
+    // Acquire: the second load of `a` comes after it. If it saw a writer's `b`, that writer's
+    // odd `a` (stored before its release store of `b`) is visible to the second load.
+    const uint64_t b = e.b.load(std::memory_order_acquire);
     if (e.a.load(std::memory_order_relaxed) != a) return false;
     out->generation = static_cast<uint32_t>(b >> 32);
     out->tickets = static_cast<uint32_t>((b >> kTimeBits) & 0xffff);
@@ -109,11 +111,10 @@ class GenerationTable {
                                      std::memory_order_relaxed)) {
       return;
     }
-    std::atomic_thread_fence(std::memory_order_release);
     e.b.store((uint64_t{h.generation} << 32) |
                   (uint64_t{std::min<uint32_t>(h.tickets, 0xffff)} << kTimeBits) |
                   (Ticks(h.at) & kTimeMask),
-              std::memory_order_relaxed);
+              std::memory_order_release);  // after the odd `a`, for Find's second load
     e.a.store(((seq + 2) << kSlotBits) | (known ? slot + 1 : 0), std::memory_order_release);
   }
 

@@ -23,7 +23,10 @@
  *     READ earlier, exact or older (generations only grow). The range also holds values newer
  *     than word1's at the FA (a racing resetter's late bump may land between the FA and the
  *     write): any value word1 showed before the release is safe. Each round has an entry of its own
- *     (the pool may hand out another entry each time; reusing one only overwrites a stale one);
+ *     (the pool may hand out another entry each time; reusing one only overwrites a stale one).
+ *     A request may write its entry a second time after its grant (LockEngine::Wait corrects an
+ *     entry whose generation is older than the one its grant's READ saw): again any value up to
+ *     word1's generation, so the model's second write covers the correction and more;
  *   - wait until nX == px (a READ of word0, as a blocking step: in this model a live request is
  *     never skipped nor reset, since there is no stall recovery), then hold;
  *   - release: the conditional CAS (nX == px && maxX > px: nX + 1), with NO done mark: the entry
@@ -195,7 +198,8 @@ end_wait:
        }
        if
        :: !written -> write_entry(me * ROUNDS + r)
-       :: else -> skip
+       :: written -> skip
+       :: written -> write_entry(me * ROUNDS + r)  /* again: a waiter's correction (above) */
        fi;
        /* the critical section; then the release: the CAS alone, no done mark (the entry stays) */
        atomic {
