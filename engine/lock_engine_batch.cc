@@ -16,8 +16,10 @@ std::vector<Status> LockEngine::ReleaseMany(RemoteMemory& mem, std::span<const G
   std::vector<Status> out(grants.size());
   for (size_t base = 0; base < grants.size();) {
     RemoteOp ops[kBatchOps];
-    size_t cas_at[kBatchOps / 2];
-    size_t idx[kBatchOps / 2];
+    // One entry per release in this doorbell: a release is one operation (the CAS: unrecorded,
+    // or a tagged entry) or two (the done mark and the CAS), so up to kBatchOps of them.
+    size_t cas_at[kBatchOps];
+    size_t idx[kBatchOps];
     size_t n = 0, k = 0;
     for (; base < grants.size() && n + 2 <= kBatchOps; ++base) {
       const Grant& g = grants[base];
@@ -78,9 +80,10 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
     GenerationTable::Hint hints[kBatchOps];
     bool read_word1[kBatchOps];
     size_t n = 0, first = base;
-    for (; base < reqs.size(); ++base) {
+    // Stops when the doorbell is full: a request takes one operation or two (with its READ).
+    for (; base < reqs.size() && n < kBatchOps; ++base) {
       const ManyRequest& r = reqs[base];
-      const size_t k = base - first;
+      const size_t k = base - first;  // k <= n < kBatchOps: each request before took an op
       const bool tag = recorded && r.mode == Mode::kExclusive;
       const bool recent = tag && generations_.Find(r.slot, &hints[k]) &&
                           (last_seen == Clock::time_point{} ||
@@ -118,7 +121,7 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
         const size_t k = i - first;
         if (read_word1[k]) {
           t.tagged = true;
-          t.generation = proto::RequestEntry::GenerationOf(ops[fa_at[i - first] + 1].result[0]);
+          t.generation = proto::RequestEntry::GenerationOf(ops[fa_at[k] + 1].result[0]);
           generations_.Learn(r.slot, {t.generation, TicketsIssued(prev) + 1, issue});
         } else if (GenerationHintCovers(hints[k], prev, issue)) {
           t.tagged = true;
