@@ -36,10 +36,11 @@ pid_t Worker(const std::vector<std::string>& args) {
 }
 
 pid_t StartHolder(const Lockd& lockd, SharedFile& shf, const std::string& name, bool shared,
-                  bool record) {
+                  bool record, bool warm) {
   std::vector<std::string> args = {
       "hold", RxeIp(), std::to_string(lockd.port()), shf.path(), "0", name, shared ? "s" : "x"};
   if (!record) args.push_back("norecord");
+  if (warm) args.push_back("warm");
   const pid_t pid = Worker(args);
   const auto end = std::chrono::steady_clock::now() + 30s;
   while (shf.get()->granted == 0) {

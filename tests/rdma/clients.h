@@ -48,8 +48,10 @@ pid_t Spawn(Fn fn) {
 
 // Starts a "hold" worker and waits until it holds the lock. `record`: with request records (so
 // lockd can free the lock the moment the worker dies); without, only stall recovery can.
+// `warm`: the worker takes and releases the lock once first, without fencing tokens, so that the
+// held request's entry is tagged from the session's generation table (no READ of word1).
 pid_t StartHolder(const Lockd& lockd, SharedFile& shf, const std::string& name, bool shared,
-                  bool record = true);
+                  bool record = true, bool warm = false);
 
 // Waits until `n` requests are queued on the slot (tickets issued minus released).
 void WaitQueued(Client& c, uint64_t slot, uint32_t n);

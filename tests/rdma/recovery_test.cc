@@ -38,8 +38,8 @@ struct KillResult {
   double ms = 0;
 };
 KillResult KillHolderAndWait(const Lockd& lockd, SharedFile& shf, Client& c,
-                             const std::string& name, bool shared, bool record) {
-  const pid_t holder = StartHolder(lockd, shf, name, shared, record);
+                             const std::string& name, bool shared, bool record, bool warm = false) {
+  const pid_t holder = StartHolder(lockd, shf, name, shared, record, warm);
   BackgroundLock waiter(c, name);
   WaitQueued(c, c.SlotOf(name), 2);
   const auto killed_at = std::chrono::steady_clock::now();
@@ -103,6 +103,17 @@ TEST_CASE("kill -9 of an exclusive holder") {
     REQUIRE(c->Stats().recoveries == 0);  // lockd freed it, not our stall recovery
     REQUIRE(r.grant->fencing_token() > shf.get()->token);
     REQUIRE(shf.get()->WriteResource(r.grant->fencing_token()));
+  }
+  SECTION("recorded, tagged from the session's generation table: lockd frees it at once") {
+    // The holder took and released the lock before, without tokens: its held request's entry
+    // carries the generation its session learned then (issue 19, item 3), with no READ.
+    auto r = KillHolderAndWait(lockd, shf, *c, "crash-x", false, true, /*warm=*/true);
+    REQUIRE(r.grant.ok());
+    CHECK(shf.get()->held_reads.load() == 0);
+    WARN("kill -9 of X holder tagged from its session's table -> next grant: "
+         << r.ms << " ms (F x L = " << Ms(kStall) << " ms)");
+    REQUIRE(r.ms < kFastMs);
+    REQUIRE(c->Stats().recoveries == 0);
   }
   SECTION("unrecorded: waiters recover it after F x L") {
     auto r = KillHolderAndWait(lockd, shf, *c, "crash-x", false, false);

@@ -86,15 +86,28 @@ int main(int argc, char** argv) {
     if (argc < 8) return 64;
     LockOptions lo;
     lo.mode = std::string(argv[7]) == "s" ? LockMode::kShared : LockMode::kExclusive;
+    // "warm": no fencing token, and the lock taken and released once before the held
+    // acquisition, whose entry is then tagged from what the session learned (no READ).
+    const bool warm = argc > 8 && std::string(argv[8]) == "warm";
+    if (warm) {
+      lo.fencing_token = false;
+      auto first = (*c)->Lock(argv[6], lo);
+      if (!first.ok() || !first->Release().ok() || !(*c)->Flush().ok()) return 14;
+    }
+    const uint64_t reads = (*c)->Stats().read;
     auto h = (*c)->Lock(argv[6], lo);
     if (!h.ok()) {
       std::fprintf(stderr, "rdma_worker %d: %s\n", index, h.status().ToString().c_str());
       return 11;
     }
+    sh->held_reads = static_cast<int>((*c)->Stats().read - reads);
     std::atomic<bool> lost{false};
     h->OnLost([&](const Status&) { lost = true; });
     sh->token = h->fencing_token();
-    if (lo.mode == LockMode::kExclusive && !sh->WriteResource(h->fencing_token())) return 13;
+    if (lo.mode == LockMode::kExclusive && lo.fencing_token &&
+        !sh->WriteResource(h->fencing_token())) {
+      return 13;
+    }
     sh->granted = 1;
     while (!lost && h->state() == LockState::kHeld) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));

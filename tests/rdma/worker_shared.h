@@ -10,6 +10,9 @@ struct WorkerShared {
   // "hold" workers
   std::atomic<int> granted{0}, lost{0}, release_code{-1}, stale_accepted{0}, stale_rejected{0};
   std::atomic<uint64_t> token{0};
+  // "hold ... warm": RDMA READs of the held lock's acquire (0: its entry was tagged from the
+  // session's generation table, no READ of word1), -1 until known.
+  std::atomic<int> held_reads{-1};
   // A fenced resource: accepts a write only with a token above every token it accepted before.
   std::atomic<uint64_t> resource_max{0};
   std::atomic<int> resource_writes{0};
