@@ -68,7 +68,8 @@ namespace sdk {
 
 // One session with lockd: the handshake's answer, the engine for its parameters and its record.
 // Constant once made (MakeSession), except trusted_until_ns (the keeper moves it; any thread
-// reads it). Shared by the session's channels and handles.
+// reads it) and the engine's generation table (lock-free; any thread's acquire learns into it).
+// Shared by the session's channels and handles.
 struct Session {
   uint64_t gen = 0;    // the client's count of sessions, from 1
   std::string server;  // the lockd it is with (threads join it there)
