@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "rdmalock/proto/layout.h"
+
 namespace rdmalock {
 
 class GenerationTable {
@@ -79,6 +81,7 @@ class GenerationTable {
   static constexpr int kSlotBits = 30;  // slot + 1, slots below kMaxLockCount (2^28)
   static constexpr uint64_t kSlotMask = (uint64_t{1} << kSlotBits) - 1;
   static constexpr uint64_t kWriting = uint64_t{1} << kSlotBits;  // the seq's low bit
+  static_assert(proto::kMaxLockCount < kSlotMask, "a slot + 1 must fit below the seq");
   // `at` in units of 2^20 ns (about 1 ms), 16 bits: it wraps after about 69 s. A hint older than
   // that may pass for a recent one; the engine's other check (the FA's count) still applies, and
   // a wrong hint costs only fast recovery (LockEngine::AcquireImpl), never safety.
