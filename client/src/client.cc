@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <thread>
 #include <tuple>
 
@@ -386,12 +387,21 @@ Status Client::ReleaseMany(std::span<LockHandle> handles) {
   const std::shared_ptr<Impl> impl = impl_;
   auto ch = impl->Channel(Clock::now());
   std::vector<LockHandle::State*> batch;
-  sdk::HeldStates locks;  // batch's mutexes, held until their states are set
-  Status first;
-  auto note = [&](const Status& st) {
-    if (first.ok() && !st.ok()) first = st;
-  };
-  for (LockHandle& h : handles) {
+  std::vector<size_t> batch_at;  // batch[i] is handles[batch_at[i]]
+  sdk::HeldStates locks;         // batch's mutexes, held until their states are set
+  // Each handle's outcome, so that the first error is the first in `handles`' order.
+  std::vector<Status> outcome(handles.size());
+  // The states' mutexes are taken in one order, by address, whatever the order of `handles`:
+  // states are pooled and reused, so two calls could otherwise take the same two mutexes in
+  // opposite orders (ThreadSanitizer's lock-order-inversion, and a deadlock were two threads
+  // ever to release overlapping handles at once).
+  std::vector<size_t> order(handles.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::less<>{}(handles[a].state_.get(), handles[b].state_.get());
+  });
+  for (const size_t at : order) {
+    LockHandle& h = handles[at];
     if (!h.state_) continue;
     locks.Lock(h.state_.get());
     h.state_->mu.AssertHeld();
@@ -407,12 +417,19 @@ Status Client::ReleaseMany(std::span<LockHandle> handles) {
         continue;
       }
       batch.push_back(h.state_.get());
+      batch_at.push_back(at);
       continue;
     }
     locks.UnlockLast();
-    note(h.Release());  // not batchable: says why (released, lost, other session)
+    outcome[at] = h.Release();  // not batchable: says why (released, lost, other session)
   }
-  if (batch.empty()) return first;
+  const auto first = [&] {
+    for (const Status& st : outcome) {
+      if (!st.ok()) return st;
+    }
+    return Status::Ok();
+  };
+  if (batch.empty()) return first();
   ThreadChannel& c = **ch;
   std::vector<Grant> grants;
   grants.reserve(batch.size());
@@ -440,11 +457,11 @@ Status Client::ReleaseMany(std::span<LockHandle> handles) {
       ++c.lost;
       if (res[i].code() == ErrorCode::kConnection) conn = res[i];
     }
-    note(res[i]);
+    outcome[batch_at[i]] = res[i];
   }
   locks.UnlockAll();
   if (!conn.ok()) impl->OnSessionError(c.session->gen, conn);
-  return first;
+  return first();
 }
 
 Status Client::Flush() {
