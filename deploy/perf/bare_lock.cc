@@ -4,7 +4,7 @@
 //
 //   rdma_bare_lock server [--address A] [--port P] [--locks N]
 //   rdma_bare_lock client --server IP [--port P] [--threads T] [--locks N] [--duration S]
-//                         [--warmup S] [--hold-us H] [--json]
+//                         [--warmup S] [--hold-us H] [--json] [--entry-write none|after|fenced]
 //
 // The server registers one memory region of N 16-byte slots laid out as lockd's lock table
 // (proto/rdmalock/proto/layout.h, SlotOffset; no info page, no probe slot, no session records),
@@ -24,6 +24,11 @@
 //            posted and not waited for. It is unsignalled unless kMaxPostedUnsignalled posts are
 //            outstanding; the next signalled operation's completion retires it (RC completes in
 //            order), and a failed one shows as an error completion on the next wait.
+// --entry-write (not run by run-perf.sh; issue 19's question whether a record entry's WRITE is
+// cheaper fenced in the FA's doorbell than posted after it) adds, to each acquire's FA, a 16-byte
+// WRITE to a slot no key draws (the last slots of the table, one per thread): `after` posts it
+// once the FA has returned, as the SDK posts its entry; `fenced` posts it with the FA in one
+// doorbell, IBV_SEND_FENCE, gathering the FA's result from the buffer the FA wrote.
 // The one thing beyond that is the counters' wrap-around, without which a run on one lock breaks
 // after 65,536 acquisitions (maxX would carry into nS). As in DSLR and in rdmalock's protocol, a
 // word whose maxX reached kCountMax is frozen: an acquire that draws such a ticket polls (READ)
@@ -299,6 +304,7 @@ struct ClientOptions {
   double warmup_s = 0.5;
   int hold_us = 0;
   bool json = false;
+  std::string entry_write = "none";  // none | after | fenced
 };
 
 constexpr size_t kMaxPosted = rdmalock::budget::kMaxPostedUnsignalled;
@@ -328,6 +334,12 @@ class Conn {
       return Error(ErrorCode::kInvalidArgument, "--locks " + std::to_string(o.locks) +
                                                     " is more than the server's " +
                                                     std::to_string(table_.slots) + " slots");
+    }
+    if (o.entry_write != "none" && o.locks + static_cast<uint64_t>(o.threads) > table_.slots) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "--entry-write needs a slot no key draws for each thread: --locks " +
+                       std::to_string(o.locks) + " + --threads " + std::to_string(o.threads) +
+                       " is more than the server's " + std::to_string(table_.slots) + " slots");
     }
     RDMALOCK_ASSIGN_OR_RETURN(
         mr_, rdma::RegisterMr(conn_->pd.get(), buf_.data(), sizeof(buf_), IBV_ACCESS_LOCAL_WRITE));
@@ -375,6 +387,42 @@ class Conn {
     }
     return Status::Ok();
   }
+  // --entry-write: the FA and a 16-byte WRITE (a record entry's size: a word of ours and the
+  // FA's result) to `scratch`, a slot no key draws. `fenced`: the WRITE goes in the FA's
+  // doorbell with IBV_SEND_FENCE, so it executes once the FA has completed, and gathers the FA's
+  // result from the buffer the FA wrote (one post). Otherwise it is posted once the FA has
+  // returned, as rdmalock's entry is (two posts). Each counts one op; the WRITE is not waited for.
+  Status FetchAddEntry(uint64_t slot, uint64_t add, uint64_t scratch, bool fenced, uint64_t* prev) {
+    buf_[kEntryBuf] = slot;
+    ibv_send_wr fa = Atomic(kEntryBuf + 1, IBV_WR_ATOMIC_FETCH_AND_ADD, slot, add, 0);
+    ibv_sge wsge{reinterpret_cast<uint64_t>(&buf_[kEntryBuf]), 16, mr_->lkey};
+    ibv_send_wr w{};
+    w.sg_list = &wsge;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_RDMA_WRITE;
+    w.wr.rdma = {table_.addr + proto::SlotOffset(scratch), table_.rkey};
+    w.wr_id = next_wr_id_++;
+    if (fenced) {
+      w.send_flags = IBV_SEND_FENCE;
+      fa.next = &w;
+      // fa and w point at this frame's sges: post and wait here. The FA's completion does not
+      // cover the WRITE behind it: one unretired post.
+      RDMALOCK_RETURN_IF_ERROR(PostAndWait(fa));
+      *prev = buf_[kEntryBuf + 1];
+      unretired_ = 1;
+      return Status::Ok();
+    }
+    RDMALOCK_RETURN_IF_ERROR(PostAndWait(fa));
+    *prev = buf_[kEntryBuf + 1];
+    if (++unretired_ >= kMaxPosted) w.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr* bad = nullptr;
+    if (const int rc = ibv_post_send(qp_, &w, &bad); rc != 0) {
+      return rdma::ErrnoStatus(ErrorCode::kConnection, "ibv_post_send", rc);
+    }
+    return Status::Ok();
+  }
+  uint64_t slots() const { return table_.slots; }
+
   // Waits until everything posted has executed (one signalled READ behind it).
   Status Flush() {
     if (unretired_ == 0) return Status::Ok();
@@ -383,7 +431,7 @@ class Conn {
   }
 
  private:
-  enum : size_t { kFaBuf = 0, kReadBuf = 1, kCasBuf = 2, kPostBuf = 3 };
+  enum : size_t { kFaBuf = 0, kReadBuf = 1, kCasBuf = 2, kPostBuf = 3, kEntryBuf = 4 };
 
   ibv_send_wr Atomic(size_t b, ibv_wr_opcode op, uint64_t slot, uint64_t operand, uint64_t swap,
                      ibv_sge* sge = nullptr) {
@@ -407,7 +455,9 @@ class Conn {
     if (const int rc = ibv_post_send(qp_, &wr, &bad); rc != 0) {
       return rdma::ErrnoStatus(ErrorCode::kConnection, "ibv_post_send", rc);
     }
-    const Clock::time_point deadline = Clock::now() + kCompletionTimeout;
+    // As the SDK's WaitFor: the 5 s start once the CQ comes up empty past the spins, so a
+    // completion that is there costs no clock reading.
+    Clock::time_point deadline{};
     for (uint32_t spins = 0;; ++spins) {
       ibv_wc wc[4];
       const int got = ibv_poll_cq(cq_, 4, wc);
@@ -423,13 +473,17 @@ class Conn {
         }
       }
       if (got == 0 && spins > 64) {
-        if (Clock::now() > deadline) return Error(ErrorCode::kTimeout, "no completion in 5 s");
+        if (deadline == Clock::time_point{}) {
+          deadline = Clock::now() + kCompletionTimeout;
+        } else if (Clock::now() > deadline) {
+          return Error(ErrorCode::kTimeout, "no completion in 5 s");
+        }
         std::this_thread::yield();
       }
     }
   }
 
-  alignas(64) std::array<uint64_t, 4> buf_{};
+  alignas(64) std::array<uint64_t, 8> buf_{};
   ibv_sge sge_{};
   std::unique_ptr<rdma::ActiveConnection> conn_;
   rdma::MemoryRegion mr_;
@@ -448,15 +502,23 @@ struct PairOps {
 // The lock itself: acquire and release of slot `slot`, exclusive.
 class BareLock {
  public:
-  explicit BareLock(Conn* c) : c_(c) {}
+  enum class EntryWrite { kNone, kAfter, kFenced };  // --entry-write
+  BareLock(Conn* c, EntryWrite entry, uint64_t scratch) : c_(c), entry_(entry), scratch_(scratch) {}
 
   // `t0`: when the caller started the acquire (it reads the clock anyway, for the latency).
   Status Acquire(uint64_t slot, Clock::time_point t0, PairOps* n) {
     const Clock::time_point deadline = t0 + kGrantTimeout;
     for (;;) {
       uint64_t prev = 0;
-      RDMALOCK_RETURN_IF_ERROR(
-          c_->FetchAdd(slot, proto::AcquireIncrement(proto::Mode::kExclusive), &prev));
+      if (entry_ == EntryWrite::kNone) {
+        RDMALOCK_RETURN_IF_ERROR(
+            c_->FetchAdd(slot, proto::AcquireIncrement(proto::Mode::kExclusive), &prev));
+      } else {
+        RDMALOCK_RETURN_IF_ERROR(c_->FetchAddEntry(slot,
+                                                   proto::AcquireIncrement(proto::Mode::kExclusive),
+                                                   scratch_, entry_ == EntryWrite::kFenced, &prev));
+        ++n->ops;
+      }
       ++n->ops;
       ticket_ = proto::Word0::Decode(prev);
       if (!ticket_.Frozen()) break;
@@ -522,6 +584,8 @@ class BareLock {
 
  private:
   Conn* c_;
+  EntryWrite entry_;
+  uint64_t scratch_;  // --entry-write's target: a slot no key draws
   proto::Word0 ticket_;
 };
 
@@ -573,7 +637,10 @@ void Worker(Shared& sh, int t, ThreadResult& r) {
   // bench also draws each request's mode).
   std::mt19937_64 rng(static_cast<uint64_t>(t) * 7919 + 17);
   std::uniform_int_distribution<uint64_t> keys(0, o.locks - 1);
-  BareLock lock(&conn);
+  const auto entry = o.entry_write == "after"    ? BareLock::EntryWrite::kAfter
+                     : o.entry_write == "fenced" ? BareLock::EntryWrite::kFenced
+                                                 : BareLock::EntryWrite::kNone;
+  BareLock lock(&conn, entry, conn.slots() - 1 - static_cast<uint64_t>(t));
   while (!sh.stop.load(std::memory_order_relaxed)) {
     const uint64_t slot = keys(rng);
     PairOps n;
@@ -792,6 +859,11 @@ int main(int argc, char** argv) {
   client->add_option("--warmup", co.warmup_s, "seconds before measuring");
   client->add_option("--hold-us", co.hold_us, "hold each lock this many microseconds");
   client->add_flag("--json", co.json, "one JSON object with lockctl --json bench's keys");
+  client
+      ->add_option("--entry-write", co.entry_write,
+                   "after each FA, WRITE 16 bytes as a record entry: none, after (posted once the "
+                   "FA returned) or fenced (in the FA's doorbell, IBV_SEND_FENCE)")
+      ->check(CLI::IsMember({"none", "after", "fenced"}));
   CLI11_PARSE(app, argc, argv);
   if (server->parsed()) return bare::RunServer(so);
   return bare::RunClient(co);
