@@ -124,6 +124,37 @@ Result<Grant> LockEngine::Acquire(RemoteMemory& mem, uint64_t slot, Mode mode,
   return g;
 }
 
+bool LockEngine::RecentGeneration(uint64_t slot, Clock::time_point last_seen,
+                                  GenerationTable::Hint* hint) const {
+  return generations_.Find(slot, hint) &&
+         (last_seen == Clock::time_point{} ||
+          GenerationTable::Age(*hint, last_seen) < kGenerationHintAge);
+}
+
+void LockEngine::TagTicket(Ticket* t, const uint64_t* word1, const GenerationTable::Hint& hint,
+                           Clock::time_point issue) const {
+  // Our increment keeps the word from draining, so no reset comes before our release: the
+  // generation word1 showed after our FA is our grant's.
+  if (word1 != nullptr) {
+    t->tagged = true;
+    t->generation = proto::RequestEntry::GenerationOf(*word1);
+    generations_.Learn(t->slot, {t->generation, TicketsIssued(t->word) + 1, issue});
+  } else if (GenerationHintCovers(hint, t->word, issue)) {
+    t->tagged = true;
+    t->generation = hint.generation;
+    // A hint learned less than kGenerationRelearn ago stays as it is (no atomic
+    // read-modify-write on the acquire path of a lock taken again and again; its count, a little
+    // lower, only makes the check a little weaker).
+    if (GenerationTable::Age(hint, issue) >= kGenerationRelearn) {
+      generations_.Learn(t->slot, {t->generation, TicketsIssued(t->word) + 1, issue});
+    }
+  } else {
+    // The word was reset since the hint (its count went down), or the hint grew old: the next
+    // request here READs word1.
+    generations_.Forget(t->slot);
+  }
+}
+
 Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mode,
                                       const AcquireOptions& opt, EngineEvents* ev,
                                       bool* handed_off) const {
@@ -160,14 +191,8 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     // slot before (generations_, any thread's request; GenerationHintCovers).
     const bool tag = record != 0 && mode == Mode::kExclusive;
     GenerationTable::Hint hint;
-    // The hint's age by the clock reading the channel's last batch took (no reading of our own;
-    // a channel's first request has none and takes the hint); checked again below against this
-    // FA's own issue time.
-    const auto last_seen = mem.last_completed();
-    const bool hint_recent = tag && generations_.Find(slot, &hint) &&
-                             (last_seen == Clock::time_point{} ||
-                              GenerationTable::Age(hint, last_seen) < kGenerationHintAge);
-    const bool read_word1 = opt.want_token || (tag && !hint_recent);
+    const bool read_word1 =
+        opt.want_token || (tag && !RecentGeneration(slot, mem.last_completed(), &hint));
     RemoteOp ops[2];
     size_t n = 0;
     const size_t fa = n;
@@ -212,30 +237,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     frozen_seen = Observed{};
 
     Ticket t{slot, mode, prev, record, record_seq};
-    if (tag) {
-      // Our increment keeps the word from draining, so no reset comes before our release: the
-      // generation word1 showed after our FA is our grant's.
-      if (read_word1) {
-        t.tagged = true;
-        t.generation = proto::RequestEntry::GenerationOf(ops[fa + 1].result[0]);
-      } else if (GenerationHintCovers(hint, prev, issue)) {
-        t.tagged = true;
-        t.generation = hint.generation;
-      }
-      if (t.tagged) {
-        // A hint learned less than kGenerationRelearn ago stays as it is (no atomic
-        // read-modify-write on the acquire path of a lock taken again and again; its count, a
-        // little lower, only makes the check above a little weaker).
-        if (read_word1 || hint.generation != t.generation ||
-            GenerationTable::Age(hint, issue) >= kGenerationRelearn) {
-          generations_.Learn(slot, {t.generation, TicketsIssued(prev) + 1, issue});
-        }
-      } else {
-        // The word was reset since the hint (its count went down), or the hint grew old: the
-        // next request here READs word1.
-        generations_.Forget(slot);
-      }
-    }
+    if (tag) TagTicket(&t, read_word1 ? &ops[fa + 1].result[0] : nullptr, hint, issue);
     if (record != 0) {
       // The ticket, posted without waiting: it lands before anything this channel sends next.
       RemoteOp queued =

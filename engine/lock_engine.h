@@ -271,6 +271,20 @@ class LockEngine {
                                         std::chrono::nanoseconds handover) const;
   void FillToken(Grant* g) const;
   Status GenerationAfterGrant(RemoteMemory& mem, Grant* g) const;
+  // A recorded exclusive request's tag (docs/protocol.md, section 10), in two steps that
+  // AcquireImpl and IssueMany share. Before the FA: whether the session knows a recent
+  // generation of `slot` (into *hint); if not, the request READs word1 in its FA's doorbell.
+  // `last_seen`: the clock reading of the channel's last batch (none: a channel's first request
+  // takes the hint); TagTicket checks the hint again against the FA's own issue time.
+  bool RecentGeneration(uint64_t slot, Clock::time_point last_seen,
+                        GenerationTable::Hint* hint) const;
+  // After the FA (it queued t->word, issued at `issue`): tags *t with word1 as that READ returned
+  // it (`word1`, null without a READ) or with the hint if it covers the FA
+  // (GenerationHintCovers), and keeps generations_ up to date: learns a READ's generation, learns
+  // again a covering hint at least kGenerationRelearn old, forgets the slot when the hint did not
+  // cover (the request goes untagged; the next one READs).
+  void TagTicket(Ticket* t, const uint64_t* word1, const GenerationTable::Hint& hint,
+                 Clock::time_point issue) const;
 
   EngineParams params_;
   AbandonHandler on_abandon_;

@@ -85,18 +85,15 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
       const ManyRequest& r = reqs[base];
       const size_t k = base - first;  // k <= n < kBatchOps: each request before took an op
       const bool tag = recorded && r.mode == Mode::kExclusive;
-      const bool recent = tag && generations_.Find(r.slot, &hints[k]) &&
-                          (last_seen == Clock::time_point{} ||
-                           GenerationTable::Age(hints[k], last_seen) < kGenerationHintAge);
-      read_word1[k] = token(r) || (tag && !recent);
+      read_word1[k] = token(r) || (tag && !RecentGeneration(r.slot, last_seen, &hints[k]));
       if (n + 1 + (read_word1[k] ? 1 : 0) > kBatchOps) break;
       fa_at[k] = n;
       ops[n++] =
           RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(r.slot), proto::AcquireIncrement(r.mode));
       if (read_word1[k]) ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(r.slot), 8);
     }
-    const auto issue = Clock::now();
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops, n)));
+    const auto issue = mem.last_issued();  // before the FAs were posted: the leases' start
     RemoteOp queued[kBatchOps];
     size_t nq = 0;
     for (size_t i = first; i < base; ++i) {
@@ -117,21 +114,8 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
       Ticket& t = s.grant.ticket;
       if (take) std::tie(t.record, t.record_seq) = take();
       if (t.record != 0 && r.mode == Mode::kExclusive) {
-        // As in AcquireImpl: our increment keeps the word from resetting before our release.
         const size_t k = i - first;
-        if (read_word1[k]) {
-          t.tagged = true;
-          t.generation = proto::RequestEntry::GenerationOf(ops[fa_at[k] + 1].result[0]);
-          generations_.Learn(r.slot, {t.generation, TicketsIssued(prev) + 1, issue});
-        } else if (GenerationHintCovers(hints[k], prev, issue)) {
-          t.tagged = true;
-          t.generation = hints[k].generation;
-          if (GenerationTable::Age(hints[k], issue) >= kGenerationRelearn) {
-            generations_.Learn(r.slot, {t.generation, TicketsIssued(prev) + 1, issue});
-          }
-        } else {
-          generations_.Forget(r.slot);
-        }
+        TagTicket(&t, read_word1[k] ? &ops[fa_at[k] + 1].result[0] : nullptr, hints[k], issue);
       }
       if (t.record != 0) {
         queued[nq++] =
