@@ -130,6 +130,45 @@ TEST_CASE("item 3: a waiter whose entry has an older generation writes it again 
   REQUIRE(e.Release(ch.mem, g).ok());
 }
 
+TEST_CASE(
+    "giving up: a request granted while it gives up holds its lock with its entry marked done") {
+  // A try-lock (or a timeout) whose holder releases just as it gives its ticket up: the
+  // withdrawal's doorbell marks the entry done before its CAS (a withdrawn ticket must never look
+  // live), the CAS misses because the word moved, and the ticket turns out granted. The caller
+  // gets the lock, but its record shows no live request for it, whatever the entry's tag: were
+  // the client to die holding it, lockd's reap would leave it, and the waiters' stall recovery
+  // (F x L) would free it. (Stop 32 suspected only the tag, the session's older generation, on
+  // this path; the done mark comes first.) This test pins that behaviour: docs/protocol.md §3,
+  // "Giving up a queued ticket".
+  InProcessTable table(1, 4096);
+  LockEngine e(Params(1), nullptr);
+  RecordedChannel ch(&table, proto::SessionRecord::EntryOffset(0));
+  InProcessMemory other(&table);
+  auto held = e.Acquire(other, 0, Mode::kExclusive, {});
+  REQUIRE(held.ok());
+  const ManyRequest one[] = {{0, Mode::kExclusive, false}};
+  const uint32_t seq = ch.seq++;
+  const LockEngine::EntrySource take = [&] {
+    return std::pair<uint64_t, uint32_t>{ch.o.record, seq};
+  };
+  auto q = e.IssueMany(ch.mem, one, false, take, nullptr);  // queued behind `held`, recorded
+  REQUIRE(q.ok());
+  REQUIRE_FALSE((*q)[0].granted);
+  REQUIRE(e.Release(other, *held).ok());
+  AcquireOptions try_opt;
+  try_opt.try_only = true;
+  auto g = e.FinishAcquire(ch.mem, (*q)[0].grant, try_opt);  // granted while giving up
+  REQUIRE(g.ok());
+  proto::RequestEntry en;
+  CHECK_FALSE(proto::RequestEntry::DecodeLive(table.session_word(ch.o.record).load(),
+                                              table.session_word(ch.o.record + 8).load(),
+                                              table.session_word(ch.o.record + 16).load(), &en));
+  CHECK(ReapRecord(table, e, 0) == 0);                     // lockd frees nothing for it
+  CHECK_FALSE(Word0::Decode(table.Load(0, 0)).Drained());  // still ours
+  REQUIRE(e.Release(ch.mem, *g).ok());
+  CHECK(Word0::Decode(table.Load(0, 0)).Drained());
+}
+
 TEST_CASE("item 3: a session going round many locks pays three operations per pair once warm") {
   // lockctl bench --locks 10000: one thread takes locks all over the table, coming back to each
   // seldom. Its first request on a slot READs word1 with the FA (4 operations: FA, READ, the
