@@ -43,9 +43,15 @@ TEST_CASE("request entries round-trip and reject torn or garbage words") {
   REQUIRE_FALSE(RequestEntry::Decode(w[0], e2.Encode()[1], &out));
   REQUIRE_FALSE(RequestEntry::Decode(0xdeadbeefdeadbeefull, 0x1234, &out));
   REQUIRE_FALSE(RequestEntry::Decode(w[0] ^ (uint64_t{1} << 33), w[1], &out));
-  // Sequence numbers skip 0 when they wrap.
-  REQUIRE(RequestEntry::NextSeq(RequestEntry::kSeqMask) == 1);
-  REQUIRE(RequestEntry::NextSeq(0) == 1);
+  // A use's seq is even and skips 0 when it wraps; a re-armed use takes the odd one above, which
+  // the next use skips.
+  REQUIRE(RequestEntry::NextSeq(0) == 2);
+  REQUIRE(RequestEntry::NextSeq(2) == 4);
+  REQUIRE(RequestEntry::NextSeq(RequestEntry::RearmSeq(2)) == 4);
+  REQUIRE(RequestEntry::RearmSeq(2) == 3);
+  REQUIRE(RequestEntry::NextSeq(RequestEntry::kSeqMask - 1) == 2);
+  REQUIRE(RequestEntry::NextSeq(RequestEntry::kSeqMask) == 2);
+  REQUIRE(RequestEntry::RearmSeq(RequestEntry::kSeqMask - 1) == RequestEntry::kSeqMask);
 }
 
 TEST_CASE("a tagged entry carries its generation, and counts only in it (protocol version 6)") {

@@ -130,43 +130,65 @@ TEST_CASE("item 3: a waiter whose entry has an older generation writes it again 
   REQUIRE(e.Release(ch.mem, g).ok());
 }
 
-TEST_CASE(
-    "giving up: a request granted while it gives up holds its lock with its entry marked done") {
+TEST_CASE("giving up: a request granted while it gives up writes its entry live again") {
   // A try-lock (or a timeout) whose holder releases just as it gives its ticket up: the
   // withdrawal's doorbell marks the entry done before its CAS (a withdrawn ticket must never look
   // live), the CAS misses because the word moved, and the ticket turns out granted. The caller
-  // gets the lock, but its record shows no live request for it, whatever the entry's tag: were
-  // the client to die holding it, lockd's reap would leave it, and the waiters' stall recovery
-  // (F x L) would free it. (Stop 32 suspected only the tag, the session's older generation, on
-  // this path; the done mark comes first.) This test pins that behaviour: docs/protocol.md §3,
-  // "Giving up a queued ticket".
-  InProcessTable table(1, 4096);
-  LockEngine e(Params(1), nullptr);
-  RecordedChannel ch(&table, proto::SessionRecord::EntryOffset(0));
-  InProcessMemory other(&table);
-  auto held = e.Acquire(other, 0, Mode::kExclusive, {});
-  REQUIRE(held.ok());
-  const ManyRequest one[] = {{0, Mode::kExclusive, false}};
-  const uint32_t seq = ch.seq++;
-  const LockEngine::EntrySource take = [&] {
-    return std::pair<uint64_t, uint32_t>{ch.o.record, seq};
-  };
-  auto q = e.IssueMany(ch.mem, one, false, take, nullptr);  // queued behind `held`, recorded
-  REQUIRE(q.ok());
-  REQUIRE_FALSE((*q)[0].granted);
-  REQUIRE(e.Release(other, *held).ok());
-  AcquireOptions try_opt;
-  try_opt.try_only = true;
-  auto g = e.FinishAcquire(ch.mem, (*q)[0].grant, try_opt);  // granted while giving up
-  REQUIRE(g.ok());
-  proto::RequestEntry en;
-  CHECK_FALSE(proto::RequestEntry::DecodeLive(table.session_word(ch.o.record).load(),
-                                              table.session_word(ch.o.record + 8).load(),
-                                              table.session_word(ch.o.record + 16).load(), &en));
-  CHECK(ReapRecord(table, e, 0) == 0);                     // lockd frees nothing for it
-  CHECK_FALSE(Word0::Decode(table.Load(0, 0)).Drained());  // still ours
-  REQUIRE(e.Release(ch.mem, *g).ok());
-  CHECK(Word0::Decode(table.Load(0, 0)).Drained());
+  // gets the lock; until 2026-12-03 its record then showed no live request for it, so were the
+  // client to die holding it, lockd's reap found nothing and the waiters' stall recovery (F x L)
+  // freed it. Now the grant writes its entry again as a new use (RearmSeq, untagged), which
+  // lands before its release: lockd frees it at once, and the release marks that use done.
+  for (const Mode mode : {Mode::kExclusive, Mode::kShared}) {
+    CAPTURE(mode == Mode::kExclusive ? "exclusive" : "shared");
+    InProcessTable table(1, 4096);
+    LockEngine e(Params(1), nullptr);
+    RecordedChannel ch(&table, proto::SessionRecord::EntryOffset(0));
+    InProcessMemory other(&table);
+    if (mode == Mode::kExclusive) REQUIRE(e.Release(ch.mem, ch.Acquire(e, 0)).ok());  // tags
+    auto held = e.Acquire(other, 0, Mode::kExclusive, {});
+    REQUIRE(held.ok());
+    const ManyRequest one[] = {{0, mode, false}};
+    const uint32_t seq = ch.NextSeq();
+    const LockEngine::EntrySource take = [&] {
+      return std::pair<uint64_t, uint32_t>{ch.o.record, seq};
+    };
+    auto q = e.IssueMany(ch.mem, one, false, take, nullptr);  // queued behind `held`, recorded
+    REQUIRE(q.ok());
+    REQUIRE_FALSE((*q)[0].granted);
+    CHECK((*q)[0].grant.ticket.tagged == (mode == Mode::kExclusive));
+    REQUIRE(e.Release(other, *held).ok());
+    AcquireOptions try_opt;
+    try_opt.try_only = true;
+    auto g = e.FinishAcquire(ch.mem, (*q)[0].grant, try_opt);  // granted while giving up
+    REQUIRE(g.ok());
+    CHECK(g->ticket.record == ch.o.record);
+    CHECK(g->ticket.record_seq == proto::RequestEntry::RearmSeq(seq));
+    CHECK_FALSE(g->ticket.tagged);
+    const auto live = [&](proto::RequestEntry* en) {
+      return proto::RequestEntry::DecodeLive(table.session_word(ch.o.record).load(),
+                                             table.session_word(ch.o.record + 8).load(),
+                                             table.session_word(ch.o.record + 16).load(), en);
+    };
+    proto::RequestEntry en;
+    REQUIRE(live(&en));
+    CHECK(en.seq == proto::RequestEntry::RearmSeq(seq));
+    CHECK(en.ticket == g->ticket.word.Encode());
+    CHECK(en.mode == mode);
+    // What lockd does if the client dies now: it frees the lock at once.
+    InProcessTable copy(1, 4096);
+    copy.Store(0, 0, table.Load(0, 0));
+    copy.Store(0, 1, table.Load(0, 1));
+    for (uint64_t off = 0; off < 32; off += 8) {
+      copy.session_word(ch.o.record + off).store(table.session_word(ch.o.record + off).load());
+    }
+    CHECK(ReapRecord(copy, e, 0) == 1);
+    CHECK(Word0::Decode(copy.Load(0, 0)).Drained());
+    // Or it releases: that use is marked done, and lockd finds nothing to free.
+    REQUIRE(e.Release(ch.mem, *g).ok());
+    CHECK_FALSE(live(&en));
+    CHECK(Word0::Decode(table.Load(0, 0)).Drained());
+    CHECK(ReapRecord(table, e, 0) == 0);
+  }
 }
 
 TEST_CASE("item 3: a session going round many locks pays three operations per pair once warm") {

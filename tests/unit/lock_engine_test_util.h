@@ -117,14 +117,16 @@ struct RecordedClients {
 };
 
 // A channel whose requests all use one record entry (byte `record` of the sessions region),
-// each with the next seq, as the SDK's entry pool hands them out. Acquire REQUIREs the grant.
+// each with the next use's seq, as the SDK's entry pool hands them out. Acquire REQUIREs the
+// grant.
 struct RecordedChannel {
   RecordedChannel(InProcessTable* t, uint64_t record) : mem(t) { o.record = record; }
   InProcessMemory mem;
   AcquireOptions o;
-  uint32_t seq = 1;
+  uint32_t seq = 0;  // the last use's
+  uint32_t NextSeq() { return seq = proto::RequestEntry::NextSeq(seq); }
   Grant Acquire(const LockEngine& e, uint64_t slot, Mode mode = Mode::kExclusive) {
-    o.record_seq = seq++;
+    o.record_seq = NextSeq();
     auto g = e.Acquire(mem, slot, mode, o);
     REQUIRE(g.ok());
     return *g;

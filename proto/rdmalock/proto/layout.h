@@ -228,7 +228,15 @@ struct RequestEntry {
            TicketGone(w0, ticket, mode);
   }
 
-  static uint32_t NextSeq(uint32_t seq) { return (seq & kSeqMask) == kSeqMask ? 1 : seq + 1; }
+  // Each use of an entry has an even seq: 2, 4, ..., kSeqMask - 1, then 2 again (the SDK's pool
+  // hands them out). A use whose entry was marked done while its request was in fact granted (a
+  // request granted while it gave its ticket up) is written again as the odd seq above its own,
+  // which no other use of the entry has (LockEngine::RearmAfterGiveUp; docs/protocol.md §3).
+  static uint32_t NextSeq(uint32_t seq) {
+    const uint32_t n = ((seq & kSeqMask) | 1) + 1;
+    return n > kSeqMask ? 2 : n;
+  }
+  static uint32_t RearmSeq(uint32_t seq) { return (seq & kSeqMask) | 1; }
 
   static uint16_t Check(uint64_t a_without_check, uint64_t b) {
     uint64_t z = a_without_check ^ (b * 0x9e3779b97f4a7c15ull) ^ 0x5243524c4b4c4f43ull;
