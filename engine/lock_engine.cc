@@ -91,6 +91,16 @@ Status LockEngine::GenerationAfterGrant(RemoteMemory& mem, Grant* g) const {
   return Status::Ok();
 }
 
+Status LockEngine::RearmAfterGiveUp(RemoteMemory& mem, Ticket* t) const {
+  if (t->record == 0) return Status::Ok();
+  t->record_seq = proto::RequestEntry::RearmSeq(t->record_seq);
+  t->tagged = false;
+  t->generation = 0;
+  RemoteOp entry = EntryWrite(t->record, t->record_seq, t->slot, t->mode,
+                              proto::RequestEntry::State::kQueued, t->word.Encode());
+  return mem.Post(entry);
+}
+
 void LockEngine::FillToken(Grant* g) const {
   if (g->ticket.mode == Mode::kExclusive && g->has_generation) {
     g->token = proto::FencingToken(params_.epoch, g->generation, g->ticket.word.max_x);
@@ -261,6 +271,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     if (opt.try_only) {
       RDMALOCK_ASSIGN_OR_RETURN(const GiveUp gu, GiveUpTicket(mem, t, &g.seen, ev));
       if (gu == GiveUp::kGranted) {  // the holder released in the meantime
+        RDMALOCK_RETURN_IF_ERROR(RearmAfterGiveUp(mem, &g.ticket));
         RDMALOCK_RETURN_IF_ERROR(GenerationAfterGrant(mem, &g));
         FillToken(&g);
         return g;
@@ -333,6 +344,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       grant->ticket = t;
       grant->seen = last;
       grant->lease_start = last_waiting_issue;
+      RDMALOCK_RETURN_IF_ERROR(RearmAfterGiveUp(mem, &grant->ticket));
       RDMALOCK_RETURN_IF_ERROR(GenerationAfterGrant(mem, grant));
       return WaitOutcome::kGranted;
     }

@@ -13,7 +13,10 @@
  *   - ends without a grant (a busy try, a timeout, a lapsed lease), with its entry written (a
  *     ticket drawn, then withdrawn: its number goes to the next requester) or not (a bounce off a
  *     frozen word): the entry is cleared and goes back to the pool once the clear has landed
- *     (LockEngine::FreeRecord).
+ *     (LockEngine::FreeRecord), or
+ *   - is granted while it gives its ticket up: the entry written, the withdrawal's done mark, a
+ *     CAS that misses (the ticket was granted meanwhile), then (REARM) the entry again as a new
+ *     use with a seq no other use has, and the release (done mark, CAS) as above.
  * At any moment lockd may end the session: it fences every QP (nothing more lands), reads the
  * entry and, if it is live (well-formed and d != seq), releases its ticket, as its recovery does.
  *
@@ -43,7 +46,11 @@
 #ifndef FIX_CLEAR
 #define FIX_CLEAR 1
 #endif
-#define QCAP 6
+/* A ticket granted while it was given up writes its entry again (2026-12-03); 0: as before. */
+#ifndef REARM
+#define REARM 1
+#endif
+#define QCAP 8  /* a use posts up to 5 operations, and may find 2 of the last one still queued */
 #define MAXTK 8
 
 byte e_seq, e_tkt, d_seq;  /* the entry: word a = (seq, ticket), word d = the done seq */
@@ -77,6 +84,21 @@ end:
         q[me]!2,s,0;              /* the release: the done mark first ... */
         q[me]!3,k,0;              /* ... then the CAS */
         (len(q[me]) == 0 || fenced);  /* its completion */
+        e_free = true
+     :: /* Granted while giving up (a try or a timeout whose holder released meanwhile): the
+         * withdrawal's doorbell marks the entry done, its CAS misses, and the ticket turns out
+         * granted. With REARM the grant writes its entry again as a new use, seq + 64 (the SDK's
+         * RearmSeq: a seq no other use has), and its release marks that use done. */
+        atomic { k = mS; mS++ };
+        q[me]!1,s,k;                  /* the entry, posted after the FA */
+        q[me]!2,s,0;                  /* the withdrawal's done mark (its CAS misses) */
+        if
+        :: REARM -> q[me]!1,s + 64,k;  /* the entry again, as a new use */
+                    q[me]!2,s + 64,0   /* the release's done mark ... */
+        :: !REARM -> q[me]!2,s,0       /* before: the release marks the old use again */
+        fi;
+        q[me]!3,k,0;                  /* ... then the release CAS */
+        (len(q[me]) == 0 || fenced);
         e_free = true
      :: /* No grant: a busy try, a timeout or a lapsed lease. Either the FA drew a ticket and
          * the entry was written, then the ticket was withdrawn (its number goes to the next
