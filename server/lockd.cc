@@ -278,6 +278,10 @@ Status Server::Run() {
     if (rc < 0 && errno != EINTR) return rdma::ErrnoStatus(ErrorCode::kIo, "poll", errno);
     if (rc > 0 && fds[1].revents != 0) break;
     if (rc > 0 && fds[0].revents != 0) {
+      // The handshakes' completions first: one that came before a connection's DISCONNECTED
+      // (a hello lockd could not receive, whose sender then gave up) is handled, and logged,
+      // before the disconnect drops the connection and with it the completion's meaning.
+      for (auto& d : devices) m.PollCompletions(*d);
       // Drain every queued event.
       for (int i = 0; i < 64; ++i) {
         RDMALOCK_RETURN_IF_ERROR(m.HandleOneEvent(&device_gone));
