@@ -77,28 +77,26 @@ void LockEngine::FreeRecord(RemoteMemory& mem, uint64_t record, uint32_t /*seq*/
   if (on_record_free_) on_record_free_(record);
 }
 
-// A token's generation must be read after the grant: the previous holder read its own before it
-// released, so a later read can only be as high or higher, even when a racing reset's generation
-// bump lands late (extra bumps are otherwise harmless). The FA's READ is after the grant when the
-// FA itself was granted, and the Wait loop's READ when it saw the grant; a grant that
-// GiveUpTicket found (the holder released while we gave up) has only the FA-time value, so it
-// is read again. One READ, on that rare path only, and only when a token is wanted.
-Status LockEngine::GenerationAfterGrant(RemoteMemory& mem, Grant* g) const {
+Status LockEngine::RearmAfterGiveUp(RemoteMemory& mem, Grant* g) const {
+  Ticket& t = g->ticket;
+  if (t.record != 0) {
+    t.record_seq = proto::RequestEntry::RearmSeq(t.record_seq);
+    t.tagged = false;
+    t.generation = 0;
+    RemoteOp entry = EntryWrite(t.record, t.record_seq, t.slot, t.mode,
+                                proto::RequestEntry::State::kQueued, t.word.Encode());
+    RDMALOCK_RETURN_IF_ERROR(mem.Post(entry));
+  }
+  // A token's generation must be read after the grant: the previous holder read its own before
+  // it released, so a later read can only be as high or higher, even when a racing reset's
+  // generation bump lands late (extra bumps are otherwise harmless). The FA's READ is after the
+  // grant when the FA itself was granted, and the Wait loop's READ when it saw the grant; this
+  // grant has only the FA-time value, so it is read again (one READ, when a token is wanted).
   if (!g->has_generation) return Status::Ok();
-  RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word1Off(g->ticket.slot), 8);
+  RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word1Off(t.slot), 8);
   RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
   g->generation = proto::Generation(rd.result[0]);
   return Status::Ok();
-}
-
-Status LockEngine::RearmAfterGiveUp(RemoteMemory& mem, Ticket* t) const {
-  if (t->record == 0) return Status::Ok();
-  t->record_seq = proto::RequestEntry::RearmSeq(t->record_seq);
-  t->tagged = false;
-  t->generation = 0;
-  RemoteOp entry = EntryWrite(t->record, t->record_seq, t->slot, t->mode,
-                              proto::RequestEntry::State::kQueued, t->word.Encode());
-  return mem.Post(entry);
 }
 
 void LockEngine::FillToken(Grant* g) const {
@@ -271,8 +269,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     if (opt.try_only) {
       RDMALOCK_ASSIGN_OR_RETURN(const GiveUp gu, GiveUpTicket(mem, t, &g.seen, ev));
       if (gu == GiveUp::kGranted) {  // the holder released in the meantime
-        RDMALOCK_RETURN_IF_ERROR(RearmAfterGiveUp(mem, &g.ticket));
-        RDMALOCK_RETURN_IF_ERROR(GenerationAfterGrant(mem, &g));
+        RDMALOCK_RETURN_IF_ERROR(RearmAfterGiveUp(mem, &g));
         FillToken(&g);
         return g;
       }
@@ -344,8 +341,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       grant->ticket = t;
       grant->seen = last;
       grant->lease_start = last_waiting_issue;
-      RDMALOCK_RETURN_IF_ERROR(RearmAfterGiveUp(mem, &grant->ticket));
-      RDMALOCK_RETURN_IF_ERROR(GenerationAfterGrant(mem, grant));
+      RDMALOCK_RETURN_IF_ERROR(RearmAfterGiveUp(mem, grant));
       return WaitOutcome::kGranted;
     }
     RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(t.slot), 16);

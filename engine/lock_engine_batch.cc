@@ -145,8 +145,7 @@ Result<Grant> LockEngine::FinishAcquire(RemoteMemory& mem, const Grant& queued,
     auto gu = GiveUpTicket(mem, t, &g.seen, ev);
     if (!gu.ok()) return gu.status();
     if (*gu == GiveUp::kGranted) {
-      RDMALOCK_RETURN_IF_ERROR(RearmAfterGiveUp(mem, &g.ticket));
-      RDMALOCK_RETURN_IF_ERROR(GenerationAfterGrant(mem, &g));
+      RDMALOCK_RETURN_IF_ERROR(RearmAfterGiveUp(mem, &g));
       FillToken(&g);
       return g;
     }
