@@ -51,7 +51,10 @@ CohortTable::Join CohortTable::Wait(uint64_t slot, CohortWaiter* w,
   // mutex, before parking (a parked waiter costs the holder a futex wake and itself a context
   // switch per handover). One further back, or behind a remote holder, or for a grant other
   // sessions queued for, parks at once: the CPU is the holder's and theirs
-  // (CohortEntry::held_here).
+  // (CohortEntry::held_here). A waiter that started to spin spins its budget out even if the
+  // grant goes back to lockd meanwhile (held_here cleared): the next owner's acquire there is
+  // one round trip when no other session queued, and parking then would make each of the
+  // handovers after it wait for a futex wake.
   w->spin = place <= kSpinPlaces;
   const auto cancelled = [&] {
     return cancel != nullptr && cancel->load(std::memory_order_acquire);
@@ -61,8 +64,7 @@ CohortTable::Join CohortTable::Wait(uint64_t slot, CohortWaiter* w,
       w->spin = false;
       lk.Unlock();
       for (int i = 0; i < kSpinYields; ++i) {
-        if (w->signalled.load(std::memory_order_acquire) ||
-            !e.held_here.load(std::memory_order_relaxed) || cancelled() ||
+        if (w->signalled.load(std::memory_order_acquire) || cancelled() ||
             (i % 16 == 15 && std::chrono::steady_clock::now() >= deadline)) {
           break;
         }

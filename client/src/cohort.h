@@ -36,8 +36,11 @@
 // this process and lockd gave it at once (CohortEntry::held_here), yields the CPU up to
 // kSpinYields times watching for its turn before it parks on its condition variable; each
 // handover wakes the waiter it brings within kSpinPlaces, so that waiter's wake-up overlaps the
-// new holder's critical section instead of following its release. Spinning is only about speed:
-// a waiter's outcome is still read under the entry's mu.
+// new holder's critical section instead of following its release. Whether to spin is decided
+// when the waiter starts to: one that started spins its budget out even if the grant goes back
+// to lockd meanwhile (after kMaxLocalHandovers, the next owner's acquire is one round trip when
+// no other session queued). Spinning is only about speed: a waiter's outcome is still read under
+// the entry's mu.
 //
 // Threads: any caller's thread. Lock-free for the uncontended request: taking a free entry and
 // giving it back are one CAS each (no mutex, no allocation). `mu` is taken only by a thread that
@@ -131,12 +134,15 @@ struct alignas(64) CohortEntry {
   uint32_t joins GUARDED_BY(mu) = 0;  // readers that joined the carrier's grant so far
   // A hint, not a guard: a state of this client holds the slot's exclusive grant through the
   // entry, and lockd gave it at once (set when the owner is granted with no request ahead of
-  // its FETCH_AND_ADD, kept through handovers, cleared by Leave). A waiter spins a little
-  // before it parks only while it is set: the grant is then passed on in-process at the
+  // its FETCH_AND_ADD, kept through handovers, cleared by Leave). A waiter starts to spin a
+  // little before it parks only while it is set: the grant is then passed on in-process at the
   // holder's release, soon. A waiter behind a remote holder (the owner still queued at lockd)
   // may wait for a long time, and one behind a grant that other sessions queued for shares the
   // CPU with them (on one host: 2 processes x 4 threads on 2 cores were half as fast when
-  // their waiters spun); both park at once.
+  // their waiters spun); both park at once. A waiter that has started spins on when it is
+  // cleared (CohortTable::Wait): its budget bounds that, and stopping there parked every
+  // spinner at each return of the grant to lockd, so that the handovers after it each cost a
+  // futex wake (issue 19; docs/performance.md, stop 34).
   std::atomic<bool> held_here{false};
 };
 
@@ -144,7 +150,7 @@ class CohortTable {
  public:
   static constexpr size_t kBuckets = 4096;
   // How many times a waiter yields the CPU, watching for its turn, before it parks on its
-  // condition variable (only while the grant is held in this process: held_here). A local
+  // condition variable (it starts only while the grant is held in this process: held_here). A local
   // handover costs the holder a futex wake and the waiter a context switch when it has parked,
   // which on a slow host costs about what the remote operations it saves do (issue 19).
   static constexpr int kSpinYields = 200;
