@@ -139,10 +139,8 @@ struct alignas(64) CohortEntry {
   // holder's release, soon. A waiter behind a remote holder (the owner still queued at lockd)
   // may wait for a long time, and one behind a grant that other sessions queued for shares the
   // CPU with them (on one host: 2 processes x 4 threads on 2 cores were half as fast when
-  // their waiters spun); both park at once. A waiter that has started spins on when it is
-  // cleared (CohortTable::Wait): its budget bounds that, and stopping there parked every
-  // spinner at each return of the grant to lockd, so that the handovers after it each cost a
-  // futex wake (issue 19; docs/performance.md, stop 34).
+  // their waiters spun); both park at once. Read when a waiter starts to spin, not while it
+  // spins (CohortTable::Wait says why).
   std::atomic<bool> held_here{false};
 };
 
@@ -150,7 +148,7 @@ class CohortTable {
  public:
   static constexpr size_t kBuckets = 4096;
   // How many times a waiter yields the CPU, watching for its turn, before it parks on its
-  // condition variable (it starts only while the grant is held in this process: held_here). A local
+  // condition variable (it starts only while the grant is held here: held_here). A local
   // handover costs the holder a futex wake and the waiter a context switch when it has parked,
   // which on a slow host costs about what the remote operations it saves do (issue 19).
   static constexpr int kSpinYields = 200;
