@@ -1,5 +1,8 @@
 // Cohort handover among a client's threads (cohort.h): the table's queue, a request's turn in it
 // (Client::Impl::CohortAcquire) and a holder's handover (Client::Impl::HandOver).
+#include <sched.h>
+
+#include <algorithm>
 #include <thread>
 #include <utility>
 
@@ -47,7 +50,7 @@ CohortTable::Join CohortTable::Wait(uint64_t slot, CohortWaiter* w,
   const uint32_t place = ++e.waiting;  // 1: served at the holder's next release
   // While a thread of this client holds the grant that lockd gave at once (no other session
   // was queued for it), it hands it over at its release with no RDMA operation. A waiter that
-  // will be served within kSpinPlaces handovers watches for its turn a little, without the
+  // will be served within spin_places_ handovers watches for its turn a little, without the
   // mutex, before parking (a parked waiter costs the holder a futex wake and itself a context
   // switch per handover). One further back, or behind a remote holder, or for a grant other
   // sessions queued for, parks at once: the CPU is the holder's and theirs
@@ -55,7 +58,7 @@ CohortTable::Join CohortTable::Wait(uint64_t slot, CohortWaiter* w,
   // grant goes back to lockd meanwhile (held_here cleared): the next owner's acquire there is
   // one round trip when no other session queued, and parking then would make each of the
   // handovers after it wait for a futex wake.
-  w->spin = place <= kSpinPlaces;
+  w->spin = place <= spin_places_;
   const auto cancelled = [&] {
     return cancel != nullptr && cancel->load(std::memory_order_acquire);
   };
@@ -73,11 +76,12 @@ CohortTable::Join CohortTable::Wait(uint64_t slot, CohortWaiter* w,
       lk.Lock();
       continue;
     }
-    if (deadline == std::chrono::steady_clock::time_point::max()) {
-      w->cv.Wait(lk);
-    } else if (w->cv.WaitUntil(lk, deadline) == std::cv_status::timeout) {
-      break;  // served meanwhile or not: the outcome says
-    }
+    w->parked = true;
+    const bool timed_out = deadline == std::chrono::steady_clock::time_point::max()
+                               ? (w->cv.Wait(lk), false)
+                               : w->cv.WaitUntil(lk, deadline) == std::cv_status::timeout;
+    w->parked = false;
+    if (timed_out) break;  // served meanwhile or not: the outcome says
   }
   *served = w->outcome != CohortWaiter::Outcome::kWaiting;
   if (!*served) {
@@ -89,6 +93,10 @@ CohortTable::Join CohortTable::Wait(uint64_t slot, CohortWaiter* w,
     --e.waiting;
     if (e.head == nullptr) e.word.store(key, std::memory_order_release);  // nobody waits now
   }
+  // Out of the queue now, so no thread chooses w from here on; one that did (under mu, before)
+  // may still be about to signal it (Wake): w lives on this thread's stack until it has.
+  lk.Unlock();
+  while (w->wakers.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   return Join::kQueued;
 }
 
@@ -98,6 +106,13 @@ void CohortTable::WakeAll() {
     MutexLock lk(&e.mu);
     for (CohortWaiter* w = e.head; w != nullptr; w = w->next) w->cv.Signal();
   }
+}
+
+unsigned CohortTable::UsableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(CPU_COUNT(&set), 1);
+  return std::max(std::thread::hardware_concurrency(), 1u);
 }
 
 CohortWaiter* CohortTable::Pop(CohortEntry& e, uint64_t slot) {
@@ -113,13 +128,14 @@ CohortWaiter* CohortTable::Pop(CohortEntry& e, uint64_t slot) {
   return w;
 }
 
-void CohortTable::WakeNearHead(CohortEntry& e) {
-  if (!e.held_here.load(std::memory_order_relaxed)) return;
+CohortWaiter* CohortTable::WakeNearHead(CohortEntry& e) const {
+  if (!e.held_here.load(std::memory_order_relaxed)) return nullptr;
   CohortWaiter* near = e.head;
-  for (uint32_t i = 1; near != nullptr && i < kSpinPlaces; ++i) near = near->next;
-  if (near == nullptr || near->spin) return;  // fewer waiters, or it is about to spin anyway
+  const uint32_t place = e.waiting > spin_places_ ? 1 : spin_places_;
+  for (uint32_t i = 1; near != nullptr && i < place; ++i) near = near->next;
+  if (near == nullptr || near->spin) return nullptr;  // fewer waiters, or about to spin anyway
   near->spin = true;
-  near->cv.Signal();
+  return near->Waker();
 }
 
 void CohortTable::Leave(uint64_t slot) {
@@ -127,13 +143,17 @@ void CohortTable::Leave(uint64_t slot) {
   e.held_here.store(false, std::memory_order_relaxed);  // the grant went back, or never came
   uint64_t cur = Key(slot);
   if (e.word.compare_exchange_strong(cur, 0, std::memory_order_acq_rel)) return;  // nobody waits
-  MutexLock lk(&e.mu);
-  CohortWaiter* w = Pop(e, slot);
-  if (w == nullptr) {
-    e.word.store(0, std::memory_order_release);  // the waiters timed out meanwhile
-    return;
+  CohortWaiter* served = nullptr;
+  {
+    MutexLock lk(&e.mu);
+    CohortWaiter* w = Pop(e, slot);
+    if (w == nullptr) {
+      e.word.store(0, std::memory_order_release);  // the waiters timed out meanwhile
+      return;
+    }
+    served = w->Serve(CohortWaiter::Outcome::kRemote);
   }
-  w->Serve(CohortWaiter::Outcome::kRemote);
+  Wake(served);
 }
 
 }  // namespace sdk
@@ -264,22 +284,29 @@ bool Client::Impl::HandOver(LockHandle::State& s, ThreadChannel& c) {
       !s.ctx->session->engine->LeaseValid(s.grant, Clock::now())) {
     return false;
   }
-  MutexLock lk(&e.mu);
-  CohortWaiter* w = e.head;
-  // A waiter of another session (this one is ending), or one that wants a fencing token from a
-  // grant that has none, acquires from lockd instead: Leave, as the caller's release passes the
-  // entry on.
-  if (w == nullptr || w->session != s.ctx->session.get()) return false;
-  if (w->wants_token && s.remote_token == 0) return false;
-  CohortTable::Pop(e, slot);
-  CohortTable::WakeNearHead(e);
-  LockHandle::State& to = *w->state;
-  AdoptGrant(to, s);
-  // Linked into the waiter's channel's list, so the keeper renews it from now on and a
-  // session's end reports it lost. A closed list: the session is ending (lockd frees the grant
-  // once its connections close); the waiter marks its state lost, which passes the entry on.
-  w->Serve(to.ctx->held->Link(&to) ? CohortWaiter::Outcome::kGranted
-                                   : CohortWaiter::Outcome::kEnded);
+  CohortWaiter *served = nullptr, *near = nullptr;
+  {
+    MutexLock lk(&e.mu);
+    CohortWaiter* w = e.head;
+    // A waiter of another session (this one is ending), or one that wants a fencing token from
+    // a grant that has none, acquires from lockd instead: Leave, as the caller's release passes
+    // the entry on.
+    if (w == nullptr || w->session != s.ctx->session.get()) return false;
+    if (w->wants_token && s.remote_token == 0) return false;
+    CohortTable::Pop(e, slot);
+    near = s.cohort->WakeNearHead(e);
+    LockHandle::State& to = *w->state;
+    AdoptGrant(to, s);
+    // Linked into the waiter's channel's list, so the keeper renews it from now on and a
+    // session's end reports it lost. A closed list: the session is ending (lockd frees the
+    // grant once its connections close); the waiter marks its state lost, which passes the
+    // entry on.
+    served = w->Serve(to.ctx->held->Link(&to) ? CohortWaiter::Outcome::kGranted
+                                              : CohortWaiter::Outcome::kEnded);
+  }
+  // The signals after the entry's mu is unlocked (CohortWaiter::wakers): the one served first.
+  CohortTable::Wake(served);
+  CohortTable::Wake(near);
   ++c.local_handovers;
   return true;
 }

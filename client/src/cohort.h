@@ -32,15 +32,17 @@
 // promoted), with kContended added while waiters may be queued. A request for a slot whose
 // bucket another slot occupies bypasses the cohort (goes to lockd as before).
 //
-// Waiting: a waiter within kSpinPlaces of the head of its queue, while the grant is held in
+// Waiting: a waiter within spin_places() of the head of its queue, while the grant is held in
 // this process and lockd gave it at once (CohortEntry::held_here), yields the CPU up to
 // kSpinYields times watching for its turn before it parks on its condition variable; each
-// handover wakes the waiter it brings within kSpinPlaces, so that waiter's wake-up overlaps the
-// new holder's critical section instead of following its release. Whether to spin is decided
-// when the waiter starts to: one that started spins its budget out even if the grant goes back
-// to lockd meanwhile (after kMaxLocalHandovers, the next owner's acquire is one round trip when
-// no other session queued). Spinning is only about speed: a waiter's outcome is still read under
-// the entry's mu.
+// handover wakes the waiter it brings within spin_places() (the head, when more wait), so that
+// waiter's wake-up overlaps the new holder's critical section instead of following its
+// release. Whether to spin is decided when the waiter starts to: one that started spins its
+// budget out even if the grant goes back to lockd meanwhile (after kMaxLocalHandovers, the next
+// owner's acquire is one round trip when no other session queued). Spinning is only about
+// speed: a waiter's outcome is still read under the entry's mu. A waiter is chosen (served, or
+// woken to spin) under the entry's mu but signalled after the chooser unlocks it
+// (CohortWaiter::wakers), so that the wake-up does not find the mutex held.
 //
 // Threads: any caller's thread. Lock-free for the uncontended request: taking a free entry and
 // giving it back are one CAS each (no mutex, no allocation). `mu` is taken only by a thread that
@@ -55,6 +57,7 @@
 // Neither ThreadChannel::mu nor Impl::mu_ is ever taken under an entry's mu.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -105,17 +108,33 @@ struct CohortWaiter {
   CohortWaiter* next = nullptr;         // guarded by the entry's mu
   Outcome outcome = Outcome::kWaiting;  // guarded by the entry's mu
   CondVar cv;                           // waited on with the entry's mu
-  // Guarded by the entry's mu: within kSpinPlaces of the head (when it queued, or brought
+  // Guarded by the entry's mu: within spin_places() of the head (when it queued, or brought
   // there by a handover: WakeNearHead), it may spin once before parking (CohortTable::Wait).
   bool spin = false;
-  // Set (under the entry's mu) just before `cv` is signalled with an outcome: a waiter that
-  // spins before it parks (CohortTable::Wait) watches it without the mutex.
+  // Set (under the entry's mu) when the waiter is served: a waiter that spins before it parks
+  // (CohortTable::Wait) watches it without the mutex.
   std::atomic<bool> signalled{false};
-  // Serves the waiter (under the entry's mu): its outcome is final from now on.
-  void Serve(Outcome o) {
+  // Threads that chose this waiter under the entry's mu (Serve, WakeNearHead) and signal `cv`
+  // after they unlock it (CohortTable::Wake), so that the woken waiter neither preempts a thread
+  // that holds the mutex it needs nor finds it held. Wait returns (and the waiter's stack frame
+  // ends) only once this is 0 again.
+  std::atomic<uint32_t> wakers{0};
+  // Guarded by the entry's mu: the waiter waits on `cv` (it checked its outcome and `spin`
+  // under the mu before, so one that is not parked needs no signal: it sees them first).
+  bool parked = false;
+  // Under the entry's mu: counts a waker of this waiter if it is parked and returns it (for
+  // CohortTable::Wake once the mu is unlocked), else null.
+  [[nodiscard]] CohortWaiter* Waker() {
+    if (!parked) return nullptr;
+    wakers.fetch_add(1, std::memory_order_relaxed);
+    return this;
+  }
+  // Serves the waiter (under the entry's mu): its outcome is final from now on. Returns what
+  // the caller passes to CohortTable::Wake once it has unlocked the entry's mu.
+  [[nodiscard]] CohortWaiter* Serve(Outcome o) {
     outcome = o;
     signalled.store(true, std::memory_order_release);
-    cv.Signal();  // under mu: the waiter lives on its thread's stack until it sees the outcome
+    return Waker();
   }
 };
 
@@ -152,11 +171,22 @@ class CohortTable {
   // handover costs the holder a futex wake and the waiter a context switch when it has parked,
   // which on a slow host costs about what the remote operations it saves do (issue 19).
   static constexpr int kSpinYields = 200;
-  // Only a waiter this near the head of the queue spins (at most this many at once): one
-  // further back waits for as many handovers as are ahead of it, and spinning all that time
-  // would take the CPU the holder needs (8 threads of one process on 2 cores were 28% slower
-  // when every waiter spun).
-  static constexpr uint32_t kSpinPlaces = 3;
+  // How many waiters at the head of a queue spin (SpinPlaces). At least kMinSpinPlaces: with
+  // that few waiting, none has to park, and no handover then waits for a wake-up, which costs
+  // more than their spinning even on 2 CPUs; more only as the CPUs allow (one each, the
+  // holder's left free). A queue longer than that has waiters that park, so every handover
+  // wakes one; then only the head spins (WakeNearHead), as spinners behind it would take the
+  // CPU the holder and the head need.
+  static constexpr uint32_t kMinSpinPlaces = 3;
+  static constexpr uint32_t kMaxSpinPlaces = 64;
+  static uint32_t SpinPlaces(unsigned cpus) {
+    return std::clamp<uint32_t>(cpus > 0 ? cpus - 1 : 0, kMinSpinPlaces, kMaxSpinPlaces);
+  }
+  explicit CohortTable(uint32_t spin_places = SpinPlaces(UsableCpus()))
+      : spin_places_(std::clamp<uint32_t>(spin_places, 1, kMaxSpinPlaces)) {}
+  uint32_t spin_places() const { return spin_places_; }
+  // The CPUs this process may run on (its affinity mask), at least 1.
+  static unsigned UsableCpus();
   static constexpr uint64_t Key(uint64_t slot) { return (slot + 1) << 1; }
   CohortEntry& Entry(uint64_t slot) { return entries_[slot % kBuckets]; }
 
@@ -209,12 +239,22 @@ class CohortTable {
   // For a handover, with the entry's mu held: the first waiter, taken out of the queue (with
   // kContended cleared if it was the last), or null if none.
   static CohortWaiter* Pop(CohortEntry& e, uint64_t slot) REQUIRES(e.mu);
-  // After a handover's Pop, with the entry's mu held: every waiter moved up one place, and the
-  // one that is kSpinPlaces-th now is woken to spin (Wait) while the new holder runs, so that
-  // its wake-up is off the path of the handover that serves it. Nothing unless held_here.
-  static void WakeNearHead(CohortEntry& e) REQUIRES(e.mu);
+  // After a handover's Pop, with the entry's mu held: every waiter moved up one place, and one
+  // is to be woken to spin (Wait) while the new holder runs, so that its wake-up is off the
+  // path of the handover that serves it: the spin_places()-th, or the head when more wait
+  // (then only the head spins). Returns it (for Wake, once the mu is unlocked), or null if it
+  // spins already or nothing is held here (held_here).
+  [[nodiscard]] CohortWaiter* WakeNearHead(CohortEntry& e) const REQUIRES(e.mu);
+  // Signals `w` (may be null) that Serve or WakeNearHead chose, with the entry's mu unlocked.
+  // The last touch of `w`: it may return from Wait and end as soon as this has counted it.
+  static void Wake(CohortWaiter* w) {
+    if (w == nullptr) return;
+    w->cv.Signal();
+    w->wakers.fetch_sub(1, std::memory_order_release);
+  }
 
  private:
+  const uint32_t spin_places_;
   std::array<CohortEntry, kBuckets> entries_{};
 };
 

@@ -8,7 +8,7 @@
 //   engine    LockEngine::Acquire + StartRelease (reaped by the next acquire) on the same backend;
 //   sdk       Client::LockSlot + LockHandle::Release over the test lockd (tests/support/
 //             fake_lockd.h), records on (the default) and off;
-//   handover  two threads of one client on one lock, the SDK end to end: ns per grant.
+//   handover  `--threads` (2) threads of one client on one lock, the SDK end to end: ns per grant.
 // Each is run `--rounds` times of `--iterations` pairs, the cases' rounds interleaved (round r of
 // every case, then round r + 1), so that a slow stretch of a shared host falls on all of them
 // alike. The median round is printed: the calling thread's CPU time per pair (wall time for
@@ -242,22 +242,22 @@ Case Sdk(bool records) {
   }};
 }
 
-// Two threads of one client taking turns on one lock: ns per grant (a handover each, mostly).
-// Its rounds are a tenth of the others' (`n` is scaled by the caller).
-Case Handover() {
+// `threads` threads of one client taking turns on one lock: ns per grant (a handover each,
+// mostly). Its rounds are a tenth of the others' (`n` is scaled by the caller), n grants in all.
+Case Handover(int threads) {
   auto f = std::make_shared<ClientFixture>(true);
-  return {[f](uint64_t n) {
+  return {[f, threads](uint64_t n) {
             std::atomic<bool> failed{false};
             auto work = [&] {
-              for (uint64_t i = 0; i < n / 2; ++i) {
+              for (uint64_t i = 0; i < n / static_cast<uint64_t>(threads); ++i) {
                 auto h = f->client->LockSlot(0);
                 if (!h.ok() || !h->Release().ok()) failed = true;
               }
               Flush(*f->client);  // this thread's posted release, before the thread ends
             };
-            std::thread a(work), b(work);
-            a.join();
-            b.join();
+            std::vector<std::thread> ts;
+            for (int t = 0; t < threads; ++t) ts.emplace_back(work);
+            for (std::thread& t : ts) t.join();
             if (failed) {
               std::fprintf(stderr, "sdk_microbench: a handover failed\n");
               std::exit(2);
@@ -271,6 +271,7 @@ Case Handover() {
 int main(int argc, char** argv) {
   uint64_t iterations = 200000;
   int rounds = 5;
+  int threads = 2;  // the handover case's
   bool json = false, expect_no_alloc = false;
   std::string only;  // --case NAME: run that one alone (for a profiler)
   for (int i = 1; i < argc; ++i) {
@@ -281,6 +282,8 @@ int main(int argc, char** argv) {
       rounds = std::atoi(argv[++i]);
     } else if (a == "--case" && i + 1 < argc) {
       only = argv[++i];
+    } else if (a == "--threads" && i + 1 < argc) {
+      threads = std::atoi(argv[++i]);
     } else if (a == "--json") {
       json = true;
     } else if (a == "--expect-no-allocations") {
@@ -288,12 +291,15 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: sdk_microbench [--iterations N] [--rounds R] [--json] "
-                   "[--expect-no-allocations] [--case backend|engine|sdk|sdk_norec|handover]\n");
+                   "[--expect-no-allocations] [--threads N] "
+                   "[--case backend|engine|sdk|sdk_norec|handover]\n");
       return 2;
     }
   }
-  if (iterations < 10 || rounds < 1) {
-    std::fprintf(stderr, "sdk_microbench: --iterations must be >= 10 and --rounds >= 1\n");
+  if (iterations < 10 || rounds < 1 || threads < 2 || threads > 64) {
+    std::fprintf(stderr,
+                 "sdk_microbench: --iterations must be >= 10, --rounds >= 1 and --threads "
+                 "2..64\n");
     return 2;
   }
   // The cases, each with its fixture (a test lockd and a client for the SDK's), all made before
@@ -324,9 +330,11 @@ int main(int argc, char** argv) {
   add(
       "engine", "engine", "engine: Acquire + posted release (records on)",
       [] { return Engine(true); }, iterations);
+  const std::string handover_what =
+      "SDK: " + std::to_string(threads) + " threads of one client on one lock, wall ns per grant";
   add(
-      "handover", "handover", "SDK: 2 threads of one client on one lock, wall ns per grant",
-      [] { return Handover(); }, handover_n);
+      "handover", "handover", handover_what.c_str(), [threads] { return Handover(threads); },
+      handover_n);
   for (Named& n : cases) n.c.Warm(n.iterations);
   for (int r = 0; r < rounds; ++r) {
     for (Named& n : cases) n.c.Run(n.iterations);

@@ -742,3 +742,126 @@ TEST_CASE("cohort: a set whose lock another thread of the client holds waits at 
   CHECK(ClientTestPeer::BudgetUnits(*c, 2) == 0);
   CHECK(ClientTestPeer::BudgetUnits(*c, 3) == 0);
 }
+
+namespace {
+
+// Whether `w` waits on its condition variable (parked), read under the entry's mutex.
+bool Parked(sdk::CohortEntry& e, const sdk::CohortWaiter& w) NO_THREAD_SAFETY_ANALYSIS {
+  MutexLock lk(&e.mu);
+  return w.parked;
+}
+
+}  // namespace
+
+// A waiter is chosen (served) under the entry's mutex and signalled after the chooser unlocks
+// it (CohortWaiter::wakers): the waiter lives on its thread's stack, so Wait must not return
+// until that signal has been given, even when its deadline passed meanwhile and it saw the
+// outcome on its own.
+TEST_CASE("cohort: a served waiter's Wait returns only after its signal, given outside the mutex") {
+  sdk::CohortTable table(3);
+  constexpr uint64_t kSlot = 7;
+  REQUIRE(table.TryOwn(kSlot) == sdk::CohortTable::Join::kOwner);
+  sdk::CohortEntry& e = table.Entry(kSlot);
+  sdk::CohortWaiter w;
+  std::atomic<bool> returned{false};
+  bool served = false;
+  sdk::CohortTable::Join joined = sdk::CohortTable::Join::kBypass;
+  // Nothing is held here (held_here unset): the waiter parks at once.
+  std::thread t([&] {
+    joined = table.Wait(kSlot, &w, std::chrono::steady_clock::now() + 30ms, nullptr, &served);
+    returned = true;
+  });
+  REQUIRE(WaitFor([&] { return Parked(e, w); }));
+  sdk::CohortWaiter* waker = nullptr;
+  {
+    MutexLock lk(&e.mu);
+    REQUIRE(sdk::CohortTable::Pop(e, kSlot) == &w);
+    waker = w.Serve(sdk::CohortWaiter::Outcome::kRemote);
+  }
+  REQUIRE(waker == &w);                // parked: it needs the signal
+  std::this_thread::sleep_for(150ms);  // well past its deadline: it saw the outcome by itself
+  CHECK_FALSE(returned.load());
+  sdk::CohortTable::Wake(waker);
+  t.join();
+  CHECK(returned.load());
+  CHECK(joined == sdk::CohortTable::Join::kQueued);
+  CHECK(served);
+  CHECK(w.outcome == sdk::CohortWaiter::Outcome::kRemote);
+  CHECK(w.wakers.load() == 0);
+}
+
+// How many waiters spin follows the CPUs the process may use, at least kMinSpinPlaces; once
+// more than that wait, a handover wakes the head (the only one that then spins), else the
+// spin_places()-th; a waiter that is not parked needs no signal.
+TEST_CASE("cohort: spin places follow the CPUs, and a long queue wakes only its head") {
+  CHECK(sdk::CohortTable::SpinPlaces(1) == 3);
+  CHECK(sdk::CohortTable::SpinPlaces(2) == 3);
+  CHECK(sdk::CohortTable::SpinPlaces(4) == 3);
+  CHECK(sdk::CohortTable::SpinPlaces(16) == 15);
+  CHECK(sdk::CohortTable::SpinPlaces(4096) == sdk::CohortTable::kMaxSpinPlaces);
+  CHECK(sdk::CohortTable::UsableCpus() >= 1);
+  CHECK(sdk::CohortTable(0).spin_places() == 1);
+
+  for (const uint32_t places : {1u, 3u}) {
+    CAPTURE(places);
+    sdk::CohortTable table(places);
+    constexpr uint64_t kSlot = 9;
+    REQUIRE(table.TryOwn(kSlot) == sdk::CohortTable::Join::kOwner);
+    table.MarkHeld(kSlot);  // the owner holds a grant lockd gave at once: waiters may spin
+    sdk::CohortEntry& e = table.Entry(kSlot);
+    constexpr int kWaiters = 5;
+    std::vector<sdk::CohortWaiter> ws(kWaiters);
+    std::vector<std::thread> ts;
+    for (int i = 0; i < kWaiters; ++i) {
+      // One at a time, so that waiter i is the (i + 1)-th in the queue.
+      ts.emplace_back([&, i] {
+        bool served = false;
+        (void)table.Wait(kSlot, &ws[static_cast<size_t>(i)],
+                         std::chrono::steady_clock::time_point::max(), nullptr, &served);
+      });
+      REQUIRE(WaitFor([&] { return Parked(e, ws[static_cast<size_t>(i)]); }));
+    }
+    std::vector<sdk::CohortWaiter*> wake;
+    {
+      MutexLock lk(&e.mu);
+      REQUIRE(sdk::CohortTable::Pop(e, kSlot) == &ws[0]);
+      wake.push_back(ws[0].Serve(sdk::CohortWaiter::Outcome::kRemote));
+      // 4 wait now: more than `places`, so the head (ws[1]) is woken to spin.
+      sdk::CohortWaiter* near = table.WakeNearHead(e);
+      CHECK(near == &ws[1]);
+      CHECK(ws[1].spin);
+      wake.push_back(near);
+      // Chosen once: a second handover's choice would be another waiter or none.
+      CHECK(table.WakeNearHead(e) == nullptr);
+    }
+    for (sdk::CohortWaiter* w : wake) sdk::CohortTable::Wake(w);
+    wake.clear();
+    ts[0].join();
+    // ws[1] spins its budget out and parks again. The next handover leaves 3 waiting: with 3
+    // spin places that is the 3rd (ws[4]) it wakes, with 1 still the head (ws[2]).
+    REQUIRE(WaitFor([&] { return Parked(e, ws[1]); }));
+    {
+      MutexLock lk(&e.mu);
+      REQUIRE(sdk::CohortTable::Pop(e, kSlot) == &ws[1]);
+      wake.push_back(ws[1].Serve(sdk::CohortWaiter::Outcome::kRemote));
+      sdk::CohortWaiter* near = table.WakeNearHead(e);
+      CHECK(near == (places == 1 ? &ws[2] : &ws[4]));
+      wake.push_back(near);
+    }
+    for (sdk::CohortWaiter* w : wake) sdk::CohortTable::Wake(w);
+    ts[1].join();
+    for (size_t i = 2; i < kWaiters; ++i) REQUIRE(WaitFor([&] { return Parked(e, ws[i]); }));
+    for (int i = 2; i < kWaiters; ++i) {
+      sdk::CohortWaiter* w = nullptr;
+      {
+        MutexLock lk(&e.mu);
+        REQUIRE(sdk::CohortTable::Pop(e, kSlot) == &ws[static_cast<size_t>(i)]);
+        w = ws[static_cast<size_t>(i)].Serve(sdk::CohortWaiter::Outcome::kRemote);
+      }
+      sdk::CohortTable::Wake(w);
+      ts[static_cast<size_t>(i)].join();
+    }
+    table.Leave(kSlot);
+    CHECK(e.word.load() == 0);
+  }
+}
