@@ -76,12 +76,15 @@ CohortTable::Join CohortTable::Wait(uint64_t slot, CohortWaiter* w,
       lk.Lock();
       continue;
     }
+    // Parked on the bell, without the mu: a waker rings it under the mu (so after this read,
+    // and the wait then returns at once) and wakes it once it has unlocked the mu.
+    const uint32_t seen = w->bell.Read();
     w->parked = true;
-    const bool timed_out = deadline == std::chrono::steady_clock::time_point::max()
-                               ? (w->cv.Wait(lk), false)
-                               : w->cv.WaitUntil(lk, deadline) == std::cv_status::timeout;
+    lk.Unlock();
+    const bool in_time = w->bell.WaitUntil(seen, deadline);
+    lk.Lock();
     w->parked = false;
-    if (timed_out) break;  // served meanwhile or not: the outcome says
+    if (!in_time) break;  // served meanwhile or not: the outcome says
   }
   *served = w->outcome != CohortWaiter::Outcome::kWaiting;
   if (!*served) {
@@ -93,10 +96,6 @@ CohortTable::Join CohortTable::Wait(uint64_t slot, CohortWaiter* w,
     --e.waiting;
     if (e.head == nullptr) e.word.store(key, std::memory_order_release);  // nobody waits now
   }
-  // Out of the queue now, so no thread chooses w from here on; one that did (under mu, before)
-  // may still be about to signal it (Wake): w lives on this thread's stack until it has.
-  lk.Unlock();
-  while (w->wakers.load(std::memory_order_acquire) != 0) std::this_thread::yield();
   return Join::kQueued;
 }
 
@@ -104,7 +103,10 @@ void CohortTable::WakeAll() {
   for (CohortEntry& e : entries_) {
     if (e.word.load(std::memory_order_acquire) == 0) continue;  // nobody queued there
     MutexLock lk(&e.mu);
-    for (CohortWaiter* w = e.head; w != nullptr; w = w->next) w->cv.Signal();
+    for (CohortWaiter* w = e.head; w != nullptr; w = w->next) {
+      w->bell.Ring();
+      Bell::Wake(&w->bell);  // under the mu: Close's path, not the lock path's
+    }
   }
 }
 
@@ -304,7 +306,7 @@ bool Client::Impl::HandOver(LockHandle::State& s, ThreadChannel& c) {
     served = w->Serve(to.ctx->held->Link(&to) ? CohortWaiter::Outcome::kGranted
                                               : CohortWaiter::Outcome::kEnded);
   }
-  // The signals after the entry's mu is unlocked (CohortWaiter::wakers): the one served first.
+  // The wake-ups after the entry's mu is unlocked (CohortWaiter::Waker): the served one first.
   CohortTable::Wake(served);
   CohortTable::Wake(near);
   ++c.local_handovers;

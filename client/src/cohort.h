@@ -34,15 +34,15 @@
 //
 // Waiting: a waiter within spin_places() of the head of its queue, while the grant is held in
 // this process and lockd gave it at once (CohortEntry::held_here), yields the CPU up to
-// kSpinYields times watching for its turn before it parks on its condition variable; each
+// kSpinYields times watching for its turn before it parks (CohortWaiter::bell); each
 // handover wakes the waiter it brings within spin_places() (the head, when more wait), so that
 // waiter's wake-up overlaps the new holder's critical section instead of following its
 // release. Whether to spin is decided when the waiter starts to: one that started spins its
 // budget out even if the grant goes back to lockd meanwhile (after kMaxLocalHandovers, the next
 // owner's acquire is one round trip when no other session queued). Spinning is only about
 // speed: a waiter's outcome is still read under the entry's mu. A waiter is chosen (served, or
-// woken to spin) under the entry's mu but signalled after the chooser unlocks it
-// (CohortWaiter::wakers), so that the wake-up does not find the mutex held.
+// woken to spin) under the entry's mu but woken after the chooser unlocks it (it parks on a
+// futex, CohortWaiter::bell), so that the wake-up does not find the mutex held.
 //
 // Threads: any caller's thread. Lock-free for the uncontended request: taking a free entry and
 // giving it back are one CAS each (no mutex, no allocation). `mu` is taken only by a thread that
@@ -64,6 +64,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "common/sync/bell.h"
 #include "common/sync/mutex.h"
 #include "common/sync/thread_annotations.h"
 #include "rdmalock/client.h"
@@ -107,26 +108,22 @@ struct CohortWaiter {
   bool wants_token = false;             // only a grant that has a token can be handed to it
   CohortWaiter* next = nullptr;         // guarded by the entry's mu
   Outcome outcome = Outcome::kWaiting;  // guarded by the entry's mu
-  CondVar cv;                           // waited on with the entry's mu
+  Bell bell;  // parked on without the entry's mu (read under it first), rung under it
   // Guarded by the entry's mu: within spin_places() of the head (when it queued, or brought
   // there by a handover: WakeNearHead), it may spin once before parking (CohortTable::Wait).
   bool spin = false;
   // Set (under the entry's mu) when the waiter is served: a waiter that spins before it parks
   // (CohortTable::Wait) watches it without the mutex.
   std::atomic<bool> signalled{false};
-  // Threads that chose this waiter under the entry's mu (Serve, WakeNearHead) and signal `cv`
-  // after they unlock it (CohortTable::Wake), so that the woken waiter neither preempts a thread
-  // that holds the mutex it needs nor finds it held. Wait returns (and the waiter's stack frame
-  // ends) only once this is 0 again.
-  std::atomic<uint32_t> wakers{0};
-  // Guarded by the entry's mu: the waiter waits on `cv` (it checked its outcome and `spin`
-  // under the mu before, so one that is not parked needs no signal: it sees them first).
+  // Guarded by the entry's mu: the waiter is parked on `bell` (it checked its outcome and
+  // `spin` under the mu before, so one that is not parked needs no wake-up: it sees them first).
   bool parked = false;
-  // Under the entry's mu: counts a waker of this waiter if it is parked and returns it (for
-  // CohortTable::Wake once the mu is unlocked), else null.
+  // Under the entry's mu: rings the bell of a parked waiter and returns it, for
+  // CohortTable::Wake once the mu is unlocked (the wake-up then neither preempts a thread that
+  // holds the mutex the waiter needs nor finds it held); else null.
   [[nodiscard]] CohortWaiter* Waker() {
     if (!parked) return nullptr;
-    wakers.fetch_add(1, std::memory_order_relaxed);
+    bell.Ring();
     return this;
   }
   // Serves the waiter (under the entry's mu): its outcome is final from now on. Returns what
@@ -245,12 +242,10 @@ class CohortTable {
   // (then only the head spins). Returns it (for Wake, once the mu is unlocked), or null if it
   // spins already or nothing is held here (held_here).
   [[nodiscard]] CohortWaiter* WakeNearHead(CohortEntry& e) const REQUIRES(e.mu);
-  // Signals `w` (may be null) that Serve or WakeNearHead chose, with the entry's mu unlocked.
-  // The last touch of `w`: it may return from Wait and end as soon as this has counted it.
-  static void Wake(CohortWaiter* w) {
-    if (w == nullptr) return;
-    w->cv.Signal();
-    w->wakers.fetch_sub(1, std::memory_order_release);
+  // Wakes `w` (may be null), which Serve or WakeNearHead chose and rang, with the entry's mu
+  // unlocked. Touches none of w's memory (Bell::Wake): w may have seen its outcome and ended.
+  static void Wake(const CohortWaiter* w) {
+    if (w != nullptr) Bell::Wake(&w->bell);
   }
 
  private:

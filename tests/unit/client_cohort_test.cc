@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -753,41 +754,51 @@ bool Parked(sdk::CohortEntry& e, const sdk::CohortWaiter& w) NO_THREAD_SAFETY_AN
 
 }  // namespace
 
-// A waiter is chosen (served) under the entry's mutex and signalled after the chooser unlocks
-// it (CohortWaiter::wakers): the waiter lives on its thread's stack, so Wait must not return
-// until that signal has been given, even when its deadline passed meanwhile and it saw the
-// outcome on its own.
-TEST_CASE("cohort: a served waiter's Wait returns only after its signal, given outside the mutex") {
+// A waiter is chosen (served) under the entry's mutex and woken after the chooser unlocks it
+// (CohortWaiter::bell): a parked waiter stays parked until that wake-up, and the wake-up touches
+// none of the waiter's memory, so it may come after the waiter saw its outcome by itself (its
+// deadline passed) and its frame ended. AddressSanitizer checks the second half: the waiter is
+// freed before the late wake-up.
+TEST_CASE("cohort: a chosen waiter is woken after the mutex, and a late wake-up touches nothing") {
   sdk::CohortTable table(3);
   constexpr uint64_t kSlot = 7;
   REQUIRE(table.TryOwn(kSlot) == sdk::CohortTable::Join::kOwner);
   sdk::CohortEntry& e = table.Entry(kSlot);
-  sdk::CohortWaiter w;
-  std::atomic<bool> returned{false};
-  bool served = false;
-  sdk::CohortTable::Join joined = sdk::CohortTable::Join::kBypass;
-  // Nothing is held here (held_here unset): the waiter parks at once.
-  std::thread t([&] {
-    joined = table.Wait(kSlot, &w, std::chrono::steady_clock::now() + 30ms, nullptr, &served);
-    returned = true;
-  });
-  REQUIRE(WaitFor([&] { return Parked(e, w); }));
-  sdk::CohortWaiter* waker = nullptr;
-  {
-    MutexLock lk(&e.mu);
-    REQUIRE(sdk::CohortTable::Pop(e, kSlot) == &w);
-    waker = w.Serve(sdk::CohortWaiter::Outcome::kRemote);
+  for (const bool patient : {true, false}) {
+    CAPTURE(patient);
+    auto w = std::make_unique<sdk::CohortWaiter>();
+    std::atomic<bool> returned{false};
+    bool served = false;
+    sdk::CohortTable::Join joined = sdk::CohortTable::Join::kBypass;
+    // Nothing is held here (held_here unset): the waiter parks at once.
+    const auto deadline = patient ? std::chrono::steady_clock::time_point::max()
+                                  : std::chrono::steady_clock::now() + 30ms;
+    std::thread t([&] {
+      joined = table.Wait(kSlot, w.get(), deadline, nullptr, &served);
+      returned = true;
+    });
+    REQUIRE(WaitFor([&] { return Parked(e, *w); }));
+    sdk::CohortWaiter* waker = nullptr;
+    {
+      MutexLock lk(&e.mu);
+      REQUIRE(sdk::CohortTable::Pop(e, kSlot) == w.get());
+      waker = w->Serve(sdk::CohortWaiter::Outcome::kRemote);
+    }
+    REQUIRE(waker == w.get());  // parked: it needs the wake-up
+    if (patient) {
+      std::this_thread::sleep_for(100ms);
+      CHECK_FALSE(returned.load());  // served, but parked until woken
+      sdk::CohortTable::Wake(waker);
+      t.join();
+    } else {
+      t.join();  // its deadline passed: it saw the outcome by itself and returned
+      w.reset();
+      sdk::CohortTable::Wake(waker);  // late, on freed memory: a no-op
+    }
+    CHECK(returned.load());
+    CHECK(joined == sdk::CohortTable::Join::kQueued);
+    CHECK(served);
   }
-  REQUIRE(waker == &w);                // parked: it needs the signal
-  std::this_thread::sleep_for(150ms);  // well past its deadline: it saw the outcome by itself
-  CHECK_FALSE(returned.load());
-  sdk::CohortTable::Wake(waker);
-  t.join();
-  CHECK(returned.load());
-  CHECK(joined == sdk::CohortTable::Join::kQueued);
-  CHECK(served);
-  CHECK(w.outcome == sdk::CohortWaiter::Outcome::kRemote);
-  CHECK(w.wakers.load() == 0);
 }
 
 // How many waiters spin follows the CPUs the process may use, at least kMinSpinPlaces; once
