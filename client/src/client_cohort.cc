@@ -130,7 +130,7 @@ CohortWaiter* CohortTable::Pop(CohortEntry& e, uint64_t slot) {
   return w;
 }
 
-CohortWaiter* CohortTable::WakeNearHead(CohortEntry& e) const {
+const Bell* CohortTable::WakeNearHead(CohortEntry& e) const {
   if (!e.held_here.load(std::memory_order_relaxed)) return nullptr;
   CohortWaiter* near = e.head;
   const uint32_t place = e.waiting > spin_places_ ? 1 : spin_places_;
@@ -145,7 +145,7 @@ void CohortTable::Leave(uint64_t slot) {
   e.held_here.store(false, std::memory_order_relaxed);  // the grant went back, or never came
   uint64_t cur = Key(slot);
   if (e.word.compare_exchange_strong(cur, 0, std::memory_order_acq_rel)) return;  // nobody waits
-  CohortWaiter* served = nullptr;
+  const Bell* served = nullptr;
   {
     MutexLock lk(&e.mu);
     CohortWaiter* w = Pop(e, slot);
@@ -286,7 +286,7 @@ bool Client::Impl::HandOver(LockHandle::State& s, ThreadChannel& c) {
       !s.ctx->session->engine->LeaseValid(s.grant, Clock::now())) {
     return false;
   }
-  CohortWaiter *served = nullptr, *near = nullptr;
+  const Bell *served = nullptr, *near = nullptr;
   {
     MutexLock lk(&e.mu);
     CohortWaiter* w = e.head;

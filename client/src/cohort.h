@@ -118,17 +118,18 @@ struct CohortWaiter {
   // Guarded by the entry's mu: the waiter is parked on `bell` (it checked its outcome and
   // `spin` under the mu before, so one that is not parked needs no wake-up: it sees them first).
   bool parked = false;
-  // Under the entry's mu: rings the bell of a parked waiter and returns it, for
-  // CohortTable::Wake once the mu is unlocked (the wake-up then neither preempts a thread that
-  // holds the mutex the waiter needs nor finds it held); else null.
-  [[nodiscard]] CohortWaiter* Waker() {
+  // Under the entry's mu: rings the bell of a parked waiter and returns it, for Bell::Wake once
+  // the mu is unlocked (the wake-up then neither preempts a thread that holds the mutex the
+  // waiter needs nor finds it held); else null. Only the bell's address leaves the mu: the
+  // waiter may see why it was rung, and end, before the wake-up.
+  [[nodiscard]] const Bell* Waker() {
     if (!parked) return nullptr;
     bell.Ring();
-    return this;
+    return &bell;
   }
   // Serves the waiter (under the entry's mu): its outcome is final from now on. Returns what
   // the caller passes to CohortTable::Wake once it has unlocked the entry's mu.
-  [[nodiscard]] CohortWaiter* Serve(Outcome o) {
+  [[nodiscard]] const Bell* Serve(Outcome o) {
     outcome = o;
     signalled.store(true, std::memory_order_release);
     return Waker();
@@ -239,13 +240,14 @@ class CohortTable {
   // After a handover's Pop, with the entry's mu held: every waiter moved up one place, and one
   // is to be woken to spin (Wait) while the new holder runs, so that its wake-up is off the
   // path of the handover that serves it: the spin_places()-th, or the head when more wait
-  // (then only the head spins). Returns it (for Wake, once the mu is unlocked), or null if it
-  // spins already or nothing is held here (held_here).
-  [[nodiscard]] CohortWaiter* WakeNearHead(CohortEntry& e) const REQUIRES(e.mu);
-  // Wakes `w` (may be null), which Serve or WakeNearHead chose and rang, with the entry's mu
-  // unlocked. Touches none of w's memory (Bell::Wake): w may have seen its outcome and ended.
-  static void Wake(const CohortWaiter* w) {
-    if (w != nullptr) Bell::Wake(&w->bell);
+  // (then only the head spins). Returns its bell (for Wake, once the mu is unlocked), or null
+  // if it spins already or nothing is held here (held_here).
+  [[nodiscard]] const Bell* WakeNearHead(CohortEntry& e) const REQUIRES(e.mu);
+  // Wakes the waiter whose bell Serve or WakeNearHead rang (`bell` may be null), with the
+  // entry's mu unlocked. Touches none of its memory (Bell::Wake): the waiter may have seen its
+  // outcome and ended.
+  static void Wake(const Bell* bell) {
+    if (bell != nullptr) Bell::Wake(bell);
   }
 
  private:

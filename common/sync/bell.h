@@ -3,8 +3,8 @@
 // (Wake is the system call alone, on the word's address), so a ringer may wake it after the
 // parked thread could have seen why and gone, with the Bell (on that thread's stack): a late
 // wake-up of an address nobody waits on is a no-op, and one of a word reused since is a spurious
-// wake-up its waiter tolerates, as every futex waiter does (glibc's own mutexes and semaphores
-// wake after the word's owner may have freed it, as POSIX allows).
+// wake-up its waiter tolerates, as every futex waiter does (glibc's mutex unlock does the same:
+// its futex wake may follow the mutex's destruction, which POSIX allows right after an unlock).
 //
 //   parker, under its mutex:      seen = bell.Read(); ... unlock; bell.WaitUntil(seen, deadline);
 //   ringer, under the same mutex: (decide) bell.Ring();   then, unlocked:  Bell::Wake(&bell);
@@ -24,12 +24,14 @@
 #include <chrono>
 #include <cstdint>
 #include <ctime>
+#include <type_traits>
 
 namespace rdmalock {
 
 class Bell {
  public:
-  using Clock = std::chrono::steady_clock;  // CLOCK_MONOTONIC, the futex's timeout clock here
+  // libstdc++'s steady_clock is CLOCK_MONOTONIC, the clock of FUTEX_WAIT_BITSET's deadline.
+  using Clock = std::chrono::steady_clock;
 
   uint32_t Read() const { return word_.load(std::memory_order_acquire); }
   void Ring() { word_.fetch_add(1, std::memory_order_release); }
@@ -63,5 +65,8 @@ class Bell {
 static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t) &&
                   std::atomic<uint32_t>::is_always_lock_free,
               "a futex word is a plain, lock-free 32-bit word");
+// Wake passes the Bell's own address as the word's: the word is all there is.
+static_assert(std::is_standard_layout_v<Bell> && sizeof(Bell) == sizeof(uint32_t),
+              "a Bell's address is its futex word's");
 
 }  // namespace rdmalock

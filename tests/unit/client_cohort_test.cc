@@ -778,13 +778,13 @@ TEST_CASE("cohort: a chosen waiter is woken after the mutex, and a late wake-up 
       returned = true;
     });
     REQUIRE(WaitFor([&] { return Parked(e, *w); }));
-    sdk::CohortWaiter* waker = nullptr;
+    const Bell* waker = nullptr;
     {
       MutexLock lk(&e.mu);
       REQUIRE(sdk::CohortTable::Pop(e, kSlot) == w.get());
       waker = w->Serve(sdk::CohortWaiter::Outcome::kRemote);
     }
-    REQUIRE(waker == w.get());  // parked: it needs the wake-up
+    REQUIRE(waker == &w->bell);  // parked: it needs the wake-up
     if (patient) {
       std::this_thread::sleep_for(100ms);
       CHECK_FALSE(returned.load());  // served, but parked until woken
@@ -832,20 +832,20 @@ TEST_CASE("cohort: spin places follow the CPUs, and a long queue wakes only its 
       });
       REQUIRE(WaitFor([&] { return Parked(e, ws[static_cast<size_t>(i)]); }));
     }
-    std::vector<sdk::CohortWaiter*> wake;
+    std::vector<const Bell*> wake;
     {
       MutexLock lk(&e.mu);
       REQUIRE(sdk::CohortTable::Pop(e, kSlot) == &ws[0]);
       wake.push_back(ws[0].Serve(sdk::CohortWaiter::Outcome::kRemote));
       // 4 wait now: more than `places`, so the head (ws[1]) is woken to spin.
-      sdk::CohortWaiter* near = table.WakeNearHead(e);
-      CHECK(near == &ws[1]);
+      const Bell* near = table.WakeNearHead(e);
+      CHECK(near == &ws[1].bell);
       CHECK(ws[1].spin);
       wake.push_back(near);
       // Chosen once: a second handover's choice would be another waiter or none.
       CHECK(table.WakeNearHead(e) == nullptr);
     }
-    for (sdk::CohortWaiter* w : wake) sdk::CohortTable::Wake(w);
+    for (const Bell* b : wake) sdk::CohortTable::Wake(b);
     wake.clear();
     ts[0].join();
     // ws[1] spins its budget out and parks again. The next handover leaves 3 waiting: with 3
@@ -855,15 +855,15 @@ TEST_CASE("cohort: spin places follow the CPUs, and a long queue wakes only its 
       MutexLock lk(&e.mu);
       REQUIRE(sdk::CohortTable::Pop(e, kSlot) == &ws[1]);
       wake.push_back(ws[1].Serve(sdk::CohortWaiter::Outcome::kRemote));
-      sdk::CohortWaiter* near = table.WakeNearHead(e);
-      CHECK(near == (places == 1 ? &ws[2] : &ws[4]));
+      const Bell* near = table.WakeNearHead(e);
+      CHECK(near == (places == 1 ? &ws[2].bell : &ws[4].bell));
       wake.push_back(near);
     }
-    for (sdk::CohortWaiter* w : wake) sdk::CohortTable::Wake(w);
+    for (const Bell* b : wake) sdk::CohortTable::Wake(b);
     ts[1].join();
     for (size_t i = 2; i < kWaiters; ++i) REQUIRE(WaitFor([&] { return Parked(e, ws[i]); }));
     for (int i = 2; i < kWaiters; ++i) {
-      sdk::CohortWaiter* w = nullptr;
+      const Bell* w = nullptr;
       {
         MutexLock lk(&e.mu);
         REQUIRE(sdk::CohortTable::Pop(e, kSlot) == &ws[static_cast<size_t>(i)]);
