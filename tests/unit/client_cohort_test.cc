@@ -746,7 +746,7 @@ TEST_CASE("cohort: a set whose lock another thread of the client holds waits at 
 
 namespace {
 
-// Whether `w` waits on its condition variable (parked), read under the entry's mutex.
+// Whether `w` is parked on its bell, read under the entry's mutex.
 bool Parked(sdk::CohortEntry& e, const sdk::CohortWaiter& w) NO_THREAD_SAFETY_ANALYSIS {
   MutexLock lk(&e.mu);
   return w.parked;
@@ -803,7 +803,7 @@ TEST_CASE("cohort: a chosen waiter is woken after the mutex, and a late wake-up 
 
 // How many waiters spin follows the CPUs the process may use, at least kMinSpinPlaces; once
 // more than that wait, a handover wakes the head (the only one that then spins), else the
-// spin_places()-th; a waiter that is not parked needs no signal.
+// spin_places()-th.
 TEST_CASE("cohort: spin places follow the CPUs, and a long queue wakes only its head") {
   CHECK(sdk::CohortTable::SpinPlaces(1) == 3);
   CHECK(sdk::CohortTable::SpinPlaces(2) == 3);
