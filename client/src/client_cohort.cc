@@ -103,10 +103,9 @@ void CohortTable::WakeAll() {
   for (CohortEntry& e : entries_) {
     if (e.word.load(std::memory_order_acquire) == 0) continue;  // nobody queued there
     MutexLock lk(&e.mu);
-    for (CohortWaiter* w = e.head; w != nullptr; w = w->next) {
-      w->bell.Ring();
-      Bell::Wake(&w->bell);  // under the mu: Close's path, not the lock path's
-    }
+    // Under the mu (Close's path, not the lock path's); a waiter that is not parked sees
+    // its cancel flag before it parks.
+    for (CohortWaiter* w = e.head; w != nullptr; w = w->next) Bell::Wake(w->Waker());
   }
 }
 
@@ -155,7 +154,7 @@ void CohortTable::Leave(uint64_t slot) {
     }
     served = w->Serve(CohortWaiter::Outcome::kRemote);
   }
-  Wake(served);
+  Bell::Wake(served);
 }
 
 }  // namespace sdk
@@ -307,8 +306,8 @@ bool Client::Impl::HandOver(LockHandle::State& s, ThreadChannel& c) {
                                               : CohortWaiter::Outcome::kEnded);
   }
   // The wake-ups after the entry's mu is unlocked (CohortWaiter::Waker): the served one first.
-  CohortTable::Wake(served);
-  CohortTable::Wake(near);
+  Bell::Wake(served);
+  Bell::Wake(near);
   ++c.local_handovers;
   return true;
 }

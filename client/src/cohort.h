@@ -128,7 +128,7 @@ struct CohortWaiter {
     return &bell;
   }
   // Serves the waiter (under the entry's mu): its outcome is final from now on. Returns what
-  // the caller passes to CohortTable::Wake once it has unlocked the entry's mu.
+  // the caller passes to Bell::Wake once it has unlocked the entry's mu.
   [[nodiscard]] const Bell* Serve(Outcome o) {
     outcome = o;
     signalled.store(true, std::memory_order_release);
@@ -240,15 +240,9 @@ class CohortTable {
   // After a handover's Pop, with the entry's mu held: every waiter moved up one place, and one
   // is to be woken to spin (Wait) while the new holder runs, so that its wake-up is off the
   // path of the handover that serves it: the spin_places()-th, or the head when more wait
-  // (then only the head spins). Returns its bell (for Wake, once the mu is unlocked), or null
+  // (then only the head spins). Returns its bell (for Bell::Wake, once the mu is unlocked), or null
   // if it spins already or nothing is held here (held_here).
   [[nodiscard]] const Bell* WakeNearHead(CohortEntry& e) const REQUIRES(e.mu);
-  // Wakes the waiter whose bell Serve or WakeNearHead rang (`bell` may be null), with the
-  // entry's mu unlocked. Touches none of its memory (Bell::Wake): the waiter may have seen its
-  // outcome and ended.
-  static void Wake(const Bell* bell) {
-    if (bell != nullptr) Bell::Wake(bell);
-  }
 
  private:
   const uint32_t spin_places_;

@@ -35,9 +35,10 @@ class Bell {
 
   uint32_t Read() const { return word_.load(std::memory_order_acquire); }
   void Ring() { word_.fetch_add(1, std::memory_order_release); }
-  // Wakes one thread parked on `bell` (rung before). Touches no memory of the Bell: it may run
-  // after the Bell's end.
+  // Wakes one thread parked on `bell` (rung before); nothing if `bell` is null. Touches no
+  // memory of the Bell: it may run after the Bell's end.
   static void Wake(const Bell* bell) {
+    if (bell == nullptr) return;
     syscall(SYS_futex, reinterpret_cast<const uint32_t*>(bell), FUTEX_WAKE_PRIVATE, 1, nullptr,
             nullptr, 0);
   }

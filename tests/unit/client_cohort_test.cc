@@ -788,12 +788,12 @@ TEST_CASE("cohort: a chosen waiter is woken after the mutex, and a late wake-up 
     if (patient) {
       std::this_thread::sleep_for(100ms);
       CHECK_FALSE(returned.load());  // served, but parked until woken
-      sdk::CohortTable::Wake(waker);
+      Bell::Wake(waker);
       t.join();
     } else {
       t.join();  // its deadline passed: it saw the outcome by itself and returned
       w.reset();
-      sdk::CohortTable::Wake(waker);  // late, on freed memory: a no-op
+      Bell::Wake(waker);  // late, on freed memory: a no-op
     }
     CHECK(returned.load());
     CHECK(joined == sdk::CohortTable::Join::kQueued);
@@ -845,7 +845,7 @@ TEST_CASE("cohort: spin places follow the CPUs, and a long queue wakes only its 
       // Chosen once: a second handover's choice would be another waiter or none.
       CHECK(table.WakeNearHead(e) == nullptr);
     }
-    for (const Bell* b : wake) sdk::CohortTable::Wake(b);
+    for (const Bell* b : wake) Bell::Wake(b);
     wake.clear();
     ts[0].join();
     // ws[1] spins its budget out and parks again. The next handover leaves 3 waiting: with 3
@@ -859,7 +859,7 @@ TEST_CASE("cohort: spin places follow the CPUs, and a long queue wakes only its 
       CHECK(near == (places == 1 ? &ws[2].bell : &ws[4].bell));
       wake.push_back(near);
     }
-    for (const Bell* b : wake) sdk::CohortTable::Wake(b);
+    for (const Bell* b : wake) Bell::Wake(b);
     ts[1].join();
     for (size_t i = 2; i < kWaiters; ++i) REQUIRE(WaitFor([&] { return Parked(e, ws[i]); }));
     for (int i = 2; i < kWaiters; ++i) {
@@ -869,7 +869,7 @@ TEST_CASE("cohort: spin places follow the CPUs, and a long queue wakes only its 
         REQUIRE(sdk::CohortTable::Pop(e, kSlot) == &ws[static_cast<size_t>(i)]);
         w = ws[static_cast<size_t>(i)].Serve(sdk::CohortWaiter::Outcome::kRemote);
       }
-      sdk::CohortTable::Wake(w);
+      Bell::Wake(w);
       ts[static_cast<size_t>(i)].join();
     }
     table.Leave(kSlot);
