@@ -39,4 +39,10 @@ static_assert(kSendQueueDepth >= kSendQueueNeed, "the send queue cannot hold the
 // Bytes of local buffer per operation (an atomic's operands or result, a 16-byte record WRITE).
 inline constexpr size_t kOpScratch = 16;
 
+// Most bytes one READ may carry into a buffer of the caller's (RemoteOp::into): a block of lock
+// slots whose generations an acquire learns in its FA's doorbell (LockEngine::
+// kGenerationBlockSlots). One 1,024-byte RoCE MTU. At most one such READ per doorbell: the verbs
+// backend lands it in its bulk bounce buffer.
+inline constexpr size_t kMaxBlockRead = 1024;
+
 }  // namespace rdmalock::budget

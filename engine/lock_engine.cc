@@ -163,6 +163,16 @@ void LockEngine::TagTicket(Ticket* t, const uint64_t* word1, const GenerationTab
   }
 }
 
+void LockEngine::LearnBlock(uint64_t first, uint64_t count, const uint64_t* words, uint64_t except,
+                            Clock::time_point issue) const {
+  for (uint64_t i = 0; i < count; ++i) {
+    if (first + i == except) continue;  // TagTicket learned it, with its own FA's count
+    const Word0 w0 = Word0::Decode(words[2 * i]);
+    generations_.Learn(
+        first + i, {proto::RequestEntry::GenerationOf(words[2 * i + 1]), TicketsIssued(w0), issue});
+  }
+}
+
 Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mode,
                                       const AcquireOptions& opt, EngineEvents* ev,
                                       bool* handed_off) const {
@@ -196,17 +206,30 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     // docs/protocol.md, section 10). The generation comes from a READ of word1 in the FA's
     // doorbell (a token's, or one added here when the session knows no recent generation of the
     // slot: no round trip, the READ rides with the FA), or from what the session learned of the
-    // slot before (generations_, any thread's request; GenerationHintCovers).
+    // slot before (generations_, any thread's request; GenerationHintCovers). A request that
+    // must learn it READs the words of the slot's whole block (kGenerationBlockSlots, 1 KiB) in
+    // place of word1 alone, and the session learns every slot's generation there (LearnBlock).
     const bool tag = record != 0 && mode == Mode::kExclusive;
     GenerationTable::Hint hint;
-    const bool read_word1 =
-        opt.want_token || (tag && !RecentGeneration(slot, mem.last_completed(), &hint));
+    const bool learn =
+        tag && !opt.want_token && !RecentGeneration(slot, mem.last_completed(), &hint);
+    const bool read_word1 = opt.want_token || learn;
+    const uint64_t first = slot - slot % kGenerationBlockSlots;
+    const uint64_t count = std::min(kGenerationBlockSlots, params_.lock_count - first);
+    uint64_t block[2 * kGenerationBlockSlots];  // word0, word1 of slot first + i at 2i, 2i + 1
     RemoteOp ops[2];
     size_t n = 0;
     const size_t fa = n;
     ops[n++] = RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(slot), inc);
-    if (read_word1) ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(slot), 8);
+    if (learn) {
+      ops[n++] = RemoteOp::ReadInto(RegionId::kLocks, proto::SlotOffset(first),
+                                    static_cast<uint32_t>(count * proto::kSlotSize), block);
+    } else if (read_word1) {
+      ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(slot), 8);
+    }
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops, n)));
+    // Word1 as the READ after our FA showed it (read_word1 only).
+    const uint64_t word1 = learn ? block[2 * (slot - first) + 1] : ops[fa + 1].result[0];
     const auto issue = mem.last_issued();  // before the FA was posted: the lease's start
     if (attempt == 0) requested = issue;
     // The channel's posted release landed before this FA; reap it (a retry if it missed)
@@ -245,7 +268,8 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     frozen_seen = Observed{};
 
     Ticket t{slot, mode, prev, record, record_seq};
-    if (tag) TagTicket(&t, read_word1 ? &ops[fa + 1].result[0] : nullptr, hint, issue);
+    if (tag) TagTicket(&t, read_word1 ? &word1 : nullptr, hint, issue);
+    if (learn) LearnBlock(first, count, block, slot, issue);
     if (record != 0) {
       // The ticket, posted without waiting: it lands before anything this channel sends next.
       RemoteOp queued =
@@ -259,7 +283,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     g.lease_start = issue;
     g.requested = requested;
     if (opt.want_token) {
-      g.generation = proto::Generation(ops[fa + 1].result[0]);
+      g.generation = proto::Generation(word1);
       g.has_generation = true;
     }
     if (proto::Granted(prev, prev, mode)) {  // granted at once: one round trip

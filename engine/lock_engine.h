@@ -204,6 +204,12 @@ class LockEngine {
   std::vector<Status> ReleaseMany(RemoteMemory& mem, std::span<const Grant> grants,
                                   EngineEvents* ev = nullptr) const;
   static constexpr size_t kBatchOps = budget::kMaxOpsPerDoorbell;  // engine/budgets.h
+  // A single acquire that must learn its slot's generation READs the words of the slot's whole
+  // aligned block of this many slots in its FA's doorbell, one READ of budget::kMaxBlockRead
+  // bytes, and learns every slot's generation there (TagTicket, LearnBlock): a session going
+  // round many locks pays one READ per block, not one per slot.
+  static constexpr uint64_t kGenerationBlockSlots = budget::kMaxBlockRead / proto::kSlotSize;
+  static_assert(kGenerationBlockSlots * proto::kSlotSize == budget::kMaxBlockRead);
 
   // The grant, when last seen, had requests queued behind it that it blocks: their handover
   // depends on this release, so it is better made at once (Release()) than posted.
@@ -290,6 +296,14 @@ class LockEngine {
   // cover (the request goes untagged; the next one READs).
   void TagTicket(Ticket* t, const uint64_t* word1, const GenerationTable::Hint& hint,
                  Clock::time_point issue) const;
+  // Learns the generations of slots [first, first + count) but `except` from a READ of their
+  // words issued at `issue` after the caller's FA (`words`: word0, word1 of each slot in turn).
+  // Each hint carries the count its word0 showed, so a reset since is seen as TagTicket sees
+  // any (GenerationHintCovers). Word0 and word1 of a slot are not read as one snapshot; either
+  // way the hint's generation is never newer than a later request's, which is all safety asks
+  // (lock_engine_internal.h, GenerationHintCovers).
+  void LearnBlock(uint64_t first, uint64_t count, const uint64_t* words, uint64_t except,
+                  Clock::time_point issue) const;
 
   EngineParams params_;
   AbandonHandler on_abandon_;

@@ -24,11 +24,16 @@ struct RemoteOp {
 
   Kind kind = Kind::kRead;
   RegionId region = RegionId::kLocks;
-  uint32_t length = 8;          // READ and WRITE: 8 or 16 bytes. Atomics: 8.
+  // READ and WRITE: 8 or 16 bytes (a READ `into`: up to budget::kMaxBlockRead). Atomics: 8.
+  uint32_t length = 8;
   uint64_t offset = 0;          // byte offset in the region; 8-byte aligned
   uint64_t operand = 0;         // FA: the addend. CAS: the compare value. WRITE: the first word.
   uint64_t swap = 0;            // CAS: the swap value. WRITE: the second word.
   uint64_t result[2] = {0, 0};  // FA and CAS: the old value in result[0]. READ: the data.
+  // A READ of more than 16 bytes (a multiple of 8, at most budget::kMaxBlockRead) lands here,
+  // not in `result`: the caller's buffer of length / 8 words, valid until the batch completes.
+  // Execute() only, and at most one such READ per batch (the verbs backend's bounce buffer).
+  uint64_t* into = nullptr;
 
   static RemoteOp FetchAdd(RegionId r, uint64_t off, uint64_t add) {
     RemoteOp op;
@@ -44,6 +49,11 @@ struct RemoteOp {
   static RemoteOp Read(RegionId r, uint64_t off, uint32_t len) {
     RemoteOp op;
     op.kind = Kind::kRead, op.region = r, op.offset = off, op.length = len;
+    return op;
+  }
+  static RemoteOp ReadInto(RegionId r, uint64_t off, uint32_t len, uint64_t* into) {
+    RemoteOp op = Read(r, off, len);
+    op.into = into;
     return op;
   }
   static RemoteOp Write(RegionId r, uint64_t off, uint64_t w0) {

@@ -18,7 +18,8 @@ namespace {
 using budget::kOpScratch;
 using budget::kPostRing;
 constexpr size_t kMaxPosted = budget::kMaxPostedUnsignalled;
-constexpr size_t kBulkBytes = 64 * 1024;  // ReadBytes bounce buffer
+constexpr size_t kBulkBytes = 64 * 1024;  // ReadBytes bounce buffer, and an Execute's block READ
+static_assert(kBulkBytes >= budget::kMaxBlockRead, "a block READ must fit the bounce buffer");
 // A backstop: RC retries (ACK timeout 67 ms, 7 retries) end a stuck operation in about half a
 // second, and lockd fences a session whose heartbeat stops for heartbeat_timeout_ms. Past this
 // the connection is treated as lost (the session ends, its locks are reported lost), so that a
@@ -73,18 +74,30 @@ struct VerbsMemory::Impl {
   bool started_done = false;
   uint64_t last_unsignalled = 0;  // wr_id of the latest unsignalled WRITE posted
 
-  // Fills wrs[0..n) and sges[0..n) for `ops`, with local buffers from `scratch(i)`.
+  // Fills wrs[0..n) and sges[0..n) for `ops`, with local buffers from `scratch(i)`; a READ
+  // `into` a caller's buffer (at most one) lands in `block` (null: none allowed in this batch).
   template <typename Scratch>
-  Status Build(std::span<RemoteOp> ops, Scratch scratch) {
+  Status Build(std::span<RemoteOp> ops, Scratch scratch, uint8_t* block) {
     if (ops.size() > kMaxBatch) {
       return Error(ErrorCode::kInvalidArgument, "batch of " + std::to_string(ops.size()) +
                                                     " operations exceeds " +
                                                     std::to_string(kMaxBatch));
     }
+    bool block_used = false;
     for (size_t i = 0; i < ops.size(); ++i) {
       const RemoteOp& op = ops[i];
       const proto::RegionDesc& r = regions[static_cast<int>(op.region)];
-      if (op.offset + op.length > r.length || op.length > kOpScratch) {
+      if (op.into != nullptr) {
+        if (op.kind != RemoteOp::Kind::kRead || block == nullptr || block_used ||
+            op.length % 8 != 0 || op.length > budget::kMaxBlockRead) {
+          return Error(ErrorCode::kInvalidArgument,
+                       "a READ into a caller's buffer must be the batch's only one, executed, of "
+                       "whole words and at most " +
+                           std::to_string(budget::kMaxBlockRead) + " bytes");
+        }
+        block_used = true;
+      }
+      if (op.offset + op.length > r.length || (op.into == nullptr && op.length > kOpScratch)) {
         return Error(ErrorCode::kInvalidArgument, "remote offset out of range");
       }
       // wrs[i] and sges[i] were prepared once (Prepare): only what varies by op is written
@@ -92,7 +105,7 @@ struct VerbsMemory::Impl {
       // flag are Post's).
       ibv_send_wr& wr = wrs[i];
       ibv_sge& sge = sges[i];
-      uint8_t* buf = scratch(i);
+      uint8_t* buf = op.into != nullptr ? block : scratch(i);
       sge.addr = reinterpret_cast<uint64_t>(buf);
       sge.length =
           op.kind == RemoteOp::Kind::kRead || op.kind == RemoteOp::Kind::kWrite ? op.length : 8;
@@ -128,7 +141,9 @@ struct VerbsMemory::Impl {
   void Results(std::span<RemoteOp> ops, Scratch scratch) {
     for (size_t i = 0; i < ops.size(); ++i) {
       RemoteOp& op = ops[i];
-      if (op.kind == RemoteOp::Kind::kRead) {
+      if (op.kind == RemoteOp::Kind::kRead && op.into != nullptr) {
+        std::memcpy(op.into, bulk_buf(), op.length);  // Build put it there (DoExecute only)
+      } else if (op.kind == RemoteOp::Kind::kRead) {
         std::memcpy(op.result, scratch(i), op.length);
       } else if (op.kind != RemoteOp::Kind::kWrite) {
         std::memcpy(&op.result[0], scratch(i), 8);
@@ -388,7 +403,8 @@ Status VerbsMemory::ProbeByteOrder() {
 Status VerbsMemory::DoExecute(std::span<RemoteOp> ops) {
   Impl& m = *impl_;
   if (ops.empty()) return Status::Ok();
-  RDMALOCK_RETURN_IF_ERROR(m.Build(ops, [&m](size_t i) { return m.op_buf(i); }));
+  RDMALOCK_RETURN_IF_ERROR(m.Build(
+      ops, [&m](size_t i) { return m.op_buf(i); }, m.bulk_buf()));
   const Status st = m.PostAndWait(ops.size());
   if (m.started_done) {
     m.started_done = false;
@@ -402,7 +418,8 @@ Status VerbsMemory::DoExecute(std::span<RemoteOp> ops) {
 Status VerbsMemory::DoStart(std::span<RemoteOp> ops) {
   Impl& m = *impl_;
   if (ops.empty()) return Status::Ok();
-  RDMALOCK_RETURN_IF_ERROR(m.Build(ops, [&m](size_t i) { return m.start_buf(i); }));
+  RDMALOCK_RETURN_IF_ERROR(m.Build(
+      ops, [&m](size_t i) { return m.start_buf(i); }, nullptr));
   m.started_ops = ops;
   m.started_done = false;
   return m.Post(ops.size(), &m.started_want);

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "engine/budgets.h"
 #include "rdmalock/proto/layout.h"
 
 namespace rdmalock {
@@ -21,7 +22,7 @@ InProcessTable::InProcessTable(uint64_t lock_count, uint64_t session_bytes)
 
 Status InProcessMemory::Check(const RemoteOp& op) const {
   if (op.region == RegionId::kInfo) {
-    if (op.kind != RemoteOp::Kind::kRead || op.offset % 8 != 0 ||
+    if (op.kind != RemoteOp::Kind::kRead || op.offset % 8 != 0 || op.into != nullptr ||
         op.offset + op.length > InProcessTable::kInfoBytes) {
       return Error(ErrorCode::kConnection, "remote access error on the info page");
     }
@@ -31,7 +32,12 @@ Status InProcessMemory::Check(const RemoteOp& op) const {
     return Error(ErrorCode::kInvalidArgument, "in-process backend serves the lock table only");
   }
   const uint64_t bytes = proto::LockTableBytes(table_->lock_count());
-  if (op.offset % 8 != 0 || op.offset + op.length > bytes || (op.length != 8 && op.length != 16)) {
+  // A READ into a caller's buffer (RemoteOp::into): whole words, at most kMaxBlockRead bytes.
+  const bool length_ok = op.into != nullptr
+                             ? op.kind == RemoteOp::Kind::kRead && op.length % 8 == 0 &&
+                                   op.length <= budget::kMaxBlockRead
+                             : op.length == 8 || op.length == 16;
+  if (op.offset % 8 != 0 || op.offset + op.length > bytes || !length_ok) {
     return Error(ErrorCode::kInvalidArgument,
                  "remote access error: offset " + std::to_string(op.offset));
   }
@@ -44,7 +50,7 @@ Status InProcessMemory::Check(const RemoteOp& op) const {
 
 Status InProcessMemory::ExecuteSessions(RemoteOp& op) {
   if (op.offset % 8 != 0 || op.offset + op.length > table_->session_bytes() ||
-      (op.length != 8 && op.length != 16) ||
+      (op.length != 8 && op.length != 16) || op.into != nullptr ||
       (op.kind != RemoteOp::Kind::kWrite && op.kind != RemoteOp::Kind::kRead)) {
     return Error(ErrorCode::kConnection,
                  "remote access error on the session table: offset " + std::to_string(op.offset));
@@ -118,6 +124,12 @@ Status InProcessMemory::Run(std::span<RemoteOp> ops) {
         break;
       }
       case RemoteOp::Kind::kRead:
+        if (op.into != nullptr) {
+          for (uint64_t i = 0; i < op.length / 8; ++i) {
+            op.into[i] = table_->word(op.offset / 8 + i).load(std::memory_order_acquire);
+          }
+          break;
+        }
         op.result[0] = w.load(std::memory_order_acquire);
         if (op.length == 16) op.result[1] = table_->word(op.offset / 8 + 1).load();
         break;

@@ -193,32 +193,65 @@ TEST_CASE("giving up: a request granted while it gives up writes its entry live 
 
 TEST_CASE("item 3: a session going round many locks pays three operations per pair once warm") {
   // lockctl bench --locks 10000: one thread takes locks all over the table, coming back to each
-  // seldom. Its first request on a slot READs word1 with the FA (4 operations: FA, READ, the
-  // entry's WRITE, the CAS; no done mark). From then on the session knows the slot's generation
-  // and every pair there is FA, WRITE, CAS.
-  constexpr uint64_t kSlots = 64;
+  // seldom. A request on a slot whose generation the session does not know READs, with the FA,
+  // the words of the slot's whole block of kGenerationBlockSlots slots (one READ of 1 KiB), and
+  // learns every slot's generation there: that pair is 4 operations (FA, READ, the entry's WRITE,
+  // the CAS; no done mark), and every other pair, in the block or once warm, is FA, WRITE, CAS.
+  // 1,000 slots: 15 whole blocks and a last one cut short at the end of the table.
+  constexpr uint64_t kSlots = 1000;
+  constexpr uint64_t kBlocks =
+      (kSlots + LockEngine::kGenerationBlockSlots - 1) / LockEngine::kGenerationBlockSlots;
+  static_assert(kBlocks == 16);  // kGenerationBlockSlots = 64
   InProcessTable table(kSlots, 4096);
+  for (uint64_t s = 0; s < kSlots; ++s) table.Store(s, 1, (s % 7) * proto::kGenerationIncrement);
   LockEngine e(Params(kSlots), nullptr);
   RecordedChannel ch(&table, proto::SessionRecord::EntryOffset(0));
   const OpCounters& c = ch.mem.counters();
   for (uint64_t s = 0; s < kSlots; ++s) {
     const Grant g = ch.Acquire(e, s);
     CHECK(g.ticket.tagged);
+    CHECK(g.ticket.generation == s % 7);  // each slot's own, learned from its block's READ
     REQUIRE(e.Release(ch.mem, g).ok());
   }
-  CHECK(c.Total() == 4 * kSlots);
-  CHECK(c.read.get() == kSlots);
+  CHECK(c.read.get() == kBlocks);
+  CHECK(c.Total() == 3 * kSlots + kBlocks);
   const uint64_t warm = c.Total();
   for (int round = 0; round < 3; ++round) {
     for (uint64_t s = 0; s < kSlots; ++s) {
-      const Grant g = ch.Acquire(e, (s * 7 + round) % kSlots);  // another order each round
+      const uint64_t slot = (s * 7 + round) % kSlots;  // another order each round
+      const Grant g = ch.Acquire(e, slot);
       CHECK(g.ticket.tagged);
+      CHECK(g.ticket.generation == slot % 7);
       REQUIRE(e.Release(ch.mem, g).ok());
     }
   }
   CHECK(c.Total() - warm == 3 * 3 * kSlots);
-  CHECK(c.read.get() == kSlots);                // no READ once warm
+  CHECK(c.read.get() == kBlocks);               // no READ once warm
   CHECK(c.write.get() == kSlots + 3 * kSlots);  // the entries only: no done mark
+}
+
+TEST_CASE("item 3: a neighbour's hint from a block READ is not trusted after its word was reset") {
+  // What a block READ learns of the other slots is a hint like any other: a reset of a
+  // neighbour since (its FA's count lower than the hint's) leaves its request untagged, and the
+  // next one READs again.
+  InProcessTable table(LockEngine::kGenerationBlockSlots, 4096);
+  LockEngine e(Params(LockEngine::kGenerationBlockSlots), nullptr);
+  RecordedChannel ch(&table, proto::SessionRecord::EntryOffset(0));
+  InProcessMemory& mem = ch.mem;
+  table.Store(5, 0, Word0{.max_s = 0, .max_x = 100, .n_s = 0, .n_x = 100}.Encode());
+  REQUIRE(e.Release(mem, ch.Acquire(e, 0)).ok());  // READs the block: learns slot 5 too
+  CHECK(mem.counters().read.get() == 1);
+  table.Store(5, 1, table.Load(5, 1) + proto::kGenerationIncrement);  // another client's reset
+  table.Store(5, 0, 0);
+  const Grant g = ch.Acquire(e, 5);
+  CHECK_FALSE(g.ticket.tagged);  // count 0 below the hint's 100, and no READ with the FA
+  CHECK(mem.counters().read.get() == 1);
+  REQUIRE(e.Release(mem, g).ok());
+  const Grant g2 = ch.Acquire(e, 5);  // READs again: generation 1
+  CHECK(g2.ticket.tagged);
+  CHECK(g2.ticket.generation == 1);
+  CHECK(mem.counters().read.get() == 2);
+  REQUIRE(e.Release(mem, g2).ok());
 }
 
 TEST_CASE("item 3: what one thread of a session learned of a slot's generation tags another's") {
