@@ -1,24 +1,30 @@
 // RDMA integration tests: locking and fairness on real verbs. Exclusion and FIFO across client
 // processes, stale releases, try-lock and timeouts, many threads of one client, sets
-// (acquire_many / release_many), posted releases, asynchronous acquires, and the per-session bound
-// on one lock word's requests.
+// (acquire_many / release_many), posted releases, asynchronous acquires, the per-session bound
+// on one lock word's requests, the block READ of generations, and the premise under all of it:
+// the NIC's atomics are exactly-once, retransmissions included.
 // Run on rdma_rxe only (tests/rdma/lockd_fixture.h).
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "engine/budgets.h"
 #include "engine/lock_engine.h"
 #include "engine/verbs_memory.h"
 #include "rdmalock/client.h"
+#include "rdmalock/proto/layout.h"
 #include "tests/rdma/clients.h"
 #include "tests/rdma/lockd_fixture.h"
 
@@ -135,6 +141,65 @@ TEST_CASE("a release that no longer matches the grant is refused and changes not
   REQUIRE(h->Release().code() == ErrorCode::kNotHeld);
   LockHandle empty;
   REQUIRE(empty.Release().code() == ErrorCode::kNotHeld);
+}
+
+TEST_CASE(
+    "going round 1,000 locks: one 1 KiB READ per 64 slots teaches the session their generations") {
+  Lockd lockd(7612, 1000);
+  ChannelParams p{RxeIp(), lockd.port(), 3000ms, "engine", 0};
+  auto a = VerbsMemory::Connect(p);
+  REQUIRE(a.ok());
+  EngineParams ep;
+  ep.lock_count = 1000;
+  ep.lease = 10s;
+  LockEngine e(ep, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    auto g = e.Acquire(**a, 70, Mode::kExclusive, {});
+    REQUIRE(g.ok());
+    REQUIRE(e.Release(**a, *g).ok());
+  }
+  // The block READ on a real QP, behind an FA in one doorbell: slots 64..127's words land in the
+  // caller's buffer, slot 70's showing its three pairs and the FA, the others untouched.
+  uint64_t block[2 * LockEngine::kGenerationBlockSlots];
+  RemoteOp ops[2] = {
+      RemoteOp::FetchAdd(RegionId::kLocks, proto::SlotOffset(71), 0),
+      RemoteOp::ReadInto(RegionId::kLocks, proto::SlotOffset(64), budget::kMaxBlockRead, block)};
+  REQUIRE((*a)->Execute(ops).ok());
+  for (uint64_t i = 0; i < LockEngine::kGenerationBlockSlots; ++i) {
+    INFO("slot " << 64 + i);
+    CHECK(block[2 * i] ==
+          (i == 6 ? proto::Word0{.max_s = 0, .max_x = 3, .n_s = 0, .n_x = 3}.Encode() : 0));
+    CHECK(block[2 * i + 1] == 0);  // generation 0 everywhere: no word was reset
+  }
+  // Two in one doorbell are refused before anything is posted, and the channel goes on.
+  uint64_t other[2 * LockEngine::kGenerationBlockSlots];
+  RemoteOp two[2] = {
+      RemoteOp::ReadInto(RegionId::kLocks, proto::SlotOffset(0), budget::kMaxBlockRead, block),
+      RemoteOp::ReadInto(RegionId::kLocks, proto::SlotOffset(64), budget::kMaxBlockRead, other)};
+  CHECK((*a)->Execute(two).code() == ErrorCode::kInvalidArgument);
+  REQUIRE((*a)->Execute(ops[1]).ok());
+  // Through the SDK, records on, no fencing token (a token READs word1 after the grant, every
+  // time): the first pass over the table READs once per block of 64 slots (16 blocks, the last
+  // cut at the table's end), and every pair is FA, the entry's WRITE and the CAS (writes also
+  // count the keeper's heartbeats, so only the others are exact).
+  auto c = MustConnect(lockd);
+  const LockOptions no_token{.fencing_token = false};
+  REQUIRE(c->LockSlot(0, no_token).ok());  // the first thread's channel, and its first block
+  ClientStats before = c->Stats();
+  for (int pass = 0; pass < 2; ++pass) {
+    for (uint64_t s = 0; s < 1000; ++s) {
+      auto h = c->LockSlot(s, no_token);
+      REQUIRE(h.ok());
+      REQUIRE(h->Release().ok());
+    }
+  }
+  ClientStats d = c->Stats();
+  d -= before;
+  CHECK(d.fetch_add == 2000);
+  CHECK(d.compare_swap == 2000);
+  CHECK(d.read == 15);  // blocks 1..15; block 0 was read before
+  CHECK(d.write >= 2000);
+  CHECK(d.lost == 0);
 }
 
 TEST_CASE("try-lock, timeouts and shared holders on real verbs") {
@@ -479,4 +544,113 @@ TEST_CASE("finding 11: one client's requests on one lock word are bounded by 327
   auto s = a->Inspect(a->SlotOf("f11"));
   REQUIRE(s.ok());
   CHECK(s->shared_outstanding == 31);
+}
+
+namespace {
+// The test NIC's count of duplicate requests its responder saw (retransmissions), over every
+// rdma device's port 1 (rdma_rxe's hw_counters; 0 where a device has none).
+uint64_t DuplicateRequests() {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (const auto& dev : std::filesystem::directory_iterator("/sys/class/infiniband", ec)) {
+    std::ifstream f(dev.path() / "ports/1/hw_counters/duplicate_request");
+    uint64_t v = 0;
+    if (f >> v) n += v;
+  }
+  return n;
+}
+}  // namespace
+
+TEST_CASE("the NIC's atomics are exactly-once under load, retransmissions included") {
+  // The protocol's premise (RC): a retransmitted FETCH_AND_ADD or COMPARE_AND_SWAP is executed
+  // once and its first result returned. Were a retransmitted CAS executed again, or its reply
+  // lost and a later value returned, a release that swapped would read as missed and be made
+  // again (LockEngine::FinishRelease), which for a shared grant releases another reader's
+  // ticket. 8 QPs, each doorbell an FA on one word, a CAS increment on another and a READ, for
+  // 10 s: every FA's old value is seen once and the word ends at the count issued; the CAS
+  // word ends at the number of CASes reported as swapped. Under TCG rdma_rxe retransmits a few
+  // times a second under such load (its duplicate_request counter, printed).
+  Lockd lockd(7614, 16);
+  constexpr int kThreads = 8;
+  std::vector<std::unique_ptr<VerbsMemory>> mems;
+  for (int i = 0; i < kThreads; ++i) {
+    for (int attempt = 0;; ++attempt) {  // lockd rate-limits a burst of connections
+      ChannelParams p{RxeIp(), lockd.port(), 3000ms, "atomics", 0};
+      auto m = VerbsMemory::Connect(p);
+      if (m.ok()) {
+        mems.push_back(std::move(m).value());
+        break;
+      }
+      REQUIRE(attempt < 20);
+      std::this_thread::sleep_for(500ms);
+    }
+  }
+  const uint64_t dup_before = DuplicateRequests();
+  const auto until = std::chrono::steady_clock::now() + 10s;
+  std::vector<std::vector<uint64_t>> fa_seen(kThreads);
+  std::vector<uint64_t> cas_ok(kThreads, 0), cas_missed(kThreads, 0);
+  std::atomic<int> errors{0};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < kThreads; ++i) {
+    ts.emplace_back([&, i] {
+      VerbsMemory& m = *mems[i];
+      uint64_t expected = 0, beat = 0;
+      auto last_beat = std::chrono::steady_clock::now() - 1s;
+      while (std::chrono::steady_clock::now() < until) {
+        if (std::chrono::steady_clock::now() - last_beat > 100ms) {  // lockd's liveness
+          RemoteOp w = RemoteOp::Write(
+              RegionId::kSessions,
+              m.reply().session_record_offset + proto::SessionRecord::kHeartbeat, ++beat);
+          if (!m.Execute(w).ok()) {
+            errors++;
+            return;
+          }
+          last_beat = std::chrono::steady_clock::now();
+        }
+        RemoteOp ops[3] = {
+            RemoteOp::FetchAdd(RegionId::kLocks, proto::SlotOffset(1), 1),
+            RemoteOp::CompareSwap(RegionId::kLocks, proto::SlotOffset(2), expected, expected + 1),
+            RemoteOp::Read(RegionId::kLocks, proto::SlotOffset(3), 8)};
+        if (!m.Execute(ops).ok()) {
+          errors++;
+          return;
+        }
+        fa_seen[i].push_back(ops[0].result[0]);
+        if (ops[1].result[0] == expected) {
+          ++cas_ok[i];
+          ++expected;
+        } else {
+          ++cas_missed[i];
+          expected = ops[1].result[0];
+        }
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  REQUIRE(errors == 0);
+  const uint64_t duplicates = DuplicateRequests() - dup_before;
+  RemoteOp rd[2] = {RemoteOp::Read(RegionId::kLocks, proto::SlotOffset(1), 8),
+                    RemoteOp::Read(RegionId::kLocks, proto::SlotOffset(2), 8)};
+  REQUIRE(mems[0]->Execute(rd).ok());
+  std::vector<uint64_t> all;
+  uint64_t swapped = 0, missed = 0;
+  for (int i = 0; i < kThreads; ++i) {
+    all.insert(all.end(), fa_seen[i].begin(), fa_seen[i].end());
+    swapped += cas_ok[i];
+    missed += cas_missed[i];
+  }
+  std::sort(all.begin(), all.end());
+  uint64_t repeated = 0, skipped = 0;
+  for (size_t k = 1; k < all.size(); ++k) {
+    if (all[k] == all[k - 1]) ++repeated;
+    if (all[k] > all[k - 1] + 1) skipped += all[k] - all[k - 1] - 1;
+  }
+  WARN("atomics: " << all.size() << " FAs (word " << rd[0].result[0] << ", old values repeated "
+                   << repeated << ", skipped " << skipped << "), CAS " << swapped << " swapped and "
+                   << missed << " missed (word " << rd[1].result[0] << "); the NIC saw "
+                   << duplicates << " duplicate requests meanwhile");
+  CHECK(rd[0].result[0] == all.size());
+  CHECK(repeated == 0);
+  CHECK(skipped == 0);
+  CHECK(rd[1].result[0] == swapped);
 }
