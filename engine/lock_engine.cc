@@ -528,9 +528,18 @@ Status LockEngine::CheckReleasable(RemoteMemory& mem, const Grant& g, Word0 cur)
   }
   if (!StillHeld(cur, t)) {
     FreeRecord(mem, t.record, t.record_seq);
-    return Error(ErrorCode::kLockLost, "slot " + std::to_string(t.slot) +
-                                           " was recovered by a waiter before release; the "
-                                           "critical section may have overlapped another");
+    // The words, so that a report tells a recovery from a ticket released twice.
+    auto words = [](Word0 w) {
+      return "max_x " + std::to_string(w.max_x) + ", n_x " + std::to_string(w.n_x) + ", max_s " +
+             std::to_string(w.max_s) + ", n_s " + std::to_string(w.n_s);
+    };
+    return Error(ErrorCode::kLockLost,
+                 "slot " + std::to_string(t.slot) +
+                     " was recovered by a waiter before release; the critical section may have "
+                     "overlapped another (" +
+                     (t.mode == Mode::kExclusive ? "exclusive" : "shared") +
+                     " ticket queued behind " + words(t.word) + "; the word now " + words(cur) +
+                     ")");
   }
   return Status::Ok();
 }
