@@ -70,6 +70,9 @@ class FakeLockd {
     uint32_t max_connections_per_session = 0;
     // 0: no heartbeat fencing (the handshake's reply still says 5 x heartbeat_interval).
     std::chrono::milliseconds heartbeat_timeout{0};
+    // Every connection's started batches (posted releases) land late, as on a real QP
+    // (InProcessMemory::set_defer_starts).
+    bool defer_starts = false;
   };
 
   explicit FakeLockd(Options o)
@@ -229,6 +232,7 @@ class FakeLockd {
     Session& s = sessions_[id];
     auto mem = std::make_unique<InProcessMemory>(&table_);
     mem->set_min_round_trip(std::chrono::microseconds(20));
+    mem->set_defer_starts(opts_.defer_starts);
     proto::AcceptReply r;
     r.epoch = opts_.epoch;
     r.session_id = id;

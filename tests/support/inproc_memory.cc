@@ -68,6 +68,10 @@ Status InProcessMemory::ExecuteSessions(RemoteOp& op) {
 }
 
 Status InProcessMemory::DoPost(std::span<RemoteOp> ops) {
+  if (has_started_) {
+    std::shared_lock lk(fence_);
+    RDMALOCK_RETURN_IF_ERROR(LandStarted());
+  }
   if (!hold_posts_) return Run(ops);
   held_.insert(held_.end(), ops.begin(), ops.end());
   return Status::Ok();
@@ -82,7 +86,33 @@ void InProcessMemory::LandHeld() {
 Status InProcessMemory::DoExecute(std::span<RemoteOp> ops) {
   std::shared_lock lk(fence_);
   LandHeld();  // RC: what this channel posted earlier lands first
+  RDMALOCK_RETURN_IF_ERROR(LandStarted());
   return Run(ops);
+}
+
+Status InProcessMemory::LandStarted() {
+  if (!has_started_) return Status::Ok();
+  has_started_ = false;
+  Status st = Run(started_ops_);
+  StartedDone();  // its results are in place, as a verbs Execute completes a started batch
+  return st;
+}
+
+Status InProcessMemory::DoStart(std::span<RemoteOp> ops) {
+  if (!defer_starts_) return DoExecute(ops);
+  std::shared_lock lk(fence_);
+  LandHeld();
+  RDMALOCK_RETURN_IF_ERROR(LandStarted());
+  if (broken_.load()) return Error(ErrorCode::kConnection, "channel broken (injected)");
+  started_ops_ = ops;
+  has_started_ = true;
+  return Status::Ok();
+}
+
+Status InProcessMemory::DoAwait() {
+  std::shared_lock lk(fence_);
+  LandHeld();
+  return LandStarted();
 }
 
 Status InProcessMemory::CheckConnection() {
@@ -141,6 +171,10 @@ Status InProcessMemory::Run(std::span<RemoteOp> ops) {
 }
 
 Status InProcessMemory::ReadBytes(RegionId region, uint64_t offset, std::span<uint8_t> dst) {
+  if (has_started_) {
+    std::shared_lock lk(fence_);
+    RDMALOCK_RETURN_IF_ERROR(LandStarted());
+  }
   if (broken_.load()) return Error(ErrorCode::kConnection, "channel broken (injected)");
   const uint64_t size = region == RegionId::kLocks ? proto::LockTableBytes(table_->lock_count())
                         : region == RegionId::kSessions ? table_->session_bytes()

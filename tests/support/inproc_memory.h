@@ -73,6 +73,11 @@ class InProcessMemory : public Connection {
   // or at LandHeld(). Lets a test land one QP's write after another QP's.
   void set_hold_posts(bool hold) { hold_posts_ = hold; }
   void LandHeld();
+  // While set, a started batch (RemoteMemory::Start: a posted release) does not land at once, as
+  // it does not on a real QP: it lands at this channel's next Execute, Post, Start, Await or
+  // ReadBytes (RC keeps a QP's order), so other channels' operations come between a release's
+  // posting and its CAS, and its results are known only then. Unset, Start executes at once.
+  void set_defer_starts(bool defer) { defer_starts_ = defer; }
 
   Status ReadBytes(RegionId region, uint64_t offset, std::span<uint8_t> dst) override;
 
@@ -88,8 +93,12 @@ class InProcessMemory : public Connection {
  protected:
   Status DoExecute(std::span<RemoteOp> ops) override;
   Status DoPost(std::span<RemoteOp> ops) override;
+  Status DoStart(std::span<RemoteOp> ops) override;
+  Status DoAwait() override;
 
  private:
+  // Lands the deferred started batch, if any (defer_starts_), with fence_ held shared.
+  Status LandStarted();
   Status ExecuteSessions(RemoteOp& op);
   Status Check(const RemoteOp& op) const;
   Status Run(std::span<RemoteOp> ops);
@@ -104,6 +113,9 @@ class InProcessMemory : public Connection {
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   bool hold_posts_ = false;
   std::vector<RemoteOp> held_;  // posted, not landed yet (hold_posts_)
+  bool defer_starts_ = false;
+  std::span<RemoteOp> started_ops_;  // started, not landed yet (defer_starts_): the caller's ops
+  bool has_started_ = false;
 };
 
 }  // namespace rdmalock

@@ -20,6 +20,7 @@
 
 #include "client/src/client_test_peer.h"
 #include "rdmalock/client.h"
+#include "rdmalock/proto/lock_word.h"
 #include "tests/support/fake_lockd.h"
 #include "tests/support/test_env.h"
 
@@ -255,17 +256,23 @@ TEST_CASE("SDK stress: readers of one client join one another's shared grants, a
             /*shared_share=*/3, /*progress=*/0.25);
 }
 
-TEST_CASE("SDK: readers and writers of one client on one lock, no faults: every release counts") {
-  // lockctl bench's mixed scenario (4 threads, one lock, 3 in 4 requests shared, 100 us held)
-  // over the in-process backend, no faults injected: readers join one another's shared grants,
-  // writers are handed over in-process, releases are posted and retried (deferred). Every
-  // release must succeed (a shared ticket released twice would make a later release of the
-  // word find its own ticket gone, "recovered by a waiter", with nobody recovering), and no
-  // writer may hold while anyone else does. RDMALOCK_DIAG_SECS lengthens it (default 3 s; a
-  // 40 s run on one CPU made 352,288 pairs, 46,178 handovers, 8,243 deferred releases).
+namespace {
+// lockctl bench's mixed scenario (4 threads, one lock, 3 in 4 requests shared, 100 us held)
+// over the in-process backend, no faults injected: readers join one another's shared grants,
+// writers are handed over in-process, releases are posted and retried (deferred). Every
+// release must succeed (a shared ticket released twice would make a later release of the
+// word find its own ticket gone, "recovered by a waiter", with nobody recovering), and no
+// writer may hold while anyone else does. RDMALOCK_DIAG_SECS lengthens it (default 3 s).
+// `defer_starts`: posted releases land late, as on a real QP (their CAS at the channel's next
+// operation), not at once. `near_freeze`: the time is cut into rounds; between two, with
+// every lock released and every posted release reaped, the word is set drained a few tickets
+// short of freezing (proto::kCountMax), so that each round runs through a freeze, the
+// withdrawals of the requests that meet it, and the word's reset.
+void RunMixed(bool defer_starts, bool near_freeze) {
   testing::FakeLockd::Options fo;
   fo.lock_count = 1;
   fo.lease = 2000ms;
+  fo.defer_starts = defer_starts;
   testing::FakeLockd lockd(fo);
   auto c = ClientTestPeer::Connect(testing::FakeClientOptions("diag"), lockd.connector());
   REQUIRE(c.ok());
@@ -274,54 +281,105 @@ TEST_CASE("SDK: readers and writers of one client on one lock, no faults: every 
   std::atomic<uint64_t> pairs{0};
   std::mutex emu;
   std::string first_error;
-  const auto until =
-      std::chrono::steady_clock::now() + std::chrono::seconds(EnvInt("RDMALOCK_DIAG_SECS", 3));
-  std::vector<std::thread> ts;
-  for (int t = 0; t < 4; ++t) {
-    ts.emplace_back([&, t] {
-      std::minstd_rand rng(t + 1);
-      while (std::chrono::steady_clock::now() < until) {
-        const bool shared = rng() % 4 != 0;
-        LockOptions lo;
-        lo.mode = shared ? LockMode::kShared : LockMode::kExclusive;
-        lo.fencing_token = false;
-        auto h = client.LockSlot(0, lo);
-        if (!h.ok()) {
-          std::lock_guard lk(emu);
-          if (first_error.empty()) first_error = "lock: " + h.status().ToString();
-          ++release_errors;
-          continue;
-        }
-        if (shared) {
-          if (writers.load() != 0) ++overlaps;
-          ++readers;
-        } else {
-          if (writers.fetch_add(1) != 0 || readers.load() != 0) ++overlaps;
-        }
-        const auto hold_until = std::chrono::steady_clock::now() + 100us;
-        while (std::chrono::steady_clock::now() < hold_until) {
-        }
-        if (shared) {
-          --readers;
-        } else {
-          --writers;
-        }
-        if (Status st = h->Release(); !st.ok()) {
-          std::lock_guard lk(emu);
-          if (first_error.empty()) first_error = "release: " + st.ToString();
-          ++release_errors;
-        }
-        ++pairs;
+  const auto total = std::chrono::seconds(EnvInt("RDMALOCK_DIAG_SECS", 3));
+  const auto round = near_freeze ? std::chrono::duration_cast<std::chrono::nanoseconds>(100ms)
+                                 : std::chrono::duration_cast<std::chrono::nanoseconds>(total);
+  const auto end = std::chrono::steady_clock::now() + total;
+  int rounds = 0;
+  for (auto now = std::chrono::steady_clock::now(); now < end;
+       now = std::chrono::steady_clock::now()) {
+    if (near_freeze) {
+      // Quiet: drained, as the last round left it (or the reset it ended with).
+      const proto::Word0 w = proto::Word0::Decode(lockd.table().Load(0, 0));
+      INFO("the word between rounds: max_x " << w.max_x << ", n_x " << w.n_x << ", max_s "
+                                             << w.max_s << ", n_s " << w.n_s);
+      REQUIRE(w.Drained());
+      // 10 to 40 tickets short of freezing, exclusive or shared counter first.
+      const uint16_t gap = static_cast<uint16_t>(10 + rounds * 7 % 31);
+      proto::Word0 near = w;
+      if (rounds % 2 == 0) {
+        near.max_s = near.n_s = static_cast<uint16_t>(proto::kCountMax - gap);
+      } else {
+        near.max_x = near.n_x = static_cast<uint16_t>(proto::kCountMax - gap);
       }
-    });
+      lockd.table().Store(0, 0, near.Encode());
+    }
+    ++rounds;
+    const auto until = std::min(end, now + round);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 4; ++t) {
+      ts.emplace_back([&, t] {
+        std::minstd_rand rng(static_cast<unsigned>(rounds * 4 + t + 1));
+        while (std::chrono::steady_clock::now() < until) {
+          const bool shared = rng() % 4 != 0;
+          LockOptions lo;
+          lo.mode = shared ? LockMode::kShared : LockMode::kExclusive;
+          lo.fencing_token = false;
+          auto h = client.LockSlot(0, lo);
+          if (!h.ok()) {
+            std::lock_guard lk(emu);
+            if (first_error.empty()) first_error = "lock: " + h.status().ToString();
+            ++release_errors;
+            continue;
+          }
+          if (shared) {
+            if (writers.load() != 0) ++overlaps;
+            ++readers;
+          } else {
+            if (writers.fetch_add(1) != 0 || readers.load() != 0) ++overlaps;
+          }
+          const auto hold_until = std::chrono::steady_clock::now() + 100us;
+          while (std::chrono::steady_clock::now() < hold_until) {
+          }
+          if (shared) {
+            --readers;
+          } else {
+            --writers;
+          }
+          if (Status st = h->Release(); !st.ok()) {
+            std::lock_guard lk(emu);
+            if (first_error.empty()) first_error = "release: " + st.ToString();
+            ++release_errors;
+          }
+          ++pairs;
+        }
+        // This thread's posted release lands and is reaped (retried if it missed).
+        if (Status st = client.Flush(); !st.ok()) {
+          std::lock_guard lk(emu);
+          if (first_error.empty()) first_error = "flush: " + st.ToString();
+          ++release_errors;
+        }
+      });
+    }
+    for (auto& t : ts) t.join();
+    if (!near_freeze) break;
   }
-  for (auto& t : ts) t.join();
   const ClientStats st = client.Stats();
-  WARN("mixed, no faults: " << pairs.load() << " pairs, " << overlaps.load() << " overlaps, "
-                            << release_errors.load() << " errors (" << first_error
-                            << "); local handovers " << st.local_handovers << ", shares "
-                            << st.local_shares << ", deferred " << st.deferred_releases << ", lost "
-                            << st.lost);
+  WARN("mixed, no faults" << (defer_starts ? ", releases landing late" : "")
+                          << (near_freeze ? ", through freezes" : "") << ": " << rounds
+                          << " rounds, " << pairs.load() << " pairs, " << overlaps.load()
+                          << " overlaps, " << release_errors.load() << " errors (" << first_error
+                          << "); local handovers " << st.local_handovers << ", shares "
+                          << st.local_shares << ", deferred " << st.deferred_releases
+                          << ", withdrawals " << st.withdrawals << ", resets " << st.resets
+                          << ", lost " << st.lost);
   CHECK(overlaps.load() == 0);
   CHECK(release_errors.load() == 0);
+  CHECK(st.lost == 0);
+  if (near_freeze) CHECK(st.resets >= static_cast<uint64_t>(rounds) / 2);
+}
+}  // namespace
+
+TEST_CASE("SDK: readers and writers of one client on one lock, no faults: every release counts") {
+  // A 40 s run on one CPU made 352,288 pairs, 46,178 handovers, 8,243 deferred releases.
+  RunMixed(/*defer_starts=*/false, /*near_freeze=*/false);
+}
+
+TEST_CASE("SDK: readers and writers of one client on one lock, releases landing late as on a QP") {
+  RunMixed(/*defer_starts=*/true, /*near_freeze=*/false);
+}
+
+TEST_CASE(
+    "SDK: readers and writers of one client on one lock through the word's freezes and resets") {
+  RunMixed(/*defer_starts=*/true, /*near_freeze=*/true);
 }
