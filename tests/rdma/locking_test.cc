@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -653,4 +654,93 @@ TEST_CASE("the NIC's atomics are exactly-once under load, retransmissions includ
   CHECK(repeated == 0);
   CHECK(skipped == 0);
   CHECK(rd[1].result[0] == swapped);
+}
+
+TEST_CASE("an RDMA READ of a word that other QPs' atomics change: whole or torn") {
+  // The IB spec makes atomics atomic among themselves only; a READ of the word they change is a
+  // DMA (on rdma_rxe, the kernel's memcpy, bytewise under TCG: `rep movsb`) that need not see
+  // the 8 bytes at one instant. Writers add 2^32 + 1, so both halves move together; readers count
+  // the READs whose halves disagree. The engine decides nothing on a READ alone that a torn one
+  // could turn against it (engine_internal::AtomicWord0; docs/protocol.md §8, torn READs). One
+  // 90 s run (RDMALOCK_DIAG_SECS=90) with the host busy: 277,813 READs, one torn, its halves
+  // 126,945 and 126,689: 256 additions landed while the copy stood between bytes 1 and 5.
+  // Asserted: the word ends at the additions made (atomics exactly-once); the torn READs are
+  // counted, not asserted (a torn half can even exceed every value the word had: 0x00ff and
+  // 0x0100 read low byte first give 0x01ff).
+  Lockd lockd(7615, 16);
+  constexpr int kWriters = 4, kReaders = 4;
+  std::vector<std::unique_ptr<VerbsMemory>> mems;
+  for (int i = 0; i < kWriters + kReaders; ++i) {
+    for (int attempt = 0;; ++attempt) {
+      ChannelParams p{RxeIp(), lockd.port(), 3000ms, "tear", 0};
+      auto m = VerbsMemory::Connect(p);
+      if (m.ok()) {
+        mems.push_back(std::move(m).value());
+        break;
+      }
+      REQUIRE(attempt < 20);
+      std::this_thread::sleep_for(500ms);
+    }
+  }
+  const char* secs_env = std::getenv("RDMALOCK_DIAG_SECS");
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::seconds(secs_env ? std::atoi(secs_env) : 10);
+  std::atomic<uint64_t> reads{0}, torn{0}, adds{0};
+  std::atomic<int> errors{0};
+  std::mutex emu;
+  std::vector<uint64_t> examples;
+  std::vector<std::thread> ts;
+  for (int i = 0; i < kWriters + kReaders; ++i) {
+    ts.emplace_back([&, i] {
+      VerbsMemory& m = *mems[i];
+      uint64_t beat = 0;
+      auto last_beat = std::chrono::steady_clock::now() - 1s;
+      while (std::chrono::steady_clock::now() < until) {
+        if (std::chrono::steady_clock::now() - last_beat > 100ms) {
+          RemoteOp w = RemoteOp::Write(
+              RegionId::kSessions,
+              m.reply().session_record_offset + proto::SessionRecord::kHeartbeat, ++beat);
+          if (!m.Execute(w).ok()) {
+            errors++;
+            return;
+          }
+          last_beat = std::chrono::steady_clock::now();
+        }
+        if (i < kWriters) {
+          RemoteOp fa =
+              RemoteOp::FetchAdd(RegionId::kLocks, proto::SlotOffset(1), (uint64_t{1} << 32) + 1);
+          if (!m.Execute(fa).ok()) {
+            errors++;
+            return;
+          }
+          ++adds;
+        } else {
+          RemoteOp rd = RemoteOp::Read(RegionId::kLocks, proto::SlotOffset(1), 16);
+          if (!m.Execute(rd).ok()) {
+            errors++;
+            return;
+          }
+          ++reads;
+          const uint64_t v = rd.result[0];
+          if ((v >> 32) != (v & 0xffffffffu)) {
+            ++torn;
+            std::lock_guard lk(emu);
+            if (examples.size() < 8) examples.push_back(v);
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : ts) t.join();
+  REQUIRE(errors == 0);
+  RemoteOp last = RemoteOp::FetchAdd(RegionId::kLocks, proto::SlotOffset(1), 0);
+  REQUIRE(mems[0]->Execute(last).ok());
+  CHECK((last.result[0] >> 32) == adds.load());
+  CHECK((last.result[0] & 0xffffffffu) == adds.load());
+  std::string ex;
+  for (uint64_t v : examples)
+    ex += " " + std::to_string(v >> 32) + "|" + std::to_string(v & 0xffffffffu);
+  WARN("READs " << reads.load() << ", torn " << torn.load() << " (" << ex << "), FAs "
+                << adds.load());
+  CHECK(reads.load() > 0);
 }

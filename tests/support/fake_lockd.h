@@ -73,6 +73,9 @@ class FakeLockd {
     // Every connection's started batches (posted releases) land late, as on a real QP
     // (InProcessMemory::set_defer_starts).
     bool defer_starts = false;
+    // Every connection's READs of the lock table go through this (InProcessMemory::
+    // set_read_filter), e.g. to tear them as rdma_rxe can.
+    InProcessMemory::ReadFilter read_filter;
   };
 
   explicit FakeLockd(Options o)
@@ -233,6 +236,7 @@ class FakeLockd {
     auto mem = std::make_unique<InProcessMemory>(&table_);
     mem->set_min_round_trip(std::chrono::microseconds(20));
     mem->set_defer_starts(opts_.defer_starts);
+    if (opts_.read_filter) mem->set_read_filter(opts_.read_filter);
     proto::AcceptReply r;
     r.epoch = opts_.epoch;
     r.session_id = id;

@@ -158,10 +158,12 @@ Status InProcessMemory::Run(std::span<RemoteOp> ops) {
           for (uint64_t i = 0; i < op.length / 8; ++i) {
             op.into[i] = table_->word(op.offset / 8 + i).load(std::memory_order_acquire);
           }
+          if (read_filter_) read_filter_(op);
           break;
         }
         op.result[0] = w.load(std::memory_order_acquire);
         if (op.length == 16) op.result[1] = table_->word(op.offset / 8 + 1).load();
+        if (read_filter_) read_filter_(op);
         break;
       case RemoteOp::Kind::kWrite:
         break;  // refused by Check

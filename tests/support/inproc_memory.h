@@ -61,6 +61,12 @@ class InProcessMemory : public Connection {
   }
 
   void set_hook(Hook hook) { hook_ = std::move(hook); }
+  // Runs after each READ of the lock table with the op's result in place (`result`, or `into`);
+  // may change it, as a NIC whose READ is no snapshot of the word does: rdma_rxe copies a READ
+  // bytewise, and a copy stalled halfway mixes two values (docs/protocol.md §8, torn READs).
+  // Called on the channel's thread; several channels may call one filter at once.
+  using ReadFilter = std::function<void(RemoteOp&)>;
+  void set_read_filter(ReadFilter f) { read_filter_ = std::move(f); }
   // Makes every later operation fail with kConnection, as a dropped QP would. Returns once no
   // operation of this channel is in flight (a fence: nothing lands afterwards).
   void Break() {
@@ -105,6 +111,7 @@ class InProcessMemory : public Connection {
 
   InProcessTable* table_;
   Hook hook_;
+  ReadFilter read_filter_;
   std::atomic<bool> broken_{false};
   std::shared_mutex fence_;  // batches hold it shared; Break() exclusive
   proto::AcceptReply reply_;

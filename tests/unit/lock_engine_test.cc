@@ -737,3 +737,91 @@ TEST_CASE("a delayed release that lands after a recovery changes nothing") {
   REQUIRE(W0(table, 0) == held);  // the stale release did not land
   REQUIRE(e.Release(w, *g2).ok());
 }
+
+// A READ is no snapshot of the word (engine_internal::AtomicWord0; docs/protocol.md §8, torn
+// READs): rdma_rxe copies it bytewise, and a copy stalled halfway mixes the word's values at two
+// instants. These give the engine such views where it used to decide on them alone.
+TEST_CASE("torn READs: a shared release does not take a torn view of the word for a loss") {
+  InProcessTable table(4);
+  LockEngine e(Params(4), nullptr);
+  InProcessMemory mem(&table);
+  auto a = e.Acquire(mem, 0, Mode::kShared, {});
+  auto b = e.Acquire(mem, 0, Mode::kShared, {});
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  // A's view of the word, as a READ stalled between its halves would give it: maxS from before
+  // B queued (1), nS from a later instant when one reader had released (1). No reader holds in
+  // it (nS == maxS), though A does.
+  Grant g = *a;
+  g.seen = Word0{.max_s = 1, .max_x = 0, .n_s = 1, .n_x = 0};
+  CHECK(e.Release(mem, g).ok());
+  CHECK(W0(table, 0) == Word0{.max_s = 2, .max_x = 0, .n_s = 1, .n_x = 0});
+  // Posted, the same.
+  PendingRelease p;
+  Grant h = *b;
+  h.seen = Word0{.max_s = 1, .max_x = 0, .n_s = 2, .n_x = 0};
+  CHECK(e.StartRelease(mem, h, &p).ok());
+  CHECK(e.FinishRelease(mem, &p).ok());
+  CHECK(W0(table, 0) == Word0{.max_s = 2, .max_x = 0, .n_s = 2, .n_x = 0});
+  // A grant that is really gone is still reported, and released by nobody.
+  auto c = e.Acquire(mem, 1, Mode::kShared, {});
+  REQUIRE(c.ok());
+  table.Store(1, 0, Word0{.max_s = 1, .max_x = 0, .n_s = 1, .n_x = 0}.Encode());  // recovered
+  CHECK(e.Release(mem, *c).code() == ErrorCode::kLockLost);
+  CHECK(W0(table, 1) == Word0{.max_s = 1, .max_x = 0, .n_s = 1, .n_x = 0});
+}
+
+TEST_CASE("torn READs: a renewal does not take a torn view of the word for a loss") {
+  InProcessTable table(4);
+  LockEngine e(Params(4), nullptr);
+  InProcessMemory mem(&table);
+  // Every READ of word0 shows nS caught up with maxS, as a torn one can.
+  mem.set_read_filter([](RemoteOp& op) {
+    if (op.offset % proto::kSlotSize != 0 || op.into != nullptr) return;
+    Word0 w = Word0::Decode(op.result[0]);
+    w.n_s = w.max_s;
+    op.result[0] = w.Encode();
+  });
+  auto a = e.Acquire(mem, 0, Mode::kShared, {});
+  REQUIRE(a.ok());
+  Grant g = *a;
+  CHECK(e.Renew(mem, g).ok());
+  CHECK(e.Release(mem, g).ok());
+  CHECK(W0(table, 0) == Word0{.max_s = 1, .max_x = 0, .n_s = 1, .n_x = 0});
+}
+
+TEST_CASE("torn READs: a waiter does not give its ticket up on a torn view of the word") {
+  // A reader waits behind a writer. Its first poll READ shows nX a byte's worth past its turn
+  // (0x00ff -> 0x0100 read low byte first: 0x01ff), as if a recovery had skipped it. Taken for
+  // true, the reader queued again and left its first ticket in the word, where nobody would
+  // ever release it: the next writer would wait for stall recovery.
+  InProcessTable table(4);
+  LockEngine e(Params(4), nullptr);
+  InProcessMemory writer(&table), reader(&table);
+  reader.set_min_round_trip(100us);
+  std::atomic<int> torn{0};
+  reader.set_read_filter([&](RemoteOp& op) {
+    if (op.offset % proto::kSlotSize != 0 || op.into != nullptr || torn.load() > 0) return;
+    Word0 w = Word0::Decode(op.result[0]);
+    w.n_x = static_cast<uint16_t>(w.n_x + 256);
+    op.result[0] = w.Encode();
+    ++torn;
+  });
+  auto x = e.Acquire(writer, 0, Mode::kExclusive, {});
+  REQUIRE(x.ok());
+  EngineEvents ev;
+  Result<Grant> s = Error(ErrorCode::kInternal, "not run");
+  std::thread t([&] {
+    AcquireOptions o;
+    o.deadline = Clock::now() + 5s;
+    s = e.Acquire(reader, 0, Mode::kShared, o, &ev);
+  });
+  while (torn.load() == 0) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(5ms);
+  REQUIRE(e.Release(writer, *x).ok());
+  t.join();
+  REQUIRE(s.ok());
+  CHECK(ev.restarts.get() == 0);
+  REQUIRE(e.Release(reader, *s).ok());
+  CHECK(W0(table, 0).Drained());  // no ticket left behind
+}
