@@ -332,6 +332,12 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
   const uint64_t inc = proto::AcquireIncrement(t.mode);
   Clock::time_point last_waiting_issue = fa_issue;  // issue of the last op that showed us waiting
   Word0 last = Word0::Decode(t.word.Encode() + inc);
+  bool last_read = false;  // `last` is a READ's view (not a snapshot: AtomicWord0)
+  // Fewer than kTornReadMargin requests of each count were ahead at our FA: no torn READ can
+  // show a grant that is not ours.
+  const bool tear_safe = static_cast<uint16_t>(t.word.max_x - t.word.n_x) < kTornReadMargin &&
+                         (t.mode != Mode::kExclusive ||
+                          static_cast<uint16_t>(t.word.max_s - t.word.n_s) < kTornReadMargin);
   Observed seen;
   Clock::time_point seen_since;
   uint32_t unchanged = 0;
@@ -359,6 +365,10 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       return WaitOutcome::kRestart;
     }
     if (now >= deadline) {
+      // GiveUpTicket's first look decides without a CAS: on the word itself, not a READ's view.
+      if (last_read) {
+        RDMALOCK_ASSIGN_OR_RETURN(last, AtomicWord0(mem, t.slot));
+      }
       RDMALOCK_ASSIGN_OR_RETURN(const GiveUp gu, GiveUpTicket(mem, t, &last, ev));
       if (gu == GiveUp::kAbandoned && handed_off != nullptr) *handed_off = true;
       if (gu != GiveUp::kGranted) return WaitOutcome::kTimeout;
@@ -371,8 +381,18 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
     RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(t.slot), 16);
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
     const auto issue = mem.last_issued(), done = mem.last_completed();
-    const Word0 w0 = Word0::Decode(rd.result[0]);
+    Word0 w0 = Word0::Decode(rd.result[0]);
+    // A READ is no snapshot of the word (AtomicWord0). Giving the ticket up (gone, skipped) is
+    // decided on the word itself. So is a grant, unless fewer than kTornReadMargin requests of
+    // each count were ahead at the FA: a torn view of a counter can show our turn only with a
+    // byte from a time when the counter was kTornReadMargin or more short of it
+    // (docs/protocol.md §8, torn READs).
+    if (proto::TicketGone(w0, t.word, t.mode) || proto::Skipped(w0, t.word, t.mode) ||
+        (!tear_safe && proto::Granted(w0, t.word, t.mode))) {
+      RDMALOCK_ASSIGN_OR_RETURN(w0, AtomicWord0(mem, t.slot));
+    }
     last = w0;
+    last_read = true;
     if (proto::TicketGone(w0, t.word, t.mode)) return WaitOutcome::kRestart;
     if (proto::Granted(w0, t.word, t.mode)) {
       grant->ticket = t;
@@ -518,13 +538,19 @@ Status LockEngine::ResetDrained(RemoteMemory& mem, uint64_t slot, Word0 drained,
   return Status::Ok();
 }
 
-Status LockEngine::CheckReleasable(RemoteMemory& mem, const Grant& g, Word0 cur) const {
+Status LockEngine::CheckReleasable(RemoteMemory& mem, const Grant& g, Word0* cur_io) const {
   const Ticket& t = g.ticket;
   if (!LeaseValid(g, Clock::now())) {
     FreeRecord(mem, t.record, t.record_seq);
     return Error(ErrorCode::kLockLost, "lease on slot " + std::to_string(t.slot) +
                                            " expired before release; not released (waiters "
                                            "recover the lock)");
+  }
+  Word0& cur = *cur_io;
+  if (!StillHeld(cur, t)) {
+    // Perhaps a torn READ's view (a grant seen by a waiter's READ, or a renewal's): the word
+    // itself decides.
+    RDMALOCK_ASSIGN_OR_RETURN(cur, AtomicWord0(mem, t.slot));
   }
   if (!StillHeld(cur, t)) {
     FreeRecord(mem, t.record, t.record_seq);
@@ -549,7 +575,7 @@ Status LockEngine::Release(RemoteMemory& mem, const Grant& g, EngineEvents* ev) 
   const uint64_t inc = proto::ReleaseIncrement(t.mode);
   Word0 cur = g.seen;  // exact unless requests arrived (or siblings released) since we looked
   for (;;) {
-    RDMALOCK_RETURN_IF_ERROR(CheckReleasable(mem, g, cur));
+    RDMALOCK_RETURN_IF_ERROR(CheckReleasable(mem, g, &cur));
     // A CAS, not a FETCH_AND_ADD: it lands only if the word still shows our grant, so a release
     // that is delayed (a paused process, a retransmission) past a recovery changes nothing.
     RemoteOp ops[2];
@@ -570,9 +596,10 @@ Status LockEngine::Release(RemoteMemory& mem, const Grant& g, EngineEvents* ev) 
 Status LockEngine::StartRelease(RemoteMemory& mem, const Grant& g, PendingRelease* p,
                                 EngineEvents* ev) const {
   RDMALOCK_RETURN_IF_ERROR(FinishRelease(mem, p, ev));
-  RDMALOCK_RETURN_IF_ERROR(CheckReleasable(mem, g, g.seen));
+  Word0 cur = g.seen;
+  RDMALOCK_RETURN_IF_ERROR(CheckReleasable(mem, g, &cur));
   p->grant = g;
-  p->first = ReleaseOps(g.ticket, g.seen, p->ops);
+  p->first = ReleaseOps(g.ticket, cur, p->ops);
   RDMALOCK_RETURN_IF_ERROR(mem.Start(std::span<RemoteOp>(p->ops + p->first, 2 - p->first)));
   p->active = true;
   return Status::Ok();
@@ -613,8 +640,10 @@ Status LockEngine::Renew(RemoteMemory& mem, Grant& g, EngineEvents* /*ev*/) cons
     return Error(ErrorCode::kLockLost,
                  "lease on slot " + std::to_string(t.slot) + " expired before renewal");
   }
+  // Word0 by a FETCH_AND_ADD of 0, not a READ: a torn READ could make a held grant look lost
+  // (AtomicWord0). One operation either way, in the renewal's doorbell.
   RemoteOp ops[2] = {RemoteOp::FetchAdd(RegionId::kLocks, Word1Off(t.slot), proto::kRenewIncrement),
-                     RemoteOp::Read(RegionId::kLocks, Word0Off(t.slot), 8)};
+                     RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(t.slot), 0)};
   RDMALOCK_RETURN_IF_ERROR(mem.Execute(ops));
   const auto issue = mem.last_issued();
   const Word0 w0 = Word0::Decode(ops[1].result[0]);

@@ -251,8 +251,11 @@ class LockEngine {
                             EngineEvents* ev, bool* handed_off) const;
   // FinishRelease() for a call that is about something else: kLockLost is dropped.
   Status ReapPending(RemoteMemory& mem, PendingRelease* p, EngineEvents* ev) const;
-  // Release()'s checks before anything is posted: the lease runs and `cur` shows the grant.
-  Status CheckReleasable(RemoteMemory& mem, const Grant& g, proto::Word0 cur) const;
+  // Release()'s checks before anything is posted: the lease runs and `*cur` shows the grant. A
+  // `*cur` that does not is no loss yet: it may be a READ's, and a READ is no snapshot of the
+  // word (docs/protocol.md §8, torn READs). The word is read atomically then (AtomicWord0) into
+  // `*cur`, and only that decides.
+  Status CheckReleasable(RemoteMemory& mem, const Grant& g, proto::Word0* cur) const;
   // Clears a request's entry, waits for that to land, then hands the entry back.
   void FreeRecord(RemoteMemory& mem, uint64_t record, uint32_t seq) const;
   // Takes back an increment from a frozen word; resets the word if that drains it. `cur` is the

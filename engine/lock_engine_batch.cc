@@ -23,12 +23,13 @@ std::vector<Status> LockEngine::ReleaseMany(RemoteMemory& mem, std::span<const G
     size_t n = 0, k = 0;
     for (; base < grants.size() && n + 2 <= kBatchOps; ++base) {
       const Grant& g = grants[base];
-      if (Status st = CheckReleasable(mem, g, g.seen); !st.ok()) {
+      Word0 cur = g.seen;
+      if (Status st = CheckReleasable(mem, g, &cur); !st.ok()) {
         out[base] = st;
         continue;
       }
       RemoteOp two[2];
-      const size_t first = ReleaseOps(g.ticket, g.seen, two);
+      const size_t first = ReleaseOps(g.ticket, cur, two);
       for (size_t i = first; i < 2; ++i) ops[n++] = two[i];
       cas_at[k] = n - 1;
       idx[k++] = base;

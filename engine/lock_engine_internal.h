@@ -75,6 +75,22 @@ inline RemoteOp EntryDone(uint64_t record, uint32_t seq) {
   return RemoteOp::Write(RegionId::kSessions, record + proto::RequestEntry::kDone, seq);
 }
 
+// Word0 of `slot` read atomically: a FETCH_AND_ADD of 0, which changes nothing. A READ is no
+// snapshot of the word: the IB spec makes atomics atomic among themselves only, and a READ is a
+// DMA of 8 bytes that need not see them at one instant (rdma_rxe copies it bytewise, and a copy
+// stalled halfway mixes two values: docs/protocol.md §8, torn READs). A decision that no later
+// CAS checks against the same value (a loss, a restart, giving a ticket up) is taken on this.
+inline Result<proto::Word0> AtomicWord0(RemoteMemory& mem, uint64_t slot) {
+  RemoteOp fa = RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(slot), 0);
+  RDMALOCK_RETURN_IF_ERROR(mem.Execute(fa));
+  return proto::Word0::Decode(fa.result[0]);
+}
+
+// A 16-bit counter seen through a READ torn bytewise is made of bytes of the counter's values at
+// several instants. While the true counter stays within this many of a value above it, no mix of
+// its bytes equals that value: the low byte would have to come from a value that many short.
+inline constexpr uint16_t kTornReadMargin = 256;
+
 // The grant still stands in `w`: nothing released it or recovered past it, and the word was not
 // reset since (our own request is still counted in it).
 inline bool StillHeld(Word0 w, const Ticket& t) {

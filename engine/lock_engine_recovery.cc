@@ -38,16 +38,29 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
   const auto done = Clock::now();
   r.started = true;
   r.last_issue = issue;
-  const Word0 w0 = Word0::Decode(rd.result[0]);
+  Word0 w0 = Word0::Decode(rd.result[0]);
+  uint64_t w1 = rd.result[1];
+  // A READ is no snapshot (AtomicWord0): what ends the reaping (over, or granted and released
+  // below) is decided on both words read atomically, word0 first as the READ reads them.
+  auto confirm = [&]() -> Status {
+    RemoteOp fa[2] = {RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(t.slot), 0),
+                      RemoteOp::FetchAdd(RegionId::kLocks, Word1Off(t.slot), 0)};
+    RDMALOCK_RETURN_IF_ERROR(mem.Execute(fa));
+    w0 = Word0::Decode(fa[0].result[0]);
+    w1 = fa[1].result[0];
+    return Status::Ok();
+  };
+  auto is_over = [&] {
+    return !r.own && t.tagged
+               ? proto::RequestEntry::TaggedOver(t.word, t.mode, t.generation, w0, w1)
+               : proto::TicketGone(w0, t.word, t.mode) || proto::Skipped(w0, t.word, t.mode);
+  };
+  if (is_over() || proto::Granted(w0, t.word, t.mode)) RDMALOCK_RETURN_IF_ERROR(confirm());
   // A tagged entry of a dead client counts only in its own generation. Its exclusive release
   // wrote no done mark, so after a reset its ticket's numbers may be a later holder's; and a
   // generation older than the grant's (the SDK's hint) only makes lockd leave the request to
   // stall recovery. The SDK's own abandoned ticket is no stale entry: it is stepped as before.
-  const bool over =
-      !r.own && t.tagged
-          ? proto::RequestEntry::TaggedOver(t.word, t.mode, t.generation, w0, rd.result[1])
-          : proto::TicketGone(w0, t.word, t.mode) || proto::Skipped(w0, t.word, t.mode);
-  if (over) {
+  if (is_over()) {
     r.outcome = Outcome::kAlreadyDone;
     if (r.own) FreeRecord(mem, t.record, t.record_seq);
     return true;
@@ -65,7 +78,6 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
     r.outcome = st.ok() ? Outcome::kReleased : Outcome::kAlreadyDone;
     return true;
   }
-  const uint64_t w1 = rd.result[1];
   if (!r.seen_valid || r.seen_n_x != w0.n_x || r.seen_n_s != w0.n_s || r.seen_word1 != w1) {
     r.seen_valid = true;
     r.seen_n_x = w0.n_x;
