@@ -560,6 +560,41 @@ uint64_t DuplicateRequests() {
   }
   return n;
 }
+
+// `n` raw channels (QPs) to `lockd`, each its own session; lockd rate-limits a burst of
+// connections, so each is retried for up to 10 s.
+std::vector<std::unique_ptr<VerbsMemory>> ConnectChannels(const Lockd& lockd, int n,
+                                                          const char* name) {
+  std::vector<std::unique_ptr<VerbsMemory>> mems;
+  for (int i = 0; i < n; ++i) {
+    for (int attempt = 0;; ++attempt) {
+      ChannelParams p{RxeIp(), lockd.port(), 3000ms, name, 0};
+      auto m = VerbsMemory::Connect(p);
+      if (m.ok()) {
+        mems.push_back(std::move(m).value());
+        break;
+      }
+      REQUIRE(attempt < 20);
+      std::this_thread::sleep_for(500ms);
+    }
+  }
+  return mems;
+}
+
+// A raw channel's heartbeat, every 100 ms, so that lockd keeps its session: false if it failed.
+struct Heartbeat {
+  uint64_t beat = 0;
+  std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now() - 1s;
+  bool Keep(VerbsMemory& m) {
+    if (std::chrono::steady_clock::now() - last <= 100ms) return true;
+    RemoteOp w =
+        RemoteOp::Write(RegionId::kSessions,
+                        m.reply().session_record_offset + proto::SessionRecord::kHeartbeat, ++beat);
+    if (!m.Execute(w).ok()) return false;
+    last = std::chrono::steady_clock::now();
+    return true;
+  }
+};
 }  // namespace
 
 TEST_CASE("the NIC's atomics are exactly-once under load, retransmissions included") {
@@ -573,19 +608,7 @@ TEST_CASE("the NIC's atomics are exactly-once under load, retransmissions includ
   // times a second under such load (its duplicate_request counter, printed).
   Lockd lockd(7614, 16);
   constexpr int kThreads = 8;
-  std::vector<std::unique_ptr<VerbsMemory>> mems;
-  for (int i = 0; i < kThreads; ++i) {
-    for (int attempt = 0;; ++attempt) {  // lockd rate-limits a burst of connections
-      ChannelParams p{RxeIp(), lockd.port(), 3000ms, "atomics", 0};
-      auto m = VerbsMemory::Connect(p);
-      if (m.ok()) {
-        mems.push_back(std::move(m).value());
-        break;
-      }
-      REQUIRE(attempt < 20);
-      std::this_thread::sleep_for(500ms);
-    }
-  }
+  auto mems = ConnectChannels(lockd, kThreads, "atomics");
   const uint64_t dup_before = DuplicateRequests();
   const auto until = std::chrono::steady_clock::now() + 10s;
   std::vector<std::vector<uint64_t>> fa_seen(kThreads);
@@ -595,18 +618,12 @@ TEST_CASE("the NIC's atomics are exactly-once under load, retransmissions includ
   for (int i = 0; i < kThreads; ++i) {
     ts.emplace_back([&, i] {
       VerbsMemory& m = *mems[i];
-      uint64_t expected = 0, beat = 0;
-      auto last_beat = std::chrono::steady_clock::now() - 1s;
+      uint64_t expected = 0;
+      Heartbeat hb;
       while (std::chrono::steady_clock::now() < until) {
-        if (std::chrono::steady_clock::now() - last_beat > 100ms) {  // lockd's liveness
-          RemoteOp w = RemoteOp::Write(
-              RegionId::kSessions,
-              m.reply().session_record_offset + proto::SessionRecord::kHeartbeat, ++beat);
-          if (!m.Execute(w).ok()) {
-            errors++;
-            return;
-          }
-          last_beat = std::chrono::steady_clock::now();
+        if (!hb.Keep(m)) {
+          errors++;
+          return;
         }
         RemoteOp ops[3] = {
             RemoteOp::FetchAdd(RegionId::kLocks, proto::SlotOffset(1), 1),
@@ -669,19 +686,7 @@ TEST_CASE("an RDMA READ of a word that other QPs' atomics change: whole or torn"
   // 0x0100 read low byte first give 0x01ff).
   Lockd lockd(7615, 16);
   constexpr int kWriters = 4, kReaders = 4;
-  std::vector<std::unique_ptr<VerbsMemory>> mems;
-  for (int i = 0; i < kWriters + kReaders; ++i) {
-    for (int attempt = 0;; ++attempt) {
-      ChannelParams p{RxeIp(), lockd.port(), 3000ms, "tear", 0};
-      auto m = VerbsMemory::Connect(p);
-      if (m.ok()) {
-        mems.push_back(std::move(m).value());
-        break;
-      }
-      REQUIRE(attempt < 20);
-      std::this_thread::sleep_for(500ms);
-    }
-  }
+  auto mems = ConnectChannels(lockd, kWriters + kReaders, "tear");
   const char* secs_env = std::getenv("RDMALOCK_DIAG_SECS");
   const auto until =
       std::chrono::steady_clock::now() + std::chrono::seconds(secs_env ? std::atoi(secs_env) : 10);
@@ -693,18 +698,11 @@ TEST_CASE("an RDMA READ of a word that other QPs' atomics change: whole or torn"
   for (int i = 0; i < kWriters + kReaders; ++i) {
     ts.emplace_back([&, i] {
       VerbsMemory& m = *mems[i];
-      uint64_t beat = 0;
-      auto last_beat = std::chrono::steady_clock::now() - 1s;
+      Heartbeat hb;
       while (std::chrono::steady_clock::now() < until) {
-        if (std::chrono::steady_clock::now() - last_beat > 100ms) {
-          RemoteOp w = RemoteOp::Write(
-              RegionId::kSessions,
-              m.reply().session_record_offset + proto::SessionRecord::kHeartbeat, ++beat);
-          if (!m.Execute(w).ok()) {
-            errors++;
-            return;
-          }
-          last_beat = std::chrono::steady_clock::now();
+        if (!hb.Keep(m)) {
+          errors++;
+          return;
         }
         if (i < kWriters) {
           RemoteOp fa =
