@@ -737,7 +737,10 @@ TEST_CASE("an RDMA READ of a word that other QPs' atomics change: whole or torn"
   CHECK((last.result[0] & 0xffffffffu) == adds.load());
   std::string ex;
   for (uint64_t v : examples)
-    ex += " " + std::to_string(v >> 32) + "|" + std::to_string(v & 0xffffffffu);
+    ex.append(" ")
+        .append(std::to_string(v >> 32))
+        .append("|")
+        .append(std::to_string(v & 0xffffffffu));
   WARN("READs " << reads.load() << ", torn " << torn.load() << " (" << ex << "), FAs "
                 << adds.load());
   CHECK(reads.load() > 0);
