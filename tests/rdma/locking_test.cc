@@ -13,7 +13,6 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <condition_variable>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -28,6 +27,7 @@
 #include "rdmalock/proto/layout.h"
 #include "tests/rdma/clients.h"
 #include "tests/rdma/lockd_fixture.h"
+#include "tests/support/test_env.h"
 
 using namespace rdmalock;
 using namespace rdmalock::rdma_test;
@@ -687,9 +687,8 @@ TEST_CASE("an RDMA READ of a word that other QPs' atomics change: whole or torn"
   Lockd lockd(7615, 16);
   constexpr int kWriters = 4, kReaders = 4;
   auto mems = ConnectChannels(lockd, kWriters + kReaders, "tear");
-  const char* secs_env = std::getenv("RDMALOCK_DIAG_SECS");
-  const auto until =
-      std::chrono::steady_clock::now() + std::chrono::seconds(secs_env ? std::atoi(secs_env) : 10);
+  const auto until = std::chrono::steady_clock::now() +
+                     std::chrono::seconds(testing::EnvInt("RDMALOCK_DIAG_SECS", 10));
   std::atomic<uint64_t> reads{0}, torn{0}, adds{0};
   std::atomic<int> errors{0};
   std::mutex emu;
