@@ -825,3 +825,107 @@ TEST_CASE("torn READs: a waiter does not give its ticket up on a torn view of th
   REQUIRE(e.Release(reader, *s).ok());
   CHECK(W0(table, 0).Drained());  // no ticket left behind
 }
+
+// Word1 (the generation) from a READ torn across a reset that took a slot's generation from
+// 0x..ff to 0x..00: bytes copied in ascending order, as rdma_rxe copies them, so the
+// generation's low byte comes from before the reset and the bytes above it from after: the READ
+// shows 0x..ff again on top of the new value, 255 past the word's. Every READ of the lock table
+// through the channel is torn so, in `result` or `into`.
+void TearGenerations(RemoteOp& op) {
+  if (op.region != RegionId::kLocks) return;
+  uint64_t* w = op.into != nullptr ? op.into : op.result;
+  for (uint64_t i = 0; i < op.length / 8; ++i) {
+    if ((op.offset + 8 * i) % proto::kSlotSize != proto::kWord1Offset) continue;
+    const uint64_t gen = proto::Generation(w[i]);
+    if (gen != 0 && (gen & 0xff) == 0) w[i] |= uint64_t{0xff} * proto::kGenerationIncrement;
+  }
+}
+
+TEST_CASE("torn READs: a fencing token does not take a torn generation") {
+  InProcessTable table(4);
+  LockEngine e(Params(4), nullptr);
+  InProcessMemory torn(&table), whole(&table);
+  torn.set_read_filter(TearGenerations);
+  table.Store(0, 1, 0x100 * proto::kGenerationIncrement);
+  AcquireOptions o;
+  o.want_token = true;
+  SECTION("granted at once") {
+    auto g = e.Acquire(torn, 0, Mode::kExclusive, o);
+    REQUIRE(g.ok());
+    CHECK(g->generation == 0x100);
+    REQUIRE(e.Release(torn, *g).ok());
+    auto h = e.Acquire(whole, 0, Mode::kExclusive, o);  // the next holder, its READ whole
+    REQUIRE(h.ok());
+    CHECK(h->token > g->token);
+    REQUIRE(e.Release(whole, *h).ok());
+  }
+  SECTION("granted while waiting") {
+    torn.set_min_round_trip(100us);
+    auto x = e.Acquire(whole, 0, Mode::kExclusive, o);
+    REQUIRE(x.ok());
+    Result<Grant> g = Error(ErrorCode::kInternal, "not run");
+    std::thread t([&] {
+      AcquireOptions w = o;
+      w.deadline = Clock::now() + 5s;
+      g = e.Acquire(torn, 0, Mode::kExclusive, w);
+    });
+    std::this_thread::sleep_for(5ms);
+    REQUIRE(e.Release(whole, *x).ok());
+    t.join();
+    REQUIRE(g.ok());
+    CHECK(g->generation == 0x100);
+    CHECK(g->token > x->token);
+    REQUIRE(e.Release(torn, *g).ok());
+    auto h = e.Acquire(whole, 0, Mode::kExclusive, o);
+    REQUIRE(h.ok());
+    CHECK(h->token > g->token);
+    REQUIRE(e.Release(whole, *h).ok());
+  }
+  SECTION("a set") {
+    const ManyRequest reqs[] = {{0, Mode::kExclusive}, {2, Mode::kExclusive}};
+    table.Store(2, 1, 0x300 * proto::kGenerationIncrement);
+    auto gs = e.AcquireMany(torn, reqs, o, nullptr);
+    REQUIRE(gs.ok());
+    REQUIRE(gs->size() == 2);
+    CHECK((*gs)[0].generation == 0x100);
+    CHECK((*gs)[1].generation == 0x300);
+    for (const Status& st : e.ReleaseMany(torn, *gs)) REQUIRE(st.ok());
+  }
+}
+
+// A tag newer than the word's generation is what the stale-entry model (tests/model/
+// stale_entry.pml) shows unsafe: lockd would act on the entry in a later generation, where its
+// ticket numbers may be another holder's. Older (or no tag) only costs a done mark.
+TEST_CASE("torn READs: a record's tag and the session's hints do not take a torn generation") {
+  InProcessTable table(128, 4096);
+  LockEngine e(Params(128), nullptr);
+  RecordedChannel ch(&table, proto::SessionRecord::EntryOffset(0));
+  ch.mem.set_read_filter(TearGenerations);
+  table.Store(0, 1, 0x100 * proto::kGenerationIncrement);
+  table.Store(1, 1, 0x200 * proto::kGenerationIncrement);
+  table.Store(64, 1, 0x400 * proto::kGenerationIncrement);
+  for (uint64_t slot : {0, 1, 2, 64, 0, 1}) {
+    INFO("slot " << slot);
+    const uint64_t want = proto::Generation(table.Load(slot, 1));
+    Grant g = ch.Acquire(e, slot);  // the first on 0 and on 64 READ the block; 1 and 2 hints
+    if (g.ticket.tagged) CHECK(g.ticket.generation == want);
+    REQUIRE(e.Release(ch.mem, g).ok());
+  }
+  // A waiter granted by its READ (the retag when the grant's generation differs from the tag).
+  InProcessMemory holder(&table);
+  auto x = e.Acquire(holder, 1, Mode::kExclusive, {});
+  REQUIRE(x.ok());
+  table.Store(1, 1, 0x500 * proto::kGenerationIncrement);  // as if lockd's verdict moved it on
+  Result<Grant> g = Error(ErrorCode::kInternal, "not run");
+  std::thread t([&] {
+    ch.o.deadline = Clock::now() + 5s;
+    ch.o.record_seq = ch.NextSeq();
+    g = e.Acquire(ch.mem, 1, Mode::kExclusive, ch.o);
+  });
+  std::this_thread::sleep_for(5ms);
+  REQUIRE(e.Release(holder, *x).ok());
+  t.join();
+  REQUIRE(g.ok());
+  if (g->ticket.tagged) CHECK(g->ticket.generation == 0x500);
+  REQUIRE(e.Release(ch.mem, *g).ok());
+}
