@@ -95,6 +95,7 @@ Status LockEngine::RearmAfterGiveUp(RemoteMemory& mem, Grant* g) const {
   if (!g->has_generation) return Status::Ok();
   RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word1Off(t.slot), 8);
   RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
+  RDMALOCK_RETURN_IF_ERROR(WholeWord1(mem, t.slot, &rd.result[0]));
   g->generation = proto::Generation(rd.result[0]);
   return Status::Ok();
 }
@@ -167,6 +168,7 @@ void LockEngine::LearnBlock(uint64_t first, uint64_t count, const uint64_t* word
                             Clock::time_point issue) const {
   for (uint64_t i = 0; i < count; ++i) {
     if (first + i == except) continue;  // TagTicket learned it, with its own FA's count
+    if (!GenerationReadWhole(words[2 * i + 1])) continue;  // maybe torn: its own request READs
     const Word0 w0 = Word0::Decode(words[2 * i]);
     generations_.Learn(
         first + i, {proto::RequestEntry::GenerationOf(words[2 * i + 1]), TicketsIssued(w0), issue});
@@ -228,8 +230,8 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
       ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(slot), 8);
     }
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops, n)));
-    // Word1 as the READ after our FA showed it (read_word1 only).
-    const uint64_t word1 = learn ? block[2 * (slot - first) + 1] : ops[fa + 1].result[0];
+    // Word1 as the READ after our FA showed it (read_word1 only; made whole below).
+    uint64_t word1 = learn ? block[2 * (slot - first) + 1] : ops[fa + 1].result[0];
     const auto issue = mem.last_issued();  // before the FA was posted: the lease's start
     if (attempt == 0) requested = issue;
     // The channel's posted release landed before this FA; reap it (a retry if it missed)
@@ -266,6 +268,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
       continue;
     }
     frozen_seen = Observed{};
+    if (read_word1) RDMALOCK_RETURN_IF_ERROR(WholeWord1(mem, slot, &word1));
 
     Ticket t{slot, mode, prev, record, record_seq};
     if (tag) TagTicket(&t, read_word1 ? &word1 : nullptr, hint, issue);
@@ -395,6 +398,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
     last_read = true;
     if (proto::TicketGone(w0, t.word, t.mode)) return WaitOutcome::kRestart;
     if (proto::Granted(w0, t.word, t.mode)) {
+      RDMALOCK_RETURN_IF_ERROR(WholeWord1(mem, t.slot, &rd.result[1]));
       grant->ticket = t;
       grant->seen = w0;
       grant->lease_start = last_waiting_issue;

@@ -94,7 +94,11 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
       if (read_word1[k]) ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(r.slot), 8);
     }
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops, n)));
-    const auto issue = mem.last_issued();  // before the FAs were posted: the leases' start
+    const auto issue = mem.last_issued();    // before the FAs were posted: the leases' start
+    for (size_t i = first; i < base; ++i) {  // word1 for tokens and tags: made whole
+      if (!read_word1[i - first]) continue;
+      RDMALOCK_RETURN_IF_ERROR(WholeWord1(mem, reqs[i].slot, &ops[fa_at[i - first] + 1].result[0]));
+    }
     RemoteOp queued[kBatchOps];
     size_t nq = 0;
     for (size_t i = first; i < base; ++i) {

@@ -86,6 +86,28 @@ inline Result<proto::Word0> AtomicWord0(RemoteMemory& mem, uint64_t slot) {
   return proto::Word0::Decode(fa.result[0]);
 }
 
+// Word1 as a READ showed it (`*word1`), made whole where its generation is taken for a token, a
+// record's tag or a hint (docs/protocol.md §8, torn READs). A READ torn bytewise, low bytes first
+// as rdma_rxe copies, shows a generation newer than the word's only by taking a low byte from
+// before a carry out of it: one within as many of 0xff as the generation moved during the copy.
+// While fewer than kTornGenerationMargin generation changes of one slot (each a reset after
+// 32,768 tickets, a recovery after F x L, or a carry out of 65,536 renewals) land during one
+// READ's copy, a READ whose generation's low byte is below 256 - kTornGenerationMargin shows no
+// generation newer than the word's; one at or above it is read again atomically (a FETCH_AND_ADD
+// of 0, one more round trip, for 4 generation values in 256). A generation older than the
+// word's is harmless everywhere (a torn READ never shows one older than before the READ).
+inline constexpr uint64_t kTornGenerationMargin = 4;
+inline constexpr bool GenerationReadWhole(uint64_t word1) {
+  return (proto::Generation(word1) & 0xff) < 256 - kTornGenerationMargin;
+}
+inline Status WholeWord1(RemoteMemory& mem, uint64_t slot, uint64_t* word1) {
+  if (GenerationReadWhole(*word1)) return Status::Ok();
+  RemoteOp fa = RemoteOp::FetchAdd(RegionId::kLocks, Word1Off(slot), 0);
+  RDMALOCK_RETURN_IF_ERROR(mem.Execute(fa));
+  *word1 = fa.result[0];
+  return Status::Ok();
+}
+
 // A 16-bit counter seen through a READ torn bytewise is made of bytes of the counter's values at
 // several instants. While the true counter stays within this many of a value above it, no mix of
 // its bytes equals that value: the low byte would have to come from a value that many short.
