@@ -279,6 +279,7 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   ao.pending = &ch->pending;
   auto grant = sess.engine->Acquire(*ch->mem, slot, mode, ao, &ch->events);
   ch->NotePending();
+  const Clock::time_point completed = ch->mem->last_completed();  // the channel's, under its lock
   clk.Unlock();
   if (!grant.ok()) {
     if (owner) cohort->Leave(slot);  // the next local waiter, if any, tries lockd itself
@@ -288,7 +289,7 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
     return grant.status();
   }
   impl_->TestHook("granted");
-  LockHandle h = impl_->MakeHandle(*ch, *grant, options.auto_renew, started,
+  LockHandle h = impl_->MakeHandle(*ch, *grant, completed, options.auto_renew, started,
                                    owner ? impl_->cohort().get() : nullptr);
   // Lost already: the session ended while the grant was made (MakeHandle could not track it).
   // Read without the handle's mutex or a clock: the engine granted it within its lease.
@@ -349,6 +350,7 @@ Result<std::vector<LockHandle>> Client::LockManySlots(std::span<const SlotReques
   auto grants = sess.engine->AcquireMany(
       *ch->mem, reqs, ao, [&] { return ch->TakeEntry(recording); }, &ch->events);
   ch->NotePending();
+  const Clock::time_point completed = ch->mem->last_completed();
   clk.Unlock();
   if (!grants.ok()) {
     for (const ManyRequest& r : reqs) impl_->budget_->Give(r.slot);
@@ -374,7 +376,7 @@ Result<std::vector<LockHandle>> Client::LockManySlots(std::span<const SlotReques
         cohort->TryOwn(g.ticket.slot) == sdk::CohortTable::Join::kOwner) {
       own = cohort;
     }
-    out.push_back(impl_->MakeHandle(*ch, g, options.auto_renew, started, own));
+    out.push_back(impl_->MakeHandle(*ch, g, completed, options.auto_renew, started, own));
     ended = ended || out.back().state_->ended.load(std::memory_order_acquire);
   }
   if (ended) return EndedWhileGranted();  // all or nothing: the handles' session is gone

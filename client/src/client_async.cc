@@ -133,6 +133,7 @@ void Client::Impl::PumpLoop() {
       reqs.push_back({r.slot, r.mode, r.options.fencing_token && r.mode == Mode::kExclusive});
     }
     Result<std::vector<Issued>> issued = std::vector<Issued>{};
+    Clock::time_point completed{};  // the channel's last completion, read under its lock
     if (!batch.empty()) {
       MutexLock clk(&ch.mu);
       Status st = ch.Reap();
@@ -144,6 +145,7 @@ void Client::Impl::PumpLoop() {
         issued = st;
       }
       ch.NotePending();
+      completed = ch.mem->last_completed();
     }
     std::vector<AsyncWait> waits;  // issued, not granted at once
     if (!issued.ok()) {
@@ -157,8 +159,8 @@ void Client::Impl::PumpLoop() {
         const Issued& is = (*issued)[i];
         if (is.granted) {
           TestHook("granted");
-          LockHandle h = MakeHandle(ch, is.grant, batch[i].options.auto_renew, batch[i].submitted,
-                                    owner[i] ? cohort_.get() : nullptr);
+          LockHandle h = MakeHandle(ch, is.grant, completed, batch[i].options.auto_renew,
+                                    batch[i].submitted, owner[i] ? cohort_.get() : nullptr);
           FinishGranted(batch[i], share[i] ? ShareGrant(std::move(h), ch) : std::move(h));
         } else {
           AsyncWait w;
@@ -223,6 +225,7 @@ void Client::Impl::WaiterLoop() {
     ao.try_only = w.req.options.timeout && w.req.options.timeout->count() == 0;
     ao.want_token = w.req.options.fencing_token && w.req.mode == Mode::kExclusive;
     Result<Grant> g = Error(ErrorCode::kInternal, "not acquired");
+    Clock::time_point completed{};
     {
       MutexLock clk(&ch.mu);
       Status st = ch.Reap();
@@ -240,6 +243,7 @@ void Client::Impl::WaiterLoop() {
         g = sess.engine->FinishAcquire(*ch.mem, w.queued, ao, &ch.events);
       }
       ch.NotePending();
+      completed = ch.mem->last_completed();
     }
     if (!g.ok()) {
       if (w.cohort_owner) cohort_->Leave(w.req.slot);
@@ -249,7 +253,7 @@ void Client::Impl::WaiterLoop() {
       continue;
     }
     TestHook("granted");
-    LockHandle h = MakeHandle(ch, *g, w.req.options.auto_renew, w.req.submitted,
+    LockHandle h = MakeHandle(ch, *g, completed, w.req.options.auto_renew, w.req.submitted,
                               w.cohort_owner ? cohort_.get() : nullptr);
     FinishGranted(w.req, w.cohort_share ? ShareGrant(std::move(h), ch) : std::move(h));
   }
@@ -281,6 +285,7 @@ void Client::Impl::CohortWait(AsyncWait& w, ThreadChannel* ch) {
   // request does, with the budget unit LockSlotAsync took.
   const Session& sess = *ch->session;
   Result<Grant> g = Error(ErrorCode::kInternal, "not acquired");
+  Clock::time_point completed{};
   {
     MutexLock clk(&ch->mu);
     Status st = ch->Reap();
@@ -292,6 +297,7 @@ void Client::Impl::CohortWait(AsyncWait& w, ThreadChannel* ch) {
       g = st;
     }
     ch->NotePending();
+    completed = ch->mem->last_completed();
   }
   if (!g.ok()) {
     if (owner) cohort_->Leave(slot);
@@ -301,7 +307,7 @@ void Client::Impl::CohortWait(AsyncWait& w, ThreadChannel* ch) {
     return;
   }
   TestHook("granted");
-  FinishGranted(w.req, MakeHandle(*ch, *g, w.req.options.auto_renew, started,
+  FinishGranted(w.req, MakeHandle(*ch, *g, completed, w.req.options.auto_renew, started,
                                   owner ? cohort_.get() : nullptr));
 }
 

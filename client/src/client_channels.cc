@@ -428,13 +428,15 @@ void Client::Impl::SetGrantContext(ThreadChannel& ch) {
       sdk::GrantContext{weak_from_this(), ch.session, budget_, ch.held, cohort_});
 }
 
-LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, bool auto_renew,
-                                    Clock::time_point started, sdk::CohortTable* cohort) {
+LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, Clock::time_point completed,
+                                    bool auto_renew, Clock::time_point started,
+                                    sdk::CohortTable* cohort) {
   ++ch.acquires;
-  // Until the completion of the channel's last operation (the one that showed the grant, or a
-  // READ after it): a clock reading the acquire path had taken already.
-  ch.latency.Add(ch.mem->last_completed() -
-                 (started == Clock::time_point{} ? g.requested : started));
+  // Until `completed`, the completion of the channel's last operation (the one that showed the
+  // grant, or a READ after it): a clock reading the acquire path had taken already. The caller
+  // read it under the channel's mutex: once that is unlocked the reaper may execute on the
+  // channel (ReapLeftReleases) and write it.
+  ch.latency.Add(completed - (started == Clock::time_point{} ? g.requested : started));
   auto state = std::allocate_shared<LockHandle::State>(sdk::StateAllocator<LockHandle::State>());
   state->ctx = ch.grants;  // the caller took this grant's budget unit
   // With the cohort entry before Link: a grant lost at once (below) passes it on.

@@ -418,13 +418,14 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // A call on `gen`'s session failed. A connection error ends the session: every lock it held is
   // lost, its connections close (so lockd frees what they recorded), and the keeper reconnects.
   void OnSessionError(uint64_t gen, const Status& st) EXCLUDES(mu_);
-  // Makes a handle for a grant of `ch`'s session (counted, its latency since `started` recorded,
-  // or since the grant's first FETCH_AND_ADD (Grant::requested) when `started` is unset, and
-  // tracked for renewal).
+  // Makes a handle for a grant of `ch`'s session (counted, its latency from `started`, or from
+  // the grant's first FETCH_AND_ADD (Grant::requested) when `started` is unset, to `completed`
+  // recorded, and tracked for renewal). `completed`: ch.mem->last_completed() as the caller read
+  // it under ch.mu, which it no longer holds.
   // `cohort`: the grant came to the owner of its cohort entry (the state owns it from now on).
-  LockHandle MakeHandle(ThreadChannel & ch, const Grant& g, bool auto_renew,
-                        Clock::time_point started, sdk::CohortTable* cohort = nullptr)
-      EXCLUDES(mu_);
+  LockHandle MakeHandle(ThreadChannel & ch, const Grant& g, Clock::time_point completed,
+                        bool auto_renew, Clock::time_point started,
+                        sdk::CohortTable* cohort = nullptr) EXCLUDES(mu_);
   // Sets `ch`'s grant context (ThreadChannel::grants) from its session and held list: once,
   // when the channel is made, before it is shared.
   void SetGrantContext(ThreadChannel & ch);
