@@ -75,15 +75,21 @@ inline RemoteOp EntryDone(uint64_t record, uint32_t seq) {
   return RemoteOp::Write(RegionId::kSessions, record + proto::RequestEntry::kDone, seq);
 }
 
-// Word0 of `slot` read atomically: a FETCH_AND_ADD of 0, which changes nothing. A READ is no
-// snapshot of the word: the IB spec makes atomics atomic among themselves only, and a READ is a
-// DMA of 8 bytes that need not see them at one instant (rdma_rxe copies it bytewise, and a copy
-// stalled halfway mixes two values: docs/protocol.md §8, torn READs). A decision that no later
-// CAS checks against the same value (a loss, a restart, giving a ticket up) is taken on this.
-inline Result<proto::Word0> AtomicWord0(RemoteMemory& mem, uint64_t slot) {
-  RemoteOp fa = RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(slot), 0);
+// A word of the lock table read atomically: a FETCH_AND_ADD of 0, which changes nothing. A READ
+// is no snapshot of the word: the IB spec makes atomics atomic among themselves only, and a READ
+// is a DMA of 8 bytes that need not see them at one instant (rdma_rxe copies it bytewise, and a
+// copy stalled halfway mixes two values: docs/protocol.md §8, torn READs).
+inline Result<uint64_t> AtomicRead(RemoteMemory& mem, uint64_t offset) {
+  RemoteOp fa = RemoteOp::FetchAdd(RegionId::kLocks, offset, 0);
   RDMALOCK_RETURN_IF_ERROR(mem.Execute(fa));
-  return proto::Word0::Decode(fa.result[0]);
+  return fa.result[0];
+}
+
+// Word0 of `slot` read atomically. A decision that no later CAS checks against the same value (a
+// loss, a restart, giving a ticket up) is taken on this.
+inline Result<proto::Word0> AtomicWord0(RemoteMemory& mem, uint64_t slot) {
+  RDMALOCK_ASSIGN_OR_RETURN(const uint64_t w, AtomicRead(mem, Word0Off(slot)));
+  return proto::Word0::Decode(w);
 }
 
 // Word1 as a READ showed it (`*word1`), made whole where its generation is taken for a token, a
@@ -102,9 +108,7 @@ inline constexpr bool GenerationReadWhole(uint64_t word1) {
 }
 inline Status WholeWord1(RemoteMemory& mem, uint64_t slot, uint64_t* word1) {
   if (GenerationReadWhole(*word1)) return Status::Ok();
-  RemoteOp fa = RemoteOp::FetchAdd(RegionId::kLocks, Word1Off(slot), 0);
-  RDMALOCK_RETURN_IF_ERROR(mem.Execute(fa));
-  *word1 = fa.result[0];
+  RDMALOCK_ASSIGN_OR_RETURN(*word1, AtomicRead(mem, Word1Off(slot)));
   return Status::Ok();
 }
 
