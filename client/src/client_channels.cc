@@ -434,8 +434,9 @@ LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, Clock::ti
   ++ch.acquires;
   // Until `completed`, the completion of the channel's last operation (the one that showed the
   // grant, or a READ after it): a clock reading the acquire path had taken already. The caller
-  // read it under the channel's mutex: once that is unlocked the reaper may execute on the
-  // channel (ReapLeftReleases) and write it.
+  // read it under the channel's mutex. (Reading it after the unlock would be safe today only
+  // because every acquire leaves no posted release pending, so the reaper's ReapLeftReleases,
+  // which may lock the channel then, has nothing to execute there; this does not lean on that.)
   ch.latency.Add(completed - (started == Clock::time_point{} ? g.requested : started));
   auto state = std::allocate_shared<LockHandle::State>(sdk::StateAllocator<LockHandle::State>());
   state->ctx = ch.grants;  // the caller took this grant's budget unit
