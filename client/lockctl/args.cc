@@ -336,6 +336,11 @@ int ParseArgs(int argc, char** argv, Args* args) {
                    "also open this many idle client sessions for the run, in the first process "
                    "(connection cost)")
       ->check(CLI::Range(0, 4096));
+  bench
+      ->add_option("--timeline", bo.timeline,
+                   "write each measured set's start and grant time (CLOCK_MONOTONIC ns, one "
+                   "line each) to this file, to line up separate runs; --processes 1 only")
+      ->type_name("FILE");
   bool no_records = false;
   bench->add_flag("--no-records", no_records,
                   "do not record requests in the session record (lockd cannot free them if this "
@@ -465,6 +470,9 @@ int ValidateBenchOptions(const BenchOptions& o) {
   }
   if (o.hold_us < 0) return bad("--hold-us must be >= 0");
   if (o.idle_sessions < 0) return bad("--idle-sessions must be >= 0");
+  if (!o.timeline.empty() && o.processes != 1) {
+    return bad("--timeline records one process's sets: it needs --processes 1");
+  }
   return 0;
 }
 

@@ -40,6 +40,11 @@ struct BenchOptions {
   // Over a cluster (lockctl --cluster or --etcd): key k is the lock name "bench/k", which picks
   // its shard, then its slot there (ClusterClient::Lock). Single locks, synchronous only.
   bool cluster = false;
+  // Non-empty: write each measured set's start and grant times to this file, one line
+  // "START_NS GRANTED_NS" a set (CLOCK_MONOTONIC, the clock every process of the host shares),
+  // so that the runs of separate processes can be lined up (run-perf.sh's cohort rows). One
+  // process only (--processes 1).
+  std::string timeline;
 };
 
 // What a bench process locks through: one lockd, or a cluster of them.

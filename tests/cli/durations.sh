@@ -69,6 +69,13 @@ expect_line "bench --hold-us 1q" 64 \
 # fails to reach 192.0.2.1, which is not what this checks).
 expect_line "bench --duration 0s" 64 'lockctl bench: --duration must be > 0' \
   "$lockctl" --server 192.0.2.1 bench --duration 0s
+# --timeline: one process's sets, to a file it can write (said before connecting).
+expect_line "bench --timeline with --processes 2" 64 \
+  "lockctl bench: --timeline records one process's sets: it needs --processes 1" \
+  "$lockctl" --server 192.0.2.1 bench --processes 2 --timeline "$dir/timeline"
+expect_line "bench --timeline in a missing folder" 64 \
+  "lockctl bench: cannot write --timeline $dir/none/timeline: No such file or directory" \
+  "$lockctl" --server 192.0.2.1 bench --timeline "$dir/none/timeline"
 
 # client.yaml: connect_timeout_ms takes a duration; a bad one names the file, line and key.
 mkdir -p "$dir/good/rdmalock" "$dir/bad/rdmalock"

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -483,4 +484,40 @@ TEST_CASE("issue 20 item 5: lockctl bench shows its progress line on a terminal 
   CHECK(piped.find('\r') == std::string::npos);
   CHECK(piped.find("/s now") == std::string::npos);
   CHECK(piped.find("acquisitions") != std::string::npos);
+}
+
+TEST_CASE("lockctl bench --timeline writes one start and grant time per measured set") {
+  Lockd lockd(7683, 1024);
+  const std::string path = TempDir() + "/timeline";
+  auto [rc, json] = Capture(Lockctl(lockd) + " --json bench --threads 2 --locks 1 --duration 1 " +
+                            "--warmup 200ms --timeline " + path);
+  INFO(json);
+  REQUIRE(rc == 0);
+  const auto key = json.find("\"acquisitions\":");
+  REQUIRE(key != std::string::npos);
+  const uint64_t acquisitions = std::stoull(json.substr(key + 15));
+  REQUIRE(acquisitions > 0);
+  // One line a measured set, in order of grant, each start before its grant, within the run.
+  std::ifstream in(path);
+  long long start = 0, granted = 0, last_granted = 0, first_start = 0;
+  uint64_t lines = 0, unordered = 0, backwards = 0;
+  while (in >> start >> granted) {
+    if (lines == 0) first_start = start;
+    if (granted < last_granted) ++unordered;
+    if (start > granted) ++backwards;
+    last_granted = granted;
+    ++lines;
+  }
+  CHECK(lines == acquisitions);
+  CHECK(unordered == 0);
+  CHECK(backwards == 0);
+  // The measured window is about 1 s (its sets' grants span less than 2 s of CLOCK_MONOTONIC).
+  CHECK(last_granted - first_start > 0);
+  CHECK(last_granted - first_start < 2'000'000'000LL);
+  const timespec now = [] {
+    timespec t{};
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t;
+  }();
+  CHECK(last_granted < now.tv_sec * 1'000'000'000LL + now.tv_nsec);  // the host's own clock
 }

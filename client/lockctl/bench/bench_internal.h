@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "client/lockctl/bench.h"
@@ -91,7 +92,13 @@ struct ProcResult {
   double elapsed_s = 0;
   rdmalock::ClientStats stats;  // over the measured window
   std::string first_error;
+  // With --timeline: each measured set's start and grant, steady_clock ns (CLOCK_MONOTONIC).
+  std::vector<std::pair<int64_t, int64_t>> timeline;
 };
+
+// Writes `timeline` to `path`, one "START_NS GRANTED_NS" line a set in order of grant. False if
+// the file cannot be written (errno says why).
+bool WriteTimeline(const std::string& path, std::vector<std::pair<int64_t, int64_t>>& timeline);
 
 // Runs o.threads workers against `target` for the warm-up and the measured window.
 // `proc` numbers the process (0: the parent), which seeds its threads' generators. With

@@ -213,6 +213,16 @@ void KillAndReap(std::vector<Child>& children) {
 int RunBench(const BenchOptions& o, const BenchConnect& connect) {
   using namespace bench;  // this file's parts
   if (const int rc = ValidateBenchOptions(o); rc != 0) return rc;
+  // A --timeline that cannot be written is said before the run, not after it.
+  if (!o.timeline.empty()) {
+    std::FILE* f = std::fopen(o.timeline.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "lockctl bench: cannot write --timeline %s: %s\n", o.timeline.c_str(),
+                   std::strerror(errno));
+      return kExitUsage;
+    }
+    std::fclose(f);
+  }
   std::vector<Child> children;
   // The progress line (a terminal, not --json): its counters are mapped before the fork so that
   // every process's workers count into them and the parent draws the sum.
@@ -303,6 +313,11 @@ int RunBench(const BenchOptions& o, const BenchConnect& connect) {
   std::vector<ProcResult> procs;
   procs.push_back(RunWorkload(s.target, o, *keys, 0, progress.get(), progress != nullptr));
   s = Session{};  // the parent's sessions end now, as the children's do when they exit
+  if (!o.timeline.empty() && !WriteTimeline(o.timeline, procs[0].timeline)) {
+    std::fprintf(stderr, "lockctl bench: cannot write --timeline %s: %s\n", o.timeline.c_str(),
+                 std::strerror(errno));
+    return kExitInternal;
+  }
 
   int failed = 0, child_code = 0;
   const auto report_deadline = Clock::now() + kChildGrace;

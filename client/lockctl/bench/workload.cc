@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <deque>
@@ -36,6 +37,10 @@ rdmalock::ClientStats Delta(rdmalock::ClientStats end, const rdmalock::ClientSta
 
 // ---- one process's run
 
+// A time point as --timeline writes it: steady_clock is CLOCK_MONOTONIC, shared by the host's
+// processes.
+int64_t Ns(Clock::time_point t) { return duration_cast<nanoseconds>(t.time_since_epoch()).count(); }
+
 struct ThreadResult {
   std::vector<uint32_t> acquire, release, pair;  // codes (EncodeNs)
   uint64_t locks = 0;                            // locks of the measured sets
@@ -43,6 +48,7 @@ struct ThreadResult {
   int64_t max_lag_ns = 0;                        // open loop: latest start after schedule
   uint64_t errors = 0;
   std::string first_error;
+  std::vector<std::pair<int64_t, int64_t>> timeline;  // --timeline: (start, granted) ns
 
   void Error(const rdmalock::Status& st) {
     if (errors++ == 0) first_error = st.ToString();
@@ -189,6 +195,7 @@ void AsyncWorker(Shared& sh, int global_thread, ThreadResult& r) {
         r.release.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - t1r).count()));
         r.pair.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - d.issued).count()));
         r.locks += 1;
+        if (!o.timeline.empty()) r.timeline.emplace_back(Ns(d.issued), Ns(d.granted));
       }
       if (progress != nullptr) progress->Add(handles.size());
     }
@@ -280,6 +287,7 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
       r.release.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - t1r).count()));
       r.pair.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - start).count()));
       r.locks += static_cast<uint64_t>(o.batch);
+      if (!o.timeline.empty()) r.timeline.emplace_back(Ns(start), Ns(t1));
       if (progress != nullptr) progress->Add(static_cast<uint64_t>(o.batch));
       if (open) {
         const int64_t lag = duration_cast<nanoseconds>(t0 - start).count();
@@ -347,6 +355,25 @@ void SleepShowing(double secs, bool warmup, const ProgressCounters* draw) {
 
 void Accumulate(rdmalock::ClientStats& sum, const rdmalock::ClientStats& v) { sum += v; }
 
+bool WriteTimeline(const std::string& path, std::vector<std::pair<int64_t, int64_t>>& timeline) {
+  std::sort(timeline.begin(), timeline.end(),
+            [](const auto& a, const auto& b) { return a.second < b.second; });
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return false;
+  bool ok = true;
+  for (const auto& [start, granted] : timeline) {
+    if (std::fprintf(f, "%lld %lld\n", static_cast<long long>(start),
+                     static_cast<long long>(granted)) < 0) {
+      ok = false;
+      break;
+    }
+  }
+  const int saved = errno;
+  if (std::fclose(f) != 0) return false;
+  errno = saved;
+  return ok;
+}
+
 ProcResult RunWorkload(const BenchTarget& target, const BenchOptions& o, const KeySampler& keys,
                        int proc, ProgressCounters* progress, bool draw) {
   Shared sh;
@@ -391,6 +418,7 @@ ProcResult RunWorkload(const BenchTarget& target, const BenchOptions& o, const K
     p.acquire.insert(p.acquire.end(), r.acquire.begin(), r.acquire.end());
     p.release.insert(p.release.end(), r.release.begin(), r.release.end());
     p.pair.insert(p.pair.end(), r.pair.begin(), r.pair.end());
+    p.timeline.insert(p.timeline.end(), r.timeline.begin(), r.timeline.end());
     p.locks += r.locks;
     p.late += r.late;
     p.max_lag_ns = std::max(p.max_lag_ns, r.max_lag_ns);
