@@ -70,34 +70,66 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
     return (want_token || r.want_token) && r.mode == Mode::kExclusive;
   };
   // Recorded exclusive requests tag their entries with the slot's generation as Acquire's do
-  // (lock_engine.cc, AcquireImpl): from a READ of word1 in the doorbell (a token's, or one added
-  // when the session knows no recent generation of the slot), or from what it learned before.
+  // (lock_engine.cc, AcquireImpl): from a READ after the request's FA in its doorbell, or from
+  // what the session learned before. A token READs word1 of its slot. A tag the session knows no
+  // recent generation for READs the words of its slot's whole block (kGenerationBlockSlots slots,
+  // 1 KiB), as Acquire's does, and the session learns every slot there (LearnBlock): one block a
+  // doorbell (budget::kMaxBlockRead), the first such request's; the doorbell's other requests in
+  // that block take their word1 from it, and those in another block READ word1 alone. The block
+  // READ goes after every FA of its doorbell, so it shows each of them word1 after its own FA.
   const bool recorded = static_cast<bool>(take);
   const auto last_seen = mem.last_completed();
   std::vector<Issued> got(reqs.size());
+  uint64_t block[2 * kGenerationBlockSlots];  // word0, word1 of slot block_first + i at 2i, 2i + 1
   for (size_t base = 0; base < reqs.size();) {
     RemoteOp ops[kBatchOps];
     size_t fa_at[kBatchOps];
     GenerationTable::Hint hints[kBatchOps];
-    bool read_word1[kBatchOps];
+    bool read_word1[kBatchOps];  // word1 READ after the FA: its own, or the block's
+    uint64_t* word1[kBatchOps];  // where that READ's word1 lands
+    constexpr uint64_t kNoBlock = ~uint64_t{0};
+    uint64_t block_first = kNoBlock, block_count = 0;
     size_t n = 0, first = base;
-    // Stops when the doorbell is full: a request takes one operation or two (with its READ).
+    // Stops when the doorbell is full: a request takes one operation or two (with its own READ),
+    // and the block READ, once chosen, one at the end.
     for (; base < reqs.size() && n < kBatchOps; ++base) {
       const ManyRequest& r = reqs[base];
       const size_t k = base - first;  // k <= n < kBatchOps: each request before took an op
       const bool tag = recorded && r.mode == Mode::kExclusive;
-      read_word1[k] = token(r) || (tag && !RecentGeneration(r.slot, last_seen, &hints[k]));
-      if (n + 1 + (read_word1[k] ? 1 : 0) > kBatchOps) break;
+      const bool learn = !token(r) && tag && !RecentGeneration(r.slot, last_seen, &hints[k]);
+      read_word1[k] = token(r) || learn;
+      const uint64_t its_block = r.slot - r.slot % kGenerationBlockSlots;
+      const bool new_block = learn && block_first == kNoBlock;
+      const bool via_block = learn && (new_block || its_block == block_first);
+      const size_t need = 1 + (read_word1[k] && !via_block ? 1 : 0) +
+                          (block_first != kNoBlock || new_block ? 1 : 0);
+      if (n + need > kBatchOps) break;
       fa_at[k] = n;
       ops[n++] =
           RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(r.slot), proto::AcquireIncrement(r.mode));
-      if (read_word1[k]) ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(r.slot), 8);
+      if (new_block) {
+        block_first = its_block;
+        block_count = std::min(kGenerationBlockSlots, params_.lock_count - block_first);
+      }
+      if (via_block) {
+        word1[k] = &block[2 * (r.slot - block_first) + 1];
+      } else if (read_word1[k]) {
+        ops[n] = RemoteOp::Read(RegionId::kLocks, Word1Off(r.slot), 8);
+        word1[k] = &ops[n++].result[0];
+      }
+    }
+    if (block_first != kNoBlock) {
+      ops[n++] = RemoteOp::ReadInto(RegionId::kLocks, proto::SlotOffset(block_first),
+                                    static_cast<uint32_t>(block_count * proto::kSlotSize), block);
     }
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops, n)));
-    const auto issue = mem.last_issued();    // before the FAs were posted: the leases' start
+    const auto issue = mem.last_issued();  // before the FAs were posted: the leases' start
+    // The block's slots first: the requests' own tags below learn theirs again with their FAs'
+    // counts. A slot whose word1 looks torn is not learned (LearnBlock).
+    if (block_first != kNoBlock) LearnBlock(block_first, block_count, block, kNoBlock, issue);
     for (size_t i = first; i < base; ++i) {  // word1 for tokens and tags: made whole
       if (!read_word1[i - first]) continue;
-      RDMALOCK_RETURN_IF_ERROR(WholeWord1(mem, reqs[i].slot, &ops[fa_at[i - first] + 1].result[0]));
+      RDMALOCK_RETURN_IF_ERROR(WholeWord1(mem, reqs[i].slot, word1[i - first]));
     }
     RemoteOp queued[kBatchOps];
     size_t nq = 0;
@@ -120,7 +152,7 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
       if (take) std::tie(t.record, t.record_seq) = take();
       if (t.record != 0 && r.mode == Mode::kExclusive) {
         const size_t k = i - first;
-        TagTicket(&t, read_word1[k] ? &ops[fa_at[k] + 1].result[0] : nullptr, hints[k], issue);
+        TagTicket(&t, read_word1[k] ? word1[k] : nullptr, hints[k], issue);
       }
       if (t.record != 0) {
         queued[nq++] =
@@ -129,7 +161,7 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
       }
       s.grant.seen = Word0::Decode(prev.Encode() + fa.operand);
       if (token(r)) {
-        s.grant.generation = proto::Generation(ops[fa_at[i - first] + 1].result[0]);
+        s.grant.generation = proto::Generation(*word1[i - first]);
         s.grant.has_generation = true;
       }
       s.granted = proto::Granted(prev, prev, r.mode);

@@ -826,21 +826,6 @@ TEST_CASE("torn READs: a waiter does not give its ticket up on a torn view of th
   CHECK(W0(table, 0).Drained());  // no ticket left behind
 }
 
-// Word1 (the generation) from a READ torn across a reset that took a slot's generation from
-// 0x..ff to 0x..00: bytes copied in ascending order, as rdma_rxe copies them, so the
-// generation's low byte comes from before the reset and the bytes above it from after: the READ
-// shows 0x..ff again on top of the new value, 255 past the word's. Every READ of the lock table
-// through the channel is torn so, in `result` or `into`.
-void TearGenerations(RemoteOp& op) {
-  if (op.region != RegionId::kLocks) return;
-  uint64_t* w = op.into != nullptr ? op.into : op.result;
-  for (uint64_t i = 0; i < op.length / 8; ++i) {
-    if ((op.offset + 8 * i) % proto::kSlotSize != proto::kWord1Offset) continue;
-    const uint64_t gen = proto::Generation(w[i]);
-    if (gen != 0 && (gen & 0xff) == 0) w[i] |= uint64_t{0xff} * proto::kGenerationIncrement;
-  }
-}
-
 TEST_CASE("torn READs: a fencing token does not take a torn generation") {
   InProcessTable table(4);
   LockEngine e(Params(4), nullptr);

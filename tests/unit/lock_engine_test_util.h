@@ -165,4 +165,19 @@ inline Word0 QueueExclusive(InProcessMemory& m, uint64_t slot) {
   return Word0::Decode(fa.result[0]);
 }
 
+// Word1 (the generation) from a READ torn across a reset that took a slot's generation from
+// 0x..ff to 0x..00: bytes copied in ascending order, as rdma_rxe copies them, so the
+// generation's low byte comes from before the reset and the bytes above it from after: the READ
+// shows 0x..ff again on top of the new value, 255 past the word's. Every READ of the lock table
+// through the channel is torn so, in `result` or `into`.
+inline void TearGenerations(RemoteOp& op) {
+  if (op.region != RegionId::kLocks) return;
+  uint64_t* w = op.into != nullptr ? op.into : op.result;
+  for (uint64_t i = 0; i < op.length / 8; ++i) {
+    if ((op.offset + 8 * i) % proto::kSlotSize != proto::kWord1Offset) continue;
+    const uint64_t gen = proto::Generation(w[i]);
+    if (gen != 0 && (gen & 0xff) == 0) w[i] |= uint64_t{0xff} * proto::kGenerationIncrement;
+  }
+}
+
 }  // namespace rdmalock::engine_test
