@@ -338,8 +338,9 @@ int ParseArgs(int argc, char** argv, Args* args) {
       ->check(CLI::Range(0, 4096));
   bench
       ->add_option("--timeline", bo.timeline,
-                   "write each measured set's start and grant time (CLOCK_MONOTONIC ns, one "
-                   "line each) to this file, to line up separate runs; --processes 1 only")
+                   "write each measured set's start and grant time (CLOCK_MONOTONIC ns) and "
+                   "fencing token, one line each, to this file, to line up separate runs; "
+                   "--processes 1 only")
       ->type_name("FILE");
   bool no_records = false;
   bench->add_flag("--no-records", no_records,

@@ -41,9 +41,10 @@ struct BenchOptions {
   // its shard, then its slot there (ClusterClient::Lock). Single locks, synchronous only.
   bool cluster = false;
   // Non-empty: write each measured set's start and grant times to this file, one line
-  // "START_NS GRANTED_NS" a set (CLOCK_MONOTONIC, the clock every process of the host shares),
-  // so that the runs of separate processes can be lined up (run-perf.sh's cohort rows). One
-  // process only (--processes 1).
+  // "START_NS GRANTED_NS TOKEN" a set (CLOCK_MONOTONIC, the clock every process of the host
+  // shares; TOKEN the (first) lock's fencing token, 0 without --token), so that the runs of
+  // separate processes can be lined up (run-perf.sh's cohort rows). One process only
+  // (--processes 1).
   std::string timeline;
 };
 

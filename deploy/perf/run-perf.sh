@@ -186,12 +186,14 @@ bench onelock-4p 4 --threads 1 --locks 1 --duration 5
 # Another process's waiter on a lock that 4 threads of one process hand over in-process (issue
 # 19, cohort handover). The bound: one remote grant is handed over at most kMaxLocalHandovers (8)
 # times in a row, so the other process waits for at most 9 of their grants once its FETCH_AND_ADD
-# is at lockd. Both runs write when each set started and was granted (--timeline), and
-# deploy/perf/cohort_waits.py counts the 4 threads' grants within each of the other's waits.
-lockctl --json bench --threads 4 --locks 1 --duration 5 \
+# is at lockd. Both runs write when each set started and was granted, with its fencing token
+# (--timeline, --token), and deploy/perf/cohort_waits.py counts the 4 threads' grants each wait
+# of the other waited for: exactly, from the tokens' ticket numbers, and within its start and
+# grant times.
+lockctl --json bench --threads 4 --locks 1 --duration 5 --token \
   --timeline "$out/cohort-local.timeline" >"$out/cohort-local.json" &
 cohort_local_pid=$!
-lockctl --json bench --threads 1 --locks 1 --duration 5 \
+lockctl --json bench --threads 1 --locks 1 --duration 5 --token \
   --timeline "$out/cohort-remote.timeline" >"$out/cohort-remote.json" &
 cohort_remote_pid=$!
 wait "$cohort_local_pid"
@@ -456,14 +458,17 @@ cpu_pct_window() { awk '{ printf "%.2f", ($6 > 0) ? 100 * $5 / $6 : 0 }' "$out/$
     "$(awk -v p="$(json "$cl" pairs_per_s)" 'BEGIN { print (p > 0) ? 1e6 / p : 0 }')" \
     "~ 9 grants + its turn"
   # The bound in grants rather than time (a stalled vCPU stretches one grant, not the count),
-  # counted wait by wait from the two timelines: the 4 threads' grants between the other's
-  # start and its grant. At most 9 once its FETCH_AND_ADD is at lockd; those during that FA's
-  # round trip come on top (cohort_waits.py).
+  # counted wait by wait (cohort_waits.py): exactly, the 4 threads' grants on the remote grant
+  # just before the other's ticket (fencing tokens number them), at most 9; and by the clocks,
+  # their grants between the other's start and its grant, which adds those made while its
+  # FETCH_AND_ADD was on its way to lockd.
   cw=$out/cohort-waits.json
-  row "    the 4 threads' grants within one wait of the other: max" "$(json "$cw" max)" "" \
-    "<= 9 + its FA's"
-  printf '%-58s %12s\n' "      p99 / mean / waits with more than 9 / waits counted" \
-    "$(json "$cw" p99) / $(json "$cw" mean) / $(json "$cw" over_9) / $(json "$cw" waits)"
+  row "    the 4 threads' grants one wait of the other waits for: max" "$(json "$cw" exact_max)" \
+    "" "<= 9"
+  printf '%-58s %12s\n' "      p99 / mean / waits over 9 / waits counted" \
+    "$(json "$cw" exact_p99) / $(json "$cw" exact_mean) / $(json "$cw" exact_over_9) / $(json "$cw" waits)"
+  printf '%-58s %12s\n' "      by the clocks (incl. its FA's flight): max / p99 / mean" \
+    "$(json "$cw" clock_max) / $(json "$cw" clock_p99) / $(json "$cw" clock_mean)"
   row "    the 4 threads' own longest acquire us (the VM's stalls)" \
     "$(json_p "$cl" acquire_us max)" "" ""
   printf '%s\n' "the SDK's own cost on the host CPU, outside the VM (tests/bench/sdk_microbench;" \

@@ -14,7 +14,6 @@
 #include <random>
 #include <string>
 #include <unordered_set>
-#include <utility>
 #include <vector>
 
 #include "client/lockctl/bench.h"
@@ -84,6 +83,13 @@ void PickSet(const BenchOptions& o, const KeySampler& keys, std::mt19937_64& rng
 
 // ---- one process's run (workload.cc)
 
+// One measured set, for --timeline: when it started and was granted (steady_clock ns, which is
+// CLOCK_MONOTONIC) and its (first) lock's fencing token (0 without --token).
+struct TimelineEntry {
+  int64_t start = 0, granted = 0;
+  uint64_t token = 0;
+};
+
 // What one process measured; children send it to the parent.
 struct ProcResult {
   std::vector<uint32_t> acquire, release, pair;  // codes (EncodeNs)
@@ -92,13 +98,8 @@ struct ProcResult {
   double elapsed_s = 0;
   rdmalock::ClientStats stats;  // over the measured window
   std::string first_error;
-  // With --timeline: each measured set's start and grant, steady_clock ns (CLOCK_MONOTONIC).
-  std::vector<std::pair<int64_t, int64_t>> timeline;
+  std::vector<TimelineEntry> timeline;  // with --timeline: each measured set's, any order
 };
-
-// Writes `timeline` to `path`, one "START_NS GRANTED_NS" line a set in order of grant. False if
-// the file cannot be written (errno says why).
-bool WriteTimeline(const std::string& path, std::vector<std::pair<int64_t, int64_t>>& timeline);
 
 // Runs o.threads workers against `target` for the warm-up and the measured window.
 // `proc` numbers the process (0: the parent), which seeds its threads' generators. With
@@ -110,6 +111,10 @@ ProcResult RunWorkload(const BenchTarget& target, const BenchOptions& o, const K
 
 // sum += v, counter by counter.
 void Accumulate(rdmalock::ClientStats& sum, const rdmalock::ClientStats& v);
+
+// Writes `timeline` to `path`, one "START_NS GRANTED_NS TOKEN" line a set in order of grant.
+// False if the file cannot be written (errno says why).
+bool WriteTimeline(const std::string& path, std::vector<TimelineEntry>& timeline);
 
 // ---- report (report.cc)
 

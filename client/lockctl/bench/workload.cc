@@ -48,7 +48,7 @@ struct ThreadResult {
   int64_t max_lag_ns = 0;                        // open loop: latest start after schedule
   uint64_t errors = 0;
   std::string first_error;
-  std::vector<std::pair<int64_t, int64_t>> timeline;  // --timeline: (start, granted) ns
+  std::vector<TimelineEntry> timeline;  // --timeline
 
   void Error(const rdmalock::Status& st) {
     if (errors++ == 0) first_error = st.ToString();
@@ -195,7 +195,9 @@ void AsyncWorker(Shared& sh, int global_thread, ThreadResult& r) {
         r.release.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - t1r).count()));
         r.pair.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - d.issued).count()));
         r.locks += 1;
-        if (!o.timeline.empty()) r.timeline.emplace_back(Ns(d.issued), Ns(d.granted));
+        if (!o.timeline.empty()) {
+          r.timeline.push_back({Ns(d.issued), Ns(d.granted), d.h->fencing_token()});
+        }
       }
       if (progress != nullptr) progress->Add(handles.size());
     }
@@ -250,6 +252,7 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
     const auto t0 = Clock::now();
     if (!open) start = t0;
     Clock::time_point t1, t1r, t2;
+    uint64_t token = 0;  // --timeline: the (first) lock's fencing token, 0 without --token
     rdmalock::Status st;
     if (o.batch == 1) {
       auto h =
@@ -259,6 +262,7 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
         r.Error(h.status());
         continue;
       }
+      token = h->fencing_token();
       Hold(o.hold_us);
       t1r = Clock::now();
       st = h->Release();
@@ -276,6 +280,7 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
                                     " handles for " + std::to_string(set.size()) +
                                     " distinct slots"));
       }
+      if (!hs->empty()) token = hs->front().fencing_token();
       Hold(o.hold_us);
       t1r = Clock::now();
       st = client->ReleaseMany(*hs);
@@ -287,7 +292,7 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
       r.release.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - t1r).count()));
       r.pair.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - start).count()));
       r.locks += static_cast<uint64_t>(o.batch);
-      if (!o.timeline.empty()) r.timeline.emplace_back(Ns(start), Ns(t1));
+      if (!o.timeline.empty()) r.timeline.push_back({Ns(start), Ns(t1), token});
       if (progress != nullptr) progress->Add(static_cast<uint64_t>(o.batch));
       if (open) {
         const int64_t lag = duration_cast<nanoseconds>(t0 - start).count();
@@ -355,15 +360,16 @@ void SleepShowing(double secs, bool warmup, const ProgressCounters* draw) {
 
 void Accumulate(rdmalock::ClientStats& sum, const rdmalock::ClientStats& v) { sum += v; }
 
-bool WriteTimeline(const std::string& path, std::vector<std::pair<int64_t, int64_t>>& timeline) {
+bool WriteTimeline(const std::string& path, std::vector<TimelineEntry>& timeline) {
   std::sort(timeline.begin(), timeline.end(),
-            [](const auto& a, const auto& b) { return a.second < b.second; });
+            [](const TimelineEntry& a, const TimelineEntry& b) { return a.granted < b.granted; });
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) return false;
   bool ok = true;
-  for (const auto& [start, granted] : timeline) {
-    if (std::fprintf(f, "%lld %lld\n", static_cast<long long>(start),
-                     static_cast<long long>(granted)) < 0) {
+  for (const TimelineEntry& e : timeline) {
+    if (std::fprintf(f, "%lld %lld %llu\n", static_cast<long long>(e.start),
+                     static_cast<long long>(e.granted),
+                     static_cast<unsigned long long>(e.token)) < 0) {
       ok = false;
       break;
     }
