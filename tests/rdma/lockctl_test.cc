@@ -486,11 +486,11 @@ TEST_CASE("issue 20 item 5: lockctl bench shows its progress line on a terminal 
   CHECK(piped.find("acquisitions") != std::string::npos);
 }
 
-TEST_CASE("lockctl bench --timeline writes one start and grant time per measured set") {
+TEST_CASE("lockctl bench --timeline writes one start, grant time and token per measured set") {
   Lockd lockd(7683, 1024);
   const std::string path = TempDir() + "/timeline";
   auto [rc, json] = Capture(Lockctl(lockd) + " --json bench --threads 2 --locks 1 --duration 1 " +
-                            "--warmup 200ms --timeline " + path);
+                            "--warmup 200ms --token --timeline " + path);
   INFO(json);
   REQUIRE(rc == 0);
   const auto key = json.find("\"acquisitions\":");
@@ -498,19 +498,27 @@ TEST_CASE("lockctl bench --timeline writes one start and grant time per measured
   const uint64_t acquisitions = std::stoull(json.substr(key + 15));
   REQUIRE(acquisitions > 0);
   // One line a measured set, in order of grant, each start before its grant, within the run.
+  // Two threads on one lock: a thread reads the clock after its grant and before its release,
+  // and the next grant follows that release, so in this order the tokens strictly increase.
   std::ifstream in(path);
   long long start = 0, granted = 0, last_granted = 0, first_start = 0;
-  uint64_t lines = 0, unordered = 0, backwards = 0;
-  while (in >> start >> granted) {
+  unsigned long long token = 0, last_token = 0;
+  uint64_t lines = 0, unordered = 0, backwards = 0, no_token = 0, token_not_up = 0;
+  while (in >> start >> granted >> token) {
     if (lines == 0) first_start = start;
     if (granted < last_granted) ++unordered;
     if (start > granted) ++backwards;
+    if (token == 0) ++no_token;
+    if (lines > 0 && token <= last_token) ++token_not_up;
     last_granted = granted;
+    last_token = token;
     ++lines;
   }
   CHECK(lines == acquisitions);
   CHECK(unordered == 0);
   CHECK(backwards == 0);
+  CHECK(no_token == 0);
+  CHECK(token_not_up == 0);
   // The measured window is about 1 s (its sets' grants span less than 2 s of CLOCK_MONOTONIC).
   CHECK(last_granted - first_start > 0);
   CHECK(last_granted - first_start < 2'000'000'000LL);
