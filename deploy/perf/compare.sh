@@ -54,6 +54,8 @@ scenarios=(
   "uncontended|1|--threads 1 --locks 10000"
   "uncontended-norec|1|--threads 1 --locks 10000 --no-records"
   "throughput|1|--threads 8 --locks 10000"
+  "many-8|1|--threads 1 --locks 10000 --batch 8"
+  "async-16|1|--threads 2 --locks 10000 --inflight 16"
   "onelock|1|--threads 1 --locks 1"
   "onelock-4threads|1|--threads 4 --locks 1"
   "onelock-8threads|1|--threads 8 --locks 1"
