@@ -175,11 +175,8 @@ TEST_CASE("item 3: sets going round many locks READ each block once, as single a
   for (uint64_t s = 0; s < kSlots; ++s) table.Store(s, 1, (s % 7) * proto::kGenerationIncrement);
   LockEngine e(Params(kSlots), nullptr);
   InProcessMemory mem(&table);
-  uint32_t next = 0;
-  const LockEngine::EntrySource take = [&] {
-    const uint32_t i = next++ % proto::SessionRecord::kMaxEntries;
-    return std::pair<uint64_t, uint32_t>{proto::SessionRecord::EntryOffset(i), next};
-  };
+  EntryCycle entries;
+  const LockEngine::EntrySource take = entries.Source();
   const OpCounters& c = mem.counters();
   for (int round = 0; round < 2; ++round) {
     INFO("round " << round);
@@ -207,11 +204,8 @@ TEST_CASE("item 3: a set's block READ learns other blocks' slots by their own RE
   for (uint64_t s = 0; s < 128; ++s) table.Store(s, 1, (s % 5) * proto::kGenerationIncrement);
   LockEngine e(Params(128), nullptr);
   InProcessMemory mem(&table);
-  uint32_t next = 0;
-  const LockEngine::EntrySource take = [&] {
-    const uint32_t i = next++ % proto::SessionRecord::kMaxEntries;
-    return std::pair<uint64_t, uint32_t>{proto::SessionRecord::EntryOffset(i), next};
-  };
+  EntryCycle entries;
+  const LockEngine::EntrySource take = entries.Source();
   const OpCounters& c = mem.counters();
   const ManyRequest reqs[] = {{10, Mode::kExclusive, false},
                               {20, Mode::kExclusive, false},
@@ -250,11 +244,8 @@ TEST_CASE("torn READs: a set's tags from a block READ do not take a torn generat
   table.Store(1, 1, 0x200 * proto::kGenerationIncrement);
   table.Store(3, 1, 0x300 * proto::kGenerationIncrement);
   table.Store(64, 1, 0x400 * proto::kGenerationIncrement);
-  uint32_t next = 0;
-  const LockEngine::EntrySource take = [&] {
-    const uint32_t i = next++ % proto::SessionRecord::kMaxEntries;
-    return std::pair<uint64_t, uint32_t>{proto::SessionRecord::EntryOffset(i), next};
-  };
+  EntryCycle entries;
+  const LockEngine::EntrySource take = entries.Source();
   for (int round = 0; round < 2; ++round) {  // the second from what the first learned
     INFO("round " << round);
     const ManyRequest reqs[] = {{0, Mode::kExclusive, false},
@@ -306,11 +297,8 @@ TEST_CASE("issue_many: more recorded requests than one doorbell holds, tagged or
   InProcessMemory mem(&table);
   std::vector<ManyRequest> reqs;
   for (uint64_t s = 0; s < kSlots; ++s) reqs.push_back({s * kStride, Mode::kExclusive, false});
-  uint32_t next = 0;
-  const LockEngine::EntrySource take = [&] {
-    const uint32_t i = next++ % proto::SessionRecord::kMaxEntries;
-    return std::pair<uint64_t, uint32_t>{proto::SessionRecord::EntryOffset(i), next};
-  };
+  EntryCycle entries;
+  const LockEngine::EntrySource take = entries.Source();
   const OpCounters& c = mem.counters();
   for (int round = 0; round < 2; ++round) {
     INFO("round " << round);

@@ -165,6 +165,21 @@ inline Word0 QueueExclusive(InProcessMemory& m, uint64_t slot) {
   return Word0::Decode(fa.result[0]);
 }
 
+// Record entries for requests that take one each (LockEngine::EntrySource): round the session
+// record's kMaxEntries slots, each with the next sequence number.
+class EntryCycle {
+ public:
+  LockEngine::EntrySource Source() {
+    return [this] {
+      const uint32_t i = next_++ % proto::SessionRecord::kMaxEntries;
+      return std::pair<uint64_t, uint32_t>{proto::SessionRecord::EntryOffset(i), next_};
+    };
+  }
+
+ private:
+  uint32_t next_ = 0;
+};
+
 // Word1 (the generation) from a READ torn across a reset that took a slot's generation from
 // 0x..ff to 0x..00: bytes copied in ascending order, as rdma_rxe copies them, so the
 // generation's low byte comes from before the reset and the bytes above it from after: the READ
