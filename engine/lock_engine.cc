@@ -164,9 +164,20 @@ void LockEngine::TagTicket(Ticket* t, const uint64_t* word1, const GenerationTab
   }
 }
 
-void LockEngine::LearnBlock(uint64_t first, uint64_t count, const uint64_t* words, uint64_t except,
+LockEngine::GenerationBlock LockEngine::BlockOf(uint64_t slot) const {
+  const uint64_t first = slot - slot % kGenerationBlockSlots;
+  return {first, std::min(kGenerationBlockSlots, params_.lock_count - first)};
+}
+
+RemoteOp LockEngine::GenerationBlock::Read(uint64_t* words) const {
+  return RemoteOp::ReadInto(RegionId::kLocks, proto::SlotOffset(first),
+                            static_cast<uint32_t>(count * proto::kSlotSize), words);
+}
+
+void LockEngine::LearnBlock(GenerationBlock b, const uint64_t* words, uint64_t except,
                             Clock::time_point issue) const {
-  for (uint64_t i = 0; i < count; ++i) {
+  const uint64_t first = b.first;
+  for (uint64_t i = 0; i < b.count; ++i) {
     if (first + i == except) continue;  // TagTicket learned it, with its own FA's count
     if (!GenerationReadWhole(words[2 * i + 1])) continue;  // maybe torn: its own request READs
     const Word0 w0 = Word0::Decode(words[2 * i]);
@@ -216,22 +227,20 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     const bool learn =
         tag && !opt.want_token && !RecentGeneration(slot, mem.last_completed(), &hint);
     const bool read_word1 = opt.want_token || learn;
-    const uint64_t first = slot - slot % kGenerationBlockSlots;
-    const uint64_t count = std::min(kGenerationBlockSlots, params_.lock_count - first);
-    uint64_t block[2 * kGenerationBlockSlots];  // word0, word1 of slot first + i at 2i, 2i + 1
+    const GenerationBlock b = BlockOf(slot);
+    uint64_t block[2 * kGenerationBlockSlots];  // word0, word1 of slot b.first + i at 2i, 2i + 1
     RemoteOp ops[2];
     size_t n = 0;
     const size_t fa = n;
     ops[n++] = RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(slot), inc);
     if (learn) {
-      ops[n++] = RemoteOp::ReadInto(RegionId::kLocks, proto::SlotOffset(first),
-                                    static_cast<uint32_t>(count * proto::kSlotSize), block);
+      ops[n++] = b.Read(block);
     } else if (read_word1) {
       ops[n++] = RemoteOp::Read(RegionId::kLocks, Word1Off(slot), 8);
     }
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops, n)));
     // Word1 as the READ after our FA showed it (read_word1 only; made whole below).
-    uint64_t word1 = learn ? block[2 * (slot - first) + 1] : ops[fa + 1].result[0];
+    uint64_t word1 = learn ? block[2 * (slot - b.first) + 1] : ops[fa + 1].result[0];
     const auto issue = mem.last_issued();  // before the FA was posted: the lease's start
     if (attempt == 0) requested = issue;
     // The channel's posted release landed before this FA; reap it (a retry if it missed)
@@ -272,7 +281,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
 
     Ticket t{slot, mode, prev, record, record_seq};
     if (tag) TagTicket(&t, read_word1 ? &word1 : nullptr, hint, issue);
-    if (learn) LearnBlock(first, count, block, slot, issue);
+    if (learn) LearnBlock(b, block, slot, issue);
     if (record != 0) {
       // The ticket, posted without waiting: it lands before anything this channel sends next.
       RemoteOp queued =

@@ -299,13 +299,22 @@ class LockEngine {
   // cover (the request goes untagged; the next one READs).
   void TagTicket(Ticket* t, const uint64_t* word1, const GenerationTable::Hint& hint,
                  Clock::time_point issue) const;
-  // Learns the generations of slots [first, first + count) but `except` from a READ of their
-  // words issued at `issue` after the caller's FA (`words`: word0, word1 of each slot in turn).
+  // The aligned block of kGenerationBlockSlots slots that holds a slot (the last one cut short at
+  // the table's end), and the READ of its words (word0, word1 of each slot in turn) into `words`,
+  // 2 * kGenerationBlockSlots of them: the READ a request that must learn its slot's generation
+  // makes in its FA's doorbell (AcquireImpl, IssueMany).
+  struct GenerationBlock {
+    uint64_t first = 0, count = 0;
+    RemoteOp Read(uint64_t* words) const;
+  };
+  GenerationBlock BlockOf(uint64_t slot) const;
+  // Learns the generations of block `b`'s slots but `except` from a READ of their words
+  // (GenerationBlock::Read) issued at `issue` after the caller's FA.
   // Each hint carries the count its word0 showed, so a reset since is seen as TagTicket sees
   // any (GenerationHintCovers). Word0 and word1 of a slot are not read as one snapshot; either
   // way the hint's generation is never newer than a later request's, which is all safety asks
   // (lock_engine_internal.h, GenerationHintCovers).
-  void LearnBlock(uint64_t first, uint64_t count, const uint64_t* words, uint64_t except,
+  void LearnBlock(GenerationBlock b, const uint64_t* words, uint64_t except,
                   Clock::time_point issue) const;
 
   EngineParams params_;

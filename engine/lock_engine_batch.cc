@@ -80,15 +80,15 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
   const bool recorded = static_cast<bool>(take);
   const auto last_seen = mem.last_completed();
   std::vector<Issued> got(reqs.size());
-  uint64_t block[2 * kGenerationBlockSlots];  // word0, word1 of slot block_first + i at 2i, 2i + 1
+  uint64_t block[2 * kGenerationBlockSlots];  // word0, word1 of slot b.first + i at 2i, 2i + 1
   for (size_t base = 0; base < reqs.size();) {
     RemoteOp ops[kBatchOps];
     size_t fa_at[kBatchOps];
     GenerationTable::Hint hints[kBatchOps];
     bool read_word1[kBatchOps];  // word1 READ after the FA: its own, or the block's
     uint64_t* word1[kBatchOps];  // where that READ's word1 lands
-    constexpr uint64_t kNoBlock = ~uint64_t{0};
-    uint64_t block_first = kNoBlock, block_count = 0;
+    bool have_block = false;     // the doorbell READs block b
+    GenerationBlock b;
     size_t n = 0, first = base;
     // Stops when the doorbell is full: a request takes one operation or two (with its own READ),
     // and the block READ, once chosen, one at the end.
@@ -98,35 +98,32 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
       const bool tag = recorded && r.mode == Mode::kExclusive;
       const bool learn = !token(r) && tag && !RecentGeneration(r.slot, last_seen, &hints[k]);
       read_word1[k] = token(r) || learn;
-      const uint64_t its_block = r.slot - r.slot % kGenerationBlockSlots;
-      const bool new_block = learn && block_first == kNoBlock;
-      const bool via_block = learn && (new_block || its_block == block_first);
-      const size_t need = 1 + (read_word1[k] && !via_block ? 1 : 0) +
-                          (block_first != kNoBlock || new_block ? 1 : 0);
+      const GenerationBlock its = BlockOf(r.slot);
+      const bool new_block = learn && !have_block;
+      const bool via_block = learn && (new_block || its.first == b.first);
+      const size_t need =
+          1 + (read_word1[k] && !via_block ? 1 : 0) + (have_block || new_block ? 1 : 0);
       if (n + need > kBatchOps) break;
       fa_at[k] = n;
       ops[n++] =
           RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(r.slot), proto::AcquireIncrement(r.mode));
       if (new_block) {
-        block_first = its_block;
-        block_count = std::min(kGenerationBlockSlots, params_.lock_count - block_first);
+        b = its;
+        have_block = true;
       }
       if (via_block) {
-        word1[k] = &block[2 * (r.slot - block_first) + 1];
+        word1[k] = &block[2 * (r.slot - b.first) + 1];
       } else if (read_word1[k]) {
         ops[n] = RemoteOp::Read(RegionId::kLocks, Word1Off(r.slot), 8);
         word1[k] = &ops[n++].result[0];
       }
     }
-    if (block_first != kNoBlock) {
-      ops[n++] = RemoteOp::ReadInto(RegionId::kLocks, proto::SlotOffset(block_first),
-                                    static_cast<uint32_t>(block_count * proto::kSlotSize), block);
-    }
+    if (have_block) ops[n++] = b.Read(block);
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops, n)));
     const auto issue = mem.last_issued();  // before the FAs were posted: the leases' start
     // The block's slots first: the requests' own tags below learn theirs again with their FAs'
     // counts. A slot whose word1 looks torn is not learned (LearnBlock).
-    if (block_first != kNoBlock) LearnBlock(block_first, block_count, block, kNoBlock, issue);
+    if (have_block) LearnBlock(b, block, /*except=*/~uint64_t{0}, issue);
     for (size_t i = first; i < base; ++i) {  // word1 for tokens and tags: made whole
       if (!read_word1[i - first]) continue;
       RDMALOCK_RETURN_IF_ERROR(WholeWord1(mem, reqs[i].slot, word1[i - first]));

@@ -262,7 +262,7 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
         r.Error(h.status());
         continue;
       }
-      token = h->fencing_token();
+      if (!o.timeline.empty()) token = h->fencing_token();  // (takes the handle's mutex)
       Hold(o.hold_us);
       t1r = Clock::now();
       st = h->Release();
@@ -280,7 +280,7 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
                                     " handles for " + std::to_string(set.size()) +
                                     " distinct slots"));
       }
-      if (!hs->empty()) token = hs->front().fencing_token();
+      if (!o.timeline.empty() && !hs->empty()) token = hs->front().fencing_token();
       Hold(o.hold_us);
       t1r = Clock::now();
       st = client->ReleaseMany(*hs);
