@@ -602,6 +602,7 @@ Status LockEngine::Release(RemoteMemory& mem, const Grant& g, EngineEvents* ev) 
       if (now.Frozen() && now.Drained()) return ResetDrained(mem, t.slot, now, ev);
       return Status::Ok();
     }
+    Count(&EngineEvents::release_misses, ev);
     cur = Word0::Decode(ops[1].result[0]);
   }
 }
@@ -634,6 +635,7 @@ Status LockEngine::FinishRelease(RemoteMemory& mem, PendingRelease* p, EngineEve
   // Requests queued (or shared siblings released) since the grant was last seen: release again
   // from what the CAS found. Release() gives the entry back.
   Count(&EngineEvents::deferred, ev);
+  Count(&EngineEvents::release_misses, ev);
   Grant again = g;
   again.seen = Word0::Decode(cas.result[0]);
   return Release(mem, again, ev);

@@ -140,6 +140,8 @@ struct EngineEvents {
   Counter abandoned;        // tickets handed to the abandon handler
   Counter frozen_left;      // frozen-word increments left to the stall rescue (finding 8)
   Counter deferred;         // posted releases whose CAS had to be retried when reaped
+  Counter release_misses;   // release CASes that missed (requests queued or shared siblings
+                            // released since the grant was last seen): each one more round trip
   Counter batch_fallbacks;  // sets not all granted at once (acquired in slot order instead)
 };
 

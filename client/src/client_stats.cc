@@ -24,7 +24,8 @@ constexpr uint64_t ClientStats::*kCounters[] = {
     &ClientStats::sessions_lost,   &ClientStats::reconnects,
     &ClientStats::unrecorded,      &ClientStats::batches,
     &ClientStats::batch_fallbacks, &ClientStats::deferred_releases,
-    &ClientStats::local_handovers, &ClientStats::local_shares,
+    &ClientStats::release_misses,  &ClientStats::local_handovers,
+    &ClientStats::local_shares,
 };
 // A counter added to ClientStats but not to kCounters would go unsummed.
 static_assert(sizeof(ClientStats) ==
@@ -94,6 +95,7 @@ void ThreadChannel::AddStats(ClientStats* out) const {
   s.resets = events.resets.get();
   s.abandoned = events.abandoned.get();
   s.deferred_releases = events.deferred.get();
+  s.release_misses = events.release_misses.get();
   s.batch_fallbacks = events.batch_fallbacks.get();
   s.batches = batches.get();
   s.local_handovers = local_handovers.get();

@@ -35,6 +35,28 @@ TEST_CASE("uncontended exclusive acquire is one FETCH_AND_ADD, release one more"
   REQUIRE(W0(table, 3) == Word0{.max_s = 0, .max_x = 1, .n_s = 0, .n_x = 1});
 }
 
+TEST_CASE("a release that misses because a request queued since the grant counts one miss") {
+  // The release CAS compares against the word as the grant last saw it; a request queued after
+  // that makes it miss, and the release takes again from what the miss returned (one more round
+  // trip, counted in EngineEvents::release_misses, which lockctl bench prints).
+  InProcessTable table(4);
+  LockEngine e(Params(4), nullptr);
+  InProcessMemory holder(&table), other(&table);
+  EngineEvents ev;
+  auto g = e.Acquire(holder, 1, Mode::kExclusive, {}, &ev);
+  REQUIRE(g.ok());
+  REQUIRE(e.Release(holder, *g, &ev).ok());
+  REQUIRE(ev.release_misses.get() == 0);
+  auto g2 = e.Acquire(holder, 1, Mode::kExclusive, {}, &ev);
+  REQUIRE(g2.ok());
+  QueueExclusive(other, 1);  // queued after the grant was seen
+  const uint64_t before = holder.counters().Total();
+  REQUIRE(e.Release(holder, *g2, &ev).ok());
+  REQUIRE(ev.release_misses.get() == 1);
+  REQUIRE(holder.counters().Total() - before == 2);  // the CAS that missed and the one that took
+  REQUIRE(W0(table, 1) == Word0{.max_s = 0, .max_x = 3, .n_s = 0, .n_x = 2});
+}
+
 TEST_CASE("item 3: a recorded uncontended exclusive pair costs three operations once warm") {
   // FA, the entry's WRITE and the release CAS. The session's first request on a slot knows no
   // generation: it READs word1 in the FA's doorbell (4 operations, no done mark); from then on

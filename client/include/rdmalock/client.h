@@ -257,6 +257,8 @@ struct ClientStats {
   uint64_t batches = 0;          // LockMany calls that acquired their set
   uint64_t batch_fallbacks = 0;  // of those, sets not all free at once (acquired in slot order)
   uint64_t deferred_releases = 0;  // posted releases whose CAS had to be retried later
+  uint64_t release_misses = 0;     // release CASes that missed (requests queued since the grant
+                                   // was last seen): each costs one more round trip
   uint64_t local_handovers = 0;    // grants handed to another thread of this client in-process
   uint64_t local_shares = 0;  // shared grants joined in-process (another thread's shared grant)
   LatencyHistogram acquire_latency;  // every granted acquire, blocking, batched or async

@@ -173,6 +173,7 @@ int Report(const BenchOptions& o, std::vector<ProcResult>& procs, int failed_pro
                       {"max_start_lag_us", Fixed(static_cast<double>(max_lag_ns) / 1000.0, 2)},
                       {"withdrawals", d.withdrawals},
                       {"deferred_releases", d.deferred_releases},
+                      {"release_misses", d.release_misses},
                       {"local_handovers", d.local_handovers},
                       {"local_shares", d.local_shares},
                       {"auto_renew", o.auto_renew},
@@ -227,11 +228,12 @@ int Report(const BenchOptions& o, std::vector<ProcResult>& procs, int failed_pro
     }
     std::printf(
         "client counters:     recoveries %llu  restarts %llu  withdrawals %llu  deferred releases "
-        "%llu  batches %llu  batch fallbacks %llu  timeouts %llu  lost %llu  reconnects %llu  "
+        "%llu  release misses %llu  batches %llu  batch fallbacks %llu  timeouts %llu  lost %llu  "
+        "reconnects %llu  "
         "local handovers %llu  local shares %llu\n",
-        u(d.recoveries), u(d.restarts), u(d.withdrawals), u(d.deferred_releases), u(d.batches),
-        u(d.batch_fallbacks), u(d.timeouts), u(d.lost), u(d.reconnects), u(d.local_handovers),
-        u(d.local_shares));
+        u(d.recoveries), u(d.restarts), u(d.withdrawals), u(d.deferred_releases),
+        u(d.release_misses), u(d.batches), u(d.batch_fallbacks), u(d.timeouts), u(d.lost),
+        u(d.reconnects), u(d.local_handovers), u(d.local_shares));
     std::printf(
         "sdk histogram:       %llu acquires, %llu waited; acquire p50 <= %llu us, p99 <= %llu us "
         "(ClientStats::acquire_latency, power-of-two buckets)\n",
