@@ -108,6 +108,13 @@ cpu_ms() { awk -v t="$(getconf CLK_TCK)" '{ print int($14 * 1000 / t), int($15 *
 # of /proc/<pid>/stat).
 cpu_us() { cat /proc/"$lockd_pid"/task/*/schedstat | awk '{ s += $1 } END { printf "%d", s / 1000 }'; }
 rss_kb() { awk '/^VmRSS/ { print $2 }' "/proc/$lockd_pid/status"; }
+# The guest's CPU ticks: "idle total" (idle and iowait; every field of /proc/stat's cpu line).
+guest_ticks() { awk '/^cpu / { t = 0; for (i = 2; i <= NF; i++) t += $i; print $5 + $6, t }' /proc/stat; }
+# Percent of the guest's CPU time left idle between two guest_ticks readings.
+idle_pct() {  # "idle0 total0" "idle1 total1"
+  awk -v a="$1" -v b="$2" 'BEGIN { split(a, x, " "); split(b, y, " ");
+    printf "%.0f", (y[2] > x[2]) ? 100 * (y[1] - x[1]) / (y[2] - x[2]) : 0 }'
+}
 json() {  # file key -> number after "key":
   sed -n "s/.*\"$2\":\\([0-9.]*\\).*/\\1/p" "$1" | head -1
 }
@@ -123,7 +130,7 @@ json_p() {  # file object pct -> e.g. "pair_us" "p50"
 bench() {  # name processes args...
   local name=$1 procs=$2 i
   shift 2
-  local c u0 s0 w0 u1 s1 w1 du0 du1
+  local c u0 s0 w0 u1 s1 w1 du0 du1 g0
   c=$(cpu_ms)
   u0=${c% *} s0=${c#* }
   w0=$(date +%s%N)
@@ -134,8 +141,10 @@ bench() {  # name processes args...
   done
   sleep 1.5
   du0=$(cpu_us)
+  g0=$(guest_ticks)
   sleep 3
   du1=$(cpu_us)
+  idle_pct "$g0" "$(guest_ticks)" >"$out/$name.idle"
   for p in "${pids[@]}"; do wait "$p"; done
   c=$(cpu_ms)
   u1=${c% *} s1=${c#* }
@@ -149,7 +158,7 @@ bench() {  # name processes args...
 # Runs the bare lock's client in `processes` processes at once, as bench runs lockctl; each writes
 # OUT_DIR/bare-NAME.I.json with lockctl bench's keys.
 bare() {  # name processes args...
-  local name=$1 procs=$2 i
+  local name=$1 procs=$2 i g0
   shift 2
   local pids=()
   for i in $(seq 1 "$procs"); do
@@ -157,6 +166,11 @@ bare() {  # name processes args...
       >"$out/bare-$name.$i.json" &
     pids+=($!)
   done
+  # The guest's idle CPU over the same window as bench's (1.5 s to 4.5 s after the start).
+  sleep 1.5
+  g0=$(guest_ticks)
+  sleep 3
+  idle_pct "$g0" "$(guest_ticks)" >"$out/bare-$name.idle"
   for p in "${pids[@]}"; do wait "$p"; done
   section "bare $name: $(cat "$out/bare-$name".*.json | tr '\n' ' ' | cut -c1-300)"
 }
@@ -179,6 +193,9 @@ bench contended 2 --threads 4 --locks 1 --duration 5
 # One lock: threads of one process (a session's own contention), and processes of one thread.
 bare onelock-4t 1 --threads 4 --locks 1 --duration 5
 bench onelock-4t 1 --threads 4 --locks 1 --duration 5
+# The same 4 threads each queueing at lockd on its own connection, as the bare lock's 4 threads
+# do (no cohort handover): rdmalock's protocol against the bare lock's, like for like.
+bench onelock-4t-remote 1 --threads 4 --locks 1 --duration 5 --no-local-handover
 bare onelock-8t 1 --threads 8 --locks 1 --duration 5
 bench onelock-8t 1 --threads 8 --locks 1 --duration 5
 bare onelock-4p 4 --threads 1 --locks 1 --duration 5
@@ -332,6 +349,12 @@ merged() {  # file-prefix -> "pairs_per_s ops_per_acquisition"
 }
 read -r pairs_c ops_c <<<"$(merged "$out/contended")"
 read -r pairs_4p ops_4p <<<"$(merged "$out/onelock-4p")"
+# Release CASes that missed (a request queued after the grant was seen: one more round trip on
+# the handover's path), per acquisition, summed over the processes.
+misses_4p=$(for f in "$out"/onelock-4p.*.json; do
+  echo "$(json "$f" release_misses) $(json "$f" acquisitions)"
+done | awk '{ m += $1; a += $2 } END { printf "%.3f", (a > 0) ? m / a : 0 }')
+o4r=$out/onelock-4t-remote.1.json
 o4=$out/onelock-4t.1.json
 o8=$out/onelock-8t.1.json
 # The bare lock's runs.
@@ -444,6 +467,15 @@ cpu_pct_window() { awk '{ printf "%.2f", ($6 > 0) ? 100 * $5 / $6 : 0 }' "$out/$
     ">= 1.0 x bare" "$(json "$b4" pairs_per_s)"
   row "    same vs bare 4 processes x 1 thread" "$pairs_4p" "" "" "$bpairs_4p"
   row "    RDMA ops per acquisition" "$ops_4p" "" "<= 5" "$bops_4p"
+  row "    release CASes that missed, per acquisition" "$misses_4p" "" "" ""
+  row "    the guest's CPU idle over 3 s of the run, %" "$(cat "$out/onelock-4p.idle")" "" "" \
+    "$(cat "$out/bare-onelock-4p.idle")"
+  row "  4 threads x 1 process, each queueing at lockd (--no-local-handover), pairs/s" \
+    "$(json "$o4r" pairs_per_s)" "" "" "$(json "$b4" pairs_per_s)"
+  row "    RDMA ops per acquisition" "$(json "$o4r" rdma_ops_per_pair)" "" "" \
+    "$(json "$b4" rdma_ops_per_pair)"
+  row "    the guest's CPU idle over 3 s of the run, %" "$(cat "$out/onelock-4t-remote.idle")" "" \
+    "" "$(cat "$out/bare-onelock-4t.idle")"
   cl=$out/cohort-local.json
   cr=$out/cohort-remote.json
   row "  4 threads of one process + 1 of another, one lock: pairs/s" \
