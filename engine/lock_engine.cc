@@ -584,10 +584,16 @@ Status LockEngine::CheckReleasable(RemoteMemory& mem, const Grant& g, Word0* cur
 }
 
 Status LockEngine::Release(RemoteMemory& mem, const Grant& g, EngineEvents* ev) const {
+  // g.seen is exact unless requests arrived (or siblings released) since we looked.
+  return ReleaseFrom(mem, g, g.seen, /*missed=*/false, ev);
+}
+
+Status LockEngine::ReleaseFrom(RemoteMemory& mem, const Grant& g, Word0 cur, bool missed,
+                               EngineEvents* ev) const {
   const Ticket& t = g.ticket;
   const uint64_t inc = proto::ReleaseIncrement(t.mode);
-  Word0 cur = g.seen;  // exact unless requests arrived (or siblings released) since we looked
-  for (;;) {
+  for (;; missed = true) {
+    if (missed) Count(&EngineEvents::release_misses, ev);
     RDMALOCK_RETURN_IF_ERROR(CheckReleasable(mem, g, &cur));
     // A CAS, not a FETCH_AND_ADD: it lands only if the word still shows our grant, so a release
     // that is delayed (a paused process, a retransmission) past a recovery changes nothing.
@@ -602,7 +608,6 @@ Status LockEngine::Release(RemoteMemory& mem, const Grant& g, EngineEvents* ev) 
       if (now.Frozen() && now.Drained()) return ResetDrained(mem, t.slot, now, ev);
       return Status::Ok();
     }
-    Count(&EngineEvents::release_misses, ev);
     cur = Word0::Decode(ops[1].result[0]);
   }
 }
@@ -635,10 +640,7 @@ Status LockEngine::FinishRelease(RemoteMemory& mem, PendingRelease* p, EngineEve
   // Requests queued (or shared siblings released) since the grant was last seen: release again
   // from what the CAS found. Release() gives the entry back.
   Count(&EngineEvents::deferred, ev);
-  Count(&EngineEvents::release_misses, ev);
-  Grant again = g;
-  again.seen = Word0::Decode(cas.result[0]);
-  return Release(mem, again, ev);
+  return ReleaseFrom(mem, g, Word0::Decode(cas.result[0]), /*missed=*/true, ev);
 }
 
 Status LockEngine::ReapPending(RemoteMemory& mem, PendingRelease* p, EngineEvents* ev) const {

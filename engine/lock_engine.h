@@ -310,6 +310,11 @@ class LockEngine {
     RemoteOp Read(uint64_t* words) const;
   };
   GenerationBlock BlockOf(uint64_t slot) const;
+  // Release()'s loop, from `cur`: the word as the grant last saw it, or (`missed`) the word a
+  // release CAS that missed returned (FinishRelease, ReleaseMany). Each miss is counted here,
+  // once (EngineEvents::release_misses).
+  Status ReleaseFrom(RemoteMemory& mem, const Grant& g, proto::Word0 cur, bool missed,
+                     EngineEvents* ev) const;
   // Learns the generations of block `b`'s slots but `except` from a READ of their words
   // (GenerationBlock::Read) issued at `issue` after the caller's FA.
   // Each hint carries the count its word0 showed, so a reset since is seen as TagTicket sees

@@ -47,10 +47,7 @@ std::vector<Status> LockEngine::ReleaseMany(RemoteMemory& mem, std::span<const G
         if (now.Frozen() && now.Drained()) out[idx[i]] = ResetDrained(mem, g.ticket.slot, now, ev);
         continue;
       }
-      Count(&EngineEvents::release_misses, ev);
-      Grant again = g;
-      again.seen = Word0::Decode(cas.result[0]);
-      out[idx[i]] = Release(mem, again, ev);
+      out[idx[i]] = ReleaseFrom(mem, g, Word0::Decode(cas.result[0]), /*missed=*/true, ev);
     }
   }
   return out;
