@@ -17,6 +17,11 @@ inline int EnvInt(const char* name, int def) {
   return v != nullptr && *v != '\0' ? std::atoi(v) : def;
 }
 
+// RDMALOCK_STRESS_SEED: mixed into every seed of the randomized stress tests, so that repeated
+// runs can draw other request sequences and fault schedules (0, the default: the sequences the
+// tests always drew). A failing run's seed is in its report (each stress test CAPTUREs it).
+inline unsigned StressSeed() { return static_cast<unsigned>(EnvInt("RDMALOCK_STRESS_SEED", 0)); }
+
 // A fresh directory under the temporary directory (mkdtemp), removed with what it holds when the
 // test ends.
 struct TempDir {

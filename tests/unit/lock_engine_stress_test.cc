@@ -272,6 +272,8 @@ class FastRecovery {
 void Stress(bool records) {
   const int threads = EnvInt("RDMALOCK_STRESS_THREADS", 16);
   const int ops = EnvInt("RDMALOCK_STRESS_OPS", 100000) / (records ? 2 : 1);
+  const unsigned seed = testing::StressSeed();
+  CAPTURE(seed);
   constexpr uint64_t kSlots = 64;
   const auto lease = 20ms;
   InProcessTable table(
@@ -318,7 +320,8 @@ void Stress(bool records) {
     return os.str();
   };
   auto worker = [&](int id) {
-    std::mt19937_64 rng(static_cast<uint64_t>(id) * 1000003u + 12345u);
+    std::mt19937_64 rng(static_cast<uint64_t>(id) * 1000003u + 12345u +
+                        uint64_t{seed} * 0x9e3779b97f4a7c15ull);
     auto chance = [&](double p_) { return std::uniform_real_distribution<>(0, 1)(rng) < p_; };
     auto make_channel = [&] {
       auto mem = std::make_unique<InProcessMemory>(&table);
