@@ -181,6 +181,9 @@ section "rdmalock scenarios, and the bare lock's next to them"
 bare uncontended 1 --threads 1 --locks 10000 --duration 5
 bench uncontended 1 --threads 1 --locks 10000 --duration 5
 bench uncontended-norec 1 --threads 1 --locks 10000 --duration 5 --no-records
+# What an application pays with LockOptions' own defaults, which ask for a fencing token (a READ
+# of word1 in every exclusive acquire's doorbell); lockctl bench asks for none unless --token.
+bench uncontended-token 1 --threads 1 --locks 10000 --duration 5 --token
 bare throughput 1 --threads 8 --locks 10000 --duration 5
 bench throughput 1 --threads 8 --locks 10000 --duration 5
 bench throughput-norec 1 --threads 8 --locks 10000 --duration 5 --no-records
@@ -328,6 +331,7 @@ two_p50=$(for r in $shard_rounds; do json_p "$out/two-shards-$r.json" pair_us p5
 # ---- the table
 u=$out/uncontended.1.json
 n=$out/uncontended-norec.1.json
+ut=$out/uncontended-token.1.json
 t=$out/throughput.1.json
 m=$out/many.1.json
 tn=$out/throughput-norec.1.json
@@ -452,6 +456,12 @@ cpu_pct_window() { awk '{ printf "%.2f", ($6 > 0) ? 100 * $5 / $6 : 0 }' "$out/$
   row "  RDMA ops per uncontended exclusive pair, defaults" "$(json "$u" rdma_ops_per_pair)" "" \
     "<= 3" "$(json "$bu" rdma_ops_per_pair)"
   row "  same, --no-records" "$(json "$n" rdma_ops_per_pair)" "" "" \
+    "$(json "$bu" rdma_ops_per_pair)"
+  # The SDK's LockOptions defaults: a fencing token with every exclusive grant.
+  row "  uncontended pair p50 us, with fencing tokens (SDK default)" "$(json_p "$ut" pair_us p50)" \
+    "" "" "$(json_p "$bu" pair_us p50)"
+  row "  same: pairs/s" "$(json "$ut" pairs_per_s)" "" "" "$(json "$bu" pairs_per_s)"
+  row "  same: RDMA ops per pair" "$(json "$ut" rdma_ops_per_pair)" "" "" \
     "$(json "$bu" rdma_ops_per_pair)"
   row "  1 thread alone on one lock, pairs/s" "$(json "$one" pairs_per_s)" "" "" \
     "$(json "$bone" pairs_per_s)"
