@@ -85,12 +85,16 @@ struct LostGate {
   }
 };
 
+// Constant once made: any thread that may use the client reads it.
 struct rdmalock_client_s {
   std::unique_ptr<rdmalock::Client> client;
+  bool fencing_tokens = true;  // every exclusive acquire asks for one (!no_fencing_tokens)
 };
 
+// Constant once made, as rdmalock_client_s.
 struct rdmalock_cluster_s {
   std::unique_ptr<rdmalock::ClusterClient> cluster;
+  bool fencing_tokens = true;  // options->client's !no_fencing_tokens
 };
 
 struct rdmalock_lock_s {
@@ -169,7 +173,8 @@ constexpr size_t kOptionsFieldEnds[] = {RDMALOCK_FIELD_END(struct_size),
                                         RDMALOCK_FIELD_END(record_requests),
                                         RDMALOCK_FIELD_END(reconnect),
                                         RDMALOCK_FIELD_END(auth_key_file),
-                                        RDMALOCK_FIELD_END(no_local_handover)};
+                                        RDMALOCK_FIELD_END(no_local_handover),
+                                        RDMALOCK_FIELD_END(no_fencing_tokens)};
 #undef RDMALOCK_FIELD_END
 static_assert(kOptionsFieldEnds[std::size(kOptionsFieldEnds) - 1] <= sizeof(rdmalock_options_t));
 // The smallest struct connect accepts: up to the one required field, the server.
@@ -197,12 +202,16 @@ void FillDefaults(rdmalock_options_t* o) {
   o->reconnect = defaults.reconnect ? 1 : 0;
   o->auth_key_file = nullptr;
   o->no_local_handover = defaults.local_handover ? 0 : 1;
+  o->no_fencing_tokens = rdmalock::LockOptions{}.fencing_token ? 0 : 1;
 }
 
-// Reads the caller's rdmalock_options_t (of its struct_size) into ClientOptions; the server may be
-// empty (the caller checks it where it is required). `what` names the struct in messages.
+// Reads the caller's rdmalock_options_t (of its struct_size) into ClientOptions, and into
+// *fencing_tokens whether its exclusive acquires ask for a token (a LockOptions field in C++);
+// the server may be empty (the caller checks it where it is required). `what` names the struct in
+// messages.
 rdmalock_status_t ToClientOptions(const char* fn, const char* what,
-                                  const rdmalock_options_t* options, rdmalock::ClientOptions* out) {
+                                  const rdmalock_options_t* options, rdmalock::ClientOptions* out,
+                                  bool* fencing_tokens) {
   const size_t size = options->struct_size;
   if (size < kOptionsMinSize) {
     return Fail(
@@ -240,6 +249,7 @@ rdmalock_status_t ToClientOptions(const char* fn, const char* what,
   if (merged.auth_key_file != nullptr) o.auth_key_file = merged.auth_key_file;
   o.local_handover = merged.no_local_handover == 0;
   *out = std::move(o);
+  *fencing_tokens = merged.no_fencing_tokens == 0;
   return RDMALOCK_OK;
 }
 
@@ -314,6 +324,7 @@ rdmalock_status_t ClusterAcquire(const char* function, rdmalock_cluster_t* clust
   if (name == nullptr) return Fail(ErrorCode::kInvalidArgument, function, "lock name is NULL");
   rdmalock::LockOptions o;
   if (auto st = AcquireOptions(function, mode, timeout_ms, &o); st != RDMALOCK_OK) return st;
+  o.fencing_token = cluster->fencing_tokens;
   return AcquireResult(function, cluster->cluster->Lock(std::string_view(name), o), out);
 }
 
@@ -342,6 +353,7 @@ rdmalock_status_t Acquire(const char* function, rdmalock_client_t* client, const
   }
   rdmalock::LockOptions o;
   if (auto st = AcquireOptions(function, mode, timeout_ms, &o); st != RDMALOCK_OK) return st;
+  o.fencing_token = client->fencing_tokens;
   return AcquireResult(function,
                        slot != nullptr ? client->client->LockSlot(*slot, o)
                                        : client->client->Lock(std::string_view(name), o),
@@ -374,7 +386,8 @@ rdmalock_status_t rdmalock_connect(const rdmalock_options_t* options, rdmalock_c
     *out = nullptr;
     if (options == nullptr) return Fail(ErrorCode::kInvalidArgument, fn, "options is NULL");
     rdmalock::ClientOptions o;
-    if (const rdmalock_status_t st = ToClientOptions(fn, "options", options, &o);
+    bool tokens = true;
+    if (const rdmalock_status_t st = ToClientOptions(fn, "options", options, &o, &tokens);
         st != RDMALOCK_OK) {
       return st;
     }
@@ -386,6 +399,7 @@ rdmalock_status_t rdmalock_connect(const rdmalock_options_t* options, rdmalock_c
     auto r = rdmalock::Client::Connect(o);
     if (!r.ok()) return Record(r.status(), fn);
     c->client = std::move(r).value();
+    c->fencing_tokens = tokens;
     *out = c.release();
     return Record(Status::Ok(), fn);
   } catch (...) {
@@ -600,13 +614,16 @@ rdmalock_status_t rdmalock_cluster_open(const rdmalock_cluster_options_t* option
                        : "options set neither shard_map_file nor etcd_endpoints");
     }
     rdmalock::ClientOptions o;
+    bool tokens = true;
     if (options->client != nullptr) {
-      if (const rdmalock_status_t st = ToClientOptions(fn, "options->client", options->client, &o);
+      if (const rdmalock_status_t st =
+              ToClientOptions(fn, "options->client", options->client, &o, &tokens);
           st != RDMALOCK_OK) {
         return st;
       }
     }
     auto c = std::make_unique<rdmalock_cluster_s>();
+    c->fencing_tokens = tokens;
     if (file) {
       auto map = rdmalock::ReadClusterMapFile(options->shard_map_file);
       if (!map.ok()) return Record(map.status(), fn);

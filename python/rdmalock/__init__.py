@@ -131,6 +131,7 @@ class _Options(ctypes.Structure):
         ("reconnect", ctypes.c_int),
         ("auth_key_file", ctypes.c_char_p),
         ("no_local_handover", ctypes.c_int),  # C API version 4
+        ("no_fencing_tokens", ctypes.c_int),  # C API version 5
     ]
 
 
@@ -323,7 +324,7 @@ def _client_options(server: Optional[str], port: int, connect_timeout: float = 5
                     client_name: Optional[str] = None, auto_renew: bool = True,
                     record_requests: bool = True, reconnect: bool = True,
                     auth_key_file: Optional[str] = None,
-                    local_handover: bool = True) -> _Options:
+                    local_handover: bool = True, fencing_tokens: bool = True) -> _Options:
     """The options of a session (a Client's, or each shard's of a Cluster, whose server is None).
     Raises RdmalockError(INVALID_ARGUMENT) for a port out of range or a negative timeout."""
     o = _options()
@@ -343,6 +344,7 @@ def _client_options(server: Optional[str], port: int, connect_timeout: float = 5
     # Zero (the field's default) unless turned off: a librdmalock older than C API version 4
     # refuses a field it does not know only when it is set.
     o.no_local_handover = 0 if local_handover else 1
+    o.no_fencing_tokens = 0 if fencing_tokens else 1  # likewise, C API version 5
     return o
 
 
@@ -506,7 +508,7 @@ class Client:
                  client_name: Optional[str] = None, auto_renew: bool = True,
                  record_requests: bool = True, reconnect: bool = True,
                  auth_key_file: Optional[str] = None,
-                 local_handover: bool = True) -> None:
+                 local_handover: bool = True, fencing_tokens: bool = True) -> None:
         """Connects to lockd, as connect(). Raises RdmalockError: INVALID_ARGUMENT (no server, a name that does not
         resolve, a port out of range, a negative timeout), CONNECTION (nothing listens, or the
         connection failed), RESOURCE (no RDMA device, out of QPs or memory), REJECTED (lockd
@@ -515,7 +517,8 @@ class Client:
         librdmalock cannot be loaded."""
         lib = _lib()
         o = _client_options(server, port, connect_timeout, client_name, auto_renew,
-                            record_requests, reconnect, auth_key_file, local_handover)
+                            record_requests, reconnect, auth_key_file, local_handover,
+                            fencing_tokens)
         handle = ctypes.c_void_p()
         _check(lib.rdmalock_connect(ctypes.byref(o), ctypes.byref(handle)))
         self._handle = handle
@@ -527,7 +530,7 @@ class Client:
                 client_name: Optional[str] = None, auto_renew: bool = True,
                 record_requests: bool = True, reconnect: bool = True,
                 auth_key_file: Optional[str] = None,
-                local_handover: bool = True) -> Client:
+                local_handover: bool = True, fencing_tokens: bool = True) -> Client:
         """Connects to lockd at ``server`` (an IP of its RDMA device, or a name) and ``port``.
         connect_timeout (seconds), client_name (shown to operators), auto_renew (renew held
         locks every lease/3), record_requests (lockd frees a dead client's locks at once),
@@ -535,7 +538,10 @@ class Client:
         $RDMALOCK_AUTH_KEY / $RDMALOCK_AUTH_KEY_FILE), local_handover (threads of this client
         that want an exclusive lock it holds or waits for are handed the grant in-process;
         False: each request takes its own ticket from lockd; UNSUPPORTED from a librdmalock
-        older than C API version 4). Raises RdmalockError: INVALID_ARGUMENT (no server, a name that does not
+        older than C API version 4), fencing_tokens (exclusive grants carry a token, which costs
+        each exclusive acquire an RDMA READ in its atomic's doorbell; False: Lock.token is 0 and
+        that READ is not made, for programs that pass no token to what they guard; UNSUPPORTED
+        from a librdmalock older than C API version 5). Raises RdmalockError: INVALID_ARGUMENT (no server, a name that does not
         resolve, a port out of range, a negative timeout), CONNECTION (nothing listens, or the
         connection failed), RESOURCE (no RDMA device, out of QPs or memory), REJECTED (lockd
         refused the handshake: version, too many clients, restart grace, authentication),
@@ -543,7 +549,8 @@ class Client:
         librdmalock cannot be loaded."""
         return cls(server, port, connect_timeout=connect_timeout, client_name=client_name,
                    auto_renew=auto_renew, record_requests=record_requests, reconnect=reconnect,
-                   auth_key_file=auth_key_file, local_handover=local_handover)
+                   auth_key_file=auth_key_file, local_handover=local_handover,
+                   fencing_tokens=fencing_tokens)
 
     def _h(self) -> ctypes.c_void_p:
         if not self._finalizer.alive:
@@ -651,7 +658,7 @@ class Cluster:
                  connect_timeout: float = 5.0, client_name: Optional[str] = None,
                  auto_renew: bool = True, record_requests: bool = True, reconnect: bool = True,
                  auth_key_file: Optional[str] = None,
-                 local_handover: bool = True) -> None:
+                 local_handover: bool = True, fencing_tokens: bool = True) -> None:
         """Opens a cluster from a map file (``shard_map``) or from etcd (``etcd_endpoints``,
         exactly one of them); prefer from_shard_map() and from_etcd(). The keyword options are
         Client.connect's, for every shard's session. Raises RdmalockError: INVALID_ARGUMENT
@@ -678,7 +685,7 @@ class Cluster:
         co.etcd_cert_file = os.fsencode(cert) if cert else None
         co.etcd_key_file = os.fsencode(key) if key else None
         o = _client_options(None, 0, connect_timeout, client_name, auto_renew, record_requests,
-                            reconnect, auth_key_file, local_handover)
+                            reconnect, auth_key_file, local_handover, fencing_tokens)
         co.client = ctypes.pointer(o)
         handle = ctypes.c_void_p()
         _check(lib.rdmalock_cluster_open(ctypes.byref(co), ctypes.byref(handle)))
@@ -691,7 +698,7 @@ class Cluster:
                        client_name: Optional[str] = None, auto_renew: bool = True,
                        record_requests: bool = True, reconnect: bool = True,
                        auth_key_file: Optional[str] = None,
-                       local_handover: bool = True) -> Cluster:
+                       local_handover: bool = True, fencing_tokens: bool = True) -> Cluster:
         """Opens the cluster a map file describes (YAML, as ``lockctl --cluster FILE`` reads it:
         ``shards: [{name, server, port}]``), read once, now. The keyword options are
         Client.connect's, for every shard's session. Raises RdmalockError: IO (the file cannot
@@ -700,7 +707,8 @@ class Cluster:
         API); OSError if librdmalock cannot be loaded."""
         return cls(shard_map=path, connect_timeout=connect_timeout, client_name=client_name,
                    auto_renew=auto_renew, record_requests=record_requests, reconnect=reconnect,
-                   auth_key_file=auth_key_file, local_handover=local_handover)
+                   auth_key_file=auth_key_file, local_handover=local_handover,
+                   fencing_tokens=fencing_tokens)
 
     @classmethod
     def from_etcd(cls, endpoints: Union[str, Sequence[str]], cluster: str = "default",
@@ -709,7 +717,7 @@ class Cluster:
                   client_name: Optional[str] = None, auto_renew: bool = True,
                   record_requests: bool = True, reconnect: bool = True,
                   auth_key_file: Optional[str] = None,
-                  local_handover: bool = True) -> Cluster:
+                  local_handover: bool = True, fencing_tokens: bool = True) -> Cluster:
         """Opens a cluster whose map and primaries live in etcd (lockd's cluster mode).
         ``endpoints``: http[s]://HOST:PORT of etcd members (a str or a list); ``cluster``: its
         name in etcd; ``ca``, ``cert``, ``key``: PEM files for https (cert and key both or
@@ -721,7 +729,8 @@ class Cluster:
         return cls(etcd_endpoints=endpoints, etcd_cluster=cluster, ca=ca, cert=cert, key=key,
                    connect_timeout=connect_timeout, client_name=client_name,
                    auto_renew=auto_renew, record_requests=record_requests, reconnect=reconnect,
-                   auth_key_file=auth_key_file, local_handover=local_handover)
+                   auth_key_file=auth_key_file, local_handover=local_handover,
+                   fencing_tokens=fencing_tokens)
 
     def _h(self) -> ctypes.c_void_p:
         if not self._finalizer.alive:

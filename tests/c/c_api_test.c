@@ -128,6 +128,7 @@ static void test_options_defaults(void) {
   CHECK(o.connect_timeout_ms == 5000);
   CHECK(o.auto_renew == 1 && o.record_requests == 1 && o.reconnect == 1);
   CHECK(o.no_local_handover == 0); /* version 4: local handover on */
+  CHECK(o.no_fencing_tokens == 0); /* version 5: exclusive grants carry tokens */
   /* NULL is a no-op, not a crash (the macro takes sizeof *NULL: call the functions). */
   (rdmalock_options_init)(NULL);
   rdmalock_options_init_sized(NULL, sizeof o);
@@ -257,8 +258,8 @@ static void test_older_caller_options(void) {
     rdmalock_options_t o;
     unsigned char guard[32];
   } v1;
-  /* Version 1's struct ended with auth_key_file; later versions' fields (no_local_handover, 4)
-   * and the guard after them must stay as they were. */
+  /* Version 1's struct ended with auth_key_file; later versions' fields (no_local_handover, 4;
+   * no_fencing_tokens, 5) and the guard after them must stay as they were. */
   const size_t v1_size = offsetof(rdmalock_options_t, auth_key_file) + sizeof(const char*);
   memset(&v1, 0xcd, sizeof v1);
   (rdmalock_options_init)(&v1.o);
@@ -360,7 +361,8 @@ static uint16_t port;
 static const char* lockctl;
 static const char* admin_socket;
 
-static rdmalock_client_t* connect_with(const char* name, int no_local_handover) {
+static rdmalock_client_t* connect_opts(const char* name, int no_local_handover,
+                                       int no_fencing_tokens) {
   rdmalock_options_t o;
   rdmalock_client_t* c = NULL;
   rdmalock_options_init(&o);
@@ -369,9 +371,14 @@ static rdmalock_client_t* connect_with(const char* name, int no_local_handover) 
   o.connect_timeout_ms = 10000;
   o.client_name = name;
   o.no_local_handover = no_local_handover;
+  o.no_fencing_tokens = no_fencing_tokens;
   if (rdmalock_connect(&o, &c) != RDMALOCK_OK) return NULL;
   if (rdmalock_last_error()[0] != '\0') fail_at(__LINE__, "connect ok with a message");
   return c;
+}
+
+static rdmalock_client_t* connect_with(const char* name, int no_local_handover) {
+  return connect_opts(name, no_local_handover, 0);
 }
 
 static rdmalock_client_t* connect_as(const char* name) { return connect_with(name, 0); }
@@ -467,6 +474,31 @@ static void test_tokens_increase(void) {
   }
   rdmalock_close(c[1]);
   rdmalock_close(c[0]);
+}
+
+/* Version 5's no_fencing_tokens: a client without it gets exclusive grants with a token (above
+ * 0), and then a client with it, on the same lock, without one (0). Each twice: the second grant
+ * of a client on a lock it took before (the session knows the slot's generation then). */
+static void test_fencing_tokens_option(void) {
+  for (int off = 0; off <= 1; ++off) {
+    rdmalock_client_t* c = connect_opts(off ? "c-api-no-tokens" : "c-api-tokens", 0, off);
+    REQUIRE(c != NULL);
+    for (int round = 0; round < 2; ++round) {
+      rdmalock_lock_t* l = NULL;
+      EXPECT_STATUS(rdmalock_lock(c, "c-api/token-option", RDMALOCK_EXCLUSIVE, 5000, &l),
+                    RDMALOCK_OK);
+      REQUIRE(l != NULL);
+      const uint64_t t = rdmalock_lock_get_token(l);
+      if (off ? t != 0 : t == 0) {
+        fail_at(__LINE__, "no_fencing_tokens %d, round %d: exclusive grant's token %#llx", off,
+                round, (unsigned long long)t);
+      }
+      EXPECT_STATUS(rdmalock_release(l), RDMALOCK_OK);
+      EXPECT_STATUS(rdmalock_flush(c), RDMALOCK_OK);
+      rdmalock_lock_free(l);
+    }
+    rdmalock_close(c);
+  }
 }
 
 /* Version 4's no_local_handover: a second thread of the client that wants the lock its first
@@ -898,6 +930,8 @@ int main(int argc, char** argv) {
     run("fencing tokens strictly increase across grants", test_tokens_increase);
     run("no_local_handover: a second thread is handed the grant in-process unless it is set",
         test_local_handover_option);
+    run("no_fencing_tokens: exclusive grants without a token (0); without it, tokens",
+        test_fencing_tokens_option);
     run("shared locks coexist and keep a writer out", test_shared_coexist);
     run("lock_slot, slot range, renew extends the lease", test_slots_and_renew);
     run("bad arguments on a live client", test_bad_arguments_live);

@@ -77,6 +77,13 @@ def test_local_handover_maps_to_the_c_field():
     assert rdmalock._lib().rdmalock_c_api_version() >= 4
 
 
+def test_fencing_tokens_maps_to_the_c_field():
+    # C API version 5's field, named for its nonzero value as version 4's.
+    assert rdmalock._client_options("192.0.2.1", 7471).no_fencing_tokens == 0
+    assert rdmalock._client_options("192.0.2.1", 7471, fencing_tokens=False).no_fencing_tokens == 1
+    assert rdmalock._lib().rdmalock_c_api_version() >= 5
+
+
 def _map_file(tmp_path, text):
     p = tmp_path / "cluster.yaml"
     p.write_text(text)

@@ -211,6 +211,20 @@ def test_local_handover_option(lockd):
                 assert t2 & 0xF == 0 and t2 > t1, f"from lockd: {t2:#x} after {t1:#x}"
 
 
+def test_fencing_tokens_option(lockd):
+    # Exclusive grants carry a token (above 0) by default; with fencing_tokens=False none (0), on
+    # the same lock, and shared grants never do.
+    server, port = lockd
+    for on in (True, False):
+        with rdmalock.Client.connect(server, port=port, connect_timeout=10,
+                                     fencing_tokens=on) as c:
+            for _ in range(2):  # the second: a lock the session took before
+                with c.lock("py/token-option", timeout=5) as lock:
+                    assert (lock.token != 0) == on, f"fencing_tokens={on}: token {lock.token:#x}"
+            with c.lock("py/token-option", shared=True, timeout=5) as lock:
+                assert lock.token == 0
+
+
 def test_on_lost_runs_when_the_session_is_fenced(lockd):
     # lockctl release --force (through lockd's admin socket) fences the holder's session: the
     # client reports the lock lost through the callback, once, and release() says LOCK_LOST.

@@ -54,8 +54,8 @@ extern "C" {
 /* The version of this C interface: bumped when functions or fields are added. 2 added
  * rdmalock_options_init_sized (rdmalock_options_init became a macro over it); 3 added the
  * cluster (rdmalock_cluster_*: a sharded lock space, as the C++ ClusterClient); 4 added
- * rdmalock_options_t.no_local_handover. */
-#define RDMALOCK_C_API_VERSION 4
+ * rdmalock_options_t.no_local_handover; 5 added rdmalock_options_t.no_fencing_tokens. */
+#define RDMALOCK_C_API_VERSION 5
 
 /* Result codes. The same values as rdmalock::ErrorCode in status.h. */
 typedef enum rdmalock_status {
@@ -118,6 +118,12 @@ typedef struct rdmalock_options {
    * --no-local-handover; C++ ClientOptions::local_handover = false). (Named for its nonzero
    * value, as every added field's default is zero.) */
   int no_local_handover;
+  /* Version 5. 0 (default): exclusive grants carry a fencing token, which costs each exclusive
+   * acquire an RDMA READ of the lock's generation in the doorbell of its atomic. Nonzero: no
+   * tokens (rdmalock_lock_get_token returns 0), one READ fewer per exclusive acquire; for
+   * programs that pass no token to the resources they guard (C++ LockOptions::fencing_token =
+   * false, for every lock of this client). */
+  int no_fencing_tokens;
 } rdmalock_options_t;
 
 /* Fills the struct_size bytes at *options with the defaults (zero beyond the fields this library
@@ -156,9 +162,10 @@ RDMALOCK_C_EXPORT void rdmalock_close(rdmalock_client_t* client);
 
 /* Acquires the lock `name` (its slot is XXH3-64(name) modulo the lock count), waiting up to
  * timeout_ms milliseconds (RDMALOCK_WAIT_FOREVER: no limit; 0: one attempt, as try_lock).
- * Exclusive grants carry a fencing token. On success *out is a handle to pass to
- * rdmalock_lock_free(); on failure *out is NULL. Errors: INVALID_ARGUMENT (NULL client, name or
- * out, empty name, a bad mode, timeout_ms < -1), TIMEOUT, BUSY (timeout_ms 0 only), CONNECTION. */
+ * Exclusive grants carry a fencing token (unless no_fencing_tokens). On success *out is a handle to
+ * pass to rdmalock_lock_free(); on failure *out is NULL. Errors: INVALID_ARGUMENT (NULL client,
+ * name or out, empty name, a bad mode, timeout_ms < -1), TIMEOUT, BUSY (timeout_ms 0 only),
+ * CONNECTION. */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_lock(rdmalock_client_t* client, const char* name,
                                                   rdmalock_mode_t mode, int64_t timeout_ms,
                                                   rdmalock_lock_t** out);
@@ -188,9 +195,9 @@ RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_renew(rdmalock_lock_t* lock);
 RDMALOCK_C_EXPORT void rdmalock_lock_free(rdmalock_lock_t* lock);
 
 /* Accessors; on NULL they return 0 (RDMALOCK_EXCLUSIVE, RDMALOCK_RELEASED). */
-/* The fencing token of an exclusive grant (0 for shared): epoch:16 | generation:29 | ticket:15 |
- * local:4 (docs/protocol.md section 6). Successive exclusive holders of a lock get strictly larger
- * tokens. */
+/* The fencing token of an exclusive grant (0 for shared, or with no_fencing_tokens): epoch:16 |
+ * generation:29 | ticket:15 | local:4 (docs/protocol.md section 6). Successive exclusive holders
+ * of a lock get strictly larger tokens. */
 RDMALOCK_C_EXPORT uint64_t rdmalock_lock_get_token(const rdmalock_lock_t* lock);
 RDMALOCK_C_EXPORT uint64_t rdmalock_lock_get_slot(const rdmalock_lock_t* lock);
 RDMALOCK_C_EXPORT rdmalock_mode_t rdmalock_lock_get_mode(const rdmalock_lock_t* lock);
