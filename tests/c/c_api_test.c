@@ -806,7 +806,7 @@ static void test_fork_child_exit_leaves_parent_locks(void) {
 static const char* map_file;
 static uint16_t port_a, port_b;
 
-static rdmalock_cluster_t* open_cluster(void) {
+static rdmalock_cluster_t* open_cluster_opts(int no_fencing_tokens) {
   rdmalock_cluster_options_t co;
   rdmalock_options_t o;
   rdmalock_cluster_t* c = NULL;
@@ -814,11 +814,14 @@ static rdmalock_cluster_t* open_cluster(void) {
   rdmalock_options_init(&o);
   o.connect_timeout_ms = 10000;
   o.client_name = "c-api-cluster";
+  o.no_fencing_tokens = no_fencing_tokens;
   co.shard_map_file = map_file;
   co.client = &o;
   if (rdmalock_cluster_open(&co, &c) != RDMALOCK_OK) return NULL;
   return c;
 }
+
+static rdmalock_cluster_t* open_cluster(void) { return open_cluster_opts(0); }
 
 /* A name the cluster puts on `shard` (into buf). */
 static int name_on(rdmalock_cluster_t* c, const char* shard, char* buf, size_t size) {
@@ -880,6 +883,26 @@ static void test_cluster_locks_land_on_their_shard(void) {
   rdmalock_lock_free(lb);
   rdmalock_close(a);
   rdmalock_close(b);
+  rdmalock_cluster_close(c);
+}
+
+/* Version 5's no_fencing_tokens in the shards' client options: exclusive grants on either shard
+ * carry no token (the cluster above, without it, got tokens on both). */
+static void test_cluster_no_fencing_tokens(void) {
+  rdmalock_cluster_t* c = open_cluster_opts(1);
+  REQUIRE(c != NULL);
+  char on_a[64], on_b[64];
+  REQUIRE(name_on(c, "shard-a", on_a, sizeof on_a));
+  REQUIRE(name_on(c, "shard-b", on_b, sizeof on_b));
+  rdmalock_lock_t *la = NULL, *lb = NULL;
+  EXPECT_STATUS(rdmalock_cluster_lock(c, on_a, RDMALOCK_EXCLUSIVE, 5000, &la), RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_cluster_lock(c, on_b, RDMALOCK_EXCLUSIVE, 5000, &lb), RDMALOCK_OK);
+  REQUIRE(la != NULL && lb != NULL);
+  CHECK(rdmalock_lock_get_token(la) == 0 && rdmalock_lock_get_token(lb) == 0);
+  EXPECT_STATUS(rdmalock_release(la), RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_release(lb), RDMALOCK_OK);
+  rdmalock_lock_free(la);
+  rdmalock_lock_free(lb);
   rdmalock_cluster_close(c);
 }
 
@@ -949,6 +972,8 @@ int main(int argc, char** argv) {
     port_b = (uint16_t)atoi(argv[6]);
     run("cluster: a lock lands on its name's shard and on no other (lockctl inspect agrees)",
         test_cluster_locks_land_on_their_shard);
+    run("cluster: no_fencing_tokens in the shards' options: exclusive grants without a token",
+        test_cluster_no_fencing_tokens);
     run("cluster: close with a lock held: handle lost, the shard's lockd frees it",
         test_cluster_close_with_locks_held);
   } else {
