@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include <catch2/catch.hpp>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -21,6 +22,10 @@ inline int EnvInt(const char* name, int def) {
 // runs can draw other request sequences and fault schedules (0, the default: the sequences the
 // tests always drew). A failing run's seed is in its report (each stress test CAPTUREs it).
 inline unsigned StressSeed() { return static_cast<unsigned>(EnvInt("RDMALOCK_STRESS_SEED", 0)); }
+// A stress test's generator seed `base` with StressSeed()'s `seed` mixed in: `base` itself for 0.
+inline uint64_t MixSeed(uint64_t base, unsigned seed) {
+  return base + uint64_t{seed} * 0x9e3779b97f4a7c15ull;
+}
 
 // A fresh directory under the temporary directory (mkdtemp), removed with what it holds when the
 // test ends.

@@ -98,7 +98,7 @@ void RunStress(uint64_t lock_count, int threads_per_client, int local_share, int
 
   std::atomic<bool> done{false};
   std::thread chaos([&] {
-    std::mt19937 rng(7 + seed * 2654435761u);
+    std::mt19937 rng(static_cast<unsigned>(testing::MixSeed(7, seed)));
     while (!done.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(40 + rng() % 60));
       switch (rng() % 3) {
@@ -122,7 +122,8 @@ void RunStress(uint64_t lock_count, int threads_per_client, int local_share, int
     for (int t = 0; t < kThreads; ++t) {
       threads.emplace_back([&, c, t] {
         const int who = c * kThreads + t;
-        std::mt19937 rng(static_cast<unsigned>(who * 7919 + 1) + seed * 2654435761u);
+        std::mt19937 rng(
+            static_cast<unsigned>(testing::MixSeed(static_cast<uint64_t>(who * 7919 + 1), seed)));
         Client& client = *clients[c];
         for (int i = 0; i < ops; ++i) {
           const uint64_t slot = rng() % fo.lock_count;

@@ -320,8 +320,7 @@ void Stress(bool records) {
     return os.str();
   };
   auto worker = [&](int id) {
-    std::mt19937_64 rng(static_cast<uint64_t>(id) * 1000003u + 12345u +
-                        uint64_t{seed} * 0x9e3779b97f4a7c15ull);
+    std::mt19937_64 rng(testing::MixSeed(static_cast<uint64_t>(id) * 1000003u + 12345u, seed));
     auto chance = [&](double p_) { return std::uniform_real_distribution<>(0, 1)(rng) < p_; };
     auto make_channel = [&] {
       auto mem = std::make_unique<InProcessMemory>(&table);
