@@ -335,9 +335,9 @@ Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& p
   }
   std::vector<uint8_t> msg;
   uint32_t kind = 0;
-  RDMALOCK_RETURN_IF_ERROR(rdma::ExchangeControl(impl->conn.get(), hello.Encode(),
-                                                 static_cast<uint32_t>(proto::ControlKind::kHello),
-                                                 params.connect_timeout, &msg, &kind));
+  RDMALOCK_RETURN_IF_ERROR(rdma::ExchangeControl(
+      impl->conn.get(), hello.Encode(), static_cast<uint32_t>(proto::ControlKind::kHello),
+      static_cast<uint32_t>(proto::ControlKind::kRefusal), params.connect_timeout, &msg, &kind));
   if (kind == static_cast<uint32_t>(proto::ControlKind::kRefusal)) {
     proto::RejectReply r;
     if (proto::RejectReply::Decode(msg, &r)) {

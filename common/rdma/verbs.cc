@@ -476,8 +476,8 @@ Result<std::unique_ptr<ActiveConnection>> ConnectRc(const std::string& host, uin
 }
 
 Status ExchangeControl(ActiveConnection* c, std::span<const uint8_t> msg, uint32_t imm,
-                       std::chrono::milliseconds timeout, std::vector<uint8_t>* reply,
-                       uint32_t* reply_imm) {
+                       uint32_t closing_imm, std::chrono::milliseconds timeout,
+                       std::vector<uint8_t>* reply, uint32_t* reply_imm) {
   const size_t n = c->control.size() / 2;
   if (msg.size() > n) return Error(ErrorCode::kInternal, "control message too large");
   std::memcpy(c->control.data() + n, msg.data(), msg.size());
@@ -500,14 +500,16 @@ Status ExchangeControl(ActiveConnection* c, std::span<const uint8_t> msg, uint32
     ibv_wc wc[2];
     const int got = ibv_poll_cq(c->cq.get(), 2, wc);
     if (got < 0) return Error(ErrorCode::kConnection, "ibv_poll_cq failed");
+    Status failed;
     for (int i = 0; i < got; ++i) {
       if (wc[i].status != IBV_WC_SUCCESS) {
-        return Error(ErrorCode::kConnection,
-                     std::string("handshake message ") +
-                         (wc[i].wr_id == kControlRecvId ? "receive" : "send") + " failed (" +
-                         ibv_wc_status_str(wc[i].status) + "): lockd closed the connection");
-      }
-      if (wc[i].wr_id == kControlSendId) {
+        if (failed.ok()) {
+          failed = Error(ErrorCode::kConnection,
+                         std::string("handshake message ") +
+                             (wc[i].wr_id == kControlRecvId ? "receive" : "send") + " failed (" +
+                             ibv_wc_status_str(wc[i].status) + "): lockd closed the connection");
+        }
+      } else if (wc[i].wr_id == kControlSendId) {
         sent = true;
       } else if (wc[i].wr_id == kControlRecvId) {
         received = true;
@@ -515,10 +517,16 @@ Status ExchangeControl(ActiveConnection* c, std::span<const uint8_t> msg, uint32
         *reply_imm = (wc[i].wc_flags & IBV_WC_WITH_IMM) != 0 ? ntohl(wc[i].imm_data) : 0;
       }
     }
+    // A closing reply is the answer even if our SEND's completion failed beside it.
+    if (received && *reply_imm == closing_imm) return Status::Ok();
+    if (!failed.ok()) return failed;
     if (got > 0) continue;
     if (std::chrono::steady_clock::now() > deadline) {
-      return Error(ErrorCode::kTimeout, "lockd did not answer the handshake's hello within " +
-                                            std::to_string(timeout.count()) + " ms");
+      return Error(ErrorCode::kTimeout,
+                   std::string(sent ? "lockd did not answer the handshake's hello within "
+                                    : "the handshake's hello was not acknowledged within ") +
+                       std::to_string(timeout.count()) + " ms" +
+                       (QpInError(c->id.get()) ? " (the connection is in the error state)" : ""));
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }

@@ -288,8 +288,14 @@ Result<std::unique_ptr<ActiveConnection>> ConnectRc(const std::string& host, uin
 // On a connection from ConnectRc: SENDs `msg` with immediate data `imm`, then waits at most
 // `timeout` for the peer's control message in the receive posted at connect. The message is
 // returned in *reply with its immediate data in *reply_imm.
+// A reply whose immediate data is `closing_imm` (lockd's refusal) is returned as soon as it
+// arrives: the peer closes the connection after it, so our SEND's own completion is not awaited
+// (were the SEND's acknowledgement lost, its retransmission would meet a QP already in error,
+// and the caller would see a stall or a transport error instead of the refusal's reason). Any
+// other reply also waits for the SEND's completion: the queue is used on, and its completions
+// must all be accounted for.
 Status ExchangeControl(ActiveConnection* c, std::span<const uint8_t> msg, uint32_t imm,
-                       std::chrono::milliseconds timeout, std::vector<uint8_t>* reply,
-                       uint32_t* reply_imm);
+                       uint32_t closing_imm, std::chrono::milliseconds timeout,
+                       std::vector<uint8_t>* reply, uint32_t* reply_imm);
 
 }  // namespace rdmalock::rdma

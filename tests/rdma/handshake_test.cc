@@ -35,6 +35,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// lockd's refusal: the control message that ends an exchange (rdma::ExchangeControl).
+constexpr uint32_t kRefusal = static_cast<uint32_t>(proto::ControlKind::kRefusal);
+
 size_t OpenFds(pid_t pid) {
   size_t n = 0;
   for ([[maybe_unused]] const auto& e :
@@ -411,13 +414,65 @@ TEST_CASE("protocol version 6: lockd answers a version-5 client in version 5, an
     const auto hello = h.Encode();
     uint32_t kind = 0;
     REQUIRE(rdma::ExchangeControl(conn->get(), hello,
-                                  static_cast<uint32_t>(proto::ControlKind::kHello), 3s, &reply,
-                                  &kind)
+                                  static_cast<uint32_t>(proto::ControlKind::kHello), kRefusal, 3s,
+                                  &reply, &kind)
                 .ok());
     REQUIRE(kind == static_cast<uint32_t>(proto::ControlKind::kWelcome));
     proto::AcceptReply welcome;
     REQUIRE(proto::AcceptReply::Decode(reply, &welcome));
     CHECK(welcome.version == version);
     CHECK(welcome.session_id != 0);
+  }
+}
+
+TEST_CASE("a refusal is the answer at once, even while the hello's SEND is unacknowledged") {
+  // The client's side of a handshake whose hello was never acknowledged (rdma_rxe under TCG has
+  // left one so for seconds; after a refusal lockd fences the QP, so no retransmission could
+  // ever be acknowledged). UnreceivingPeer posts no receive, so the hello's SEND never
+  // completes, and answers it unasked. Before rdma::ExchangeControl took a refusal as final, the
+  // exchange waited for that completion and timed out without the refusal's reason.
+  const std::string ip = RxeIp();
+  const uint32_t kHello = static_cast<uint32_t>(proto::ControlKind::kHello);
+  proto::Hello hello;
+  const auto hello_bytes = hello.Encode();
+  {
+    proto::RejectReply refusal;
+    refusal.reason = proto::RejectReason::kAuthFailed;
+    refusal.detail = "wrong key";
+    UnreceivingPeer peer(ip, 7692, kRefusal, refusal.Encode());
+    std::vector<uint8_t> reject, reply;
+    auto conn = rdma::ConnectRc(ip, 7692, {}, 3s, 4, proto::kControlMessageMax, &reject);
+    INFO(conn.status().ToString());
+    REQUIRE(conn.ok());
+    uint32_t kind = 0;
+    const Status st =
+        rdma::ExchangeControl(conn->get(), hello_bytes, kHello, kRefusal, 3s, &reply, &kind);
+    INFO(st.ToString());
+    REQUIRE(st.ok());
+    REQUIRE(kind == kRefusal);
+    proto::RejectReply r;
+    REQUIRE(proto::RejectReply::Decode(reply, &r));
+    REQUIRE(r.reason == proto::RejectReason::kAuthFailed);
+    const Status served = peer.Wait();
+    INFO(served.ToString());
+    REQUIRE(served.ok());
+  }
+  {
+    // A welcome in the same position is not final: the connection is used on, so the SEND's
+    // completion is still awaited, and the timeout names what is missing.
+    proto::AcceptReply welcome;
+    UnreceivingPeer peer(ip, 7693, static_cast<uint32_t>(proto::ControlKind::kWelcome),
+                         welcome.Encode());
+    std::vector<uint8_t> reject, reply;
+    auto conn = rdma::ConnectRc(ip, 7693, {}, 3s, 4, proto::kControlMessageMax, &reject);
+    INFO(conn.status().ToString());
+    REQUIRE(conn.ok());
+    uint32_t kind = 0;
+    const Status st =
+        rdma::ExchangeControl(conn->get(), hello_bytes, kHello, kRefusal, 1s, &reply, &kind);
+    INFO(st.ToString());
+    REQUIRE(st.code() == ErrorCode::kTimeout);
+    REQUIRE(st.message().find("hello was not acknowledged") != std::string::npos);
+    REQUIRE(peer.Wait().ok());
   }
 }

@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <thread>
+#include <utility>
 
 #include "rdmalock/proto/handshake.h"
 
@@ -94,6 +96,91 @@ void MemoryWindowHog::Free() {
   mws_.clear();
   pd_.reset();
   ctx_.reset();
+}
+
+UnreceivingPeer::UnreceivingPeer(const std::string& ip, uint16_t port, uint32_t imm,
+                                 std::span<const uint8_t> answer)
+    : imm_(imm), answer_(answer.begin(), answer.end()) {
+  auto ch = rdma::CreateEventChannel();
+  INFO(ch.status().ToString());
+  REQUIRE(ch.ok());
+  ch_ = std::move(ch).value();
+  auto id = rdma::CreateId(ch_.get(), nullptr);
+  INFO(id.status().ToString());
+  REQUIRE(id.ok());
+  listener_ = std::move(id).value();
+  auto addr = rdma::ResolveAddress(ip, port, true);
+  INFO(addr.status().ToString());
+  REQUIRE(addr.ok());
+  const Status listening = rdma::Listen(listener_.get(), addr->get(), 1, ip);
+  INFO(listening.ToString());
+  REQUIRE(listening.ok());
+  thread_ = std::thread([this] { served_ = Serve(); });
+}
+
+UnreceivingPeer::~UnreceivingPeer() {
+  if (thread_.joinable()) thread_.join();
+}
+
+Status UnreceivingPeer::Wait() {
+  if (thread_.joinable()) thread_.join();
+  return served_;
+}
+
+Status UnreceivingPeer::Serve() {
+  rdma_cm_id* id = nullptr;
+  {
+    RDMALOCK_ASSIGN_OR_RETURN(rdma::CmEvent ev, rdma::GetEvent(ch_.get(), kEventTimeout));
+    if (ev->event != RDMA_CM_EVENT_CONNECT_REQUEST) {
+      return Error(ErrorCode::kConnection,
+                   std::string("expected a connect request, got ") + rdma_event_str(ev->event));
+    }
+    id = ev->id;
+  }
+  conn_ = rdma::CmId(id);
+  RDMALOCK_ASSIGN_OR_RETURN(rdma::QpSizes sizes, rdma::DeviceQpSizes(id->verbs, 4));
+  RDMALOCK_ASSIGN_OR_RETURN(pd_, rdma::AllocPd(id->verbs));
+  RDMALOCK_ASSIGN_OR_RETURN(cq_, rdma::CreateCq(id->verbs, 8));
+  RDMALOCK_RETURN_IF_ERROR(rdma::CreateRcQp(id, pd_.get(), cq_.get(), &sizes));
+  RDMALOCK_ASSIGN_OR_RETURN(
+      mr_, rdma::RegisterMr(pd_.get(), answer_.data(), answer_.size(), IBV_ACCESS_LOCAL_WRITE));
+  rdma_conn_param param{};
+  param.initiator_depth = 1;
+  param.responder_resources = 1;
+  param.rnr_retry_count = 7;
+  RDMALOCK_RETURN_IF_ERROR(rdma::Accept(id, &param));
+  {
+    RDMALOCK_ASSIGN_OR_RETURN(rdma::CmEvent ev, rdma::GetEvent(ch_.get(), kEventTimeout));
+    if (ev->event != RDMA_CM_EVENT_ESTABLISHED) {
+      return Error(ErrorCode::kConnection,
+                   std::string("expected established, got ") + rdma_event_str(ev->event));
+    }
+  }
+  ibv_sge sge{reinterpret_cast<uint64_t>(answer_.data()), static_cast<uint32_t>(answer_.size()),
+              mr_->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.imm_data = htonl(imm_);
+  wr.send_flags = IBV_SEND_SIGNALED;
+  RDMALOCK_RETURN_IF_ERROR(rdma::PostSend(id->qp, &wr));
+  const auto deadline = std::chrono::steady_clock::now() + kEventTimeout;
+  for (;;) {
+    ibv_wc wc[1];
+    if (rdma::PollCq(cq_.get(), wc) > 0) {
+      if (wc[0].status != IBV_WC_SUCCESS) {
+        return Error(ErrorCode::kConnection,
+                     std::string("the answer's SEND failed: ") + rdma::WcStatusName(wc[0].status));
+      }
+      return Status::Ok();
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return Error(ErrorCode::kTimeout, "the answer's SEND did not complete");
+    }
+    std::this_thread::sleep_for(1ms);
+  }
 }
 
 }  // namespace rdmalock::rdma_test

@@ -8,6 +8,9 @@
 //     session that never became established (and count handshakes in progress).
 //   - MemoryWindowHog opens the RDMA device directly and takes every memory window it has left,
 //     so that lockd's next allocation fails for want of a device resource.
+//   - UnreceivingPeer stands in for lockd and answers a client's hello without ever posting a
+//     receive for it, so the hello's SEND is never acknowledged: what a lost acknowledgement
+//     looks like to the client, made certain.
 // They use common/rdma/verbs.h's RAII types (EventChannel, CmId, ProtectionDomain,
 // MemoryWindow) wherever one exists, and local ones (device list, device context) where not.
 //
@@ -18,7 +21,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/rdma/verbs.h"
@@ -60,6 +65,38 @@ class MemoryWindowHog {
   DeviceContext ctx_;
   rdma::ProtectionDomain pd_;
   std::vector<rdma::MemoryWindow> mws_;
+};
+
+// Listens on `port` and takes one connection, on which it never posts a receive: the client's
+// hello meets RNR NAKs, retried without end (the SDK's rnr_retry is 7), so its SEND never
+// completes. Once the connection is established it SENDs `answer` with immediate data `imm`
+// unasked, as lockd's answer to that hello.
+// Threads: the constructor listens on the caller's thread and starts the serving thread, which
+// alone touches the connection's objects until Wait (or the destructor) joins it.
+class UnreceivingPeer {
+ public:
+  UnreceivingPeer(const std::string& ip, uint16_t port, uint32_t imm,
+                  std::span<const uint8_t> answer);
+  ~UnreceivingPeer();
+  // Joins the serving thread: ok once the answer was delivered (its SEND completed).
+  Status Wait();
+  UnreceivingPeer(const UnreceivingPeer&) = delete;
+  UnreceivingPeer& operator=(const UnreceivingPeer&) = delete;
+
+ private:
+  Status Serve();
+  const uint32_t imm_;
+  std::vector<uint8_t> answer_;
+  // Declared in construction order, destroyed in reverse: the connection (and its QP) before
+  // the MR, CQ and PD made for it, the listener before the channel.
+  rdma::EventChannel ch_;
+  rdma::CmId listener_;
+  rdma::ProtectionDomain pd_;
+  rdma::CompletionQueue cq_;
+  rdma::MemoryRegion mr_;
+  rdma::CmId conn_;
+  std::thread thread_;
+  Status served_;  // Serve's result: written by the serving thread, read after the join
 };
 
 }  // namespace rdmalock::rdma_test

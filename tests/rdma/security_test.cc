@@ -33,6 +33,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// lockd's refusal: the control message that ends an exchange (rdma::ExchangeControl).
+constexpr uint32_t kRefusal = static_cast<uint32_t>(proto::ControlKind::kRefusal);
+
 // std::mt19937_64's tempering, inverted one step at a time.
 uint64_t UndoRightXor(uint64_t y, int shift, uint64_t mask) {
   uint64_t x = y;
@@ -141,7 +144,8 @@ TEST_CASE("authentication: no key, a wrong key or a replayed proof gets no rkey;
   std::vector<uint8_t> msg;
   uint32_t kind = 0;
   REQUIRE(rdma::ExchangeControl(first->get(), hello_bytes,
-                                static_cast<uint32_t>(proto::ControlKind::kHello), 3s, &msg, &kind)
+                                static_cast<uint32_t>(proto::ControlKind::kHello), kRefusal, 3s,
+                                &msg, &kind)
               .ok());
   REQUIRE(kind == static_cast<uint32_t>(proto::ControlKind::kWelcome));
   proto::AcceptReply welcome;
@@ -154,7 +158,8 @@ TEST_CASE("authentication: no key, a wrong key or a replayed proof gets no rkey;
   auto second = rdma::ConnectRc(ip, lockd.port(), bytes, 3s, 4, proto::kControlMessageMax, &reject);
   REQUIRE(second.ok());
   REQUIRE(rdma::ExchangeControl(second->get(), hello_bytes,
-                                static_cast<uint32_t>(proto::ControlKind::kHello), 3s, &msg, &kind)
+                                static_cast<uint32_t>(proto::ControlKind::kHello), kRefusal, 3s,
+                                &msg, &kind)
               .ok());
   REQUIRE(kind == static_cast<uint32_t>(proto::ControlKind::kRefusal));
   proto::RejectReply r;
@@ -272,19 +277,37 @@ TEST_CASE(
   REQUIRE(held.ok());
   proto::ConnectRequest req;
   const auto bytes = req.Encode();
-  // Sends `msg` as the hello with immediate `imm`; returns lockd's refusal reason (kNone if it
-  // sent no refusal: the connection failed instead).
-  auto send_hello = [&](std::vector<uint8_t> msg, uint32_t imm) {
-    std::vector<uint8_t> reject, reply;
-    auto conn = rdma::ConnectRc(ip, lockd.port(), bytes, 3s, 4, 2048, &reject);
-    REQUIRE(conn.ok());
-    uint32_t kind = 0;
-    const Status st = rdma::ExchangeControl(conn->get(), msg, imm, 3s, &reply, &kind);
-    if (!st.ok()) return proto::RejectReason::kNone;
-    REQUIRE(kind == static_cast<uint32_t>(proto::ControlKind::kRefusal));
-    proto::RejectReply r;
-    REQUIRE(proto::RejectReply::Decode(reply, &r));
-    return r.reason;
+  // Sends `msg` as the hello with immediate `imm` on a new connection; returns lockd's refusal
+  // reason, or kNone if the connection failed instead (the exchange's error in *failure).
+  // rdma_rxe under TCG has stalled a handshake exchange now and then (about 1 in 60 runs of
+  // this case on a loaded host: a completion that never came within 3 s while lockd had
+  // answered; docs/architecture.md, Tests); such an attempt says nothing about lockd, so it is
+  // tried again on a new connection, up to 3 times, with a warning.
+  int stalls = 0;  // attempts tried again: lockd may have refused (and counted) them
+  auto send_hello = [&](std::vector<uint8_t> msg, uint32_t imm, std::string* failure = nullptr) {
+    for (int attempt = 1;; ++attempt) {
+      std::vector<uint8_t> reject, reply;
+      auto conn = rdma::ConnectRc(ip, lockd.port(), bytes, 3s, 4, 2048, &reject);
+      REQUIRE(conn.ok());
+      uint32_t kind = 0;
+      const Status st = rdma::ExchangeControl(conn->get(), msg, imm, kRefusal, 3s, &reply, &kind);
+      if (st.code() == ErrorCode::kTimeout && attempt < 3) {
+        ++stalls;
+        WARN("hello exchange attempt " << attempt << " stalled, trying again: " << st.ToString());
+        continue;
+      }
+      if (!st.ok()) {
+        // Reported with the next assertion, if it fails.
+        UNSCOPED_INFO("the hello exchange failed: " << st.ToString() << "\nlockd's log:\n"
+                                                    << lockd.Log());
+        if (failure != nullptr) *failure = st.ToString();
+        return proto::RejectReason::kNone;
+      }
+      REQUIRE(kind == kRefusal);
+      proto::RejectReply r;
+      REQUIRE(proto::RejectReply::Decode(reply, &r));
+      return r.reason;
+    }
   };
   const uint32_t kHello = static_cast<uint32_t>(proto::ControlKind::kHello);
   proto::Hello h;
@@ -299,16 +322,34 @@ TEST_CASE(
   flags[proto::Hello::kFlags] = 0x80;
   REQUIRE(send_hello(flags, kHello) == proto::RejectReason::kBadHello);
   // Larger than lockd's receive buffer: the receive fails on lockd's side, the connection is
-  // dropped without a refusal.
-  REQUIRE(send_hello(std::vector<uint8_t>(1500, 0xab), kHello) == proto::RejectReason::kNone);
+  // dropped without a refusal. lockd's NIC completes the failed receive before it NAKs the SEND,
+  // so a client that saw its SEND refused by the remote side (rdma_rxe says "remote operation
+  // error"; not a stall, not a retry-counter error) has made lockd log the failure.
+  std::string oversized;
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    REQUIRE(send_hello(std::vector<uint8_t>(1500, 0xab), kHello, &oversized) ==
+            proto::RejectReason::kNone);
+    if (oversized.find("send failed (remote ") != std::string::npos) break;
+    WARN("oversized hello, attempt " << attempt << ": " << oversized);
+  }
+  INFO(oversized);
+  REQUIRE(oversized.find("send failed (remote ") != std::string::npos);
   // An oversized connect request: rdma_cm itself refuses more than 56 bytes of private data.
   std::vector<uint8_t> big(200, 0x11), reject;
   auto over = rdma::ConnectRc(ip, lockd.port(), big, 3s, 4, proto::kControlMessageMax, &reject);
   REQUIRE_FALSE(over.ok());
 
   const std::string page = Scrape(addr);
-  REQUIRE(Metric(page, "rdmalock_lockd_handshakes_rejected_total{reason=\"bad_hello\"}") == 3);
-  REQUIRE(Metric(page, "rdmalock_lockd_handshakes_rejected_total{reason=\"bad_version\"}") == 1);
+  // Exactly 3 and 1 unless an attempt stalled (then lockd may or may not have refused it).
+  const auto bad_hello =
+      Metric(page, "rdmalock_lockd_handshakes_rejected_total{reason=\"bad_hello\"}");
+  const auto bad_version =
+      Metric(page, "rdmalock_lockd_handshakes_rejected_total{reason=\"bad_version\"}");
+  INFO("bad_hello " << bad_hello << ", bad_version " << bad_version << ", stalls " << stalls);
+  REQUIRE(bad_hello >= 3);
+  REQUIRE(bad_hello <= 3 + stalls);
+  REQUIRE(bad_version >= 1);
+  REQUIRE(bad_version <= 1 + stalls);
   REQUIRE(lockd.Log().find("malformed hello") != std::string::npos);
   WaitForLog(lockd, "hello receive failed");
   // Nothing was lost: the holder still holds, lockd serves a new client.
