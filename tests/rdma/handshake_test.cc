@@ -435,18 +435,27 @@ TEST_CASE("a refusal is the answer at once, even while the hello's SEND is unack
   const uint32_t kHello = static_cast<uint32_t>(proto::ControlKind::kHello);
   proto::Hello hello;
   const auto hello_bytes = hello.Encode();
+  // Connects to the peer on `port` (the connection in *conn, kept open until the peer has seen
+  // its answer delivered) and sends it the hello: the exchange's outcome.
+  auto hello_to = [&](uint16_t port, std::chrono::milliseconds timeout,
+                      std::unique_ptr<rdma::ActiveConnection>* conn, std::vector<uint8_t>* reply,
+                      uint32_t* kind) {
+    std::vector<uint8_t> reject;
+    auto c = rdma::ConnectRc(ip, port, {}, 3s, 4, proto::kControlMessageMax, &reject);
+    INFO(c.status().ToString());
+    REQUIRE(c.ok());
+    *conn = std::move(c).value();
+    return rdma::ExchangeControl(conn->get(), hello_bytes, kHello, kRefusal, timeout, reply, kind);
+  };
   {
     proto::RejectReply refusal;
     refusal.reason = proto::RejectReason::kAuthFailed;
     refusal.detail = "wrong key";
     UnreceivingPeer peer(ip, 7692, kRefusal, refusal.Encode());
-    std::vector<uint8_t> reject, reply;
-    auto conn = rdma::ConnectRc(ip, 7692, {}, 3s, 4, proto::kControlMessageMax, &reject);
-    INFO(conn.status().ToString());
-    REQUIRE(conn.ok());
+    std::unique_ptr<rdma::ActiveConnection> conn;
+    std::vector<uint8_t> reply;
     uint32_t kind = 0;
-    const Status st =
-        rdma::ExchangeControl(conn->get(), hello_bytes, kHello, kRefusal, 3s, &reply, &kind);
+    const Status st = hello_to(7692, 3s, &conn, &reply, &kind);
     INFO(st.ToString());
     REQUIRE(st.ok());
     REQUIRE(kind == kRefusal);
@@ -463,13 +472,10 @@ TEST_CASE("a refusal is the answer at once, even while the hello's SEND is unack
     proto::AcceptReply welcome;
     UnreceivingPeer peer(ip, 7693, static_cast<uint32_t>(proto::ControlKind::kWelcome),
                          welcome.Encode());
-    std::vector<uint8_t> reject, reply;
-    auto conn = rdma::ConnectRc(ip, 7693, {}, 3s, 4, proto::kControlMessageMax, &reject);
-    INFO(conn.status().ToString());
-    REQUIRE(conn.ok());
+    std::unique_ptr<rdma::ActiveConnection> conn;
+    std::vector<uint8_t> reply;
     uint32_t kind = 0;
-    const Status st =
-        rdma::ExchangeControl(conn->get(), hello_bytes, kHello, kRefusal, 1s, &reply, &kind);
+    const Status st = hello_to(7693, 1s, &conn, &reply, &kind);
     INFO(st.ToString());
     REQUIRE(st.code() == ErrorCode::kTimeout);
     REQUIRE(st.message().find("hello was not acknowledged") != std::string::npos);

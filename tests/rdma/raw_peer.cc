@@ -23,17 +23,19 @@ constexpr auto kEventTimeout = 10s;
 
 using DeviceList = std::unique_ptr<ibv_device*, rdma::Deleter<ibv_free_device_list>>;
 
+// The value of `r`, or a failed test that names its error.
+template <typename T>
+T Must(Result<T> r) {
+  INFO(r.status().ToString());
+  REQUIRE(r.ok());
+  return std::move(r).value();
+}
+
 }  // namespace
 
 HalfOpenClient::HalfOpenClient(const std::string& ip, uint16_t port) {
-  auto ch = rdma::CreateEventChannel();
-  INFO(ch.status().ToString());
-  REQUIRE(ch.ok());
-  ch_ = std::move(ch).value();
-  auto id = rdma::CreateId(ch_.get(), nullptr);
-  INFO(id.status().ToString());
-  REQUIRE(id.ok());
-  id_ = std::move(id).value();
+  ch_ = Must(rdma::CreateEventChannel());
+  id_ = Must(rdma::CreateId(ch_.get(), nullptr));
   sockaddr_in sin{};
   sin.sin_family = AF_INET;
   sin.sin_port = htons(port);
@@ -101,18 +103,10 @@ void MemoryWindowHog::Free() {
 UnreceivingPeer::UnreceivingPeer(const std::string& ip, uint16_t port, uint32_t imm,
                                  std::span<const uint8_t> answer)
     : imm_(imm), answer_(answer.begin(), answer.end()) {
-  auto ch = rdma::CreateEventChannel();
-  INFO(ch.status().ToString());
-  REQUIRE(ch.ok());
-  ch_ = std::move(ch).value();
-  auto id = rdma::CreateId(ch_.get(), nullptr);
-  INFO(id.status().ToString());
-  REQUIRE(id.ok());
-  listener_ = std::move(id).value();
-  auto addr = rdma::ResolveAddress(ip, port, true);
-  INFO(addr.status().ToString());
-  REQUIRE(addr.ok());
-  const Status listening = rdma::Listen(listener_.get(), addr->get(), 1, ip);
+  ch_ = Must(rdma::CreateEventChannel());
+  listener_ = Must(rdma::CreateId(ch_.get(), nullptr));
+  rdma::SockAddr addr = Must(rdma::ResolveAddress(ip, port, true));
+  const Status listening = rdma::Listen(listener_.get(), addr.get(), 1, ip);
   INFO(listening.ToString());
   REQUIRE(listening.ok());
   thread_ = std::thread([this] { served_ = Serve(); });
