@@ -293,7 +293,8 @@ TEST_CASE(
       const Status st = rdma::ExchangeControl(conn->get(), msg, imm, kRefusal, 3s, &reply, &kind);
       if (st.code() == ErrorCode::kTimeout && attempt < 3) {
         ++stalls;
-        WARN("hello exchange attempt " << attempt << " stalled, trying again: " << st.ToString());
+        WARN("hello exchange attempt " << attempt << " (" << msg.size() << " bytes, immediate "
+                                       << imm << ") stalled, trying again: " << st.ToString());
         continue;
       }
       if (!st.ok()) {
