@@ -58,14 +58,20 @@ run() {  # model label mode(exhaustive|bitstate) minutes defines...
   return $status
 }
 
-# Starts run ARGS... in the background in work/N once fewer than $jobs runs are running; its lines
-# go to work/N/report and its verdict to work/N/status.
+# Every run goes in the background in a directory of its own once fewer than $jobs runs are
+# running; its lines go to DIR/report and its verdict to DIR/status, printed in `runs` order.
+runs=()
+queue() {  # DIR MODEL: makes DIR with a copy of MODEL and waits for a free CPU
+  mkdir "$1"
+  cp "$here/$2" "$1/"
+  runs+=("$1")
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+}
+# start MODEL ARGS...: run MODEL ARGS... in work/N.
 n=0
 start() {
   n=$((n + 1))
-  mkdir "$work/$n"
-  cp "$here/$1" "$work/$n/"
-  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+  queue "$work/$n" "$1"
   (cd "$work/$n" && run "$@" >report 2>&1; echo $? >status) &
 }
 
@@ -84,17 +90,12 @@ start cohort_shared.pml "cohort shared: 3 readers, 2 writers + 1" exhaustive 1 -
 start stale_entry.pml "stale entries: 2 sessions, 2 rounds" exhaustive 1 -DNS=2 -DROUNDS=2
 start stale_entry.pml "stale entries: 3 sessions, 1 round" exhaustive 1 -DNS=3 -DROUNDS=1
 # A run of a model with a safeguard taken out must find the violation it prevents, else the
-# property would check nothing: must_find MODEL DIR PATTERN OK_LINE FAIL_LINE defines... Queued
-# with the runs above (as many at a time as CPUs), each in work/DIR; its line goes to
-# work/DIR/report and its verdict to work/DIR/status.
-finds=()
+# property would check nothing: must_find MODEL DIR PATTERN OK_LINE FAIL_LINE defines..., queued
+# with the runs above in work/DIR.
 must_find() {
   local model=$1 dir=$work/$2 pattern=$3 ok=$4 bad=$5
   shift 5
-  mkdir "$dir"
-  cp "$here/$model" "$dir/"
-  finds+=("$dir")
-  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+  queue "$dir" "$model"
   (
     cd "$dir" || exit 1
     if spin "$@" -a "$model" >/dev/null && gcc -O2 -DSAFETY -w -o pan pan.c &&
@@ -160,11 +161,7 @@ must_find stale_entry.pml w1first "$reaped_live" \
 wait
 
 status=0
-for i in $(seq "$n"); do
-  cat "$work/$i/report"
-  [ "$(cat "$work/$i/status" 2>/dev/null)" = 0 ] || status=1
-done
-for dir in "${finds[@]}"; do
+for dir in "${runs[@]}"; do
   cat "$dir/report" 2>/dev/null || echo "model: a run in $dir left no report"
   [ "$(cat "$dir/status" 2>/dev/null)" = 0 ] || status=1
 done

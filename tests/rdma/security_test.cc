@@ -279,12 +279,9 @@ TEST_CASE(
   const auto bytes = req.Encode();
   // Sends `msg` as the hello with immediate `imm` on a new connection; returns lockd's refusal
   // reason, or kNone if the connection failed instead (the exchange's error in *failure).
-  // rdma_rxe under TCG has stalled a handshake exchange now and then (3 of 290 runs of this
-  // case on a loaded host: a completion that never came within 3 s while lockd had answered; a
-  // refusal is now returned without the hello's own completion, and after that 1 of 120 runs
-  // still stalled with neither the hello acknowledged nor an answer; docs/architecture.md,
-  // Tests); such an attempt says nothing about lockd, so it is tried again on a new
-  // connection, up to 3 times, with a warning.
+  // rdma_rxe under TCG stalls a handshake exchange now and then (docs/architecture.md, Tests,
+  // item 3, has the runs and figures); such an attempt says nothing about lockd, so it is tried
+  // again on a new connection, up to 3 times, with a warning.
   int stalls = 0;  // attempts tried again: lockd may have refused (and counted) them
   auto send_hello = [&](std::vector<uint8_t> msg, uint32_t imm, std::string* failure = nullptr) {
     for (int attempt = 1;; ++attempt) {
