@@ -164,7 +164,24 @@ Status ReleaseRider(LockHandle::State& r, Client::Impl* impl) NO_THREAD_SAFETY_A
     r.SetState(LockState::kReleased);
   }
   LockHandle::State& c = *r.carrier;
-  if (!Client::Impl::LeaveShared(c, r)) return Status();
+  if (!Client::Impl::LeaveShared(c, r)) {
+    // Other readers still share the grant, so nothing goes to lockd; but the reader held the
+    // lock only while the grant's lease did, and says so as the last reader's release would
+    // (client.h: kLockLost if the lease lapsed). A lapsed lease is never renewed again.
+    bool held = false;
+    {
+      MutexLock lk(&c.mu);
+      held =
+          c.state == LockState::kHeld && c.ctx->session->engine->LeaseValid(c.grant, Clock::now());
+    }
+    if (held) return Status();
+    MutexLock lk(&r.mu);
+    r.state = LockState::kLost;  // ended already (kReleased above)
+    r.lost_reported = true;
+    return Error(ErrorCode::kLockLost,
+                 "the shared grant's lease ran out (or the grant was lost) before the release; "
+                 "lock lost");
+  }
   Status st = ReleaseHeld(c, impl);
   if (!st.ok()) {
     MutexLock lk(&r.mu);

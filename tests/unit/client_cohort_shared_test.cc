@@ -262,6 +262,29 @@ TEST_CASE("cohort shared: a reader never joins a grant whose lease ran out") {
   CHECK(r1->Release().ok());
 }
 
+// A reader that is not the last one leaves the shared grant without releasing it at lockd; its
+// Release must still say kLockLost once the grant's lease has run out (client.h), as the last
+// reader's does: the reader may not believe it held the lock throughout.
+TEST_CASE("cohort shared: a reader that is not the last is told its lease ran out at Release") {
+  testing::FakeLockd::Options fo;
+  fo.lease = 60ms;
+  testing::FakeLockd lockd(fo);
+  auto c = ConnectTo("shared-lapsed", lockd);
+  auto r0 = c->LockSlot(10, Reader());
+  REQUIRE(r0.ok());
+  auto r1 = c->LockSlot(10, Reader());  // joins r0's grant in-process
+  REQUIRE(r1.ok());
+  REQUIRE(c->Stats().local_shares == 1);
+  ClientTestPeer::PauseRenewals(*c, true);
+  REQUIRE(WaitFor([&] { return r1->state() == LockState::kLost; }));
+  const Status st = r1->Release();  // r0 still holds its share: r1 is not the last reader
+  INFO(st.ToString());
+  CHECK(st.code() == ErrorCode::kLockLost);
+  CHECK(r1->state() == LockState::kLost);
+  CHECK(r0->Release().code() == ErrorCode::kLockLost);
+  ClientTestPeer::PauseRenewals(*c, false);
+}
+
 TEST_CASE(
     "cohort shared: with local_handover off, or auto_renew off, every reader goes to "
     "lockd") {
