@@ -237,6 +237,10 @@ class LockEngine {
   // Never blocks. Returns true when the ticket needs no more steps (see r.outcome).
   Result<bool> Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev = nullptr) const;
 
+  // Clears a request's entry, waits for that to land, then hands the entry back: for a request
+  // that ends without its grant, and (the SDK) a grant found lost while its session lives.
+  void FreeRecord(RemoteMemory& mem, uint64_t record, uint32_t seq) const;
+
   bool LeaseValid(const Grant& g, Clock::time_point now) const {
     return now < g.lease_start + params_.lease &&
            (params_.trusted_until == nullptr ||
@@ -258,8 +262,6 @@ class LockEngine {
   // word (docs/protocol.md §8, torn READs). The word is read atomically then (AtomicWord0) into
   // `*cur`, and only that decides.
   Status CheckReleasable(RemoteMemory& mem, const Grant& g, proto::Word0* cur) const;
-  // Clears a request's entry, waits for that to land, then hands the entry back.
-  void FreeRecord(RemoteMemory& mem, uint64_t record, uint32_t seq) const;
   // Takes back an increment from a frozen word; resets the word if that drains it. `cur` is the
   // word right after our FETCH_AND_ADD, issued at `issued`. Leaves the increment to the frozen
   // word's stall rescue when it cannot prove the increment is still in the word.

@@ -430,6 +430,11 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // when the channel is made, before it is shared.
   void SetGrantContext(ThreadChannel & ch);
 
+  // A grant of `c`'s session that was just found lost (its lease ran out) while the session
+  // lives: its record entry is cleared and goes back to the pool (client_keeper.cc says why).
+  static void ClearLostEntry(ThreadChannel & c, LockHandle::State & s) REQUIRES(s.mu)
+      EXCLUDES(c.mu);
+
   // ---- Cohort handover (client_cohort.cc, cohort.h)
   // The client's cohort table; null with ClientOptions::local_handover off.
   const std::shared_ptr<sdk::CohortTable>& cohort() const { return cohort_; }

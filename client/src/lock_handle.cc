@@ -271,9 +271,13 @@ Status LockHandle::Renew() {
     if (ch->session != s->ctx->session) {
       st = Error(ErrorCode::kLockLost, "session with lockd ended; lock lost");
     } else {
-      MutexLock clk(&ch->mu);
-      st = ch->Reap();
-      if (st.ok()) st = s->ctx->session->engine->Renew(*ch->mem, s->grant, &ch->events);
+      {
+        MutexLock clk(&ch->mu);
+        st = ch->Reap();
+        if (st.ok()) st = s->ctx->session->engine->Renew(*ch->mem, s->grant, &ch->events);
+      }
+      // Lost in this session, which goes on: its record entry goes (as the keeper's finding).
+      if (st.code() == ErrorCode::kLockLost) Client::Impl::ClearLostEntry(*ch, *s);
     }
     if (st.code() == ErrorCode::kLockLost) s->SetState(LockState::kLost);
   }

@@ -111,6 +111,27 @@ class FakeLockd {
     return out;
   }
 
+  // The live queued entries of session `id`'s record, as lockd would reap them if the session
+  // ended now (EndLocked). Empty for an unknown session.
+  std::vector<proto::RequestEntry> LiveEntries(uint64_t id) {
+    std::lock_guard lk(mu_);
+    std::vector<proto::RequestEntry> out;
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) return out;
+    const uint64_t base = uint64_t{it->second.index} * proto::kSessionRecordSize;
+    for (uint32_t i = 0; i < proto::SessionRecord::kMaxEntries; ++i) {
+      const uint64_t off = base + proto::SessionRecord::EntryOffset(i);
+      proto::RequestEntry e;
+      if (proto::RequestEntry::DecodeLive(table_.session_word(off).load(),
+                                          table_.session_word(off + 8).load(),
+                                          table_.session_word(off + 16).load(), &e) &&
+          e.state == proto::RequestEntry::State::kQueued) {
+        out.push_back(e);
+      }
+    }
+    return out;
+  }
+
   // A heartbeat, QP-error or operator fence of session `id`.
   void Fence(uint64_t id) {
     std::lock_guard lk(mu_);

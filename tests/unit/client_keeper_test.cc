@@ -886,3 +886,39 @@ TEST_CASE("session keeping: a new session learns slots' generations anew") {
   CHECK(pair() == 1);  // READs again: the old session's generation 7 is gone with it
   CHECK(pair() == 0);
 }
+
+// A grant lost while its session lives (its lease ran out: not renewed, or its renewal came too
+// late) has its record entry cleared. Left live, the entry would stay in the record for the rest
+// of the session: once waiters recover the ticket and the word resets, a later request in the new
+// generation can draw the same counters, and lockd reaping the old entry when the session ends
+// would release that request's grant (an untagged entry has no generation to tell them apart:
+// every shared one). The grant's ticket itself stays for the waiters' stall recovery: a holder
+// past its lease releases nothing.
+TEST_CASE("session keeping: a grant lost while the session lives leaves no live record entry") {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 16;
+  fo.lease = 60ms;
+  testing::FakeLockd lockd(fo);
+  auto client = ConnectTo("lost-entry", lockd.connector());
+  const uint64_t id = client->session_id();
+  LockOptions lo;
+  lo.mode = LockMode::kShared;
+  bool pause = false;
+  SECTION("shared, auto_renew off: the keeper finds the lease run out") { lo.auto_renew = false; }
+  SECTION("exclusive, auto_renew off") {
+    lo.mode = LockMode::kExclusive;
+    lo.auto_renew = false;
+  }
+  SECTION("shared, renewals stalled past the lease: the renewal finds it run out") { pause = true; }
+  auto h = client->LockSlot(5, lo);
+  REQUIRE(h.ok());
+  REQUIRE(lockd.LiveEntries(id).size() == 1);  // the request's, while it holds
+  if (pause) ClientTestPeer::PauseRenewals(*client, true);
+  REQUIRE(WaitFor([&] { return h->state() == LockState::kLost; }));
+  if (pause) ClientTestPeer::PauseRenewals(*client, false);
+  const bool cleared = WaitFor([&] { return lockd.LiveEntries(id).empty(); });
+  CHECK(cleared);
+  CHECK(client->session_id() == id);  // the same session throughout
+  CHECK(h->Release().code() == ErrorCode::kLockLost);
+  CHECK(lockd.LiveEntries(id).empty());
+}
