@@ -272,6 +272,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
         }
       }
       if (opt.try_only) return Error(ErrorCode::kBusy, "lock word is being reset; try again");
+      if (opt.while_waiting) opt.while_waiting();
       Pause(std::min<nanoseconds>(Jitter(backoff), opt.deadline - Clock::now()));
       backoff = std::min<nanoseconds>(backoff * 2, params_.lease / 8);
       continue;
@@ -323,8 +324,8 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
                                   opt.deadline - Clock::now()),
             /*may_spin=*/ahead <= 1);
     }
-    RDMALOCK_ASSIGN_OR_RETURN(const WaitOutcome out,
-                              Wait(mem, t, issue, opt.deadline, &g, ev, handed_off));
+    RDMALOCK_ASSIGN_OR_RETURN(const WaitOutcome out, Wait(mem, t, issue, opt.deadline, &g, ev,
+                                                          handed_off, &opt.while_waiting));
     if (out == WaitOutcome::kGranted) {
       FillToken(&g);
       return g;
@@ -340,7 +341,8 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
 Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket& t,
                                                  Clock::time_point fa_issue,
                                                  Clock::time_point deadline, Grant* grant,
-                                                 EngineEvents* ev, bool* handed_off) const {
+                                                 EngineEvents* ev, bool* handed_off,
+                                                 const std::function<void()>* while_waiting) const {
   const uint64_t inc = proto::AcquireIncrement(t.mode);
   Clock::time_point last_waiting_issue = fa_issue;  // issue of the last op that showed us waiting
   Word0 last = Word0::Decode(t.word.Encode() + inc);
@@ -390,6 +392,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       RDMALOCK_RETURN_IF_ERROR(RearmAfterGiveUp(mem, grant));
       return WaitOutcome::kGranted;
     }
+    if (while_waiting != nullptr && *while_waiting) (*while_waiting)();
     RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(t.slot), 16);
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
     const auto issue = mem.last_issued(), done = mem.last_completed();

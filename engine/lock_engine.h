@@ -83,6 +83,10 @@ struct AcquireOptions {
   // A release this channel started and has not reaped: finished as soon as the acquire's first
   // batch completes (the release landed before it), so a failed CAS is retried before waiting.
   PendingRelease* pending = nullptr;
+  // Called on the acquiring thread while the request waits (before each poll, and before each
+  // retry on a frozen word), with `mem` free for it to use. AcquireMany renews with it the locks
+  // its set holds so far: nothing else renews them while the set waits for the next one.
+  std::function<void()> while_waiting;
 };
 
 // One lock of a set (LockEngine::AcquireMany) or of a batch of independent requests (IssueMany).
@@ -143,6 +147,8 @@ struct EngineEvents {
   Counter release_misses;   // release CASes that missed (requests queued or shared siblings
                             // released since the grant was last seen): each one more round trip
   Counter batch_fallbacks;  // sets not all granted at once (acquired in slot order instead)
+  Counter renewals;         // leases renewed by AcquireMany for its set while it waited
+  Counter renew_failures;   // of those renewals, the ones that failed (the set failed with them)
 };
 
 class LockEngine {
@@ -252,7 +258,8 @@ class LockEngine {
   enum class WaitOutcome { kGranted, kRestart, kTimeout };
   Result<WaitOutcome> Wait(RemoteMemory& mem, const Ticket& t, Clock::time_point fa_issue,
                            Clock::time_point deadline, Grant* grant, EngineEvents* ev,
-                           bool* handed_off) const;
+                           bool* handed_off,
+                           const std::function<void()>* while_waiting = nullptr) const;
   Result<Grant> AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mode, const AcquireOptions& opt,
                             EngineEvents* ev, bool* handed_off) const;
   // FinishRelease() for a call that is about something else: kLockLost is dropped.

@@ -185,7 +185,7 @@ Result<Grant> LockEngine::FinishAcquire(RemoteMemory& mem, const Grant& queued,
     return Error(ErrorCode::kBusy, "slot " + std::to_string(t.slot) + " is held");
   }
   Count(&EngineEvents::waits, ev);
-  auto out = Wait(mem, t, g.lease_start, opt.deadline, &g, ev, &handed_off);
+  auto out = Wait(mem, t, g.lease_start, opt.deadline, &g, ev, &handed_off, &opt.while_waiting);
   if (!out.ok()) return out.status();
   if (*out == WaitOutcome::kGranted) {
     FillToken(&g);
@@ -269,30 +269,45 @@ Result<std::vector<Grant>> LockEngine::AcquireMany(RemoteMemory& mem,
   }
   if (Status st = give_back(k, false); !st.ok()) return st;
 
-  // Phase 3: wait for k with the ticket in hand, then take the rest one by one, in order.
+  // Phase 3: wait for k with the ticket in hand, then take the rest one by one, in order. The
+  // locks granted so far are this set's, and nothing else renews them while it waits (they
+  // become handles, which the SDK's keeper renews, only once the whole set is granted): renew
+  // them here, when a third of their lease has gone, as the keeper would. One that cannot be
+  // renewed fails the set (all or nothing).
+  Status renewal;
+  const std::function<void()> renew_held = [&] {
+    const auto now = Clock::now();
+    for (Grant& g : grants) {
+      if (!renewal.ok()) return;
+      if (now - g.lease_start < params_.lease / 3) continue;
+      renewal = Renew(mem, g, ev);
+      Count(renewal.ok() ? &EngineEvents::renewals : &EngineEvents::renew_failures, ev);
+    }
+  };
   for (size_t i = k; i < got.size(); ++i) {
     Issued& s = got[i];
-    if (i == k && !s.frozen) {
-      AcquireOptions one = opt;
-      one.pending = nullptr;
-      one.try_only = false;
-      auto g = FinishAcquire(mem, s.grant, one, ev);
-      if (!g.ok()) {
-        if (g.status().code() == ErrorCode::kConnection) return g.status();
-        return fail(g.status());
-      }
-      grants.push_back(*g);
-      continue;
-    }
     AcquireOptions one = opt;
     one.pending = nullptr;
-    if (take) std::tie(one.record, one.record_seq) = take();
-    auto g = Acquire(mem, reqs[i].slot, reqs[i].mode, one, ev);
+    one.while_waiting = renew_held;
+    Result<Grant> g = Error(ErrorCode::kInternal, "not acquired");
+    if (i == k && !s.frozen) {
+      one.try_only = false;
+      g = FinishAcquire(mem, s.grant, one, ev);
+    } else {
+      if (take) std::tie(one.record, one.record_seq) = take();
+      g = Acquire(mem, reqs[i].slot, reqs[i].mode, one, ev);
+    }
     if (!g.ok()) {
       if (g.status().code() == ErrorCode::kConnection) return g.status();
       return fail(g.status());
     }
     grants.push_back(*g);
+    if (!renewal.ok()) {
+      if (renewal.code() == ErrorCode::kConnection) return renewal;
+      return fail(
+          Error(ErrorCode::kLockLost, "a lock of the set was lost while the set waited for slot " +
+                                          std::to_string(reqs[i].slot) + ": " + renewal.message()));
+    }
   }
   return grants;
 }

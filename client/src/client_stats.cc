@@ -97,6 +97,8 @@ void ThreadChannel::AddStats(ClientStats* out) const {
   s.deferred_releases = events.deferred.get();
   s.release_misses = events.release_misses.get();
   s.batch_fallbacks = events.batch_fallbacks.get();
+  s.renewals = events.renewals.get();  // a set's, while it waited (the keeper's are client-wide)
+  s.renew_failures = events.renew_failures.get();
   s.batches = batches.get();
   s.local_handovers = local_handovers.get();
   s.local_shares = local_shares.get();

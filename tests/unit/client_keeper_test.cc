@@ -922,3 +922,34 @@ TEST_CASE("session keeping: a grant lost while the session lives leaves no live 
   CHECK(h->Release().code() == ErrorCode::kLockLost);
   CHECK(lockd.LiveEntries(id).empty());
 }
+
+// A set (LockManySlots) that waits at lockd for one of its locks holds the ones below it
+// meanwhile, granted at once; nothing made them handles yet, so the keeper did not renew them. A
+// wait longer than a lease let them run out, and the set came back ok with a lock already lost
+// (and its OnLost never called). The set's wait renews them as the keeper would.
+TEST_CASE("session keeping: a set that waits longer than a lease keeps the locks it holds") {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 16;
+  fo.lease = 60ms;
+  testing::FakeLockd lockd(fo);
+  auto holder = ConnectTo("set-holder", lockd.connector());
+  auto client = ConnectTo("set-waiter", lockd.connector());
+  auto h2 = holder->LockSlot(2, {});  // renewed by its keeper while it holds
+  REQUIRE(h2.ok());
+  std::thread release([&] {
+    std::this_thread::sleep_for(400ms);  // more than six leases
+    (void)h2->Release();
+  });
+  const SlotRequest set[] = {{1, LockMode::kExclusive}, {2, LockMode::kExclusive}};
+  auto got = client->LockManySlots(set);
+  release.join();
+  INFO(got.status().ToString());
+  REQUIRE(got.ok());
+  REQUIRE(got->size() == 2);
+  for (LockHandle& h : *got) {
+    INFO("slot " << h.slot());
+    CHECK(h.state() == LockState::kHeld);
+  }
+  CHECK(client->Stats().renewals > 0);  // the set's own, while it waited
+  for (LockHandle& h : *got) CHECK(h.Release().ok());
+}
