@@ -214,8 +214,8 @@ std::chrono::nanoseconds Client::lease() const {
 
 Result<LockHandle> Client::Lock(std::string_view name, const LockOptions& options) {
   if (name.empty()) return Error(ErrorCode::kInvalidArgument, "lock name is empty");
-  const auto deadline =
-      options.timeout ? Clock::now() + *options.timeout : Clock::time_point::max();
+  const auto deadline = options.timeout ? sdk::DeadlineAfter(Clock::now(), *options.timeout)
+                                        : Clock::time_point::max();
   RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel(deadline));
   return LockSlot(SlotForName(name, ch->session->reply.lock_count), options);
 }
@@ -246,7 +246,7 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   const auto mode = static_cast<Mode>(options.mode);
   if (options.timeout) {
     started = Clock::now();
-    ao.deadline = started + *options.timeout;
+    ao.deadline = sdk::DeadlineAfter(started, *options.timeout);
     ao.try_only = options.timeout->count() == 0;
   }
   RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel(ao.deadline));
@@ -300,8 +300,8 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
 
 Result<std::vector<LockHandle>> Client::LockMany(std::span<const LockRequest> requests,
                                                  const LockOptions& options) {
-  const auto deadline =
-      options.timeout ? Clock::now() + *options.timeout : Clock::time_point::max();
+  const auto deadline = options.timeout ? sdk::DeadlineAfter(Clock::now(), *options.timeout)
+                                        : Clock::time_point::max();
   RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel(deadline));
   std::vector<SlotRequest> slots;
   slots.reserve(requests.size());
@@ -332,7 +332,7 @@ Result<std::vector<LockHandle>> Client::LockManySlots(std::span<const SlotReques
       reqs.end());
   AcquireOptions ao;
   if (options.timeout) {
-    ao.deadline = Clock::now() + *options.timeout;
+    ao.deadline = sdk::DeadlineAfter(Clock::now(), *options.timeout);
     ao.try_only = options.timeout->count() == 0;
   }
   ao.want_token = options.fencing_token;

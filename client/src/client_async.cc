@@ -385,7 +385,7 @@ Status Client::LockSlotAsync(uint64_t slot, const LockOptions& options, LockCall
   r.slot = slot;
   r.mode = static_cast<Mode>(options.mode);
   r.options = options;
-  if (options.timeout) r.deadline = Clock::now() + *options.timeout;
+  if (options.timeout) r.deadline = sdk::DeadlineAfter(Clock::now(), *options.timeout);
   // The request holds the unit until a grant of its own takes it (Impl::FinishGranted) or it
   // ends (Impl::Finish gives it back).
   r.done = std::move(done);

@@ -51,6 +51,7 @@
 #include <vector>
 
 #include "client/src/cohort.h"
+#include "client/src/deadline.h"
 #include "client/src/entry_pool.h"
 #include "client/src/state_pool.h"
 #include "common/sync/mutex.h"

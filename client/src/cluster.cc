@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "client/src/cluster_test_peer.h"
+#include "client/src/deadline.h"
 #include "common/etcd/etcd.h"
 #include "common/sync/mutex.h"
 #include "common/sync/thread_annotations.h"
@@ -361,7 +362,7 @@ namespace {
 std::chrono::steady_clock::time_point DeadlineOf(const LockOptions& options) {
   using Clock = std::chrono::steady_clock;
   if (!options.timeout.has_value()) return Clock::time_point::max();
-  return Clock::now() + std::max(std::chrono::milliseconds(0), *options.timeout);
+  return sdk::DeadlineAfter(Clock::now(), *options.timeout);
 }
 }  // namespace
 
@@ -408,7 +409,8 @@ Result<std::vector<LockHandle>> ClusterClient::LockMany(std::span<const LockRequ
   for (size_t i : v->order) {
     if (by_shard[i].empty()) continue;
     const std::string& shard = v->map.shards[i].name;
-    auto c = impl_->Shard(*v, i, budget ? start + *options.timeout : Clock::time_point::max());
+    auto c = impl_->Shard(
+        *v, i, budget ? sdk::DeadlineAfter(start, *options.timeout) : Clock::time_point::max());
     if (!c.ok()) return fail(c.status());
     LockOptions o = options;
     if (budget) {

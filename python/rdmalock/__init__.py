@@ -297,12 +297,19 @@ def _check(status: int) -> None:
         raise RdmalockError(status, _lib().rdmalock_last_error().decode(errors="replace"))
 
 
+_INT64_MAX = 2**63 - 1
+
+
 def _timeout_ms(timeout: Optional[float]) -> int:
     if timeout is None or timeout == math.inf:
         return _WAIT_FOREVER
+    if math.isnan(timeout):
+        raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"timeout {timeout} is not a number")
     if timeout < 0:
         raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"timeout {timeout} is negative")
-    return int(round(timeout * 1000))
+    # ctypes would wrap a value beyond int64 silently (sys.maxsize seconds came out negative);
+    # anything that large is as good as no limit, and the library waits without one.
+    return min(int(round(timeout * 1000)), _INT64_MAX)
 
 
 def _options() -> _Options:

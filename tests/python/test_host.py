@@ -140,3 +140,21 @@ def test_cluster_lock_on_an_unreachable_shard_raises_not_hangs(tmp_path):
         with pytest.raises(RdmalockError) as e:
             cluster.lock("orders/1", timeout=-1)
         assert e.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+def test_timeouts_beyond_int64_milliseconds_wait_forever_and_nan_is_refused():
+    # ctypes wraps an int beyond int64 silently: sys.maxsize seconds came to -1000 ms, refused as
+    # negative; any timeout past int64 milliseconds is as good as none (the library saturates).
+    import math
+    import sys
+    assert rdmalock._timeout_ms(sys.maxsize) == 2**63 - 1
+    assert rdmalock._timeout_ms(1e300) == 2**63 - 1
+    assert rdmalock._timeout_ms(math.inf) == rdmalock._WAIT_FOREVER
+    assert rdmalock._timeout_ms(None) == rdmalock._WAIT_FOREVER
+    assert rdmalock._timeout_ms(1.5) == 1500
+    with pytest.raises(RdmalockError) as e:
+        rdmalock._timeout_ms(math.nan)
+    assert e.value.code == ErrorCode.INVALID_ARGUMENT and "nan" in e.value.message
+    with pytest.raises(RdmalockError) as e:
+        rdmalock._timeout_ms(-0.5)
+    assert e.value.code == ErrorCode.INVALID_ARGUMENT

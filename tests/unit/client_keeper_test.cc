@@ -953,3 +953,63 @@ TEST_CASE("session keeping: a set that waits longer than a lease keeps the locks
   CHECK(client->Stats().renewals > 0);  // the set's own, while it waited
   for (LockHandle& h : *got) CHECK(h.Release().ok());
 }
+
+// A timeout the clock cannot add (milliseconds::max(), or INT64_MAX ms from the C API: more than
+// the steady clock's range in nanoseconds) waits as one without a limit. Added as it was, the
+// conversion to nanoseconds overflowed (undefined behaviour): the deadline came out in the past
+// and a contended acquire timed out at once.
+TEST_CASE("timeouts: a timeout too large for the clock waits as one without a limit") {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 16;
+  fo.lease = 2s;
+  testing::FakeLockd lockd(fo);
+  auto holder = ConnectTo("huge-holder", lockd.connector());
+  auto client = ConnectTo("huge-waiter", lockd.connector());
+  LockOptions lo;
+  lo.timeout = std::chrono::milliseconds::max();
+  std::string which;
+  SECTION("LockSlot") { which = "slot"; }
+  SECTION("Lock by name") { which = "name"; }
+  SECTION("LockManySlots") { which = "set"; }
+  SECTION("LockSlotAsync") { which = "async"; }
+  auto h = which == "name" ? holder->Lock("huge", {}) : holder->LockSlot(3, {});
+  REQUIRE(h.ok());
+  std::promise<Status> done;
+  std::vector<LockHandle> got;
+  std::thread waiter;
+  if (which == "async") {
+    const Status submitted = client->LockSlotAsync(3, lo, [&](Result<LockHandle> r) {
+      if (r.ok()) got.push_back(std::move(r).value());
+      done.set_value(r.status());
+    });
+    REQUIRE(submitted.ok());
+  } else {
+    waiter = std::thread([&] {
+      Status st;
+      if (which == "slot") {
+        auto r = client->LockSlot(3, lo);
+        if (r.ok()) got.push_back(std::move(r).value());
+        st = r.status();
+      } else if (which == "name") {
+        auto r = client->Lock("huge", lo);
+        if (r.ok()) got.push_back(std::move(r).value());
+        st = r.status();
+      } else {
+        const SlotRequest set[] = {{3, LockMode::kExclusive}};
+        auto r = client->LockManySlots(set, lo);
+        if (r.ok()) got = std::move(r).value();
+        st = r.status();
+      }
+      done.set_value(st);
+    });
+  }
+  auto result = done.get_future();
+  CHECK(result.wait_for(300ms) == std::future_status::timeout);  // still waiting
+  CHECK(h->Release().ok());
+  REQUIRE(result.wait_for(5s) == std::future_status::ready);
+  const Status st = result.get();
+  INFO(st.ToString());
+  CHECK(st.ok());
+  if (waiter.joinable()) waiter.join();
+  for (LockHandle& g : got) CHECK(g.Release().ok());
+}

@@ -79,7 +79,8 @@ struct ClientOptions {
 
 struct LockOptions {
   LockMode mode = LockMode::kExclusive;
-  // How long to wait; nullopt waits for ever. Zero makes one attempt (as TryLock).
+  // How long to wait; nullopt waits for ever. Zero makes one attempt (as TryLock). One beyond
+  // the steady clock's range (milliseconds::max()) waits for ever too.
   std::optional<std::chrono::milliseconds> timeout;
   // Read the slot's generation with the grant so an exclusive grant carries a fencing token. Costs
   // an RDMA READ in the same doorbell as the acquire's atomic.

@@ -161,7 +161,8 @@ RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_connect(const rdmalock_options_t* o
 RDMALOCK_C_EXPORT void rdmalock_close(rdmalock_client_t* client);
 
 /* Acquires the lock `name` (its slot is XXH3-64(name) modulo the lock count), waiting up to
- * timeout_ms milliseconds (RDMALOCK_WAIT_FOREVER: no limit; 0: one attempt, as try_lock).
+ * timeout_ms milliseconds (RDMALOCK_WAIT_FOREVER: no limit; 0: one attempt, as try_lock; one
+ * beyond the clock's range, such as INT64_MAX, is no limit either).
  * Exclusive grants carry a fencing token (unless no_fencing_tokens). On success *out is a handle to
  * pass to rdmalock_lock_free(); on failure *out is NULL. Errors: INVALID_ARGUMENT (NULL client,
  * name or out, empty name, a bad mode, timeout_ms < -1), TIMEOUT, BUSY (timeout_ms 0 only),
