@@ -397,6 +397,11 @@ Status Client::ReleaseMany(std::span<LockHandle> handles) {
   // states are pooled and reused, so two calls could otherwise take the same two mutexes in
   // opposite orders (ThreadSanitizer's lock-order-inversion, and a deadlock were two threads
   // ever to release overlapping handles at once).
+  // Handles that cannot go in the batch (released or lost already, another session's, a reader's
+  // share of a grant): released one by one, after the batch's mutexes are unlocked. Released
+  // while they are held, a reader's release that ended the session (its grant's last reader, on a
+  // broken connection) deadlocked this thread: ending a session takes every held handle's mutex.
+  std::vector<size_t> later;
   std::vector<size_t> order(handles.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
@@ -423,9 +428,12 @@ Status Client::ReleaseMany(std::span<LockHandle> handles) {
       continue;
     }
     locks.UnlockLast();
-    outcome[at] = h.Release();  // not batchable: says why (released, lost, other session)
+    later.push_back(at);  // not batchable: its own release says why (released, lost, ...)
   }
   const auto first = [&] {
+    // Each handle's own release, in `handles`' order once the batch's mutexes are unlocked.
+    std::sort(later.begin(), later.end());
+    for (const size_t at : later) outcome[at] = handles[at].Release();
     for (const Status& st : outcome) {
       if (!st.ok()) return st;
     }

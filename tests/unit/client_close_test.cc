@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "client/src/client_test_peer.h"
 #include "rdmalock/client.h"
@@ -163,4 +164,60 @@ TEST_CASE("issue 17: releasing or renewing from a thread whose join fails does n
   INFO(result->ToString());
   CHECK_FALSE(result->ok());
   CHECK(moved.state() == LockState::kLost);
+}
+
+// Found by review (2026-12-05): ReleaseMany holds the mutexes of the handles it batches while it
+// goes on through the rest, and released a handle it cannot batch (a reader's, cohort.h) there
+// and then. When that reader was its grant's last and the connection had broken, its release
+// ended the session, whose EndLeases takes every held handle's mutex: a batched one's too, held
+// by this very thread (a deadlock). The handles it cannot batch are released after the batch.
+TEST_CASE("ReleaseMany: a reader's release that ends the session does not deadlock the batch") {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 16;
+  fo.lease = 2s;
+  testing::FakeLockd lockd(fo);
+  ClientOptions o = testing::FakeClientOptions("release-many-broken");
+  o.reconnect = false;
+  auto client = ClientTestPeer::Connect(o, lockd.connector());
+  REQUIRE(client.ok());
+  Client& c = **client;
+  std::vector<LockHandle> hs;
+  LockOptions reader;
+  reader.mode = LockMode::kShared;
+  // Exclusive handles on either side of the readers' states in memory (the batch locks its
+  // mutexes in address order): some are locked before the reader is reached.
+  for (uint64_t slot = 1; slot <= 4; ++slot) {
+    auto h = c.LockSlot(slot, {});
+    REQUIRE(h.ok());
+    hs.push_back(std::move(h).value());
+  }
+  auto r0 = c.LockSlot(9, reader);
+  auto r1 = c.LockSlot(9, reader);  // joins r0's grant in-process
+  REQUIRE(r0.ok());
+  REQUIRE(r1.ok());
+  for (uint64_t slot = 5; slot <= 8; ++slot) {
+    auto h = c.LockSlot(slot, {});
+    REQUIRE(h.ok());
+    hs.push_back(std::move(h).value());
+  }
+  REQUIRE(r0->Release().ok());  // r1 is the grant's last reader now
+  hs.push_back(std::move(r1).value());
+  const auto ids = lockd.Sessions();
+  REQUIRE(ids.size() == 1);
+  lockd.BreakSession(ids[0]);
+  // On this thread, whose connection broke (a new thread would join the session afresh); a
+  // watchdog ends the process if the call never returns.
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread watchdog([done] {
+    if (!WaitFor([&] { return done->load(); }, 5s)) {
+      std::fprintf(stderr, "ReleaseMany never returned within 5 s (deadlock); exiting\n");
+      std::_Exit(1);
+    }
+  });
+  const Status result = c.ReleaseMany(hs);
+  done->store(true);
+  watchdog.join();
+  INFO(result.ToString());
+  CHECK_FALSE(result.ok());  // the connection broke: the locks are lost, not released
+  for (LockHandle& h : hs) CHECK(h.state() == LockState::kLost);
 }
