@@ -125,6 +125,10 @@ struct ReapState {
   uint16_t seen_n_x = 0, seen_n_s = 0;
   uint64_t seen_word1 = 0;
   Clock::time_point seen_since, last_issue;
+  // A step posted a CAS on a shared ticket (its release, or its stall recovery) and never saw the
+  // completion (the connection dropped): it may have landed, and the word cannot say so, since a
+  // shared release carries no identity and leaves nX where it was. The next step gives up.
+  bool unseen = false;
   enum class Outcome {
     kPending,
     kReleased,

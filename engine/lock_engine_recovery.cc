@@ -25,6 +25,15 @@ Status LockEngine::Drain(RemoteMemory& mem, const Ticket& t, EngineEvents* ev) c
 Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev) const {
   using Outcome = ReapState::Outcome;
   const Ticket& t = r.ticket;
+  if (r.unseen) {
+    // An earlier step's CAS on this shared ticket may have landed unseen: stepping again could
+    // release the ticket a second time, which would count for another reader and could admit a
+    // writer beside it. Leave it to the waiters' stall recovery (a ticket released already is
+    // nothing to them).
+    r.outcome = Outcome::kGaveUp;
+    if (r.own) FreeRecord(mem, t.record, t.record_seq);
+    return true;
+  }
   if (r.started && Clock::now() - r.last_issue > params_.lease) {
     // We lost sight of the word for a lease (lockd was descheduled): the word may have been
     // reset meanwhile and the ticket's numbers reused. Leave it to the waiters' stall recovery.
@@ -73,8 +82,10 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
     if (!r.own) g.ticket.record = 0;
     g.seen = w0;
     g.lease_start = issue;
+    r.unseen = t.mode == Mode::kShared;  // until the release's completion says what became of it
     Status st = Release(mem, g, ev);
     if (!st.ok() && st.code() != ErrorCode::kLockLost) return st;
+    r.unseen = false;
     r.outcome = st.ok() ? Outcome::kReleased : Outcome::kAlreadyDone;
     return true;
   }
@@ -91,15 +102,18 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
   const Word0 rec = proto::RecoveredWord(w0, t.word, t.mode);
   RemoteOp cas =
       RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), w0.Encode(), rec.Encode());
+  r.unseen = t.mode == Mode::kShared;  // a recovered shared ticket still looks granted
   RDMALOCK_RETURN_IF_ERROR(mem.Execute(cas));
+  r.unseen = false;
   if (cas.result[0] != w0.Encode()) {
     r.seen_valid = false;  // something moved: time the stall again
     return false;
   }
   Count(&EngineEvents::recoveries, ev);
   if (r.own) FreeRecord(mem, t.record, t.record_seq);
-  if (rec.Frozen() && rec.Drained()) RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, t.slot, rec, ev));
+  // Over before the reset: a reset that fails must not make this ticket be stepped again.
   r.outcome = Outcome::kRecovered;
+  if (rec.Frozen() && rec.Drained()) RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, t.slot, rec, ev));
   return true;
 }
 }  // namespace rdmalock

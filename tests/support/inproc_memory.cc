@@ -168,6 +168,10 @@ Status InProcessMemory::Run(std::span<RemoteOp> ops) {
       case RemoteOp::Kind::kWrite:
         break;  // refused by Check
     }
+    if (after_hook_ && !after_hook_(op)) {
+      broken_.store(true);
+      return Error(ErrorCode::kConnection, "channel dropped before the completion (injected)");
+    }
   }
   return Status::Ok();
 }

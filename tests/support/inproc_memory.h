@@ -61,6 +61,10 @@ class InProcessMemory : public Connection {
   }
 
   void set_hook(Hook hook) { hook_ = std::move(hook); }
+  // Runs after each operation on the lock table has taken effect; returning false fails the batch
+  // as if the connection had dropped before the completion came back (the operation landed, its
+  // caller cannot know).
+  void set_after_hook(Hook hook) { after_hook_ = std::move(hook); }
   // Runs after each READ of the lock table with the op's result in place (`result`, or `into`);
   // may change it, as a NIC whose READ is no snapshot of the word does: rdma_rxe copies a READ
   // bytewise, and a copy stalled halfway mixes two values (docs/protocol.md §8, torn READs).
@@ -118,6 +122,7 @@ class InProcessMemory : public Connection {
   std::function<void()> on_shutdown_;
   std::atomic<bool> shut_{false};
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  Hook after_hook_;
   bool hold_posts_ = false;
   std::vector<RemoteOp> held_;  // posted, not landed yet (hold_posts_)
   bool defer_starts_ = false;

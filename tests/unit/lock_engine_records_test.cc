@@ -156,6 +156,42 @@ TEST_CASE("records: a crash anywhere in a shared release never releases it twice
   }
 }
 
+// Found by review (2026-12-05): lockd's reap of a dead reader releases its ticket with a CAS. If
+// the loopback connection drops after that CAS landed but before its completion came back, lockd
+// reconnects and steps the same item again: a shared release carries no identity and leaves nX
+// where it was, so the word still shows the ticket granted, and it was released a second time,
+// counting for a live reader (a writer could then be granted beside it). A step whose CAS may
+// have landed unseen now leaves the ticket to the waiters' stall recovery. The same for the
+// stall recovery's own CAS.
+TEST_CASE("records: a reap whose release CAS landed unseen never releases the reader again") {
+  InProcessTable table(1, 2 * 4096);
+  LockEngine e(Params(1), nullptr);
+  InProcessMemory a(&table), b(&table), c(&table);
+  auto ga = e.Acquire(a, 0, Mode::kShared, {});  // the dead client's reader
+  auto gb = e.Acquire(b, 0, Mode::kShared, {});  // a live one
+  REQUIRE(ga.ok());
+  REQUIRE(gb.ok());
+  const Ticket ct{0, Mode::kExclusive, QueueExclusive(c, 0), 0, 0};  // writer C queues
+  ReapState r;
+  r.ticket = ga->ticket;
+  InProcessMemory lost(&table);  // lockd's loopback, dropping after its first CAS lands
+  lost.set_after_hook([](const RemoteOp& op) { return op.kind != RemoteOp::Kind::kCompareSwap; });
+  auto first = e.Reap(lost, r);
+  REQUIRE_FALSE(first.ok());
+  CHECK(W0(table, 0).n_s == 1);   // A's release landed
+  InProcessMemory again(&table);  // reconnected
+  for (int i = 0; i < 4 && r.outcome == ReapState::Outcome::kPending; ++i) {
+    auto next = e.Reap(again, r);
+    REQUIRE(next.ok());
+  }
+  const Word0 w = W0(table, 0);
+  INFO("nS " << w.n_s << " maxS " << w.max_s << ", outcome " << static_cast<int>(r.outcome));
+  CHECK(w.n_s == 1);                                 // A's release counted once
+  CHECK_FALSE(proto::Granted(w, ct.word, ct.mode));  // B still holds: C waits
+  CHECK(r.outcome == ReapState::Outcome::kGaveUp);
+  REQUIRE(e.Release(b, *gb).ok());
+}
+
 // ---- Issue 16's findings on the engine (each test failed on the code before its fix)
 
 TEST_CASE("finding 3: an entry goes back to the pool only once its done mark has landed") {
