@@ -180,11 +180,25 @@ void Client::Impl::PumpLoop() {
     // waits in the cohort for a request no thread works on).
     for (auto& w : queued) waits.push_back(std::move(w));
     if (!waits.empty()) {
+      bool stopped = false;
       {
         MutexLock lk(&async_mu_);
-        for (auto& w : waits) wait_q_.push_back(std::move(w));
+        stopped = async_stop_;
+        if (!stopped) {
+          for (auto& w : waits) wait_q_.push_back(std::move(w));
+        }
       }
-      wait_cv_.SignalAll();
+      if (!stopped) {
+        wait_cv_.SignalAll();
+      } else {
+        // A callback above closed the client: StopAsync has run, and no waiter thread serves the
+        // queue any more. These end as StopAsync ends what it finds queued (client.h: each
+        // callback runs once, kConnection on close).
+        for (auto& w : waits) {
+          if (w.cohort_owner) cohort_->Leave(w.req.slot);
+          Finish(w.req, Error(ErrorCode::kConnection, "client closed"));
+        }
+      }
     }
   }
 }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -220,4 +221,56 @@ TEST_CASE("ReleaseMany: a reader's release that ends the session does not deadlo
   INFO(result.ToString());
   CHECK_FALSE(result.ok());  // the connection broke: the locks are lost, not released
   for (LockHandle& h : hs) CHECK(h.state() == LockState::kLost);
+}
+
+// Found by review (2026-12-05): the pump finishes a batch's granted requests first (running their
+// callbacks) and queues the rest for the waiter threads. A callback that destroyed the client
+// stopped those threads, and the pump then queued the rest where nobody would serve them: their
+// callbacks never ran, although client.h promises each runs once (kConnection on close).
+TEST_CASE("async: a callback that closes the client still completes the rest of its batch") {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 8;
+  testing::FakeLockd lockd(fo);
+  std::unique_ptr<Client> client = ConnectTo(lockd, "closes-mid-batch");
+  auto other = ConnectTo(lockd, "holds-b");
+  auto held = other->LockSlot(3, {});  // B's lock: B waits at lockd
+  REQUIRE(held.ok());
+  std::atomic<bool> gate{false}, first_in{false};
+  std::atomic<int> a_calls{0}, b_calls{0};
+  std::atomic<bool> b_connection{false};
+  // The first request's callback holds the pump until A and B are queued, so that the pump takes
+  // them in one batch.
+  std::vector<LockHandle> kept;
+  std::mutex kept_mu;
+  REQUIRE(client
+              ->LockSlotAsync(1, {},
+                              [&](Result<LockHandle> h) {
+                                first_in = true;
+                                while (!gate.load()) std::this_thread::sleep_for(1ms);
+                                std::lock_guard lk(kept_mu);
+                                if (h.ok()) kept.push_back(std::move(h).value());
+                              })
+              .ok());
+  REQUIRE(WaitFor([&] { return first_in.load(); }));
+  REQUIRE(client
+              ->LockSlotAsync(2, {},
+                              [&](Result<LockHandle> h) {
+                                ++a_calls;
+                                if (h.ok()) client.reset();  // on the pump, mid-batch
+                              })
+              .ok());
+  REQUIRE(client
+              ->LockSlotAsync(3, {},
+                              [&](Result<LockHandle> h) {
+                                ++b_calls;
+                                b_connection = h.status().code() == ErrorCode::kConnection;
+                              })
+              .ok());
+  gate = true;
+  REQUIRE(WaitFor([&] { return a_calls.load() == 1; }));
+  const bool b_done = WaitFor([&] { return b_calls.load() == 1; }, 3s);
+  CHECK(b_done);
+  CHECK(b_connection.load());
+  std::this_thread::sleep_for(50ms);
+  CHECK(b_calls.load() <= 1);
 }
