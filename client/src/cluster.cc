@@ -15,6 +15,7 @@
 #include "common/etcd/etcd.h"
 #include "common/sync/mutex.h"
 #include "common/sync/thread_annotations.h"
+#include "engine/fork_guard.h"
 
 namespace rdmalock {
 namespace {
@@ -181,6 +182,14 @@ class ClusterClient::Impl {
   Impl(const ClusterMap& m, ClientOptions o, int64_t revision) : options(std::move(o)) {
     view_ = MakeView(m, revision);
   }
+  // A forked child's copy (fork_guard.h): its shards' sessions, refresher thread and mutexes are
+  // the parent's. Every call fails then, and ~ClusterClient keeps it untouched.
+  bool inherited() const { return fork_guard::Generation() != fork_gen; }
+  static Status InheritedError() {
+    return Error(ErrorCode::kUnsupported,
+                 "this cluster client was inherited across fork(): its shards' sessions are the "
+                 "parent process's; a child connects a cluster client of its own (after exec)");
+  }
   ~Impl() {
     {
       MutexLock lk(&mu_);
@@ -191,6 +200,9 @@ class ClusterClient::Impl {
   }
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
+
+  // The fork generation it was made in (fork_guard::Install first, so that a fork is counted).
+  const uint64_t fork_gen = (fork_guard::Install(), fork_guard::Generation());
 
   // The library's way to make a shard's session (ClusterTestPeer::ShardConnector).
   static Result<std::unique_ptr<Client>> LibraryConnect(const ClientOptions& o,
@@ -310,7 +322,12 @@ class ClusterClient::Impl {
 };
 
 ClusterClient::ClusterClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-ClusterClient::~ClusterClient() = default;
+ClusterClient::~ClusterClient() {
+  // A forked child's copy: nothing of it is torn down (no join of the parent's refresher, no
+  // mutex a parent's thread may have held at fork(), no shard session closed).
+  if (impl_ != nullptr && impl_->inherited())
+    fork_guard::Bury(std::shared_ptr<Impl>(std::move(impl_)));
+}
 
 Result<std::unique_ptr<ClusterClient>> ClusterClient::Connect(const ClusterMap& map,
                                                               const ClientOptions& options) {
@@ -345,14 +362,20 @@ Result<std::unique_ptr<ClusterClient>> ClusterTestPeer::Connect(const EtcdCluste
 }
 
 size_t ClusterClient::ShardOf(std::string_view name) const {
+  if (impl_->inherited()) return 0;
   return ShardForName(impl_->view()->map, name);
 }
 
-ClusterMap ClusterClient::map() const { return impl_->view()->map; }
+ClusterMap ClusterClient::map() const {
+  return impl_->inherited() ? ClusterMap{} : impl_->view()->map;
+}
 
-int64_t ClusterClient::map_revision() const { return impl_->view()->revision; }
+int64_t ClusterClient::map_revision() const {
+  return impl_->inherited() ? 0 : impl_->view()->revision;
+}
 
 Result<Client*> ClusterClient::Shard(size_t index) {
+  if (impl_->inherited()) return Impl::InheritedError();
   auto v = impl_->view();
   return impl_->Shard(*v, index);
 }
@@ -367,6 +390,7 @@ std::chrono::steady_clock::time_point DeadlineOf(const LockOptions& options) {
 }  // namespace
 
 Result<LockHandle> ClusterClient::Lock(std::string_view name, const LockOptions& options) {
+  if (impl_->inherited()) return Impl::InheritedError();
   auto v = impl_->view();
   RDMALOCK_ASSIGN_OR_RETURN(Client * c,
                             impl_->Shard(*v, ShardForName(v->map, name), DeadlineOf(options)));
@@ -374,6 +398,7 @@ Result<LockHandle> ClusterClient::Lock(std::string_view name, const LockOptions&
 }
 
 Result<LockHandle> ClusterClient::TryLock(std::string_view name, LockMode mode) {
+  if (impl_->inherited()) return Impl::InheritedError();
   auto v = impl_->view();
   RDMALOCK_ASSIGN_OR_RETURN(
       Client * c, impl_->Shard(*v, ShardForName(v->map, name), std::chrono::steady_clock::now()));
@@ -383,6 +408,7 @@ Result<LockHandle> ClusterClient::TryLock(std::string_view name, LockMode mode) 
 Result<std::vector<LockHandle>> ClusterClient::LockMany(std::span<const LockRequest> requests,
                                                         const LockOptions& options) {
   using Clock = std::chrono::steady_clock;
+  if (impl_->inherited()) return Impl::InheritedError();
   const auto v = impl_->view();  // the whole set is routed by one map
   std::vector<std::vector<LockRequest>> by_shard(v->map.shards.size());
   for (const LockRequest& r : requests) by_shard[ShardForName(v->map, r.name)].push_back(r);

@@ -4,6 +4,9 @@
 // finding 12.
 #include "rdmalock/cluster.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -254,4 +257,41 @@ TEST_CASE(
   CHECK(held->Renew().ok());
   CHECK(held->Release().ok());
   CHECK(moved->Release().ok());
+}
+
+// Found by review (2026-12-05): a ClusterClient inherited across fork() was not inert as a
+// Client is (docs/sdk.md, fork()): a lock on a shard the parent had not connected yet made a new
+// connection from the child, which is unsupported (it shares its parent's RDMA files), and the
+// child's close could join its parent's refresher thread or lock a mutex held at fork(). Every
+// call in the child fails with kUnsupported now, and the child's copy is never destroyed.
+TEST_CASE("cluster: a ClusterClient inherited across fork() is inert in the child") {
+  Lockds l({"host-a", "host-b"});
+  auto cc = ClusterTestPeer::Connect(TwoShards(), Options(), l.connector());
+  REQUIRE(cc.ok());
+  const std::string on_a = NameOn(**cc, "shard-a", "a/"), on_b = NameOn(**cc, "shard-b", "b/");
+  auto h = (*cc)->Lock(on_a, {.timeout = 2000ms});  // shard-a connected; shard-b not yet
+  REQUIRE(h.ok());
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    alarm(5);  // a child that hangs is killed: the parent reads SIGALRM
+    // Exit codes: 0 all inert, 1 a lock on the unconnected shard was not refused, 2 one on the
+    // connected shard, 3 a set, 4 Shard().
+    const auto b = (*cc)->Lock(on_b, {.timeout = 500ms});
+    if (b.status().code() != ErrorCode::kUnsupported) _exit(1);
+    const auto a = (*cc)->Lock(on_a, {.timeout = 0ms});
+    if (a.status().code() != ErrorCode::kUnsupported) _exit(2);
+    const LockRequest set[] = {{on_a, LockMode::kExclusive}, {on_b, LockMode::kExclusive}};
+    if ((*cc)->LockMany(set).status().code() != ErrorCode::kUnsupported) _exit(3);
+    if ((*cc)->Shard(1).status().code() != ErrorCode::kUnsupported) _exit(4);
+    cc->reset();  // the child's copy: kept, never torn down
+    _exit(0);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  INFO("child: " << (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                       : "signal " + std::to_string(WTERMSIG(status))));
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  CHECK(h->state() == LockState::kHeld);  // the parent's lock is untouched
+  CHECK(h->Release().ok());
 }
