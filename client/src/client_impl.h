@@ -237,7 +237,11 @@ struct [[gnu::visibility("hidden")]] LockHandle::State
   ~State() NO_THREAD_SAFETY_ANALYSIS {
     Settle();
     // Linked only while held: a released or lost state was unlinked already (no mutex to take).
-    if (ctx && held_linked.load(std::memory_order_acquire)) ctx->held->Unlink(this);
+    // Not in a forked child, as below: the list's spin lock may have been held by a parent's
+    // thread at fork() (every grant and release takes it), and the child would spin for ever.
+    if (ctx && held_linked.load(std::memory_order_acquire) && !inherited()) {
+      ctx->held->Unlink(this);
+    }
     // Still the cohort entry's owner (never left kHeld): pass the entry on. Not in a forked
     // child, whose entry mutexes may have been held by the parent's threads.
     if (cohort && !inherited()) {
