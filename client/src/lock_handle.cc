@@ -164,16 +164,18 @@ Status ReleaseRider(LockHandle::State& r, Client::Impl* impl) NO_THREAD_SAFETY_A
     r.SetState(LockState::kReleased);
   }
   LockHandle::State& c = *r.carrier;
+  // Whether the reader held the lock until now: the grant is held and its lease runs. Read while
+  // the reader still counts among the grant's readers, so that no other reader can have released
+  // the grant yet (only the last one does; read after leaving, a grant another reader released
+  // meanwhile looked lost). A lapsed lease is never renewed again.
+  bool held = false;
+  {
+    MutexLock lk(&c.mu);
+    held = c.state == LockState::kHeld && c.ctx->session->engine->LeaseValid(c.grant, Clock::now());
+  }
   if (!Client::Impl::LeaveShared(c, r)) {
-    // Other readers still share the grant, so nothing goes to lockd; but the reader held the
-    // lock only while the grant's lease did, and says so as the last reader's release would
-    // (client.h: kLockLost if the lease lapsed). A lapsed lease is never renewed again.
-    bool held = false;
-    {
-      MutexLock lk(&c.mu);
-      held =
-          c.state == LockState::kHeld && c.ctx->session->engine->LeaseValid(c.grant, Clock::now());
-    }
+    // Other readers still share the grant, so nothing goes to lockd; but the reader says, as the
+    // last reader's release would (client.h: kLockLost if the lease lapsed), whether it held.
     if (held) return Status();
     MutexLock lk(&r.mu);
     r.state = LockState::kLost;  // ended already (kReleased above)

@@ -298,6 +298,21 @@ def test_issue17_finding10_a_lock_keeps_its_client_alive(lockd, other):
         pass
 
 
+def test_a_lost_callback_that_refers_to_its_lock_does_not_keep_it_held(client, other):
+    # Found by review (2026-12-05): the module kept every lost callback in a registry of strong
+    # references, so a callback that refers to its own Lock (a closure logging lock.name, say)
+    # kept the Lock alive for ever: never collected, never freed, held and renewed as long as the
+    # client lived. The Lock keeps its callback now, and the registry only a weak reference.
+    lock = client.lock("py/pinned", timeout=5)
+    lock.on_lost(lambda err: print(lock.name, err))
+    del lock
+    gc.collect()
+    other.flush()
+    got = other.lock("py/pinned", timeout=5)  # released when the cycle was collected
+    assert got.held
+    got.release()
+
+
 def _run_script(script: str, *args: str) -> subprocess.Popen:
     """Runs ``script`` in a Python process of its own, killed after 60 s whatever happens (so a
     hung child fails the test instead of the suite)."""
