@@ -160,16 +160,20 @@ _load_lock = threading.Lock()
 # Lost callbacks: one C trampoline for every lock, never freed, finds the lock's Python callback
 # by the key the library hands back as user_data. (A ctypes callback object per lock would have
 # to outlive every call the library makes through it, including the one during which its Lock is
-# collected; issue 17, finding 9.) _callbacks_lock guards _callbacks; it is never held while a
-# callback runs.
-_callbacks: Dict[int, LostCallback] = {}
+# collected; issue 17, finding 9.) The registry holds a weak reference to the Lock, which holds
+# its callback: a callback that refers to its own Lock (the bound method of an object that holds
+# the lock) makes a cycle the collector frees, where a strong registry kept the Lock, and so its
+# lock, held for ever. _callbacks_lock guards _callbacks; it is never held while a callback runs.
+_callbacks: Dict[int, "weakref.ReferenceType[Lock]"] = {}
 _callbacks_lock = threading.Lock()
 _callback_keys = itertools.count(1)
 
 
 def _on_lost(code: int, message: Optional[bytes], key: Optional[int]) -> None:
     with _callbacks_lock:
-        callback = _callbacks.get(key) if key is not None else None
+        ref = _callbacks.get(key) if key is not None else None
+    lock = ref() if ref is not None else None  # None once the Lock is being collected
+    callback = lock._lost_callback if lock is not None else None
     if callback is not None:
         callback(RdmalockError(code, (message or b"").decode(errors="replace")))
 
@@ -399,6 +403,7 @@ class Lock:
         self.name = name
         self._client: Optional[Union[Client, Cluster]] = client
         self._key = next(_callback_keys)  # this lock's entry in _callbacks
+        self._lost_callback: Optional[LostCallback] = None
         # Runs before the Lock's attributes go (so before its reference to the client): the
         # handle is freed while the session is still there.
         self._finalizer = weakref.finalize(self, _free_lock, self._handle, self._key)
@@ -474,10 +479,18 @@ class Lock:
             _check(_lib().rdmalock_lock_on_lost(handle, null_fn, None))
             with _callbacks_lock:
                 _callbacks.pop(self._key, None)
+            self._lost_callback = None
             return
+        self._lost_callback = callback
         with _callbacks_lock:
-            _callbacks[self._key] = callback
-        _check(_lib().rdmalock_lock_on_lost(handle, _LOST_TRAMPOLINE, self._key))
+            _callbacks[self._key] = weakref.ref(self)
+        try:
+            _check(_lib().rdmalock_lock_on_lost(handle, _LOST_TRAMPOLINE, self._key))
+        except RdmalockError:
+            with _callbacks_lock:
+                _callbacks.pop(self._key, None)
+            self._lost_callback = None
+            raise
 
     def __enter__(self) -> Lock:
         return self

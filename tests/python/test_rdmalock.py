@@ -300,12 +300,20 @@ def test_issue17_finding10_a_lock_keeps_its_client_alive(lockd, other):
 
 def test_a_lost_callback_that_refers_to_its_lock_does_not_keep_it_held(client, other):
     # Found by review (2026-12-05): the module kept every lost callback in a registry of strong
-    # references, so a callback that refers to its own Lock (a closure logging lock.name, say)
-    # kept the Lock alive for ever: never collected, never freed, held and renewed as long as the
-    # client lived. The Lock keeps its callback now, and the registry only a weak reference.
-    lock = client.lock("py/pinned", timeout=5)
-    lock.on_lost(lambda err: print(lock.name, err))
-    del lock
+    # references, so a callback that refers to its own Lock (the bound method of an object that
+    # holds the lock, here a default argument) kept the Lock alive for ever: never collected,
+    # never freed, held and renewed as long as the client lived. The Lock keeps its callback now,
+    # and the registry only a weak reference to the Lock.
+    class Worker:
+        def __init__(self):
+            self.lock = client.lock("py/pinned", timeout=5)
+            self.lock.on_lost(self.stop)
+
+        def stop(self, err):
+            print(self.lock.name, err)
+
+    worker = Worker()
+    del worker
     gc.collect()
     other.flush()
     got = other.lock("py/pinned", timeout=5)  # released when the cycle was collected
