@@ -55,6 +55,18 @@ Target TargetOf(const Common& c) {
         t.usage_error = true;
         return t;
       }
+      // The command's lock lives where the map puts its name: on another shard, --shard would
+      // acquire a lock no other client of the cluster contends for, or force-release whatever
+      // holds the same slot on the wrong lockd.
+      if (!c.route_name.empty()) {
+        if (const size_t on = rdmalock::ShardForName(map, c.route_name); on != shard) {
+          std::cerr << "lockctl: lock '" << c.route_name << "' is on shard '" << map.shards[on].name
+                    << "' by " << source << ", not on --shard '" << c.shard
+                    << "'; drop --shard, or name the lock's shard\n";
+          t.usage_error = true;
+          return t;
+        }
+      }
     } else if (!c.route_name.empty()) {
       shard = rdmalock::ShardForName(map, c.route_name);
     } else {

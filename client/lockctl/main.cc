@@ -23,6 +23,7 @@ int Run(Args& a) {
   // With --cluster, the lock a command is about picks the shard.
   if (a.command == Command::kAcquire) a.common.route_name = a.acq_name;
   if (a.command == Command::kInspect && a.inspect_slot < 0) a.common.route_name = a.inspect_name;
+  if (a.command == Command::kRelease) a.common.route_name = a.rel_name;
   const Common& c = a.common;
   switch (a.command) {
     case Command::kStatus:
