@@ -363,6 +363,11 @@ def _check_name(name: object) -> bytes:
     if not isinstance(name, str):
         raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
                             f"lock name must be a str, not {type(name).__name__}")
+    if "\0" in name:
+        # The library takes NUL-terminated names: this one would be cut short there, and name
+        # another lock.
+        raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
+                            f"lock name {name!r} contains a NUL character")
     return name.encode()
 
 

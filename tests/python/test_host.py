@@ -158,3 +158,12 @@ def test_timeouts_beyond_int64_milliseconds_wait_forever_and_nan_is_refused():
     with pytest.raises(RdmalockError) as e:
         rdmalock._timeout_ms(-0.5)
     assert e.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+def test_a_name_with_a_nul_is_refused_not_cut_short():
+    # The C API takes NUL-terminated names: "a\0b" reached it as "a", another lock than the one
+    # asked for (found by review, 2026-12-05).
+    with pytest.raises(RdmalockError) as e:
+        rdmalock._check_name("a\x00b")
+    assert e.value.code == ErrorCode.INVALID_ARGUMENT and "NUL" in e.value.message
+    assert rdmalock._check_name("a/b") == b"a/b"
