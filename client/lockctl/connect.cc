@@ -57,8 +57,8 @@ Target TargetOf(const Common& c) {
       }
       // The command's lock lives where the map puts its name: on another shard, --shard would
       // acquire a lock no other client of the cluster contends for, or force-release whatever
-      // holds the same slot on the wrong lockd.
-      if (!c.route_name.empty()) {
+      // holds the same slot on the wrong lockd. (inspect may look at any shard's slot.)
+      if (c.route_must_match && !c.route_name.empty()) {
         if (const size_t on = rdmalock::ShardForName(map, c.route_name); on != shard) {
           std::cerr << "lockctl: lock '" << c.route_name << "' is on shard '" << map.shards[on].name
                     << "' by " << source << ", not on --shard '" << c.shard

@@ -24,6 +24,7 @@ int Run(Args& a) {
   if (a.command == Command::kAcquire) a.common.route_name = a.acq_name;
   if (a.command == Command::kInspect && a.inspect_slot < 0) a.common.route_name = a.inspect_name;
   if (a.command == Command::kRelease) a.common.route_name = a.rel_name;
+  a.common.route_must_match = a.command == Command::kAcquire || a.command == Command::kRelease;
   const Common& c = a.common;
   switch (a.command) {
     case Command::kStatus:
