@@ -115,21 +115,9 @@ class FakeLockd {
   // ended now (EndLocked). Empty for an unknown session.
   std::vector<proto::RequestEntry> LiveEntries(uint64_t id) {
     std::lock_guard lk(mu_);
-    std::vector<proto::RequestEntry> out;
     auto it = sessions_.find(id);
-    if (it == sessions_.end()) return out;
-    const uint64_t base = uint64_t{it->second.index} * proto::kSessionRecordSize;
-    for (uint32_t i = 0; i < proto::SessionRecord::kMaxEntries; ++i) {
-      const uint64_t off = base + proto::SessionRecord::EntryOffset(i);
-      proto::RequestEntry e;
-      if (proto::RequestEntry::DecodeLive(table_.session_word(off).load(),
-                                          table_.session_word(off + 8).load(),
-                                          table_.session_word(off + 16).load(), &e) &&
-          e.state == proto::RequestEntry::State::kQueued) {
-        out.push_back(e);
-      }
-    }
-    return out;
+    return it == sessions_.end() ? std::vector<proto::RequestEntry>{}
+                                 : LiveEntriesLocked(it->second.index);
   }
 
   // A heartbeat, QP-error or operator fence of session `id`.
@@ -289,6 +277,23 @@ class FakeLockd {
     if (it->second.live.empty()) EndLocked(id, /*now=*/true);
   }
 
+  // The live queued entries of the record at `index` (mu_ held).
+  std::vector<proto::RequestEntry> LiveEntriesLocked(uint32_t index) {
+    std::vector<proto::RequestEntry> out;
+    const uint64_t base = uint64_t{index} * proto::kSessionRecordSize;
+    for (uint32_t i = 0; i < proto::SessionRecord::kMaxEntries; ++i) {
+      const uint64_t off = base + proto::SessionRecord::EntryOffset(i);
+      proto::RequestEntry e;
+      if (proto::RequestEntry::DecodeLive(table_.session_word(off).load(),
+                                          table_.session_word(off + 8).load(),
+                                          table_.session_word(off + 16).load(), &e) &&
+          e.state == proto::RequestEntry::State::kQueued) {
+        out.push_back(e);
+      }
+    }
+    return out;
+  }
+
   // As lockd's EndSession: fence every connection, read the record's live entries, clear the
   // record, and hand the queued tickets to the recovery thread (at once, or one lease later).
   void EndLocked(uint64_t id, bool now) {
@@ -298,15 +303,8 @@ class FakeLockd {
     const uint64_t base = uint64_t{it->second.index} * proto::kSessionRecordSize;
     Job job;
     job.not_before = Clock::now() + (now ? Clock::duration::zero() : Clock::duration(opts_.lease));
-    for (uint32_t i = 0; i < proto::SessionRecord::kMaxEntries; ++i) {
-      const uint64_t off = base + proto::SessionRecord::EntryOffset(i);
-      proto::RequestEntry e;
-      if (proto::RequestEntry::DecodeLive(table_.session_word(off).load(),
-                                          table_.session_word(off + 8).load(),
-                                          table_.session_word(off + 16).load(), &e) &&
-          e.state == proto::RequestEntry::State::kQueued && e.slot < opts_.lock_count) {
-        job.items.push_back(ReapState::ForEntry(e));
-      }
+    for (const proto::RequestEntry& e : LiveEntriesLocked(it->second.index)) {
+      if (e.slot < opts_.lock_count) job.items.push_back(ReapState::ForEntry(e));
     }
     for (uint64_t w = 0; w < proto::kSessionRecordSize; w += 8)
       table_.session_word(base + w).store(0);

@@ -42,6 +42,14 @@ bool WaitForNewSession(Client& c, uint64_t old) {
   });
 }
 
+// A test lockd of 16 locks and the given lease.
+testing::FakeLockd::Options Leased(std::chrono::milliseconds lease) {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 16;
+  fo.lease = lease;
+  return fo;
+}
+
 // A lock a holder thread took, and how often its loss was reported.
 struct Held {
   LockHandle handle;
@@ -895,10 +903,7 @@ TEST_CASE("session keeping: a new session learns slots' generations anew") {
 // every shared one). The grant's ticket itself stays for the waiters' stall recovery: a holder
 // past its lease releases nothing.
 TEST_CASE("session keeping: a grant lost while the session lives leaves no live record entry") {
-  testing::FakeLockd::Options fo;
-  fo.lock_count = 16;
-  fo.lease = 60ms;
-  testing::FakeLockd lockd(fo);
+  testing::FakeLockd lockd(Leased(60ms));
   auto client = ConnectTo("lost-entry", lockd.connector());
   const uint64_t id = client->session_id();
   LockOptions lo;
@@ -928,10 +933,7 @@ TEST_CASE("session keeping: a grant lost while the session lives leaves no live 
 // wait longer than a lease let them run out, and the set came back ok with a lock already lost
 // (and its OnLost never called). The set's wait renews them as the keeper would.
 TEST_CASE("session keeping: a set that waits longer than a lease keeps the locks it holds") {
-  testing::FakeLockd::Options fo;
-  fo.lock_count = 16;
-  fo.lease = 60ms;
-  testing::FakeLockd lockd(fo);
+  testing::FakeLockd lockd(Leased(60ms));
   auto holder = ConnectTo("set-holder", lockd.connector());
   auto client = ConnectTo("set-waiter", lockd.connector());
   auto h2 = holder->LockSlot(2, {});  // renewed by its keeper while it holds
@@ -959,10 +961,7 @@ TEST_CASE("session keeping: a set that waits longer than a lease keeps the locks
 // conversion to nanoseconds overflowed (undefined behaviour): the deadline came out in the past
 // and a contended acquire timed out at once.
 TEST_CASE("timeouts: a timeout too large for the clock waits as one without a limit") {
-  testing::FakeLockd::Options fo;
-  fo.lock_count = 16;
-  fo.lease = 2s;
-  testing::FakeLockd lockd(fo);
+  testing::FakeLockd lockd(Leased(2s));
   auto holder = ConnectTo("huge-holder", lockd.connector());
   auto client = ConnectTo("huge-waiter", lockd.connector());
   LockOptions lo;
