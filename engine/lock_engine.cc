@@ -272,7 +272,10 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
         }
       }
       if (opt.try_only) return Error(ErrorCode::kBusy, "lock word is being reset; try again");
-      if (opt.while_waiting) opt.while_waiting();
+      if (opt.while_waiting && !opt.while_waiting()) {
+        return Error(ErrorCode::kTimeout,
+                     "the wait for slot " + std::to_string(slot) + " was ended by its caller");
+      }
       Pause(std::min<nanoseconds>(Jitter(backoff), opt.deadline - Clock::now()));
       backoff = std::min<nanoseconds>(backoff * 2, params_.lease / 8);
       continue;
@@ -342,7 +345,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
                                                  Clock::time_point fa_issue,
                                                  Clock::time_point deadline, Grant* grant,
                                                  EngineEvents* ev, bool* handed_off,
-                                                 const std::function<void()>* while_waiting) const {
+                                                 const std::function<bool()>* while_waiting) const {
   const uint64_t inc = proto::AcquireIncrement(t.mode);
   Clock::time_point last_waiting_issue = fa_issue;  // issue of the last op that showed us waiting
   Word0 last = Word0::Decode(t.word.Encode() + inc);
@@ -361,6 +364,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
   bool have_prev = false;
   uint16_t prev_nx = 0, prev_ns = 0;
   Clock::time_point prev_at;
+  bool stop = false;  // while_waiting ended the wait
 
   for (;;) {
     const auto now = Clock::now();
@@ -378,7 +382,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       }
       return WaitOutcome::kRestart;
     }
-    if (now >= deadline) {
+    if (now >= deadline || stop) {
       // GiveUpTicket's first look decides without a CAS: on the word itself, not a READ's view.
       if (last_read) {
         RDMALOCK_ASSIGN_OR_RETURN(last, AtomicWord0(mem, t.slot));
@@ -392,7 +396,10 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       RDMALOCK_RETURN_IF_ERROR(RearmAfterGiveUp(mem, grant));
       return WaitOutcome::kGranted;
     }
-    if (while_waiting != nullptr && *while_waiting) (*while_waiting)();
+    if (while_waiting != nullptr && *while_waiting && !(*while_waiting)()) {
+      stop = true;  // give the ticket up, as at the deadline
+      continue;
+    }
     RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(t.slot), 16);
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
     const auto issue = mem.last_issued(), done = mem.last_completed();

@@ -84,9 +84,11 @@ struct AcquireOptions {
   // batch completes (the release landed before it), so a failed CAS is retried before waiting.
   PendingRelease* pending = nullptr;
   // Called on the acquiring thread while the request waits (before each poll, and before each
-  // retry on a frozen word), with `mem` free for it to use. AcquireMany renews with it the locks
-  // its set holds so far: nothing else renews them while the set waits for the next one.
-  std::function<void()> while_waiting;
+  // retry on a frozen word), with `mem` free for it to use; false ends the wait as a timeout
+  // would (the ticket given up). AcquireMany renews with it the locks its set holds so far
+  // (nothing else renews them while the set waits for the next one), and ends the wait when one
+  // cannot be renewed, so that it releases the others while their leases run.
+  std::function<bool()> while_waiting;
 };
 
 // One lock of a set (LockEngine::AcquireMany) or of a batch of independent requests (IssueMany).
@@ -263,7 +265,7 @@ class LockEngine {
   Result<WaitOutcome> Wait(RemoteMemory& mem, const Ticket& t, Clock::time_point fa_issue,
                            Clock::time_point deadline, Grant* grant, EngineEvents* ev,
                            bool* handed_off,
-                           const std::function<void()>* while_waiting = nullptr) const;
+                           const std::function<bool()>* while_waiting = nullptr) const;
   Result<Grant> AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mode, const AcquireOptions& opt,
                             EngineEvents* ev, bool* handed_off) const;
   // FinishRelease() for a call that is about something else: kLockLost is dropped.

@@ -275,14 +275,15 @@ Result<std::vector<Grant>> LockEngine::AcquireMany(RemoteMemory& mem,
   // them here, when a third of their lease has gone, as the keeper would. One that cannot be
   // renewed fails the set (all or nothing).
   Status renewal;
-  const std::function<void()> renew_held = [&] {
+  const std::function<bool()> renew_held = [&] {
     const auto now = Clock::now();
     for (Grant& g : grants) {
-      if (!renewal.ok()) return;
       if (now - g.lease_start < params_.lease / 3) continue;
       renewal = Renew(mem, g, ev);
       Count(renewal.ok() ? &EngineEvents::renewals : &EngineEvents::renew_failures, ev);
+      if (!renewal.ok()) return false;  // ends the wait: the set fails, the rest released
     }
+    return true;
   };
   for (size_t i = k; i < got.size(); ++i) {
     Issued& s = got[i];
@@ -297,17 +298,20 @@ Result<std::vector<Grant>> LockEngine::AcquireMany(RemoteMemory& mem,
       if (take) std::tie(one.record, one.record_seq) = take();
       g = Acquire(mem, reqs[i].slot, reqs[i].mode, one, ev);
     }
-    if (!g.ok()) {
-      if (g.status().code() == ErrorCode::kConnection) return g.status();
-      return fail(g.status());
-    }
-    grants.push_back(*g);
     if (!renewal.ok()) {
+      // A lock of the set could not be renewed (lost, or the connection broke): the wait ended
+      // there, and the set fails; what it still holds is released while the leases run.
+      if (g.ok()) grants.push_back(*g);
       if (renewal.code() == ErrorCode::kConnection) return renewal;
       return fail(
           Error(ErrorCode::kLockLost, "a lock of the set was lost while the set waited for slot " +
                                           std::to_string(reqs[i].slot) + ": " + renewal.message()));
     }
+    if (!g.ok()) {
+      if (g.status().code() == ErrorCode::kConnection) return g.status();
+      return fail(g.status());
+    }
+    grants.push_back(*g);
   }
   return grants;
 }

@@ -34,9 +34,9 @@ struct Common {
   // --cluster FILE: a cluster map; the command's lock name (route_name, set from the command's
   // arguments) or --shard picks the lockd.
   std::string cluster_file, shard, route_name;
-  // The command acts on route_name's lock (acquire, release --force): with --shard, the name
-  // must be on that shard. inspect may look at a name's slot on any shard.
-  bool route_must_match = false;
+  // The lock name the command acts on (acquire, release --force): with --shard it must be on
+  // that shard by the map. (inspect routes by its name, but may look at any shard's slot.)
+  std::string check_name;
   // --etcd URL (repeatable) and --etcd-cluster NAME: the cluster map and each shard's primary
   // come from etcd (lockd's cluster mode) instead of a file.
   std::vector<std::string> etcd;

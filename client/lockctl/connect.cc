@@ -58,9 +58,9 @@ Target TargetOf(const Common& c) {
       // The command's lock lives where the map puts its name: on another shard, --shard would
       // acquire a lock no other client of the cluster contends for, or force-release whatever
       // holds the same slot on the wrong lockd. (inspect may look at any shard's slot.)
-      if (c.route_must_match && !c.route_name.empty()) {
-        if (const size_t on = rdmalock::ShardForName(map, c.route_name); on != shard) {
-          std::cerr << "lockctl: lock '" << c.route_name << "' is on shard '" << map.shards[on].name
+      if (!c.check_name.empty()) {
+        if (const size_t on = rdmalock::ShardForName(map, c.check_name); on != shard) {
+          std::cerr << "lockctl: lock '" << c.check_name << "' is on shard '" << map.shards[on].name
                     << "' by " << source << ", not on --shard '" << c.shard
                     << "'; drop --shard, or name the lock's shard\n";
           t.usage_error = true;
@@ -85,6 +85,7 @@ Target TargetOf(const Common& c) {
       t.unavailable = true;
       return t;
     }
+    t.connect_timeout_ms = c.connect_timeout_ms;  // client.yaml's unless --connect-timeout-ms
     const std::string path = ClientConfigPath();
     if (!ReadClientConfig(path, true, true, c.timeout_given, &t)) t.usage_error = true;
     return t;

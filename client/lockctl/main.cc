@@ -23,8 +23,10 @@ int Run(Args& a) {
   // With --cluster, the lock a command is about picks the shard.
   if (a.command == Command::kAcquire) a.common.route_name = a.acq_name;
   if (a.command == Command::kInspect && a.inspect_slot < 0) a.common.route_name = a.inspect_name;
-  if (a.command == Command::kRelease) a.common.route_name = a.rel_name;
-  a.common.route_must_match = a.command == Command::kAcquire || a.command == Command::kRelease;
+  // release --force goes to this node's admin socket, so it names its shard with --shard (a
+  // name is not routed: the lockd it reached would not be the one it releases on).
+  if (a.command == Command::kAcquire) a.common.check_name = a.acq_name;
+  if (a.command == Command::kRelease) a.common.check_name = a.rel_name;
   const Common& c = a.common;
   switch (a.command) {
     case Command::kStatus:

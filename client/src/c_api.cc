@@ -702,6 +702,10 @@ rdmalock_status_t rdmalock_cluster_shard_of(const rdmalock_cluster_t* cluster, c
     if (buf == nullptr) return Fail(ErrorCode::kInvalidArgument, fn, "buf is NULL");
     // One copy of the map for both lookups: a map in etcd can change between two calls.
     const rdmalock::ClusterMap map = cluster->cluster->map();
+    if (map.shards.empty()) {  // a forked child's copy, whose map() is empty (cluster.h)
+      return Fail(ErrorCode::kUnsupported, fn,
+                  "this cluster client was inherited across fork(); it has no shards here");
+    }
     const std::string& shard = map.shards[rdmalock::ShardForName(map, name)].name;
     if (shard.size() + 1 > buf_size) {
       return Fail(

@@ -176,6 +176,9 @@ TEST_CASE("ReleaseMany: a reader's release that ends the session does not deadlo
   testing::FakeLockd::Options fo;
   fo.lock_count = 16;
   fo.lease = 2s;
+  // The keeper must not find the broken connection first (its session's end would leave nothing
+  // to batch): heartbeats far apart, and renewals paused below.
+  fo.heartbeat_interval = 10s;
   testing::FakeLockd lockd(fo);
   ClientOptions o = testing::FakeClientOptions("release-many-broken");
   o.reconnect = false;
@@ -203,6 +206,7 @@ TEST_CASE("ReleaseMany: a reader's release that ends the session does not deadlo
   }
   REQUIRE(r0->Release().ok());  // r1 is the grant's last reader now
   hs.push_back(std::move(r1).value());
+  ClientTestPeer::PauseRenewals(c, true);
   const auto ids = lockd.Sessions();
   REQUIRE(ids.size() == 1);
   lockd.BreakSession(ids[0]);

@@ -267,7 +267,7 @@ TEST_CASE("cohort shared: a reader never joins a grant whose lease ran out") {
 // reader's does: the reader may not believe it held the lock throughout.
 TEST_CASE("cohort shared: a reader that is not the last is told its lease ran out at Release") {
   testing::FakeLockd::Options fo;
-  fo.lease = 60ms;
+  fo.lease = 300ms;
   testing::FakeLockd lockd(fo);
   auto c = ConnectTo("shared-lapsed", lockd);
   auto r0 = c->LockSlot(10, Reader());

@@ -249,7 +249,9 @@ struct LatencyHistogram {
 struct ClientStats {
   uint64_t acquires = 0, releases = 0, timeouts = 0, lost = 0;
   uint64_t waits = 0;  // acquires not granted by their first atomic (they queued behind others)
-  uint64_t renewals = 0, renew_failures = 0;  // background renewals, and those that failed
+  // Background renewals (the keeper's, and a LockMany set's while it waits), and those that
+  // failed.
+  uint64_t renewals = 0, renew_failures = 0;
   uint64_t fetch_add = 0, compare_swap = 0, read = 0, write = 0;
   uint64_t recoveries = 0, restarts = 0, withdrawals = 0, resets = 0, abandoned = 0;
   uint64_t sessions_lost = 0;    // sessions that ended under this client (all locks reported lost)
