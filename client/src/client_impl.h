@@ -439,6 +439,9 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // lives: its record entry is cleared and goes back to the pool (client_keeper.cc says why).
   static void ClearLostEntry(ThreadChannel & c, LockHandle::State & s) REQUIRES(s.mu)
       EXCLUDES(c.mu);
+  // Hands a ticket of session `gen` to the reaper thread, which releases it when its turn comes
+  // (or drops it once skipped or gone) and clears its record entry (client_reaper.cc).
+  void Abandon(uint64_t gen, const Ticket& t) EXCLUDES(mu_);
 
   // ---- Cohort handover (client_cohort.cc, cohort.h)
   // The client's cohort table; null with ClientOptions::local_handover off.
@@ -556,7 +559,6 @@ class [[gnu::visibility("hidden")]] Client::Impl
   Status WriteHeartbeat(RemoteMemory & mem, const proto::AcceptReply& reply);
 
   // client_reaper.cc
-  void Abandon(uint64_t gen, const Ticket& t) EXCLUDES(mu_);
   void GiveAll(std::vector<ReapState> * pending);
   void ReaperLoop() EXCLUDES(mu_);
   void ReapLeftReleases() EXCLUDES(mu_);

@@ -238,8 +238,19 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
   } else {
     // Lost, or the connection failed so the release may not have happened: either way this
     // process no longer holds a lock it can rely on.
+    const bool refused_a_connection = !ch.ok() && ch.status().code() == ErrorCode::kResource;
+    const bool lease_runs = state_->ctx->session->engine->LeaseValid(state_->grant, Clock::now());
     state_->LoseTold();
     if (ch.ok()) ++(*ch)->lost;
+    // This thread could not join the session (its connection cap is taken), which goes on: the
+    // client's reaper, on its own connection, releases the ticket and clears its record entry,
+    // as for a ticket given up with requests behind it. Left, the ticket would wait for the
+    // waiters' stall recovery (F x L), and the entry would stay live for the rest of the session
+    // (docs/protocol.md §10). Only while the lease runs: the grant is then still this session's,
+    // and no waiter has recovered it.
+    if (refused_a_connection && lease_runs && impl->session() == state_->ctx->session) {
+      impl->Abandon(state_->ctx->session->gen, state_->grant.ticket);
+    }
   }
   return st;
 }

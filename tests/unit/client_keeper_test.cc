@@ -1016,3 +1016,35 @@ TEST_CASE("timeouts: a timeout too large for the clock waits as one without a li
   for (LockHandle& g : got) CHECK(g.Release().ok());
   client.reset();  // an async request still pending ends (kConnection) before its promise goes
 }
+
+// A handle released from a thread that cannot join the session (its connection cap is taken:
+// kResource) while the session lives. The call cannot release it itself; it used to mark the lock
+// lost and leave both the ticket (for the waiters' stall recovery, F x L) and its record entry
+// (live for the rest of the session, as in "a grant lost while the session lives") behind. The
+// client's reaper, which has its own connection, releases the ticket and clears the entry now.
+TEST_CASE("session keeping: a release refused a connection hands the lock to the reaper") {
+  testing::FakeLockd::Options fo = Leased(2s);
+  fo.max_connections_per_session = 3;  // the connecting thread's, the keeper's, the reaper's
+  testing::FakeLockd lockd(fo);
+  auto client = ConnectTo("capped-release", lockd.connector());
+  auto other = ConnectTo("capped-other", lockd.connector());
+  const uint64_t id = client->session_id();
+  LockOptions reader;
+  reader.mode = LockMode::kShared;
+  auto h = client->LockSlot(6, reader);
+  REQUIRE(h.ok());
+  REQUIRE(lockd.LiveEntries(id).size() == 1);
+  Status st;
+  std::thread moved([&] { st = h->Release(); });  // a new thread: its join is refused
+  moved.join();
+  INFO(st.ToString());
+  CHECK(st.code() == ErrorCode::kResource);
+  CHECK(h->state() == LockState::kLost);  // this call released nothing itself
+  CHECK(client->session_id() == id);      // the session goes on
+  CHECK(WaitFor([&] { return lockd.LiveEntries(id).empty(); }, 1s));
+  LockOptions w;
+  w.timeout = 1s;  // well inside F x L (4 s): the reaper's release, not stall recovery
+  auto x = other->LockSlot(6, w);
+  INFO(x.status().ToString());
+  CHECK(x.ok());
+}
