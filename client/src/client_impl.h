@@ -65,6 +65,8 @@
 
 namespace rdmalock {
 
+class ClientTestPeer;  // client_test_peer.h: the tests' seams
+
 namespace sdk {
 
 // One session with lockd: the handshake's answer, the engine for its parameters and its record.
@@ -141,6 +143,7 @@ struct LatencyCounters {
 // few stores, on every grant and release (issue 19: two std::mutex round trips per pair).
 class HeldList {
  public:
+  friend class ::rdmalock::ClientTestPeer;  // HoldHeldList: a fork while the lock is held
   // Links `s` (just granted; its mutex held by the caller). False once the list is closed: the
   // session ended, and `s` is not tracked (its grant is lost).
   bool Link(LockHandle::State* s) EXCLUDES(mu_);

@@ -13,6 +13,17 @@ void ClientTestPeer::PauseRenewals(Client& c, bool paused) {
   c.impl_->renewals_paused_.store(paused, std::memory_order_relaxed);
 }
 
+void ClientTestPeer::HoldHeldList(Client& c, bool hold) NO_THREAD_SAFETY_ANALYSIS {
+  auto ch = c.impl_->Channel(std::chrono::steady_clock::time_point{});
+  if (!ch.ok()) return;
+  sdk::HeldList& list = *(*ch)->held;
+  if (hold) {
+    list.mu_.Lock();
+  } else {
+    list.mu_.Unlock();
+  }
+}
+
 void ClientTestPeer::FailSession(Client& c, const std::string& why) {
   if (auto s = c.impl_->session()) {
     c.impl_->OnSessionError(s->gen, Error(ErrorCode::kConnection, why));

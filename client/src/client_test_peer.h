@@ -29,6 +29,10 @@ class ClientTestPeer {
   // While set, the keeper renews nothing (its heartbeats go on): leases run out as they would
   // behind a stuck renewer.
   static void PauseRenewals(Client& c, bool paused);
+  // Takes (true) or gives back (false) the spin lock of the held list of this thread's channel,
+  // as a grant or release on another thread holds it for a few stores: a fork() meanwhile leaves
+  // it held in the child.
+  static void HoldHeldList(Client& c, bool hold);
   // Ends the current session as a connection error found by any thread would.
   static void FailSession(Client& c, const std::string& why);
   // A client whose every connection is made by `connector` (a test lockd over the in-process

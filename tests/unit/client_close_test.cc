@@ -3,6 +3,9 @@
 // on its pump thread: destroying the client there must neither join that thread from itself
 // (std::terminate) nor leave it running on a freed client. Over the in-process backend and the
 // test lockd (tests/support/fake_lockd.h), so that this also runs under ASan and TSan.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -10,6 +13,7 @@
 #include <cstdlib>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -277,4 +281,33 @@ TEST_CASE("async: a callback that closes the client still completes the rest of 
   CHECK(b_connection.load());
   std::this_thread::sleep_for(50ms);
   CHECK(b_calls.load() <= 1);
+}
+
+// Found by review (2026-12-05): a forked child that destroys a handle it inherited must not take
+// the held list's spin lock. A parent's thread may have held it at fork() (every grant and
+// release takes it for a few stores), and in the child nothing ever gives it back: the child
+// spun for ever. The test holds that lock across the fork.
+TEST_CASE("fork: a child destroying an inherited handle does not wait for the held list") {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 4;
+  testing::FakeLockd lockd(fo);
+  auto client = ConnectTo(lockd, "forks");
+  auto h = client->LockSlot(1, {});
+  REQUIRE(h.ok());
+  ClientTestPeer::HoldHeldList(*client, true);  // as a grant on another thread would, briefly
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(5);  // a child that spins is killed: the parent reads SIGALRM
+    { LockHandle inherited = std::move(*h); }
+    _exit(0);
+  }
+  ClientTestPeer::HoldHeldList(*client, false);
+  REQUIRE(pid > 0);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  INFO("child: " << (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                                       : "signal " + std::to_string(WTERMSIG(status))));
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  CHECK(h->state() == LockState::kHeld);  // the parent's lock is untouched
+  CHECK(h->Release().ok());
 }
