@@ -1,11 +1,17 @@
 // The C API (rdmalock/rdmalock.h) over the C++ SDK. Every entry point catches everything: no
 // exception crosses into C. Each function that returns rdmalock_status_t stores its message in the
-// calling thread's last-error string.
+// calling thread's last-error string. The one exception let through is a thread's own exit
+// (pthread_exit, pthread_cancel; glibc unwinds them as abi::__forced_unwind): a lost callback may
+// end its thread (Python ends a thread that calls in while the interpreter exits), and such an
+// unwind must go on: glibc aborts the process if it is caught and not rethrown.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#if defined(__GLIBCXX__)
+#include <cxxabi.h>
+#endif
 #include <exception>
 #include <iterator>
 #include <memory>
@@ -69,8 +75,13 @@ struct LostGate {
     MutexLock lk(&mu);
     if (fn == nullptr) return;
     caller.store(std::this_thread::get_id());
+    // Cleared however the callback leaves, before `mu` is unlocked: it may end its thread, and a
+    // later thread may be given the same id.
+    struct Clear {
+      std::atomic<std::thread::id>& id;
+      ~Clear() { id.store(std::thread::id()); }
+    } clear{caller};
     fn(static_cast<rdmalock_status_t>(why.code()), why.message().c_str(), user_data);
-    caller.store(std::thread::id());
   }
   void Set(rdmalock_lost_fn f, void* data) {
     if (caller.load() == std::this_thread::get_id()) {  // from inside the callback: mu is ours
@@ -113,6 +124,19 @@ namespace {
 
 thread_local std::string last_error;
 
+// Called in a catch (...) handler: rethrows a thread's own exit (above), returns for anything
+// else.
+void PassThreadExit() {
+#if defined(__GLIBCXX__)
+  try {
+    throw;
+  } catch (const abi::__forced_unwind&) {
+    throw;
+  } catch (...) {  // NOLINT(bugprone-empty-catch): anything else is the caller's to handle
+  }
+#endif
+}
+
 rdmalock_status_t Record(const Status& st, const char* function) {
   try {
     if (st.ok()) {
@@ -140,6 +164,7 @@ rdmalock_status_t Fail(ErrorCode code, const char* function, const char* message
 
 // Turns an exception escaping the C++ SDK into a code and message.
 rdmalock_status_t FromException(const char* function) {
+  PassThreadExit();
   try {
     throw;
   } catch (const std::bad_alloc&) {
@@ -534,10 +559,11 @@ rdmalock_status_t rdmalock_lock_on_lost(rdmalock_lock_t* lock, rdmalock_lost_fn 
     }
     if (!lock->gate) {
       lock->gate = std::make_shared<LostGate>();
-      lock->handle.OnLost([gate = lock->gate](const Status& why) noexcept {
+      lock->handle.OnLost([gate = lock->gate](const Status& why) {
         try {
           gate->Call(why);
         } catch (...) {
+          PassThreadExit();  // the callback ended its thread: the unwind goes on
           // A C callback cannot throw; a failed mutex lock is dropped.
         }
       });

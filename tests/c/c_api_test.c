@@ -5,7 +5,8 @@
  *   c_api_test rdma SERVER PORT LOCKCTL ADMIN_SOCKET
  *       against a running lockd (on real verbs): exclusion between clients, shared locks, fencing
  *       tokens, release, accessors, closing with locks held, and a lost callback when the holder's
- *       session is fenced (`LOCKCTL release --force` through lockd's ADMIN_SOCKET)
+ *       session is fenced (`LOCKCTL release --force` through lockd's ADMIN_SOCKET), also one
+ *       that ends its thread
  *   c_api_test cluster MAP_FILE LOCKCTL SERVER PORT_A PORT_B
  *       against two running lockds, shards "shard-a" (SERVER:PORT_A) and "shard-b" (SERVER:PORT_B)
  *       of the cluster map MAP_FILE: a lock through rdmalock_cluster_* is held on its name's
@@ -744,6 +745,96 @@ static void test_lost_callback(void) {
          now_ms() - t0);
 }
 
+/* A lost callback that ends its thread. Python does this to any thread that calls into it while
+ * the interpreter exits (PyGILState_Ensure ends it with pthread_exit): a process whose main thread
+ * returns just after its callback has run can have the callback's thread ended inside it. The
+ * library must let that unwind pass: it runs on the client's keeper thread, through the library's
+ * frames. In a child process of its own, which connects its own client: exit codes 0 fine, 2 no
+ * lock, 3 no callback within 15 s, 4 the lock not reported lost, 5 no exec; killed by a signal:
+ * the library aborted (before the fix, SIGABRT: "FATAL: exception not rethrown"). */
+static atomic_int exiting_calls;
+
+static void on_lost_exit_thread(rdmalock_status_t code, const char* message, void* user_data) {
+  (void)code;
+  (void)message;
+  (void)user_data;
+  atomic_fetch_add(&exiting_calls, 1);
+  pthread_exit(NULL);
+}
+
+/* The child's side: connects its own client (librdmacm's state inherited across fork() is not
+ * usable, so the child is a fresh exec of this program), takes the lock, writes one byte to
+ * READY_FD, waits for the callback and frees the lock and the client. */
+static int lost_exit_child(int ready_fd) {
+  rdmalock_client_t* a = connect_as("c-api-lost-exit");
+  rdmalock_lock_t* l = NULL;
+  if (a == NULL || rdmalock_lock(a, "c-api/lost-exit", RDMALOCK_EXCLUSIVE, 5000, &l) != 0 ||
+      rdmalock_lock_on_lost(l, on_lost_exit_thread, NULL) != 0) {
+    fprintf(stderr, "child: %s\n", rdmalock_last_error());
+    return 2;
+  }
+  if (write(ready_fd, "L", 1) != 1) return 2;
+  const double t0 = now_ms();
+  while (atomic_load(&exiting_calls) == 0 && now_ms() - t0 < 15000) sleep_ms(20);
+  if (atomic_load(&exiting_calls) == 0) return 3;
+  sleep_ms(300); /* the callback's thread unwinds meanwhile */
+  const int lost = rdmalock_lock_get_state(l) == RDMALOCK_LOST;
+  rdmalock_lock_free(l);
+  rdmalock_close(a);
+  return lost ? 0 : 4;
+}
+
+static void test_lost_callback_ends_its_thread(void) {
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  fflush(stdout);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(ready[0]);
+    char fd[16], port_s[16];
+    snprintf(fd, sizeof fd, "%d", ready[1]);
+    snprintf(port_s, sizeof port_s, "%u", (unsigned)port);
+    execl("/proc/self/exe", "c_api_test", "lost-exit-child", server, port_s, fd, (char*)NULL);
+    _exit(5);
+  }
+  close(ready[1]);
+  char byte = 0;
+  const ssize_t got_byte = read(ready[0], &byte, 1);
+  close(ready[0]);
+  if (got_byte == 1) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd,
+             "%s --server %s --port %u release --admin-socket %s --force c-api/lost-exit "
+             ">/dev/null",
+             lockctl, server, (unsigned)port, admin_socket);
+    const int rc = system(cmd);
+    if (rc != 0) fail_at(__LINE__, "'%s' exited with %d", cmd, rc);
+  }
+  int status = 0;
+  const double t0 = now_ms();
+  pid_t got = 0;
+  while ((got = waitpid(pid, &status, WNOHANG)) == 0 && now_ms() - t0 < 30000) sleep_ms(20);
+  if (got == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    fail_at(__LINE__, "the child did not exit within 30 s (killed)");
+  } else if (WIFSIGNALED(status)) {
+    fail_at(__LINE__, "the child was killed by signal %d (the library aborted)", WTERMSIG(status));
+  } else if (WEXITSTATUS(status) != 0) {
+    fail_at(__LINE__, "the child exited %d (2 no lock, 3 no callback, 4 not lost, 5 no exec)",
+            WEXITSTATUS(status));
+  }
+  if (cur_failed) return;
+  /* lockd freed the lock (the forced release, then the child's session ended). */
+  rdmalock_client_t* b = connect_as("c-api-lost-exit-other");
+  REQUIRE(b != NULL);
+  rdmalock_lock_t* m = NULL;
+  EXPECT_STATUS(rdmalock_lock(b, "c-api/lost-exit", RDMALOCK_EXCLUSIVE, 5000, &m), RDMALOCK_OK);
+  rdmalock_lock_free(m);
+  rdmalock_close(b);
+}
+
 /* issue 17 finding 11: a parent holding a lock forks; the child finds its inherited client
  * unusable, frees the inherited lock and clients and exits normally (exit(): atexit handlers,
  * thread-local destructors). Nothing of that may reach the parent's session: its lock stays held
@@ -962,8 +1053,14 @@ int main(int argc, char** argv) {
     run("auth_key_file: a missing file is CONFIG; lockd's key admits", test_auth_key_file);
     run("close with a lock held: handle lost, lockd frees the lock", test_close_with_lock_held);
     run("lost callback when the session is fenced (lockctl release --force)", test_lost_callback);
+    run("lost callback that ends its thread (pthread_exit, as Python's exit does): no abort",
+        test_lost_callback_ends_its_thread);
     run("issue 17 finding 11: a forked child's exit leaves the parent's session and lock",
         test_fork_child_exit_leaves_parent_locks);
+  } else if (argc == 5 && strcmp(argv[1], "lost-exit-child") == 0) {
+    server = argv[2];
+    port = (uint16_t)atoi(argv[3]);
+    return lost_exit_child(atoi(argv[4]));
   } else if (argc == 7 && strcmp(argv[1], "cluster") == 0) {
     map_file = argv[2];
     lockctl = argv[3];

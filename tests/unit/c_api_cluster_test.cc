@@ -3,8 +3,11 @@
 // by the C API's test seam (client/src/c_api_internal.h); opening goes through
 // rdmalock_cluster_open itself, from a map file and from a real etcd (tests/support/local_etcd.h).
 // rdmalock_cluster_open connects to no shard, so opening needs no lockd.
+#include <pthread.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "client/src/c_api_internal.h"
 #include "client/src/client_test_peer.h"
@@ -140,6 +144,58 @@ TEST_CASE("c api cluster: locks land on the name's shard, with the single client
         RDMALOCK_ERR_INVALID_ARGUMENT);
   rdmalock_cluster_close(c);
   rdmalock_cluster_close(nullptr);
+}
+
+// Found by the CI (2026-12-05): a lost callback may end its thread (pthread_exit, as Python does
+// to a thread that takes the GIL while the interpreter exits; the Python test of issue 17 finding
+// 9 died so, one run in three). glibc unwinds the thread; the C API's callback wrapper caught that
+// unwind and did not rethrow it, and glibc aborted the process: "FATAL: exception not rethrown".
+// In a child process (an abort there is a signal the parent reads).
+namespace {
+std::atomic<int> exiting_callbacks{0};
+void EndThisThread(rdmalock_status_t, const char*, void*) {
+  exiting_callbacks.fetch_add(1);
+  pthread_exit(nullptr);
+}
+}  // namespace
+
+TEST_CASE("c api: a lost callback that ends its thread (pthread_exit) does not abort") {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(20);  // a child that hangs is killed: the parent reads SIGALRM
+    int code = 0;
+    {
+      FakeShards f{"host-a", "host-b"};
+      auto cc = ClusterTestPeer::Connect(TwoShards(), testing::FakeClientOptions("c-api-exit"),
+                                         f.connector());
+      if (!cc.ok()) _exit(2);
+      rdmalock_cluster_t* c = WrapClusterForTesting(std::move(cc).value());
+      const std::string name = NameOn(c, "shard-a");
+      rdmalock_lock_t* l = nullptr;
+      if (rdmalock_cluster_lock(c, name.c_str(), RDMALOCK_EXCLUSIVE, 2000, &l) != RDMALOCK_OK ||
+          rdmalock_lock_on_lost(l, EndThisThread, nullptr) != RDMALOCK_OK) {
+        _exit(2);
+      }
+      f.lockds["host-a"]->Fence(f.lockds["host-a"]->Sessions().at(0));
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (exiting_callbacks.load() == 0 && std::chrono::steady_clock::now() < end) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      if (exiting_callbacks.load() == 0) code = 3;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the thread unwinds
+      if (code == 0 && rdmalock_lock_get_state(l) != RDMALOCK_LOST) code = 4;
+      rdmalock_lock_free(l);
+      rdmalock_cluster_close(c);  // joins the client's threads, the ended one too
+    }
+    _exit(code);
+  }
+  REQUIRE(pid > 0);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  INFO("child (2 no lock, 3 no callback, 4 not lost): "
+       << (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                             : "signal " + std::to_string(WTERMSIG(status))));
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
 }
 
 TEST_CASE("c api cluster: rdmalock_cluster_open reads a map file and routes as ShardForName") {

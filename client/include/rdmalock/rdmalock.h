@@ -210,7 +210,9 @@ RDMALOCK_C_EXPORT int64_t rdmalock_lock_lease_remaining_ms(const rdmalock_lock_t
  * waiter recovered it, or the session with lockd ended). `code` and `message` say why; the
  * message is valid during the call only. It runs on a library thread or on a thread whose call
  * noticed the loss: keep it short, and do not call rdmalock_release or rdmalock_renew on this lock
- * from it. It may free this lock (rdmalock_lock_free) and close the client (rdmalock_close). */
+ * from it. It may free this lock (rdmalock_lock_free) and close the client (rdmalock_close). It
+ * may end its thread (pthread_exit), except inside rdmalock_close or rdmalock_lock_free; on the
+ * library's keeper thread the client then renews nothing more (docs/sdk.md). */
 typedef void (*rdmalock_lost_fn)(rdmalock_status_t code, const char* message, void* user_data);
 /* Sets (or with fn NULL, clears) the lost callback. Errors: INVALID_ARGUMENT (NULL lock). */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_lock_on_lost(rdmalock_lock_t* lock,
