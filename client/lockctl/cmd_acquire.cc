@@ -54,8 +54,18 @@ int64_t MonotonicNs() {
 // What the command's exec needs was built before the fork: `paths` (null-terminated) are the files
 // the command may be, in PATH order, as execvp would try them; `sh_argv` is {"/bin/sh", <slot for
 // the file>, arguments...} for a file that is not an executable format (execvp's ENOEXEC rule).
-[[noreturn]] void Supervise(CommandWatch* w, pid_t lockctl, char* const* paths, char* const* argv,
-                            char** sh_argv, char* const* envp, int64_t grace_ns) {
+//
+// The terminal (`tty`, lockctl's controlling terminal, or -1): whenever lockctl's process group
+// has it (lockctl runs in the foreground, or is brought there later), the supervisor passes it on
+// to the command's group and continues that group, as a shell's `fg` would, so the command can
+// read it and takes its Ctrl-C; lockctl's group gets it back when the command ends. Without this
+// a command that read the terminal stopped (SIGTTIN: its group was in the background) while
+// lockctl renewed its lock for ever. A stop by the terminal (Ctrl-Z, SIGTTIN, SIGTTOU) while the
+// command has it is undone at once: the job cannot be suspended while it holds the lock (lockctl,
+// stopped with it, could renew nothing). A SIGSTOP is left alone.
+[[noreturn]] void Supervise(CommandWatch* w, pid_t lockctl, int tty, char* const* paths,
+                            char* const* argv, char** sh_argv, char* const* envp,
+                            int64_t grace_ns) {
   sigset_t all, old;
   sigfillset(&all);
   sigprocmask(SIG_BLOCK, &all, &old);  // signals for the command come through lockctl
@@ -66,10 +76,14 @@ int64_t MonotonicNs() {
   if (getppid() != lockctl) _exit(kExitInternal);
   // _Fork, not fork: no atfork handler (the SDK's take a mutex) runs in this copy of a threaded
   // process.
+  const pid_t own_group = getpgrp();  // lockctl's
   const pid_t cmd = _Fork();
   if (cmd < 0) _exit(kExitInternal);
   if (cmd == 0) {
     setpgid(0, 0);
+    // Before the signals are let through: a read of the terminal from a background group stops.
+    // (A blocked SIGTTOU lets a background group take the terminal.)
+    if (tty >= 0 && tcgetpgrp(tty) == own_group) tcsetpgrp(tty, getpid());
     sigprocmask(SIG_SETMASK, &old, nullptr);
     int err = ENOENT;
     bool denied = false;
@@ -94,8 +108,24 @@ int64_t MonotonicNs() {
   int status = 0;
   int64_t termed = 0;
   for (;;) {
-    const pid_t r = waitpid(cmd, &status, WNOHANG);
-    if (r == cmd) break;
+    const pid_t r = waitpid(cmd, &status, WNOHANG | WUNTRACED);
+    if (r == cmd && !WIFSTOPPED(status)) break;
+    if (tty >= 0) {
+      const pid_t fg = tcgetpgrp(tty);
+      if (fg == own_group && tcsetpgrp(tty, cmd) == 0) {
+        kill(-cmd, SIGCONT);  // as `fg`: whatever the terminal stopped in the background goes on
+      } else if (r == cmd && fg == cmd) {
+        const int sig = WSTOPSIG(status);
+        if (sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU) {
+          if (sig == SIGTSTP) {
+            const char msg[] =
+                "lockctl: the command holds a lock and cannot be suspended; continuing it\n";
+            (void)!write(2, msg, sizeof(msg) - 1);
+          }
+          kill(-cmd, SIGCONT);
+        }
+      }
+    }
     const int64_t now = MonotonicNs();
     if (getppid() != lockctl) {  // lockctl died: nothing holds the lock for the command
       kill(-cmd, SIGKILL);
@@ -115,6 +145,7 @@ int64_t MonotonicNs() {
     nanosleep(&tick, nullptr);
   }
   kill(-cmd, SIGKILL);  // whatever the command left running in its group ends with it
+  if (tty >= 0 && tcgetpgrp(tty) == cmd) tcsetpgrp(tty, own_group);
   if (WIFEXITED(status)) _exit(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) _exit(128 + WTERMSIG(status));
   _exit(kExitInternal);
@@ -239,6 +270,12 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
       grace_ms >= 0 ? int64_t{grace_ms} * 1'000'000
                     : std::chrono::duration_cast<std::chrono::nanoseconds>(lease).count() / 4;
   const pid_t lockctl_pid = getpid();
+  // lockctl's controlling terminal, if one of stdin, stdout and stderr is it (tcgetpgrp answers
+  // for the controlling terminal only).
+  int tty = -1;
+  for (int fd = 0; fd <= 2 && tty < 0; ++fd) {
+    if (tcgetpgrp(fd) >= 0) tty = fd;
+  }
 
   const pid_t child = fork();
   if (child < 0) {
@@ -246,8 +283,13 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
     return kExitInternal;
   }
   if (child == 0) {
-    Supervise(watch, lockctl_pid, paths.data(), argv.data(), sh_argv.data(), envp.data(), grace_ns);
+    Supervise(watch, lockctl_pid, tty, paths.data(), argv.data(), sh_argv.data(), envp.data(),
+              grace_ns);
   }
+  // While the command has the terminal lockctl is in the background: what it writes (a lost
+  // lock) must not stop it (SIGTTOU, with the terminal's tostop set). Set after the fork: the
+  // command must not inherit it.
+  signal(SIGTTOU, SIG_IGN);
   signal(SIGTERM, [](int s) { g_forward_signal.store(s); });
   signal(SIGINT, [](int s) { g_forward_signal.store(s); });
   int status = 0;

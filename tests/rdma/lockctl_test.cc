@@ -2,6 +2,7 @@
 // lock, is ended when the lock is lost, and no process of it outlives lockctl or the lock),
 // release --force over the admin socket, clients, inspect and top.
 // Run on rdma_rxe only (tests/rdma/lockd_fixture.h).
+#include <poll.h>
 #include <pty.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -448,7 +449,122 @@ std::pair<int, std::string> CaptureOnTerminal(const std::vector<std::string>& ar
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
+// A program run on a terminal of its own (a pty; it is the session leader and its process group
+// the foreground one, as a shell's foreground job), driven as a user would: wait for what it
+// writes, type.
+class Terminal {
+ public:
+  explicit Terminal(const std::vector<std::string>& argv) {
+    pid_ = forkpty(&master_, nullptr, nullptr, nullptr);
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execv(args[0], args.data());
+      _exit(127);
+    }
+  }
+  ~Terminal() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    close(master_);
+  }
+  Terminal(const Terminal&) = delete;
+  Terminal& operator=(const Terminal&) = delete;
+
+  // Whether `text` appears in what the program wrote, waiting up to `limit` for it.
+  bool WaitFor(const std::string& text, std::chrono::milliseconds limit) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    while (out_.find(text) == std::string::npos) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          end - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || !ReadSome(left)) return false;
+    }
+    return true;
+  }
+  void Type(const std::string& keys) {
+    REQUIRE(write(master_, keys.data(), keys.size()) == static_cast<ssize_t>(keys.size()));
+  }
+  // The exit status once the program has ended within `limit` (-1 if a signal ended it), or -2
+  // if it has not (the destructor kills it).
+  int Finish(std::chrono::milliseconds limit) {
+    const auto end = std::chrono::steady_clock::now() + limit;
+    int status = 0;
+    for (;;) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) break;
+      if (std::chrono::steady_clock::now() > end) return -2;
+      ReadSome(std::chrono::milliseconds(20));
+    }
+    pid_ = -1;
+    while (ReadSome(std::chrono::milliseconds(0))) {
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  const std::string& output() const { return out_; }
+
+ private:
+  // Appends what is there within `wait`; false once nothing more will come (or, with a zero
+  // wait, nothing is there now).
+  bool ReadSome(std::chrono::milliseconds wait) {
+    pollfd p{master_, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(wait.count())) <= 0) return wait.count() > 0;
+    char buf[4096];
+    const ssize_t n = read(master_, buf, sizeof(buf));
+    if (n <= 0) return false;  // EIO once the program's side is closed
+    out_.append(buf, static_cast<size_t>(n));
+    return true;
+  }
+
+  int master_ = -1;
+  pid_t pid_ = -1;
+  std::string out_;
+};
+
 }  // namespace
+
+// Found by review (2026-12-05): lockctl runs the command in a process group of its own (to end
+// all of it), and that group was in the terminal's background: a command that read the terminal
+// was stopped (SIGTTIN) and lockctl renewed its lock for ever. Now the command's group has the
+// terminal while it runs, and a Ctrl-Z is undone with a message (a suspended job cannot keep a
+// lock: lockctl, suspended with it, could renew nothing).
+TEST_CASE("lockctl acquire: the command reads the terminal, and Ctrl-Z does not suspend it") {
+  Lockd lockd(7685, 256);
+  std::vector<std::string> argv = {LOCKCTL_PATH, "--server", RxeIp(), "--port",
+                                   std::to_string(lockd.port())};
+  for (const char* a :
+       {"acquire", "tty-lock", "--", "sh", "-c", "echo ready; read line; echo \"got:$line\""}) {
+    argv.emplace_back(a);
+  }
+  SECTION("the command reads a line typed on the terminal") {
+    Terminal t(argv);
+    REQUIRE(t.WaitFor("ready", 30s));
+    t.Type("hello\n");
+    const bool got = t.WaitFor("got:hello", 10s);
+    const int rc = t.Finish(10s);
+    INFO(t.output());
+    CHECK(got);
+    CHECK(rc == 0);
+  }
+  SECTION("Ctrl-Z: the command is continued, with a message") {
+    Terminal t(argv);
+    REQUIRE(t.WaitFor("ready", 30s));
+    t.Type("\x1a");  // VSUSP: SIGTSTP to the terminal's foreground process group
+    const bool told = t.WaitFor("cannot be suspended", 10s);
+    t.Type("again\n");
+    const bool got = t.WaitFor("got:again", 10s);
+    const int rc = t.Finish(10s);
+    INFO(t.output());
+    CHECK(told);
+    CHECK(got);
+    CHECK(rc == 0);
+  }
+  // Released: another client takes it at once.
+  auto c = MustConnect(lockd);
+  CHECK(c->TryLock("tty-lock").ok());
+}
 
 TEST_CASE("issue 20 item 5: lockctl bench shows its progress line on a terminal only") {
   Lockd lockd(7681, 1024);
