@@ -201,7 +201,10 @@ constexpr size_t kOptionsFieldEnds[] = {RDMALOCK_FIELD_END(struct_size),
                                         RDMALOCK_FIELD_END(no_local_handover),
                                         RDMALOCK_FIELD_END(no_fencing_tokens)};
 #undef RDMALOCK_FIELD_END
-static_assert(kOptionsFieldEnds[std::size(kOptionsFieldEnds) - 1] <= sizeof(rdmalock_options_t));
+// No padding after the last field: a newer header's next field would start in it, and the check
+// of a newer caller's unknown fields (ToClientOptions) starts at sizeof, so a field set there
+// would be ignored, not refused. A field that leaves padding must move that check to its end.
+static_assert(kOptionsFieldEnds[std::size(kOptionsFieldEnds) - 1] == sizeof(rdmalock_options_t));
 // The smallest struct connect accepts: up to the one required field, the server.
 constexpr size_t kOptionsMinSize = kOptionsFieldEnds[1];
 
@@ -287,8 +290,8 @@ constexpr size_t kClusterFieldEnds[] = {
     RDMALOCK_FIELD_END(etcd_ca_file),   RDMALOCK_FIELD_END(etcd_cert_file),
     RDMALOCK_FIELD_END(etcd_key_file),  RDMALOCK_FIELD_END(client)};
 #undef RDMALOCK_FIELD_END
-static_assert(kClusterFieldEnds[std::size(kClusterFieldEnds) - 1] <=
-              sizeof(rdmalock_cluster_options_t));
+static_assert(kClusterFieldEnds[std::size(kClusterFieldEnds) - 1] ==
+              sizeof(rdmalock_cluster_options_t));  // no padding after it, as kOptionsFieldEnds
 constexpr size_t kClusterOptionsMinSize = kClusterFieldEnds[std::size(kClusterFieldEnds) - 1];
 
 bool Set(const char* s) { return s != nullptr && s[0] != '\0'; }
