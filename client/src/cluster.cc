@@ -392,9 +392,25 @@ std::chrono::steady_clock::time_point DeadlineOf(const LockOptions& options) {
 Result<LockHandle> ClusterClient::Lock(std::string_view name, const LockOptions& options) {
   if (impl_->inherited()) return Impl::InheritedError();
   auto v = impl_->view();
+  const auto start = std::chrono::steady_clock::now();
   RDMALOCK_ASSIGN_OR_RETURN(Client * c,
                             impl_->Shard(*v, ShardForName(v->map, name), DeadlineOf(options)));
-  return c->Lock(name, options);
+  if (!options.timeout.has_value() || options.timeout->count() <= 0) return c->Lock(name, options);
+  // The timeout covers the shard's connection too (its first use, or another thread's): the
+  // lock gets what is left, and at least one attempt (as a set's shards, LockMany).
+  LockOptions o = options;
+  const auto used = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  o.timeout = std::max(std::chrono::milliseconds(0), *options.timeout - used);
+  auto h = c->Lock(name, o);
+  // Its time ran out, whatever the last attempt (a try, with nothing left) said.
+  if (!h.ok() && h.status().code() == ErrorCode::kBusy) {
+    return Error(ErrorCode::kTimeout, "the " + std::to_string(options.timeout->count()) +
+                                          " ms ran out (connecting its shard took " +
+                                          std::to_string(used.count()) +
+                                          " ms): " + h.status().message());
+  }
+  return h;
 }
 
 Result<LockHandle> ClusterClient::TryLock(std::string_view name, LockMode mode) {

@@ -152,6 +152,35 @@ TEST_CASE("issue 17 finding 12: a caller of a connecting shard waits no longer t
   CHECK((*cc)->Lock(on_a2, {.timeout = 2000ms}).ok());
 }
 
+// Found by review (2026-12-05): the caller that connects a shard (its first use) waited for the
+// connection and then for the lock for its whole timeout again: a Lock of 2 s behind a 1.5 s
+// connection (a failover, say) took 3.5 s. The set (LockMany) already counted it. (The connection
+// itself is not cut short by the lock's timeout: it may take up to connect_timeout.)
+TEST_CASE("cluster: a lock's timeout counts the time its shard took to connect") {
+  Lockds l({"host-a", "host-b"});
+  std::atomic<bool> slow{false};
+  l.before_connect["host-a"] = [&] {
+    if (slow.exchange(false)) std::this_thread::sleep_for(1500ms);  // the first connection
+  };
+  auto holder = ClusterTestPeer::Connect(TwoShards(), Options(), l.connector());
+  auto cc = ClusterTestPeer::Connect(TwoShards(), Options(), l.connector());
+  REQUIRE(holder.ok());
+  REQUIRE(cc.ok());
+  const std::string on_a = NameOn(**cc, "shard-a", "a/");
+  auto held = (*holder)->Lock(on_a, {.timeout = 2000ms});
+  REQUIRE(held.ok());
+  slow.store(true);  // cc's first connection to shard-a takes 1.5 s
+  const auto t0 = SteadyClock::now();
+  auto h = (*cc)->Lock(on_a, {.timeout = 2000ms});
+  const int64_t took = MsSince(t0);
+  INFO("Lock(2000 ms) of a held lock on a shard that took 1.5 s to connect: "
+       << (h.ok() ? "ok" : h.status().ToString()) << " after " << took << " ms");
+  CHECK_FALSE(h.ok());
+  if (!h.ok()) CHECK(h.status().code() == ErrorCode::kTimeout);
+  CHECK(took < 2700);
+  CHECK(held->Release().ok());
+}
+
 TEST_CASE("issue 17 finding 12: LockMany never returns a set with a lock already lost") {
   Lockds l({"host-a", "host-b"});
   auto cc = ClusterTestPeer::Connect(TwoShards(), Options(), l.connector());
