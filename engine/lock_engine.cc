@@ -460,9 +460,25 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
     } else if (done - seen_since >= stall_timeout()) {
       // Neither a release nor a renewal for F x L: mark everything up to our own request done.
       const Word0 rec = proto::RecoveredWord(w0, t.word, t.mode);
-      RemoteOp cas =
-          RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), w0.Encode(), rec.Encode());
-      RDMALOCK_RETURN_IF_ERROR(mem.Execute(cas));
+      // A recovered shared ticket still looks granted (nX at its maxX), and lockd releases a
+      // granted ticket that a session's record shows live when the session ends: the entry is
+      // cleared first, in the CAS's doorbell, so that no record shows the ticket once the CAS may
+      // have landed (the retry writes the entry again with its new ticket). An exclusive ticket
+      // needs none: nX moves past it.
+      const bool clear = t.record != 0 && t.mode == Mode::kShared;
+      RemoteOp ops[2] = {
+          RemoteOp::Write16(RegionId::kSessions, t.record, 0, 0),
+          RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), w0.Encode(), rec.Encode())};
+      RDMALOCK_RETURN_IF_ERROR(
+          mem.Execute(std::span<RemoteOp>(ops + (clear ? 0 : 1), clear ? 2 : 1)));
+      const RemoteOp& cas = ops[1];
+      if (cas.result[0] != w0.Encode() && clear) {
+        // Still queued: the record shows it again, ahead of anything this channel sends next.
+        RemoteOp again =
+            EntryWrite(t.record, t.record_seq, t.slot, t.mode, proto::RequestEntry::State::kQueued,
+                       t.word.Encode(), t.tagged, t.generation);
+        RDMALOCK_RETURN_IF_ERROR(mem.Post(again));
+      }
       if (cas.result[0] == w0.Encode()) {
         Count(&EngineEvents::recoveries, ev);
         if (rec.Frozen() && rec.Drained()) {

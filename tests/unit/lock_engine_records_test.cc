@@ -192,6 +192,69 @@ TEST_CASE("records: a reap whose release CAS landed unseen never releases the re
   REQUIRE(e.Release(b, *gb).ok());
 }
 
+// Found by review (2026-12-05): a reader's stall recovery counts its own ticket as released
+// (nS + 1, nX at its maxX), so the ticket then looks granted. The recovery's CAS went out with the
+// request's entry still live, until the retry's WRITE after its next FETCH_AND_ADD: a session that
+// ended in between (the connection dropped after the CAS landed, or the client died) left an entry
+// lockd found granted and released again, counting for a live reader, and a writer was granted
+// beside it. The same for the SDK reaper's recovery of its own abandoned ticket, whose entry was
+// freed only after the CAS. The entry is now cleared in the CAS's doorbell, ahead of it.
+TEST_CASE("records: a reader's stall recovery never leaves its ticket for lockd to release") {
+  InProcessTable table(1, 2 * 4096);
+  std::vector<Ticket> abandoned;
+  LockEngine e(Params(1, std::chrono::milliseconds(30)),
+               [&](const Ticket& t) { abandoned.push_back(t); });
+  InProcessMemory x(&table), r(&table), a(&table), w(&table);
+  const uint64_t rec = 4096;
+  REQUIRE(e.Acquire(x, 0, Mode::kExclusive, {}).ok());  // X holds, and dies
+  RemoteOp fa = RemoteOp::FetchAdd(RegionId::kLocks, proto::SlotOffset(0), proto::kAcquireShared);
+  REQUIRE(r.Execute(fa).ok());  // reader R queues behind X
+  const Word0 rt = Word0::Decode(fa.result[0]);
+  AcquireOptions o;
+  o.record = rec + proto::SessionRecord::EntryOffset(0);
+  o.record_seq = 2;
+  Word0 wt{};
+  bool queued = false;
+  a.set_hook([&](const RemoteOp& op) {  // writer W queues behind A once A waits
+    if (op.kind == RemoteOp::Kind::kRead && !queued) {
+      queued = true;
+      wt = QueueExclusive(w, 0);
+    }
+    return true;
+  });
+  SECTION("a waiter's recovery, its connection dropping after the CAS landed") {
+    a.set_after_hook([](const RemoteOp& op) { return op.kind != RemoteOp::Kind::kCompareSwap; });
+    auto ga = e.Acquire(a, 0, Mode::kShared, o);  // recovers X's grant after F x L
+    REQUIRE_FALSE(ga.ok());
+  }
+  SECTION("the SDK reaper's recovery of its abandoned ticket, its CAS landing unseen") {
+    o.deadline = Clock::now() + std::chrono::milliseconds(5);
+    auto ga = e.Acquire(a, 0, Mode::kShared, o);  // times out: W is behind, so it is abandoned
+    REQUIRE(ga.status().code() == ErrorCode::kTimeout);
+    REQUIRE(abandoned.size() == 1);
+    ReapState rs;
+    rs.ticket = abandoned[0];
+    rs.own = true;
+    InProcessMemory reaper(&table);
+    reaper.set_after_hook(
+        [](const RemoteOp& op) { return op.kind != RemoteOp::Kind::kCompareSwap; });
+    bool broke = false;
+    for (int i = 0; i < 400 && !broke; ++i) {  // F x L is 60 ms
+      auto done = e.Reap(reaper, rs);
+      broke = !done.ok();
+      if (done.ok()) REQUIRE_FALSE(*done);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    REQUIRE(broke);
+  }
+  REQUIRE(proto::Granted(W0(table, 0), rt, Mode::kShared));  // X's grant recovered: R holds
+  (void)ReapRecord(table, e, rec);  // the session ended: lockd reaps what its record shows
+  const Word0 now = W0(table, 0);
+  INFO("nX " << now.n_x << " nS " << now.n_s << " maxS " << now.max_s);
+  CHECK(now.n_s == 1);                                     // A's ticket counted once
+  CHECK_FALSE(proto::Granted(now, wt, Mode::kExclusive));  // R still holds: W waits
+}
+
 // ---- Issue 16's findings on the engine (each test failed on the code before its fix)
 
 TEST_CASE("finding 3: an entry goes back to the pool only once its done mark has landed") {
