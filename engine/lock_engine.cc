@@ -689,6 +689,14 @@ Status LockEngine::Renew(RemoteMemory& mem, Grant& g, EngineEvents* /*ev*/) cons
                      RemoteOp::FetchAdd(RegionId::kLocks, Word0Off(t.slot), 0)};
   RDMALOCK_RETURN_IF_ERROR(mem.Execute(ops));
   const auto issue = mem.last_issued();
+  // Checked again at the issue: a thread descheduled between the check above and the post would
+  // extend a lease that had run out. A waiter may have recovered the lock by then with a CAS of
+  // word0 alone, which the renewal (word1) does not stop, and its landing ahead of that CAS would
+  // leave its word0 still showing our grant (docs/protocol.md §4).
+  if (!LeaseValid(g, issue)) {
+    return Error(ErrorCode::kLockLost, "renewal of slot " + std::to_string(t.slot) +
+                                           " was posted after its lease ran out");
+  }
   const Word0 w0 = Word0::Decode(ops[1].result[0]);
   if (!StillHeld(w0, t)) {
     return Error(ErrorCode::kLockLost,

@@ -24,6 +24,8 @@ void RemoteMemory::Count(std::span<const RemoteOp> ops) {
 
 Status RemoteMemory::Execute(std::span<RemoteOp> ops) {
   Count(ops);
+  if (before_issue_) [[unlikely]]
+    before_issue_();
   const auto start = Clock::now();
   last_issued_ = start;
   Status st = DoExecute(ops);

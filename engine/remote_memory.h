@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "rdmalock/status.h"
@@ -150,6 +151,9 @@ class RemoteMemory {
   virtual Status DoAwait() { return Status::Ok(); }
   // For backends: the started batch completed (its results are in place).
   void StartedDone() { started_ = false; }
+  // For test backends: runs in Execute() before the issue time is read, as a thread descheduled
+  // just before posting would be (the in-process backend's hooks run after it).
+  void set_before_issue(std::function<void()> fn) { before_issue_ = std::move(fn); }
 
  private:
   void Count(std::span<const RemoteOp> ops);
@@ -161,6 +165,7 @@ class RemoteMemory {
   std::chrono::nanoseconds min_round_trip_{0};
   uint64_t handover_slot_ = ~uint64_t{0};
   std::chrono::nanoseconds handover_{0};
+  std::function<void()> before_issue_;  // tests only (set_before_issue)
 };
 
 }  // namespace rdmalock

@@ -61,6 +61,9 @@ class InProcessMemory : public Connection {
   }
 
   void set_hook(Hook hook) { hook_ = std::move(hook); }
+  // Runs in Execute() before the batch's issue time is read: the caller descheduled just before
+  // posting (set_hook's delay comes after the issue time, as an operation slow in flight).
+  using RemoteMemory::set_before_issue;
   // Runs after each operation on the lock table has taken effect; returning false fails the batch
   // as if the connection had dropped before the completion came back (the operation landed, its
   // caller cannot know).

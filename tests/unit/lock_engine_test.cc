@@ -646,6 +646,49 @@ TEST_CASE("renewal keeps waiters from recovering a live holder") {
   REQUIRE(e.Release(h, *g).ok());
 }
 
+// Found by review (2026-12-05): Renew checked the lease, then posted; a holder descheduled in
+// between past its lease posted a renewal that extended it from the late issue. A waiter that saw
+// the word unchanged for F x L recovers with a CAS of word0 alone, which a renewal (word1) does
+// not stop: landing after the waiter's last READ and before its CAS, the renewal returned ok, and
+// two writers held valid leases. A renewal issued after the lease ran out is now a loss.
+TEST_CASE("a renewal posted after its lease ran out does not extend it") {
+  InProcessTable table(1);
+  const auto lease = 50ms;  // F x L = 100 ms
+  LockEngine e(Params(1, lease), nullptr);
+  InProcessMemory h(&table), w(&table);
+  auto g = e.Acquire(h, 0, Mode::kExclusive, {});
+  REQUIRE(g.ok());
+  std::atomic<bool> waiter_at_cas{false}, renewal_landed{false};
+  const auto wait_for = [](std::atomic<bool>& flag) {
+    const auto end = Clock::now() + 5s;
+    while (!flag.load() && Clock::now() < end) std::this_thread::sleep_for(1ms);
+  };
+  // The waiter's recovery CAS waits for the renewal to land first (after its last READ).
+  w.set_hook([&](const RemoteOp& op) {
+    if (op.kind == RemoteOp::Kind::kCompareSwap && !waiter_at_cas.exchange(true)) {
+      wait_for(renewal_landed);
+    }
+    return true;
+  });
+  Result<Grant> wg = Error(ErrorCode::kInternal, "not run");
+  std::thread waiter([&] { wg = e.Acquire(w, 0, Mode::kExclusive, {}); });
+  // The holder checks its lease at once, then is descheduled until the waiter is at its CAS.
+  std::this_thread::sleep_for(10ms);
+  h.set_before_issue([&] { wait_for(waiter_at_cas); });
+  const Status renewed = e.Renew(h, *g);
+  h.set_before_issue(nullptr);
+  renewal_landed.store(true);
+  waiter.join();
+  const bool holder_valid = renewed.ok() && e.LeaseValid(*g, Clock::now());
+  INFO("renewal: " << renewed.ToString()
+                   << "; waiter: " << (wg.ok() ? "granted" : wg.status().ToString()));
+  CHECK(waiter_at_cas.load());
+  CHECK(wg.ok());  // the waiter recovered the lock after F x L and holds it
+  CHECK_FALSE(holder_valid);
+  CHECK(renewed.code() == ErrorCode::kLockLost);
+  if (wg.ok()) CHECK(e.Release(w, *wg).ok());
+}
+
 TEST_CASE("a broken channel surfaces as a connection error") {
   InProcessTable table(1);
   LockEngine e(Params(1), nullptr);
