@@ -56,13 +56,17 @@ void Server::Impl::EndSession(std::shared_ptr<Session> s, EndReason reason, cons
   if (!s->loopback) {
     counters.ended[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
   }
-  const auto ended = SteadyClock::now();
   // The QP to ERR first (nothing more of it executes), then its memory windows are freed: an
   // rkey the client kept is then invalid on any QP, a new connection of its own included.
   for (rdma_cm_id* id : std::vector<rdma_cm_id*>(s->conns.begin(), s->conns.end())) {
     RemoveConn(id);  // disconnects too, so that the peer sees DISCONNECTED
   }
   s->conns.clear();
+  // The fence's time, once every QP of the session is fenced: a renewal that landed was issued
+  // before this, so any lease it gave runs out by `ended + L`. Taken before the loop, a renewal
+  // landing on a connection the loop had not reached yet (its order is the set's) could end up
+  // to the loop's length later than the reap one lease after (found by review, 2026-12-05).
+  const auto ended = SteadyClock::now();
   if (s->counted && !s->loopback) connected.fetch_sub(1);
   if (s->counted && !s->loopback && !now) {
     fenced_leases_until =
