@@ -31,6 +31,11 @@ TEST_CASE("request entries round-trip and reject torn or garbage words") {
   REQUIRE(RequestEntry::DecodeLive(w[0], w[1], 0, &out));
   REQUIRE(RequestEntry::DecodeLive(w[0], w[1], 76, &out));
   REQUIRE_FALSE(RequestEntry::DecodeLive(w[0], w[1], 77, &out));
+  // Nor is it live once a later use of the entry was marked done (its WRITE landed late).
+  REQUIRE_FALSE(RequestEntry::DecodeLive(w[0], w[1], 79, &out));
+  // Seqs wrap at 2^17: a use after the wrap is newer than one before it.
+  REQUIRE(RequestEntry::Newer(2, RequestEntry::kSeqMask - 1));
+  REQUIRE_FALSE(RequestEntry::Newer(RequestEntry::kSeqMask - 1, 2));
   // A free entry is all zero and never decodes.
   RequestEntry f;
   const auto z = f.Encode();

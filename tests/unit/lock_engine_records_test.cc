@@ -255,6 +255,45 @@ TEST_CASE("records: a reader's stall recovery never leaves its ticket for lockd 
   CHECK_FALSE(proto::Granted(now, wt, Mode::kExclusive));  // R still holds: W waits
 }
 
+// Found by review (2026-12-05): one use of an entry can be written on two QPs. A grant's entry
+// WRITE is posted on the acquiring thread's channel, and the use can end on another (a handle
+// released on another thread, a shared grant's last reader, an async request finished by a waiter
+// thread, the reaper): the entry goes back to the pool when that other channel's done mark has
+// completed, while the WRITE may still be in flight on the first (a retransmission). Landing after
+// the entry's next use had ended (done mark 4), the stale (seq 2, ticket) looked live, since an
+// entry was live while its seq differed from the done mark, and lockd released that ticket again
+// when the session ended. An entry is now live only while its seq is newer than the done mark
+// (RequestEntry::Newer): an older use's late WRITE is over.
+TEST_CASE("records: a late entry WRITE of an earlier use never makes it live again") {
+  InProcessTable table(1, 2 * 4096);
+  LockEngine e(Params(1), nullptr);
+  InProcessMemory a(&table), b(&table), c(&table), r(&table), w(&table);
+  const uint64_t rec = 4096, entry = rec + proto::SessionRecord::EntryOffset(0);
+  AcquireOptions o;
+  o.record = entry;
+  o.record_seq = 2;
+  auto g1 = e.Acquire(a, 0, Mode::kShared, o);  // its entry WRITE posted on a's QP
+  REQUIRE(g1.ok());
+  const uint64_t late_a = table.session_word(entry).load(),
+                 late_b = table.session_word(entry + 8).load();
+  REQUIRE(e.Release(b, *g1).ok());  // released on another thread's channel: done mark 2
+  o.record_seq = proto::RequestEntry::NextSeq(2);
+  auto g2 = e.Acquire(c, 0, Mode::kShared, o);  // the entry's next use
+  REQUIRE(g2.ok());
+  REQUIRE(e.Release(c, *g2).ok());          // done mark 4
+  table.session_word(entry).store(late_a);  // a's WRITE of use 2, retransmitted, lands now
+  table.session_word(entry + 8).store(late_b);
+  auto gr = e.Acquire(r, 0, Mode::kShared, {});  // another client's reader
+  REQUIRE(gr.ok());
+  const Word0 wt = QueueExclusive(w, 0);           // and a writer behind it
+  const int released = ReapRecord(table, e, rec);  // the session ends: lockd reaps its record
+  const Word0 now = W0(table, 0);
+  INFO("lockd released " << released << "; nS " << now.n_s << " maxS " << now.max_s);
+  CHECK(released == 0);
+  CHECK_FALSE(proto::Granted(now, wt, Mode::kExclusive));  // R still holds: W waits
+  REQUIRE(e.Release(r, *gr).ok());
+}
+
 // ---- Issue 16's findings on the engine (each test failed on the code before its fix)
 
 TEST_CASE("finding 3: an entry goes back to the pool only once its done mark has landed") {

@@ -194,9 +194,10 @@ static_assert(SessionRecord::kMaxEntries >= 120);
 // The client writes a and b together (one 16-byte RDMA WRITE) when it asks (kRequesting, in the
 // FA's doorbell) and once the ticket is known (kQueued); it writes d alone, in the same doorbell
 // and *before* the operation that ends the request (the release or withdrawal CAS). Each use of an
-// entry has a new seq, so a write that lands late (another thread's QP) can make an entry look
-// done, never make a finished request look live. `check` is a hash of the rest of a and of b: a
-// torn or garbage entry is recognised and ignored.
+// entry has a newer seq than the last, and an entry is live only while its seq is newer than d
+// (Newer), so a write that lands late (another thread's QP) can make an entry look done, never
+// make a finished request look live. `check` is a hash of the rest of a and of b: a torn or
+// garbage entry is recognised and ignored.
 struct RequestEntry {
   enum class State : uint8_t { kFree = 0, kRequesting = 1, kQueued = 2 };
   static constexpr size_t kDone = 16;
@@ -274,9 +275,21 @@ struct RequestEntry {
     out->ticket = tag ? b & 0xffffffffull : b;
     return true;
   }
-  // A request still open: well-formed, and its use not marked done.
+  // Whether seq `a` is of a later use of its entry than `b`: an entry's seqs only grow (by one or
+  // two a use, from 0 in a record lockd zeroed for its session), modulo 2^17 (serial number
+  // arithmetic: within half the range).
+  static constexpr bool Newer(uint32_t a, uint32_t b) {
+    const uint32_t d = (a - b) & kSeqMask;
+    return d != 0 && d <= kSeqMask / 2;
+  }
+  // A request still open: well-formed, and its use newer than the last one marked done. Not
+  // merely a seq other than the done mark's: one use of an entry can be written on two QPs (the
+  // grant's WRITE on the acquiring thread's, its done mark on the releasing thread's), and an
+  // earlier use's WRITE landing late, after a later use's done mark, must not look live (found
+  // by review, 2026-12-05; unit test `records: a late entry WRITE of an earlier use never makes
+  // it live again`).
   static bool DecodeLive(uint64_t a, uint64_t b, uint64_t done, RequestEntry* out) {
-    return Decode(a, b, out) && (done & kSeqMask) != out->seq;
+    return Decode(a, b, out) && Newer(out->seq, static_cast<uint32_t>(done & kSeqMask));
   }
 };
 
@@ -297,7 +310,9 @@ uint32_t ScanRecordEntries(Load&& load, uint64_t lock_count, Live&& live) {
       ++garbage;
       continue;
     }
-    if ((load(off + RequestEntry::kDone) & RequestEntry::kSeqMask) == e.seq) continue;  // over
+    const auto done =
+        static_cast<uint32_t>(load(off + RequestEntry::kDone) & RequestEntry::kSeqMask);
+    if (!RequestEntry::Newer(e.seq, done)) continue;  // over (DecodeLive)
     live(static_cast<const RequestEntry&>(e), i);
   }
   return garbage;
