@@ -410,6 +410,25 @@ std::string Config::Advertised() const {
   return address + ":" + std::to_string(port);
 }
 
+bool IsAnyAddress(const std::string& a) { return a == "0.0.0.0" || a == "::" || a == "*"; }
+
+Status CheckAtomicScope(const Config& c, const std::vector<DeviceAtomics>& devices) {
+  if (!IsAnyAddress(c.address) || devices.size() < 2) return Status::Ok();
+  std::string names, local;
+  for (const DeviceAtomics& d : devices) {
+    names += (names.empty() ? "" : ", ") + d.name;
+    if (!d.global) local += (local.empty() ? "" : ", ") + d.name;
+  }
+  if (local.empty()) return Status::Ok();
+  return Error(ErrorCode::kConfig,
+               "address " + c.address + " serves the lock table through " +
+                   std::to_string(devices.size()) + " RDMA devices (" + names +
+                   "), and the atomics of " + local +
+                   " are atomic only within their own device (atomic_cap HCA, not GLOB): two "
+                   "clients connected through different devices could both be granted one lock. "
+                   "Set address (lockd.yaml, --address) to the IP of one device's port");
+}
+
 Status CheckDeviceLimits(const Config& c, const DeviceLimits& d, std::string* warning) {
   warning->clear();
   const uint64_t sessions = uint64_t{c.max_clients} + 1;  // and lockd's own loopback

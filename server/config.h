@@ -120,4 +120,21 @@ struct DeviceLimits {
 // fails.
 Status CheckDeviceLimits(const Config& c, const DeviceLimits& d, std::string* warning);
 
+// Whether `address` is a wildcard (every device's address): "0.0.0.0", "::" or "*".
+bool IsAnyAddress(const std::string& address);
+
+// An RDMA device lockd could serve clients through, and whether its atomics are atomic against
+// other devices' too (atomic_cap IBV_ATOMIC_GLOB) or only against its own (IBV_ATOMIC_HCA).
+struct DeviceAtomics {
+  std::string name;
+  bool global = false;
+};
+// The lock words take FETCH_AND_ADD and COMPARE_AND_SWAP from every client and from lockd's
+// loopback, and a device's atomics are atomic only against that device's unless it says GLOB: two
+// clients reaching the lock table through two devices could both be granted one lock. So a
+// wildcard address, which serves every device, is refused with more than one device unless all
+// are GLOB; a single address (one device's IP) serves its device only, and the loopback connects
+// through that address too.
+Status CheckAtomicScope(const Config& c, const std::vector<DeviceAtomics>& devices);
+
 }  // namespace rdmalock::lockd

@@ -21,8 +21,6 @@
 
 namespace rdmalock::lockd {
 
-bool IsAnyAddress(const std::string& a) { return a == "0.0.0.0" || a == "::" || a == "*"; }
-
 bool LoopThread::Check(const char* what) const {
   if (OnLoop()) return true;
   spdlog::error("internal error: {} called off lockd's event loop; refused", what);

@@ -105,8 +105,6 @@ inline uint64_t WrId(uint64_t serial, WrKind k) { return serial << 2 | static_ca
 // travel only in the Welcome.
 inline constexpr auto kEstablishTimeout = std::chrono::seconds(5);
 
-bool IsAnyAddress(const std::string& a);
-
 struct Server::Impl {
   using SteadyClock = std::chrono::steady_clock;
 

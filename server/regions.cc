@@ -66,6 +66,7 @@ Status Regions::OpenDevices(const Config& config) {
                  "modprobe rdma_rxe && rdma link add rxe0 type rxe netdev IFACE; see "
                  "deploy/softroce)");
   }
+  std::vector<DeviceAtomics> atomics;
   for (int i = 0; i < device_list_.size(); ++i) {
     auto d = std::make_unique<Device>();
     d->ctx = device_list_[i];
@@ -78,6 +79,7 @@ Status Regions::OpenDevices(const Config& config) {
     d->sizes = *sizes;
     RDMALOCK_RETURN_IF_ERROR(rdma::SetNonBlocking(d->ctx->async_fd, d->name + "'s async fd"));
     RDMALOCK_ASSIGN_OR_RETURN(const ibv_device_attr dattr, rdma::QueryDevice(d->ctx, d->name));
+    atomics.push_back({d->name, dattr.atomic_cap == IBV_ATOMIC_GLOB});
     if (config.memory_windows && dattr.max_mw == 0) {
       return Error(ErrorCode::kUnsupported,
                    "device " + d->name +
@@ -127,7 +129,7 @@ Status Regions::OpenDevices(const Config& config) {
   if (devices_.empty()) {
     return Error(ErrorCode::kUnsupported, "no RDMA device with RC atomics found");
   }
-  return Status::Ok();
+  return CheckAtomicScope(config, atomics);
 }
 
 }  // namespace rdmalock::lockd

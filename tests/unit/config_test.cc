@@ -271,6 +271,32 @@ TEST_CASE("finding 11: max_clients is bounded by what one lock word can count") 
   REQUIRE_FALSE(rdmalock::lockd::Validate(c).ok());
 }
 
+// Found by review (2026-12-05): lockd registered its lock table on every RDMA device and, at a
+// wildcard address (the default, 0.0.0.0), served clients through any of them, while a device's
+// atomics are atomic only against its own (IBV_ATOMIC_HCA): two clients on two NICs (or the two
+// ports of a dual-port card, two devices) could both be granted one lock. rdma_rxe cannot show the
+// race (its atomics run under one lock on the host CPU), so this checks the refusal itself.
+TEST_CASE("lockd refuses to serve one lock table through devices whose atomics are not shared") {
+  rdmalock::lockd::Config c;
+  c.address = "0.0.0.0";
+  using rdmalock::lockd::CheckAtomicScope;
+  const std::vector<rdmalock::lockd::DeviceAtomics> two_hca = {{"mlx5_0", false},
+                                                               {"mlx5_1", false}};
+  auto bad = CheckAtomicScope(c, two_hca);
+  INFO(bad.ToString());
+  CHECK(bad.code() == rdmalock::ErrorCode::kConfig);
+  CHECK(bad.message().find("mlx5_0, mlx5_1") != std::string::npos);
+  CHECK(bad.message().find("Set address") != std::string::npos);
+  c.address = "::";
+  CHECK_FALSE(CheckAtomicScope(c, two_hca).ok());
+  // One device, devices whose atomics are global, or one device's address: served.
+  c.address = "0.0.0.0";
+  CHECK(CheckAtomicScope(c, {{"rxe0", false}}).ok());
+  CHECK(CheckAtomicScope(c, {{"mlx5_0", true}, {"mlx5_1", true}}).ok());
+  c.address = "192.168.1.10";
+  CHECK(CheckAtomicScope(c, two_hca).ok());
+}
+
 TEST_CASE("issue 17 finding 4: lockd's limits are checked against the device's at start") {
   rdmalock::lockd::Config c;
   c.max_clients = 1024;
