@@ -36,8 +36,11 @@ Verdict Admission::Decide(const ConnectFacts& f, Clock::time_point now) {
   }
   // Every attempt counts against its address's rate, except a thread joining its own session
   // with the right key (a client's threads connect together when they start).
+  // Nor does lockd's own loopback: its recovery reconnects through it, and at start lockd exits
+  // without it, so no peer's attempts may crowd it out (nor may handshakes in progress, nor
+  // clients taking every record: found by review, 2026-12-05).
   const bool valid_join = f.decoded == RejectReason::kNone && f.join && f.join_valid;
-  if (!valid_join) {
+  if (!valid_join && !is_loopback) {
     if (const uint32_t retry = RateLimit(f.peer, now); retry > 0) {
       Verdict v =
           refuse(RejectReason::kRateLimited,
@@ -56,7 +59,7 @@ Verdict Admission::Decide(const ConnectFacts& f, Clock::time_point now) {
                   "lockd restarted after an unclean stop; retry in " + std::to_string(left) + " ms",
                   static_cast<uint32_t>(left));
   }
-  if (f.handshakes >= kMaxHandshakes) {
+  if (f.handshakes >= kMaxHandshakes && !is_loopback) {
     return refuse(RejectReason::kBusy,
                   std::to_string(kMaxHandshakes) + " handshakes in progress; retry in 100 ms", 100);
   }
@@ -69,7 +72,8 @@ Verdict Admission::Decide(const ConnectFacts& f, Clock::time_point now) {
                     "session " + std::to_string(f.join_session) + " has " +
                         std::to_string(f.join_session_conns) + " connections");
     }
-  } else if (!f.records_free || (f.connected >= max_clients_ && !is_loopback)) {
+  } else if (!(is_loopback ? f.records_free : f.client_records_free) ||
+             (f.connected >= max_clients_ && !is_loopback)) {
     return refuse(RejectReason::kServerFull, "max_clients " + std::to_string(max_clients_));
   }
   Verdict ok;

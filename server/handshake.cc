@@ -68,6 +68,7 @@ rdma::CmId Server::Impl::OnConnectRequest(rdma_cm_event* ev) {
                  (req.flags & proto::kFlagLoopback) == 0;
   f.join_session_conns = joined ? joined->conns.size() : 0;
   f.records_free = sessions.has_free_record();
+  f.client_records_free = sessions.has_free_client_record();
   f.connected = connected.load();
   f.handshakes = handshakes;
   const auto now = SteadyClock::now();

@@ -43,6 +43,7 @@ std::shared_ptr<Session> SessionTable::Allocate(const std::string& peer, const s
   s->name = name;
   s->pid = pid;
   s->loopback = loopback;
+  if (loopback) ++loopback_records_;
   s->since = since;
   s->heartbeat_moved = now;
   return s;
@@ -82,6 +83,7 @@ std::optional<EndedRecord> SessionTable::End(const Session& s) {
                                });
   std::memset(RecordAt(s.index), 0, proto::kSessionRecordSize);
   free_records_.push_back(s.index);
+  if (s.loopback) --loopback_records_;
   return out;
 }
 

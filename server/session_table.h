@@ -60,6 +60,11 @@ class SessionTable {
   SessionTable(uint8_t* records, uint32_t record_count, uint64_t lock_count);
 
   bool has_free_record() const { return !free_records_.empty(); }
+  // A free record for a client's new session: one is kept for lockd's loopback while it holds
+  // none (at start, or while it reconnects), so that clients cannot take them all.
+  bool has_free_client_record() const {
+    return free_records_.size() > (loopback_records_ > 0 ? 0U : 1U);
+  }
   size_t size() const { return sessions_.size(); }
   const std::unordered_map<uint64_t, std::shared_ptr<Session>>& sessions() const {
     return sessions_;
@@ -74,7 +79,10 @@ class SessionTable {
   std::shared_ptr<Session> Allocate(const std::string& peer, const std::string& name, uint32_t pid,
                                     bool loopback, std::chrono::system_clock::time_point since,
                                     Clock::time_point now);
-  void Release(const Session& s) { free_records_.push_back(s.index); }
+  void Release(const Session& s) {
+    free_records_.push_back(s.index);
+    if (s.loopback) --loopback_records_;
+  }
   // Writes lockd's header of its record and adds it to the table.
   void Insert(std::shared_ptr<Session> s);
 
@@ -114,6 +122,7 @@ class SessionTable {
   // Owned by the event loop.
   std::unordered_map<uint64_t, std::shared_ptr<Session>> sessions_;
   std::vector<uint32_t> free_records_;
+  uint32_t loopback_records_ = 0;  // records lockd's loopback sessions hold (allocated, not freed)
   uint64_t next_session_id_ = 1;
 };
 

@@ -60,6 +60,7 @@ ConnectFacts NewClient(const std::string& peer = "10.0.0.1:5000") {
   f.peer = peer;
   f.address_allowed = true;
   f.records_free = true;
+  f.client_records_free = true;
   return f;
 }
 
@@ -76,7 +77,7 @@ TEST_CASE("admission: a new client with room is admitted; the caps refuse with a
   CHECK(v.reason == RejectReason::kServerFull);
   CHECK(v.detail == "max_clients 2");
   full.connected = 0;
-  full.records_free = false;
+  full.records_free = full.client_records_free = false;
   CHECK(a.Decide(full, now).reason == RejectReason::kServerFull);
 
   ConnectFacts busy = NewClient("10.0.0.3:1");
@@ -131,6 +132,34 @@ TEST_CASE("admission: the loopback flag needs its proof; allow_from comes before
     CHECK(v.detail == "not in allow_from");
   }
   CHECK(a.tracked_peers() == tracked);
+}
+
+// Found by review (2026-12-05): lockd's own loopback went through the caps meant for clients.
+// Peers' handshakes filling every slot refused it kBusy (at start lockd then exited: it cannot
+// run without it; running, its recovery could not reconnect, and dead clients' locks waited for
+// the waiters' F x L), and so did the rate limit. Clients could also take the record it needs
+// while it held none (handshakes in progress are not counted in `connected`).
+TEST_CASE("admission: lockd's loopback is not crowded out by handshakes, the rate or clients") {
+  Admission a(AdmissionConfig(), {}, {});
+  const auto now = Admission::Clock::now();
+  ConnectFacts lb = NewClient("10.0.0.5:1");
+  lb.flagged_loopback = true;
+  lb.loopback_proven = true;
+  lb.handshakes = rdmalock::lockd::kMaxHandshakes;  // peers' handshakes fill every slot
+  Verdict v = a.Decide(lb, now);
+  INFO(v.detail);
+  CHECK(v.admitted());
+  lb.handshakes = 0;
+  for (int i = 0; i < 10; ++i) {  // past the rate of 3 a second
+    v = a.Decide(lb, now);
+    CHECK(v.admitted());
+  }
+  // The last free record is kept for the loopback while it holds none: a client is refused it.
+  ConnectFacts c = NewClient("10.0.0.6:1");
+  c.client_records_free = false;
+  CHECK(a.Decide(c, now).reason == RejectReason::kServerFull);
+  lb.client_records_free = false;
+  CHECK(a.Decide(lb, now).admitted());
 }
 
 TEST_CASE("admission: the rate limit per address, its retry time, and a valid join exempt") {

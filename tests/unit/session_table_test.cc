@@ -93,6 +93,34 @@ TEST_CASE("session table: records are handed out, written, and freed for reuse")
   CHECK(c->session_id == 3);  // ids are never reused
 }
 
+// The last free record is lockd's loopback's while it holds none (admission_test.cc has why).
+TEST_CASE("session table: one record is kept for the loopback while it holds none") {
+  Records mem(3);
+  SessionTable t(mem.data(), 3, 64);
+  const auto now = SessionTable::Clock::now();
+  const auto wall = std::chrono::system_clock::now();
+  auto a = t.Allocate("10.0.0.1:1", "alpha", 11, false, wall, now);
+  t.Insert(a);
+  CHECK(t.has_free_client_record());
+  auto b = t.Allocate("10.0.0.2:1", "beta", 12, false, wall, now);
+  t.Insert(b);
+  CHECK(t.has_free_record());
+  CHECK_FALSE(t.has_free_client_record());  // the last one: the loopback's
+  auto lb = t.Allocate("10.0.0.9:1", "lockd", 1, true, wall, now);
+  CHECK_FALSE(t.has_free_record());
+  t.Release(*lb);  // its accept failed: the reserve is back
+  CHECK_FALSE(t.has_free_client_record());
+  lb = t.Allocate("10.0.0.9:1", "lockd", 1, true, wall, now);
+  t.Insert(lb);
+  CHECK(t.End(*a));  // with the loopback holding one, a freed record is a client's
+  CHECK(t.has_free_client_record());
+  CHECK(t.End(*lb));  // the loopback gone: two free, one of them kept for it
+  CHECK(t.has_free_client_record());
+  t.Insert(t.Allocate("10.0.0.3:1", "gamma", 13, false, wall, now));
+  CHECK(t.has_free_record());
+  CHECK_FALSE(t.has_free_client_record());
+}
+
 TEST_CASE("session table: ending reads the record's live requests, then zeroes it") {
   Records mem(1);
   SessionTable t(mem.data(), 1, 64);
