@@ -745,6 +745,18 @@ static void test_lost_callback(void) {
          now_ms() - t0);
 }
 
+/* Waits up to `limit_ms` for child `pid`: 1 with its wait status in *status, or 0 if it had not
+ * exited by then (it is then killed and reaped). */
+static int wait_child(pid_t pid, double limit_ms, int* status) {
+  const double t0 = now_ms();
+  pid_t got = 0;
+  while ((got = waitpid(pid, status, WNOHANG)) == 0 && now_ms() - t0 < limit_ms) sleep_ms(20);
+  if (got != 0) return 1;
+  kill(pid, SIGKILL);
+  waitpid(pid, status, 0);
+  return 0;
+}
+
 /* A lost callback that ends its thread. Python does this to any thread that calls into it while
  * the interpreter exits (PyGILState_Ensure ends it with pthread_exit): a process whose main thread
  * returns just after its callback has run can have the callback's thread ended inside it. The
@@ -812,12 +824,7 @@ static void test_lost_callback_ends_its_thread(void) {
     if (rc != 0) fail_at(__LINE__, "'%s' exited with %d", cmd, rc);
   }
   int status = 0;
-  const double t0 = now_ms();
-  pid_t got = 0;
-  while ((got = waitpid(pid, &status, WNOHANG)) == 0 && now_ms() - t0 < 30000) sleep_ms(20);
-  if (got == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
+  if (!wait_child(pid, 30000, &status)) {
     fail_at(__LINE__, "the child did not exit within 30 s (killed)");
   } else if (WIFSIGNALED(status)) {
     fail_at(__LINE__, "the child was killed by signal %d (the library aborted)", WTERMSIG(status));
@@ -866,12 +873,7 @@ static void test_fork_child_exit_leaves_parent_locks(void) {
     exit(code);
   }
   int status = 0;
-  const double t0 = now_ms();
-  pid_t got = 0;
-  while ((got = waitpid(pid, &status, WNOHANG)) == 0 && now_ms() - t0 < 20000) sleep_ms(20);
-  if (got == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
+  if (!wait_child(pid, 20000, &status)) {
     fail_at(__LINE__, "the child did not exit within 20 s (killed)");
   } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     fail_at(__LINE__, "the child ended with status %#x (exit %d)", status,

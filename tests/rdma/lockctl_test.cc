@@ -418,37 +418,6 @@ TEST_CASE("issue 17 finding 13: lockctl acquire's exec and its SIGKILL bound") {
 
 namespace {
 
-// Runs `argv` with its stdout and stderr on a new terminal (a pty) and returns what it wrote
-// there and its exit status.
-std::pair<int, std::string> CaptureOnTerminal(const std::vector<std::string>& argv) {
-  int master = -1;
-  const pid_t pid = forkpty(&master, nullptr, nullptr, nullptr);
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = read(master, buf, sizeof(buf));
-    if (n > 0) {
-      out.append(buf, static_cast<size_t>(n));
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else {
-      break;  // EIO once the child's side is closed
-    }
-  }
-  close(master);
-  int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
-
 // A program run on a terminal of its own (a pty; it is the session leader and its process group
 // the foreground one, as a shell's foreground job), driven as a user would: wait for what it
 // writes, type.
@@ -522,6 +491,14 @@ class Terminal {
   pid_t pid_ = -1;
   std::string out_;
 };
+
+// Runs `argv` with its stdout and stderr on a new terminal (a pty) and returns what it wrote
+// there and its exit status.
+std::pair<int, std::string> CaptureOnTerminal(const std::vector<std::string>& argv) {
+  Terminal t(argv);
+  const int rc = t.Finish(std::chrono::minutes(2));
+  return {rc, t.output()};
+}
 
 }  // namespace
 
