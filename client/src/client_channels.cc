@@ -447,7 +447,12 @@ LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, Clock::ti
   // tracked, and its handle reports the loss at once (the caller returns EndedWhileGranted).
   // Close() ends the lists too, so a grant that races with it is lost the same way. Link
   // publishes the state (its list's mutex orders these writes before the keeper's reads).
-  if (!ch.held->Link(state.get())) {
+  // Past a cluster-mode lockd's liveness limit the session's leases are not trusted (the keeper
+  // ends the session at its next look): a grant whose operations completed after it is lost at
+  // once too, and its caller gets an error. (INT64_MAX without a limit: never.)
+  if (!ch.held->Link(state.get()) ||
+      completed.time_since_epoch().count() >=
+          ch.session->trusted_until_ns.load(std::memory_order_acquire)) {
     MutexLock lk(&state->mu);
     state->LoseTold();
   }

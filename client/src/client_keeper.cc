@@ -65,6 +65,7 @@ void Client::Impl::KeeperLoop() {
       });
       if (stopping_) return;
     }
+    if (keeper_paused_.load(std::memory_order_relaxed)) continue;  // a test stalls the keeper
     if (!sess) {
       if (!opts_.reconnect) continue;
       auto grace = std::chrono::milliseconds(0);

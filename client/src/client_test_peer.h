@@ -29,6 +29,9 @@ class ClientTestPeer {
   // While set, the keeper renews nothing (its heartbeats go on): leases run out as they would
   // behind a stuck renewer.
   static void PauseRenewals(Client& c, bool paused);
+  // Stops (true) or restarts (false) the keeper's work: no heartbeat, renewal, liveness watch or
+  // reconnect while stopped, as a keeper thread descheduled would be.
+  static void PauseKeeper(Client& c, bool paused);
   // Takes (true) or gives back (false) the spin lock of the held list of this thread's channel,
   // as a grant or release on another thread holds it for a few stores: a fork() meanwhile leaves
   // it held in the child.

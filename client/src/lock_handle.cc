@@ -14,7 +14,8 @@ namespace sdk {
 // A handle MakeHandle made for a session that had ended meanwhile: the caller gets an error.
 Status EndedWhileGranted() {
   return Error(ErrorCode::kConnection,
-               "the session with lockd ended while the lock was granted; lock lost");
+               "the session with lockd ended (or lockd was not seen alive within its liveness "
+               "timeout) while the lock was granted; lock lost");
 }
 
 }  // namespace sdk

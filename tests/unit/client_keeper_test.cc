@@ -17,6 +17,7 @@
 
 #include "client/src/client_test_peer.h"
 #include "rdmalock/client.h"
+#include "rdmalock/proto/layout.h"
 #include "rdmalock/proto/lock_word.h"
 #include "tests/support/fake_lockd.h"
 
@@ -164,6 +165,39 @@ TEST_CASE(
   CHECK(ok.load() == kThreads);
   CHECK(again->Release().ok());
   CHECK(lockd.Sessions() == std::vector<uint64_t>{client->session_id()});
+}
+
+// Found by review (2026-12-05): against a cluster-mode lockd the session's leases count only
+// while the keeper has seen lockd's event loop tick within T (docs/operations.md, "A primary that
+// stops while its NIC does not"), and "a grant the SDK makes past it is reported as an error".
+// It was not: between the trust limit and the keeper's ending the session (its next tick, or
+// later if it is descheduled), an acquire whose FA was granted returned ok, held. The keeper is
+// stalled here, so the window is as long as the test needs.
+TEST_CASE("session keeping: a grant made past lockd's liveness limit is an error, not held") {
+  testing::FakeLockd lockd(Leased(2000ms));
+  lockd.table().info_word(proto::InfoPage::kLivenessTimeoutNs).store(300'000'000);  // T = 300 ms
+  std::atomic<bool> ticking{true};
+  std::thread ticker([&] {  // lockd's event loop: its alive ticks
+    while (ticking.load()) {
+      lockd.table().info_word(proto::InfoPage::kAliveTicks).fetch_add(1);
+      std::this_thread::sleep_for(20ms);
+    }
+  });
+  auto client = ConnectTo("trust", lockd.connector());
+  auto first = client->LockSlot(1);
+  CHECK(first.ok());  // trusted: lockd ticks and the keeper sees it
+  if (first.ok()) CHECK(first->Release().ok());
+  ClientTestPeer::PauseKeeper(*client, true);  // the keeper sees no tick from now on
+  std::this_thread::sleep_for(500ms);          // past T since its last look
+  auto late = client->TryLockSlot(2);
+  INFO("past the trust limit: " << (late.ok() ? "ok, state " +
+                                                    std::to_string(static_cast<int>(late->state()))
+                                              : late.status().ToString()));
+  CHECK_FALSE(late.ok());
+  if (!late.ok()) CHECK(late.status().code() == ErrorCode::kConnection);
+  ClientTestPeer::PauseKeeper(*client, false);
+  ticking.store(false);
+  ticker.join();
 }
 
 TEST_CASE("session keeping: heartbeats and renewals keep a session and its locks alive") {
