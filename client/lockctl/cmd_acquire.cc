@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "client/lockctl/commands.h"
+#include "client/lockctl/lease_watch.h"
 
 namespace lockctl {
 namespace {
@@ -252,16 +253,18 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
     return kExitInternal;
   }
   auto* watch = new (shm) CommandWatch();
-  // The command is stopped once a renewal is a third of a lease overdue (they come every third),
-  // and killed before the lease could end, whatever lockctl is doing then.
+  // The command is stopped once a renewal is a third of a lease overdue (they come every third;
+  // against a cluster-mode lockd, a third of what its trust limit leaves), and killed before the
+  // lease could end, whatever lockctl is doing then (lease_watch.h).
   const auto lease = client->lease();
   const auto steady_ns = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
   };
+  LeaseWatch lease_watch(lease);
   const auto follow_lease = [&] {
-    const auto end = lock->lease_expiry();
-    watch->term_at_ns.store(steady_ns(end - lease / 3));
-    watch->kill_at_ns.store(steady_ns(end - lease / 10));
+    const LeaseWatch::Times t = lease_watch.Follow(lock->lease_expiry(), LeaseWatch::Clock::now());
+    watch->term_at_ns.store(steady_ns(t.term_at));
+    watch->kill_at_ns.store(steady_ns(t.kill_at));
   };
   follow_lease();
   // --grace: by default a quarter of the lease; the SIGKILL comes a tenth of a lease before the
