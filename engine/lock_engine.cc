@@ -65,15 +65,18 @@ LockEngine::LockEngine(EngineParams params, AbandonHandler on_abandon, RecordHan
 // round trip is off the lock path. After a failure the entry is not handed back: the connection
 // is broken, so the session ends and its record with it.
 //
-// The entry is cleared (a = b = 0: no well-formed request), not marked done with this use's seq.
-// A request can end before its entry was written for this use (its FA bounced off a frozen word,
-// or it failed before any FA): a done mark with the new seq would then sit beside the previous
-// use's (seq, ticket), and that released use would look live again (found by the records model,
-// tests/model/records.pml). A cleared entry is over whatever use it held.
-void LockEngine::FreeRecord(RemoteMemory& mem, uint64_t record, uint32_t /*seq*/) const {
+// The entry is cleared (a = b = 0: no well-formed request): a request can end before its entry
+// was written for this use (its FA bounced off a frozen word, or it failed before any FA), and a
+// cleared entry is over whatever use it held. Then it is marked done with this use's seq, so
+// that the mark keeps up with the entry's seqs (RequestEntry::Newer compares within half their
+// range; KeepsDoneClose) and an earlier use's WRITE landing late is over too. (Under the
+// liveness rule before 2026-12-05, d != seq, the mark beside the previous use's (seq, ticket)
+// would have made that use look live, found by the records model; under Newer it is older than
+// the mark, so over.)
+void LockEngine::FreeRecord(RemoteMemory& mem, uint64_t record, uint32_t seq) const {
   if (record == 0) return;
-  RemoteOp clear = RemoteOp::Write16(RegionId::kSessions, record, 0, 0);
-  if (!mem.Execute(clear).ok()) return;
+  RemoteOp ops[2] = {RemoteOp::Write16(RegionId::kSessions, record, 0, 0), EntryDone(record, seq)};
+  if (!mem.Execute(std::span<RemoteOp>(ops, seq != 0 ? 2 : 1)).ok()) return;
   if (on_record_free_) on_record_free_(record);
 }
 

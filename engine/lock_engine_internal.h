@@ -133,12 +133,14 @@ inline bool StillHeld(Word0 w, const Ticket& t) {
 // stall recovery.) Returns the index of the first op to post.
 // A tagged entry (exclusive, with its grant's generation or an older one) gets no done mark: lockd
 // acts on it only in that generation, in which the CAS below moves n_x past its ticket for good.
-// Its record stays as it is until the entry's next use (docs/protocol.md, section 10).
+// Its record stays as it is until the entry's next use (docs/protocol.md, section 10), but for
+// one use in 8,192, which writes the mark all the same (RequestEntry::KeepsDoneClose).
 inline size_t ReleaseOps(const Ticket& t, Word0 cur, RemoteOp ops[2]) {
   ops[0] = EntryDone(t.record, t.record_seq);
   ops[1] = RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), cur.Encode(),
                                  cur.Encode() + proto::ReleaseIncrement(t.mode));
-  return t.record != 0 && !t.tagged ? 0 : 1;
+  const bool mark = !t.tagged || proto::RequestEntry::KeepsDoneClose(t.record_seq);
+  return t.record != 0 && mark ? 0 : 1;
 }
 
 }  // namespace rdmalock::engine_internal

@@ -294,6 +294,42 @@ TEST_CASE("records: a late entry WRITE of an earlier use never makes it live aga
   REQUIRE(e.Release(r, *gr).ok());
 }
 
+// Found by the review of the change above: an entry is live only while its seq is newer than its
+// done mark within half the 17-bit range, and a tagged exclusive release writes no done mark, nor
+// does a request that ends without its grant (it clears the entry). A thread taking one lock
+// exclusively again and again left the mark at 0 while its entry's seq grew, and from the
+// 32,768th use on its live entries looked over: lockd never freed a dead holder's lock (waiters
+// recovered it after F x L). A tagged release now writes the mark once every 8,192 uses of an
+// entry, and a cleared entry gets its use's mark too.
+TEST_CASE("records: an entry's done mark keeps up with its seq, whatever its releases") {
+  InProcessTable table(1, 2 * 4096);
+  LockEngine e(Params(1), nullptr);
+  InProcessMemory a(&table), b(&table);
+  const uint64_t rec = 4096;
+  AcquireOptions o;
+  o.record = rec + proto::SessionRecord::EntryOffset(0);
+  o.want_token = true;  // its exclusive entries are tagged
+  uint32_t seq = 2;
+  bool tagged = true;
+  for (int use = 0; use < 32'768; ++use, seq = proto::RequestEntry::NextSeq(seq)) {
+    o.record_seq = seq;
+    auto g = e.Acquire(a, 0, Mode::kExclusive, o);
+    REQUIRE(g.ok());
+    tagged = tagged && g->ticket.tagged;
+    REQUIRE(e.Release(a, *g).ok());
+  }
+  CHECK(tagged);
+  o.record_seq = seq;  // 65,538: the client dies holding it
+  auto held = e.Acquire(a, 0, Mode::kExclusive, o);
+  REQUIRE(held.ok());
+  const Word0 bt = QueueExclusive(b, 0);
+  const int released = ReapRecord(table, e, rec);
+  INFO("seq " << seq << ", done mark "
+              << table.session_word(o.record + proto::RequestEntry::kDone).load());
+  CHECK(released == 1);  // lockd freed the dead holder's lock
+  CHECK(proto::Granted(W0(table, 0), bt, Mode::kExclusive));
+}
+
 // ---- Issue 16's findings on the engine (each test failed on the code before its fix)
 
 TEST_CASE("finding 3: an entry goes back to the pool only once its done mark has landed") {
