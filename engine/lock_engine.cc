@@ -476,11 +476,13 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
           mem.Execute(std::span<RemoteOp>(ops + (clear ? 0 : 1), clear ? 2 : 1)));
       const RemoteOp& cas = ops[1];
       if (cas.result[0] != w0.Encode() && clear) {
-        // Still queued: the record shows it again, ahead of anything this channel sends next.
+        // Still queued: the record shows it again. Waited for, not posted (this path is rare): the
+        // ticket may go to the reaper next (a lapsed wait), which could clear the entry on its
+        // own QP while this WRITE was still in flight on ours.
         RemoteOp again =
             EntryWrite(t.record, t.record_seq, t.slot, t.mode, proto::RequestEntry::State::kQueued,
                        t.word.Encode(), t.tagged, t.generation);
-        RDMALOCK_RETURN_IF_ERROR(mem.Post(again));
+        RDMALOCK_RETURN_IF_ERROR(mem.Execute(again));
       }
       if (cas.result[0] == w0.Encode()) {
         Count(&EngineEvents::recoveries, ev);

@@ -116,7 +116,7 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
       RemoteOp again =
           EntryWrite(t.record, t.record_seq, t.slot, t.mode, proto::RequestEntry::State::kQueued,
                      t.word.Encode(), t.tagged, t.generation);
-      RDMALOCK_RETURN_IF_ERROR(mem.Post(again));
+      RDMALOCK_RETURN_IF_ERROR(mem.Execute(again));  // waited for, as a waiter's (Wait)
     }
     r.seen_valid = false;  // something moved: time the stall again
     return false;
