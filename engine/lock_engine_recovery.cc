@@ -75,6 +75,15 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
     return true;
   }
   if (proto::Granted(w0, t.word, t.mode)) {
+    // The SDK's own ticket, past a cluster-mode lockd's liveness limit: a release now would find
+    // its lease untrusted and give it up to the waiters. Looked at again next round: either the
+    // keeper sees lockd tick again (then it is released) or it ends the session (then lockd frees
+    // it from the record).
+    if (r.own && params_.trusted_until != nullptr &&
+        Clock::now().time_since_epoch().count() >=
+            params_.trusted_until->load(std::memory_order_acquire)) {
+      return false;
+    }
     Grant g;
     g.ticket = t;
     // lockd clears a dead session's record itself; the SDK's own entry is marked done in the

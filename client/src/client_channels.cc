@@ -450,11 +450,18 @@ LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, Clock::ti
   // Past a cluster-mode lockd's liveness limit the session's leases are not trusted (the keeper
   // ends the session at its next look): a grant whose operations completed after it is lost at
   // once too, and its caller gets an error. (INT64_MAX without a limit: never.)
-  if (!ch.held->Link(state.get()) ||
-      completed.time_since_epoch().count() >=
-          ch.session->trusted_until_ns.load(std::memory_order_acquire)) {
-    MutexLock lk(&state->mu);
-    state->LoseTold();
+  const bool linked = ch.held->Link(state.get());
+  const bool untrusted = completed.time_since_epoch().count() >=
+                         ch.session->trusted_until_ns.load(std::memory_order_acquire);
+  if (!linked || untrusted) {
+    {
+      MutexLock lk(&state->mu);
+      state->LoseTold();
+    }
+    // The session may yet go on (the keeper sees lockd tick again before it looks at the limit):
+    // the grant, lockd's still, goes to the reaper, which releases it and clears its entry. (A
+    // session that ends first has lockd free it from the record.)
+    if (linked) Abandon(ch.session->gen, g.ticket);
   }
   return LockHandle(std::move(state));
 }

@@ -200,6 +200,47 @@ TEST_CASE("session keeping: a grant made past lockd's liveness limit is an error
   ticker.join();
 }
 
+// The diff review found the first fix incomplete: the grant refused past the limit was marked
+// lost, never released, and its record entry stayed live. The session need not end: lockd's loop
+// stalled (no tick) while the keeper, stalled too, last looked just before the limit, and both go
+// on before the keeper's next look, whose READ then trusts lockd again. The lock then stayed
+// held by nobody until waiters recovered it (F x L). Now the reaper releases it.
+TEST_CASE(
+    "session keeping: a grant refused past the liveness limit is released if the session goes on") {
+  testing::FakeLockd lockd(Leased(2000ms));
+  lockd.table().info_word(proto::InfoPage::kLivenessTimeoutNs).store(1'000'000'000);  // T = 1 s
+  std::atomic<bool> ticking{true}, stop{false};
+  std::thread ticker([&] {  // lockd's event loop, stalled while `ticking` is false
+    while (!stop.load()) {
+      if (ticking.load()) lockd.table().info_word(proto::InfoPage::kAliveTicks).fetch_add(1);
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+  auto client = ConnectTo("trust-ghost", lockd.connector());
+  auto other = ConnectTo("other", lockd.connector());
+  const uint64_t id = client->session_id();
+  std::this_thread::sleep_for(200ms);  // the keeper has seen lockd tick
+  ticking.store(false);                // lockd stalls: the limit is about 1 s from now
+  std::this_thread::sleep_for(800ms);
+  ClientTestPeer::PauseKeeper(*client, true);  // its last look was just now: trusted
+  std::this_thread::sleep_for(400ms);          // past the limit
+  auto late = client->TryLockSlot(3);
+  CHECK_FALSE(late.ok());
+  ticking.store(true);  // lockd goes on, and the keeper's next READ trusts it again
+  ClientTestPeer::PauseKeeper(*client, false);
+  const bool freed = testing::WaitFor(
+      [&] {
+        auto h = other->TryLockSlot(3);
+        return h.ok() && h->Release().ok();
+      },
+      1500ms);
+  INFO("session " << id << " -> " << client->session_id());
+  CHECK(client->session_id() == id);  // the session went on
+  CHECK(freed);                       // and the refused grant was released, not left held
+  stop.store(true);
+  ticker.join();
+}
+
 TEST_CASE("session keeping: heartbeats and renewals keep a session and its locks alive") {
   testing::FakeLockd::Options fo;
   fo.lock_count = 4;
