@@ -273,12 +273,13 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
       grace_ms >= 0 ? int64_t{grace_ms} * 1'000'000
                     : std::chrono::duration_cast<std::chrono::nanoseconds>(lease).count() / 4;
   const pid_t lockctl_pid = getpid();
-  // lockctl's controlling terminal, if one of stdin, stdout and stderr is it (tcgetpgrp answers
-  // for the controlling terminal only).
-  int tty = -1;
-  for (int fd = 0; fd <= 2 && tty < 0; ++fd) {
-    if (tcgetpgrp(fd) >= 0) tty = fd;
-  }
+  // lockctl's controlling terminal, when both its stdin and its stdout are it (tcgetpgrp answers
+  // for the controlling terminal only): lockctl is then a job of its own, as a shell runs a
+  // command typed at it. In a pipeline (`lockctl acquire ... | less`) or a script's background
+  // (`&`, stdin /dev/null) other processes share lockctl's process group, and handing the
+  // terminal to the command's group would stop them (SIGTTIN) when they read it, and lockctl with
+  // them, since the signal goes to the whole group (found by the diff review).
+  const int tty = tcgetpgrp(0) >= 0 && tcgetpgrp(1) >= 0 ? 0 : -1;
 
   const pid_t child = fork();
   if (child < 0) {

@@ -538,6 +538,25 @@ TEST_CASE("lockctl acquire: the command reads the terminal, and Ctrl-Z does not 
     CHECK(got);
     CHECK(rc == 0);
   }
+  SECTION("in a pipeline, the terminal stays with the job: another process of it reads it") {
+    // The review of the first version: lockctl handed the terminal to its command whenever its
+    // own process group had it, and a pipeline's other processes share that group: `less`
+    // reading the terminal then stopped (SIGTTIN to the whole group), lockctl with it.
+    std::string line = "'" + std::string(LOCKCTL_PATH) + "' --server " + RxeIp() + " --port " +
+                       std::to_string(lockd.port()) +
+                       " acquire tty-lock -- sh -c 'echo ran; sleep 1' | "
+                       "{ read x </dev/tty; echo \"got:$x\"; cat; }";
+    Terminal t({"/bin/sh", "-c", line});
+    std::this_thread::sleep_for(1s);  // the reader waits on the terminal by now
+    t.Type("hello\n");
+    const bool got = t.WaitFor("got:hello", 10s);
+    const bool ran = t.WaitFor("ran", 10s);
+    const int rc = t.Finish(10s);
+    INFO(t.output());
+    CHECK(got);
+    CHECK(ran);
+    CHECK(rc == 0);
+  }
   // Released: another client takes it at once.
   auto c = MustConnect(lockd);
   CHECK(c->TryLock("tty-lock").ok());
