@@ -175,7 +175,7 @@ TEST_CASE(
 // stalled here, so the window is as long as the test needs.
 TEST_CASE("session keeping: a grant made past lockd's liveness limit is an error, not held") {
   testing::FakeLockd lockd(Leased(2000ms));
-  lockd.table().info_word(proto::InfoPage::kLivenessTimeoutNs).store(300'000'000);  // T = 300 ms
+  lockd.table().info_word(proto::InfoPage::kLivenessTimeoutNs).store(1'000'000'000);  // T = 1 s
   std::atomic<bool> ticking{true};
   std::thread ticker([&] {  // lockd's event loop: its alive ticks
     while (ticking.load()) {
@@ -188,7 +188,7 @@ TEST_CASE("session keeping: a grant made past lockd's liveness limit is an error
   CHECK(first.ok());  // trusted: lockd ticks and the keeper sees it
   if (first.ok()) CHECK(first->Release().ok());
   ClientTestPeer::PauseKeeper(*client, true);  // the keeper sees no tick from now on
-  std::this_thread::sleep_for(500ms);          // past T since its last look
+  std::this_thread::sleep_for(1500ms);         // past T since its last look
   auto late = client->TryLockSlot(2);
   INFO("past the trust limit: " << (late.ok() ? "ok, state " +
                                                     std::to_string(static_cast<int>(late->state()))
@@ -208,7 +208,7 @@ TEST_CASE("session keeping: a grant made past lockd's liveness limit is an error
 TEST_CASE(
     "session keeping: a grant refused past the liveness limit is released if the session goes on") {
   testing::FakeLockd lockd(Leased(2000ms));
-  lockd.table().info_word(proto::InfoPage::kLivenessTimeoutNs).store(1'000'000'000);  // T = 1 s
+  lockd.table().info_word(proto::InfoPage::kLivenessTimeoutNs).store(2'000'000'000);  // T = 2 s
   std::atomic<bool> ticking{true}, stop{false};
   std::thread ticker([&] {  // lockd's event loop, stalled while `ticking` is false
     while (!stop.load()) {
@@ -220,13 +220,18 @@ TEST_CASE(
   auto other = ConnectTo("other", lockd.connector());
   const uint64_t id = client->session_id();
   std::this_thread::sleep_for(200ms);  // the keeper has seen lockd tick
-  ticking.store(false);                // lockd stalls: the limit is about 1 s from now
-  std::this_thread::sleep_for(800ms);
+  ticking.store(false);  // lockd stalls: the limit is about 2 s from now (less a late look)
+  std::this_thread::sleep_for(1000ms);
   ClientTestPeer::PauseKeeper(*client, true);  // its last look was just now: trusted
-  std::this_thread::sleep_for(400ms);          // past the limit
+  std::this_thread::sleep_for(1300ms);         // past the limit
   auto late = client->TryLockSlot(3);
   CHECK_FALSE(late.ok());
-  ticking.store(true);  // lockd goes on, and the keeper's next READ trusts it again
+  // lockd goes on, and the keeper's next READ trusts it again: once lockd has ticked (a READ
+  // before that would show no tick, and the keeper would end the session, as it should).
+  auto& ticks = lockd.table().info_word(proto::InfoPage::kAliveTicks);
+  const uint64_t stalled_at = ticks.load();
+  ticking.store(true);
+  REQUIRE(testing::WaitFor([&] { return ticks.load() != stalled_at; }));
   ClientTestPeer::PauseKeeper(*client, false);
   const bool freed = testing::WaitFor(
       [&] {
