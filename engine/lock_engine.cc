@@ -462,29 +462,12 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       unchanged = 0;
     } else if (done - seen_since >= stall_timeout()) {
       // Neither a release nor a renewal for F x L: mark everything up to our own request done.
+      // (The retry writes the entry again with its new ticket.) An exclusive ticket's entry
+      // needs no clearing: nX moves past it.
       const Word0 rec = proto::RecoveredWord(w0, t.word, t.mode);
-      // A recovered shared ticket still looks granted (nX at its maxX), and lockd releases a
-      // granted ticket that a session's record shows live when the session ends: the entry is
-      // cleared first, in the CAS's doorbell, so that no record shows the ticket once the CAS may
-      // have landed (the retry writes the entry again with its new ticket). An exclusive ticket
-      // needs none: nX moves past it.
-      const bool clear = t.record != 0 && t.mode == Mode::kShared;
-      RemoteOp ops[2] = {
-          RemoteOp::Write16(RegionId::kSessions, t.record, 0, 0),
-          RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), w0.Encode(), rec.Encode())};
-      RDMALOCK_RETURN_IF_ERROR(
-          mem.Execute(std::span<RemoteOp>(ops + (clear ? 0 : 1), clear ? 2 : 1)));
-      const RemoteOp& cas = ops[1];
-      if (cas.result[0] != w0.Encode() && clear) {
-        // Still queued: the record shows it again. Waited for, not posted (this path is rare): the
-        // ticket may go to the reaper next (a lapsed wait), which could clear the entry on its
-        // own QP while this WRITE was still in flight on ours.
-        RemoteOp again =
-            EntryWrite(t.record, t.record_seq, t.slot, t.mode, proto::RequestEntry::State::kQueued,
-                       t.word.Encode(), t.tagged, t.generation);
-        RDMALOCK_RETURN_IF_ERROR(mem.Execute(again));
-      }
-      if (cas.result[0] == w0.Encode()) {
+      RDMALOCK_ASSIGN_OR_RETURN(const bool landed,
+                                RecoverCas(mem, t, w0, t.record != 0 && t.mode == Mode::kShared));
+      if (landed) {
         Count(&EngineEvents::recoveries, ev);
         if (rec.Frozen() && rec.Drained()) {
           RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, t.slot, rec, ev));
@@ -502,6 +485,29 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
     // (and, on a software NIC, the NIC's).
     Pause(std::min<nanoseconds>(pause, deadline - Clock::now()), /*may_spin=*/ahead <= 1);
   }
+}
+
+Result<bool> LockEngine::RecoverCas(RemoteMemory& mem, const Ticket& t, Word0 seen,
+                                    bool clear_entry, bool* unseen) const {
+  const Word0 rec = proto::RecoveredWord(seen, t.word, t.mode);
+  RemoteOp ops[2] = {
+      RemoteOp::Write16(RegionId::kSessions, t.record, 0, 0),
+      RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), seen.Encode(), rec.Encode())};
+  if (unseen != nullptr) *unseen = t.mode == Mode::kShared;
+  RDMALOCK_RETURN_IF_ERROR(
+      mem.Execute(std::span<RemoteOp>(ops + (clear_entry ? 0 : 1), clear_entry ? 2 : 1)));
+  if (unseen != nullptr) *unseen = false;
+  const bool landed = ops[1].result[0] == seen.Encode();
+  if (!landed && clear_entry) {
+    // Still queued: the record shows it again. Waited for, not posted (this path is rare): the
+    // ticket may go to the reaper next (a lapsed wait), which could clear the entry on its own QP
+    // while this WRITE was still in flight on ours.
+    RemoteOp again =
+        EntryWrite(t.record, t.record_seq, t.slot, t.mode, proto::RequestEntry::State::kQueued,
+                   t.word.Encode(), t.tagged, t.generation);
+    RDMALOCK_RETURN_IF_ERROR(mem.Execute(again));
+  }
+  return landed;
 }
 
 Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Ticket& t,

@@ -290,6 +290,13 @@ class LockEngine {
   // `cur` is our best guess of word0 on entry and the last value seen on return.
   Result<GiveUp> GiveUpTicket(RemoteMemory& mem, const Ticket& t, proto::Word0* cur,
                               EngineEvents* ev) const;
+  // A stall recovery's CAS from `seen` (a waiter's, Wait; the SDK reaper's, Reap): true if it
+  // landed. With `clear_entry` (a shared ticket's own entry: a recovered shared ticket still
+  // looks granted, and lockd releases a granted ticket a live entry shows) the entry is cleared
+  // ahead of the CAS in its doorbell, and written again, waited for, if the CAS missed. `*unseen`
+  // (optional) is true while the CAS may have landed unseen.
+  Result<bool> RecoverCas(RemoteMemory& mem, const Ticket& t, proto::Word0 seen, bool clear_entry,
+                          bool* unseen = nullptr) const;
   Status ResetDrained(RemoteMemory& mem, uint64_t slot, proto::Word0 drained,
                       EngineEvents* ev) const;
   std::chrono::nanoseconds PollInterval(const RemoteMemory& mem, uint32_t ahead,

@@ -109,24 +109,12 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
   if (done - r.seen_since < stall_timeout()) return false;
   // The queue ahead of this ticket is stuck (F x L): mark it and this ticket done, as a waiter.
   const Word0 rec = proto::RecoveredWord(w0, t.word, t.mode);
-  // The SDK's own entry is cleared first, in the CAS's doorbell, as a waiter's (LockEngine::Wait):
-  // a recovered shared ticket still looks granted, and lockd would release it again if the
-  // session ended before the entry was freed.
-  const bool clear = r.own && t.record != 0 && t.mode == Mode::kShared;
-  RemoteOp ops[2] = {
-      RemoteOp::Write16(RegionId::kSessions, t.record, 0, 0),
-      RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), w0.Encode(), rec.Encode())};
-  r.unseen = t.mode == Mode::kShared;  // a recovered shared ticket still looks granted
-  RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops + (clear ? 0 : 1), clear ? 2 : 1)));
-  r.unseen = false;
-  const RemoteOp& cas = ops[1];
-  if (cas.result[0] != w0.Encode()) {
-    if (clear) {  // still queued: the record shows it again
-      RemoteOp again =
-          EntryWrite(t.record, t.record_seq, t.slot, t.mode, proto::RequestEntry::State::kQueued,
-                     t.word.Encode(), t.tagged, t.generation);
-      RDMALOCK_RETURN_IF_ERROR(mem.Execute(again));  // waited for, as a waiter's (Wait)
-    }
+  // The SDK's own shared entry is cleared in the CAS's doorbell, as a waiter's (RecoverCas); a
+  // recovered shared ticket still looks granted, so the CAS may land unseen (r.unseen).
+  RDMALOCK_ASSIGN_OR_RETURN(
+      const bool landed,
+      RecoverCas(mem, t, w0, r.own && t.record != 0 && t.mode == Mode::kShared, &r.unseen));
+  if (!landed) {
     r.seen_valid = false;  // something moved: time the stall again
     return false;
   }

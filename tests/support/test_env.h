@@ -2,6 +2,8 @@
 #pragma once
 
 #include <stdlib.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -11,6 +13,24 @@
 #include <system_error>
 
 namespace rdmalock::testing {
+
+// How a child process ended, once it has: `waited` false if waitpid failed; `clean` for exit 0;
+// `how` "exit N" or "signal N", for a test's message.
+struct ChildEnd {
+  bool waited = false;
+  bool clean = false;
+  std::string how;
+};
+inline ChildEnd WaitChild(pid_t pid) {
+  ChildEnd end;
+  int status = 0;
+  end.waited = waitpid(pid, &status, 0) == pid;
+  if (!end.waited) return end;
+  end.clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  end.how = WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                              : "signal " + std::to_string(WTERMSIG(status));
+  return end;
+}
 
 // An integer from the environment (a test's scale knob), or `def` when unset or empty.
 inline int EnvInt(const char* name, int def) {

@@ -27,6 +27,7 @@
 #include "rdmalock/rdmalock.h"
 #include "tests/support/fake_lockd.h"
 #include "tests/support/local_etcd.h"
+#include "tests/support/test_env.h"
 
 using namespace rdmalock;
 using namespace std::chrono_literals;
@@ -190,12 +191,10 @@ TEST_CASE("c api: a lost callback that ends its thread (pthread_exit) does not a
     _exit(code);
   }
   REQUIRE(pid > 0);
-  int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
-  INFO("child (2 no lock, 3 no callback, 4 not lost): "
-       << (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
-                             : "signal " + std::to_string(WTERMSIG(status))));
-  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  const testing::ChildEnd child = testing::WaitChild(pid);
+  REQUIRE(child.waited);
+  INFO("child (2 no lock, 3 no callback, 4 not lost): " << child.how);
+  CHECK(child.clean);
 }
 
 TEST_CASE("c api cluster: rdmalock_cluster_open reads a map file and routes as ShardForName") {

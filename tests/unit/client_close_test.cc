@@ -20,6 +20,7 @@
 #include "client/src/client_test_peer.h"
 #include "rdmalock/client.h"
 #include "tests/support/fake_lockd.h"
+#include "tests/support/test_env.h"
 
 using namespace rdmalock;
 using namespace std::chrono_literals;
@@ -303,11 +304,10 @@ TEST_CASE("fork: a child destroying an inherited handle does not wait for the he
   }
   ClientTestPeer::HoldHeldList(*client, false);
   REQUIRE(pid > 0);
-  int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
-  INFO("child: " << (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
-                                       : "signal " + std::to_string(WTERMSIG(status))));
-  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  const testing::ChildEnd child = testing::WaitChild(pid);
+  REQUIRE(child.waited);
+  INFO("child: " << child.how);
+  CHECK(child.clean);
   CHECK(h->state() == LockState::kHeld);  // the parent's lock is untouched
   CHECK(h->Release().ok());
 }

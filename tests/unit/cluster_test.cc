@@ -22,6 +22,7 @@
 #include "common/etcd/etcd.h"
 #include "tests/support/fake_lockd.h"
 #include "tests/support/local_etcd.h"
+#include "tests/support/test_env.h"
 
 using namespace rdmalock;
 using namespace std::chrono_literals;
@@ -316,11 +317,10 @@ TEST_CASE("cluster: a ClusterClient inherited across fork() is inert in the chil
     cc->reset();  // the child's copy: kept, never torn down
     _exit(0);
   }
-  int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
-  INFO("child: " << (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
-                                       : "signal " + std::to_string(WTERMSIG(status))));
-  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  const testing::ChildEnd child = testing::WaitChild(pid);
+  REQUIRE(child.waited);
+  INFO("child: " << child.how);
+  CHECK(child.clean);
   CHECK(h->state() == LockState::kHeld);  // the parent's lock is untouched
   CHECK(h->Release().ok());
 }
