@@ -217,6 +217,22 @@ void Client::Impl::WaiterLoop() {
       w = std::move(wait_q_.front());
       wait_q_.pop_front();
     }
+    // The ticket the pump queued is session w.gen's (a frozen request and one that waits in the
+    // cohort hold none). Once that session has ended, before this thread took the request or
+    // while it waited for a connection, the ticket is not the client's: lockd frees it from the
+    // record at its turn. Watched for through the next session's connection, it was seen granted
+    // before lockd's release of it, and the caller held a lock lockd then gave another client
+    // (unit test `session keeping: an async request queued in an ended session is never
+    // granted`). The request fails, as a blocking one does whose session ends while it waits.
+    const auto queued_in_ended_session = [&](uint64_t gen) {
+      if (w.frozen || w.cohort_queued || gen == w.gen) return false;
+      if (w.cohort_owner) cohort_->Leave(w.req.slot);  // the next local waiter goes to lockd
+      Finish(w.req, Error(ErrorCode::kConnection,
+                          "the session with lockd ended while the request was queued; lockd "
+                          "frees its ticket"));
+      return true;
+    };
+    if (queued_in_ended_session(gen_.load(std::memory_order_acquire))) continue;
     auto chr = Channel(w.req.deadline);
     if (!chr.ok()) {
       // The pump's FA queued the request (unless the word was frozen): a waiter that cannot
@@ -234,6 +250,7 @@ void Client::Impl::WaiterLoop() {
     }
     ThreadChannel& ch = **chr;
     const Session& sess = *ch.session;
+    if (queued_in_ended_session(sess.gen)) continue;
     AcquireOptions ao;
     ao.deadline = w.req.deadline;
     ao.try_only = w.req.options.timeout && w.req.options.timeout->count() == 0;

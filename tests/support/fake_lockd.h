@@ -167,6 +167,11 @@ class FakeLockd {
     max_conns_ = n;
   }
 
+  // While paused, the recovery thread frees nothing of the sessions that end (their jobs wait),
+  // as a lockd whose recovery has not come to them yet: a test can then show what a client does
+  // in that window.
+  void PauseRecovery(bool paused) { recovery_paused_.store(paused); }
+
   uint64_t ended_at_once() const { return ended_now_.load(); }
   uint64_t ended_after_lease() const { return ended_later_.load(); }
   uint64_t released_for_dead() const { return released_.load(); }
@@ -354,6 +359,7 @@ class FakeLockd {
         rec_cv_.wait_for(lk, std::chrono::milliseconds(1),
                          [&] { return stopping_ || !jobs_.empty(); });
         if (stopping_) return;
+        if (recovery_paused_.load()) continue;
         const auto now = Clock::now();
         for (auto it = jobs_.begin(); it != jobs_.end();) {
           if (it->not_before > now) {
@@ -397,6 +403,7 @@ class FakeLockd {
 
   std::atomic<uint64_t> ended_now_{0}, ended_later_{0}, released_{0}, fenced_hb_{0};
   std::atomic<uint64_t> joins_refused_{0};
+  std::atomic<bool> recovery_paused_{false};
 };
 
 }  // namespace rdmalock::testing

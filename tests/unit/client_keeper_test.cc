@@ -1128,3 +1128,57 @@ TEST_CASE("session keeping: a release refused a connection hands the lock to the
   INFO(x.status().ToString());
   CHECK(x.ok());
 }
+
+// An async request the pump queued at lockd (its FETCH_AND_ADD landed, its record entry written)
+// waits for a waiter thread; the session ends meanwhile, lockd frees its ticket from the record
+// once its turn comes, and a waiter thread that takes the request after the reconnect was given
+// the new session's connection: it waited for the old session's ticket there, saw it granted
+// (the holder ahead released it) before lockd's recovery released it too, and handed the caller
+// a lock that another client was granted a moment later (the SDK stress test's violation in the
+// CI, 2026-12-05). A request queued in a session that has ended fails (kConnection), as a
+// blocking one does.
+TEST_CASE("session keeping: an async request queued in an ended session is never granted") {
+  testing::FakeLockd lockd(Leased(2000ms));
+  auto holder = ConnectTo("holder", lockd.connector());
+  auto client = ConnectTo("async", lockd.connector());
+  auto other = ConnectTo("other", lockd.connector());
+  const uint64_t id = client->session_id();
+  // The holder holds slots 0..4; the client's first four requests (slots 1..4) keep its four
+  // waiter threads busy, so its request for slot 0 waits in the queue for one of them.
+  std::vector<LockHandle> held;
+  for (uint64_t slot = 0; slot <= 4; ++slot) {
+    auto h = holder->LockSlot(slot, {});
+    REQUIRE(h.ok());
+    held.push_back(std::move(h).value());
+  }
+  std::vector<std::future<Result<LockHandle>>> results;
+  for (uint64_t slot : {1, 2, 3, 4, 0}) {
+    auto p = std::make_shared<std::promise<Result<LockHandle>>>();
+    results.push_back(p->get_future());
+    REQUIRE(
+        client->LockSlotAsync(slot, {}, [p](Result<LockHandle> r) { p->set_value(std::move(r)); })
+            .ok());
+  }
+  REQUIRE(WaitFor([&] { return lockd.LiveEntries(id).size() == 5; }));  // all five queued
+  lockd.PauseRecovery(true);  // lockd has not come to the ended session's tickets yet
+  ClientTestPeer::FailSession(*client, "injected");
+  REQUIRE(WaitForNewSession(*client, id));
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(results[i].wait_for(5s) == std::future_status::ready);
+    CHECK(results[i].get().status().code() == ErrorCode::kConnection);
+  }
+  // The slot-0 request's ticket comes to its turn: granted to nobody, as its session ended.
+  std::this_thread::sleep_for(50ms);
+  CHECK(held[0].Release().ok());
+  REQUIRE(results[4].wait_for(5s) == std::future_status::ready);
+  auto late = results[4].get();
+  INFO("the request queued in the ended session: "
+       << (late.ok()
+               ? "granted, " + std::string(late->state() == LockState::kHeld ? "held" : "lost")
+               : late.status().ToString()));
+  lockd.PauseRecovery(false);  // lockd frees the ended session's ticket
+  auto next = other->LockSlot(0, {.timeout = 5s});
+  REQUIRE(next.ok());
+  CHECK_FALSE((late.ok() && late->state() == LockState::kHeld));  // two holders
+  CHECK(late.status().code() == ErrorCode::kConnection);
+}

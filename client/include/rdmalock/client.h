@@ -309,7 +309,9 @@ class RDMALOCK_EXPORT Client {
   // one of the client's 4 waiter threads, each waiting for one request at a time. Keep `done`
   // short; it may release the handle or queue more requests. Errors found before queueing (a bad
   // argument, the client closing) are returned, and `done` does not run. Requests still queued
-  // or waiting when the client closes complete with kConnection.
+  // or waiting when the client closes complete with kConnection, and so does a request queued at
+  // lockd when the session ends (as a blocking Lock that waits then): its ticket was that
+  // session's, and lockd frees it.
   using LockCallback = std::function<void(Result<LockHandle>)>;
   Status LockAsync(std::string_view name, const LockOptions& options, LockCallback done);
   Status LockSlotAsync(uint64_t slot, const LockOptions& options, LockCallback done);
