@@ -715,6 +715,21 @@ Status LockEngine::Renew(RemoteMemory& mem, Grant& g, EngineEvents* /*ev*/) cons
   }
   g.seen = w0;
   g.lease_start = issue;
+  // Every 65,536th renewal of a slot carries into word1's generation, so the generation moves on
+  // under a holder that renews for long (about 12 hours at a 2 s lease). A tagged entry then read
+  // as over to lockd: a holder that died was left to the waiters' stall recovery, and
+  // `lockctl release --force <slot>` found no session holding the lock. Write it again with the
+  // slot's generation now: while our ticket holds no reset can come, so its counters are that
+  // generation's (as a waiter's grant corrects its entry in Wait). Posted here, it lands before
+  // anything this channel sends later; landing after a release on another channel, it finds the
+  // ticket past in the same generation, which is over (docs/protocol.md section 10).
+  const uint32_t gen = proto::RequestEntry::GenerationOf(ops[0].result[0] + proto::kRenewIncrement);
+  if (t.tagged && t.record != 0 && gen != t.generation) {
+    g.ticket.generation = gen;
+    RemoteOp fix = EntryWrite(t.record, t.record_seq, t.slot, t.mode,
+                              proto::RequestEntry::State::kQueued, t.word.Encode(), true, gen);
+    RDMALOCK_RETURN_IF_ERROR(mem.Post(fix));
+  }
   return Status::Ok();
 }
 }  // namespace rdmalock

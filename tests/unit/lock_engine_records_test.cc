@@ -499,3 +499,41 @@ TEST_CASE(
   CHECK(ReapRecord(table, e, rec) == 0);
   CHECK(e.Release(c, *gc).ok());
 }
+
+// A renewal adds one to word1's low 16 bits, and every 65,536th carries into the generation
+// (lock_word.h): a slot's generation moves on under a holder that keeps renewing (about 12 hours
+// at the default lease). The holder's entry, tagged with the generation it was granted in, then
+// read as over to lockd: when the holder died lockd freed nothing (the lock waited for the
+// waiters' stall recovery, F x L) and `lockctl release --force <slot>` found no session holding it
+// (found by review, 2026-12-05). The renewal that sees the carry writes the entry again with the
+// slot's generation now: no reset can come while the ticket holds, so its counters are still
+// current in it.
+TEST_CASE_METHOD(RecordedClients,
+                 "records: a renewal's carry into the generation keeps the holder's entry live") {
+  table.Store(0, 1, 0xffff);  // generation 0, the next renewal carries
+  auto g = e.Acquire(a, 0, Mode::kExclusive, o);
+  REQUIRE(g.ok());
+  REQUIRE(g->ticket.tagged);
+  REQUIRE(g->ticket.generation == 0);
+  const uint64_t token = g->token;
+  REQUIRE(e.Renew(a, *g).ok());
+  REQUIRE(proto::Generation(table.Load(0, 1)) == 1);
+  CHECK(g->ticket.generation == 1);
+  CHECK(g->token == token);  // the grant's fencing token is its own, whatever the renewals
+  proto::RequestEntry entry;
+  REQUIRE(proto::RequestEntry::DecodeLive(table.session_word(o.record).load(),
+                                          table.session_word(o.record + 8).load(),
+                                          table.session_word(o.record + 16).load(), &entry));
+  INFO("entry generation " << entry.generation << ", slot's "
+                           << proto::Generation(table.Load(0, 1)));
+  CHECK(entry.generation == 1);
+  // The holder dies: lockd frees its lock at once from the record, and a waiter is granted.
+  AcquireOptions try_only;
+  try_only.try_only = true;
+  CHECK(e.Acquire(b, 0, Mode::kExclusive, try_only).status().code() == ErrorCode::kBusy);
+  a.Break();
+  CHECK(ReapRecord(table, e, rec) == 1);
+  auto gc = e.Acquire(c, 0, Mode::kExclusive, {});
+  REQUIRE(gc.ok());
+  REQUIRE(e.Release(c, *gc).ok());
+}

@@ -92,7 +92,8 @@ constexpr uint64_t ReleaseIncrement(Mode m) {
 }
 
 // word1: generation (high 48 bits) | renew (low 16 bits). Only FETCH_AND_ADD touches it. A carry
-// out of `renew` into `generation` is harmless: generation only grows.
+// out of `renew` into `generation` is harmless: generation only grows (a holder whose record entry
+// is tagged with the generation writes it again with the new one: LockEngine::Renew).
 inline constexpr uint64_t kRenewIncrement = 1;
 inline constexpr uint64_t kGenerationIncrement = uint64_t{1} << 16;
 constexpr uint64_t Generation(uint64_t word1) { return word1 >> 16; }
