@@ -244,6 +244,11 @@ void Client::Impl::WaiterLoop() {
       Finish(w.req, chr.status());
       continue;
     }
+    if (ClosingAsync()) {  // after Channel(): see ClosingAsync
+      if (w.cohort_owner) cohort_->Leave(w.req.slot);
+      Finish(w.req, Error(ErrorCode::kConnection, "client closed"));
+      continue;
+    }
     if (w.cohort_queued) {
       CohortWait(w, *chr);
       continue;
@@ -313,7 +318,13 @@ void Client::Impl::CohortWait(AsyncWait& w, ThreadChannel* ch) {
     return;
   }
   // The entry is this request's (or another slot's: bypass): acquire from lockd, as a blocking
-  // request does, with the budget unit LockSlotAsync took.
+  // request does, with the budget unit LockSlotAsync took; CohortAcquire may have joined a new
+  // session for it, so not if the client is closing (ClosingAsync).
+  if (ClosingAsync()) {
+    if (owner) cohort_->Leave(slot);
+    Finish(w.req, Error(ErrorCode::kConnection, "client closed"));
+    return;
+  }
   const Session& sess = *ch->session;
   Result<Grant> g = Error(ErrorCode::kInternal, "not acquired");
   Clock::time_point completed{};
@@ -340,6 +351,18 @@ void Client::Impl::CohortWait(AsyncWait& w, ThreadChannel* ch) {
   TestHook("granted");
   FinishGranted(w.req, MakeHandle(*ch, *g, completed, w.req.options.auto_renew, started,
                                   owner ? cohort_.get() : nullptr));
+}
+
+// Whether StopAsync has begun. A waiter thread asks after it has its connection and before it
+// waits at lockd: StopAsync shuts the waiters' connections it finds registered (which ends their
+// waits) and then joins them, so a connection registered after it looked (a waiter still joining
+// the session then) was never shut, and its wait for a lock another client held kept the close
+// waiting until that client released (unit test `async: closing a client whose waiter thread is
+// still joining the session ends it`). Registered before this reads false, a connection is one
+// StopAsync finds: it sets the flag before it looks.
+bool Client::Impl::ClosingAsync() {
+  MutexLock lk(&async_mu_);
+  return async_stop_;
 }
 
 // Stops the async threads. Waiters blocked in a wait are woken by shutting their connections

@@ -590,6 +590,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // An async request that waits in the cohort (AsyncWait::cohort_queued), on a waiter thread
   // whose channel is `ch`: completes it.
   void CohortWait(AsyncWait & w, ThreadChannel * ch) EXCLUDES(mu_, async_mu_);
+  bool ClosingAsync() EXCLUDES(async_mu_);
   // `me`: the closing thread (if it is the pump or a waiter, it is detached, not joined).
   void StopAsync(std::thread::id me) EXCLUDES(mu_, async_mu_);
 

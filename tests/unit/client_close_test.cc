@@ -9,8 +9,10 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -310,4 +312,80 @@ TEST_CASE("fork: a child destroying an inherited handle does not wait for the he
   CHECK(child.clean);
   CHECK(h->state() == LockState::kHeld);  // the parent's lock is untouched
   CHECK(h->Release().ok());
+}
+
+// Closing a client joins its async waiter threads after shutting their connections, so that a
+// waiter waiting at lockd for a lock another client holds gives up. A waiter that was still
+// joining the session (its first request, or its first since a reconnect) when the close collected
+// those connections registered its connection after that and waited on it for the lock: the
+// close hung until the other client released (found by review, 2026-12-05). A waiter that has its
+// connection checks whether the client is closing before it waits.
+TEST_CASE("async: closing a client whose waiter thread is still joining the session ends it") {
+  testing::FakeLockd lockd({});
+  auto holder = ConnectTo(lockd, "holder");
+  auto held = holder->LockSlot(0, {});
+  REQUIRE(held.ok());
+  // A connector whose joins wait at a gate once it is armed.
+  struct Gate {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool armed = false, entered = false, open = false;
+  } gate;
+  Connector inner = lockd.connector();
+  Connector gated = [&gate, inner](const ChannelParams& p, uint32_t* retry_ms,
+                                   proto::RejectReason* reason) {
+    if ((p.flags & proto::kFlagJoin) != 0) {
+      std::unique_lock lk(gate.mu);
+      if (gate.armed) {
+        gate.entered = true;
+        gate.cv.notify_all();
+        gate.cv.wait(lk, [&] { return gate.open; });
+      }
+    }
+    return inner(p, retry_ms, reason);
+  };
+  auto c = ClientTestPeer::Connect(testing::FakeClientOptions("closing"), gated);
+  REQUIRE(c.ok());
+  std::unique_ptr<Client> client = std::move(c).value();
+  // The pump's connection first (a request granted at once), so that only the waiter joins later.
+  auto warm = std::make_shared<std::promise<Result<LockHandle>>>();
+  auto warm_f = warm->get_future();
+  REQUIRE(
+      client->LockSlotAsync(1, {}, [warm](Result<LockHandle> r) { warm->set_value(std::move(r)); })
+          .ok());
+  REQUIRE(warm_f.wait_for(5s) == std::future_status::ready);
+  REQUIRE(warm_f.get().ok());
+  {
+    std::lock_guard lk(gate.mu);
+    gate.armed = true;
+  }
+  auto waits = std::make_shared<std::promise<Result<LockHandle>>>();
+  auto waits_f = waits->get_future();
+  REQUIRE(
+      client
+          ->LockSlotAsync(0, {}, [waits](Result<LockHandle> r) { waits->set_value(std::move(r)); })
+          .ok());
+  {
+    std::unique_lock lk(gate.mu);
+    REQUIRE(gate.cv.wait_for(lk, 5s, [&] { return gate.entered; }));  // the waiter joins
+  }
+  std::atomic<bool> closed{false};
+  std::thread closer([&] {
+    client.reset();
+    closed.store(true);
+  });
+  std::this_thread::sleep_for(200ms);  // the close has collected the connections it shuts
+  {
+    std::lock_guard lk(gate.mu);
+    gate.open = true;
+  }
+  gate.cv.notify_all();
+  const bool in_time = WaitFor([&] { return closed.load(); }, 3s);
+  CHECK(in_time);
+  (void)held->Release();  // what ended the close before the fix
+  closer.join();
+  REQUIRE(waits_f.wait_for(5s) == std::future_status::ready);
+  auto r = waits_f.get();
+  INFO(r.status().ToString());
+  CHECK(r.status().code() == ErrorCode::kConnection);
 }
