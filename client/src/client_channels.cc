@@ -336,6 +336,16 @@ void Client::Impl::OnSessionError(uint64_t gen, const Status& st) {
   // Locks first, then connections: when lockd sees them close it may free those locks at once.
   (void)EndLeases(old, Error(ErrorCode::kLockLost,
                              "session with lockd ended (" + st.message() + "); lock lost"));
+  // Releases posted on these connections and not reaped yet, as Close does: a reader's whose CAS
+  // missed is tried again here. Its caller was told ok and its record entry reads done, so lockd
+  // releases nothing of it; shut down unfinished, its ticket stayed counted in the word until the
+  // waiters' stall recovery (F x L). A connection that failed fails the reap at once; one another
+  // thread is using is left (try-lock: that thread finds the session's end itself).
+  for (auto& ch : old) {
+    if (!ch->mu.TryLock()) continue;
+    (void)ch->Reap();
+    ch->mu.Unlock();
+  }
   for (auto& ch : old) ch->mem->Shutdown();
 }
 

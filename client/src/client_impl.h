@@ -606,8 +606,9 @@ class [[gnu::visibility("hidden")]] Client::Impl
   const uint64_t fork_gen_ = fork_guard::Generation();  // see inherited()
   // Set before the client is used from other threads (ClientTestPeer::SetTestHook).
   std::function<void(std::string_view)> test_hook_;
-  std::atomic<bool> renewals_paused_{false};  // ClientTestPeer::PauseRenewals
-  std::atomic<bool> keeper_paused_{false};    // ClientTestPeer::PauseKeeper
+  std::atomic<bool> renewals_paused_{false};         // ClientTestPeer::PauseRenewals
+  std::atomic<bool> keeper_paused_{false};           // ClientTestPeer::PauseKeeper
+  std::atomic<bool> release_reaping_paused_{false};  // ClientTestPeer::PauseReleaseReaping
 
   // ---- Atomics, any thread
   std::atomic<uint64_t> gen_{0};  // the current session's gen; 0 while there is none

@@ -60,7 +60,10 @@ void Client::Impl::ReaperLoop() {
     }
     // Releases other threads posted and left: reaped here, not on the keeper, whose heartbeat
     // must never wait behind another connection's retransmissions.
-    if (reap_fast_.load(std::memory_order_relaxed)) ReapLeftReleases();
+    if (reap_fast_.load(std::memory_order_relaxed) &&
+        !release_reaping_paused_.load(std::memory_order_relaxed)) {
+      ReapLeftReleases();
+    }
     if (pending.empty()) continue;
     auto ch = Channel(Clock::now());
     if (!ch.ok()) {

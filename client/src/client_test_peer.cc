@@ -17,6 +17,10 @@ void ClientTestPeer::PauseKeeper(Client& c, bool paused) {
   c.impl_->keeper_paused_.store(paused, std::memory_order_relaxed);
 }
 
+void ClientTestPeer::PauseReleaseReaping(Client& c, bool paused) {
+  c.impl_->release_reaping_paused_.store(paused, std::memory_order_relaxed);
+}
+
 void ClientTestPeer::HoldHeldList(Client& c, bool hold) NO_THREAD_SAFETY_ANALYSIS {
   auto ch = c.impl_->Channel(std::chrono::steady_clock::time_point{});
   if (!ch.ok()) return;

@@ -32,6 +32,9 @@ class ClientTestPeer {
   // Stops (true) or restarts (false) the keeper's work: no heartbeat, renewal, liveness watch or
   // reconnect while stopped, as a keeper thread descheduled would be.
   static void PauseKeeper(Client& c, bool paused);
+  // While set, the reaper thread leaves the releases other threads posted alone
+  // (Client::Impl::ReapLeftReleases): a release whose CAS missed waits for its thread's next call.
+  static void PauseReleaseReaping(Client& c, bool paused);
   // Takes (true) or gives back (false) the spin lock of the held list of this thread's channel,
   // as a grant or release on another thread holds it for a few stores: a fork() meanwhile leaves
   // it held in the child.

@@ -1182,3 +1182,32 @@ TEST_CASE("session keeping: an async request queued in an ended session is never
   CHECK_FALSE((late.ok() && late->state() == LockState::kHeld));  // two holders
   CHECK(late.status().code() == ErrorCode::kConnection);
 }
+
+// A reader's release is posted: its done mark, then a CAS from the word it last saw. Another
+// reader's request since then makes the CAS miss, and the release is finished (the CAS tried again)
+// by the releasing thread's next call or the reaper's next tick. The session ending in between
+// shut the connection with the release unfinished: the caller had been told ok, the record showed
+// the request done (so lockd released nothing), and the reader's ticket stayed counted in the
+// word until the waiters' stall recovery (F x L), a writer of another client waiting meanwhile
+// (found by review, 2026-12-05). The session's end finishes such releases before it shuts the
+// connections.
+TEST_CASE("session keeping: a posted release is finished before the session's connections close") {
+  testing::FakeLockd lockd(Leased(2000ms));  // stall recovery after 4 s
+  auto a = ConnectTo("reader-a", lockd.connector());
+  auto b = ConnectTo("reader-b", lockd.connector());
+  auto c = ConnectTo("writer", lockd.connector());
+  LockOptions shared;
+  shared.mode = LockMode::kShared;
+  auto ha = a->LockSlot(5, shared);
+  REQUIRE(ha.ok());
+  auto hb = b->LockSlot(5, shared);  // the word moves on after A's last look
+  REQUIRE(hb.ok());
+  ClientTestPeer::PauseReleaseReaping(*a, true);
+  REQUIRE(ha->Release().ok());  // posted; its CAS misses
+  ClientTestPeer::FailSession(*a, "injected");
+  REQUIRE(hb->Release().ok());
+  auto hc = c->LockSlot(5, {.timeout = 1500ms});
+  INFO(hc.status().ToString());
+  CHECK(hc.ok());
+  ClientTestPeer::PauseReleaseReaping(*a, false);
+}
