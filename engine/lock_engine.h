@@ -118,7 +118,18 @@ struct ReapState {
     return r;
   }
 
+  // Where lockd read the entry in a dead session's record: the slot's word1 then. Reap() leaves
+  // an untagged entry alone once the slot's generation is another: a reset since then means the
+  // ticket was released or recovered (a live one keeps the word from draining), and its numbers
+  // may be drawn again (docs/protocol.md section 11). A tagged entry carries its own.
+  void NoteScan(uint64_t word1) {
+    scanned = true;
+    scan_generation = proto::RequestEntry::GenerationOf(word1);
+  }
+
   Ticket ticket;
+  bool scanned = false;
+  uint32_t scan_generation = 0;
   // The caller's own abandoned ticket (the SDK's reaper), not a dead client's (lockd): its record
   // entry is marked done in the release's doorbell and handed back when the ticket is over.
   bool own = false;

@@ -59,9 +59,13 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
     w1 = fa[1].result[0];
     return Status::Ok();
   };
+  // A dead session's entry counts only in its own generation (a tagged one's) or in the one lockd
+  // saw when it read the record (ReapState::NoteScan; untagged entries carry none).
+  const bool by_generation = !r.own && (t.tagged || r.scanned);
+  const uint32_t generation = t.tagged ? t.generation : r.scan_generation;
   auto is_over = [&] {
-    return !r.own && t.tagged
-               ? proto::RequestEntry::TaggedOver(t.word, t.mode, t.generation, w0, w1)
+    return by_generation
+               ? proto::RequestEntry::TaggedOver(t.word, t.mode, generation, w0, w1)
                : proto::TicketGone(w0, t.word, t.mode) || proto::Skipped(w0, t.word, t.mode);
   };
   if (is_over() || proto::Granted(w0, t.word, t.mode)) RDMALOCK_RETURN_IF_ERROR(confirm());

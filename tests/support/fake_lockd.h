@@ -309,7 +309,9 @@ class FakeLockd {
     Job job;
     job.not_before = Clock::now() + (now ? Clock::duration::zero() : Clock::duration(opts_.lease));
     for (const proto::RequestEntry& e : LiveEntriesLocked(it->second.index)) {
-      if (e.slot < opts_.lock_count) job.items.push_back(ReapState::ForEntry(e));
+      if (e.slot >= opts_.lock_count) continue;
+      job.items.push_back(ReapState::ForEntry(e));
+      job.items.back().NoteScan(table_.Load(e.slot, 1));
     }
     for (uint64_t w = 0; w < proto::kSessionRecordSize; w += 8)
       table_.session_word(base + w).store(0);

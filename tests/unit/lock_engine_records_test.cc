@@ -537,3 +537,59 @@ TEST_CASE_METHOD(RecordedClients,
   REQUIRE(gc.ok());
   REQUIRE(e.Release(c, *gc).ok());
 }
+
+// An untagged entry (every shared request's) carries no generation: lockd tells its ticket from
+// a later one with the same numbers only while the slot has not been reset. lockd's reap comes
+// one lease after the fence, or later (its loopback connection down, retried until it is back);
+// meanwhile waiters may recover the dead reader's ticket (F x L), the word may serve 32,768
+// tickets and reset, and new readers draw the same numbers. The reap then released one of their
+// grants (a reader's release counted twice: a writer granted beside a reader; found by review,
+// 2026-12-05). lockd notes the slot's generation when it reads the record, and a reap that finds
+// it changed leaves the entry alone (ReapState::NoteScan): its ticket went with the reset.
+TEST_CASE_METHOD(
+    RecordedClients,
+    "records: lockd never reaps an untagged entry in a later generation than its scan") {
+  auto ga = e.Acquire(a, 0, Mode::kShared, o);
+  REQUIRE(ga.ok());
+  REQUIRE_FALSE(ga->ticket.tagged);
+  a.Break();  // A dies; lockd fences it and reads its record
+  std::vector<ReapState> items;
+  const uint64_t off = o.record;
+  proto::RequestEntry entry;
+  REQUIRE(proto::RequestEntry::DecodeLive(table.session_word(off).load(),
+                                          table.session_word(off + 8).load(),
+                                          table.session_word(off + 16).load(), &entry));
+  items.push_back(ReapState::ForEntry(entry));
+  items.back().NoteScan(table.Load(0, 1));
+  // Before lockd's reap: waiters recovered A's ticket, the word served on, froze, drained and
+  // reset (generation first, then word0), and two readers of other clients hold in the new
+  // generation, the first with A's ticket numbers.
+  table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
+  table.Store(0, 0, 0);
+  auto gb = e.Acquire(b, 0, Mode::kShared, {});
+  REQUIRE(gb.ok());
+  auto gc = e.Acquire(c, 0, Mode::kShared, {});
+  REQUIRE(gc.ok());
+  REQUIRE(gb->ticket.word == ga->ticket.word);
+  InProcessMemory lockd_mem(&table);
+  int released = 0;
+  for (ReapState& r : items) {
+    for (int step = 0; step < 1000; ++step) {
+      auto done = e.Reap(lockd_mem, r);
+      REQUIRE(done.ok());
+      if (*done) break;
+    }
+    if (r.outcome == ReapState::Outcome::kReleased) ++released;
+  }
+  CHECK(released == 0);
+  // B leaves; C still reads: no writer may be granted.
+  REQUIRE(e.Release(b, *gb).ok());
+  InProcessMemory w(&table);
+  AcquireOptions try_only;
+  try_only.try_only = true;
+  auto writer = e.Acquire(w, 0, Mode::kExclusive, try_only);
+  INFO("word " << W0(table, 0).n_s << "/" << W0(table, 0).max_s << " readers released");
+  CHECK_FALSE(writer.ok());
+  if (writer.ok()) REQUIRE(e.Release(w, *writer).ok());
+  REQUIRE(e.Release(c, *gc).ok());
+}

@@ -147,6 +147,7 @@ inline int ReapRecord(InProcessTable& table, const LockEngine& e, uint64_t base)
     }
     if (entry.state != proto::RequestEntry::State::kQueued) continue;
     ReapState r = ReapState::ForEntry(entry);
+    r.NoteScan(table.Load(entry.slot, 1));
     for (int step = 0; step < 1000; ++step) {
       auto done = e.Reap(mem, r);
       REQUIRE(done.ok());
