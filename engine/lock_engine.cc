@@ -720,15 +720,16 @@ Status LockEngine::Renew(RemoteMemory& mem, Grant& g, EngineEvents* /*ev*/) cons
   // as over to lockd: a holder that died was left to the waiters' stall recovery, and
   // `lockctl release --force <slot>` found no session holding the lock. Write it again with the
   // slot's generation now: while our ticket holds no reset can come, so its counters are that
-  // generation's (as a waiter's grant corrects its entry in Wait). Posted here, it lands before
-  // anything this channel sends later; landing after a release on another channel, it finds the
-  // ticket past in the same generation, which is over (docs/protocol.md section 10).
+  // generation's (as a waiter's grant corrects its entry in Wait). Waited for (one round trip in
+  // 65,536 renewals): the renewing channel may be another thread's (the keeper's) than the one
+  // that releases, and the entry goes back to the pool once the release completes; landing after
+  // that, the WRITE would hide the entry's next use from lockd (docs/protocol.md section 10).
   const uint32_t gen = proto::RequestEntry::GenerationOf(ops[0].result[0] + proto::kRenewIncrement);
   if (t.tagged && t.record != 0 && gen != t.generation) {
     g.ticket.generation = gen;
     RemoteOp fix = EntryWrite(t.record, t.record_seq, t.slot, t.mode,
                               proto::RequestEntry::State::kQueued, t.word.Encode(), true, gen);
-    RDMALOCK_RETURN_IF_ERROR(mem.Post(fix));
+    RDMALOCK_RETURN_IF_ERROR(mem.Execute(fix));
   }
   return Status::Ok();
 }

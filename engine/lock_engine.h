@@ -119,17 +119,27 @@ struct ReapState {
   }
 
   // Where lockd read the entry in a dead session's record: the slot's word1 then. Reap() leaves
-  // an untagged entry alone once the slot's generation is another: a reset since then means the
-  // ticket was released or recovered (a live one keeps the word from draining), and its numbers
-  // may be drawn again (docs/protocol.md section 11). A tagged entry carries its own.
+  // an untagged entry alone once word1 shows a generation that may have come with a reset since
+  // (SameCounters): the ticket was then released or recovered (a live one keeps the word from
+  // draining), and its numbers may be drawn again (docs/protocol.md section 11). A tagged entry
+  // carries its own generation.
   void NoteScan(uint64_t word1) {
     scanned = true;
-    scan_generation = proto::RequestEntry::GenerationOf(word1);
+    scan_word1 = word1;
+  }
+  // Whether word1 `now` shows no generation bump since `scan` other than one carry of the renew
+  // field (every 65,536th renewal): the same generation, or the next one with the renew field
+  // wrapped below its value then. A bump that came with a reset leaves the renew field where it
+  // was (only renewals move it, and a second wrap would show as a second generation), so it reads
+  // as changed; so does a racing resetter's extra bump, which costs that entry its fast recovery.
+  static constexpr bool SameCounters(uint64_t scan, uint64_t now) {
+    const uint64_t g0 = proto::Generation(scan), g1 = proto::Generation(now);
+    return g1 == g0 || (g1 == g0 + 1 && (now & 0xffff) < (scan & 0xffff));
   }
 
   Ticket ticket;
   bool scanned = false;
-  uint32_t scan_generation = 0;
+  uint64_t scan_word1 = 0;
   // The caller's own abandoned ticket (the SDK's reaper), not a dead client's (lockd): its record
   // entry is marked done in the release's doorbell and handed back when the ticket is over.
   bool own = false;

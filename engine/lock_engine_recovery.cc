@@ -59,14 +59,15 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
     w1 = fa[1].result[0];
     return Status::Ok();
   };
-  // A dead session's entry counts only in its own generation (a tagged one's) or in the one lockd
-  // saw when it read the record (ReapState::NoteScan; untagged entries carry none).
-  const bool by_generation = !r.own && (t.tagged || r.scanned);
-  const uint32_t generation = t.tagged ? t.generation : r.scan_generation;
+  // A dead session's entry counts only in its own generation (a tagged one's), or while the
+  // counters are the ones lockd saw when it read the record (untagged entries carry no generation:
+  // ReapState::NoteScan).
   auto is_over = [&] {
-    return by_generation
-               ? proto::RequestEntry::TaggedOver(t.word, t.mode, generation, w0, w1)
-               : proto::TicketGone(w0, t.word, t.mode) || proto::Skipped(w0, t.word, t.mode);
+    if (!r.own && t.tagged) {
+      return proto::RequestEntry::TaggedOver(t.word, t.mode, t.generation, w0, w1);
+    }
+    return (!r.own && r.scanned && !ReapState::SameCounters(r.scan_word1, w1)) ||
+           proto::TicketGone(w0, t.word, t.mode) || proto::Skipped(w0, t.word, t.mode);
   };
   if (is_over() || proto::Granted(w0, t.word, t.mode)) RDMALOCK_RETURN_IF_ERROR(confirm());
   // A tagged entry of a dead client counts only in its own generation. Its exclusive release

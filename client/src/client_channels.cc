@@ -339,8 +339,10 @@ void Client::Impl::OnSessionError(uint64_t gen, const Status& st) {
   // Releases posted on these connections and not reaped yet, as Close does: a reader's whose CAS
   // missed is tried again here. Its caller was told ok and its record entry reads done, so lockd
   // releases nothing of it; shut down unfinished, its ticket stayed counted in the word until the
-  // waiters' stall recovery (F x L). A connection that failed fails the reap at once; one another
-  // thread is using is left (try-lock: that thread finds the session's end itself).
+  // waiters' stall recovery (F x L). A connection that failed fails the reap at once (a QP in the
+  // error state flushes); one that cannot reach lockd fails when its posted CAS's retransmissions
+  // run out, which a release posted before the failure was found has mostly spent already. One
+  // another thread is using is left (try-lock: that thread finds the session's end itself).
   for (auto& ch : old) {
     if (!ch->mu.TryLock()) continue;
     (void)ch->Reap();

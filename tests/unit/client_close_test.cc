@@ -331,6 +331,17 @@ TEST_CASE("async: closing a client whose waiter thread is still joining the sess
     std::condition_variable cv;
     bool armed = false, entered = false, open = false;
   } gate;
+  // However the test ends, the gate opens (a waiter left at it would hang the client's close).
+  struct OpenAtEnd {
+    Gate& g;
+    ~OpenAtEnd() {
+      {
+        std::lock_guard lk(g.mu);
+        g.open = true;
+      }
+      g.cv.notify_all();
+    }
+  };
   Connector inner = lockd.connector();
   Connector gated = [&gate, inner](const ChannelParams& p, uint32_t* retry_ms,
                                    proto::RejectReason* reason) {
@@ -347,6 +358,7 @@ TEST_CASE("async: closing a client whose waiter thread is still joining the sess
   auto c = ClientTestPeer::Connect(testing::FakeClientOptions("closing"), gated);
   REQUIRE(c.ok());
   std::unique_ptr<Client> client = std::move(c).value();
+  OpenAtEnd open_at_end{gate};  // destroyed before `client` (declared after it)
   // The pump's connection first (a request granted at once), so that only the waiter joins later.
   auto warm = std::make_shared<std::promise<Result<LockHandle>>>();
   auto warm_f = warm->get_future();

@@ -593,3 +593,40 @@ TEST_CASE_METHOD(
   if (writer.ok()) REQUIRE(e.Release(w, *writer).ok());
   REQUIRE(e.Release(c, *gc).ok());
 }
+
+// The other way the generation moves: a renewal's carry (every 65,536th renewal of the slot, any
+// reader's), which resets nothing. A dead reader's entry is still reaped after one: the renew
+// field wrapped below its value at the scan, which a reset's bump never does.
+TEST_CASE_METHOD(
+    RecordedClients,
+    "records: a renewal's carry since lockd's scan still lets it reap an untagged entry") {
+  table.Store(0, 1, 0xfffe);
+  auto ga = e.Acquire(a, 0, Mode::kShared, o);  // dies
+  REQUIRE(ga.ok());
+  auto gb = e.Acquire(b, 0, Mode::kShared, {});  // lives on, renewing
+  REQUIRE(gb.ok());
+  a.Break();
+  const uint64_t off = o.record;
+  proto::RequestEntry entry;
+  REQUIRE(proto::RequestEntry::DecodeLive(table.session_word(off).load(),
+                                          table.session_word(off + 8).load(),
+                                          table.session_word(off + 16).load(), &entry));
+  ReapState r = ReapState::ForEntry(entry);
+  r.NoteScan(table.Load(0, 1));
+  REQUIRE(e.Renew(b, *gb).ok());
+  REQUIRE(e.Renew(b, *gb).ok());
+  REQUIRE(proto::Generation(table.Load(0, 1)) == 1);  // carried
+  InProcessMemory lockd_mem(&table);
+  for (int step = 0; step < 1000; ++step) {
+    auto done = e.Reap(lockd_mem, r);
+    REQUIRE(done.ok());
+    if (*done) break;
+  }
+  CHECK(r.outcome == ReapState::Outcome::kReleased);
+  REQUIRE(e.Release(b, *gb).ok());
+  AcquireOptions try_only;
+  try_only.try_only = true;
+  auto writer = e.Acquire(c, 0, Mode::kExclusive, try_only);  // both readers are gone
+  CHECK(writer.ok());
+  if (writer.ok()) REQUIRE(e.Release(c, *writer).ok());
+}

@@ -227,6 +227,7 @@ class FastRecovery {
       if (!proto::RequestEntry::DecodeLive(a, b, d, &e)) continue;
       if (e.state != proto::RequestEntry::State::kQueued) continue;
       items.push_back(ReapState::ForEntry(e));
+      items.back().NoteScan(table_->Load(e.slot, 1));
     }
     std::lock_guard lk(mu_);
     for (auto& r : items) q_.push_back(r);
