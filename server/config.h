@@ -93,9 +93,22 @@ struct Config {
     return std::max<uint64_t>(GraceMs(),
                               lease_ms + uint64_t{etcd_lease_ttl_s} * 1000 + LivenessTimeoutMs());
   }
+  // The event loop's tick (heartbeat and QP checks, the info page's clock): a fraction of the
+  // heartbeat timeout, no finer, within 5 ms to 1 s.
+  uint64_t LivenessTickMs() const {
+    return std::clamp<uint64_t>(std::min(heartbeat_interval_ms, heartbeat_timeout_ms / 4), 5, 1000);
+  }
   // advertise_address, or address:port.
   std::string Advertised() const;
 };
+
+// lockd fences a client that stopped within heartbeat_timeout_ms plus two ticks (one to see its
+// heartbeat's last move, one to see the timeout), and reads its record then; waiters may recover
+// its locks from (stall_factor - 1) x lease_ms after it stopped. A warning (else empty) when the
+// fence may come later: a shared request of that record could then be one waiters recovered
+// before the slot was reset, and lockd's reap of it would count a release for a later reader
+// (docs/protocol.md section 11). Not refused: it takes 32,768 requests on one lock in that window.
+std::string FenceMarginWarning(const Config& c);
 
 // Parses YAML text; `origin` names the file in messages.
 Result<Config> ParseConfig(const std::string& text, const std::string& origin);

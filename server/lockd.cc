@@ -230,6 +230,7 @@ Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t ep
     RDMALOCK_ASSIGN_OR_RETURN(
         m->metrics, MetricsServer::Start(config.metrics_address, [raw] { return raw->Render(); }));
   }
+  if (std::string w = FenceMarginWarning(config); !w.empty()) spdlog::warn("{}", w);
   spdlog::info("listening on {}:{} (epoch {}, {} locks, lease {} ms, stall factor {})",
                config.address, config.port, epoch, config.lock_count, config.lease_ms,
                config.stall_factor);
@@ -249,8 +250,7 @@ Status Server::Run() {
   // The tick's work (heartbeat and QP checks, the info page's clock) needs a resolution of a
   // fraction of the heartbeat timeout, no finer: each wake-up costs CPU, and lockd's CPU should
   // stay out of the way (about 0.6 ms per wake-up under TCG).
-  const auto tick = std::chrono::milliseconds(std::clamp<uint64_t>(
-      std::min(m.config.heartbeat_interval_ms, m.config.heartbeat_timeout_ms / 4), 5, 1000));
+  const auto tick = std::chrono::milliseconds(m.config.LivenessTickMs());
   auto next_tick = std::chrono::steady_clock::now() + tick;
   const AdminSocket::Handler admin_handler = [&m](const std::string& line,
                                                   const std::string& asker) {

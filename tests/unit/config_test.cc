@@ -322,3 +322,24 @@ TEST_CASE("issue 17 finding 4: lockd's limits are checked against the device's a
   auto qps = rdmalock::lockd::CheckDeviceLimits(c, few_qps, &warning);
   CHECK(qps.message().find("max_qp") != std::string::npos);
 }
+
+// lockd reads a stopped client's record when it fences it, within heartbeat_timeout_ms and two
+// ticks; waiters may recover its locks from (stall_factor - 1) x lease_ms after it stopped. A
+// configuration whose fence may come later is warned about at start (docs/protocol.md §11).
+TEST_CASE("lockd warns when a stopped client may be fenced after waiters can recover its locks") {
+  rdmalock::lockd::Config c;  // the defaults: fenced within 1,400 ms, recovered from 2,000 ms
+  CHECK(c.LivenessTickMs() == 200);
+  CHECK(rdmalock::lockd::FenceMarginWarning(c).empty());
+  c.lease_ms = 1000;  // recovered from 1,000 ms
+  const std::string w = rdmalock::lockd::FenceMarginWarning(c);
+  INFO(w);
+  CHECK(w.find("heartbeat_timeout_ms 1000") != std::string::npos);
+  CHECK(w.find("1400 ms") != std::string::npos);
+  CHECK(w.find("= 1000 ms") != std::string::npos);
+  c.stall_factor = 3;  // from 2,000 ms again
+  CHECK(rdmalock::lockd::FenceMarginWarning(c).empty());
+  c.stall_factor = 2;
+  c.heartbeat_timeout_ms = 500;  // fenced within 600 ms (ticks of 125 ms)
+  CHECK(c.LivenessTickMs() == 125);
+  CHECK(rdmalock::lockd::FenceMarginWarning(c).empty());
+}
