@@ -78,9 +78,7 @@ TEST_CASE_METHOD(
   REQUIRE(e.Release(a, *ga).ok());
   // No done mark: the entry still reads as a live request (the record is as the FA left it).
   proto::RequestEntry left;
-  REQUIRE(proto::RequestEntry::DecodeLive(table.session_word(o.record).load(),
-                                          table.session_word(o.record + 8).load(),
-                                          table.session_word(o.record + 16).load(), &left));
+  REQUIRE(LiveEntryAt(table, o.record, &left));
   REQUIRE(left.tagged);
   REQUIRE(left.generation == 0);
 
@@ -366,9 +364,7 @@ TEST_CASE("finding 3: an entry goes back to the pool only once its done mark has
 
   const uint64_t entry = ob.record;
   proto::RequestEntry seen;
-  const bool live = proto::RequestEntry::DecodeLive(table.session_word(entry).load(),
-                                                    table.session_word(entry + 8).load(),
-                                                    table.session_word(entry + 16).load(), &seen);
+  const bool live = LiveEntryAt(table, entry, &seen);
   CHECK_FALSE(live);
   // What lockd does with that record when the session ends: nothing to release, so C's
   // shared grant still counts and a writer would wait.
@@ -521,9 +517,7 @@ TEST_CASE_METHOD(RecordedClients,
   CHECK(g->ticket.generation == 1);
   CHECK(g->token == token);  // the grant's fencing token is its own, whatever the renewals
   proto::RequestEntry entry;
-  REQUIRE(proto::RequestEntry::DecodeLive(table.session_word(o.record).load(),
-                                          table.session_word(o.record + 8).load(),
-                                          table.session_word(o.record + 16).load(), &entry));
+  REQUIRE(LiveEntryAt(table, o.record, &entry));
   INFO("entry generation " << entry.generation << ", slot's "
                            << proto::Generation(table.Load(0, 1)));
   CHECK(entry.generation == 1);
@@ -556,9 +550,7 @@ TEST_CASE_METHOD(
   std::vector<ReapState> items;
   const uint64_t off = o.record;
   proto::RequestEntry entry;
-  REQUIRE(proto::RequestEntry::DecodeLive(table.session_word(off).load(),
-                                          table.session_word(off + 8).load(),
-                                          table.session_word(off + 16).load(), &entry));
+  REQUIRE(LiveEntryAt(table, off, &entry));
   items.push_back(ReapState::ForEntry(entry));
   items.back().NoteScan(table.Load(0, 1));
   // Before lockd's reap: waiters recovered A's ticket, the word served on, froze, drained and
@@ -574,11 +566,7 @@ TEST_CASE_METHOD(
   InProcessMemory lockd_mem(&table);
   int released = 0;
   for (ReapState& r : items) {
-    for (int step = 0; step < 1000; ++step) {
-      auto done = e.Reap(lockd_mem, r);
-      REQUIRE(done.ok());
-      if (*done) break;
-    }
+    ReapToEnd(e, lockd_mem, r);
     if (r.outcome == ReapState::Outcome::kReleased) ++released;
   }
   CHECK(released == 0);
@@ -608,20 +596,14 @@ TEST_CASE_METHOD(
   a.Break();
   const uint64_t off = o.record;
   proto::RequestEntry entry;
-  REQUIRE(proto::RequestEntry::DecodeLive(table.session_word(off).load(),
-                                          table.session_word(off + 8).load(),
-                                          table.session_word(off + 16).load(), &entry));
+  REQUIRE(LiveEntryAt(table, off, &entry));
   ReapState r = ReapState::ForEntry(entry);
   r.NoteScan(table.Load(0, 1));
   REQUIRE(e.Renew(b, *gb).ok());
   REQUIRE(e.Renew(b, *gb).ok());
   REQUIRE(proto::Generation(table.Load(0, 1)) == 1);  // carried
   InProcessMemory lockd_mem(&table);
-  for (int step = 0; step < 1000; ++step) {
-    auto done = e.Reap(lockd_mem, r);
-    REQUIRE(done.ok());
-    if (*done) break;
-  }
+  ReapToEnd(e, lockd_mem, r);
   CHECK(r.outcome == ReapState::Outcome::kReleased);
   REQUIRE(e.Release(b, *gb).ok());
   AcquireOptions try_only;

@@ -133,26 +133,34 @@ struct RecordedChannel {
   }
 };
 
+// The record entry at byte `off` of the sessions region, if it is an open request
+// (RequestEntry::DecodeLive).
+inline bool LiveEntryAt(InProcessTable& table, uint64_t off, proto::RequestEntry* out) {
+  return proto::RequestEntry::DecodeLive(
+      table.session_word(off).load(), table.session_word(off + 8).load(),
+      table.session_word(off + proto::RequestEntry::kDone).load(), out);
+}
+
+// Steps lockd's reap of `r` until it is done; REQUIREs every step to succeed.
+inline void ReapToEnd(const LockEngine& e, InProcessMemory& mem, ReapState& r) {
+  for (int step = 0; step < 1000; ++step) {
+    auto done = e.Reap(mem, r);
+    REQUIRE(done.ok());
+    if (*done) return;
+  }
+}
+
 // What lockd does with a fenced client's record: steps Reap() on every live entry until done.
 inline int ReapRecord(InProcessTable& table, const LockEngine& e, uint64_t base) {
   InProcessMemory mem(&table);
   int released = 0;
   for (uint32_t i = 0; i < proto::SessionRecord::kMaxEntries; ++i) {
-    const uint64_t off = base + proto::SessionRecord::EntryOffset(i);
     proto::RequestEntry entry;
-    if (!proto::RequestEntry::DecodeLive(table.session_word(off).load(),
-                                         table.session_word(off + 8).load(),
-                                         table.session_word(off + 16).load(), &entry)) {
-      continue;
-    }
+    if (!LiveEntryAt(table, base + proto::SessionRecord::EntryOffset(i), &entry)) continue;
     if (entry.state != proto::RequestEntry::State::kQueued) continue;
     ReapState r = ReapState::ForEntry(entry);
     r.NoteScan(table.Load(entry.slot, 1));
-    for (int step = 0; step < 1000; ++step) {
-      auto done = e.Reap(mem, r);
-      REQUIRE(done.ok());
-      if (*done) break;
-    }
+    ReapToEnd(e, mem, r);
     if (r.outcome == ReapState::Outcome::kReleased) ++released;
   }
   return released;
