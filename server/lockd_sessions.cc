@@ -84,13 +84,15 @@ void Server::Impl::EndSession(std::shared_ptr<Session> s, EndReason reason, cons
   EndedRecord rec = std::move(*sessions.End(*s));
   record_mrs.erase(s->session_id);  // its connections hold them until their windows are gone
   job.items = std::move(rec.items);
+  // Each is reaped only while its slot's counters are the ones it shows now (ReapState::NoteScan).
+  for (ReapState& r : job.items) {
+    r.NoteScan(Load64(regions->locks(), proto::SlotOffset(r.ticket.slot) + proto::kWord1Offset));
+  }
   // A tagged entry of a finished exclusive request stays in the record (its release wrote no done
   // mark): by the slot's words now it is over, and stays so (generations only grow, and within
   // one n_x only grows past it). Not a request to free; the reap would find the same.
-  // Each is reaped only in the generation its slot shows now (ReapState::NoteScan).
-  std::erase_if(job.items, [&](ReapState& r) {
+  std::erase_if(job.items, [&](const ReapState& r) {
     const uint64_t off = proto::SlotOffset(r.ticket.slot);
-    r.NoteScan(Load64(regions->locks(), off + proto::kWord1Offset));
     return r.ticket.tagged &&
            proto::RequestEntry::TaggedOver(r.ticket.word, r.ticket.mode, r.ticket.generation,
                                            proto::Word0::Decode(Load64(regions->locks(), off)),
