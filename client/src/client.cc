@@ -294,7 +294,14 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
   // Lost already: the session ended while the grant was made (MakeHandle could not track it).
   // Read without the handle's mutex or a clock: the engine granted it within its lease.
   if (h.state_->ended.load(std::memory_order_acquire)) return EndedWhileGranted();
-  if (share) return impl_->ShareGrant(std::move(h), *ch);
+  if (share) {
+    impl_->TestHook("sharing");
+    // Lost meanwhile (the session ended since the check above): ShareGrant hands the grant back
+    // as it is, and the caller gets the error, as above (the async path's FinishGranted too).
+    LockHandle shared = impl_->ShareGrant(std::move(h), *ch);
+    if (!shared.state_->carrier) return EndedWhileGranted();
+    return shared;
+  }
   return h;
 }
 

@@ -23,6 +23,8 @@ class ClientTestPeer {
   // passes them:
   //   "granted": an acquire (Lock, LockMany, async) was granted; its handle is not made yet.
   //   "shared": a shared request joined another thread's shared grant in-process (cohort.h).
+  //   "sharing": a blocking shared request's grant from lockd is about to become the one that
+  //     the client's other readers join (Client::Impl::ShareGrant); its handle is made.
   //   "session_ended": the session has ended (a new one is not made yet), and its locks are not
   //     yet reported lost; called on the thread that ended it, with no mutex of the client held.
   static void SetTestHook(Client& c, std::function<void(std::string_view point)> fn);

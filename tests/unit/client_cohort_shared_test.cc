@@ -369,3 +369,26 @@ TEST_CASE(
   CHECK(WaitFor([&] { return ClientTestPeer::BudgetUnits(*c, 10) == 0; }));
   CHECK(WaitFor([&] { return ClientTestPeer::BudgetUnits(*c, 11) == 0; }));
 }
+
+// A blocking shared request whose grant is about to become the one the client's readers join: the
+// session ends there (after the check that returns EndedWhileGranted for a grant lost at once).
+// ShareGrant then hands back the grant itself, lost, and LockSlot returned ok with a handle that
+// was lost already (the async path returns an error there; found by review, 2026-12-05). It
+// returns the error too.
+TEST_CASE("cohort shared: a reader whose session ends as its grant is shared gets an error") {
+  testing::FakeLockd lockd({});
+  auto c = ConnectTo("shared-ends", lockd);
+  auto fail_once = std::make_shared<std::atomic<bool>>(true);
+  Client* raw = c.get();  // used once, on this thread, while `c` lives
+  ClientTestPeer::SetTestHook(*c, [fail_once, raw](std::string_view point) {
+    if (point == "sharing" && fail_once->exchange(false)) {
+      ClientTestPeer::FailSession(*raw, "injected as the grant is shared");
+    }
+  });
+  auto r = c->LockSlot(6, Reader());
+  INFO((r.ok() ? std::string(r->state() == LockState::kLost ? "ok, lost" : "ok, held")
+               : r.status().ToString()));
+  CHECK_FALSE(r.ok());
+  CHECK(r.status().code() == ErrorCode::kConnection);
+  CHECK_FALSE(fail_once->load());  // the hook ran
+}
