@@ -434,16 +434,12 @@ std::string FenceMarginWarning(const Config& c) {
   const uint64_t recover = uint64_t{c.stall_factor - 1} * c.lease_ms;
   if (fence < recover) return "";
   return "heartbeat_timeout_ms " + std::to_string(c.heartbeat_timeout_ms) +
-         " (a stopped client is "
-         "fenced within " +
-         std::to_string(fence) +
-         " ms) is not below (stall_factor - 1) x "
-         "lease_ms = " +
-         std::to_string(recover) +
-         " ms (when waiters may recover its locks): "
-         "lockd may read its record after waiters recovered a request there, and a reset of that "
-         "lock since would let lockd free a later reader's grant; lower heartbeat_timeout_ms or "
-         "raise lease_ms or stall_factor (docs/protocol.md, section 11)";
+         " (a stopped client is fenced within " + std::to_string(fence) +
+         " ms) is not below (stall_factor - 1) x lease_ms = " + std::to_string(recover) +
+         " ms (when waiters may recover its locks): lockd may read its record after waiters "
+         "recovered a request there, and a reset of that lock since would let lockd free a later "
+         "reader's grant; lower heartbeat_timeout_ms or raise lease_ms or stall_factor "
+         "(docs/protocol.md, section 11)";
 }
 
 Status CheckDeviceLimits(const Config& c, const DeviceLimits& d, std::string* warning) {

@@ -38,6 +38,11 @@ void Client::Impl::Finish(AsyncRequest& r, Result<LockHandle> result) {
   r.done(std::move(result));
 }
 
+void Client::Impl::FinishUngranted(AsyncRequest& r, bool cohort_owner, Status st) {
+  if (cohort_owner) cohort_->Leave(r.slot);  // the next local waiter goes to lockd
+  Finish(r, std::move(st));
+}
+
 void Client::Impl::FinishGranted(AsyncRequest& r, LockHandle h) {
   // The grant's state holds the unit from now on, also when it was lost at once: its Settle
   // gives it back (giving it back here too counted it twice, and the slot's count wrapped).
@@ -195,8 +200,7 @@ void Client::Impl::PumpLoop() {
         // queue any more. These end as StopAsync ends what it finds queued (client.h: each
         // callback runs once, kConnection on close).
         for (auto& w : waits) {
-          if (w.cohort_owner) cohort_->Leave(w.req.slot);
-          Finish(w.req, Error(ErrorCode::kConnection, "client closed"));
+          FinishUngranted(w.req, w.cohort_owner, Error(ErrorCode::kConnection, "client closed"));
         }
       }
     }
@@ -226,10 +230,10 @@ void Client::Impl::WaiterLoop() {
     // granted`). The request fails, as a blocking one does whose session ends while it waits.
     const auto queued_in_ended_session = [&](uint64_t gen) {
       if (w.frozen || w.cohort_queued || gen == w.gen) return false;
-      if (w.cohort_owner) cohort_->Leave(w.req.slot);  // the next local waiter goes to lockd
-      Finish(w.req, Error(ErrorCode::kConnection,
-                          "the session with lockd ended while the request was queued; lockd "
-                          "frees its ticket"));
+      FinishUngranted(w.req, w.cohort_owner,
+                      Error(ErrorCode::kConnection,
+                            "the session with lockd ended while the request was queued; lockd "
+                            "frees its ticket"));
       return true;
     };
     if (queued_in_ended_session(gen_.load(std::memory_order_acquire))) continue;
@@ -240,13 +244,11 @@ void Client::Impl::WaiterLoop() {
       // its turn, or the lock's queue would stop at it. Of an ended session it is dropped
       // (lockd frees what the record shows).
       if (!w.frozen && !w.cohort_queued) Abandon(w.gen, w.queued.ticket);
-      if (w.cohort_owner) cohort_->Leave(w.req.slot);  // the next local waiter goes to lockd
-      Finish(w.req, chr.status());
+      FinishUngranted(w.req, w.cohort_owner, chr.status());
       continue;
     }
     if (ClosingAsync()) {  // after Channel(): see ClosingAsync
-      if (w.cohort_owner) cohort_->Leave(w.req.slot);
-      Finish(w.req, Error(ErrorCode::kConnection, "client closed"));
+      FinishUngranted(w.req, w.cohort_owner, Error(ErrorCode::kConnection, "client closed"));
       continue;
     }
     if (w.cohort_queued) {
@@ -321,8 +323,7 @@ void Client::Impl::CohortWait(AsyncWait& w, ThreadChannel* ch) {
   // request does, with the budget unit LockSlotAsync took; CohortAcquire may have joined a new
   // session for it, so not if the client is closing (ClosingAsync).
   if (ClosingAsync()) {
-    if (owner) cohort_->Leave(slot);
-    Finish(w.req, Error(ErrorCode::kConnection, "client closed"));
+    FinishUngranted(w.req, owner, Error(ErrorCode::kConnection, "client closed"));
     return;
   }
   const Session& sess = *ch->session;

@@ -582,6 +582,8 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // Completes `r` without a grant of its own (an error, or a grant handed over in the cohort,
   // which brings its own unit): the request's budget unit goes back.
   void Finish(AsyncRequest & r, Result<LockHandle> result);
+  // Finish with `st`, for a request that got no grant: passes its cohort entry on if it owned it.
+  void FinishUngranted(AsyncRequest & r, bool cohort_owner, Status st);
   // Completes `r` with the handle MakeHandle made for its own grant, which holds the request's
   // budget unit from now on; a handle lost at once completes it with EndedWhileGranted.
   static void FinishGranted(AsyncRequest & r, LockHandle h);
