@@ -1163,9 +1163,13 @@ TEST_CASE("session keeping: an async request queued in an ended session is never
   lockd.PauseRecovery(true);  // lockd has not come to the ended session's tickets yet
   ClientTestPeer::FailSession(*client, "injected");
   REQUIRE(WaitForNewSession(*client, id));
+  // The four that kept the waiters busy fail with the session: kConnection, or kRejected for a
+  // waiter whose join of the session was still on its way when it ended (lockd refuses a join of
+  // an ended session; one CI run in four saw it).
   for (int i = 0; i < 4; ++i) {
     REQUIRE(results[i].wait_for(5s) == std::future_status::ready);
-    CHECK(results[i].get().status().code() == ErrorCode::kConnection);
+    const ErrorCode code = results[i].get().status().code();
+    CHECK((code == ErrorCode::kConnection || code == ErrorCode::kRejected));
   }
   // The slot-0 request's ticket comes to its turn: granted to nobody, as its session ended.
   std::this_thread::sleep_for(50ms);
