@@ -217,7 +217,11 @@ Result<LockHandle> Client::Lock(std::string_view name, const LockOptions& option
   const auto deadline = options.timeout ? sdk::DeadlineAfter(Clock::now(), *options.timeout)
                                         : Clock::time_point::max();
   RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel(deadline));
-  return LockSlot(SlotForName(name, ch->session->reply.lock_count), options);
+  const uint64_t count = ch->session->reply.lock_count;
+  impl_->TestHook("hashed");
+  auto h = LockSlot(SlotForName(name, count), options);
+  if (h.ok()) RDMALOCK_RETURN_IF_ERROR(sdk::SameNameMapping(*h->state_, count));
+  return h;
 }
 
 Result<LockHandle> Client::TryLock(std::string_view name, LockMode mode) {
@@ -310,13 +314,21 @@ Result<std::vector<LockHandle>> Client::LockMany(std::span<const LockRequest> re
   const auto deadline = options.timeout ? sdk::DeadlineAfter(Clock::now(), *options.timeout)
                                         : Clock::time_point::max();
   RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel(deadline));
+  const uint64_t count = ch->session->reply.lock_count;
   std::vector<SlotRequest> slots;
   slots.reserve(requests.size());
   for (const LockRequest& r : requests) {
     if (r.name.empty()) return Error(ErrorCode::kInvalidArgument, "lock name is empty");
-    slots.push_back({SlotForName(r.name, ch->session->reply.lock_count), r.mode});
+    slots.push_back({SlotForName(r.name, count), r.mode});
   }
-  return LockManySlots(slots, options);
+  impl_->TestHook("hashed");
+  auto handles = LockManySlots(slots, options);
+  if (handles.ok()) {
+    for (const LockHandle& h : *handles) {  // all or nothing: dropped, they release
+      RDMALOCK_RETURN_IF_ERROR(sdk::SameNameMapping(*h.state_, count));
+    }
+  }
+  return handles;
 }
 
 Result<std::vector<LockHandle>> Client::LockManySlots(std::span<const SlotRequest> requests,

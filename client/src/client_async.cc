@@ -49,6 +49,11 @@ void Client::Impl::FinishGranted(AsyncRequest& r, LockHandle h) {
   r.holds_unit = false;
   if (h.state() == LockState::kLost) {
     r.done(EndedWhileGranted());  // the handle passed its cohort entry on, if it had one
+  } else if (Status st =
+                 r.hashed_with != 0 ? sdk::SameNameMapping(*h.state_, r.hashed_with) : Status::Ok();
+             !st.ok()) {
+    h = LockHandle();  // released
+    r.done(std::move(st));
   } else {
     r.done(std::move(h));
   }
@@ -419,33 +424,47 @@ void Client::Impl::StopAsync(std::thread::id me) {
 Status Client::LockAsync(std::string_view name, const LockOptions& options, LockCallback done) {
   if (name.empty()) return Error(ErrorCode::kInvalidArgument, "lock name is empty");
   if (impl_->inherited()) return Impl::InheritedError();
-  return LockSlotAsync(SlotForName(name, impl_->latest_session()->reply.lock_count), options,
-                       std::move(done));
+  const uint64_t count = impl_->latest_session()->reply.lock_count;
+  impl_->TestHook("hashed");
+  return impl_->SubmitLock(SlotForName(name, count), options, std::move(done), count);
 }
 
 Status Client::LockSlotAsync(uint64_t slot, const LockOptions& options, LockCallback done) {
+  return impl_->SubmitLock(slot, options, std::move(done), 0);
+}
+
+Status Client::Impl::SubmitLock(uint64_t slot, const LockOptions& options,
+                                Client::LockCallback done, uint64_t hashed_with) {
   if (!done) return Error(ErrorCode::kInvalidArgument, "LockSlotAsync needs a callback");
-  if (impl_->inherited()) return Impl::InheritedError();
+  if (inherited()) return InheritedError();
   if (options.timeout && options.timeout->count() < 0) {
     return Error(ErrorCode::kInvalidArgument, "negative lock timeout");
   }
-  const uint64_t count = impl_->latest_session()->reply.lock_count;
+  const uint64_t count = latest_session()->reply.lock_count;
+  if (hashed_with != 0 && hashed_with != count) {  // lockd came back with another lock count
+    return Error(ErrorCode::kConnection,
+                 "the session with lockd ended while the lock was "
+                 "requested, and the new lockd has another lock count; "
+                 "request it again");
+  }
   if (slot >= count) {
     return Error(ErrorCode::kInvalidArgument, "slot " + std::to_string(slot) +
                                                   " is out of range (lock_count " +
                                                   std::to_string(count) + ")");
   }
-  if (!impl_->budget_->Take(slot)) return impl_->budget_->Refusal(slot);
-  Impl::AsyncRequest r;
+  if (!budget_->Take(slot)) return budget_->Refusal(slot);
+  AsyncRequest r;
   r.slot = slot;
   r.mode = static_cast<Mode>(options.mode);
   r.options = options;
+  r.hashed_with = hashed_with;
   if (options.timeout) r.deadline = sdk::DeadlineAfter(Clock::now(), *options.timeout);
   // The request holds the unit until a grant of its own takes it (Impl::FinishGranted) or it
   // ends (Impl::Finish gives it back).
   r.done = std::move(done);
-  Status st = impl_->Submit(std::move(r));
-  if (!st.ok()) impl_->budget_->Give(slot);
+  TestHook("submitting");
+  Status st = Submit(std::move(r));
+  if (!st.ok()) budget_->Give(slot);
   return st;
 }
 

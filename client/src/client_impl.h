@@ -218,6 +218,13 @@ std::chrono::milliseconds AttemptTimeout(std::chrono::milliseconds connect_timeo
 // A handle MakeHandle made for a session that had ended meanwhile: the caller gets an error.
 Status EndedWhileGranted();
 
+// Lock(name), LockMany and LockAsync hash names with the lock count of the session they start
+// in (`hashed_with`). A grant `s` made in a later session whose lockd has another lock count
+// (restarted with a new configuration, or a standby configured otherwise) is of another slot
+// than the name's there, where a client of that session takes the name's own: an error then (the
+// caller drops the grant, which releases it), as for a request whose session ends while it waits.
+Status SameNameMapping(const LockHandle::State& s, uint64_t hashed_with);
+
 // Adds `from`'s counters to `to`: ClientStats's one field list (client_stats.cc).
 void AddStats(const ClientStats& from, ClientStats* to);
 
@@ -502,9 +509,13 @@ class [[gnu::visibility("hidden")]] Client::Impl
     Clock::time_point deadline = Clock::time_point::max();
     Client::LockCallback done;                   // called once, by Finish or FinishGranted
     Clock::time_point submitted = Clock::now();  // where its latency starts
-    bool holds_unit = true;  // the budget unit LockSlotAsync took is the request's
+    bool holds_unit = true;    // the budget unit LockSlotAsync took is the request's
+    uint64_t hashed_with = 0;  // LockAsync: the lock count its name was hashed with (else 0)
   };
   Status Submit(AsyncRequest req) EXCLUDES(async_mu_);
+  // LockSlotAsync's checks and Submit; `hashed_with` as in AsyncRequest.
+  Status SubmitLock(uint64_t slot, const LockOptions& options, Client::LockCallback done,
+                    uint64_t hashed_with) EXCLUDES(async_mu_);
 
   // ---- Stats (client_stats.cc)
   ClientStats Stats() const EXCLUDES(mu_);

@@ -21,6 +21,9 @@ class ClientTestPeer {
  public:
   // Test hooks: named points the SDK calls `fn` at (Client::Impl::TestHook), on the thread that
   // passes them:
+  //   "hashed": Lock, LockMany or LockAsync hashed its names to slots with the session's lock
+  //     count; nothing is requested yet.
+  //   "submitting": an async request passed its checks and is about to be queued.
   //   "granted": an acquire (Lock, LockMany, async) was granted; its handle is not made yet.
   //   "shared": a shared request joined another thread's shared grant in-process (cohort.h).
   //   "sharing": a blocking shared request's grant from lockd is about to become the one that

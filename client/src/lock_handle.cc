@@ -18,6 +18,15 @@ Status EndedWhileGranted() {
                "timeout) while the lock was granted; lock lost");
 }
 
+Status SameNameMapping(const LockHandle::State& s, uint64_t hashed_with) {
+  const uint64_t now = s.ctx->session->reply.lock_count;
+  if (now == hashed_with) return Status::Ok();
+  return Error(ErrorCode::kConnection,
+               "the session with lockd ended while the lock was requested, and the new lockd has " +
+                   std::to_string(now) + " locks where the name was mapped to a slot of " +
+                   std::to_string(hashed_with) + "; nothing is held, request it again");
+}
+
 }  // namespace sdk
 
 namespace {

@@ -1215,3 +1215,82 @@ TEST_CASE("session keeping: a posted release is finished before the session's co
   CHECK(hc.ok());
   ClientTestPeer::PauseReleaseReaping(*a, false);
 }
+
+// Lock(name), LockMany and LockAsync hash a name with the lock count of the session they start
+// in, and then acquire through whatever session the client is in by then. When the session ended
+// in between and the client reconnected to a lockd with another lock count (restarted with a new
+// configuration, or a standby configured otherwise taking over), the request took the old count's
+// slot there, while a client that hashed the name in the new session took another: two holders
+// of one name (found by review, 2026-12-05). Such a grant is dropped and the call fails, as one
+// whose session ends while it waits does.
+TEST_CASE(
+    "session keeping: a name hashed before lockd came back with another lock count is not "
+    "granted on the old count's slot") {
+  testing::FakeLockd::Options fa;
+  fa.lock_count = 16;
+  testing::FakeLockd::Options fb = fa;
+  fb.lock_count = 13;
+  testing::FakeLockd a(fa), b(fb);
+  // A name whose slot differs between the two counts, and is in range on both.
+  std::string name;
+  for (int i = 0; name.empty(); ++i) {
+    const std::string n = "remapped-" + std::to_string(i);
+    if (SlotForName(n, 16) < 13 && SlotForName(n, 16) != SlotForName(n, 13)) name = n;
+  }
+  std::atomic<testing::FakeLockd*> target{&a};
+  auto client = ConnectTo(
+      "remap", [&target](const ChannelParams& p, uint32_t* retry_ms, proto::RejectReason* reason) {
+        return target.load()->connector()(p, retry_ms, reason);
+      });
+  REQUIRE(client->lock_count() == 16);
+  // lockd "restarts" with 13 locks and the client reconnects to it.
+  auto switched = std::make_shared<std::atomic<bool>>(false);
+  Client* raw = client.get();  // used while `client` lives
+  // Where lockd "restarts": once the name is hashed, or (LockAsync) once the request is checked.
+  enum class Call { kLock, kLockMany, kLockAsync };
+  Call call = Call::kLock;
+  std::string at = "hashed";
+  SECTION("Lock") {}
+  SECTION("LockMany") { call = Call::kLockMany; }
+  SECTION("LockAsync, lockd back before the request is checked") { call = Call::kLockAsync; }
+  SECTION("LockAsync, lockd back after the request is checked") {
+    call = Call::kLockAsync;
+    at = "submitting";
+  }
+  ClientTestPeer::SetTestHook(*client, [&target, &b, switched, raw, at](std::string_view point) {
+    if (point != at || switched->exchange(true)) return;
+    const uint64_t old = raw->session_id();
+    target.store(&b);
+    ClientTestPeer::FailSession(*raw, "lockd restarted");
+    WaitForNewSession(*raw, old);
+  });
+  Result<LockHandle> got = Error(ErrorCode::kInternal, "not run");
+  if (call == Call::kLock) got = client->Lock(name, {.timeout = 2s});
+  if (call == Call::kLockMany) {
+    const LockRequest reqs[] = {{name, LockMode::kExclusive}};
+    auto many = client->LockMany(reqs, {.timeout = 2s});
+    got = many.ok() ? Result<LockHandle>(std::move(many->front())) : many.status();
+  }
+  if (call == Call::kLockAsync) {
+    auto p = std::make_shared<std::promise<Result<LockHandle>>>();
+    auto fut = p->get_future();
+    Status submitted = client->LockAsync(name, {.timeout = 2s},
+                                         [p](Result<LockHandle> r) { p->set_value(std::move(r)); });
+    if (submitted.ok()) {
+      REQUIRE(fut.wait_for(5s) == std::future_status::ready);
+      got = fut.get();
+    } else {
+      got = submitted;  // refused at once: the session changed before it was queued
+    }
+  }
+  REQUIRE(switched->load());
+  REQUIRE(client->lock_count() == 13);
+  auto other = ConnectTo("other", b.connector());
+  auto theirs = other->TryLock(name);
+  INFO("the request hashed with 16 locks: "
+       << (got.ok() ? "granted slot " + std::to_string(got->slot()) : got.status().ToString())
+       << "; the name's slot with 13 locks " << SlotForName(name, 13)
+       << ", another client's try: " << (theirs.ok() ? "granted" : theirs.status().ToString()));
+  CHECK_FALSE((got.ok() && got->state() == LockState::kHeld && theirs.ok()));  // two holders
+  CHECK(got.status().code() == ErrorCode::kConnection);
+}

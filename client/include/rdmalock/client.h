@@ -284,7 +284,10 @@ class RDMALOCK_EXPORT Client {
   Client& operator=(const Client&) = delete;
 
   // Locks by name: the name picks a slot by XXH3-64 modulo the lock count. Distinct names may
-  // share a slot (and then a lock): that costs concurrency, never safety.
+  // share a slot (and then a lock): that costs concurrency, never safety. A request (here, in
+  // LockMany or LockAsync) whose session ended and was replaced, while it was made, by one with
+  // a lockd of another lock count (restarted with a new configuration, or a standby configured
+  // otherwise) fails with kConnection and holds nothing: the name maps to another slot there.
   Result<LockHandle> Lock(std::string_view name, const LockOptions& options = {});
   // One attempt: kBusy if the lock is held.
   Result<LockHandle> TryLock(std::string_view name, LockMode mode = LockMode::kExclusive);
