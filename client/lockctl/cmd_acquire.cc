@@ -176,7 +176,14 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
     }
     cluster = ConnectClusterOrDie(cc, &code);
     if (!cluster) return code;
-    auto shard = cluster->Shard(cluster->ShardOf(name));
+    // --shard names the shard the lock must be on, as with --cluster (TargetOf).
+    size_t index = cluster->ShardOf(name);
+    if (!c.shard.empty()) {
+      const rdmalock::ClusterMap map = cluster->map();
+      index = NamedShard(c, map, EtcdSource(c));
+      if (index == map.shards.size()) return kExitUsage;
+    }
+    auto shard = cluster->Shard(index);
     if (!shard.ok()) {
       std::cerr << "lockctl: lock '" << name << "': " << shard.status().ToString() << "\n";
       return kExitUnavailable;

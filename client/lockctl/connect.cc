@@ -10,6 +10,8 @@
 
 namespace lockctl {
 
+std::string EtcdSource(const Common& c) { return "etcd cluster " + c.etcd_cluster; }
+
 bool LoadClusterMap(const Common& c, rdmalock::ClusterMap* map, std::string* source,
                     bool* unavailable) {
   if (!c.etcd.empty()) {
@@ -20,7 +22,7 @@ bool LoadClusterMap(const Common& c, rdmalock::ClusterMap* map, std::string* sou
       return false;
     }
     *map = *read;
-    *source = "etcd cluster " + c.etcd_cluster;
+    *source = EtcdSource(c);
     return true;
   }
   std::ifstream in(c.cluster_file);
@@ -32,6 +34,29 @@ bool LoadClusterMap(const Common& c, rdmalock::ClusterMap* map, std::string* sou
   }
   *source = c.cluster_file;
   return ParseClusterMap(ss.str(), c.cluster_file, map);
+}
+
+size_t NamedShard(const Common& c, const rdmalock::ClusterMap& map, const std::string& source) {
+  size_t shard = map.shards.size();
+  for (size_t i = 0; i < map.shards.size(); ++i) {
+    if (map.shards[i].name == c.shard) shard = i;
+  }
+  if (shard == map.shards.size()) {
+    std::cerr << "lockctl: no shard '" << c.shard << "' in " << source << "\n";
+    return shard;
+  }
+  // The command's lock lives where the map puts its name: on another shard, --shard would
+  // acquire a lock no other client of the cluster contends for, or force-release whatever
+  // holds the same slot on the wrong lockd. (inspect may look at any shard's slot.)
+  if (!c.check_name.empty()) {
+    if (const size_t on = rdmalock::ShardForName(map, c.check_name); on != shard) {
+      std::cerr << "lockctl: lock '" << c.check_name << "' is on shard '" << map.shards[on].name
+                << "' by " << source << ", not on --shard '" << c.shard
+                << "'; drop --shard, or name the lock's shard\n";
+      return map.shards.size();
+    }
+  }
+  return shard;
 }
 
 Target TargetOf(const Common& c) {
@@ -47,25 +72,10 @@ Target TargetOf(const Common& c) {
     }
     size_t shard = map.shards.size();
     if (!c.shard.empty()) {
-      for (size_t i = 0; i < map.shards.size(); ++i) {
-        if (map.shards[i].name == c.shard) shard = i;
-      }
+      shard = NamedShard(c, map, source);
       if (shard == map.shards.size()) {
-        std::cerr << "lockctl: no shard '" << c.shard << "' in " << source << "\n";
         t.usage_error = true;
         return t;
-      }
-      // The command's lock lives where the map puts its name: on another shard, --shard would
-      // acquire a lock no other client of the cluster contends for, or force-release whatever
-      // holds the same slot on the wrong lockd. (inspect may look at any shard's slot.)
-      if (!c.check_name.empty()) {
-        if (const size_t on = rdmalock::ShardForName(map, c.check_name); on != shard) {
-          std::cerr << "lockctl: lock '" << c.check_name << "' is on shard '" << map.shards[on].name
-                    << "' by " << source << ", not on --shard '" << c.shard
-                    << "'; drop --shard, or name the lock's shard\n";
-          t.usage_error = true;
-          return t;
-        }
       }
     } else if (!c.route_name.empty()) {
       shard = rdmalock::ShardForName(map, c.route_name);
@@ -138,10 +148,11 @@ std::unique_ptr<rdmalock::Client> ConnectOrDie(const Common& c, int* exit_code) 
 }
 
 std::unique_ptr<rdmalock::ClusterClient> ConnectClusterOrDie(const Common& c, int* exit_code) {
+  // A map from etcd is read once, by ClusterClient::Connect (which routes by it).
   rdmalock::ClusterMap map;
-  std::string source;
+  std::string source = EtcdSource(c);
   bool unavailable = false;
-  if (!LoadClusterMap(c, &map, &source, &unavailable)) {
+  if (c.etcd.empty() && !LoadClusterMap(c, &map, &source, &unavailable)) {
     *exit_code = unavailable ? kExitUnavailable : kExitUsage;
     return nullptr;
   }
