@@ -176,14 +176,19 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
     }
     cluster = ConnectClusterOrDie(cc, &code);
     if (!cluster) return code;
-    // --shard names the shard the lock must be on, as with --cluster (TargetOf).
-    size_t index = cluster->ShardOf(name);
+    // --shard names the shard the lock must be on, as with --cluster (TargetOf): checked
+    // before connecting, and again by the map the session is looked up by (etcd's may change).
     if (!c.shard.empty()) {
       const rdmalock::ClusterMap map = cluster->map();
-      index = NamedShard(c, map, EtcdSource(c));
-      if (index == map.shards.size()) return kExitUsage;
+      if (NamedShard(c, map, EtcdSource(c)) == map.shards.size()) return kExitUsage;
     }
-    auto shard = cluster->Shard(index);
+    std::string on;
+    auto shard = cluster->ShardFor(name, &on);
+    if (shard.ok() && !c.shard.empty() && on != c.shard) {
+      std::cerr << "lockctl: lock '" << name << "' is on shard '" << on << "' by " << EtcdSource(c)
+                << " (it changed), not on --shard '" << c.shard << "'\n";
+      return kExitUsage;
+    }
     if (!shard.ok()) {
       std::cerr << "lockctl: lock '" << name << "': " << shard.status().ToString() << "\n";
       return kExitUnavailable;

@@ -374,6 +374,14 @@ int64_t ClusterClient::map_revision() const {
   return impl_->inherited() ? 0 : impl_->view()->revision;
 }
 
+Result<Client*> ClusterClient::ShardFor(std::string_view name, std::string* shard_name) {
+  if (impl_->inherited()) return Impl::InheritedError();
+  auto v = impl_->view();
+  const size_t index = ShardForName(v->map, name);
+  if (shard_name != nullptr) *shard_name = v->map.shards[index].name;
+  return impl_->Shard(*v, index);
+}
+
 Result<Client*> ClusterClient::Shard(size_t index) {
   if (impl_->inherited()) return Impl::InheritedError();
   auto v = impl_->view();

@@ -242,6 +242,43 @@ TEST_CASE("issue 17 finding 12: LockMany whose budget ran out is kTimeout, not k
   CHECK(got.status().code() == ErrorCode::kTimeout);
 }
 
+// lockctl acquire looked a name's shard up with ShardOf, then took that index's session with
+// Shard(index), each reading the map in use. A new map from etcd in between (the same shards
+// reordered: no name moves) made the index another shard's, and the lock was taken on a lockd
+// no other client takes it on (found by review, 2026-12-05). ShardFor looks both up in one map.
+TEST_CASE("cluster: ShardFor gives a name's shard session by one map, across a reordered map",
+          "[etcd]") {
+  testing::LocalEtcd server;
+  EtcdCluster e{{server.url()}, "test"};
+  e.map_refresh = 50ms;
+  auto kv = etcd::Client::Create({server.url()});
+  REQUIRE(kv.ok());
+  REQUIRE((*kv)->Put("/rdmalock/test/shard/a/primary", "host-a:7471", 0, 2000ms).ok());
+  REQUIRE((*kv)->Put("/rdmalock/test/shard/b/primary", "host-b:7471", 0, 2000ms).ok());
+  REQUIRE(PublishClusterMap(e, {"a", "b"}, false).ok());
+  Lockds l({"host-a", "host-b"});
+  auto cc = ClusterTestPeer::Connect(e, Options(), l.connector());
+  REQUIRE(cc.ok());
+  const std::string n = NameOn(**cc, "a", "n/");
+  const size_t stale = (*cc)->ShardOf(n);  // 0 in the map a,b
+  const int64_t first = (*cc)->map_revision();
+  REQUIRE(PublishClusterMap(e, {"b", "a"}, /*replace=*/true).ok());
+  REQUIRE(testing::WaitFor([&] { return (*cc)->map_revision() != first; }));
+  std::string on;
+  auto mine = (*cc)->ShardFor(n, &on);
+  REQUIRE(mine.ok());
+  CHECK(on == "a");  // no name moved
+  auto held = (*mine)->Lock(n, {.timeout = 2000ms});
+  REQUIRE(held.ok());
+  CHECK(l.lockds["host-a"]->Sessions().size() == 1);
+  CHECK(l.lockds["host-b"]->Sessions().empty());
+  // The index from the old map is shard b's now: what the old lookup took.
+  auto by_index = (*cc)->Shard(stale);
+  REQUIRE(by_index.ok());
+  CHECK(*by_index != *mine);
+  CHECK(held->Release().ok());
+}
+
 TEST_CASE(
     "issue 17 finding 12: after cluster init --replace, new acquires go by the new map and held "
     "locks keep their shard",

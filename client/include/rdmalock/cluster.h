@@ -99,8 +99,13 @@ class RDMALOCK_EXPORT ClusterClient {
   Result<std::vector<LockHandle>> LockMany(std::span<const LockRequest> requests,
                                            const LockOptions& options = {});
 
-  // The index in map() of the shard that owns `name` now.
+  // The index in map() of the shard that owns `name` now. A map in etcd can change between this
+  // call and the next (map(), Shard(index)), and an index then names another shard (a map's
+  // shards reordered or one added): to act on a name's shard, use ShardFor.
   size_t ShardOf(std::string_view name) const;
+  // The session with the shard that owns `name` now, connected on first use, and (if
+  // `shard_name` is set) that shard's name: both by one map.
+  Result<Client*> ShardFor(std::string_view name, std::string* shard_name = nullptr);
   // The map in use now (a copy: a map in etcd can change under it).
   ClusterMap map() const;
   // The etcd revision of the map in use (its key's mod_revision); 0 for a map given in code.
