@@ -560,8 +560,12 @@ rdmalock_status_t rdmalock_lock_on_lost(rdmalock_lock_t* lock, rdmalock_lost_fn 
       return Fail(ErrorCode::kUnsupported, name,
                   "this lock was inherited across fork(): the parent process holds it");
     }
-    if (!lock->gate) {
-      lock->gate = std::make_shared<LostGate>();
+    // The gate has its callback before the handle has the gate: a lock lost already is told
+    // at once, from OnLost, on this thread.
+    const bool first = !lock->gate;
+    if (first) lock->gate = std::make_shared<LostGate>();
+    lock->gate->Set(fn, user_data);
+    if (first) {
       lock->handle.OnLost([gate = lock->gate](const Status& why) {
         try {
           gate->Call(why);
@@ -571,7 +575,6 @@ rdmalock_status_t rdmalock_lock_on_lost(rdmalock_lock_t* lock, rdmalock_lost_fn 
         }
       });
     }
-    lock->gate->Set(fn, user_data);
     return Record(Status::Ok(), name);
   } catch (...) {
     return FromException(name);

@@ -405,7 +405,7 @@ size_t Client::Impl::EndLeases(const std::vector<std::shared_ptr<ThreadChannel>>
     MutexLock lk(&s->mu);
     if (s->state != LockState::kHeld) continue;
     ++n;
-    if (auto cb = s->Lose()) notify.push_back(std::move(cb));
+    if (auto cb = s->Lose(why)) notify.push_back(std::move(cb));
   }
   for (auto& f : notify) f(why);
   return n;

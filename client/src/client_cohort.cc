@@ -464,7 +464,7 @@ void Client::Impl::ReportRidersLost(const std::shared_ptr<LockHandle::State>& ca
   for (auto& r : riders) {
     MutexLock lk(&r->mu);
     if (r->state != LockState::kHeld) continue;  // released meanwhile
-    if (auto cb = r->Lose()) notify.push_back(std::move(cb));
+    if (auto cb = r->Lose(why)) notify.push_back(std::move(cb));
   }
   for (auto& f : notify) f(why);
 }

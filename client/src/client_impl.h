@@ -42,6 +42,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -285,6 +286,9 @@ struct [[gnu::visibility("hidden")]] LockHandle::State
   bool auto_renew GUARDED_BY(mu) = true;
   std::function<void(const Status&)> on_lost GUARDED_BY(mu);
   bool lost_reported GUARDED_BY(mu) = false;
+  // Why the lock was lost, while no callback has been told (none was set when it was found lost):
+  // OnLost tells a callback set later at once.
+  std::optional<Status> lost_untold GUARDED_BY(mu);
   // Set while this state owns its slot's cohort entry (cohort.h): the grant came through the
   // cohort, remotely or handed over. Cleared when the state leaves kHeld (the entry is passed
   // on) or hands the grant over (the next holder's state owns the entry then). The table is
@@ -339,12 +343,14 @@ struct [[gnu::visibility("hidden")]] LockHandle::State
     SetState(LockState::kLost);
     lost_reported = true;
   }
-  // Leaves kHeld as lost, and returns the OnLost callback to call (with no mutex held), or an
-  // empty one if the loss was reported already or none is set: each loss is reported once.
-  std::function<void(const Status&)> Lose() REQUIRES(mu) {
+  // Leaves kHeld as lost (`why`), and returns the OnLost callback to call with `why` (with no
+  // mutex held), or an empty one if the loss was reported already or none is set: each loss is
+  // reported once, to a callback set later if none is set now (lost_untold).
+  std::function<void(const Status&)> Lose(const Status& why) REQUIRES(mu) {
     SetState(LockState::kLost);
     if (lost_reported) return {};
     lost_reported = true;
+    if (!on_lost) lost_untold = why;
     return on_lost;
   }
   void Settle() REQUIRES(mu) {

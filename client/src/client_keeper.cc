@@ -247,9 +247,9 @@ bool Client::Impl::RenewOne(ThreadChannel& c, LockHandle::State& s, std::chrono:
     // Not renewed here: the lock is lost once its lease runs out, and the owner is told
     // (issue 16, finding 12).
     if (!c.session->engine->LeaseValid(s.grant, Clock::now())) {
-      *notify = s.Lose();
-      ClearLostEntry(c, s);
       *st = Error(ErrorCode::kLockLost, "lease ran out without a renewal; lock lost");
+      *notify = s.Lose(*st);
+      ClearLostEntry(c, s);
     }
     return false;
   }
@@ -266,7 +266,7 @@ bool Client::Impl::RenewOne(ThreadChannel& c, LockHandle::State& s, std::chrono:
   // A failed renewal whose lease is still running may succeed next tick; past the lease the
   // lock is lost.
   if (st->code() == ErrorCode::kLockLost || !c.session->engine->LeaseValid(s.grant, Clock::now())) {
-    *notify = s.Lose();
+    *notify = s.Lose(*st);
     ClearLostEntry(c, s);
   }
   return true;

@@ -135,8 +135,16 @@ std::chrono::steady_clock::time_point LockHandle::lease_expiry() const {
 
 void LockHandle::OnLost(std::function<void(const Status&)> callback) {
   if (!state_ || state_->inherited()) return;
-  MutexLock lk(&state_->mu);
-  state_->on_lost = std::move(callback);
+  std::optional<Status> untold;
+  {
+    MutexLock lk(&state_->mu);
+    untold = std::exchange(state_->lost_untold, std::nullopt);
+    if (!untold) {
+      state_->on_lost = std::move(callback);
+      return;
+    }
+  }
+  if (callback) callback(*untold);  // lost before any callback was set: told now, here
 }
 
 Status LockHandle::Release() {

@@ -474,7 +474,8 @@ class Lock:
 
     def on_lost(self, callback: Optional[LostCallback]) -> None:
         """Calls ``callback(error)`` at most once if the lock is lost while held (on a library
-        thread: keep it short, and do not release or renew this lock from it). None clears it.
+        thread: keep it short, and do not release or renew this lock from it); a lock lost
+        before any callback was set is told at once, on this thread. None clears it.
         Raises RdmalockError: INVALID_ARGUMENT (closed handle), UNSUPPORTED (inherited across
         fork())."""
         handle = self._h()

@@ -704,12 +704,17 @@ static void on_lost(rdmalock_status_t code, const char* message, void* user_data
 }
 
 static void test_lost_callback(void) {
-  static struct lost_seen seen, other;
+  static struct lost_seen seen, other, late_seen;
   rdmalock_client_t* a = connect_as("c-api-lost");
   REQUIRE(a != NULL);
-  rdmalock_lock_t *l = NULL, *freed = NULL;
+  rdmalock_lock_t *l = NULL, *freed = NULL, *late = NULL;
   EXPECT_STATUS(rdmalock_lock(a, "c-api/lost", RDMALOCK_EXCLUSIVE, 5000, &l), RDMALOCK_OK);
   REQUIRE(l != NULL);
+  /* A third lock of the session, with no callback until it is lost: the one set then is told at
+   * once (it was never told: found by review, 2026-12-05). */
+  EXPECT_STATUS(rdmalock_lock(a, "c-api/lost-late", RDMALOCK_EXCLUSIVE, 5000, &late),
+                RDMALOCK_OK);
+  REQUIRE(late != NULL);
   EXPECT_STATUS(rdmalock_lock_on_lost(l, on_lost, &seen), RDMALOCK_OK);
   /* A second lock of the session whose handle is freed before the loss: its callback must not
    * run. It is given up by freeing (released). */
@@ -737,6 +742,13 @@ static void test_lost_callback(void) {
   sleep_ms(200);
   CHECK(atomic_load(&seen.calls) == 1); /* at most once */
   CHECK(atomic_load(&other.calls) == 0);
+  CHECK(rdmalock_lock_get_state(late) == RDMALOCK_LOST); /* the session was fenced */
+  EXPECT_STATUS(rdmalock_lock_on_lost(late, on_lost, &late_seen), RDMALOCK_OK);
+  CHECK(atomic_load(&late_seen.calls) == 1); /* before the call returned */
+  CHECK(atomic_load(&late_seen.code) != RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_lock_on_lost(late, on_lost, &late_seen), RDMALOCK_OK);
+  CHECK(atomic_load(&late_seen.calls) == 1); /* once */
+  rdmalock_lock_free(late);
   rdmalock_lock_free(l);
   rdmalock_close(a);
   if (cur_failed) return;

@@ -1294,3 +1294,30 @@ TEST_CASE(
   CHECK_FALSE((got.ok() && got->state() == LockState::kHeld && theirs.ok()));  // two holders
   CHECK(got.status().code() == ErrorCode::kConnection);
 }
+
+// A loss found before the holder set its callback was never told to it: Lose marked the loss
+// reported whether or not a callback was set, so OnLost set a moment later (a LockMany's
+// handles set in a loop, a failover right after Lock returned) never ran, and only polling
+// state() showed the loss (found by review, 2026-12-05). A callback set on a lock already lost
+// runs at once, on the caller's thread, once.
+TEST_CASE("session keeping: OnLost set after the lock was lost runs at once, once") {
+  testing::FakeLockd lockd(Leased(500ms));
+  auto client = ConnectTo("late-callback", lockd.connector());
+  auto h = client->LockSlot(3);
+  REQUIRE(h.ok());
+  const uint64_t first = client->session_id();
+  ClientTestPeer::FailSession(*client, "injected");
+  REQUIRE(WaitForNewSession(*client, first));
+  REQUIRE(h->state() == LockState::kLost);
+  int calls = 0;
+  Status told;
+  h->OnLost([&](const Status& st) {
+    ++calls;
+    told = st;
+  });
+  INFO("told: " << told.ToString());
+  CHECK(calls == 1);
+  CHECK(told.code() == ErrorCode::kLockLost);
+  h->OnLost([&](const Status&) { ++calls; });  // the loss is told once
+  CHECK(calls == 1);
+}

@@ -138,7 +138,8 @@ class RDMALOCK_EXPORT LockHandle {
   // Called once if the lock is found lost while held: its lease could not be renewed, a waiter
   // recovered it, or the session with lockd ended. Runs on the thread that noticed (the client's
   // keeper thread, or a thread whose call found the session broken); keep it short. It may
-  // destroy the Client (not call Release or Renew on this handle).
+  // destroy the Client (not call Release or Renew on this handle). A lock found lost before any
+  // callback was set is told to the first one set, at once, on the thread that sets it.
   void OnLost(std::function<void(const Status&)> callback);
 
   struct State;
