@@ -1,7 +1,10 @@
 // The cluster map and rendezvous hashing: no RDMA, so host unit tests compile it on its own.
 #include <xxhash.h>
 
+#include <map>
 #include <set>
+#include <string>
+#include <utility>
 
 #include "rdmalock/cluster.h"
 
@@ -10,6 +13,9 @@ namespace rdmalock {
 Status ClusterMap::Validate() const {
   if (shards.empty()) return Error(ErrorCode::kInvalidArgument, "the cluster map has no shard");
   std::set<std::string> names;
+  // Each shard is a lockd of its own: two on one lockd would share its lock table, and sets'
+  // global order (shard name, slot) would be no order over it (deadlock).
+  std::map<std::pair<std::string, uint16_t>, std::string> lockds;
   for (const ShardSpec& s : shards) {
     if (s.name.empty()) return Error(ErrorCode::kInvalidArgument, "a shard has no name");
     if (s.server.empty()) {
@@ -17,6 +23,11 @@ Status ClusterMap::Validate() const {
     }
     if (!names.insert(s.name).second) {
       return Error(ErrorCode::kInvalidArgument, "shard name '" + s.name + "' appears twice");
+    }
+    if (auto [it, fresh] = lockds.emplace(std::make_pair(s.server, s.port), s.name); !fresh) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "shards '" + it->second + "' and '" + s.name + "' both name lockd " + s.server +
+                       ":" + std::to_string(s.port) + "; each shard needs a lockd of its own");
     }
   }
   return Status::Ok();

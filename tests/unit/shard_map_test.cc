@@ -11,9 +11,12 @@ using rdmalock::ShardForName;
 
 namespace {
 
+// Shards of the given names, each on a lockd of its own (192.0.2.1, .2, ...).
 ClusterMap Map(std::initializer_list<const char*> names) {
   ClusterMap m;
-  for (const char* n : names) m.shards.push_back({n, "192.0.2.1", 7471});
+  for (const char* n : names) {
+    m.shards.push_back({n, "192.0.2." + std::to_string(m.shards.size() + 1), 7471});
+  }
   return m;
 }
 
@@ -27,6 +30,21 @@ TEST_CASE("cluster maps: at least one shard, names unique and set, servers set")
   ClusterMap no_server = Map({"a"});
   no_server.shards[0].server.clear();
   REQUIRE(no_server.Validate().message().find("no server") != std::string::npos);
+}
+
+// Two shards on one lockd share its lock table, and the global lock order of sets (shard name,
+// slot) is then no order over that table: two sets could each hold one part and wait for the
+// other's, for ever (found by review, 2026-12-05). A map naming one lockd twice is refused.
+TEST_CASE("cluster maps: two shards may not name the same lockd") {
+  ClusterMap m = Map({"a", "b"});
+  m.shards[1].server = m.shards[0].server;
+  const auto st = m.Validate();
+  INFO(st.ToString());
+  CHECK(st.code() == ErrorCode::kInvalidArgument);
+  CHECK(st.message().find("shards 'a' and 'b' both name lockd 192.0.2.1:7471") !=
+        std::string::npos);
+  m.shards[1].port = 7472;  // another lockd on the same host
+  CHECK(m.Validate().ok());
 }
 
 TEST_CASE("rendezvous hashing: even spread, order-free, and a new shard moves only its own") {
