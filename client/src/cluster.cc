@@ -250,7 +250,14 @@ class ClusterClient::Impl {
         return Primary(*e, cluster, shard);
       };
     }
-    auto c = connect(o, std::move(resolve));
+    // An exception (no thread left for the session's keeper, no memory) is an error here: the
+    // shard must not stay marked as connecting, and no exception leaves the SDK.
+    Result<std::unique_ptr<Client>> c = Error(ErrorCode::kInternal, "not connected");
+    try {
+      c = connect(o, std::move(resolve));
+    } catch (const std::exception& e) {
+      c = Error(ErrorCode::kResource, std::string("connecting failed: ") + e.what());
+    }
     lk.Lock();
     s.connecting = false;
     s.connected.SignalAll();

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -360,4 +361,35 @@ TEST_CASE("cluster: a ClusterClient inherited across fork() is inert in the chil
   CHECK(child.clean);
   CHECK(h->state() == LockState::kHeld);  // the parent's lock is untouched
   CHECK(h->Release().ok());
+}
+
+// Connecting a shard can throw (std::thread's system_error when threads run out, bad_alloc): the
+// exception left ClusterClient::Lock, and the shard stayed marked as being connected, so every
+// later caller of it waited for ever or timed out (found by review, 2026-12-05). It is an error
+// now, and the next caller connects.
+TEST_CASE("cluster: a shard whose connection threw is an error, and the next call connects it") {
+  Lockds l({"host-a", "host-b"});
+  std::atomic<bool> throw_once{true};
+  l.before_connect["host-a"] = [&] {
+    if (throw_once.exchange(false)) {
+      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                              "thread");
+    }
+  };
+  auto cc = ClusterTestPeer::Connect(TwoShards(), Options(), l.connector());
+  REQUIRE(cc.ok());
+  const std::string on_a = NameOn(**cc, "shard-a", "a/");
+  Result<LockHandle> first = Error(ErrorCode::kInternal, "not run");
+  std::string thrown;
+  try {
+    first = (*cc)->Lock(on_a, {.timeout = 1000ms});
+  } catch (const std::exception& e) {
+    thrown = e.what();
+  }
+  INFO("first: " << (thrown.empty() ? first.status().ToString() : "threw " + thrown));
+  CHECK(thrown.empty());
+  CHECK(first.status().code() == ErrorCode::kResource);
+  auto second = (*cc)->Lock(on_a, {.timeout = 1000ms});
+  INFO("second: " << (second.ok() ? "ok" : second.status().ToString()));
+  CHECK(second.ok());
 }
