@@ -466,8 +466,10 @@ Result<std::vector<LockHandle>> ClusterClient::LockMany(std::span<const LockRequ
   for (size_t i : v->order) {
     if (by_shard[i].empty()) continue;
     const std::string& shard = v->map.shards[i].name;
+    // A zero timeout (a try) waits for no other thread's connection of the shard, as TryLock.
     auto c = impl_->Shard(
-        *v, i, budget ? sdk::DeadlineAfter(start, *options.timeout) : Clock::time_point::max());
+        *v, i,
+        options.timeout ? sdk::DeadlineAfter(start, *options.timeout) : Clock::time_point::max());
     if (!c.ok()) return fail(c.status());
     LockOptions o = options;
     if (budget) {

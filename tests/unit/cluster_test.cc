@@ -393,3 +393,29 @@ TEST_CASE("cluster: a shard whose connection threw is an error, and the next cal
   INFO("second: " << (second.ok() ? "ok" : second.status().ToString()));
   CHECK(second.ok());
 }
+
+// A set with a zero timeout (a try) waited for another thread's connection of its shard, up to
+// connect_timeout, where TryLock and Lock with a timeout wait no longer than theirs (found by
+// review, 2026-12-05).
+TEST_CASE(
+    "cluster: a set tried with a zero timeout does not wait for another thread's connection") {
+  Lockds l({"host-a", "host-b"});
+  std::atomic<bool> a_connecting{false};
+  l.before_connect["host-a"] = [&] {
+    if (!a_connecting.exchange(true)) std::this_thread::sleep_for(1500ms);
+  };
+  auto cc = ClusterTestPeer::Connect(TwoShards(), Options(), l.connector());
+  REQUIRE(cc.ok());
+  const std::string on_a = NameOn(**cc, "shard-a", "a/"), on_a2 = NameOn(**cc, "shard-a", "a2/");
+  std::thread slow([&] { CHECK((*cc)->Lock(on_a, {.timeout = 5000ms}).ok()); });
+  while (!a_connecting.load()) std::this_thread::sleep_for(1ms);
+  const LockRequest set[] = {{on_a2, LockMode::kExclusive}};
+  const auto t0 = SteadyClock::now();
+  auto got = (*cc)->LockMany(set, {.timeout = 0ms});
+  const int64_t took = MsSince(t0);
+  slow.join();
+  INFO("LockMany(0 ms) on shard-a while another thread connects it: "
+       << (got.ok() ? "ok" : got.status().ToString()) << " after " << took << " ms");
+  CHECK(took < 500);
+  if (!got.ok()) CHECK(got.status().code() == ErrorCode::kTimeout);
+}
