@@ -33,6 +33,41 @@ std::optional<AdminRequest> ParseAdminCommand(const std::string& line, std::stri
   return r;
 }
 
+namespace {
+
+// What is at an admin socket's path before lockd binds it.
+enum class PathState { kFree, kStale, kServed };
+
+// Tells a stale socket (an earlier lockd that did not remove it: connect is refused) from one
+// something serves (connect succeeds, or its backlog is full). Anything that is not a socket is
+// an error: lockd does not delete a file it did not make.
+Result<PathState> ProbePath(const std::string& path, const sockaddr_un& addr) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return PathState::kFree;
+    return rdma::ErrnoStatus(ErrorCode::kIo, "admin socket " + path, errno);
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return Error(ErrorCode::kConfig, "admin socket " + path +
+                                         " exists and is not a socket; lockd will not remove it "
+                                         "(set admin_socket to another path, or remove it)");
+  }
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return rdma::ErrnoStatus(ErrorCode::kIo, "socket(AF_UNIX)", errno);
+  // Non-blocking: a listener whose backlog is full answers EAGAIN at once instead of making us
+  // wait; it is served all the same.
+  const int rc = connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+  const int err = rc == 0 ? 0 : errno;
+  close(fd);
+  if (rc == 0 || err == EAGAIN || err == EINPROGRESS) return PathState::kServed;
+  if (err == ECONNREFUSED) return PathState::kStale;
+  if (err == ENOENT) return PathState::kFree;  // removed since the lstat
+  return rdma::ErrnoStatus(ErrorCode::kIo, "admin socket " + path + ": cannot tell if it is in use",
+                           err);
+}
+
+}  // namespace
+
 Result<std::unique_ptr<AdminSocket>> AdminSocket::Open(const std::string& path) {
   sockaddr_un addr{};
   if (path.size() >= sizeof(addr.sun_path)) {
@@ -41,25 +76,44 @@ Result<std::unique_ptr<AdminSocket>> AdminSocket::Open(const std::string& path) 
   std::error_code ec;
   const auto dir = std::filesystem::path(path).parent_path();
   if (!dir.empty()) std::filesystem::create_directories(dir, ec);
-  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return rdma::ErrnoStatus(ErrorCode::kIo, "socket(AF_UNIX)", errno);
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.c_str(), path.size());
-  unlink(path.c_str());  // a stale socket of an earlier run
+  // Only a stale socket of an earlier run is replaced. One that answers is another lockd's (the
+  // default path is one per host: two lockds on a node must each set their own) or some other
+  // process's: taking it would send `lockctl release --force` to the wrong lock table.
+  RDMALOCK_ASSIGN_OR_RETURN(const PathState state, ProbePath(path, addr));
+  if (state == PathState::kServed) {
+    return Error(ErrorCode::kConfig,
+                 "admin socket " + path +
+                     " is in use: another lockd (or another process) is serving it; give each "
+                     "lockd on this host its own admin_socket");
+  }
+  if (state == PathState::kStale) unlink(path.c_str());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return rdma::ErrnoStatus(ErrorCode::kIo, "socket(AF_UNIX)", errno);
+  struct stat st {};
   if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      chmod(path.c_str(), 0660) != 0 || listen(fd, 16) != 0) {
+      lstat(path.c_str(), &st) != 0 || chmod(path.c_str(), 0660) != 0 || listen(fd, 16) != 0) {
     const int err = errno;
     close(fd);
+    // EADDRINUSE: something took the path between the check and the bind.
     return rdma::ErrnoStatus(ErrorCode::kIo, "admin socket " + path, err);
   }
   spdlog::info("admin socket: {}", path);
-  return std::unique_ptr<AdminSocket>(new AdminSocket(fd, path));
+  return std::unique_ptr<AdminSocket>(new AdminSocket(fd, path, st.st_dev, st.st_ino));
 }
 
 AdminSocket::~AdminSocket() {
   for (auto& c : conns_) close(c.fd);
+  // Only the socket this process bound is removed: the path may since name another's (it was
+  // removed and taken again), and deleting that would make its lockd unreachable. Checked while
+  // fd_ is open, so that our inode cannot have been reused for the other one.
+  struct stat st {};
+  if (lstat(path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) && st.st_dev == dev_ &&
+      st.st_ino == ino_) {
+    unlink(path_.c_str());
+  }
   close(fd_);
-  unlink(path_.c_str());
 }
 
 void AdminSocket::AddConnFds(std::vector<pollfd>* fds) const {
@@ -122,10 +176,19 @@ bool AdminSocket::OnReadable(Conn& c, const Handler& handler) {
     break;
   }
   if (!done) return true;
-  if (auto nl = c.line.find('\n'); nl != std::string::npos) c.line.resize(nl);
-  const std::string asker =
-      "uid " + std::to_string(c.cred.uid) + " pid " + std::to_string(c.cred.pid);
-  const std::string reply = handler(c.line, asker) + "\n";
+  const size_t nl = c.line.find('\n');
+  std::string reply;
+  if (c.line.size() >= kMaxLine && (nl == std::string::npos || nl >= kMaxLine)) {
+    // The line (with its newline) does not fit kMaxLine: refused whole. Cut to its first bytes it
+    // was another request: 1005 spaces and "release-slot 1234567890" fenced slot 123456. The
+    // rest of it is not read: the connection is closed below, as after every reply.
+    reply = "error request line too long, max " + std::to_string(kMaxLine) + " bytes\n";
+  } else {
+    if (nl != std::string::npos) c.line.resize(nl);
+    const std::string asker =
+        "uid " + std::to_string(c.cred.uid) + " pid " + std::to_string(c.cred.pid);
+    reply = handler(c.line, asker) + "\n";
+  }
   (void)!send(c.fd, reply.data(), reply.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   close(c.fd);
   return false;

@@ -12,6 +12,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include <chrono>
 #include <cstdint>
@@ -50,9 +51,13 @@ class AdminSocket {
   static constexpr std::chrono::milliseconds kPauseOnError{100};
   static constexpr size_t kMaxLine = 1024;
 
-  // Binds and listens on `path` (mode 0660, its directory created); a stale socket is replaced.
+  // Binds and listens on `path` (mode 0660, its directory created). A stale socket (connect
+  // refused) is replaced; a socket something answers on, or anything else at the path, is an
+  // error naming it, and left alone.
   static Result<std::unique_ptr<AdminSocket>> Open(const std::string& path);
-  ~AdminSocket();  // closes every connection and the socket, and removes the path
+  // Closes every connection and the socket, and removes the path if it is still the socket this
+  // one bound (the same device and inode).
+  ~AdminSocket();
   AdminSocket(const AdminSocket&) = delete;
   AdminSocket& operator=(const AdminSocket&) = delete;
 
@@ -75,13 +80,17 @@ class AdminSocket {
     Clock::time_point deadline;
     ucred cred{};
   };
-  AdminSocket(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  // Reads what `c` has sent; once its line is complete (or it closed, or sent too much), answers
-  // and closes it. Returns false when the connection is gone.
+  AdminSocket(int fd, std::string path, dev_t dev, ino_t ino)
+      : fd_(fd), path_(std::move(path)), dev_(dev), ino_(ino) {}
+  // Reads what `c` has sent; once its line is complete (or it closed), answers and closes it. A
+  // line that does not fit kMaxLine, newline included, is answered with an error and not handed
+  // to the handler. Returns false when the connection is gone.
   bool OnReadable(Conn& c, const Handler& handler);
 
   const int fd_;
   const std::string path_;
+  const dev_t dev_;  // the socket file bound at path_, to tell it from a later one there
+  const ino_t ino_;
   std::vector<Conn> conns_;
   Clock::time_point paused_until_{}, error_logged_{};
 };

@@ -178,7 +178,8 @@ Status Validate(const Config& c) {
     std::string host;
     uint16_t port = 0;
     if (c.advertise_address.empty()) {
-      if (c.address == "0.0.0.0" || c.address == "::" || c.address.empty()) {
+      // Every wildcard lockd listens on (IsAnyAddress: "*" too), or clients are told "*:7471".
+      if (IsAnyAddress(c.address)) {
         return Error(ErrorCode::kConfig,
                      "in cluster mode clients must be told where to connect: set "
                      "advertise_address (HOST:PORT) or a real address (not " +
@@ -189,7 +190,7 @@ Status Validate(const Config& c) {
           ParseHostPort(c.advertise_address, &host, &port).WithContext("advertise_address"));
     }
   }
-  if (c.max_clients < 1 || c.max_clients > 8191) {
+  if (c.max_clients < 1 || c.max_clients > kMaxClientsLimit) {
     return Error(ErrorCode::kConfig,
                  "max_clients (" + std::to_string(c.max_clients) +
                      ") must be 1 to 8191: the requests of every session on one lock word must "
@@ -252,10 +253,8 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
       } else if (key == "stall_factor") {
         st = ReadUnsigned(origin, key, v, 2, 100, &c.stall_factor);
       } else if (key == "max_clients") {
-        // At most 8,191: every session's requests on one lock word must fit the 32,767 a 16-bit
-        // field counts, and the SDK gives each 32,767 / max_clients (at least 4; issue 16,
-        // finding 11).
-        st = ReadUnsigned(origin, key, v, 1, 8191, &c.max_clients);
+        // At most 8,191 (kMaxClientsLimit, config.h: why).
+        st = ReadUnsigned(origin, key, v, 1, kMaxClientsLimit, &c.max_clients);
       } else if (key == "max_connects_per_second") {
         st = ReadUnsigned(origin, key, v, 0, 1'000'000, &c.max_connects_per_second);
       } else if (key == "heartbeat_interval_ms") {

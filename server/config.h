@@ -22,6 +22,10 @@ inline constexpr TimeRange kHeartbeatTimeoutMsRange{20, 3'600'000};
 inline constexpr TimeRange kRestartGraceMsRange{0, 3'600'000};
 inline constexpr TimeRange kEtcdLeaseTtlSRange{2, 600};
 inline constexpr TimeRange kLivenessTimeoutMsRange{0, 3'600'000};
+// The most max_clients may be (lockd.yaml's key and --max-clients): every session's requests on
+// one lock word must fit the 32,767 a 16-bit field counts, and the SDK gives each
+// 32,767 / max_clients (at least 4; issue 16, finding 11).
+inline constexpr uint32_t kMaxClientsLimit = 8191;
 
 struct Config {
   std::string address = "0.0.0.0";  // address to listen on (an IP of the RDMA device, or any)

@@ -306,7 +306,7 @@ int main(int argc, char** argv) {
   app.add_option("--lock-count", lock_count, "override lock_count")->check(CLI::PositiveNumber);
   auto* lease_opt = app.add_option("--lease-ms", lease_text, "override lease_ms (2s, or ms)")
                         ->type_name("DURATION");
-  app.add_option("--max-clients", max_clients, "override max_clients")->check(CLI::PositiveNumber);
+  app.add_option("--max-clients", max_clients, "override max_clients (1 to 8191)");
   app.add_option("--max-connects-per-second", max_connects,
                  "override max_connects_per_second (0: no limit)")
       ->check(CLI::Range(0, 1000000));
@@ -381,6 +381,14 @@ int main(int argc, char** argv) {
       }
       *f.out = *v;
     }
+  }
+  // --max-clients has the range of max_clients, checked on the 64-bit value: it was cast to 32
+  // bits first, and 4294968319 (2^32 + 1023) ran as 1023, "configuration OK" (found by review).
+  if (app.count("--max-clients") > 0 &&
+      (max_clients < 1 || max_clients > int64_t{rdmalock::lockd::kMaxClientsLimit})) {
+    std::cerr << "lockd: --max-clients: " << max_clients << " is out of range: between 1 and "
+              << rdmalock::lockd::kMaxClientsLimit << "\n";
+    return 2;
   }
 
   auto logger = spdlog::stderr_color_mt("lockd");

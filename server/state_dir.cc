@@ -3,9 +3,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
-#include <stdexcept>
 
 #include "common/rdma/verbs.h"
 
@@ -89,21 +89,23 @@ Result<uint64_t> BumpEpoch(const std::string& state_dir) {
   if (old) {
     std::string text = *old;
     while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-    try {
-      size_t used = 0;
-      epoch = std::stoull(text, &used);
-      if (used != text.size()) throw std::invalid_argument(text);
-    } catch (const std::exception&) {
+    // Decimal digits only: std::stoull, used before, also took a sign and leading blanks, and
+    // "-1" read as 2^64 - 1, which the increment wrapped to epoch 0 (found by review).
+    if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) {
       return Error(ErrorCode::kIo, path + " does not hold an epoch number ('" + text +
                                        "'); lockd will not guess one (tokens must only grow)");
     }
+    for (const char ch : text) {
+      epoch = std::min<uint64_t>(epoch * 10 + static_cast<uint64_t>(ch - '0'), 0x10000);
+    }
+    // Checked before the increment (the value saturates at 65536 above, so nothing wraps).
+    if (epoch >= 0xffff) {
+      return Error(ErrorCode::kIo, path + " holds epoch " + text +
+                                       ": the next would exceed 65535, the width of the token's "
+                                       "epoch field");
+    }
   }
   ++epoch;
-  if (epoch > 0xffff) {
-    return Error(ErrorCode::kIo, path +
-                                     ": epoch would exceed 65535, the width of the token's "
-                                     "epoch field");
-  }
   RDMALOCK_RETURN_IF_ERROR(WriteFileAtomically(state_dir, "epoch", std::to_string(epoch) + "\n"));
   return epoch;
 }

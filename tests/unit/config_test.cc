@@ -246,6 +246,29 @@ TEST_CASE("cluster keys: etcd endpoints, shard, advertise address, TTL; what eac
   REQUIRE(adv->Advertised() == "10.0.0.1:7000");
 }
 
+// Cluster mode refuses a wildcard address without advertise_address (clients must be told where
+// to connect), but the check knew only 0.0.0.0 and ::, while IsAnyAddress, which lockd listens
+// by, takes "*" too: address "*" passed and clients were told "*:7471" (found by review,
+// 2026-12-05). The check uses IsAnyAddress.
+TEST_CASE("cluster mode: address \"*\" without advertise_address is refused like 0.0.0.0 and ::") {
+  for (const std::string addr : {"0.0.0.0", "::", "*"}) {
+    INFO("address " << addr);
+    auto r = ParseConfig("etcd_endpoints: [http://e:2379]\nshard: a\naddress: \"" + addr + "\"\n",
+                         "x.yaml");
+    INFO((r.ok() ? "accepted; clients would be told " + r->Advertised() : r.status().ToString()));
+    REQUIRE_FALSE(r.ok());
+    CHECK(r.status().message().find("advertise_address") != std::string::npos);
+    CHECK(r.status().message().find("(not " + addr + ")") != std::string::npos);
+    // With advertise_address the wildcard is fine: that is what clients are told.
+    auto adv = ParseConfig("etcd_endpoints: [http://e:2379]\nshard: a\naddress: \"" + addr +
+                               "\"\nadvertise_address: 10.0.0.1:7000\n",
+                           "a.yaml");
+    INFO(adv.status().ToString());
+    REQUIRE(adv.ok());
+    CHECK(adv->Advertised() == "10.0.0.1:7000");
+  }
+}
+
 TEST_CASE("finding 6: without a state_dir lockd could not keep its epoch, so it does not start") {
   auto c = ParseConfig("state_dir: \"\"\n", "s.yaml");
   REQUIRE_FALSE(c.ok());

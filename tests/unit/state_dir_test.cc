@@ -73,6 +73,34 @@ TEST_CASE("state_dir: an epoch file too large or past the token's 16 bits is ref
   CHECK_FALSE(BumpEpoch(dir.str()).ok());
 }
 
+// The epoch file was read with std::stoull, which takes a sign and leading blanks: "-1" read as
+// 2^64 - 1, one more wrapped to 0 and passed the 65535 check, and lockd ran at epoch 0, its
+// fencing tokens below every earlier run's (found by review, 2026-12-05). Only decimal digits
+// (then blanks or a newline) are an epoch now, and one at 65535 or above is refused before the
+// increment; either error names the file and what it holds.
+TEST_CASE("state_dir: an epoch file with a sign, a wrapping number or blanks first is refused") {
+  for (const std::string text :
+       {"-1\n", "18446744073709551615\n", "+5\n", " 5\n", "-0\n", "\n", "99999999999999999999\n"}) {
+    TempDir dir;
+    std::ofstream(dir.path / "epoch") << text;
+    auto e = BumpEpoch(dir.str());
+    INFO("epoch file '" << text << "': "
+                        << (e.ok() ? "epoch " + std::to_string(*e) : e.status().ToString()));
+    CHECK_FALSE(e.ok());
+    if (!e.ok()) {  // the message names the file and quotes what it holds
+      CHECK(e.status().message().find(dir.str() + "/epoch") != std::string::npos);
+      CHECK(e.status().message().find(text.substr(0, text.size() - 1)) != std::string::npos);
+    }
+    CHECK(Slurp(dir.path / "epoch") == text);  // left as it was
+  }
+  // Digits with trailing blanks and newlines still read, as before.
+  TempDir dir;
+  std::ofstream(dir.path / "epoch") << "41 \n\n";
+  auto e = BumpEpoch(dir.str());
+  REQUIRE(e.ok());
+  CHECK(*e == 42);
+}
+
 TEST_CASE("state_dir: the running mark tells an unclean stop from a clean one") {
   TempDir dir;
   auto first = MarkRunning(dir.str());
