@@ -441,12 +441,7 @@ Status Client::Impl::SubmitLock(uint64_t slot, const LockOptions& options,
     return Error(ErrorCode::kInvalidArgument, "negative lock timeout");
   }
   const uint64_t count = latest_session()->reply.lock_count;
-  if (hashed_with != 0 && hashed_with != count) {  // lockd came back with another lock count
-    return Error(ErrorCode::kConnection,
-                 "the session with lockd ended while the lock was "
-                 "requested, and the new lockd has another lock count; "
-                 "request it again");
-  }
+  if (hashed_with != 0) RDMALOCK_RETURN_IF_ERROR(sdk::SameNameMapping(hashed_with, count));
   if (slot >= count) {
     return Error(ErrorCode::kInvalidArgument, "slot " + std::to_string(slot) +
                                                   " is out of range (lock_count " +

@@ -225,6 +225,8 @@ Status EndedWhileGranted();
 // than the name's there, where a client of that session takes the name's own: an error then (the
 // caller drops the grant, which releases it), as for a request whose session ends while it waits.
 Status SameNameMapping(const LockHandle::State& s, uint64_t hashed_with);
+// The same for a request not yet made, with the current session's `lock_count`.
+Status SameNameMapping(uint64_t hashed_with, uint64_t lock_count);
 
 // Adds `from`'s counters to `to`: ClientStats's one field list (client_stats.cc).
 void AddStats(const ClientStats& from, ClientStats* to);

@@ -18,13 +18,16 @@ Status EndedWhileGranted() {
                "timeout) while the lock was granted; lock lost");
 }
 
-Status SameNameMapping(const LockHandle::State& s, uint64_t hashed_with) {
-  const uint64_t now = s.ctx->session->reply.lock_count;
-  if (now == hashed_with) return Status::Ok();
+Status SameNameMapping(uint64_t hashed_with, uint64_t lock_count) {
+  if (lock_count == hashed_with) return Status::Ok();
   return Error(ErrorCode::kConnection,
                "the session with lockd ended while the lock was requested, and the new lockd has " +
-                   std::to_string(now) + " locks where the name was mapped to a slot of " +
+                   std::to_string(lock_count) + " locks where the name was mapped to a slot of " +
                    std::to_string(hashed_with) + "; nothing is held, request it again");
+}
+
+Status SameNameMapping(const LockHandle::State& s, uint64_t hashed_with) {
+  return SameNameMapping(hashed_with, s.ctx->session->reply.lock_count);
 }
 
 }  // namespace sdk

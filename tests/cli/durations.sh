@@ -5,33 +5,8 @@
 #   durations.sh LOCKCTL LOCKD SCRATCH_DIR SOURCE_DIR
 # Prints "durations-ok" at the end when every check held; each failure is one FAIL line.
 lockctl=$1 lockd=$2 dir=$3 src=$4
-fails=0
 mkdir -p "$dir"
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-# expect_line WHAT EXPECTED_RC EXPECTED_TEXT CMD...: CMD's stdout+stderr must be exactly the one
-# line EXPECTED_TEXT and its status EXPECTED_RC.
-expect_line() {
-  what=$1 rc_want=$2 text=$3
-  shift 3
-  out=$("$@" 2>&1)
-  rc=$?
-  [ "$rc" -eq "$rc_want" ] || fail "$what: exit $rc, not $rc_want: $out"
-  [ "$out" = "$text" ] || fail "$what: printed
-$out
-  instead of the one line
-$text"
-}
-
-# expect_in WHAT EXPECTED_RC TEXT CMD...: CMD's output contains TEXT, exit EXPECTED_RC.
-expect_in() {
-  what=$1 rc_want=$2 text=$3
-  shift 3
-  out=$("$@" 2>&1)
-  rc=$?
-  [ "$rc" -eq "$rc_want" ] || fail "$what: exit $rc, not $rc_want: $out"
-  case $out in *"$text"*) ;; *) fail "$what: no '$text' in: $out" ;; esac
-}
+. "$(dirname "$0")/expect.sh"
 
 ex='(examples: 500ms, 10s, 2m, or milliseconds as a number)'
 # Accepted: parsing passes and acquire goes on to say the command is missing (exit 64 from there).

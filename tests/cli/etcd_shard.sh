@@ -8,8 +8,7 @@
 #   etcd_shard.sh LOCKCTL SCRATCH_DIR
 # Prints "etcd-shard-ok" at the end when every check held; each failure is one FAIL line.
 lockctl=$1 dir=$2
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+. "$(dirname "$0")/expect.sh"
 command -v etcd >/dev/null || { echo "FAIL: no etcd binary (Debian's etcd-server)"; exit 1; }
 rm -rf "$dir" && mkdir -p "$dir"
 ports=$(python3 -c 'import socket

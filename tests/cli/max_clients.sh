@@ -6,33 +6,7 @@
 #   max_clients.sh LOCKD
 # Prints "maxclients-ok" at the end when every check held; each failure is one FAIL line.
 lockd=$1
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-
-# expect_line WHAT EXPECTED_RC EXPECTED_TEXT CMD...: CMD's stdout+stderr must be exactly the one
-# line EXPECTED_TEXT and its status EXPECTED_RC.
-expect_line() {
-  what=$1 rc_want=$2 text=$3
-  shift 3
-  out=$("$@" 2>&1)
-  rc=$?
-  [ "$rc" -eq "$rc_want" ] || fail "$what: exit $rc, not $rc_want: $out"
-  [ "$out" = "$text" ] || fail "$what: printed
-$out
-  instead of the one line
-$text"
-}
-
-# expect_has_line WHAT EXPECTED_RC LINE CMD...: one line of CMD's output is exactly LINE, exit
-# EXPECTED_RC.
-expect_has_line() {
-  what=$1 rc_want=$2 line=$3
-  shift 3
-  out=$("$@" 2>&1)
-  rc=$?
-  [ "$rc" -eq "$rc_want" ] || fail "$what: exit $rc, not $rc_want: $out"
-  printf '%s\n' "$out" | grep -qxF "$line" || fail "$what: no line '$line' in: $out"
-}
+. "$(dirname "$0")/expect.sh"
 
 range='is out of range: between 1 and 8191'
 # 2^32 + 1023 and 2^32 + 1: each would wrap to a valid 32-bit count.

@@ -70,6 +70,14 @@ struct Lockds {
   std::map<std::string, std::function<void()>> before_connect;
 };
 
+// Makes the first connection to `host` take 1.5 s (a failover, say); *started is set as it
+// begins.
+void SlowFirstConnection(Lockds& l, const std::string& host, std::atomic<bool>* started) {
+  l.before_connect[host] = [started] {
+    if (!started->exchange(true)) std::this_thread::sleep_for(1500ms);
+  };
+}
+
 ClusterMap TwoShards() {
   ClusterMap m;
   m.shards.push_back({"shard-a", "host-a", 7471});
@@ -97,9 +105,7 @@ ClientOptions Options() {
 TEST_CASE("issue 17 finding 12: one shard connecting does not stall another") {
   Lockds l({"host-a", "host-b"});
   std::atomic<bool> a_connecting{false};
-  l.before_connect["host-a"] = [&] {
-    if (!a_connecting.exchange(true)) std::this_thread::sleep_for(1500ms);  // a failover, say
-  };
+  SlowFirstConnection(l, "host-a", &a_connecting);
   auto cc = ClusterTestPeer::Connect(TwoShards(), Options(), l.connector());
   REQUIRE(cc.ok());
   const std::string on_a = NameOn(**cc, "shard-a", "a/"), on_b = NameOn(**cc, "shard-b", "b/");
@@ -124,9 +130,7 @@ TEST_CASE("issue 17 finding 12: one shard connecting does not stall another") {
 TEST_CASE("issue 17 finding 12: a caller of a connecting shard waits no longer than its timeout") {
   Lockds l({"host-a", "host-b"});
   std::atomic<bool> a_connecting{false};
-  l.before_connect["host-a"] = [&] {
-    if (!a_connecting.exchange(true)) std::this_thread::sleep_for(1500ms);
-  };
+  SlowFirstConnection(l, "host-a", &a_connecting);
   auto cc = ClusterTestPeer::Connect(TwoShards(), Options(), l.connector());
   REQUIRE(cc.ok());
   const std::string on_a = NameOn(**cc, "shard-a", "a/"), on_a2 = NameOn(**cc, "shard-a", "a2/");
@@ -401,9 +405,7 @@ TEST_CASE(
     "cluster: a set tried with a zero timeout does not wait for another thread's connection") {
   Lockds l({"host-a", "host-b"});
   std::atomic<bool> a_connecting{false};
-  l.before_connect["host-a"] = [&] {
-    if (!a_connecting.exchange(true)) std::this_thread::sleep_for(1500ms);
-  };
+  SlowFirstConnection(l, "host-a", &a_connecting);
   auto cc = ClusterTestPeer::Connect(TwoShards(), Options(), l.connector());
   REQUIRE(cc.ok());
   const std::string on_a = NameOn(**cc, "shard-a", "a/"), on_a2 = NameOn(**cc, "shard-a", "a2/");
