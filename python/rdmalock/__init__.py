@@ -165,7 +165,9 @@ _load_lock = threading.Lock()
 # the lock) makes a cycle the collector frees, where a strong registry kept the Lock, and so its
 # lock, held for ever. _callbacks_lock guards _callbacks; it is never held while a callback runs.
 _callbacks: Dict[int, "weakref.ReferenceType[Lock]"] = {}
-_callbacks_lock = threading.Lock()
+# Reentrant: a garbage collection on a thread that holds it may run a Lock's finalizer
+# (_free_lock), which takes it too (it was a plain Lock, and that thread hung for ever).
+_callbacks_lock = threading.RLock()
 _callback_keys = itertools.count(1)
 
 
@@ -185,7 +187,7 @@ def _after_fork_in_child() -> None:
     # The child has only the thread that forked: a lock another thread held stays held in it.
     # (The C library makes the inherited clients and locks inert; see docs/sdk.md, fork().)
     global _callbacks_lock, _load_lock
-    _callbacks_lock = threading.Lock()
+    _callbacks_lock = threading.RLock()
     _load_lock = threading.Lock()
 
 
@@ -372,7 +374,10 @@ def _check_name(name: object) -> bytes:
 
 
 def _free_lock(handle: ctypes.c_void_p, key: int) -> None:
-    _lib().rdmalock_lock_free(handle)  # after it returns the library never calls back for it
+    # A handle means the library is loaded: a finalizer run by a collection inside _lib()'s first
+    # load (a NULL handle's, which frees nothing) must not wait for that load's lock.
+    if handle.value is not None:
+        _lib().rdmalock_lock_free(handle)  # after it returns the library never calls back for it
     with _callbacks_lock:
         _callbacks.pop(key, None)
 
@@ -488,8 +493,9 @@ class Lock:
             self._lost_callback = None
             return
         self._lost_callback = callback
+        ref = weakref.ref(self)  # made before the lock is taken: an allocation may collect
         with _callbacks_lock:
-            _callbacks[self._key] = weakref.ref(self)
+            _callbacks[self._key] = ref
         try:
             _check(_lib().rdmalock_lock_on_lost(handle, _LOST_TRAMPOLINE, self._key))
         except RdmalockError:

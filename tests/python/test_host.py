@@ -167,3 +167,40 @@ def test_a_name_with_a_nul_is_refused_not_cut_short():
         rdmalock._check_name("a\x00b")
     assert e.value.code == ErrorCode.INVALID_ARGUMENT and "NUL" in e.value.message
     assert rdmalock._check_name("a/b") == b"a/b"
+
+
+def test_on_lost_survives_a_garbage_collection_that_frees_another_lock():
+    # Finalizers of Locks in reference cycles run inside whatever allocation starts a collection,
+    # and take the module's locks: a finalizer that waited for a lock its own thread held hung
+    # that thread for ever (found by review, 2026-12-05). Here: Locks with a NULL handle (no lockd
+    # needed), freed while on_lost's first call loads the library under _load_lock; the
+    # finalizer asked _lib() for the library, and waited for that lock. In a child process, so
+    # that a hang fails the test instead of hanging it.
+    import os
+    import subprocess
+    import sys
+    code = """
+import faulthandler
+faulthandler.dump_traceback_later(50, exit=True)  # where it hung, in the failure's message
+import gc
+import rdmalock
+gc.set_threshold(10)  # collect often: the window is an allocation inside on_lost
+for _ in range(20000):
+    x = rdmalock.Lock(None, "cyclic", None)
+    x.me = x  # garbage only a collection frees
+    del x
+    try:
+        rdmalock.Lock(None, "b", None).on_lost(print)
+    except rdmalock.RdmalockError:
+        pass
+print("churned")
+"""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(rdmalock.__file__))
+    try:
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        raise AssertionError("on_lost deadlocked in a garbage collection (no end in 60 s)")
+    assert out.returncode == 0, out.stderr
+    assert "churned" in out.stdout
