@@ -2,6 +2,7 @@
 // ends the command before the lock's lease can run out (issue 16, finding 13).
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,6 +37,7 @@ struct CommandWatch {
   std::atomic<int64_t> kill_at_ns{INT64_MAX};  // and SIGKILL it from then, at the latest
   std::atomic<int> forward{0};                 // a signal lockctl received, for the command
   std::atomic<int> stopped_for_loss{0};        // set by the supervisor when it terminated it
+  std::atomic<int> command{0};  // the command's pid (and process group), once it is forked
 };
 static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
 
@@ -78,10 +80,19 @@ int64_t MonotonicNs() {
   // _Fork, not fork: no atfork handler (the SDK's take a mutex) runs in this copy of a threaded
   // process.
   const pid_t own_group = getpgrp();  // lockctl's
+  // A process group of its own: a signal to lockctl's group (`timeout -s KILL`, a shell's kill
+  // of the job) must not take the supervisor with lockctl, leaving the command running without
+  // the lock (found by review). It sees lockctl die and ends the command.
+  setpgid(0, 0);
+  const pid_t supervisor = getpid();
   const pid_t cmd = _Fork();
   if (cmd < 0) _exit(kExitInternal);
   if (cmd == 0) {
     setpgid(0, 0);
+    // The supervisor killed (SIGKILL, the OOM killer): the command dies with it. (lockctl also
+    // kills the command's group then; this covers a supervisor killed before it said which.)
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != supervisor) _exit(kExitInternal);
     // Before the signals are let through: a read of the terminal from a background group stops.
     // (A blocked SIGTTOU lets a background group take the terminal.)
     if (tty >= 0 && tcgetpgrp(tty) == own_group) tcsetpgrp(tty, getpid());
@@ -106,6 +117,7 @@ int64_t MonotonicNs() {
     _exit(127);
   }
   setpgid(cmd, cmd);
+  w->command.store(cmd);
   int status = 0;
   int64_t termed = 0;
   for (;;) {
@@ -333,6 +345,13 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
       follow_lease();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // The supervisor was killed (it blocks every other signal): nothing ends the command's group
+  // when the command ends, so it is ended here, before the release.
+  if (WIFSIGNALED(status)) {
+    if (const int cmd_pid = watch->command.load(); cmd_pid > 0) kill(-cmd_pid, SIGKILL);
+    std::cerr << "lockctl: the supervisor of the command died (signal " << WTERMSIG(status)
+              << "); the command was killed before the release\n";
   }
   const bool stopped = watch->stopped_for_loss.load() != 0;
   if (stopped && !told) {

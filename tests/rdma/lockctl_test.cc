@@ -256,10 +256,12 @@ TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl 
   Lockd lockd(7665, 64, 1000);
   const std::string dir = TempDir();
   const std::string port = std::to_string(lockd.port());
-  const auto run = [&](const std::string& script) {
+  // `own_group`: lockctl leads a process group of its own, as a shell job (or `timeout`) runs it.
+  const auto run = [&](const std::string& script, bool own_group = false) {
     const pid_t p = fork();
     REQUIRE(p >= 0);
     if (p == 0) {
+      if (own_group) setpgid(0, 0);
       execl(LOCKCTL_PATH, "lockctl", "--server", std::getenv("RXE_IP"), "--port", port.c_str(),
             "acquire", "f13", "--", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
       _exit(127);
@@ -274,6 +276,27 @@ TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl 
     WaitExit(lockctl, 5s);
     CHECK(GoneWithin(bg, 2000ms));
     kill(bg, SIGKILL);
+  }
+  // The supervisor's death left the command running: lockctl released the lock (or died with
+  // the supervisor, and lockd freed it) while the command went on (found by review, 2026-12-05).
+  SECTION("the supervisor is killed: the command ends before the release") {
+    const pid_t lockctl = run("echo $PPID > " + dir + "/sup; echo $$ > " + dir +
+                              "/sh3; while :; do sleep 0.05; done");
+    const pid_t sup = ReadPid(dir + "/sup");
+    const pid_t sh = ReadPid(dir + "/sh3");
+    REQUIRE(sup != lockctl);
+    REQUIRE(kill(sup, SIGKILL) == 0);
+    WaitExit(lockctl, 5s);
+    CHECK(GoneWithin(sh, 2000ms));
+    kill(sh, SIGKILL);
+  }
+  SECTION("lockctl's process group is killed (timeout -s KILL): the command ends too") {
+    const pid_t lockctl = run("echo $$ > " + dir + "/sh4; while :; do sleep 0.05; done", true);
+    const pid_t sh = ReadPid(dir + "/sh4");
+    REQUIRE(kill(-lockctl, SIGKILL) == 0);
+    WaitExit(lockctl, 5s);
+    CHECK(GoneWithin(sh, 2000ms));
+    kill(sh, SIGKILL);
   }
   SECTION("the command exits and leaves a background process: it ends before the release") {
     const pid_t lockctl = run("sleep 300 & echo $! > " + dir + "/bg2");
