@@ -1,8 +1,10 @@
 // lockctl release --force: one request to lockd's admin socket (it fences the holder's session).
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -43,7 +45,20 @@ int CmdRelease(const Common& c, bool force, const std::string& name, int64_t slo
     return kExitUsage;
   }
   std::memcpy(addr.sun_path, socket_path.c_str(), socket_path.size());
+  // The whole exchange within --connect-timeout-ms: a lockd that is stopped, or whose event loop
+  // is stuck, still has its connection taken by the kernel's backlog, and never answers.
+  const int limit_ms = std::max(c.connect_timeout_ms, 1);
+  const timeval tv{limit_ms / 1000, (limit_ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  const auto silent = [&] {
+    std::cerr << "lockctl: lockd's admin socket " << socket_path << " did not answer within "
+              << limit_ms << " ms (--connect-timeout-ms): is lockd stopped or stuck?\n";
+    close(fd);
+    return kExitUnavailable;
+  };
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (errno == EAGAIN || errno == EINPROGRESS) return silent();
     std::cerr << "lockctl: cannot reach lockd's admin socket " << socket_path << ": "
               << std::strerror(errno) << " (run this on the lock node, as a user who may "
               << "open it; see admin_socket in lockd.yaml)\n";
@@ -52,13 +67,24 @@ int CmdRelease(const Common& c, bool force, const std::string& name, int64_t slo
   }
   request += "\n";
   if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return silent();
     std::cerr << "lockctl: write to the admin socket failed: " << std::strerror(errno) << "\n";
     close(fd);
     return kExitUnavailable;
   }
   std::string reply;
   char buf[512];
-  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) reply.append(buf, static_cast<size_t>(n));
+  for (;;) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n > 0) {
+      reply.append(buf, static_cast<size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    // Each read waits up to the limit: a lockd that sends part of a line and stops is silent too.
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return silent();
+    break;
+  }
   close(fd);
   while (!reply.empty() && reply.back() == '\n') reply.pop_back();
   const bool ok = reply.rfind("ok ", 0) == 0;

@@ -1,0 +1,37 @@
+#!/bin/sh
+# lockctl release --force waits for lockd's admin socket no longer than --connect-timeout-ms: a
+# socket that takes the connection and never answers (lockd stopped with SIGSTOP, or its event
+# loop stuck: the kernel's backlog still accepts) made it wait for ever (found by review,
+# 2026-12-05). A Python listener that never answers stands in for that lockd.
+#   admin_timeout.sh LOCKCTL SCRATCH_DIR
+# Prints "admin-timeout-ok" at the end when every check held; each failure is one FAIL line.
+lockctl=$1 dir=$2
+. "$(dirname "$0")/expect.sh"
+rm -rf "$dir" && mkdir -p "$dir"
+sock=$dir/mute.sock
+python3 -c '
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(4)
+conns = []
+while True:
+    c, _ = s.accept()
+    conns.append(c)  # kept open, never read, never answered
+' "$sock" &
+mute=$!
+trap 'kill $mute 2>/dev/null' EXIT
+i=0
+until [ -S "$sock" ]; do
+  i=$((i + 1))
+  [ $i -lt 100 ] || { echo "FAIL: the listener did not start"; exit 1; }
+  sleep 0.05
+done
+start=$(date +%s)
+out=$(timeout 30 "$lockctl" --connect-timeout-ms 500 release --force --slot 3 --admin-socket "$sock" 2>&1)
+rc=$?
+took=$(($(date +%s) - start))
+[ "$rc" -eq 69 ] || fail "exit $rc, not 69 (124: it hung until timeout(1) ended it): $out"
+case $out in *"did not answer within 500 ms"*) ;; *) fail "no 'did not answer within 500 ms' in: $out" ;; esac
+[ "$took" -le 10 ] || fail "took $took s"
+[ "$fails" -eq 0 ] && echo "admin-timeout-ok (exit $rc after ${took} s)"
