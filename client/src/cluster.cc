@@ -404,8 +404,17 @@ std::chrono::steady_clock::time_point DeadlineOf(const LockOptions& options) {
 }
 }  // namespace
 
+namespace {
+// Refused before a shard is picked and connected (Client::Lock would refuse it only then).
+Status CheckName(std::string_view name) {
+  if (name.empty()) return Error(ErrorCode::kInvalidArgument, "lock name is empty");
+  return Status::Ok();
+}
+}  // namespace
+
 Result<LockHandle> ClusterClient::Lock(std::string_view name, const LockOptions& options) {
   if (impl_->inherited()) return Impl::InheritedError();
+  RDMALOCK_RETURN_IF_ERROR(CheckName(name));
   auto v = impl_->view();
   const auto start = std::chrono::steady_clock::now();
   RDMALOCK_ASSIGN_OR_RETURN(Client * c,
@@ -430,6 +439,7 @@ Result<LockHandle> ClusterClient::Lock(std::string_view name, const LockOptions&
 
 Result<LockHandle> ClusterClient::TryLock(std::string_view name, LockMode mode) {
   if (impl_->inherited()) return Impl::InheritedError();
+  RDMALOCK_RETURN_IF_ERROR(CheckName(name));
   auto v = impl_->view();
   RDMALOCK_ASSIGN_OR_RETURN(
       Client * c, impl_->Shard(*v, ShardForName(v->map, name), std::chrono::steady_clock::now()));
@@ -440,6 +450,7 @@ Result<std::vector<LockHandle>> ClusterClient::LockMany(std::span<const LockRequ
                                                         const LockOptions& options) {
   using Clock = std::chrono::steady_clock;
   if (impl_->inherited()) return Impl::InheritedError();
+  for (const LockRequest& r : requests) RDMALOCK_RETURN_IF_ERROR(CheckName(r.name));
   const auto v = impl_->view();  // the whole set is routed by one map
   std::vector<std::vector<LockRequest>> by_shard(v->map.shards.size());
   for (const LockRequest& r : requests) by_shard[ShardForName(v->map, r.name)].push_back(r);

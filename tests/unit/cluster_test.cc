@@ -421,3 +421,17 @@ TEST_CASE(
   CHECK(took < 500);
   if (!got.ok()) CHECK(got.status().code() == ErrorCode::kTimeout);
 }
+
+// An empty name picked a shard and connected it (waiting up to connect_timeout for a lockd that
+// may not answer) before the shard's client refused the name (found by review, 2026-12-05).
+TEST_CASE("cluster: an empty lock name is refused before any shard is connected") {
+  Lockds l({"host-a", "host-b"});
+  auto cc = ClusterTestPeer::Connect(TwoShards(), Options(), l.connector());
+  REQUIRE(cc.ok());
+  CHECK((*cc)->Lock("").status().code() == ErrorCode::kInvalidArgument);
+  CHECK((*cc)->TryLock("").status().code() == ErrorCode::kInvalidArgument);
+  const LockRequest set[] = {{"", LockMode::kExclusive}};
+  CHECK((*cc)->LockMany(set).status().code() == ErrorCode::kInvalidArgument);
+  CHECK(l.lockds["host-a"]->Sessions().empty());
+  CHECK(l.lockds["host-b"]->Sessions().empty());
+}
