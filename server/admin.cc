@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
@@ -16,19 +17,31 @@ namespace rdmalock::lockd {
 
 std::optional<AdminRequest> ParseAdminCommand(const std::string& line, std::string* error) {
   std::istringstream in(line);
-  std::string cmd, arg, extra;
-  in >> cmd >> arg >> extra;
-  const bool numeric =
-      !arg.empty() && arg.size() <= 19 && arg.find_first_not_of("0123456789") == std::string::npos;
-  if (!extra.empty() || !numeric || (cmd != "release-slot" && cmd != "release-session")) {
+  std::string cmd, arg, kw, epoch, start, extra;
+  in >> cmd >> arg >> kw >> epoch >> start >> extra;
+  const auto number = [](const std::string& t, uint64_t* v) {
+    if (t.empty() || t.size() > 20 || t.find_first_not_of("0123456789") != std::string::npos) {
+      return false;
+    }
+    const auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), *v);
+    return ec == std::errc() && p == t.data() + t.size();
+  };
+  AdminRequest r;
+  bool ok = (cmd == "release-slot" || cmd == "release-session") && number(arg, &r.number) &&
+            arg.size() <= 19 && extra.empty();
+  if (ok && !kw.empty()) {  // release-slot SLOT lockd EPOCH START_NS
+    AdminRequest::Identity id;
+    ok = cmd == "release-slot" && kw == "lockd" && number(epoch, &id.epoch) &&
+         number(start, &id.start_time_unix_ns);
+    r.mapped_by = id;
+  }
+  if (!ok) {
     *error = "error bad request '" + line.substr(0, 80) +
-             "' (expected: release-slot SLOT | release-session ID)";
+             "' (expected: release-slot SLOT [lockd EPOCH START_NS] | release-session ID)";
     return std::nullopt;
   }
-  AdminRequest r;
   r.kind = cmd == "release-slot" ? AdminRequest::Kind::kReleaseSlot
                                  : AdminRequest::Kind::kReleaseSession;
-  r.number = std::stoull(arg);  // at most 19 digits: fits
   r.arg = arg;
   return r;
 }

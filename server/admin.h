@@ -32,6 +32,13 @@ struct AdminRequest {
   Kind kind = Kind::kReleaseSlot;
   uint64_t number = 0;  // the slot or the session id
   std::string arg;      // the number as sent (for replies and logs)
+  // "release-slot SLOT lockd EPOCH START_NS": the lockd whose lock count mapped a lock name to
+  // SLOT (lockctl read its info page over RDMA); any other lockd refuses the request.
+  struct Identity {
+    uint64_t epoch = 0;
+    uint64_t start_time_unix_ns = 0;
+  };
+  std::optional<Identity> mapped_by;
 };
 
 // Parses one request line (without its newline). On a malformed line returns nullopt and sets

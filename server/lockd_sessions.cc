@@ -247,6 +247,21 @@ std::string Server::Impl::AdminCommand(const std::string& line, const std::strin
     return "ok session " + arg + " fenced; its locks are freed after one lease (" + lease +
            " ms), when its leases have run out";
   }
+  if (req->mapped_by) {
+    // A lock name's slot, mapped by the lock count of the lockd lockctl reached over RDMA: only
+    // that lockd acts on it (--admin-socket may name another lockd on this host).
+    const uint64_t started =
+        proto::GetLe(std::span<const uint8_t>(regions->info(), proto::kInfoPageSize),
+                     proto::InfoPage::kStartTimeUnixNs, 8);
+    if (req->mapped_by->epoch != epoch || req->mapped_by->start_time_unix_ns != started) {
+      return "error this admin socket is lockd epoch " + std::to_string(epoch) + " started at " +
+             std::to_string(started) + " (unix ns); the lock name was mapped to slot " + arg +
+             " by lockd epoch " + std::to_string(req->mapped_by->epoch) + " started at " +
+             std::to_string(req->mapped_by->start_time_unix_ns) +
+             ": --admin-socket and the lockd lockctl reached (--server, client.yaml, the map) are "
+             "different lockds";
+    }
+  }
   if (n >= config.lock_count) {
     return "error slot " + arg + " is out of range (lock_count " +
            std::to_string(config.lock_count) + ")";

@@ -34,7 +34,16 @@ int CmdRelease(const Common& c, bool force, const std::string& name, int64_t slo
     int code = 0;
     auto client = ConnectOrDie(c, &code);  // for the lock count, to map the name to its slot
     if (!client) return code;
-    request = "release-slot " + std::to_string(client->SlotOf(name));
+    // With the identity of the lockd whose lock count mapped the name (its info page): a lockd
+    // behind --admin-socket that is another one (another shard on this host, say) refuses it,
+    // instead of fencing the holder of that slot number in its own table, another lock.
+    auto info = client->Info();
+    if (!info.ok()) {
+      std::cerr << "lockctl: lockd's info page: " << info.status().ToString() << "\n";
+      return kExitUnavailable;
+    }
+    request = "release-slot " + std::to_string(client->SlotOf(name)) + " lockd " +
+              std::to_string(info->epoch) + " " + std::to_string(info->start_time_unix_ns);
   }
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};

@@ -190,6 +190,36 @@ TEST_CASE("lockctl release --force fences the holder's session and frees the loc
   REQUIRE(RunCommand(base + " --force nobody-holds-this >/dev/null") == 1);
 }
 
+// release --force NAME mapped the name by the lock count of the lockd lockctl reached (--server),
+// and sent the slot to whichever lockd owns --admin-socket: on another lockd of the host (another
+// shard), it fenced the holder of that slot number there, an unrelated lock (found by review,
+// 2026-12-05). The request now names the lockd that mapped it, and another refuses it.
+TEST_CASE("lockctl release --force of a name refuses an admin socket of another lockd") {
+  Lockd mapped(7631, 64, 1000);
+  Lockd other(7632, 128, 1000);
+  const uint64_t slot = SlotForName("elsewhere", 64);
+  auto c = MustConnect(other);
+  auto held = c->LockSlot(slot);  // another lock, in the other lockd's table
+  REQUIRE(held.ok());
+  auto [rc, out] = Capture(Lockctl(mapped) + " release --admin-socket " + other.admin_socket() +
+                           " --force elsewhere 2>&1");
+  INFO("exit " << rc << ": " << out);
+  CHECK(rc == 1);
+  CHECK(out.find("are different lockds") != std::string::npos);
+  std::this_thread::sleep_for(300ms);
+  CHECK(held->state() == LockState::kHeld);  // its session was not fenced
+  CHECK(held->Release().ok());
+  // Through its own lockd's admin socket, the same request is carried out.
+  auto d = MustConnect(mapped);
+  auto mine = d->Lock("elsewhere");
+  REQUIRE(mine.ok());
+  auto [rc2, out2] = Capture(Lockctl(mapped) + " release --admin-socket " + mapped.admin_socket() +
+                             " --force elsewhere 2>&1");
+  INFO("exit " << rc2 << ": " << out2);
+  CHECK(rc2 == 0);
+  CHECK(out2.find("fenced session") != std::string::npos);
+}
+
 TEST_CASE("lockctl clients and inspect show sessions, heartbeats, holders and waiters") {
   Lockd lockd(7629, 64, 1000);
   SharedFile shf;

@@ -104,15 +104,36 @@ TEST_CASE("admin parser: the two requests, with their number") {
   CHECK(big->number == 9999999999999999999ull);
 }
 
+// lockctl release --force NAME maps the name by the lock count of the lockd it reached over RDMA,
+// and says which lockd that was: one behind --admin-socket that is another refuses the slot
+// (found by review, 2026-12-05; lockd's check runs in the RDMA test 'lockctl release --force of a
+// name refuses an admin socket of another lockd').
+TEST_CASE("admin parser: release-slot may name the lockd that mapped the slot") {
+  std::string error;
+  auto r = ParseAdminCommand("release-slot 42 lockd 3 1764979200123456789", &error);
+  INFO(error);
+  REQUIRE(r);
+  CHECK(r->number == 42);
+  REQUIRE(r->mapped_by);
+  CHECK(r->mapped_by->epoch == 3);
+  CHECK(r->mapped_by->start_time_unix_ns == 1764979200123456789ull);
+  auto plain = ParseAdminCommand("release-slot 42", &error);
+  REQUIRE(plain);
+  CHECK_FALSE(plain->mapped_by);
+}
+
 TEST_CASE("admin parser: a malformed line is an error reply that quotes it") {
-  for (const std::string line : {"", "release-slot", "release-slot x", "release-slot -1",
-                                 "release-slot 1 2", "release-lock 3", "release-slot 0x10",
-                                 "release-session 12345678901234567890", "RELEASE-SLOT 1"}) {
+  for (const std::string line :
+       {"", "release-slot", "release-slot x", "release-slot -1", "release-slot 1 2",
+        "release-lock 3", "release-slot 0x10", "release-session 12345678901234567890",
+        "RELEASE-SLOT 1", "release-slot 1 lockd 3", "release-slot 1 lockd 3 x",
+        "release-slot 1 node 3 4", "release-session 1 lockd 3 4", "release-slot 1 lockd 3 4 5"}) {
     std::string error;
     INFO(line);
     CHECK_FALSE(ParseAdminCommand(line, &error));
     CHECK(error.rfind("error bad request '", 0) == 0);
-    CHECK(error.find("(expected: release-slot SLOT | release-session ID)") != std::string::npos);
+    CHECK(error.find("(expected: release-slot SLOT [lockd EPOCH START_NS] | release-session ID)") !=
+          std::string::npos);
   }
   // The quote is cut at 80 characters: a peer cannot make lockd echo a long line.
   std::string error;
