@@ -192,8 +192,9 @@ Status Validate(const Config& c) {
   }
   if (c.max_clients < 1 || c.max_clients > kMaxClientsLimit) {
     return Error(ErrorCode::kConfig,
-                 "max_clients (" + std::to_string(c.max_clients) +
-                     ") must be 1 to 8191: the requests of every session on one lock word must "
+                 "max_clients (" + std::to_string(c.max_clients) + ") must be 1 to " +
+                     std::to_string(kMaxClientsLimit) +
+                     ": the requests of every session on one lock word must "
                      "fit the 32767 a 16-bit counter holds (each session gets 32767 / "
                      "max_clients of them)");
   }

@@ -306,7 +306,9 @@ int main(int argc, char** argv) {
   app.add_option("--lock-count", lock_count, "override lock_count")->check(CLI::PositiveNumber);
   auto* lease_opt = app.add_option("--lease-ms", lease_text, "override lease_ms (2s, or ms)")
                         ->type_name("DURATION");
-  app.add_option("--max-clients", max_clients, "override max_clients (1 to 8191)");
+  app.add_option(
+      "--max-clients", max_clients,
+      "override max_clients (1 to " + std::to_string(rdmalock::lockd::kMaxClientsLimit) + ")");
   app.add_option("--max-connects-per-second", max_connects,
                  "override max_connects_per_second (0: no limit)")
       ->check(CLI::Range(0, 1000000));
