@@ -381,6 +381,19 @@ int ParseArgs(int argc, char** argv, Args* args) {
     std::cerr << "lockctl: --cluster FILE and --etcd URL both give a cluster map: pass one\n";
     return kExitUsage;
   }
+  // Where lockd is comes from --server and --port, or from a map with --shard: a flag of the one
+  // given with the other was dropped without a word, and the command went elsewhere.
+  const bool map = !c.etcd.empty() || !c.cluster_file.empty();
+  if (!c.shard.empty() && !map) {
+    std::cerr << "lockctl: --shard names a shard of a cluster map: give --cluster FILE or --etcd "
+                 "URL with it\n";
+    return kExitUsage;
+  }
+  if (map && (!c.server.empty() || c.port_given)) {
+    std::cerr << "lockctl: --server and --port say where lockd is, and so does the cluster map "
+                 "(--cluster or --etcd): pass one\n";
+    return kExitUsage;
+  }
   c.timeout_given = app.count("--connect-timeout-ms") > 0;
   if (status->parsed()) {
     args->command = Command::kStatus;
