@@ -29,15 +29,15 @@ std::optional<AdminRequest> ParseAdminCommand(const std::string& line, std::stri
   AdminRequest r;
   bool ok = (cmd == "release-slot" || cmd == "release-session") && number(arg, &r.number) &&
             arg.size() <= 19 && extra.empty();
-  if (ok && !kw.empty()) {  // release-slot SLOT lockd EPOCH START_NS
+  if (ok && !kw.empty()) {  // ... lockd EPOCH START_NS
     AdminRequest::Identity id;
-    ok = cmd == "release-slot" && kw == "lockd" && number(epoch, &id.epoch) &&
-         number(start, &id.start_time_unix_ns);
-    r.mapped_by = id;
+    ok = kw == "lockd" && number(epoch, &id.epoch) && number(start, &id.start_time_unix_ns);
+    r.meant_for = id;
   }
   if (!ok) {
     *error = "error bad request '" + line.substr(0, 80) +
-             "' (expected: release-slot SLOT [lockd EPOCH START_NS] | release-session ID)";
+             "' (expected: release-slot SLOT | release-session ID, either followed by "
+             "[lockd EPOCH START_NS])";
     return std::nullopt;
   }
   r.kind = cmd == "release-slot" ? AdminRequest::Kind::kReleaseSlot

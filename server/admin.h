@@ -26,19 +26,21 @@
 
 namespace rdmalock::lockd {
 
-// One admin request: "release-slot SLOT" or "release-session ID".
+// One admin request: "release-slot SLOT" or "release-session ID", either optionally followed by
+// "lockd EPOCH START_NS".
 struct AdminRequest {
   enum class Kind { kReleaseSlot, kReleaseSession };
   Kind kind = Kind::kReleaseSlot;
   uint64_t number = 0;  // the slot or the session id
   std::string arg;      // the number as sent (for replies and logs)
-  // "release-slot SLOT lockd EPOCH START_NS": the lockd whose lock count mapped a lock name to
-  // SLOT (lockctl read its info page over RDMA); any other lockd refuses the request.
+  // "... lockd EPOCH START_NS": the lockd the request is meant for, which lockctl reached over
+  // RDMA and read the info page of (the one whose lock count mapped a lock name to SLOT, or the
+  // one --server, --port or --shard named); any other lockd refuses the request.
   struct Identity {
     uint64_t epoch = 0;
     uint64_t start_time_unix_ns = 0;
   };
-  std::optional<Identity> mapped_by;
+  std::optional<Identity> meant_for;
 };
 
 // Parses one request line (without its newline). On a malformed line returns nullopt and sets

@@ -228,7 +228,8 @@ void Server::Impl::OnAsyncEvent(Device& d) {
   graveyard.clear();
 }
 
-// One request per connection (server/admin.h): "release-slot SLOT" or "release-session ID".
+// One request per connection (server/admin.h): "release-slot SLOT" or "release-session ID", either
+// optionally naming the lockd it is meant for.
 std::string Server::Impl::AdminCommand(const std::string& line, const std::string& asker) {
   if (!loop.Check("AdminCommand")) return "error lockd: not on its event loop";
   std::string error;
@@ -237,6 +238,22 @@ std::string Server::Impl::AdminCommand(const std::string& line, const std::strin
   const uint64_t n = req->number;
   const std::string& arg = req->arg;
   const std::string lease = std::to_string(config.lease_ms);
+  if (req->meant_for) {
+    // Meant for the lockd lockctl reached over RDMA (which mapped a lock name to the slot, or
+    // which --server, --port or --shard named): only that lockd acts on it (--admin-socket may
+    // name another lockd on this host).
+    const uint64_t started =
+        proto::GetLe(std::span<const uint8_t>(regions->info(), proto::kInfoPageSize),
+                     proto::InfoPage::kStartTimeUnixNs, 8);
+    if (req->meant_for->epoch != epoch || req->meant_for->start_time_unix_ns != started) {
+      return "error this admin socket is lockd epoch " + std::to_string(epoch) + " started at " +
+             std::to_string(started) + " (unix ns); the request is meant for lockd epoch " +
+             std::to_string(req->meant_for->epoch) + " started at " +
+             std::to_string(req->meant_for->start_time_unix_ns) +
+             ": --admin-socket and the lockd lockctl reached (--server, --port, client.yaml, the "
+             "map) are different lockds";
+    }
+  }
   if (req->kind == AdminRequest::Kind::kReleaseSession) {
     std::shared_ptr<Session> s = sessions.Find(n);
     if (s == nullptr || s->loopback) return "error no client session " + arg;
@@ -246,21 +263,6 @@ std::string Server::Impl::AdminCommand(const std::string& line, const std::strin
     graveyard.clear();
     return "ok session " + arg + " fenced; its locks are freed after one lease (" + lease +
            " ms), when its leases have run out";
-  }
-  if (req->mapped_by) {
-    // A lock name's slot, mapped by the lock count of the lockd lockctl reached over RDMA: only
-    // that lockd acts on it (--admin-socket may name another lockd on this host).
-    const uint64_t started =
-        proto::GetLe(std::span<const uint8_t>(regions->info(), proto::kInfoPageSize),
-                     proto::InfoPage::kStartTimeUnixNs, 8);
-    if (req->mapped_by->epoch != epoch || req->mapped_by->start_time_unix_ns != started) {
-      return "error this admin socket is lockd epoch " + std::to_string(epoch) + " started at " +
-             std::to_string(started) + " (unix ns); the lock name was mapped to slot " + arg +
-             " by lockd epoch " + std::to_string(req->mapped_by->epoch) + " started at " +
-             std::to_string(req->mapped_by->start_time_unix_ns) +
-             ": --admin-socket and the lockd lockctl reached (--server, client.yaml, the map) are "
-             "different lockds";
-    }
   }
   if (n >= config.lock_count) {
     return "error slot " + arg + " is out of range (lock_count " +

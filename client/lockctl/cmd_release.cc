@@ -25,25 +25,28 @@ int CmdRelease(const Common& c, bool force, const std::string& name, int64_t slo
                  "ID (it fences the holder's whole session)\n";
     return kExitUsage;
   }
-  std::string request;
-  if (session >= 0) {
-    request = "release-session " + std::to_string(session);
-  } else if (slot >= 0) {
-    request = "release-slot " + std::to_string(slot);
-  } else {
+  std::string request = session >= 0 ? "release-session " + std::to_string(session)
+                                     : "release-slot " + std::to_string(slot);
+  // A lock name is mapped to its slot by the lock count of the lockd lockctl reaches over RDMA;
+  // a slot or session is meant for the lockd --server, --port or the map's --shard names, when
+  // one is named. Either way the request names that lockd (its epoch and start time, from its
+  // info page), and a lockd behind --admin-socket that is another one (another shard on this
+  // host, say) refuses it, instead of fencing whoever holds that slot number or session id in its
+  // own table. Without a lockd named, --slot and --session are for --admin-socket's own lockd.
+  const bool named =
+      !c.server.empty() || c.port_given || !c.cluster_file.empty() || !c.etcd.empty();
+  if (!name.empty() || named) {
     int code = 0;
-    auto client = ConnectOrDie(c, &code);  // for the lock count, to map the name to its slot
+    auto client = ConnectOrDie(c, &code);
     if (!client) return code;
-    // With the identity of the lockd whose lock count mapped the name (its info page): a lockd
-    // behind --admin-socket that is another one (another shard on this host, say) refuses it,
-    // instead of fencing the holder of that slot number in its own table, another lock.
     auto info = client->Info();
     if (!info.ok()) {
       std::cerr << "lockctl: lockd's info page: " << info.status().ToString() << "\n";
       return kExitUnavailable;
     }
-    request = "release-slot " + std::to_string(client->SlotOf(name)) + " lockd " +
-              std::to_string(info->epoch) + " " + std::to_string(info->start_time_unix_ns);
+    if (!name.empty()) request = "release-slot " + std::to_string(client->SlotOf(name));
+    request +=
+        " lockd " + std::to_string(info->epoch) + " " + std::to_string(info->start_time_unix_ns);
   }
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un addr{};

@@ -220,6 +220,35 @@ TEST_CASE("lockctl release --force of a name refuses an admin socket of another 
   CHECK(out2.find("fenced session") != std::string::npos);
 }
 
+// release --force --slot N and --session ID went to --admin-socket whatever lockd --server (or
+// --port, --cluster and --shard) named: `lockctl --port B release --force --slot 5` on a host with
+// lockds A and B, A's the default admin socket, fenced the holder of A's slot 5 (found by review,
+// 2026-12-06). With a lockd named on the command line the request now names it too, and another
+// lockd refuses it; without one, the admin socket's own lockd is meant, as before.
+TEST_CASE("lockctl release --force --slot or --session refuses an admin socket of another lockd") {
+  Lockd named(7633, 64, 1000);
+  Lockd other(7634, 64, 1000);
+  auto c = MustConnect(other);
+  auto held = c->LockSlot(5);
+  REQUIRE(held.ok());
+  const std::string session = std::to_string(c->session_id());
+  for (const std::string& what : {std::string("--slot 5"), "--session " + session}) {
+    auto [rc, out] = Capture(Lockctl(named) + " release --admin-socket " + other.admin_socket() +
+                             " --force " + what + " 2>&1");
+    INFO(what << ": exit " << rc << ": " << out);
+    CHECK(rc == 1);
+    CHECK(out.find("are different lockds") != std::string::npos);
+  }
+  std::this_thread::sleep_for(300ms);
+  CHECK(held->state() == LockState::kHeld);  // its session was not fenced
+  // Named the admin socket's own lockd, the request is carried out.
+  auto [rc, out] = Capture(Lockctl(other) + " release --admin-socket " + other.admin_socket() +
+                           " --force --session " + session + " 2>&1");
+  INFO("exit " << rc << ": " << out);
+  CHECK(rc == 0);
+  CHECK(out.find("ok session " + session + " fenced") != std::string::npos);
+}
+
 TEST_CASE("lockctl clients and inspect show sessions, heartbeats, holders and waiters") {
   Lockd lockd(7629, 64, 1000);
   SharedFile shf;

@@ -107,19 +107,28 @@ TEST_CASE("admin parser: the two requests, with their number") {
 // lockctl release --force NAME maps the name by the lock count of the lockd it reached over RDMA,
 // and says which lockd that was: one behind --admin-socket that is another refuses the slot
 // (found by review, 2026-12-05; lockd's check runs in the RDMA test 'lockctl release --force of a
-// name refuses an admin socket of another lockd').
-TEST_CASE("admin parser: release-slot may name the lockd that mapped the slot") {
+// name refuses an admin socket of another lockd'). --slot and --session name the lockd too when
+// --server, --port or --shard named one (2026-12-06; RDMA test 'lockctl release --force --slot or
+// --session refuses an admin socket of another lockd').
+TEST_CASE("admin parser: a request may name the lockd it is meant for") {
   std::string error;
   auto r = ParseAdminCommand("release-slot 42 lockd 3 1764979200123456789", &error);
   INFO(error);
   REQUIRE(r);
   CHECK(r->number == 42);
-  REQUIRE(r->mapped_by);
-  CHECK(r->mapped_by->epoch == 3);
-  CHECK(r->mapped_by->start_time_unix_ns == 1764979200123456789ull);
+  REQUIRE(r->meant_for);
+  CHECK(r->meant_for->epoch == 3);
+  CHECK(r->meant_for->start_time_unix_ns == 1764979200123456789ull);
   auto plain = ParseAdminCommand("release-slot 42", &error);
   REQUIRE(plain);
-  CHECK_FALSE(plain->mapped_by);
+  CHECK_FALSE(plain->meant_for);
+  auto session = ParseAdminCommand("release-session 7 lockd 3 1764979200123456789", &error);
+  INFO(error);
+  REQUIRE(session);
+  CHECK(session->kind == AdminRequest::Kind::kReleaseSession);
+  CHECK(session->number == 7);
+  REQUIRE(session->meant_for);
+  CHECK(session->meant_for->epoch == 3);
 }
 
 TEST_CASE("admin parser: a malformed line is an error reply that quotes it") {
@@ -127,13 +136,13 @@ TEST_CASE("admin parser: a malformed line is an error reply that quotes it") {
        {"", "release-slot", "release-slot x", "release-slot -1", "release-slot 1 2",
         "release-lock 3", "release-slot 0x10", "release-session 12345678901234567890",
         "RELEASE-SLOT 1", "release-slot 1 lockd 3", "release-slot 1 lockd 3 x",
-        "release-slot 1 node 3 4", "release-session 1 lockd 3 4", "release-slot 1 lockd 3 4 5"}) {
+        "release-slot 1 node 3 4", "release-session 1 lockd 3", "release-slot 1 lockd 3 4 5"}) {
     std::string error;
     INFO(line);
     CHECK_FALSE(ParseAdminCommand(line, &error));
     CHECK(error.rfind("error bad request '", 0) == 0);
-    CHECK(error.find("(expected: release-slot SLOT [lockd EPOCH START_NS] | release-session ID)") !=
-          std::string::npos);
+    CHECK(error.find("(expected: release-slot SLOT | release-session ID, either followed by [lockd "
+                     "EPOCH START_NS])") != std::string::npos);
   }
   // The quote is cut at 80 characters: a peer cannot make lockd echo a long line.
   std::string error;
