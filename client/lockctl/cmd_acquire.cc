@@ -181,12 +181,9 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
   std::unique_ptr<rdmalock::Client> single;
   rdmalock::Client* client = nullptr;
   if (!c.etcd.empty()) {
-    Common cc = c;
-    if (timeout_ms > cc.connect_timeout_ms) {
-      // --timeout goes up to a year of milliseconds, more than an int holds.
-      cc.connect_timeout_ms = static_cast<int>(std::min<int64_t>(timeout_ms, INT32_MAX));
-    }
-    cluster = ConnectClusterOrDie(cc, &code);
+    // --timeout goes up to a year of milliseconds, more than an int holds.
+    cluster = ConnectClusterOrDie(
+        c, &code, std::chrono::milliseconds(std::min<int64_t>(timeout_ms, INT32_MAX)));
     if (!cluster) return code;
     // --shard names the shard the lock must be on, as with --cluster (TargetOf): checked
     // before connecting, and again by the map the session is looked up by (etcd's may change).

@@ -5,6 +5,7 @@
 // their own).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,8 +33,11 @@ size_t NamedShard(const Common& c, const rdmalock::ClusterMap& map, const std::s
 Target TargetOf(const Common& c);
 // A session with that lockd, or null after printing why not and setting *exit_code.
 std::unique_ptr<rdmalock::Client> ConnectOrDie(const Common& c, int* exit_code);
-// A session with every shard of the cluster map (--cluster or --etcd), or null as above.
-std::unique_ptr<rdmalock::ClusterClient> ConnectClusterOrDie(const Common& c, int* exit_code);
+// A session with every shard of the cluster map (--cluster or --etcd), or null as above; each
+// connection may take `connect_at_least` if that is longer than the connect timeout.
+std::unique_ptr<rdmalock::ClusterClient> ConnectClusterOrDie(
+    const Common& c, int* exit_code,
+    std::chrono::milliseconds connect_at_least = std::chrono::milliseconds(0));
 
 // ---- the commands
 

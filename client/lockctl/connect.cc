@@ -1,5 +1,6 @@
 // Where lockctl's commands find lockd: the target of --server, RDMALOCK_SERVER, the client config
 // file, or a cluster map (--cluster FILE, --etcd URL), and the connection to it.
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -58,6 +59,25 @@ size_t NamedShard(const Common& c, const rdmalock::ClusterMap& map, const std::s
   }
   return shard;
 }
+
+namespace {
+
+// The options of lockctl's sessions, with `t`'s key and connect timeout (from the flags and
+// client.yaml).
+rdmalock::ClientOptions Options(const Common& c, const Target& t) {
+  rdmalock::ClientOptions o;
+  o.connect_timeout = std::chrono::milliseconds(t.connect_timeout_ms);
+  o.client_name = "lockctl";
+  o.record_requests = c.record_requests;
+  o.local_handover = c.local_handover;
+  // The environment's key (RDMALOCK_AUTH_KEY, RDMALOCK_AUTH_KEY_FILE) wins over the config file's.
+  const bool env_key = std::getenv("RDMALOCK_AUTH_KEY") != nullptr ||
+                       std::getenv("RDMALOCK_AUTH_KEY_FILE") != nullptr;
+  if (!c.auth_key_file.empty() || !env_key) o.auth_key_file = t.auth_key_file;
+  return o;
+}
+
+}  // namespace
 
 Target TargetOf(const Common& c) {
   Target t;
@@ -126,17 +146,9 @@ std::unique_ptr<rdmalock::Client> ConnectOrDie(const Common& c, int* exit_code) 
     *exit_code = t.unavailable ? kExitUnavailable : kExitUsage;
     return nullptr;
   }
-  rdmalock::ClientOptions o;
+  rdmalock::ClientOptions o = Options(c, t);
   o.server = t.server;
   o.port = static_cast<uint16_t>(t.port);
-  o.connect_timeout = std::chrono::milliseconds(t.connect_timeout_ms);
-  o.client_name = "lockctl";
-  o.record_requests = c.record_requests;
-  o.local_handover = c.local_handover;
-  // The environment's key (RDMALOCK_AUTH_KEY, RDMALOCK_AUTH_KEY_FILE) wins over the config file's.
-  const bool env_key = std::getenv("RDMALOCK_AUTH_KEY") != nullptr ||
-                       std::getenv("RDMALOCK_AUTH_KEY_FILE") != nullptr;
-  if (!c.auth_key_file.empty() || !env_key) o.auth_key_file = t.auth_key_file;
   auto client = rdmalock::Client::Connect(o);
   if (!client.ok()) {
     std::cerr << "lockctl: lockd at " << t.server << ":" << t.port << " (server from " << t.source
@@ -147,7 +159,8 @@ std::unique_ptr<rdmalock::Client> ConnectOrDie(const Common& c, int* exit_code) 
   return std::move(client).value();
 }
 
-std::unique_ptr<rdmalock::ClusterClient> ConnectClusterOrDie(const Common& c, int* exit_code) {
+std::unique_ptr<rdmalock::ClusterClient> ConnectClusterOrDie(
+    const Common& c, int* exit_code, std::chrono::milliseconds connect_at_least) {
   // A map from etcd is read once, by ClusterClient::Connect (which routes by it).
   rdmalock::ClusterMap map;
   std::string source = EtcdSource(c);
@@ -156,12 +169,16 @@ std::unique_ptr<rdmalock::ClusterClient> ConnectClusterOrDie(const Common& c, in
     *exit_code = unavailable ? kExitUnavailable : kExitUsage;
     return nullptr;
   }
-  rdmalock::ClientOptions o;
-  o.connect_timeout = std::chrono::milliseconds(c.connect_timeout_ms);
-  o.client_name = "lockctl";
-  o.record_requests = c.record_requests;
-  o.local_handover = c.local_handover;
-  o.auth_key_file = c.auth_key_file;  // else the SDK reads the environment
+  // client.yaml's connect_timeout_ms and auth_key_file, as for one lockd (TargetOf).
+  Target t;
+  t.auth_key_file = c.auth_key_file;
+  t.connect_timeout_ms = c.connect_timeout_ms;
+  if (!ReadClientConfig(ClientConfigPath(), true, true, c.timeout_given, &t)) {
+    *exit_code = kExitUsage;
+    return nullptr;
+  }
+  rdmalock::ClientOptions o = Options(c, t);
+  o.connect_timeout = std::max(o.connect_timeout, connect_at_least);
   auto client = c.etcd.empty() ? rdmalock::ClusterClient::Connect(map, o)
                                : rdmalock::ClusterClient::Connect(c.Etcd(), o);
   if (!client.ok()) {
