@@ -187,8 +187,8 @@ int ParseArgs(int argc, char** argv, Args* args) {
   CLI::App app{
       "lockctl: inspect and use an rdmalock lock server.\n"
       "Exit codes: 0 ok (acquire: the command's status), 64 usage, 69 lockd "
-      "unreachable, 70 internal, 75 lock not granted in time, 76 lock lost, 1 release "
-      "--force refused."};
+      "unreachable, 70 internal, 75 lock not granted in time, 76 lock lost, 127/126 "
+      "acquire's command not found/not runnable, 1 release --force refused."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "lockctl " RDMALOCK_VERSION);
   Common& c = args->common;

@@ -114,7 +114,8 @@ int64_t MonotonicNs() {
     const char* parts[] = {"lockctl: cannot run ", argv[0], ": ", why != nullptr ? why : "error",
                            "\n"};
     for (const char* p : parts) (void)!write(2, p, std::strlen(p));
-    _exit(127);
+    // As a shell says it: 127, not found; 126, found but it cannot be run.
+    _exit(err == ENOENT || err == ENOTDIR ? 127 : 126);
   }
   setpgid(cmd, cmd);
   w->command.store(cmd);
@@ -172,6 +173,10 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
     std::cerr << "lockctl acquire: give the command after --, e.g. lockctl acquire NAME -- make\n";
     return kExitUsage;
   }
+  if (name.empty()) {  // before connecting: the SDK refuses it, and lockd is not the problem
+    std::cerr << "lockctl acquire: the lock name is empty\n";
+    return kExitUsage;
+  }
   int code = 0;
   const auto started = std::chrono::steady_clock::now();
   // Through etcd, the shard's primary is looked up before every connection attempt, and
@@ -220,9 +225,10 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
   if (!lock.ok()) {
     std::cerr << "lockctl: lock '" << name << "': " << lock.status().ToString() << "\n";
     const auto ec = lock.status().code();
-    return ec == rdmalock::ErrorCode::kTimeout || ec == rdmalock::ErrorCode::kBusy
-               ? kExitTimeout
-               : kExitUnavailable;
+    if (ec == rdmalock::ErrorCode::kTimeout || ec == rdmalock::ErrorCode::kBusy) {
+      return kExitTimeout;
+    }
+    return ec == rdmalock::ErrorCode::kInvalidArgument ? kExitUsage : kExitUnavailable;
   }
   std::atomic<bool> lost{false};
   lock->OnLost([&](const rdmalock::Status&) { lost.store(true); });

@@ -8,6 +8,7 @@
 //   70       internal error
 //   75       `acquire`: the lock was not granted within --timeout
 //   76       `acquire`: the lock was lost while the command ran (the command was terminated)
+//   127/126  `acquire`: the command was not found / was found but could not be run
 //   1        `release --force`: lockd refused (no such session, no recorded holder)
 #include <exception>
 #include <iostream>

@@ -468,6 +468,16 @@ TEST_CASE("issue 17 finding 13: lockctl acquire's exec and its SIGKILL bound") {
     CHECK(rc == 127);
     CHECK(out.find("cannot run no-such-command-i17: No such file or directory") !=
           std::string::npos);
+    // Found but not executable is 126, as a shell says it (it was 127, "not found"; found by
+    // review, 2026-12-06).
+    const std::string plain = dir + "/not-executable";
+    std::ofstream(plain) << "exit 0\n";
+    REQUIRE(chmod(plain.c_str(), 0644) == 0);
+    auto [rc2, out2] =
+        Capture("PATH=" + dir + ":$PATH " + base + " acquire exec-lock -- not-executable 2>&1");
+    INFO(out2);
+    CHECK(rc2 == 126);
+    CHECK(out2.find("cannot run not-executable: Permission denied") != std::string::npos);
   }
   SECTION("lockctl is stopped, --grace is long and the command ignores SIGTERM") {
     const pid_t lockctl = fork();
