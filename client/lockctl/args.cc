@@ -415,6 +415,10 @@ int ParseArgs(int argc, char** argv, Args* args) {
       std::cerr << "lockctl: cluster needs --etcd URL (where the cluster map lives)\n";
       return kExitUsage;
     }
+    if (cluster_init->parsed() && args->cluster_init.empty()) {  // else it would only show the map
+      std::cerr << "lockctl cluster init: give the shard names, comma-separated (e.g. a,b)\n";
+      return kExitUsage;
+    }
   } else if (bench->parsed()) {
     args->command = Command::kBench;
     c.record_requests = !no_records;
