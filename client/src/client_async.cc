@@ -32,15 +32,21 @@ Status Client::Impl::Submit(AsyncRequest req) {
   return Status::Ok();
 }
 
-void Client::Impl::Finish(AsyncRequest& r, Result<LockHandle> result) {
+void Client::Impl::Finish(AsyncRequest& r, Status st) {
   if (r.holds_unit) budget_->Give(r.slot);
   r.holds_unit = false;
-  r.done(std::move(result));
+  r.done(std::move(st));
 }
 
 void Client::Impl::FinishUngranted(AsyncRequest& r, bool cohort_owner, Status st) {
   if (cohort_owner) cohort_->Leave(r.slot);  // the next local waiter goes to lockd
   Finish(r, std::move(st));
+}
+
+void Client::Impl::FinishAdopted(AsyncRequest& r, LockHandle h) {
+  if (r.holds_unit) budget_->Give(r.slot);
+  r.holds_unit = false;
+  FinishGranted(r, std::move(h));
 }
 
 void Client::Impl::FinishGranted(AsyncRequest& r, LockHandle h) {
@@ -100,7 +106,7 @@ void Client::Impl::PumpLoop() {
         bool own = false;
         if (SharesInCohort(r.mode, r.options)) {
           if (LockHandle j = CohortShare(ch, r.slot, &own); j.valid()) {
-            Finish(r, std::move(j));  // gives the request's unit back
+            FinishAdopted(r, std::move(j));  // a rider holds no unit
             continue;
           }
           owner.push_back(own);
@@ -321,7 +327,7 @@ void Client::Impl::CohortWait(AsyncWait& w, ThreadChannel* ch) {
   }
   if (local->valid()) {
     // A handed-over grant brings its own budget unit (AdoptGrant): the request's goes back.
-    Finish(w.req, std::move(local).value());
+    FinishAdopted(w.req, std::move(local).value());
     return;
   }
   // The entry is this request's (or another slot's: bypass): acquire from lockd, as a blocking

@@ -598,13 +598,18 @@ class [[gnu::visibility("hidden")]] Client::Impl
   std::chrono::nanoseconds Jittered(std::chrono::milliseconds d);
 
   // client_async.cc
-  // Completes `r` without a grant of its own (an error, or a grant handed over in the cohort,
-  // which brings its own unit): the request's budget unit goes back.
-  void Finish(AsyncRequest & r, Result<LockHandle> result);
+  // Completes `r` without a grant of its own (an error): the request's budget unit goes back.
+  void Finish(AsyncRequest & r, Status st);
+  // Completes `r` with a grant it did not ask lockd for (a shared grant it joined, which holds no
+  // unit, or one handed over in the cohort, which brings its own): the request's unit goes back,
+  // and the grant is checked as FinishGranted checks its own.
+  void FinishAdopted(AsyncRequest & r, LockHandle h);
   // Finish with `st`, for a request that got no grant: passes its cohort entry on if it owned it.
   void FinishUngranted(AsyncRequest & r, bool cohort_owner, Status st);
   // Completes `r` with the handle MakeHandle made for its own grant, which holds the request's
-  // budget unit from now on; a handle lost at once completes it with EndedWhileGranted.
+  // budget unit from now on; a handle lost at once completes it with EndedWhileGranted, and one
+  // on a slot its name no longer maps to (lockd came back with another lock count since the
+  // name was hashed: AsyncRequest::hashed_with) is released and completes it with kConnection.
   static void FinishGranted(AsyncRequest & r, LockHandle h);
   void PumpLoop() EXCLUDES(async_mu_);
   void WaiterLoop() EXCLUDES(async_mu_);

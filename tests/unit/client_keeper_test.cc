@@ -1250,6 +1250,11 @@ TEST_CASE(
   enum class Call { kLock, kLockMany, kLockAsync };
   Call call = Call::kLock;
   std::string at = "hashed";
+  // In-process grants (found by review, 2026-12-06): once lockd is back, another thread of the
+  // client takes the old count's slot, and the async request is given that grant in-process (it
+  // joins the shared grant, or the exclusive holder hands it over), not by lockd.
+  LockMode mode = LockMode::kExclusive;
+  bool local_grant = false;
   SECTION("Lock") {}
   SECTION("LockMany") { call = Call::kLockMany; }
   SECTION("LockAsync, lockd back before the request is checked") { call = Call::kLockAsync; }
@@ -1257,12 +1262,27 @@ TEST_CASE(
     call = Call::kLockAsync;
     at = "submitting";
   }
-  ClientTestPeer::SetTestHook(*client, [&target, &b, switched, raw, at](std::string_view point) {
+  SECTION("LockAsync shared, joining the client's shared grant of the old count's slot") {
+    call = Call::kLockAsync;
+    at = "submitting";
+    mode = LockMode::kShared;
+    local_grant = true;
+  }
+  SECTION("LockAsync exclusive, handed over in-process on the old count's slot") {
+    call = Call::kLockAsync;
+    at = "submitting";
+    local_grant = true;
+  }
+  const uint64_t old_slot = SlotForName(name, 16);
+  auto local = std::make_shared<Result<LockHandle>>(Error(ErrorCode::kInternal, "not taken"));
+  ClientTestPeer::SetTestHook(*client, [&target, &b, switched, raw, at, local_grant, mode, old_slot,
+                                        local](std::string_view point) {
     if (point != at || switched->exchange(true)) return;
     const uint64_t old = raw->session_id();
     target.store(&b);
     ClientTestPeer::FailSession(*raw, "lockd restarted");
     WaitForNewSession(*raw, old);
+    if (local_grant) *local = raw->LockSlot(old_slot, {.mode = mode, .timeout = 2s});
   });
   Result<LockHandle> got = Error(ErrorCode::kInternal, "not run");
   if (call == Call::kLock) got = client->Lock(name, {.timeout = 2s});
@@ -1274,8 +1294,27 @@ TEST_CASE(
   if (call == Call::kLockAsync) {
     auto p = std::make_shared<std::promise<Result<LockHandle>>>();
     auto fut = p->get_future();
-    Status submitted = client->LockAsync(name, {.timeout = 2s},
+    // Its timeout runs from before the hook, which waits for the new session.
+    Status submitted = client->LockAsync(name, {.mode = mode, .timeout = 10s},
                                          [p](Result<LockHandle> r) { p->set_value(std::move(r)); });
+    if (local_grant) {
+      REQUIRE(submitted.ok());
+      REQUIRE(local->ok());
+      if (mode == LockMode::kExclusive) {  // once the request waits in the cohort, hand it over
+        const auto end = std::chrono::steady_clock::now() + 5s;
+        while (ClientTestPeer::LocalWaiters(*client, old_slot) != 1) {
+          if (fut.wait_for(0s) == std::future_status::ready) {
+            auto early = fut.get();
+            FAIL("completed before it queued in the cohort: "
+                 << (early.ok() ? "slot " + std::to_string(early->slot())
+                                : early.status().ToString()));
+          }
+          REQUIRE(std::chrono::steady_clock::now() < end);
+          std::this_thread::sleep_for(1ms);
+        }
+        REQUIRE((*local)->Release().ok());
+      }
+    }
     if (submitted.ok()) {
       REQUIRE(fut.wait_for(5s) == std::future_status::ready);
       got = fut.get();
@@ -1293,6 +1332,7 @@ TEST_CASE(
        << ", another client's try: " << (theirs.ok() ? "granted" : theirs.status().ToString()));
   CHECK_FALSE((got.ok() && got->state() == LockState::kHeld && theirs.ok()));  // two holders
   CHECK(got.status().code() == ErrorCode::kConnection);
+  *local = Error(ErrorCode::kInternal, "released before the client closes");
 }
 
 // A loss found before the holder set its callback was never told to it: Lose marked the loss
