@@ -33,7 +33,11 @@ Status SameNameMapping(const LockHandle::State& s, uint64_t hashed_with) {
 }  // namespace sdk
 
 namespace {
-Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl);
+// Where a release that loses the lock puts the loss: null for Release(), whose caller is told by
+// its result (LoseTold); a handle being dropped gets the OnLost callback to call, if the loss
+// was not reported yet (client.h: a dropped handle's errors go to the loss callback).
+using Teller = std::function<void(const Status&)>;
+Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl, Teller* tell);
 
 // Whether the lease of `s`'s grant (a rider's: its carrier's) has run out by now.
 bool LeaseRanOut(LockHandle::State& s) {
@@ -76,16 +80,28 @@ bool StillHeld(const LockHandle::State& s) {
 }
 }  // namespace
 
+namespace {
+Status ReleaseState(LockHandle::State& s, Teller* tell);
+// The owner drops a handle that may still hold its lock: it is released, and what went wrong
+// goes to the OnLost callback, as the owner cannot see the result.
+void Drop(LockHandle::State& s) {
+  if (!StillHeld(s)) return;
+  Teller tell;
+  const Status st = ReleaseState(s, &tell);
+  if (tell) tell(st);
+}
+}  // namespace
+
 LockHandle::LockHandle(LockHandle&& o) noexcept : state_(std::move(o.state_)) {}
 LockHandle& LockHandle::operator=(LockHandle&& o) noexcept {
   if (this != &o) {
-    if (state_ && StillHeld(*state_)) (void)Release();
+    if (state_) Drop(*state_);
     state_ = std::move(o.state_);
   }
   return *this;
 }
 LockHandle::~LockHandle() {
-  if (state_ && StillHeld(*state_)) (void)Release();
+  if (state_) Drop(*state_);
 }
 
 uint64_t LockHandle::slot() const { return state_ ? state_->ticket().slot : 0; }
@@ -152,10 +168,17 @@ void LockHandle::OnLost(std::function<void(const Status&)> callback) {
 
 Status LockHandle::Release() {
   if (!state_) return Error(ErrorCode::kNotHeld, "empty lock handle");
+  return ReleaseState(*state_, nullptr);
+}
+
+namespace {
+
+Status ReleaseState(LockHandle::State& s, Teller* tell) {
+  auto* state_ = &s;
   // In a forked child: the parent holds the lock; releasing it from here would release theirs.
   if (state_->inherited()) return Client::Impl::InheritedError();
   auto impl = state_->ctx->client.lock();
-  Status st = ReleaseHeld(*state_, impl.get());
+  Status st = ReleaseHeld(*state_, impl.get(), tell);
   // kNotHeld: released (or ended) before this call; no lease of it is in question.
   if (st.ok() || st.code() == ErrorCode::kLockLost || st.code() == ErrorCode::kNotHeld) return st;
   if (impl && st.code() == ErrorCode::kConnection)
@@ -170,12 +193,19 @@ Status LockHandle::Release() {
   return st;
 }
 
-namespace {
-
 // A rider (cohort.h) leaves its carrier's grant; the last one to leave releases the grant to
 // lockd (ReleaseHeld on the carrier: the cohort entry passes on). A rider holds nothing remote
 // of its own, so its release never fails but for the carrier's.
-Status ReleaseRider(LockHandle::State& r, Client::Impl* impl) NO_THREAD_SAFETY_ANALYSIS {
+// The reader's loss (it is kReleased already), told as ReleaseHeld tells a holder's.
+void LoseRider(LockHandle::State& r, Teller* tell) NO_THREAD_SAFETY_ANALYSIS {
+  MutexLock lk(&r.mu);
+  r.state = LockState::kLost;  // ended already (kReleased)
+  if (tell != nullptr && !r.lost_reported) *tell = r.on_lost;
+  r.lost_reported = true;
+}
+
+Status ReleaseRider(LockHandle::State& r, Client::Impl* impl,
+                    Teller* tell) NO_THREAD_SAFETY_ANALYSIS {
   {
     MutexLock lk(&r.mu);
     if (r.state == LockState::kReleased) return Error(ErrorCode::kNotHeld, "lock already released");
@@ -198,24 +228,18 @@ Status ReleaseRider(LockHandle::State& r, Client::Impl* impl) NO_THREAD_SAFETY_A
     // Other readers still share the grant, so nothing goes to lockd; but the reader says, as the
     // last reader's release would (client.h: kLockLost if the lease lapsed), whether it held.
     if (held) return Status();
-    MutexLock lk(&r.mu);
-    r.state = LockState::kLost;  // ended already (kReleased above)
-    r.lost_reported = true;
+    LoseRider(r, tell);
     return Error(ErrorCode::kLockLost,
                  "the shared grant's lease ran out (or the grant was lost) before the release; "
                  "lock lost");
   }
-  Status st = ReleaseHeld(c, impl);
-  if (!st.ok()) {
-    MutexLock lk(&r.mu);
-    r.state = LockState::kLost;  // ended already (kReleased above)
-    r.lost_reported = true;
-  }
+  Status st = ReleaseHeld(c, impl, nullptr);  // the carrier is no owner's handle
+  if (!st.ok()) LoseRider(r, tell);
   return st;
 }
 
-Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
-  if (s.carrier) return ReleaseRider(s, impl);
+Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl, Teller* tell) {
+  if (s.carrier) return ReleaseRider(s, impl, tell);
   auto* state_ = &s;
   // The calling thread's connection first, before the handle's mutex: a thread with none joins
   // the session, and a join that fails ends it, whose EndLeases takes every handle's mutex (this
@@ -261,7 +285,11 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl) {
     // process no longer holds a lock it can rely on.
     const bool refused_a_connection = !ch.ok() && ch.status().code() == ErrorCode::kResource;
     const bool lease_runs = state_->ctx->session->engine->LeaseValid(state_->grant, Clock::now());
-    state_->LoseTold();
+    if (tell != nullptr) {
+      *tell = state_->Lose(st);
+    } else {
+      state_->LoseTold();
+    }
     if (ch.ok()) ++(*ch)->lost;
     // This thread could not join the session (its connection cap is taken), which goes on: the
     // client's reaper, on its own connection, releases the ticket and clears its record entry,

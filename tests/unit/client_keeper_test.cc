@@ -1361,3 +1361,42 @@ TEST_CASE("session keeping: OnLost set after the lock was lost runs at once, onc
   h->OnLost([&](const Status&) { ++calls; });  // the loss is told once
   CHECK(calls == 1);
 }
+
+// A handle dropped while held releases its lock, and client.h says its errors then go to the
+// loss callback. A release that found the lock lost (the lease ran out before the keeper looked)
+// marked the loss told, as for Release()'s own caller, and the callback never ran: the owner,
+// who could not see Release()'s result, never learned (found by review, 2026-12-06).
+TEST_CASE("session keeping: a handle dropped after its lease ran out tells OnLost") {
+  testing::FakeLockd lockd(Leased(500ms));
+  auto client = ConnectTo("dropped", lockd.connector());
+  LockMode mode = LockMode::kExclusive;
+  SECTION("exclusive") {}
+  SECTION("shared (a reader of the client's shared grant)") { mode = LockMode::kShared; }
+  auto h = client->LockSlot(3, {.mode = mode});
+  REQUIRE(h.ok());
+  int calls = 0;
+  Status told;
+  h->OnLost([&](const Status& st) {
+    ++calls;
+    told = st;
+  });
+  ClientTestPeer::PauseKeeper(*client, true);  // nothing renews the lease or looks at it
+  std::this_thread::sleep_for(700ms);
+  REQUIRE(calls == 0);
+  h = Error(ErrorCode::kInternal, "dropped");  // the handle is destroyed here
+  INFO("told: " << told.ToString());
+  CHECK(calls == 1);
+  CHECK(told.code() == ErrorCode::kLockLost);
+  ClientTestPeer::PauseKeeper(*client, false);
+  // An explicit Release() returns the loss instead: its callback is not told as well.
+  auto h2 = client->LockSlot(4, {.mode = mode});
+  REQUIRE(h2.ok());
+  int calls2 = 0;
+  h2->OnLost([&](const Status&) { ++calls2; });
+  ClientTestPeer::PauseKeeper(*client, true);
+  std::this_thread::sleep_for(700ms);
+  CHECK(h2->Release().code() == ErrorCode::kLockLost);
+  h2 = Error(ErrorCode::kInternal, "dropped");
+  CHECK(calls2 == 0);
+  ClientTestPeer::PauseKeeper(*client, false);
+}

@@ -97,8 +97,9 @@ enum class LockState : uint8_t {
 
 class Client;
 
-// An acquired lock. Releases on destruction (errors then go to the loss callback only). Movable,
-// not copyable.
+// An acquired lock. Releases on destruction and on being assigned to; what goes wrong then (the
+// lease had run out, the session had ended) goes to the loss callback only, once, as the owner
+// cannot see a result. Movable, not copyable.
 class RDMALOCK_EXPORT LockHandle {
  public:
   LockHandle() = default;
