@@ -65,6 +65,36 @@ void Client::Impl::FinishGranted(AsyncRequest& r, LockHandle h) {
   }
 }
 
+// The pump's channel for `batch`, each request waiting for a session as a blocking request would
+// (Channel with its own deadline, limited by the connect timeout): a request whose deadline comes
+// first, a try-lock say, ends with the error and the others wait on. Ends every request of the
+// batch when it returns an error (the batch is then empty).
+Result<ThreadChannel*> Client::Impl::BatchChannel(std::vector<AsyncRequest>& batch) {
+  const Clock::time_point limit = sdk::DeadlineAfter(Clock::now(), opts_.connect_timeout);
+  for (;;) {
+    Clock::time_point deadline = limit;
+    for (const auto& r : batch) deadline = std::min(deadline, r.deadline);
+    auto chr = Channel(deadline);
+    if (chr.ok()) return chr;
+    // Waited until `deadline` with no session: the requests whose deadline it was end; the rest
+    // wait on. Any other failure (the client closed, the connect timeout passed, a join failed)
+    // ends them all, as it would have ended each alone.
+    const Clock::time_point now = Clock::now();
+    const bool waited_out = now >= deadline && deadline < limit &&
+                            chr.status().code() == ErrorCode::kConnection && !ClosingAsync();
+    std::vector<AsyncRequest> rest;
+    for (auto& r : batch) {
+      if (waited_out && r.deadline > now) {
+        rest.push_back(std::move(r));
+      } else {
+        Finish(r, chr.status());
+      }
+    }
+    batch = std::move(rest);
+    if (batch.empty()) return chr.status();
+  }
+}
+
 // Takes up to kAsyncBatch queued requests and posts their FAs in one doorbell. Granted ones
 // complete here; the others go to the waiters.
 void Client::Impl::PumpLoop() {
@@ -82,13 +112,8 @@ void Client::Impl::PumpLoop() {
         async_q_.pop_front();
       }
     }
-    Clock::time_point deadline = Clock::time_point::max();
-    for (const auto& r : batch) deadline = std::min(deadline, r.deadline);
-    auto chr = Channel(deadline);
-    if (!chr.ok()) {
-      for (auto& r : batch) Finish(r, chr.status());
-      continue;
-    }
+    auto chr = BatchChannel(batch);
+    if (!chr.ok()) continue;  // every request of the batch ended
     ThreadChannel& ch = **chr;
     const Session& sess = *ch.session;
     // Cohort handover (cohort.h), as for a blocking request: an exclusive request whose slot's

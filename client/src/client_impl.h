@@ -611,6 +611,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // on a slot its name no longer maps to (lockd came back with another lock count since the
   // name was hashed: AsyncRequest::hashed_with) is released and completes it with kConnection.
   static void FinishGranted(AsyncRequest & r, LockHandle h);
+  Result<sdk::ThreadChannel*> BatchChannel(std::vector<AsyncRequest> & batch) EXCLUDES(async_mu_);
   void PumpLoop() EXCLUDES(async_mu_);
   void WaiterLoop() EXCLUDES(async_mu_);
   // An async request that waits in the cohort (AsyncWait::cohort_queued), on a waiter thread

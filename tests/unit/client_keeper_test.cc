@@ -1400,3 +1400,64 @@ TEST_CASE("session keeping: a handle dropped after its lease ran out tells OnLos
   CHECK(calls2 == 0);
   ClientTestPeer::PauseKeeper(*client, false);
 }
+
+// The async pump takes up to 8 queued requests at once and waited for the session once, until
+// the earliest of their deadlines: while the client reconnected, a try-lock (timeout 0) in the
+// batch made every other request fail at once with kConnection, where each should wait for the
+// new session within its own timeout, as a blocking request does (client.h; found by review,
+// 2026-12-06).
+TEST_CASE("session keeping: an async try-lock does not fail the other requests of its batch") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  std::atomic<bool> refuse{false};
+  Connector inner = lockd.connector();
+  Connector connector = [&, inner](
+                            const ChannelParams& p, uint32_t* retry_ms,
+                            proto::RejectReason* reason) -> Result<std::unique_ptr<Connection>> {
+    if ((p.flags & proto::kFlagJoin) == 0 && refuse.load()) {
+      return Error(ErrorCode::kConnection, "test connector: lockd is restarting");
+    }
+    return inner(p, retry_ms, reason);
+  };
+  auto client = ConnectTo("batch", connector);
+  // The pump runs A's callback: while it waits there, B and C queue, and the pump takes them as
+  // one batch when it is let go.
+  std::promise<void> go;
+  std::shared_future<void> let_go = go.get_future().share();
+  std::promise<Result<LockHandle>> a, b, c;
+  REQUIRE(client
+              ->LockSlotAsync(1, {},
+                              [&](Result<LockHandle> r) {
+                                let_go.wait();
+                                a.set_value(std::move(r));
+                              })
+              .ok());
+  std::this_thread::sleep_for(100ms);  // A is granted, and its callback waits
+  const uint64_t first = client->session_id();
+  refuse = true;
+  ClientTestPeer::FailSession(*client, "lockd restarting");
+  REQUIRE(client
+              ->LockSlotAsync(2, {.timeout = 0ms},
+                              [&](Result<LockHandle> r) { b.set_value(std::move(r)); })
+              .ok());
+  REQUIRE(client
+              ->LockSlotAsync(3, {.timeout = 1500ms},
+                              [&](Result<LockHandle> r) { c.set_value(std::move(r)); })
+              .ok());
+  go.set_value();
+  std::thread back([&] {
+    std::this_thread::sleep_for(300ms);
+    refuse = false;  // lockd is back
+  });
+  auto fa = a.get_future(), fb = b.get_future(), fc = c.get_future();
+  REQUIRE(fb.wait_for(5s) == std::future_status::ready);
+  REQUIRE(fc.wait_for(5s) == std::future_status::ready);
+  back.join();
+  auto rb = fb.get(), rc = fc.get();
+  INFO("try-lock: " << (rb.ok() ? "granted" : rb.status().ToString())
+                    << "; the request with 1500 ms: "
+                    << (rc.ok() ? "granted" : rc.status().ToString()));
+  CHECK_FALSE(rb.ok());  // no session when it was taken
+  CHECK(rc.ok());
+  CHECK(client->session_id() != first);
+  REQUIRE(fa.wait_for(1s) == std::future_status::ready);
+}
