@@ -219,7 +219,9 @@ Result<LockHandle> Client::Lock(std::string_view name, const LockOptions& option
   RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel(deadline));
   const uint64_t count = ch->session->reply.lock_count;
   impl_->TestHook("hashed");
-  auto h = LockSlot(SlotForName(name, count), options);
+  LockOptions left = options;  // the session wait took part of the timeout
+  left.timeout = sdk::TimeoutLeft(options.timeout, deadline, Clock::now());
+  auto h = LockSlot(SlotForName(name, count), left);
   if (h.ok()) RDMALOCK_RETURN_IF_ERROR(sdk::SameNameMapping(*h->state_, count));
   return h;
 }
@@ -322,7 +324,9 @@ Result<std::vector<LockHandle>> Client::LockMany(std::span<const LockRequest> re
     slots.push_back({SlotForName(r.name, count), r.mode});
   }
   impl_->TestHook("hashed");
-  auto handles = LockManySlots(slots, options);
+  LockOptions left = options;  // the session wait took part of the timeout
+  left.timeout = sdk::TimeoutLeft(options.timeout, deadline, Clock::now());
+  auto handles = LockManySlots(slots, left);
   if (handles.ok()) {
     for (const LockHandle& h : *handles) {  // all or nothing: dropped, they release
       RDMALOCK_RETURN_IF_ERROR(sdk::SameNameMapping(*h.state_, count));

@@ -1461,3 +1461,37 @@ TEST_CASE("session keeping: an async try-lock does not fail the other requests o
   CHECK(client->session_id() != first);
   REQUIRE(fa.wait_for(1s) == std::future_status::ready);
 }
+
+// Lock(name) and LockMany started their timeout, waited for the session with it, and then the
+// acquire started a whole new timeout: a call that spent most of its time waiting for the
+// session (here, a test hook between the two) waited up to twice its timeout (found by review,
+// 2026-12-06). The acquire gets what is left.
+TEST_CASE("timeouts: Lock by name and LockMany wait their timeout once, not twice") {
+  testing::FakeLockd lockd(Leased(5s));
+  auto holder = ConnectTo("twice-holder", lockd.connector());
+  auto client = ConnectTo("twice-waiter", lockd.connector());
+  bool many = false;
+  SECTION("Lock") {}
+  SECTION("LockMany") { many = true; }
+  auto h = holder->Lock("twice");
+  REQUIRE(h.ok());
+  // The time between the session wait and the acquire: 600 ms of the call's 500.
+  ClientTestPeer::SetTestHook(*client, [](std::string_view point) {
+    if (point == "hashed") std::this_thread::sleep_for(600ms);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  Status st;
+  if (many) {
+    const LockRequest reqs[] = {{"twice", LockMode::kExclusive}};
+    st = client->LockMany(reqs, {.timeout = 500ms}).status();
+  } else {
+    st = client->Lock("twice", {.timeout = 500ms}).status();
+  }
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  INFO(st.ToString() << " after " << took.count() << " ms (timeout 500 ms, 600 ms of it spent "
+                     << "before the acquire)");
+  CHECK(st.code() == ErrorCode::kTimeout);
+  CHECK(took < 950ms);  // 1,100 ms when the acquire started its timeout anew
+  ClientTestPeer::SetTestHook(*client, nullptr);
+}
