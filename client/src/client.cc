@@ -96,7 +96,7 @@ Result<std::string> ResolveAuthKey(const ClientOptions& o) {
 
 }  // namespace
 
-Client::Client(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) { impl_->Start(); }
+Client::Client(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Client::~Client() {
   if (impl_->inherited()) {
@@ -186,6 +186,10 @@ Result<std::shared_ptr<Client::Impl>> ConnectImpl(const ClientOptions& options, 
 Result<std::unique_ptr<Client>> Client::ConnectResolving(const ClientOptions& options,
                                                          Resolver resolve) {
   RDMALOCK_ASSIGN_OR_RETURN(auto impl, ConnectImpl(options, std::move(resolve), VerbsConnect));
+  if (Status st = impl->Start(); !st.ok()) {
+    impl->Close();
+    return st;
+  }
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 

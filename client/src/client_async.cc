@@ -2,6 +2,8 @@
 // kAsyncBatch queued requests' FETCH_AND_ADDs in one doorbell; kAsyncWaiters waiter threads
 // finish those not granted at once. Their queues are guarded by async_mu_.
 #include <algorithm>
+#include <string>
+#include <system_error>
 #include <tuple>
 
 #include "client/src/client_impl.h"
@@ -17,11 +19,21 @@ Status Client::Impl::Submit(AsyncRequest req) {
     MutexLock lk(&async_mu_);
     if (async_stop_) return Error(ErrorCode::kConnection, "client closed");
     if (!pump_.joinable()) {
-      // As the keeper's, these threads hold the Impl while they run (see Start).
-      pump_ = std::thread([self = shared_from_this()] { self->PumpLoop(); });
-      for (int i = 0; i < kAsyncWaiters; ++i) {
-        waiters_.emplace_back([self = shared_from_this()] { self->WaiterLoop(); });
-        waiter_ids_.push_back(waiters_.back().get_id());
+      // As the keeper's, these threads hold the Impl while they run (see Start). The waiters
+      // first, the pump last: a start that fails part way is taken up again by the next
+      // request (no pump yet), and none is queued for a pump that does not run.
+      try {
+        TestHook("starting async threads");
+        waiters_.reserve(kAsyncWaiters);  // no reallocation once a thread runs
+        waiter_ids_.reserve(kAsyncWaiters);
+        while (waiters_.size() < static_cast<size_t>(kAsyncWaiters)) {
+          waiters_.emplace_back([self = shared_from_this()] { self->WaiterLoop(); });
+          waiter_ids_.push_back(waiters_.back().get_id());
+        }
+        pump_ = std::thread([self = shared_from_this()] { self->PumpLoop(); });
+      } catch (const std::system_error& e) {  // no thread to be had now (EAGAIN)
+        return Error(ErrorCode::kResource,
+                     std::string("cannot start the client's async threads: ") + e.what());
       }
     }
     async_q_.push_back(std::move(req));

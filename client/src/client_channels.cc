@@ -2,6 +2,8 @@
 // (client_impl.h says which thread owns what).
 #include <algorithm>
 #include <random>
+#include <string>
+#include <system_error>
 
 #include "client/src/client_impl.h"
 
@@ -167,16 +169,23 @@ Status Client::Impl::OwnJoinError(std::string_view whose, const Status& st,
                               " could not join its session: " + st.message());
 }
 
-void Client::Impl::Start() {
+Status Client::Impl::Start() {
   // Under mu_ until the channels are registered: each thread's loop begins by taking it.
   MutexLock lk(&mu_);
-  reaper_ = std::thread([self = shared_from_this()] { self->ReaperLoop(); });
-  keeper_ = std::thread([self = shared_from_this()] { self->KeeperLoop(); });
+  try {
+    TestHook("starting threads");
+    reaper_ = std::thread([self = shared_from_this()] { self->ReaperLoop(); });
+    keeper_ = std::thread([self = shared_from_this()] { self->KeeperLoop(); });
+  } catch (const std::system_error& e) {  // no thread to be had now (EAGAIN); Close joins any
+    return Error(ErrorCode::kResource,
+                 std::string("cannot start the client's keeper and reaper threads: ") + e.what());
+  }
   reaper_id_ = reaper_.get_id();
   if (keeper_own_ && keeper_own_->session == session_) channels_[keeper_.get_id()] = keeper_own_;
   if (reaper_own_ && reaper_own_->session == session_) channels_[reaper_id_] = reaper_own_;
   keeper_own_.reset();
   reaper_own_.reset();
+  return Status::Ok();
 }
 
 void Client::Impl::Close() {

@@ -38,9 +38,15 @@ void ClientTestPeer::FailSession(Client& c, const std::string& why) {
   }
 }
 
-Result<std::unique_ptr<Client>> ClientTestPeer::Connect(const ClientOptions& options,
-                                                        Connector connector) {
+Result<std::unique_ptr<Client>> ClientTestPeer::Connect(
+    const ClientOptions& options, Connector connector,
+    std::function<void(std::string_view point)> hook) {
   RDMALOCK_ASSIGN_OR_RETURN(auto impl, ConnectImpl(options, nullptr, std::move(connector)));
+  impl->test_hook_ = std::move(hook);
+  if (Status st = impl->Start(); !st.ok()) {
+    impl->Close();
+    return st;
+  }
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 

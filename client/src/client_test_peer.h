@@ -47,8 +47,11 @@ class ClientTestPeer {
   // Ends the current session as a connection error found by any thread would.
   static void FailSession(Client& c, const std::string& why);
   // A client whose every connection is made by `connector` (a test lockd over the in-process
-  // backend: tests/support/fake_lockd.h). options.server must not be empty.
-  static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options, Connector connector);
+  // backend: tests/support/fake_lockd.h). options.server must not be empty. `hook` is its test
+  // hook (SetTestHook) from before its threads start.
+  static Result<std::unique_ptr<Client>> Connect(
+      const ClientOptions& options, Connector connector,
+      std::function<void(std::string_view point)> hook = nullptr);
   // The current session's join key (what a further connection of the session presents).
   static uint64_t JoinKey(Client& c);
   // Expires once the client's implementation (its threads' shared state) has been destroyed,

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -400,4 +401,67 @@ TEST_CASE("async: closing a client whose waiter thread is still joining the sess
   auto r = waits_f.get();
   INFO(r.status().ToString());
   CHECK(r.status().code() == ErrorCode::kConnection);
+}
+
+// The first async request starts the client's pump and waiter threads. std::thread throws when
+// the system has no thread for it (EAGAIN: RLIMIT_NPROC, a cgroup's pids.max), and the exception
+// went out of LockSlotAsync, through an API that promises none, with the request's budget unit
+// kept for ever (found by review, 2026-12-06). A test hook at that point throws as std::thread
+// does.
+TEST_CASE("async: a thread that cannot be started is an error, not an exception") {
+  testing::FakeLockd lockd({});
+  auto client = ConnectTo(lockd, "no-threads");
+  std::atomic<int> refusals{1};
+  ClientTestPeer::SetTestHook(*client, [&refusals](std::string_view point) {
+    if (point == "starting async threads" && refusals.fetch_sub(1) > 0) {
+      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                              "thread constructor failed");
+    }
+  });
+  std::promise<Result<LockHandle>> got;
+  Status st;
+  std::string threw;
+  try {
+    st = client->LockSlotAsync(1, {}, [&](Result<LockHandle> r) { got.set_value(std::move(r)); });
+  } catch (const std::exception& e) {
+    threw = e.what();
+  }
+  INFO("threw: " << threw << "; status: " << st.ToString());
+  CHECK(threw.empty());
+  CHECK(st.code() == ErrorCode::kResource);
+  CHECK(ClientTestPeer::BudgetUnits(*client, 1) == 0);
+  // Threads can be had again: the next request starts them and is served.
+  REQUIRE(client->LockSlotAsync(1, {}, [&](Result<LockHandle> r) { got.set_value(std::move(r)); })
+              .ok());
+  auto f = got.get_future();
+  REQUIRE(f.wait_for(5s) == std::future_status::ready);
+  auto h = f.get();
+  CHECK(h.ok());
+  ClientTestPeer::SetTestHook(*client, nullptr);
+}
+
+// Connect starts the client's keeper and reaper threads; std::thread's exception (no thread to
+// be had) went out of Client::Connect, which promises none (found by review, 2026-12-06). The
+// test hook throws as std::thread does.
+TEST_CASE("connect: a keeper or reaper thread that cannot be started is an error") {
+  testing::FakeLockd lockd({});
+  const auto hook = [](std::string_view point) {
+    if (point == "starting threads") {
+      throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again),
+                              "thread constructor failed");
+    }
+  };
+  Result<std::unique_ptr<Client>> c = Error(ErrorCode::kInternal, "not run");
+  std::string threw;
+  try {
+    c = ClientTestPeer::Connect(testing::FakeClientOptions("no-threads"), lockd.connector(), hook);
+  } catch (const std::exception& e) {
+    threw = e.what();
+  }
+  INFO("threw: " << threw << "; status: " << c.status().ToString());
+  CHECK(threw.empty());
+  CHECK(c.status().code() == ErrorCode::kResource);
+  // The session it had opened ends with it: another client takes every slot.
+  auto other = ConnectTo(lockd, "after");
+  CHECK(other->TryLockSlot(0).ok());
 }
