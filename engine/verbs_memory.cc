@@ -33,7 +33,7 @@ struct VerbsMemory::Impl {
   std::vector<uint8_t> buffer;  // ops (kMaxBatch x kOpScratch), post ring, then kBulkBytes
   rdma::MemoryRegion mr;
   proto::RegionDesc regions[3];
-  proto::RegionDesc record;  // this session's record: WRITEs to kSessions use its rkey
+  proto::RegionDesc record;  // this session's record: WRITEs and atomics to kSessions use its rkey
 
   uint32_t Rkey(RegionId region, bool write) const {
     if (write && region == RegionId::kSessions && record.rkey != 0) return record.rkey;
@@ -114,11 +114,11 @@ struct VerbsMemory::Impl {
       switch (op.kind) {
         case RemoteOp::Kind::kFetchAdd:
           wr.opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
-          wr.wr.atomic = {raddr, op.operand, 0, Rkey(op.region, false)};
+          wr.wr.atomic = {raddr, op.operand, 0, Rkey(op.region, true)};
           break;
         case RemoteOp::Kind::kCompareSwap:
           wr.opcode = IBV_WR_ATOMIC_CMP_AND_SWP;
-          wr.wr.atomic = {raddr, op.operand, op.swap, Rkey(op.region, false)};
+          wr.wr.atomic = {raddr, op.operand, op.swap, Rkey(op.region, true)};
           break;
         case RemoteOp::Kind::kRead:
           wr.opcode = IBV_WR_RDMA_READ;
@@ -388,7 +388,12 @@ Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& p
 }
 
 Status VerbsMemory::ProbeByteOrder() {
-  RemoteOp probe = RemoteOp::FetchAdd(RegionId::kLocks, proto::ProbeOffset(reply_.lock_count), 0);
+  // Since protocol 7 on the session's own probe word, which no other client can change.
+  RemoteOp probe =
+      reply_.version >= 7
+          ? RemoteOp::FetchAdd(RegionId::kSessions,
+                               reply_.session_record_offset + proto::SessionRecord::kProbe, 0)
+          : RemoteOp::FetchAdd(RegionId::kLocks, proto::ProbeOffset(reply_.lock_count), 0);
   RDMALOCK_RETURN_IF_ERROR(DoExecute(std::span<RemoteOp>(&probe, 1)));
   if (probe.result[0] == proto::kProbePattern) return Status::Ok();
   if (probe.result[0] == __builtin_bswap64(proto::kProbePattern)) {
@@ -396,7 +401,7 @@ Status VerbsMemory::ProbeByteOrder() {
     return Status::Ok();
   }
   return Error(ErrorCode::kProtocol,
-               "atomic probe returned an unexpected value; lockd's lock "
+               "atomic probe returned an unexpected value; lockd's memory "
                "table layout does not match this client");
 }
 

@@ -302,8 +302,10 @@ void Server::Impl::Admit(Conn& c, const proto::Hello& hello) {
        IBV_ACCESS_REMOTE_READ},
       // The client's own record, from its heartbeat on: the header before it is lockd's view
       // of the session (peer, pid, name, session id), which operators see and trust.
+      // Atomics too, for its byte-order probe word (SessionRecord::kProbe).
       {dev.sessions_mr.get(), regions->sessions() + record_off + kWritable,
-       proto::kSessionRecordSize - kWritable, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE},
+       proto::kSessionRecordSize - kWritable,
+       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC},
   };
   uint32_t rkeys[kWindowsPerConnection];
   ibv_send_wr binds[kWindowsPerConnection]{};

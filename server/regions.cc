@@ -103,8 +103,9 @@ Status Regions::OpenDevices(const Config& config) {
     RDMALOCK_RETURN_IF_ERROR(rdma::ArmCq(d->cq.get()));
     // The NIC enforces who may do what: info READ only; the lock table atomics and READ, never
     // WRITE (a WRITE racing a NIC atomic on one word is not atomic); the session table READ, a
-    // client's own record WRITE. With memory windows (the default) the regions themselves grant
-    // no remote access at all: each connection gets windows bound to its QP (see Admit).
+    // client's own record WRITE and atomics (its probe word, which only it writes). With memory
+    // windows (the default) the regions themselves grant no remote access at all: each connection
+    // gets windows bound to its QP (see Admit).
     const int mw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND;
     const bool w = config.memory_windows;
     RDMALOCK_ASSIGN_OR_RETURN(d->info_mr,
@@ -117,9 +118,10 @@ Status Regions::OpenDevices(const Config& config) {
             w ? mw : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC));
     RDMALOCK_ASSIGN_OR_RETURN(
         d->sessions_mr,
-        rdma::RegisterMr(
-            d->pd.get(), sessions_->data(), sessions_->size(),
-            w ? mw : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE));
+        rdma::RegisterMr(d->pd.get(), sessions_->data(), sessions_->size(),
+                         w ? mw
+                           : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ |
+                                 IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC));
     spdlog::info("device {}: regions registered (lock table {} bytes, rd_atomic {}, {})", d->name,
                  locks_->size(), d->sizes.rd_atomic,
                  w ? "memory windows per connection (max_mw " + std::to_string(dattr.max_mw) + ")"

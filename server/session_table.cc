@@ -66,6 +66,7 @@ void SessionTable::WriteRecord(const Session& s) {
   r.name = s.name;
   r.peer = s.peer;
   r.EncodeTo(rec);
+  proto::PutLe(rec, proto::SessionRecord::kProbe, proto::kProbePattern, 8);
 }
 
 std::optional<EndedRecord> SessionTable::End(const Session& s) {

@@ -388,6 +388,33 @@ TEST_CASE("a client that writes garbage into its own session record hurts no one
   REQUIRE(h2->fencing_token() > token);
 }
 
+// Every connection probes the NIC's byte order of atomic results with a FETCH_AND_ADD of 0 on a
+// word lockd set to a known pattern. That word was one probe slot after the lock table, which
+// every client may change with atomics: one FETCH_AND_ADD of 1 there and every later connection
+// failed its probe ("atomic probe returned an unexpected value"), every new client, every new
+// thread of a live one and lockd's own loopback, until lockd restarted (found by review,
+// 2026-12-06). A client of protocol 7 probes a word of its own session record.
+TEST_CASE("a client that changes the lock table's probe word stops no one else from connecting") {
+  Lockd lockd(7635, 64);
+  auto vandal = RawChannel(lockd, "vandal");
+  RemoteOp fa = RemoteOp::FetchAdd(RegionId::kLocks, proto::ProbeOffset(64), 1);
+  REQUIRE(vandal->Execute(fa).ok());
+  auto c = lockd.Connect();
+  INFO("a new client after the probe word changed: " << c.status().ToString());
+  REQUIRE(c.ok());
+  auto h = (*c)->Lock("after-the-vandal");
+  REQUIRE(h.ok());
+  // The client's own probe word is its own: changing it breaks only its own next connection.
+  auto again = RawChannel(lockd, "self-vandal");
+  const uint64_t rec = again->reply().session_record_offset;
+  RemoteOp own = RemoteOp::FetchAdd(RegionId::kSessions, rec + proto::SessionRecord::kProbe, 1);
+  REQUIRE(again->Execute(own).ok());
+  auto d = lockd.Connect();
+  INFO("another client after a session changed its own probe word: " << d.status().ToString());
+  REQUIRE(d.ok());
+  REQUIRE(h->Release().ok());
+}
+
 TEST_CASE("finding 7: only lockd itself may connect as lockd's loopback") {
   // allow_from is empty (the default): before the fix any peer that set the loopback flag was
   // taken for lockd's own connection, skipping the restart grace, max_clients and fencing.

@@ -5,6 +5,9 @@
 #include <array>
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -147,4 +150,30 @@ TEST_CASE("ScanRecordEntries reports live requests, skips free and finished ones
                         [&](const RequestEntry& e, uint32_t i) { seen.emplace_back(i, e.slot); });
   REQUIRE(garbage == 2);
   REQUIRE(seen == std::vector<std::pair<uint32_t, uint32_t>>{{0, 5}, {4, 7}});
+}
+
+// docs/protocol.md §10 drew the record header with the heartbeat at +96 and lockd's stamp at
+// +104, where the code has them at +112 and +96 since protocol 4 (found by review, 2026-12-06).
+// The drawing is checked against the constants.
+TEST_CASE("docs/protocol.md draws the session record header the code writes") {
+  std::ifstream in(std::string(RDMALOCK_SOURCE_DIR) + "/docs/protocol.md");
+  REQUIRE(in);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string doc = ss.str();
+  using R = SessionRecord;
+  for (const std::string& field :
+       {"+" + std::to_string(R::kHeartbeatSeenUnixNs) + " heartbeat last seen moving (lockd)",
+        "+" + std::to_string(R::kHeartbeat) + " heartbeat (client)",
+        "+" + std::to_string(R::kProbe) + " probe word",
+        "WRITEs a counter at `+" + std::to_string(R::kHeartbeat) + "`",
+        "stamps `+" + std::to_string(R::kHeartbeatSeenUnixNs) + "` with its clock"}) {
+    INFO(field);
+    CHECK(doc.find(field) != std::string::npos);
+  }
+  // The probe word is in the client's window, before the entries, and 8-byte aligned.
+  STATIC_REQUIRE(R::kProbe >= R::kClientWritable);
+  STATIC_REQUIRE(R::kProbe + 8 <= R::kEntries);
+  STATIC_REQUIRE(R::kProbe % 8 == 0);
+  STATIC_REQUIRE(R::kProbe != R::kHeartbeat);
 }

@@ -28,7 +28,11 @@ inline constexpr uint32_t kHandshakeMagic = 0x314b4c52;  // "RLK1" read little-e
 // serves version-5 clients too (they write no tagged entry; nothing else changed) and answers
 // each client in the version of its connect request. A version-6 client needs a version-6
 // lockd, which a version-5 lockd's refusal (bad_version, versions 5..5) says.
-inline constexpr uint16_t kProtocolVersion = 6;
+// Version 7: a connection probes its NIC's atomic byte order on a word of its own session record
+// (SessionRecord::kProbe), not on the probe slot after the lock table, which any client could
+// change and so fail every later connection's probe (lockd's own too). lockd of version 7 serves
+// versions 5 and 6 too (they probe the old slot, which it still fills).
+inline constexpr uint16_t kProtocolVersion = 7;
 inline constexpr uint16_t kMinProtocolVersion = 5;
 
 // rdma_cm limits (verified on rdma_rxe; the IB CM sets them): connect 56, accept 196, reject 148.

@@ -15,9 +15,12 @@ inline constexpr uint32_t kLayoutVersion = 2;
 inline constexpr uint64_t kInfoMagic = 0x4b434f4c414d4452ull;  // "RDMALOCK" read little-endian
 inline constexpr uint64_t kInfoPageSize = 4096;
 
-// The lock table holds `lock_count` slots followed by one probe slot. lockd stores kProbePattern
-// in the probe slot's word0 before registering the table. A client's FETCH_AND_ADD of 0 on it tells
-// whether the client's NIC returns atomic results in host byte order (pitfall: some do not).
+// A client's FETCH_AND_ADD of 0 on a word lockd set to kProbePattern tells whether the client's NIC
+// returns atomic results in host byte order (pitfall: some do not). Since protocol 7 the word is
+// the client's own, in its session record (SessionRecord::kProbe), which lockd sets when the
+// session starts: no other client can change it. Clients of protocols 5 and 6 probe the probe
+// slot after the lock table, which lockd still fills before registering the table; any client may
+// change that one with atomics, and then their probes fail.
 inline constexpr uint64_t kProbePattern = 0x0102030405060708ull;
 constexpr uint64_t LockTableBytes(uint64_t lock_count) { return (lock_count + 1) * kSlotSize; }
 constexpr uint64_t SlotOffset(uint64_t slot) { return slot * kSlotSize; }
@@ -133,6 +136,9 @@ struct SessionRecord {
   static constexpr size_t kPeer = 48, kPeerLen = 48;
   static constexpr size_t kHeartbeatSeenUnixNs = 96;  // u64, lockd: when it last saw it move
   static constexpr size_t kHeartbeat = 112;           // u64, client: bumped every interval
+  // u64, kProbePattern, set by lockd when the session starts: the word each connection of the
+  // session probes its NIC's atomic byte order on (protocol 7; the client's window allows atomics).
+  static constexpr size_t kProbe = 120;
   static constexpr size_t kEncodedSize = 120;
   // The client's window over its own record starts here: everything before it is lockd's view of
   // the session (what operators see), which a client cannot WRITE (with memory windows; with
