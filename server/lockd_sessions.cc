@@ -21,6 +21,12 @@ void Server::Impl::DropHandshake(Conn& c, const std::string& why) {
   }
   if (s->counted) {
     RemoveConn(id);
+    // Its first connection's Welcome failed after it was counted: no connection of it is left,
+    // and none comes (no DISCONNECTED for an id destroyed here; a join needs the Welcome's key).
+    // It ends now, not at its heartbeat timeout; its locks are freed one lease later, as for a
+    // connection that failed (the client may have read the Welcome and locked before its SEND's
+    // failure showed here).
+    if (s->conns.empty()) EndSession(s, EndReason::kConnectFailed, why, false);
   } else {
     // No connection of this session was ever admitted: nothing of it can be in the table.
     EndSession(s, EndReason::kConnectFailed, why, true);

@@ -425,6 +425,43 @@ TEST_CASE("protocol version 6: lockd answers a version-5 client in version 5, an
   }
 }
 
+// A session's first connection is counted when lockd posts its Welcome. A Welcome whose SEND then
+// failed (the client's receive too small here; a peer that posts none fails it the same way)
+// dropped only the connection: the session, with no connection left and none to come, lingered in
+// the table, holding a record and a max_clients place, until its heartbeat timed out (found by
+// review, 2026-12-06). It ends when its last connection goes.
+TEST_CASE("a session whose first Welcome fails ends with it, not at its heartbeat timeout") {
+  Lockd lockd(7636, 64, 1000, 64, "", {"--heartbeat-timeout-ms", "20000"});
+  const std::string ip = RxeIp();
+  proto::ConnectRequest req;
+  req.client_name = "welcome-fails";
+  const auto bytes = req.Encode();
+  std::vector<uint8_t> reject, reply;
+  // A receive of 128 bytes: the Welcome does not fit.
+  auto conn = rdma::ConnectRc(ip, lockd.port(), bytes, 3s, 4, 128, &reject);
+  REQUIRE(conn.ok());
+  const auto hello = proto::Hello{}.Encode();
+  uint32_t kind = 0;
+  const Status st =
+      rdma::ExchangeControl(conn->get(), hello, static_cast<uint32_t>(proto::ControlKind::kHello),
+                            kRefusal, 3s, &reply, &kind);
+  INFO("the client's side: " << st.ToString());
+  CHECK_FALSE(st.ok());
+  WaitForLog(lockd, "handshake send failed");
+  // The connection is kept open: only lockd's own handling can end the session.
+  const auto end = std::chrono::steady_clock::now() + 5s;
+  std::string clients;
+  for (;;) {
+    clients = Capture(Lockctl(lockd) + " clients").second;
+    if (clients.find("welcome-fails") == std::string::npos) break;
+    if (std::chrono::steady_clock::now() > end) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  INFO("lockctl clients, 5 s after the Welcome failed:\n" << clients);
+  CHECK(clients.find("welcome-fails") == std::string::npos);
+  CHECK(lockd.Log().find("ended: handshake failed") != std::string::npos);
+}
+
 TEST_CASE("a refusal is the answer at once, even while the hello's SEND is unacknowledged") {
   // The client's side of a handshake whose hello was never acknowledged (rdma_rxe under TCG has
   // left one so for seconds; after a refusal lockd fences the QP, so no retransmission could
