@@ -16,6 +16,7 @@
 #include <iterator>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -73,15 +74,11 @@ struct LostGate {
 
   void Call(const Status& why) EXCLUDES(mu) {
     MutexLock lk(&mu);
-    if (fn == nullptr) return;
-    caller.store(std::this_thread::get_id());
-    // Cleared however the callback leaves, before `mu` is unlocked: it may end its thread, and a
-    // later thread may be given the same id.
-    struct Clear {
-      std::atomic<std::thread::id>& id;
-      ~Clear() { id.store(std::thread::id()); }
-    } clear{caller};
-    fn(static_cast<rdmalock_status_t>(why.code()), why.message().c_str(), user_data);
+    if (fn == nullptr) {  // cleared (NULL): told to the next callback set (Set)
+      untold = why;
+      return;
+    }
+    Tell(why);
   }
   void Set(rdmalock_lost_fn f, void* data) {
     if (caller.load() == std::this_thread::get_id()) {  // from inside the callback: mu is ours
@@ -93,7 +90,25 @@ struct LostGate {
     MutexLock lk(&mu);
     fn = f;
     user_data = data;
+    // A loss found while no callback was set is told to the one set now, on this thread, before
+    // rdmalock_lock_on_lost returns; a NULL fn drops it (rdmalock.h).
+    std::optional<Status> why = std::exchange(untold, std::nullopt);
+    if (why && fn != nullptr) Tell(*why);
   }
+
+ private:
+  void Tell(const Status& why) REQUIRES(mu) {
+    caller.store(std::this_thread::get_id());
+    // Cleared however the callback leaves, before `mu` is unlocked: it may end its thread, and a
+    // later thread may be given the same id.
+    struct Clear {
+      std::atomic<std::thread::id>& id;
+      ~Clear() { id.store(std::thread::id()); }
+    } clear{caller};
+    fn(static_cast<rdmalock_status_t>(why.code()), why.message().c_str(), user_data);
+  }
+  // The loss the C++ handle reported while fn was NULL.
+  std::optional<Status> untold GUARDED_BY(mu);
 };
 
 // Constant once made: any thread that may use the client reads it.
@@ -564,7 +579,9 @@ rdmalock_status_t rdmalock_lock_on_lost(rdmalock_lock_t* lock, rdmalock_lost_fn 
     // at once, from OnLost, on this thread.
     const bool first = !lock->gate;
     if (first) lock->gate = std::make_shared<LostGate>();
-    lock->gate->Set(fn, user_data);
+    // Held here: a loss told from Set may run a callback that frees the lock, and its gate.
+    const std::shared_ptr<LostGate> gate = lock->gate;
+    gate->Set(fn, user_data);
     if (first) {
       lock->handle.OnLost([gate = lock->gate](const Status& why) {
         try {

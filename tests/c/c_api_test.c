@@ -704,17 +704,24 @@ static void on_lost(rdmalock_status_t code, const char* message, void* user_data
 }
 
 static void test_lost_callback(void) {
-  static struct lost_seen seen, other, late_seen;
+  static struct lost_seen seen, other, late_seen, cleared_seen;
   rdmalock_client_t* a = connect_as("c-api-lost");
   REQUIRE(a != NULL);
-  rdmalock_lock_t *l = NULL, *freed = NULL, *late = NULL;
+  rdmalock_lock_t *l = NULL, *freed = NULL, *late = NULL, *cleared = NULL;
   EXPECT_STATUS(rdmalock_lock(a, "c-api/lost", RDMALOCK_EXCLUSIVE, 5000, &l), RDMALOCK_OK);
   REQUIRE(l != NULL);
   /* A third lock of the session, with no callback until it is lost: the one set then is told at
    * once (it was never told: found by review, 2026-12-05). */
-  EXPECT_STATUS(rdmalock_lock(a, "c-api/lost-late", RDMALOCK_EXCLUSIVE, 5000, &late),
-                RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_lock(a, "c-api/lost-late", RDMALOCK_EXCLUSIVE, 5000, &late), RDMALOCK_OK);
   REQUIRE(late != NULL);
+  /* A fourth, whose callback is set and then cleared (NULL) before the loss: a loss found while
+   * no callback is set is told to the next one set, here too (the gate dropped it: found by
+   * review, 2026-12-06). */
+  EXPECT_STATUS(rdmalock_lock(a, "c-api/lost-cleared", RDMALOCK_EXCLUSIVE, 5000, &cleared),
+                RDMALOCK_OK);
+  REQUIRE(cleared != NULL);
+  EXPECT_STATUS(rdmalock_lock_on_lost(cleared, on_lost, &cleared_seen), RDMALOCK_OK);
+  EXPECT_STATUS(rdmalock_lock_on_lost(cleared, NULL, NULL), RDMALOCK_OK);
   EXPECT_STATUS(rdmalock_lock_on_lost(l, on_lost, &seen), RDMALOCK_OK);
   /* A second lock of the session whose handle is freed before the loss: its callback must not
    * run. It is given up by freeing (released). */
@@ -748,6 +755,12 @@ static void test_lost_callback(void) {
   CHECK(atomic_load(&late_seen.code) != RDMALOCK_OK);
   EXPECT_STATUS(rdmalock_lock_on_lost(late, on_lost, &late_seen), RDMALOCK_OK);
   CHECK(atomic_load(&late_seen.calls) == 1); /* once */
+  CHECK(rdmalock_lock_get_state(cleared) == RDMALOCK_LOST);
+  CHECK(atomic_load(&cleared_seen.calls) == 0); /* no callback was set at the loss */
+  EXPECT_STATUS(rdmalock_lock_on_lost(cleared, on_lost, &cleared_seen), RDMALOCK_OK);
+  CHECK(atomic_load(&cleared_seen.calls) == 1); /* told before the call returned */
+  CHECK(atomic_load(&cleared_seen.code) != RDMALOCK_OK);
+  rdmalock_lock_free(cleared);
   rdmalock_lock_free(late);
   rdmalock_lock_free(l);
   rdmalock_close(a);

@@ -214,9 +214,9 @@ RDMALOCK_C_EXPORT int64_t rdmalock_lock_lease_remaining_ms(const rdmalock_lock_t
  * may end its thread (pthread_exit), except inside rdmalock_close or rdmalock_lock_free; on the
  * library's keeper thread the client then renews nothing more (docs/sdk.md). */
 typedef void (*rdmalock_lost_fn)(rdmalock_status_t code, const char* message, void* user_data);
-/* Sets (or with fn NULL, clears) the lost callback. A lock found lost before any callback was set
- * is told at once, on this thread, before this call returns (a NULL fn drops that). Errors:
- * INVALID_ARGUMENT (NULL lock). */
+/* Sets (or with fn NULL, clears) the lost callback. A lock found lost while no callback was set
+ * (before the first, or while cleared) is told to the next one set, at once, on this thread,
+ * before this call returns (a NULL fn drops that). Errors: INVALID_ARGUMENT (NULL lock). */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_lock_on_lost(rdmalock_lock_t* lock,
                                                           rdmalock_lost_fn fn, void* user_data);
 
