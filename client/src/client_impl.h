@@ -411,6 +411,10 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // writes no heartbeat (lockd fences the live session), a reaper none leaves abandoned tickets
   // in their queues. A refusal for the cap fails Connect with kResource, naming the key.
   Status JoinOwnThreads() EXCLUDES(mu_);
+  // Has the keeper call `callback(why)` soon, on its thread: a dropped handle's loss (Drop in
+  // lock_handle.cc), told away from the thread that dropped it, which may hold what the callback
+  // takes. Dropped if the client closes first (its owner is closing it).
+  void TellLater(std::function<void(const Status&)> callback, Status why) EXCLUDES(mu_);
   // Starts the keeper and the reaper. Each thread holds a reference to the Impl until it ends,
   // so that one whose callback closes the client (Close then detaches it) goes on, until it
   // returns, on a live object (issue 17, finding 9). Called once, before the Client is made
@@ -668,6 +672,8 @@ class [[gnu::visibility("hidden")]] Client::Impl
   std::deque<std::pair<uint64_t, Ticket>> abandoned_ GUARDED_BY(mu_);  // (session gen, ticket)
   uint64_t sessions_lost_ GUARDED_BY(mu_) = 0;
   uint64_t reconnects_ GUARDED_BY(mu_) = 0;
+  // Losses of dropped handles, for the keeper to tell (TellLater).
+  std::vector<std::pair<std::function<void(const Status&)>, Status>> told_later_ GUARDED_BY(mu_);
 
   // The keeper's and the reaper's connections of the first session, from JoinOwnThreads until
   // Start registers them under their threads' ids; reaper_id_ (set by Start) is where Reconnect

@@ -40,6 +40,15 @@ struct AliveWatch {
 
 // The keeper: writes the heartbeat, renews tracked grants once a third of their lease has
 // passed, watches for lockd disconnecting us, and reconnects after the session ends.
+void Client::Impl::TellLater(std::function<void(const Status&)> callback, Status why) {
+  {
+    MutexLock lk(&mu_);
+    if (stopping_) return;
+    told_later_.emplace_back(std::move(callback), std::move(why));
+  }
+  cv_.SignalAll();
+}
+
 void Client::Impl::KeeperLoop() {
   AliveWatch alive;
   Clock::time_point next_beat, next_renew_check;
@@ -57,14 +66,18 @@ void Client::Impl::KeeperLoop() {
     // lockd said when to come back (its grace period): then, plus up to a quarter more (at most
     // 250 ms) so that its clients do not all arrive at once; never earlier. Else back off.
     if (!sess) tick = told_retry ? backoff + SmallJitter(backoff) : Jittered(backoff);
+    std::vector<std::pair<std::function<void(const Status&)>, Status>> tell;
     {
       MutexLock lk(&mu_);
       cv_.WaitFor(lk, tick, [&] {
         mu_.AssertHeld();
-        return stopping_;
+        return stopping_ || !told_later_.empty();
       });
       if (stopping_) return;
+      tell.swap(told_later_);
     }
+    for (auto& [callback, why] : tell) callback(why);  // dropped handles' losses (TellLater)
+    if (!tell.empty()) continue;
     if (keeper_paused_.load(std::memory_order_relaxed)) continue;  // a test stalls the keeper
     if (!sess) {
       if (!opts_.reconnect) continue;

@@ -33,9 +33,10 @@ Status SameNameMapping(const LockHandle::State& s, uint64_t hashed_with) {
 }  // namespace sdk
 
 namespace {
-// Where a release that loses the lock puts the loss: null for Release(), whose caller is told by
-// its result (LoseTold); a handle being dropped gets the OnLost callback to call, if the loss
-// was not reported yet (client.h: a dropped handle's errors go to the loss callback).
+// Where a release that finds the lock lost puts the loss: null for Release(), whose caller is
+// told by its result; a handle being dropped gets its OnLost callback, when the release's result
+// is kLockLost and the loss was not reported before (client.h: the owner of a dropped handle
+// learns through the callback that its lock was lost before it let go).
 using Teller = std::function<void(const Status&)>;
 Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl, Teller* tell);
 
@@ -82,13 +83,16 @@ bool StillHeld(const LockHandle::State& s) {
 
 namespace {
 Status ReleaseState(LockHandle::State& s, Teller* tell);
-// The owner drops a handle that may still hold its lock: it is released, and what went wrong
-// goes to the OnLost callback, as the owner cannot see the result.
+// The owner drops a handle that may still hold its lock: it is released, and a loss the release
+// found (the lease had run out, a waiter had recovered the lock) goes to the OnLost callback, as
+// the owner cannot see the result. The client's keeper runs it, not this thread: the owner may
+// drop the handle under a mutex its callback takes, or assign to the handle the callback uses.
 void Drop(LockHandle::State& s) {
   if (!StillHeld(s)) return;
   Teller tell;
   const Status st = ReleaseState(s, &tell);
-  if (tell) tell(st);
+  if (!tell) return;
+  if (auto impl = s.ctx->client.lock()) impl->TellLater(std::move(tell), st);
 }
 }  // namespace
 
@@ -190,6 +194,9 @@ Status ReleaseState(LockHandle::State& s, Teller* tell) {
                  "lease ran out before the release; lock lost, nothing released (then: " +
                      st.message() + ")");
   }
+  // Not a loss: the lock was held until now, and what failed is the release (a connection, a
+  // join refused), which the session's end or the client's reaper finishes.
+  if (tell != nullptr) *tell = nullptr;
   return st;
 }
 
@@ -285,11 +292,8 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl, Teller* tell) {
     // process no longer holds a lock it can rely on.
     const bool refused_a_connection = !ch.ok() && ch.status().code() == ErrorCode::kResource;
     const bool lease_runs = state_->ctx->session->engine->LeaseValid(state_->grant, Clock::now());
-    if (tell != nullptr) {
-      *tell = state_->Lose(st);
-    } else {
-      state_->LoseTold();
-    }
+    if (tell != nullptr) *tell = state_->on_lost;  // not reported before: it was held
+    state_->LoseTold();
     if (ch.ok()) ++(*ch)->lost;
     // This thread could not join the session (its connection cap is taken), which goes on: the
     // client's reaper, on its own connection, releases the ticket and clears its record entry,

@@ -1362,10 +1362,12 @@ TEST_CASE("session keeping: OnLost set after the lock was lost runs at once, onc
   CHECK(calls == 1);
 }
 
-// A handle dropped while held releases its lock, and client.h says its errors then go to the
-// loss callback. A release that found the lock lost (the lease ran out before the keeper looked)
-// marked the loss told, as for Release()'s own caller, and the callback never ran: the owner,
-// who could not see Release()'s result, never learned (found by review, 2026-12-06).
+// A handle dropped while held releases its lock, and client.h says a loss it finds then goes to
+// the loss callback. A release that found the lock lost (the lease ran out before the keeper
+// looked) marked the loss told, as for Release()'s own caller, and the callback never ran: the
+// owner, who could not see Release()'s result, never learned (found by review, 2026-12-06). The
+// keeper tells it, not the dropping thread, which may hold a mutex the callback takes (here it
+// does).
 TEST_CASE("session keeping: a handle dropped after its lease ran out tells OnLost") {
   testing::FakeLockd lockd(Leased(500ms));
   auto client = ConnectTo("dropped", lockd.connector());
@@ -1374,31 +1376,49 @@ TEST_CASE("session keeping: a handle dropped after its lease ran out tells OnLos
   SECTION("shared (a reader of the client's shared grant)") { mode = LockMode::kShared; }
   auto h = client->LockSlot(3, {.mode = mode});
   REQUIRE(h.ok());
-  int calls = 0;
+  std::mutex owner_mu;  // what the owner holds while it drops the handle, and the callback takes
+  std::atomic<int> calls{0};
+  std::atomic<bool> on_dropping_thread{false};
   Status told;
+  const auto dropper = std::this_thread::get_id();
   h->OnLost([&](const Status& st) {
-    ++calls;
+    std::lock_guard lk(owner_mu);
+    on_dropping_thread = std::this_thread::get_id() == dropper;
     told = st;
+    ++calls;
   });
   ClientTestPeer::PauseKeeper(*client, true);  // nothing renews the lease or looks at it
   std::this_thread::sleep_for(700ms);
   REQUIRE(calls == 0);
-  h = Error(ErrorCode::kInternal, "dropped");  // the handle is destroyed here
+  {
+    std::lock_guard lk(owner_mu);
+    h = Error(ErrorCode::kInternal, "dropped");  // the handle is destroyed here
+  }
+  REQUIRE(WaitFor([&] { return calls.load() > 0; }));
+  std::this_thread::sleep_for(50ms);
+  std::lock_guard lk(owner_mu);
   INFO("told: " << told.ToString());
   CHECK(calls == 1);
   CHECK(told.code() == ErrorCode::kLockLost);
+  CHECK_FALSE(on_dropping_thread);
   ClientTestPeer::PauseKeeper(*client, false);
-  // An explicit Release() returns the loss instead: its callback is not told as well.
-  auto h2 = client->LockSlot(4, {.mode = mode});
-  REQUIRE(h2.ok());
-  int calls2 = 0;
-  h2->OnLost([&](const Status&) { ++calls2; });
+}
+
+// An explicit Release() returns the loss instead: the callback is not told as well.
+TEST_CASE("session keeping: a Release() that finds the lock lost does not tell OnLost too") {
+  testing::FakeLockd lockd(Leased(500ms));
+  auto client = ConnectTo("released-lost", lockd.connector());
+  auto h = client->LockSlot(4);
+  REQUIRE(h.ok());
+  std::atomic<int> calls{0};
+  h->OnLost([&](const Status&) { ++calls; });
   ClientTestPeer::PauseKeeper(*client, true);
   std::this_thread::sleep_for(700ms);
-  CHECK(h2->Release().code() == ErrorCode::kLockLost);
-  h2 = Error(ErrorCode::kInternal, "dropped");
-  CHECK(calls2 == 0);
+  CHECK(h->Release().code() == ErrorCode::kLockLost);
+  h = Error(ErrorCode::kInternal, "dropped");
   ClientTestPeer::PauseKeeper(*client, false);
+  std::this_thread::sleep_for(200ms);
+  CHECK(calls == 0);
 }
 
 // The async pump takes up to 8 queued requests at once and waited for the session once, until

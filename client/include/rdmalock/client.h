@@ -97,9 +97,10 @@ enum class LockState : uint8_t {
 
 class Client;
 
-// An acquired lock. Releases on destruction and on being assigned to; what goes wrong then (the
-// lease had run out, the session had ended) goes to the loss callback only, once, as the owner
-// cannot see a result. Movable, not copyable.
+// An acquired lock. Releases on destruction and on being assigned to. A loss that release finds
+// (the lease had run out, a waiter had recovered the lock) goes to the loss callback, once, as the
+// owner cannot see a result: the client's keeper thread calls it soon after, not the thread that
+// dropped the handle (dropped if the client closes first). Movable, not copyable.
 class RDMALOCK_EXPORT LockHandle {
  public:
   LockHandle() = default;
