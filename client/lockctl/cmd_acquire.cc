@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <new>
 #include <string>
 #include <thread>
@@ -230,8 +231,10 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
     }
     return ec == rdmalock::ErrorCode::kInvalidArgument ? kExitUsage : kExitUnavailable;
   }
-  std::atomic<bool> lost{false};
-  lock->OnLost([&](const rdmalock::Status&) { lost.store(true); });
+  // Shared with the callback, which the client's keeper may run after this function returned
+  // (a loss found when `lock` is dropped on a way out is told later: client.h).
+  const auto lost = std::make_shared<std::atomic<bool>>(false);
+  lock->OnLost([lost](const rdmalock::Status&) { lost->store(true); });
 
   // Everything the child needs is built before the fork: after it, only async-signal-safe calls.
   std::vector<std::string> env;
@@ -333,7 +336,7 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
       return kExitInternal;
     }
     if (const int s = g_forward_signal.exchange(0); s != 0) watch->forward.store(s);
-    const bool is_lost = lost.load() || lock->state() == rdmalock::LockState::kLost;
+    const bool is_lost = lost->load() || lock->state() == rdmalock::LockState::kLost;
     if (is_lost) {
       if (!told) {
         std::cerr << "lockctl: lock '" << name << "' lost; sending SIGTERM to the command\n";
