@@ -186,11 +186,10 @@ Result<std::shared_ptr<Client::Impl>> ConnectImpl(const ClientOptions& options, 
 Result<std::unique_ptr<Client>> Client::ConnectResolving(const ClientOptions& options,
                                                          Resolver resolve) {
   RDMALOCK_ASSIGN_OR_RETURN(auto impl, ConnectImpl(options, std::move(resolve), VerbsConnect));
-  if (Status st = impl->Start(); !st.ok()) {
-    impl->Close();
-    return st;
-  }
-  return std::unique_ptr<Client>(new Client(std::move(impl)));
+  // The Client first, then its threads: once they run, only ~Client (Close) ends them.
+  auto client = std::unique_ptr<Client>(new Client(std::move(impl)));
+  RDMALOCK_RETURN_IF_ERROR(client->impl_->Start());  // else ~Client closes what started
+  return client;
 }
 
 // In a forked child the accessors say 0: the client's mutex may be held by a parent's thread.

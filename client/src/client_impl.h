@@ -418,7 +418,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // Starts the keeper and the reaper. Each thread holds a reference to the Impl until it ends,
   // so that one whose callback closes the client (Close then detaches it) goes on, until it
   // returns, on a live object (issue 17, finding 9). Called once, before the Client is made
-  // (Client::Connect); kResource if a thread could not be started (then Close it).
+  // (Client::Connect); kResource if a thread could not be started (~Client then closes it).
   Status Start() EXCLUDES(mu_);
   // Ends the session and stops the threads: ~Client calls it, on any thread, including one of
   // this client's own from inside a callback (a loss callback on the keeper or the reaper, an

@@ -43,11 +43,10 @@ Result<std::unique_ptr<Client>> ClientTestPeer::Connect(
     std::function<void(std::string_view point)> hook) {
   RDMALOCK_ASSIGN_OR_RETURN(auto impl, ConnectImpl(options, nullptr, std::move(connector)));
   impl->test_hook_ = std::move(hook);
-  if (Status st = impl->Start(); !st.ok()) {
-    impl->Close();
-    return st;
-  }
-  return std::unique_ptr<Client>(new Client(std::move(impl)));
+  // The Client first, then its threads: once they run, only ~Client (Close) ends them.
+  auto client = std::unique_ptr<Client>(new Client(std::move(impl)));
+  RDMALOCK_RETURN_IF_ERROR(client->impl_->Start());  // else ~Client closes what started
+  return client;
 }
 
 uint64_t ClientTestPeer::JoinKey(Client& c) {
