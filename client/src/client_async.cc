@@ -79,20 +79,23 @@ void Client::Impl::FinishGranted(AsyncRequest& r, LockHandle h) {
 
 // The pump's channel for `batch`, each request waiting for a session as a blocking request would
 // (Channel with its own deadline, limited by the connect timeout): a request whose deadline comes
-// first, a try-lock say, ends with the error and the others wait on. Ends every request of the
-// batch when it returns an error (the batch is then empty).
+// first, a try-lock say, ends with the error and the others wait on. The wait goes in slices
+// (kSessionWaitSlice), and requests queued meanwhile join the batch (up to kAsyncBatch) with their
+// own deadlines, rather than wait behind it. Ends every request of the batch when it returns an
+// error (the batch is then empty).
 Result<ThreadChannel*> Client::Impl::BatchChannel(std::vector<AsyncRequest>& batch) {
   const Clock::time_point limit = sdk::DeadlineAfter(Clock::now(), opts_.connect_timeout);
   for (;;) {
     Clock::time_point deadline = limit;
     for (const auto& r : batch) deadline = std::min(deadline, r.deadline);
-    auto chr = Channel(deadline);
+    const Clock::time_point slice = std::min(deadline, Clock::now() + kSessionWaitSlice);
+    auto chr = Channel(slice);
     if (chr.ok()) return chr;
-    // Waited until `deadline` with no session: the requests whose deadline it was end; the rest
+    // Waited until `slice` with no session: the requests whose deadline has come end; the rest
     // wait on. Any other failure (the client closed, the connect timeout passed, a join failed)
     // ends them all, as it would have ended each alone.
     const Clock::time_point now = Clock::now();
-    const bool waited_out = now >= deadline && deadline < limit &&
+    const bool waited_out = now >= slice && slice < limit &&
                             chr.status().code() == ErrorCode::kConnection && !ClosingAsync();
     std::vector<AsyncRequest> rest;
     for (auto& r : batch) {
@@ -103,6 +106,13 @@ Result<ThreadChannel*> Client::Impl::BatchChannel(std::vector<AsyncRequest>& bat
       }
     }
     batch = std::move(rest);
+    if (waited_out) {
+      MutexLock lk(&async_mu_);
+      while (!async_q_.empty() && batch.size() < kAsyncBatch) {
+        batch.push_back(std::move(async_q_.front()));
+        async_q_.pop_front();
+      }
+    }
     if (batch.empty()) return chr.status();
   }
 }

@@ -559,6 +559,9 @@ class [[gnu::visibility("hidden")]] Client::Impl
   };
   static constexpr size_t kAsyncBatch = 8;
   static constexpr int kAsyncWaiters = 4;
+  // How long the pump waits for a session at a time before it looks at the queue again
+  // (BatchChannel): a request queued meanwhile ends this late past its deadline at most.
+  static constexpr auto kSessionWaitSlice = std::chrono::milliseconds(20);
   static constexpr std::chrono::milliseconds kReapTick{1};
 
   // client_channels.cc

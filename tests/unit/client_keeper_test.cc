@@ -1515,3 +1515,50 @@ TEST_CASE("timeouts: Lock by name and LockMany wait their timeout once, not twic
   CHECK(took < 950ms);  // 1,100 ms when the acquire started its timeout anew
   ClientTestPeer::SetTestHook(*client, nullptr);
 }
+
+// While the pump waited for a session for its batch (up to the connect timeout, for a request
+// with a long timeout), a try-lock queued after the batch was taken waited in the queue as long,
+// and ended far past its deadline (found by reviewing this stop's BatchChannel). Requests queued
+// meanwhile join the batch's wait, each with its own deadline.
+TEST_CASE(
+    "session keeping: an async try-lock queued while the pump waits for a session ends "
+    "at once") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  std::atomic<bool> refuse{false};
+  Connector inner = lockd.connector();
+  Connector connector = [&, inner](
+                            const ChannelParams& p, uint32_t* retry_ms,
+                            proto::RejectReason* reason) -> Result<std::unique_ptr<Connection>> {
+    if ((p.flags & proto::kFlagJoin) == 0 && refuse.load()) {
+      return Error(ErrorCode::kConnection, "test connector: lockd is restarting");
+    }
+    return inner(p, retry_ms, reason);
+  };
+  auto client = ConnectTo("late-try", connector);
+  refuse = true;
+  ClientTestPeer::FailSession(*client, "lockd restarting");
+  std::promise<Result<LockHandle>> a, b;
+  REQUIRE(client
+              ->LockSlotAsync(1, {.timeout = 1500ms},
+                              [&](Result<LockHandle> r) { a.set_value(std::move(r)); })
+              .ok());
+  std::this_thread::sleep_for(50ms);  // the pump waits for a session for A
+  const auto queued = std::chrono::steady_clock::now();
+  REQUIRE(client
+              ->LockSlotAsync(2, {.timeout = 0ms},
+                              [&](Result<LockHandle> r) { b.set_value(std::move(r)); })
+              .ok());
+  auto fb = b.get_future();
+  REQUIRE(fb.wait_for(5s) == std::future_status::ready);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - queued);
+  auto rb = fb.get();
+  INFO("the try-lock: " << (rb.ok() ? "granted" : rb.status().ToString()) << " after "
+                        << took.count() << " ms");
+  CHECK_FALSE(rb.ok());
+  CHECK(took < 500ms);  // ~1,450 ms when it waited for A's wait
+  refuse = false;
+  auto fa = a.get_future();
+  REQUIRE(fa.wait_for(5s) == std::future_status::ready);
+  CHECK(fa.get().ok());  // lockd came back within A's timeout
+}
