@@ -35,6 +35,19 @@ std::unique_ptr<Client> ConnectTo(const char* name, Connector connector) {
 
 using testing::WaitFor;
 
+// A connector to `lockd` that refuses new sessions while *refuse is set (lockd restarting: a
+// client reconnects in vain), and lets joins of a live session through.
+Connector RefusingNewSessions(testing::FakeLockd& lockd, const std::atomic<bool>* refuse) {
+  Connector inner = lockd.connector();
+  return [refuse, inner](const ChannelParams& p, uint32_t* retry_ms,
+                         proto::RejectReason* reason) -> Result<std::unique_ptr<Connection>> {
+    if ((p.flags & proto::kFlagJoin) == 0 && refuse->load()) {
+      return Error(ErrorCode::kConnection, "test connector: lockd is restarting");
+    }
+    return inner(p, retry_ms, reason);
+  };
+}
+
 // Waits for the client to be in a session other than `old` (and in one at all).
 bool WaitForNewSession(Client& c, uint64_t old) {
   return WaitFor([&] {
@@ -1429,15 +1442,7 @@ TEST_CASE("session keeping: a Release() that finds the lock lost does not tell O
 TEST_CASE("session keeping: an async try-lock does not fail the other requests of its batch") {
   testing::FakeLockd lockd(testing::FakeLockd::Options{});
   std::atomic<bool> refuse{false};
-  Connector inner = lockd.connector();
-  Connector connector = [&, inner](
-                            const ChannelParams& p, uint32_t* retry_ms,
-                            proto::RejectReason* reason) -> Result<std::unique_ptr<Connection>> {
-    if ((p.flags & proto::kFlagJoin) == 0 && refuse.load()) {
-      return Error(ErrorCode::kConnection, "test connector: lockd is restarting");
-    }
-    return inner(p, retry_ms, reason);
-  };
+  const Connector connector = RefusingNewSessions(lockd, &refuse);
   auto client = ConnectTo("batch", connector);
   // The pump runs A's callback: while it waits there, B and C queue, and the pump takes them as
   // one batch when it is let go.
@@ -1525,15 +1530,7 @@ TEST_CASE(
     "at once") {
   testing::FakeLockd lockd(testing::FakeLockd::Options{});
   std::atomic<bool> refuse{false};
-  Connector inner = lockd.connector();
-  Connector connector = [&, inner](
-                            const ChannelParams& p, uint32_t* retry_ms,
-                            proto::RejectReason* reason) -> Result<std::unique_ptr<Connection>> {
-    if ((p.flags & proto::kFlagJoin) == 0 && refuse.load()) {
-      return Error(ErrorCode::kConnection, "test connector: lockd is restarting");
-    }
-    return inner(p, retry_ms, reason);
-  };
+  const Connector connector = RefusingNewSessions(lockd, &refuse);
   auto client = ConnectTo("late-try", connector);
   refuse = true;
   ClientTestPeer::FailSession(*client, "lockd restarting");
