@@ -29,6 +29,13 @@ static_assert(kHandshakeSendDepth >= kHandshakeSends,
 // Handshakes (accepted, not yet admitted or dropped) in progress at once; more are refused with
 // kBusy. Bounds the completions lockd's CQ must hold.
 inline constexpr size_t kMaxHandshakes = 128;
+// Of those, the new sessions' handshakes from one address (joins of live sessions and lockd's
+// loopback not counted): one host without the key, at max_connects_per_second, would otherwise
+// keep all of them (each lives up to kEstablishTimeout) and reserve a session record for each.
+// A busy refusal says to retry in 100 ms, which the SDK does within its connect timeout.
+inline constexpr size_t kMaxNewHandshakesPerAddress = 16;
+static_assert(kMaxNewHandshakesPerAddress >= 1 && kMaxNewHandshakesPerAddress < kMaxHandshakes,
+              "one address must not be able to hold every handshake in progress");
 
 // Completions one handshake can put on the device CQ: every work request it posted, when a QP
 // error flushes them all (binds are unsignalled, but flushed work requests complete).

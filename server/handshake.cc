@@ -71,6 +71,10 @@ rdma::CmId Server::Impl::OnConnectRequest(rdma_cm_event* ev) {
   f.client_records_free = sessions.has_free_client_record();
   f.connected = connected.load();
   f.handshakes = handshakes;
+  const std::string address = peer.substr(0, peer.rfind(':'));  // as the rate limit keys it
+  if (auto it = new_handshakes_from.find(address); it != new_handshakes_from.end()) {
+    f.new_handshakes_from_address = it->second;
+  }
   const auto now = SteadyClock::now();
   const Verdict v = admission.Decide(f, now);
   if (!v.admitted()) {
@@ -148,6 +152,10 @@ rdma::CmId Server::Impl::OnConnectRequest(rdma_cm_event* ev) {
   auto& mrs = record_mrs[sess->session_id];
   if (!mrs) mrs = std::make_shared<RecordMrs>();
   c->record_mrs = mrs;
+  if (!join && !is_loopback) {
+    c->counted_from = address;
+    ++new_handshakes_from[address];
+  }
   sess->conns.insert(id);
   conn_by_serial.emplace(c->serial, id);
   conns.emplace(id, std::move(c));
@@ -394,7 +402,7 @@ void Server::Impl::Admit(Conn& c, const proto::Hello& hello) {
     return;
   }
   c.admitted = true;
-  --handshakes;
+  HandshakeOver(c);
   const bool join = s.counted;
   if (join) {
     counters.joined.fetch_add(1, std::memory_order_relaxed);

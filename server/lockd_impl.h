@@ -94,6 +94,10 @@ struct Conn {
   // version-5 client writes no tagged record entries, which is all that version 6 adds).
   uint16_t version = proto::kProtocolVersion;
   std::chrono::steady_clock::time_point accepted_at = std::chrono::steady_clock::now();
+  // A new session's handshake: the peer's address (no port), counted in
+  // Impl::new_handshakes_from until the connection is admitted or gone ("" : a join, or lockd's
+  // loopback, not counted).
+  std::string counted_from;
 };
 
 // Work request ids on lockd's QPs: the connection's serial and what the request was.
@@ -156,6 +160,8 @@ struct Server::Impl {
   std::vector<std::unique_ptr<Conn>> graveyard;  // destroyed after the current event's ack
   uint64_t next_conn_serial = 1;
   size_t handshakes = 0;  // conns neither admitted nor gone
+  // Of those, new sessions' by peer address (Conn::counted_from; kMaxNewHandshakesPerAddress).
+  std::unordered_map<std::string, size_t> new_handshakes_from;
   uint64_t accepted_total = 0, rejected_total = 0, recoveries_total = 0;
   // The latest time a lease of a session fenced without proof of death (heartbeat, QP error,
   // operator) may still run: a clean stop before it must leave the restart grace to the next
@@ -198,6 +204,9 @@ struct Server::Impl {
   void CountRefusal(proto::RejectReason reason);
 
   // lockd_sessions.cc (event loop)
+  // `c`'s handshake is over (admitted, or the connection goes): it no longer counts as one in
+  // progress (handshakes, new_handshakes_from).
+  void HandshakeOver(Conn& c);
   void DropHandshake(Conn& c, const std::string& why);
   void RemoveConn(rdma_cm_id* id);
   void EndSession(std::shared_ptr<Session> s, EndReason reason, const std::string& why, bool now);

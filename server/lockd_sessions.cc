@@ -33,6 +33,16 @@ void Server::Impl::DropHandshake(Conn& c, const std::string& why) {
   }
 }
 
+void Server::Impl::HandshakeOver(Conn& c) {
+  --handshakes;
+  if (c.counted_from.empty()) return;
+  if (auto it = new_handshakes_from.find(c.counted_from);
+      it != new_handshakes_from.end() && --it->second == 0) {
+    new_handshakes_from.erase(it);
+  }
+  c.counted_from.clear();
+}
+
 // Fences, disconnects and forgets one connection of a session that lives on.
 void Server::Impl::RemoveConn(rdma_cm_id* id) {
   auto it = conns.find(id);
@@ -41,7 +51,7 @@ void Server::Impl::RemoveConn(rdma_cm_id* id) {
   c.id.FenceQp();
   c.id.Disconnect();
   c.windows.clear();
-  if (!c.admitted) --handshakes;
+  if (!c.admitted) HandshakeOver(c);
   c.session->conns.erase(id);
   conn_by_serial.erase(c.serial);
   graveyard.push_back(std::move(it->second));

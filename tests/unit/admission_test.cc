@@ -87,6 +87,30 @@ TEST_CASE("admission: a new client with room is admitted; the caps refuse with a
   CHECK(v.retry_after_ms == 100);
 }
 
+// One address's new sessions hold at most kMaxNewHandshakesPerAddress of the handshakes in
+// progress (found by review, 2026-12-06; RDMA test 'handshakes in progress: one address's new
+// sessions hold 16; the next is refused busy'); a live session's joins from it are not held back.
+TEST_CASE("admission: one address's new sessions' handshakes are capped; its joins are not") {
+  Admission a(AdmissionConfig(), {}, {});
+  const auto now = Admission::Clock::now();
+  ConnectFacts f = NewClient("10.0.0.4:1");
+  f.new_handshakes_from_address = rdmalock::lockd::kMaxNewHandshakesPerAddress - 1;
+  CHECK(a.Decide(f, now).admitted());
+  f.peer = "10.0.0.4:2";
+  f.new_handshakes_from_address = rdmalock::lockd::kMaxNewHandshakesPerAddress;
+  Verdict v = a.Decide(f, now);
+  CHECK(v.reason == RejectReason::kBusy);
+  CHECK(v.retry_after_ms == 100);
+  CHECK(v.detail.find("from this address") != std::string::npos);
+  ConnectFacts j = f;
+  j.peer = "10.0.0.4:3";
+  j.join = true;
+  j.join_session = 17;
+  j.join_valid = true;
+  j.join_session_conns = 1;
+  CHECK(a.Decide(j, now).admitted());
+}
+
 TEST_CASE("admission: joins are checked against their session and its connection cap") {
   Admission a(AdmissionConfig(), {}, {});
   const auto now = Admission::Clock::now();
