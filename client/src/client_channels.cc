@@ -311,10 +311,15 @@ Result<std::unique_ptr<Connection>> Client::Impl::Join(const std::string& server
         *reason == proto::RejectReason::kNoResources) {
       return Error(ErrorCode::kResource, mem.status().message());
     }
-    if (*reason == proto::RejectReason::kBusy &&
-        Clock::now() + std::chrono::milliseconds(retry_ms) < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(retry_ms));
-      continue;
+    if (*reason == proto::RejectReason::kBusy) {
+      if (Clock::now() + std::chrono::milliseconds(retry_ms) < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(retry_ms));
+        continue;
+      }
+      // No time left to retry: this thread's call fails, as for the connection cap; lockd
+      // being busy for a moment says nothing about the session (it ended it, as kRejected).
+      return Error(ErrorCode::kResource,
+                   "lockd is busy with other handshakes: " + mem.status().message());
     }
     return mem.status();
   }

@@ -577,7 +577,8 @@ class [[gnu::visibility("hidden")]] Client::Impl
   static void JoinOrDetach(std::thread & t, std::thread::id me);
   // A connection joining the session `reply` describes at server:port (a connect timeout of
   // `timeout`), retried while lockd is busy until `deadline`. A refusal for the session's
-  // connection cap or lockd's resources comes back as kResource; *reason says which.
+  // connection cap or lockd's resources, or busy past `deadline`, comes back as kResource (the
+  // session goes on); *reason says which.
   Result<std::unique_ptr<Connection>> Join(
       const std::string& server, uint16_t port, const proto::AcceptReply& reply,
       std::chrono::milliseconds timeout, Clock::time_point deadline, proto::RejectReason* reason);

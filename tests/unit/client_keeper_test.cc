@@ -1559,3 +1559,50 @@ TEST_CASE(
   REQUIRE(fa.wait_for(5s) == std::future_status::ready);
   CHECK(fa.get().ok());  // lockd came back within A's timeout
 }
+
+// A new thread's join that lockd refuses busy (128 handshakes in progress, as during a mass
+// reconnect) is retried until the request's deadline. When that had passed (a try-lock's at
+// once, and the async pump's 20 ms slices since this stop), the refusal came back as kRejected,
+// and the session was ended for it: every lock of the client lost for one busy moment at lockd
+// (found by review, 2026-12-06). The thread gets kResource, as for the session's connection cap;
+// the session and its locks go on.
+TEST_CASE("session keeping: a thread's join refused busy costs that call, not the session") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  std::atomic<bool> busy{false};
+  Connector inner = lockd.connector();
+  Connector connector = [&, inner](
+                            const ChannelParams& p, uint32_t* retry_ms,
+                            proto::RejectReason* reason) -> Result<std::unique_ptr<Connection>> {
+    if ((p.flags & proto::kFlagJoin) != 0 && busy.load()) {
+      if (retry_ms != nullptr) *retry_ms = 100;
+      if (reason != nullptr) *reason = proto::RejectReason::kBusy;
+      return Error(ErrorCode::kRejected, "test connector: 128 handshakes in progress");
+    }
+    return inner(p, retry_ms, reason);
+  };
+  auto client = ConnectTo("busy-join", connector);
+  auto held = client->LockSlot(1);
+  REQUIRE(held.ok());
+  const uint64_t session = client->session_id();
+  busy = true;
+  Status tried;
+  std::thread([&] { tried = client->TryLockSlot(2).status(); }).join();  // a new thread joins
+  INFO("the new thread's try-lock: " << tried.ToString());
+  CHECK(tried.code() == ErrorCode::kResource);
+  CHECK(client->session_id() == session);
+  CHECK(held->state() == LockState::kHeld);
+  CHECK(client->Stats().sessions_lost == 0);
+  // With time left, the join is retried until lockd takes it.
+  Result<LockHandle> later = Error(ErrorCode::kInternal, "not run");
+  std::thread([&] {
+    std::thread unbusy([&] {
+      std::this_thread::sleep_for(250ms);
+      busy = false;
+    });
+    later = client->LockSlot(3, {.timeout = 3s});
+    unbusy.join();
+  }).join();
+  INFO("a new thread's lock with 3 s: " << later.status().ToString());
+  CHECK(later.ok());
+  CHECK(held->Release().ok());
+}
