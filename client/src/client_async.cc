@@ -77,43 +77,52 @@ void Client::Impl::FinishGranted(AsyncRequest& r, LockHandle h) {
   }
 }
 
-// The pump's channel for `batch`, each request waiting for a session as a blocking request would
-// (Channel with its own deadline, limited by the connect timeout): a request whose deadline comes
-// first, a try-lock say, ends with the error and the others wait on. The wait goes in slices
-// (kSessionWaitSlice), and requests queued meanwhile join the batch (up to kAsyncBatch) with their
-// own deadlines, rather than wait behind it. Ends every request of the batch when it returns an
-// error (the batch is then empty).
+// The pump's channel for `batch`. Each request waits for a session as a blocking request would:
+// until its own deadline, and at most the connect timeout from its submission. A request whose
+// time comes first, a try-lock say, ends with the error and the others wait on. The wait goes in
+// slices (kSessionWaitSlice), and requests queued meanwhile join the batch (up to kAsyncBatch)
+// rather than wait behind it. Once there is a session, the pump thread's channel (a join, if it
+// has none) gets the batch's earliest deadline, as a blocking request's gets its own. Ends every
+// request of the batch when it returns an error (the batch is then empty).
 Result<ThreadChannel*> Client::Impl::BatchChannel(std::vector<AsyncRequest>& batch) {
-  const Clock::time_point limit = sdk::DeadlineAfter(Clock::now(), opts_.connect_timeout);
+  const auto wait_end = [this](const AsyncRequest& r) {
+    return std::min(r.deadline, sdk::DeadlineAfter(r.submitted, opts_.connect_timeout));
+  };
   for (;;) {
-    Clock::time_point deadline = limit;
-    for (const auto& r : batch) deadline = std::min(deadline, r.deadline);
-    const Clock::time_point slice = std::min(deadline, Clock::now() + kSessionWaitSlice);
-    auto chr = Channel(slice);
-    if (chr.ok()) return chr;
-    // Waited until `slice` with no session: the requests whose deadline has come end; the rest
-    // wait on. Any other failure (the client closed, the connect timeout passed, a join failed)
-    // ends them all, as it would have ended each alone.
+    Clock::time_point until = Clock::time_point::max(), deadline = Clock::time_point::max();
+    for (const auto& r : batch) {
+      until = std::min(until, wait_end(r));
+      deadline = std::min(deadline, r.deadline);
+    }
+    Status st = WaitForSession(std::min(until, Clock::now() + kSessionWaitSlice));
+    if (st.ok()) {
+      auto chr = Channel(deadline);
+      if (chr.ok()) return chr;
+      st = chr.status();
+    }
+    // No session (yet, or again: a join that failed with the connection ended it): the requests
+    // whose wait is over end; the rest wait on. A failure while the session lives (a join refused:
+    // kResource) or the client closing ends them all.
     const Clock::time_point now = Clock::now();
-    const bool waited_out = now >= slice && slice < limit &&
-                            chr.status().code() == ErrorCode::kConnection && !ClosingAsync();
+    const bool waiting =
+        st.code() == ErrorCode::kConnection && !ClosingAsync() && session() == nullptr;
     std::vector<AsyncRequest> rest;
     for (auto& r : batch) {
-      if (waited_out && r.deadline > now) {
+      if (waiting && wait_end(r) > now) {
         rest.push_back(std::move(r));
       } else {
-        Finish(r, chr.status());
+        Finish(r, st);
       }
     }
     batch = std::move(rest);
-    if (waited_out) {
+    if (waiting) {
       MutexLock lk(&async_mu_);
       while (!async_q_.empty() && batch.size() < kAsyncBatch) {
         batch.push_back(std::move(async_q_.front()));
         async_q_.pop_front();
       }
     }
-    if (batch.empty()) return chr.status();
+    if (batch.empty()) return st;
   }
 }
 

@@ -237,6 +237,24 @@ std::shared_ptr<const sdk::Session> Client::Impl::session() const {
   return session_;
 }
 
+Status Client::Impl::WaitForSessionLocked(MutexLock& lk, Clock::time_point until) {
+  while (session_ == nullptr && !stopping_ && opts_.reconnect) {
+    if (cv_.WaitUntil(lk, until) == std::cv_status::timeout) break;
+  }
+  if (stopping_) return Error(ErrorCode::kConnection, "client closed");
+  if (session_ == nullptr) {
+    return Error(ErrorCode::kConnection,
+                 opts_.reconnect ? "not connected to lockd (reconnecting: " + last_error_ + ")"
+                                 : "session with lockd ended: " + last_error_);
+  }
+  return Status::Ok();
+}
+
+Status Client::Impl::WaitForSession(Clock::time_point until) {
+  MutexLock lk(&mu_);
+  return WaitForSessionLocked(lk, until);
+}
+
 Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline) {
   struct Cache {
     const Impl* impl = nullptr;
@@ -254,15 +272,10 @@ Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline) {
   std::shared_ptr<const Session> sess;
   {
     MutexLock lk(&mu_);
-    const auto limit = std::min(deadline, Clock::now() + opts_.connect_timeout);
-    while (session_ == nullptr && !stopping_ && opts_.reconnect) {
-      if (cv_.WaitUntil(lk, limit) == std::cv_status::timeout) break;
-    }
-    if (stopping_) return Error(ErrorCode::kConnection, "client closed");
-    if (session_ == nullptr) {
-      return Error(ErrorCode::kConnection,
-                   opts_.reconnect ? "not connected to lockd (reconnecting: " + last_error_ + ")"
-                                   : "session with lockd ended: " + last_error_);
+    if (Status st =
+            WaitForSessionLocked(lk, std::min(deadline, Clock::now() + opts_.connect_timeout));
+        !st.ok()) {
+      return st;
     }
     if (auto it = channels_.find(tid); it != channels_.end()) {
       cache = {this, nonce_, it->second->session->gen, it->second};

@@ -620,7 +620,12 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // on a slot its name no longer maps to (lockd came back with another lock count since the
   // name was hashed: AsyncRequest::hashed_with) is released and completes it with kConnection.
   static void FinishGranted(AsyncRequest & r, LockHandle h);
-  Result<sdk::ThreadChannel*> BatchChannel(std::vector<AsyncRequest> & batch) EXCLUDES(async_mu_);
+  Result<sdk::ThreadChannel*> BatchChannel(std::vector<AsyncRequest> & batch)
+      EXCLUDES(async_mu_, mu_);
+  // Waits until there is a session, the client closes, or `until`: OK if there is a session,
+  // else why not (kConnection), as Channel says it.
+  Status WaitForSession(Clock::time_point until) EXCLUDES(mu_);
+  Status WaitForSessionLocked(MutexLock & lk, Clock::time_point until) REQUIRES(mu_);
   void PumpLoop() EXCLUDES(async_mu_);
   void WaiterLoop() EXCLUDES(async_mu_);
   // An async request that waits in the cohort (AsyncWait::cohort_queued), on a waiter thread

@@ -76,8 +76,13 @@ void Client::Impl::KeeperLoop() {
       if (stopping_) return;
       tell.swap(told_later_);
     }
-    for (auto& [callback, why] : tell) callback(why);  // dropped handles' losses (TellLater)
-    if (!tell.empty()) continue;
+    // Dropped handles' losses (TellLater). One may close the client (client.h): the rest are
+    // dropped with it, as TellLater says.
+    for (auto& [callback, why] : tell) {
+      callback(why);
+      MutexLock lk(&mu_);
+      if (stopping_) return;
+    }
     if (keeper_paused_.load(std::memory_order_relaxed)) continue;  // a test stalls the keeper
     if (!sess) {
       if (!opts_.reconnect) continue;

@@ -1606,3 +1606,77 @@ TEST_CASE("session keeping: a thread's join refused busy costs that call, not th
   CHECK(later.ok());
   CHECK(held->Release().ok());
 }
+
+// The async pump's wait for a session went in 20 ms slices through Channel, so the pump thread's
+// join had 20 ms to get past a busy lockd (it retries after 100 ms): its first request failed
+// (found by reviewing this stop's BatchChannel). And requests that joined the batch while it
+// waited were held to the connect timeout counted from the batch's start, not from their own
+// submission. The slices now wait for the session only; a join gets the batch's deadline, and
+// each request waits at most the connect timeout from its submission.
+TEST_CASE("session keeping: the async pump's join is retried past a busy lockd") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  std::atomic<bool> busy{false};
+  Connector inner = lockd.connector();
+  Connector connector = [&, inner](
+                            const ChannelParams& p, uint32_t* retry_ms,
+                            proto::RejectReason* reason) -> Result<std::unique_ptr<Connection>> {
+    if ((p.flags & proto::kFlagJoin) != 0 && busy.load()) {
+      if (retry_ms != nullptr) *retry_ms = 100;
+      if (reason != nullptr) *reason = proto::RejectReason::kBusy;
+      return Error(ErrorCode::kRejected, "test connector: 128 handshakes in progress");
+    }
+    return inner(p, retry_ms, reason);
+  };
+  auto client = ConnectTo("busy-pump", connector);
+  busy = true;
+  std::thread unbusy([&] {
+    std::this_thread::sleep_for(250ms);
+    busy = false;
+  });
+  std::promise<Result<LockHandle>> got;
+  REQUIRE(client
+              ->LockSlotAsync(1, {.timeout = 5s},
+                              [&](Result<LockHandle> r) { got.set_value(std::move(r)); })
+              .ok());
+  auto f = got.get_future();
+  REQUIRE(f.wait_for(5s) == std::future_status::ready);
+  unbusy.join();
+  auto r = f.get();
+  INFO("the async request: " << (r.ok() ? "granted" : r.status().ToString()));
+  CHECK(r.ok());
+  CHECK(client->Stats().sessions_lost == 0);
+}
+
+TEST_CASE(
+    "session keeping: an async request waits for a session the connect timeout from its "
+    "own submission") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  std::atomic<bool> refuse{false};
+  ClientOptions o = testing::FakeClientOptions("own-limit");
+  o.connect_timeout = 1000ms;
+  auto c = ClientTestPeer::Connect(o, RefusingNewSessions(lockd, &refuse));
+  REQUIRE(c.ok());
+  auto& client = *c;
+  refuse = true;
+  ClientTestPeer::FailSession(*client, "lockd restarting");
+  std::promise<Status> a, b;
+  REQUIRE(client
+              ->LockSlotAsync(1, {.timeout = 10s},
+                              [&](Result<LockHandle> r) { a.set_value(r.status()); })
+              .ok());
+  std::this_thread::sleep_for(700ms);
+  const auto b_at = std::chrono::steady_clock::now();
+  REQUIRE(client
+              ->LockSlotAsync(2, {.timeout = 10s},
+                              [&](Result<LockHandle> r) { b.set_value(r.status()); })
+              .ok());
+  auto fb = b.get_future();
+  REQUIRE(fb.wait_for(5s) == std::future_status::ready);
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - b_at);
+  const Status sb = fb.get();
+  INFO("B: " << sb.ToString() << " after " << waited.count() << " ms (connect timeout 1000 ms)");
+  CHECK(sb.code() == ErrorCode::kConnection);
+  CHECK(waited >= 800ms);  // ~300 ms when held to A's limit
+  REQUIRE(a.get_future().wait_for(5s) == std::future_status::ready);
+}

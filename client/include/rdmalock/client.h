@@ -141,7 +141,9 @@ class RDMALOCK_EXPORT LockHandle {
   // recovered it, or the session with lockd ended. Runs on the thread that noticed (the client's
   // keeper thread, or a thread whose call found the session broken); keep it short. It may
   // destroy the Client (not call Release or Renew on this handle). A lock found lost before any
-  // callback was set is told to the first one set, at once, on the thread that sets it.
+  // callback was set is told to the first one set, at once, on the thread that sets it. Closing
+  // the Client waits for its keeper thread: do not close it while holding a mutex that a loss
+  // callback takes.
   void OnLost(std::function<void(const Status&)> callback);
 
   struct State;
