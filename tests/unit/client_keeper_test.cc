@@ -35,6 +35,21 @@ std::unique_ptr<Client> ConnectTo(const char* name, Connector connector) {
 
 using testing::WaitFor;
 
+// A connector to `lockd` that refuses joins busy, retry in 100 ms, while *busy is set (lockd has
+// 128 handshakes in progress), as lockd does.
+Connector BusyJoins(testing::FakeLockd& lockd, const std::atomic<bool>* busy) {
+  Connector inner = lockd.connector();
+  return [busy, inner](const ChannelParams& p, uint32_t* retry_ms,
+                       proto::RejectReason* reason) -> Result<std::unique_ptr<Connection>> {
+    if ((p.flags & proto::kFlagJoin) != 0 && busy->load()) {
+      if (retry_ms != nullptr) *retry_ms = 100;
+      if (reason != nullptr) *reason = proto::RejectReason::kBusy;
+      return Error(ErrorCode::kRejected, "test connector: 128 handshakes in progress");
+    }
+    return inner(p, retry_ms, reason);
+  };
+}
+
 // A connector to `lockd` that refuses new sessions while *refuse is set (lockd restarting: a
 // client reconnects in vain), and lets joins of a live session through.
 Connector RefusingNewSessions(testing::FakeLockd& lockd, const std::atomic<bool>* refuse) {
@@ -1569,17 +1584,7 @@ TEST_CASE(
 TEST_CASE("session keeping: a thread's join refused busy costs that call, not the session") {
   testing::FakeLockd lockd(testing::FakeLockd::Options{});
   std::atomic<bool> busy{false};
-  Connector inner = lockd.connector();
-  Connector connector = [&, inner](
-                            const ChannelParams& p, uint32_t* retry_ms,
-                            proto::RejectReason* reason) -> Result<std::unique_ptr<Connection>> {
-    if ((p.flags & proto::kFlagJoin) != 0 && busy.load()) {
-      if (retry_ms != nullptr) *retry_ms = 100;
-      if (reason != nullptr) *reason = proto::RejectReason::kBusy;
-      return Error(ErrorCode::kRejected, "test connector: 128 handshakes in progress");
-    }
-    return inner(p, retry_ms, reason);
-  };
+  const Connector connector = BusyJoins(lockd, &busy);
   auto client = ConnectTo("busy-join", connector);
   auto held = client->LockSlot(1);
   REQUIRE(held.ok());
@@ -1616,17 +1621,7 @@ TEST_CASE("session keeping: a thread's join refused busy costs that call, not th
 TEST_CASE("session keeping: the async pump's join is retried past a busy lockd") {
   testing::FakeLockd lockd(testing::FakeLockd::Options{});
   std::atomic<bool> busy{false};
-  Connector inner = lockd.connector();
-  Connector connector = [&, inner](
-                            const ChannelParams& p, uint32_t* retry_ms,
-                            proto::RejectReason* reason) -> Result<std::unique_ptr<Connection>> {
-    if ((p.flags & proto::kFlagJoin) != 0 && busy.load()) {
-      if (retry_ms != nullptr) *retry_ms = 100;
-      if (reason != nullptr) *reason = proto::RejectReason::kBusy;
-      return Error(ErrorCode::kRejected, "test connector: 128 handshakes in progress");
-    }
-    return inner(p, retry_ms, reason);
-  };
+  const Connector connector = BusyJoins(lockd, &busy);
   auto client = ConnectTo("busy-pump", connector);
   busy = true;
   std::thread unbusy([&] {
