@@ -77,6 +77,14 @@ rdmalock::ClientOptions Options(const Common& c, const Target& t) {
   return o;
 }
 
+// For a map's lockds: the key and connect timeout of the flags, else client.yaml's (its server
+// and port are not used). False after printing why the file is bad.
+bool ReadKeyAndTimeout(const Common& c, Target* t) {
+  t->auth_key_file = c.auth_key_file;
+  t->connect_timeout_ms = c.connect_timeout_ms;
+  return ReadClientConfig(ClientConfigPath(), true, true, c.timeout_given, t);
+}
+
 }  // namespace
 
 Target TargetOf(const Common& c) {
@@ -115,9 +123,7 @@ Target TargetOf(const Common& c) {
       t.unavailable = true;
       return t;
     }
-    t.connect_timeout_ms = c.connect_timeout_ms;  // client.yaml's unless --connect-timeout-ms
-    const std::string path = ClientConfigPath();
-    if (!ReadClientConfig(path, true, true, c.timeout_given, &t)) t.usage_error = true;
+    if (!ReadKeyAndTimeout(c, &t)) t.usage_error = true;
     return t;
   }
   t.connect_timeout_ms = c.connect_timeout_ms;
@@ -169,11 +175,8 @@ std::unique_ptr<rdmalock::ClusterClient> ConnectClusterOrDie(
     *exit_code = unavailable ? kExitUnavailable : kExitUsage;
     return nullptr;
   }
-  // client.yaml's connect_timeout_ms and auth_key_file, as for one lockd (TargetOf).
   Target t;
-  t.auth_key_file = c.auth_key_file;
-  t.connect_timeout_ms = c.connect_timeout_ms;
-  if (!ReadClientConfig(ClientConfigPath(), true, true, c.timeout_given, &t)) {
+  if (!ReadKeyAndTimeout(c, &t)) {
     *exit_code = kExitUsage;
     return nullptr;
   }

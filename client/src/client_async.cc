@@ -44,9 +44,13 @@ Status Client::Impl::Submit(AsyncRequest req) {
   return Status::Ok();
 }
 
-void Client::Impl::Finish(AsyncRequest& r, Status st) {
+void Client::Impl::GiveUnit(AsyncRequest& r) {
   if (r.holds_unit) budget_->Give(r.slot);
   r.holds_unit = false;
+}
+
+void Client::Impl::Finish(AsyncRequest& r, Status st) {
+  GiveUnit(r);
   r.done(std::move(st));
 }
 
@@ -56,8 +60,7 @@ void Client::Impl::FinishUngranted(AsyncRequest& r, bool cohort_owner, Status st
 }
 
 void Client::Impl::FinishAdopted(AsyncRequest& r, LockHandle h) {
-  if (r.holds_unit) budget_->Give(r.slot);
-  r.holds_unit = false;
+  GiveUnit(r);
   FinishGranted(r, std::move(h));
 }
 
@@ -94,7 +97,11 @@ Result<ThreadChannel*> Client::Impl::BatchChannel(std::vector<AsyncRequest>& bat
       until = std::min(until, wait_end(r));
       deadline = std::min(deadline, r.deadline);
     }
-    Status st = WaitForSession(std::min(until, Clock::now() + kSessionWaitSlice));
+    // With a session (the common case) straight to the channel, whose thread's cache takes no
+    // mutex; without one, a slice of waiting for it.
+    Status st = gen_.load(std::memory_order_acquire) != 0
+                    ? Status::Ok()
+                    : WaitForSession(std::min(until, Clock::now() + kSessionWaitSlice));
     if (st.ok()) {
       auto chr = Channel(deadline);
       if (chr.ok()) return chr;

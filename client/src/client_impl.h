@@ -607,6 +607,8 @@ class [[gnu::visibility("hidden")]] Client::Impl
   std::chrono::nanoseconds Jittered(std::chrono::milliseconds d);
 
   // client_async.cc
+  // The request's budget unit goes back (it holds none from then on).
+  void GiveUnit(AsyncRequest & r);
   // Completes `r` without a grant of its own (an error): the request's budget unit goes back.
   void Finish(AsyncRequest & r, Status st);
   // Completes `r` with a grant it did not ask lockd for (a shared grant it joined, which holds no

@@ -38,8 +38,6 @@ struct AliveWatch {
 
 }  // namespace
 
-// The keeper: writes the heartbeat, renews tracked grants once a third of their lease has
-// passed, watches for lockd disconnecting us, and reconnects after the session ends.
 void Client::Impl::TellLater(std::function<void(const Status&)> callback, Status why) {
   {
     MutexLock lk(&mu_);
@@ -49,6 +47,8 @@ void Client::Impl::TellLater(std::function<void(const Status&)> callback, Status
   cv_.SignalAll();
 }
 
+// The keeper: writes the heartbeat, renews tracked grants once a third of their lease has
+// passed, watches for lockd disconnecting us, and reconnects after the session ends.
 void Client::Impl::KeeperLoop() {
   AliveWatch alive;
   Clock::time_point next_beat, next_renew_check;

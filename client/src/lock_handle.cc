@@ -39,6 +39,7 @@ namespace {
 // learns through the callback that its lock was lost before it let go).
 using Teller = std::function<void(const Status&)>;
 Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl, Teller* tell);
+Status ReleaseState(LockHandle::State& s, Teller* tell);
 
 // Whether the lease of `s`'s grant (a rider's: its carrier's) has run out by now.
 bool LeaseRanOut(LockHandle::State& s) {
@@ -79,10 +80,7 @@ bool StillHeld(const LockHandle::State& s) {
   if (s.inherited()) return true;  // Release() says why it cannot
   return !s.ended.load(std::memory_order_acquire);
 }
-}  // namespace
 
-namespace {
-Status ReleaseState(LockHandle::State& s, Teller* tell);
 // The owner drops a handle that may still hold its lock: it is released, and a loss the release
 // found (the lease had run out, a waiter had recovered the lock) goes to the OnLost callback, as
 // the owner cannot see the result. The client's keeper runs it, not this thread: the owner may
@@ -178,18 +176,16 @@ Status LockHandle::Release() {
 namespace {
 
 Status ReleaseState(LockHandle::State& s, Teller* tell) {
-  auto* state_ = &s;
   // In a forked child: the parent holds the lock; releasing it from here would release theirs.
-  if (state_->inherited()) return Client::Impl::InheritedError();
-  auto impl = state_->ctx->client.lock();
-  Status st = ReleaseHeld(*state_, impl.get(), tell);
+  if (s.inherited()) return Client::Impl::InheritedError();
+  auto impl = s.ctx->client.lock();
+  Status st = ReleaseHeld(s, impl.get(), tell);
   // kNotHeld: released (or ended) before this call; no lease of it is in question.
   if (st.ok() || st.code() == ErrorCode::kLockLost || st.code() == ErrorCode::kNotHeld) return st;
-  if (impl && st.code() == ErrorCode::kConnection)
-    impl->OnSessionError(state_->ctx->session->gen, st);
+  if (impl && st.code() == ErrorCode::kConnection) impl->OnSessionError(s.ctx->session->gen, st);
   // A lease that ran out lost the lock before anything else failed (client.h: kLockLost,
   // nothing released), whatever that was: a broken connection, a join lockd refused.
-  if (LeaseRanOut(*state_)) {
+  if (LeaseRanOut(s)) {
     return Error(ErrorCode::kLockLost,
                  "lease ran out before the release; lock lost, nothing released (then: " +
                      st.message() + ")");
