@@ -54,11 +54,31 @@ Result<int64_t> Int(const json& j, const char* field) {
   return Error(ErrorCode::kProtocol, std::string("etcd sent a bad '") + field + "'");
 }
 
+// A string field, "" when absent (etcd leaves out empty ones). json::value() would throw for a
+// field of another type, and no caller of this client catches (lockd's campaign, the SDK's
+// keeper and map refresher): a peer that is not quite etcd must be an error, not an abort.
+Result<std::string> Str(const json& j, const char* field) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return std::string();
+  if (it->is_string()) return it->get<std::string>();
+  return Error(ErrorCode::kProtocol, std::string("etcd sent a '") + field + "' that is no string");
+}
+
+// A boolean field, false when absent (etcd leaves out false ones).
+Result<bool> Bool(const json& j, const char* field) {
+  auto it = j.find(field);
+  if (it == j.end() || it->is_null()) return false;
+  if (it->is_boolean()) return it->get<bool>();
+  return Error(ErrorCode::kProtocol, std::string("etcd sent a '") + field + "' that is no boolean");
+}
+
 Result<KeyValue> ToKeyValue(const json& j) {
   KeyValue kv;
   if (!j.is_object()) return Error(ErrorCode::kProtocol, "etcd sent a key-value that is no object");
-  RDMALOCK_ASSIGN_OR_RETURN(kv.key, Unb64(j.value("key", std::string())));
-  RDMALOCK_ASSIGN_OR_RETURN(kv.value, Unb64(j.value("value", std::string())));
+  RDMALOCK_ASSIGN_OR_RETURN(std::string key, Str(j, "key"));
+  RDMALOCK_ASSIGN_OR_RETURN(kv.key, Unb64(key));
+  RDMALOCK_ASSIGN_OR_RETURN(std::string value, Str(j, "value"));
+  RDMALOCK_ASSIGN_OR_RETURN(kv.value, Unb64(value));
   RDMALOCK_ASSIGN_OR_RETURN(kv.create_revision, Int(j, "create_revision"));
   RDMALOCK_ASSIGN_OR_RETURN(kv.mod_revision, Int(j, "mod_revision"));
   RDMALOCK_ASSIGN_OR_RETURN(kv.lease, Int(j, "lease"));
@@ -366,7 +386,8 @@ Result<bool> Client::CreateIfAbsent(std::string_view key, std::string_view value
       {"failure", json::array({{{"request_range", {{"key", B64(key)}}}}})}};
   RDMALOCK_ASSIGN_OR_RETURN(std::string body, Post("/v3/kv/txn", req.dump(), timeout));
   RDMALOCK_ASSIGN_OR_RETURN(json j, ParseJson(body));
-  if (j.value("succeeded", false)) return true;
+  RDMALOCK_ASSIGN_OR_RETURN(bool succeeded, Bool(j, "succeeded"));
+  if (succeeded) return true;
   if (existing != nullptr) {
     existing->reset();
     auto rs = j.find("responses");
@@ -392,7 +413,7 @@ Result<bool> Client::CompareAndPut(std::string_view key, int64_t mod_revision,
       {"success", json::array({{{"request_put", {{"key", B64(key)}, {"value", B64(value)}}}}})}};
   RDMALOCK_ASSIGN_OR_RETURN(std::string body, Post("/v3/kv/txn", req.dump(), timeout));
   RDMALOCK_ASSIGN_OR_RETURN(json j, ParseJson(body));
-  return j.value("succeeded", false);
+  return Bool(j, "succeeded");
 }
 
 Result<Lease> Client::GrantLease(int64_t ttl_s, Ms timeout) {
@@ -403,7 +424,9 @@ Result<Lease> Client::GrantLease(int64_t ttl_s, Ms timeout) {
   RDMALOCK_ASSIGN_OR_RETURN(l.id, Int(j, "ID"));
   RDMALOCK_ASSIGN_OR_RETURN(l.ttl_s, Int(j, "TTL"));
   if (l.id == 0 || l.ttl_s <= 0) {
-    return Error(ErrorCode::kProtocol, "etcd granted no lease: " + j.value("error", body));
+    auto why = Str(j, "error");
+    return Error(ErrorCode::kProtocol,
+                 "etcd granted no lease: " + (why.ok() && !why->empty() ? *why : body));
   }
   return l;
 }

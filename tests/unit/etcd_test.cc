@@ -224,3 +224,48 @@ TEST_CASE("issue 17 finding 7: an etcd call takes no longer than its timeout", "
   CHECK_FALSE(r3.ok());
   CHECK(took3 < 450);
 }
+
+TEST_CASE("an etcd reply whose fields have the wrong JSON types is an error, not an exception",
+          "[etcd]") {
+  // Not quite etcd (a proxy, a wrong port): fields present with the wrong types. nlohmann's
+  // value() throws for those; the client's callers (lockd's campaign, the SDK's keeper and map
+  // refresher) catch nothing, so a throw would end the process.
+  httplib::Server fake;
+  fake.Post("/v3/kv/range", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"kvs":[{"key":1,"value":[2]}]})", "application/json");
+  });
+  fake.Post("/v3/kv/txn", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"succeeded":"yes","responses":[7]})", "application/json");
+  });
+  fake.Post("/v3/lease/grant", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"ID":"0","error":5})", "application/json");
+  });
+  const int port = fake.bind_to_any_port("127.0.0.1");
+  REQUIRE(port > 0);
+  std::thread serving([&] { fake.listen_after_bind(); });
+  while (!fake.is_running()) std::this_thread::sleep_for(milliseconds(1));
+  auto c = etcd::Client::Create({"http://127.0.0.1:" + std::to_string(port)});
+  REQUIRE(c.ok());
+  auto expect_protocol_error = [](const char* what, auto call) {
+    INFO(what);
+    try {
+      auto r = call();
+      INFO((r.ok() ? std::string("ok") : r.status().ToString()));
+      CHECK_FALSE(r.ok());
+      if (!r.ok()) CHECK(r.status().code() == ErrorCode::kProtocol);
+    } catch (const std::exception& e) {
+      FAIL_CHECK("threw: " << e.what());
+    }
+  };
+  expect_protocol_error("Get", [&] { return (*c)->Get("/k", milliseconds(2000)); });
+  expect_protocol_error("GetPrefix", [&] { return (*c)->GetPrefix("/k", milliseconds(2000)); });
+  expect_protocol_error("CreateIfAbsent", [&] {
+    std::optional<etcd::KeyValue> existing;
+    return (*c)->CreateIfAbsent("/k", "v", 0, milliseconds(2000), &existing);
+  });
+  expect_protocol_error("CompareAndPut",
+                        [&] { return (*c)->CompareAndPut("/k", 3, "v", milliseconds(2000)); });
+  expect_protocol_error("GrantLease", [&] { return (*c)->GrantLease(5, milliseconds(2000)); });
+  fake.stop();
+  serving.join();
+}
