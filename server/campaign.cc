@@ -76,11 +76,20 @@ Result<uint64_t> Campaign::BumpEpoch() {
       const std::string& v = kv->value;
       auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), epoch);
       if (ec != std::errc() || p != v.data() + v.size()) {
-        return Error(ErrorCode::kProtocol, "etcd key " + key + " holds '" + v +
-                                               "', not an epoch number; fix or delete it");
+        // Not "delete it": a missing key starts the shard over at epoch 1, and its fencing
+        // tokens would go backwards.
+        return Error(ErrorCode::kProtocol,
+                     "etcd key " + key + " holds '" + v +
+                         "', not an epoch number; put back the last epoch this shard served "
+                         "(lockd logs it when it becomes primary), never a smaller one");
       }
+    } else {
+      spdlog::info(
+          "shard {}: etcd has no key {}: this is the shard's first primary, at epoch 1 (a deleted "
+          "key would start fencing tokens over)",
+          config_.shard, key);
     }
-    if (epoch + 1 > 0xffff) {
+    if (epoch >= 0xffff) {  // not epoch + 1 > 0xffff: 2^64 - 1 parses, and one more wraps to 0
       return Error(ErrorCode::kResource, "etcd key " + key +
                                              ": the epoch would exceed 65535, the width of the "
                                              "token's epoch field");
@@ -150,11 +159,12 @@ Result<uint64_t> Campaign::Win(const std::atomic<bool>& stop) {
       // goes and we start over (serving without a new epoch could repeat tokens).
       for (;;) {
         auto epoch = BumpEpoch();
-        if (epoch.ok()) {
+        Status late = epoch.ok() ? RefreshIfLate() : epoch.status();
+        if (late.ok()) {
           served_ = true;
           return *epoch;
         }
-        error(epoch.status());
+        error(late);
         if (stop.load() || Clock::now() >= deadline_ - margin_) break;
         SleepUntil(Clock::now() + milliseconds(200), stop);
       }
@@ -172,6 +182,22 @@ Result<uint64_t> Campaign::Win(const std::atomic<bool>& stop) {
     SleepUntil(Clock::now() + kPoll, stop);
   }
   return Error(ErrorCode::kConnection, "stopped");
+}
+
+Status Campaign::RefreshIfLate() {
+  if (Clock::now() < deadline_ - margin_) return Status::Ok();
+  // A slow etcd answered the create or the epoch after the fence point. Returned as it is, the
+  // win would be fenced by Hold at once, and each round of the campaign would use up an epoch
+  // while etcd stays this slow: a keepalive etcd confirms moves the deadline on, as Hold's does.
+  RDMALOCK_ASSIGN_OR_RETURN(bool alive, Refresh(std::max(Until(deadline_), ttl_ / 6)));
+  if (!alive) {
+    lease_ = 0;  // expired: nothing to revoke
+    return Error(ErrorCode::kConnection, "the etcd lease expired while the epoch was bumped");
+  }
+  if (Clock::now() >= deadline_ - margin_) {
+    return Error(ErrorCode::kConnection, "the etcd lease was refreshed too late to serve on");
+  }
+  return Status::Ok();
 }
 
 bool Campaign::Hold(const std::atomic<bool>& stop) {

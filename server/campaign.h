@@ -66,6 +66,9 @@ class Campaign {
   Campaign(const Config& config, std::unique_ptr<etcd::Client> etcd);
   Status NewLease();
   Result<uint64_t> BumpEpoch();
+  // After the epoch: ok if the lease may be served on now, refreshed first if the fence point
+  // has passed.
+  Status RefreshIfLate();
   // Refreshes the lease; on success moves the deadline. Returns whether the lease is alive.
   Result<bool> Refresh(std::chrono::milliseconds timeout);
 
