@@ -515,6 +515,7 @@ Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Tic
   Word0& cur = *cur_io;
   const uint64_t inc = proto::AcquireIncrement(t.mode);
   const Word0 mine = Word0::Decode(t.word.Encode() + inc);  // max fields with only us added
+  bool marked_done = false;  // a withdrawal's doorbell ran: the entry shows the use over
   for (;;) {
     if (proto::Granted(cur, t.word, t.mode)) return GiveUp::kGranted;
     if (proto::Skipped(cur, t.word, t.mode) || proto::TicketGone(cur, t.word, t.mode)) {
@@ -523,7 +524,22 @@ Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Tic
     if (cur.max_x != mine.max_x || cur.max_s != mine.max_s) {
       // Requests queued behind us count on our ticket: it must be granted and released.
       Count(&EngineEvents::abandoned, ev);
-      if (on_abandon_) on_abandon_(t);
+      if (!marked_done || t.record == 0) {
+        if (on_abandon_) on_abandon_(t);
+        return GiveUp::kAbandoned;
+      }
+      // A request queued between our done mark and our CAS: the ticket is live again, so its
+      // entry must be too, or lockd would free nothing were this client to die before the
+      // reaper releases it (and the request behind would wait F x L). A new use, as
+      // RearmAfterGiveUp's; waited for, because the reaper ends it on its own QP.
+      Ticket again = t;
+      again.record_seq = proto::RequestEntry::RearmSeq(t.record_seq);
+      again.tagged = false;
+      again.generation = 0;
+      RemoteOp entry = EntryWrite(again.record, again.record_seq, again.slot, again.mode,
+                                  proto::RequestEntry::State::kQueued, again.word.Encode());
+      RDMALOCK_RETURN_IF_ERROR(mem.Execute(entry));
+      if (on_abandon_) on_abandon_(again);
       return GiveUp::kAbandoned;
     }
     // The entry is marked done first, in the same doorbell: a withdrawn ticket's number goes to
@@ -533,6 +549,7 @@ Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Tic
                                              cur.Encode() - inc)};
     const size_t first = t.record != 0 ? 0 : 1;
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops + first, 2 - first)));
+    marked_done = true;
     const RemoteOp& cas = ops[1];
     if (cas.result[0] == cur.Encode()) {
       Count(&EngineEvents::withdrawals, ev);

@@ -247,6 +247,10 @@ Result<std::vector<Grant>> LockEngine::AcquireMany(RemoteMemory& mem,
       if (*gu == GiveUp::kGranted) {
         Grant g = s.grant;
         g.seen = cur;
+        g.has_generation = false;  // released at once: no token, so no READ of word1 for one
+        // Live again until its release lands, as a single request's (the withdrawal marked it
+        // done): a client that died meanwhile would leave lockd nothing to free.
+        if (Status st = RearmAfterGiveUp(mem, &g); !st.ok()) return st;
         rel.push_back(g);
       } else if (*gu != GiveUp::kAbandoned) {
         FreeRecord(mem, tk.record, tk.record_seq);

@@ -445,3 +445,56 @@ TEST_CASE("issue_many: independent requests in one doorbell; the queued ones fin
   reaper.DrainAll(e);
   for (uint64_t s : {2, 3, 5}) REQUIRE(W0(table, s).Drained());
 }
+
+TEST_CASE("giving up: a set's request granted while the set gives it back is live until released") {
+  // A try of a set finds slot 0 held and gives back what it queued: slot 1's ticket too. Its
+  // holder releases just then, so the withdrawal's CAS misses (the doorbell already marked the
+  // entry done) and the ticket turns out granted; the set releases it at once. Until that release
+  // lands, the grant must have a live entry, as a single request's has (RearmAfterGiveUp):
+  // were the client to die in between, lockd's reap would otherwise free nothing, and the
+  // waiters' stall recovery would (F x L).
+  InProcessTable table(2, 4096);
+  LockEngine e(Params(2), nullptr);
+  InProcessMemory mem(&table), h0(&table), h1(&table);
+  EntryCycle entries;  // slot 0's request takes entry 0, slot 1's entry 1
+  auto held0 = e.Acquire(h0, 0, Mode::kExclusive, {});
+  auto held1 = e.Acquire(h1, 1, Mode::kExclusive, {});
+  REQUIRE(held0.ok());
+  REQUIRE(held1.ok());
+  const uint64_t entry1 = proto::SessionRecord::EntryOffset(1);
+  int cas_on_1 = 0;
+  bool live_at_release = false;
+  proto::RequestEntry at_release;
+  bool release_seen = false;
+  mem.set_hook([&](const RemoteOp& op) {
+    const bool cas1 = op.kind == RemoteOp::Kind::kCompareSwap && op.region == RegionId::kLocks &&
+                      op.offset == proto::SlotOffset(1);
+    const bool done_mark1 = op.kind == RemoteOp::Kind::kWrite && op.region == RegionId::kSessions &&
+                            op.offset == entry1 + proto::RequestEntry::kDone;
+    if (cas_on_1 == 1 && !release_seen && (cas1 || done_mark1)) {
+      // The release's doorbell (a done mark if untagged, then its CAS): the entry as it finds it.
+      release_seen = true;
+      live_at_release = LiveEntryAt(table, entry1, &at_release);
+    }
+    if (cas1 && ++cas_on_1 == 1) {
+      REQUIRE(e.Release(h1, *held1).ok());  // just before the withdrawal's CAS
+    }
+    return true;
+  });
+  const ManyRequest reqs[] = {{0, Mode::kExclusive, false}, {1, Mode::kExclusive, false}};
+  AcquireOptions o;
+  o.try_only = true;
+  auto gs = e.AcquireMany(mem, reqs, o, entries.Source());
+  mem.set_hook(nullptr);
+  REQUIRE_FALSE(gs.ok());
+  CHECK(gs.status().code() == ErrorCode::kBusy);
+  REQUIRE(cas_on_1 == 2);  // the withdrawal that missed, then the release
+  REQUIRE(release_seen);
+  CHECK(live_at_release);
+  if (live_at_release) CHECK(at_release.slot == 1);
+  // Released: slot 1 free, and no live entry left.
+  CHECK(W0(table, 1).Drained());
+  proto::RequestEntry en;
+  CHECK_FALSE(LiveEntryAt(table, entry1, &en));
+  REQUIRE(e.Release(h0, *held0).ok());
+}

@@ -213,6 +213,60 @@ TEST_CASE("giving up: a request granted while it gives up writes its entry live 
   }
 }
 
+TEST_CASE("giving up: a ticket abandoned after its withdrawal missed keeps a live entry") {
+  // A try-lock finds nobody behind its ticket and posts the withdrawal: the entry's done mark,
+  // then the CAS. Another request queues in between, so the CAS misses, and the ticket now has
+  // a request behind it: it is abandoned to the client's reaper, which releases it when its turn
+  // comes. The done mark has already landed. Were the client to die now, lockd's reap of its
+  // record would find no live request and free nothing; the ticket would be granted to a dead
+  // client, and the request behind it would wait for stall recovery (F x L). The abandoned
+  // ticket's entry must be live again, under a use the reaper's release then ends.
+  for (const Mode mode : {Mode::kExclusive, Mode::kShared}) {
+    CAPTURE(mode == Mode::kExclusive ? "exclusive" : "shared");
+    InProcessTable table(1, 4096);
+    std::vector<Ticket> abandoned;
+    LockEngine e(Params(1), [&](const Ticket& t) { abandoned.push_back(t); });
+    RecordedChannel ch(&table, proto::SessionRecord::EntryOffset(0));
+    InProcessMemory holder(&table), late(&table);
+    auto held = e.Acquire(holder, 0, Mode::kExclusive, {});
+    REQUIRE(held.ok());
+    bool queued_late = false;
+    ch.mem.set_hook([&](const RemoteOp& op) {
+      if (!queued_late && op.kind == RemoteOp::Kind::kCompareSwap &&
+          op.region == RegionId::kLocks) {
+        queued_late = true;
+        QueueExclusive(late, 0);  // lands between the withdrawal's done mark and its CAS
+      }
+      return true;
+    });
+    AcquireOptions try_opt = ch.o;
+    try_opt.record_seq = ch.NextSeq();
+    try_opt.try_only = true;
+    auto g = e.Acquire(ch.mem, 0, mode, try_opt);
+    ch.mem.set_hook(nullptr);
+    REQUIRE(queued_late);
+    REQUIRE_FALSE(g.ok());
+    CHECK(g.status().code() == ErrorCode::kBusy);
+    REQUIRE(abandoned.size() == 1);
+    proto::RequestEntry en;
+    const bool live = LiveEntryAt(table, ch.o.record, &en);
+    CHECK(live);
+    if (live) {
+      CHECK(en.seq == abandoned[0].record_seq);
+      CHECK(en.ticket == abandoned[0].word.Encode());
+    }
+    // The client dies with its ticket queued; the holder releases, and lockd reaps the record:
+    // the dead ticket is released at its turn, and the late request is granted.
+    REQUIRE(e.Release(holder, *held).ok());
+    CHECK(ReapRecord(table, e, 0) == 1);
+    const Word0 w = W0(table, 0);
+    INFO("word0 after the reap: n_x " << w.n_x << ", max_x " << w.max_x << ", n_s " << w.n_s
+                                      << ", max_s " << w.max_s);
+    CHECK(w.n_x == w.max_x - 1);  // the late request holds it
+    CHECK(w.n_s == w.max_s);
+  }
+}
+
 TEST_CASE("item 3: a session going round many locks pays three operations per pair once warm") {
   // lockctl bench --locks 10000: one thread takes locks all over the table, coming back to each
   // seldom. A request on a slot whose generation the session does not know READs, with the FA,
