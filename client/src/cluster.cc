@@ -216,6 +216,17 @@ class ClusterClient::Impl {
     return view_;
   }
 
+  // A try's shard (TryLock, or a zero timeout): one that another thread of this client is
+  // connecting is not waited for, and that is kBusy (not now), as a try reports, not the
+  // kTimeout of a call whose time ran out.
+  Result<Client*> TryShard(const MapView& v, size_t i) {
+    auto c = Shard(v, i, std::chrono::steady_clock::now());
+    if (!c.ok() && c.status().code() == ErrorCode::kTimeout) {
+      return Error(ErrorCode::kBusy, c.status().message());
+    }
+    return c;
+  }
+
   // The session of shard `i` of `v`, connected on first use. Only this shard's callers wait for
   // its connection, and none past its own `deadline` (kTimeout): a caller that finds another
   // thread connecting the shard waits for it until then.
@@ -417,8 +428,10 @@ Result<LockHandle> ClusterClient::Lock(std::string_view name, const LockOptions&
   RDMALOCK_RETURN_IF_ERROR(CheckName(name));
   auto v = impl_->view();
   const auto start = std::chrono::steady_clock::now();
-  RDMALOCK_ASSIGN_OR_RETURN(Client * c,
-                            impl_->Shard(*v, ShardForName(v->map, name), DeadlineOf(options)));
+  RDMALOCK_ASSIGN_OR_RETURN(
+      Client * c, options.timeout.has_value() && options.timeout->count() <= 0
+                      ? impl_->TryShard(*v, ShardForName(v->map, name))
+                      : impl_->Shard(*v, ShardForName(v->map, name), DeadlineOf(options)));
   if (!options.timeout.has_value() || options.timeout->count() <= 0) return c->Lock(name, options);
   // The timeout covers the shard's connection too (its first use, or another thread's): the
   // lock gets what is left, and at least one attempt (as a set's shards, LockMany).
@@ -441,8 +454,7 @@ Result<LockHandle> ClusterClient::TryLock(std::string_view name, LockMode mode) 
   if (impl_->inherited()) return Impl::InheritedError();
   RDMALOCK_RETURN_IF_ERROR(CheckName(name));
   auto v = impl_->view();
-  RDMALOCK_ASSIGN_OR_RETURN(
-      Client * c, impl_->Shard(*v, ShardForName(v->map, name), std::chrono::steady_clock::now()));
+  RDMALOCK_ASSIGN_OR_RETURN(Client * c, impl_->TryShard(*v, ShardForName(v->map, name)));
   return c->TryLock(name, mode);
 }
 

@@ -86,6 +86,9 @@ class RDMALOCK_EXPORT ClusterClient {
   ClusterClient(const ClusterClient&) = delete;
   ClusterClient& operator=(const ClusterClient&) = delete;
 
+  // As Client::Lock and Client::TryLock, on the shard that owns `name` (connected first if this
+  // is its first use). A try (TryLock, or a zero timeout) does not wait while another thread of
+  // this client connects that shard: kBusy, as for a lock found taken.
   Result<LockHandle> Lock(std::string_view name, const LockOptions& options = {});
   Result<LockHandle> TryLock(std::string_view name, LockMode mode = LockMode::kExclusive);
   // A set of locks across shards, all or none. Shards are taken one after another in the map's

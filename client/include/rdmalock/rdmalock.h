@@ -293,7 +293,8 @@ RDMALOCK_C_EXPORT void rdmalock_cluster_close(rdmalock_cluster_t* cluster);
 
 /* As rdmalock_lock and rdmalock_try_lock, on the shard that owns `name` (whose session is made
  * first if this is that shard's first use: then CONNECTION, RESOURCE or REJECTED as
- * rdmalock_connect's, if the shard cannot be reached). */
+ * rdmalock_connect's, if the shard cannot be reached). A try (rdmalock_cluster_try_lock, or
+ * timeout_ms 0) does not wait while another thread connects that shard: BUSY. */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_cluster_lock(rdmalock_cluster_t* cluster,
                                                           const char* name, rdmalock_mode_t mode,
                                                           int64_t timeout_ms,
