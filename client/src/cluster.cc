@@ -220,19 +220,19 @@ class ClusterClient::Impl {
   // connecting is not waited for, and that is kBusy (not now), as a try reports, not the
   // kTimeout of a call whose time ran out.
   Result<Client*> TryShard(const MapView& v, size_t i) {
-    auto c = Shard(v, i, std::chrono::steady_clock::now());
-    if (!c.ok() && c.status().code() == ErrorCode::kTimeout) {
-      return Error(ErrorCode::kBusy, c.status().message());
-    }
-    return c;
+    bool another_connects = false;
+    auto c = Shard(v, i, std::chrono::steady_clock::now(), &another_connects);
+    if (another_connects) return Error(ErrorCode::kBusy, c.status().message());
+    return c;  // this thread's own connection's error as it is (a connect timeout, say)
   }
 
   // The session of shard `i` of `v`, connected on first use. Only this shard's callers wait for
   // its connection, and none past its own `deadline` (kTimeout): a caller that finds another
-  // thread connecting the shard waits for it until then.
-  Result<Client*> Shard(const MapView& v, size_t i,
-                        std::chrono::steady_clock::time_point deadline =
-                            std::chrono::steady_clock::time_point::max()) {
+  // thread connecting the shard waits for it until then (and then sets *another_connects).
+  Result<Client*> Shard(
+      const MapView& v, size_t i,
+      std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),
+      bool* another_connects = nullptr) {
     if (i >= v.map.shards.size()) {
       return Error(ErrorCode::kInvalidArgument, "no shard " + std::to_string(i));
     }
@@ -243,6 +243,7 @@ class ClusterClient::Impl {
       if (deadline == std::chrono::steady_clock::time_point::max()) {
         s.connected.Wait(lk);
       } else if (s.connected.WaitUntil(lk, deadline) == std::cv_status::timeout && s.connecting) {
+        if (another_connects != nullptr) *another_connects = true;
         return Error(ErrorCode::kTimeout,
                      "shard '" + s.name +
                          "' is being connected by another thread of this client, and this "
