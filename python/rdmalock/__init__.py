@@ -149,8 +149,8 @@ class _ClusterOptions(ctypes.Structure):
 
 
 # rdmalock_options_t of C API version 1 (what a library without rdmalock_options_init_sized
-# fills).
-_OPTIONS_V1_SIZE = ctypes.sizeof(_Options)
+# fills): up to auth_key_file, as c_api.cc's kOptionsV1Size.
+_OPTIONS_V1_SIZE = _Options.auth_key_file.offset + ctypes.sizeof(ctypes.c_char_p)
 
 _LOST_FN = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 
@@ -172,8 +172,11 @@ _callback_keys = itertools.count(1)
 
 
 def _on_lost(code: int, message: Optional[bytes], key: Optional[int]) -> None:
-    with _callbacks_lock:
-        ref = _callbacks.get(key) if key is not None else None
+    # Read without _callbacks_lock (one dict.get is atomic under the GIL). The library calls
+    # this holding the lock's gate, and a thread holding _callbacks_lock may be in a collection
+    # that frees that same lock, which waits for the gate (from Python 3.12 a collection may run
+    # at any call): taking the lock here could deadlock the two.
+    ref = _callbacks.get(key) if key is not None else None
     lock = ref() if ref is not None else None  # None once the Lock is being collected
     callback = lock._lost_callback if lock is not None else None
     if callback is not None:
@@ -314,8 +317,10 @@ def _timeout_ms(timeout: Optional[float]) -> int:
     if timeout < 0:
         raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"timeout {timeout} is negative")
     # ctypes would wrap a value beyond int64 silently (sys.maxsize seconds came out negative);
-    # anything that large is as good as no limit, and the library waits without one.
-    return min(int(round(timeout * 1000)), _INT64_MAX)
+    # anything that large is as good as no limit, and the library waits without one. A positive
+    # timeout is at least 1 ms: 0 is a single try (BUSY), not a wait.
+    ms = min(int(round(timeout * 1000)), _INT64_MAX)
+    return 1 if ms == 0 and timeout > 0 else ms
 
 
 def _options() -> _Options:
@@ -325,11 +330,11 @@ def _options() -> _Options:
     o = _Options()
     if hasattr(lib, "rdmalock_options_init_sized"):
         lib.rdmalock_options_init_sized(ctypes.byref(o), ctypes.sizeof(o))
-    elif ctypes.sizeof(o) == _OPTIONS_V1_SIZE:
-        lib.rdmalock_options_init(ctypes.byref(o))
     else:
-        raise RdmalockError(ErrorCode.UNSUPPORTED,
-                            "librdmalock is older than this module (no rdmalock_options_init_sized)")
+        # C API version 1: it fills version 1's fields, and struct_size says so; a later field
+        # set here would be ignored by that library, so _client_options refuses it.
+        lib.rdmalock_options_init(ctypes.byref(o))
+        o.struct_size = _OPTIONS_V1_SIZE
     return o
 
 
@@ -345,10 +350,14 @@ def _client_options(server: Optional[str], port: int, connect_timeout: float = 5
     if not 0 <= port <= 0xFFFF:
         raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"port {port} is out of range")
     o.port = port
-    if connect_timeout < 0:
+    # A uint32 of milliseconds: ctypes would wrap a larger value (4294967.296 s was 0, the
+    # library's default), and inf and nan are no number of milliseconds.
+    if math.isnan(connect_timeout) or not 0 <= connect_timeout * 1000 <= 0xFFFFFFFF:
         raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
-                            f"connect_timeout {connect_timeout} is negative")
-    o.connect_timeout_ms = int(round(connect_timeout * 1000))
+                            f"connect_timeout {connect_timeout} is not between 0 and "
+                            f"{0xFFFFFFFF / 1000} seconds")
+    ms = int(round(connect_timeout * 1000))
+    o.connect_timeout_ms = 1 if ms == 0 and connect_timeout > 0 else ms
     o.client_name = client_name.encode() if client_name else None
     o.auto_renew = int(auto_renew)
     o.record_requests = int(record_requests)
@@ -358,6 +367,12 @@ def _client_options(server: Optional[str], port: int, connect_timeout: float = 5
     # refuses a field it does not know only when it is set.
     o.no_local_handover = 0 if local_handover else 1
     o.no_fencing_tokens = 0 if fencing_tokens else 1  # likewise, C API version 5
+    for field, wanted in (("no_local_handover", not local_handover),
+                          ("no_fencing_tokens", not fencing_tokens)):
+        end = getattr(_Options, field).offset + ctypes.sizeof(ctypes.c_int)
+        if wanted and o.struct_size < end:  # a version 1 library, which would not read it
+            raise RdmalockError(ErrorCode.UNSUPPORTED,
+                                f"{field}: librdmalock is older than this option")
     return o
 
 
@@ -382,6 +397,37 @@ def _free_lock(handle: ctypes.c_void_p, key: int) -> None:
         _callbacks.pop(key, None)
 
 
+class _Calls:
+    """The calls in flight on one Client or Cluster. At exit its finalizer closes it only when
+    none is (a daemon thread waiting in lock(), say): closing it under such a call waited for the
+    call, until lockd fenced the session, then freed the client while the call still used it.
+    (A collection never finds one in flight: a call holds its object.)"""
+
+    def __init__(self) -> None:
+        self._mu = threading.Lock()
+        self._n = 0
+
+    def __enter__(self) -> None:
+        with self._mu:
+            self._n += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._mu:
+            self._n -= 1
+
+    def idle(self) -> bool:
+        with self._mu:
+            return self._n == 0
+
+
+def _close_when_idle(close: Callable[[ctypes.c_void_p], None], handle: ctypes.c_void_p,
+                     calls: _Calls) -> None:
+    # Left to the process's end when a call is in flight (only at exit): lockd sees the
+    # connections go, and frees what the session's record shows.
+    if calls.idle():
+        close(handle)
+
+
 def library_version() -> str:
     """librdmalock's version, e.g. "0.1.0". Raises OSError if the library cannot be loaded."""
     return str(_lib().rdmalock_version().decode())
@@ -389,7 +435,10 @@ def library_version() -> str:
 
 def slot_for_name(name: str, lock_count: int) -> int:
     """The slot ``name`` maps to among ``lock_count`` slots (XXH3-64 modulo the count; 0 for a
-    count of 0). Raises OSError if the library cannot be loaded."""
+    count of 0). Raises RdmalockError(INVALID_ARGUMENT) for a count outside 0 .. 2^64 - 1, OSError
+    if the library cannot be loaded."""
+    if not 0 <= lock_count < 2**64:  # a uint64: ctypes would wrap -1 to 2^64 - 1
+        raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"lock_count {lock_count} is out of range")
     return int(_lib().rdmalock_slot_for_name(name.encode(), lock_count))
 
 
@@ -551,11 +600,14 @@ class Client:
         o = _client_options(server, port, connect_timeout, client_name, auto_renew,
                             record_requests, reconnect, auth_key_file, local_handover,
                             fencing_tokens)
-        handle = ctypes.c_void_p()
-        _check(lib.rdmalock_connect(ctypes.byref(o), ctypes.byref(handle)))
-        self._handle = handle
+        # The finalizer first, on the handle the call fills in: an interrupt (Ctrl-C) that lands
+        # as the call returns leaves no session unclosed.
+        self._handle = ctypes.c_void_p()
+        self._calls = _Calls()
         self.server, self.port = server, port
-        self._finalizer = weakref.finalize(self, lib.rdmalock_close, handle)
+        self._finalizer = weakref.finalize(self, _close_when_idle, lib.rdmalock_close,
+                                           self._handle, self._calls)
+        _check(lib.rdmalock_connect(ctypes.byref(o), ctypes.byref(self._handle)))
 
     @classmethod
     def connect(cls, server: str, port: int = 7471, *, connect_timeout: float = 5.0,
@@ -591,10 +643,13 @@ class Client:
 
     def _acquire(self, name: str, shared: bool, timeout_ms: int) -> Lock:
         encoded = _check_name(name)
-        out = ctypes.c_void_p()
-        _check(_lib().rdmalock_lock(self._h(), encoded, _SHARED if shared else _EXCLUSIVE,
-                                    timeout_ms, ctypes.byref(out)))
-        return Lock(out.value, name, self)
+        # The Lock first, its handle filled in by the call: an interrupt (Ctrl-C) that lands as
+        # a wait is granted drops the Lock, whose finalizer frees the handle and so releases it.
+        lock = Lock(None, name, self)
+        with self._calls:
+            _check(_lib().rdmalock_lock(self._h(), encoded, _SHARED if shared else _EXCLUSIVE,
+                                        timeout_ms, ctypes.byref(lock._handle)))
+        return lock
 
     def lock(self, name: str, shared: bool = False, timeout: Optional[float] = None) -> Lock:
         """Acquires ``name``, waiting up to ``timeout`` seconds (None: for ever). Raises
@@ -617,17 +672,19 @@ class Client:
                   timeout: Optional[float] = None) -> Lock:
         """As lock(), by slot number (0 .. lock_count - 1). Raises RdmalockError as lock();
         INVALID_ARGUMENT for a slot out of range."""
-        if slot < 0:
-            raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"slot {slot} is negative")
-        out = ctypes.c_void_p()
-        _check(_lib().rdmalock_lock_slot(self._h(), slot, _SHARED if shared else _EXCLUSIVE,
-                                         _timeout_ms(timeout), ctypes.byref(out)))
-        return Lock(out.value, None, self)
+        if not 0 <= slot < 2**64:  # a uint64: ctypes would wrap 2^64 + 5 to slot 5
+            raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"slot {slot} is out of range")
+        lock = Lock(None, None, self)  # as _acquire's
+        with self._calls:
+            _check(_lib().rdmalock_lock_slot(self._h(), slot, _SHARED if shared else _EXCLUSIVE,
+                                             _timeout_ms(timeout), ctypes.byref(lock._handle)))
+        return lock
 
     def flush(self) -> None:
         """Waits until this thread's posted releases have completed at lockd. Raises
         RdmalockError: CONNECTION (the connection failed, or the client is closed)."""
-        _check(_lib().rdmalock_flush(self._h()))
+        with self._calls:
+            _check(_lib().rdmalock_flush(self._h()))
 
     @property
     def lock_count(self) -> int:
@@ -652,7 +709,8 @@ class Client:
     def close(self) -> None:
         """Ends the session. Idempotent; raises nothing. Locks still held become LOST; lockd
         frees them."""
-        self._finalizer()
+        if self._finalizer.detach() is not None:  # closed now, calls in flight or not
+            _lib().rdmalock_close(self._handle)
 
     def __enter__(self) -> Client:
         return self
@@ -719,11 +777,12 @@ class Cluster:
         o = _client_options(None, 0, connect_timeout, client_name, auto_renew, record_requests,
                             reconnect, auth_key_file, local_handover, fencing_tokens)
         co.client = ctypes.pointer(o)
-        handle = ctypes.c_void_p()
-        _check(lib.rdmalock_cluster_open(ctypes.byref(co), ctypes.byref(handle)))
-        self._handle = handle
+        self._handle = ctypes.c_void_p()  # the finalizer first, as Client's
+        self._calls = _Calls()
         self.source = shard_map if shard_map is not None else (endpoints or "")
-        self._finalizer = weakref.finalize(self, lib.rdmalock_cluster_close, handle)
+        self._finalizer = weakref.finalize(self, _close_when_idle, lib.rdmalock_cluster_close,
+                                           self._handle, self._calls)
+        _check(lib.rdmalock_cluster_open(ctypes.byref(co), ctypes.byref(self._handle)))
 
     @classmethod
     def from_shard_map(cls, path: str, *, connect_timeout: float = 5.0,
@@ -771,14 +830,16 @@ class Cluster:
 
     def _acquire(self, name: str, shared: bool, timeout_ms: int) -> Lock:
         encoded = _check_name(name)
-        out = ctypes.c_void_p()
+        lock = Lock(None, name, self)  # as Client._acquire's
         mode = _SHARED if shared else _EXCLUSIVE
-        if timeout_ms == 0:
-            _check(_lib().rdmalock_cluster_try_lock(self._h(), encoded, mode, ctypes.byref(out)))
-        else:
-            _check(_lib().rdmalock_cluster_lock(self._h(), encoded, mode, timeout_ms,
-                                                ctypes.byref(out)))
-        return Lock(out.value, name, self)
+        with self._calls:
+            if timeout_ms == 0:
+                _check(_lib().rdmalock_cluster_try_lock(self._h(), encoded, mode,
+                                                        ctypes.byref(lock._handle)))
+            else:
+                _check(_lib().rdmalock_cluster_lock(self._h(), encoded, mode, timeout_ms,
+                                                    ctypes.byref(lock._handle)))
+        return lock
 
     def lock(self, name: str, shared: bool = False, timeout: Optional[float] = None) -> Lock:
         """As Client.lock, on the shard that owns ``name``. Raises RdmalockError as
@@ -817,7 +878,8 @@ class Cluster:
     def close(self) -> None:
         """Ends every shard's session. Idempotent; raises nothing. Locks still held become
         LOST; their lockds free them."""
-        self._finalizer()
+        if self._finalizer.detach() is not None:  # closed now, as Client.close
+            _lib().rdmalock_cluster_close(self._handle)
 
     def __enter__(self) -> Cluster:
         return self

@@ -1,5 +1,7 @@
 """The Python module without lockd: loading the library, argument checks and error reporting."""
 
+import ctypes
+
 import pytest
 import rdmalock
 from rdmalock import ErrorCode, RdmalockError
@@ -204,3 +206,34 @@ print("churned")
         raise AssertionError("on_lost deadlocked in a garbage collection (no end in 60 s)")
     assert out.returncode == 0, out.stderr
     assert "churned" in out.stdout
+
+
+def test_python_arguments_out_of_the_c_types_range_are_refused_not_wrapped():
+    # ctypes masks an int to the C field's width without a word (found by review, 2026-12-06).
+    import math
+    # A positive timeout below half a millisecond was rounded to 0: a try (BUSY), not a wait.
+    assert rdmalock._timeout_ms(0.0004) == 1
+    assert rdmalock._timeout_ms(0.0) == 0
+    # connect_timeout is a uint32 of milliseconds: 4294967.296 s was stored as 0.
+    for bad in (4294967.296, 1e12, math.inf, math.nan):
+        with pytest.raises(RdmalockError) as e:
+            rdmalock._client_options("h", 7471, bad)
+        assert e.value.code == ErrorCode.INVALID_ARGUMENT, bad
+        assert "connect_timeout" in e.value.message
+    assert rdmalock._client_options("h", 7471, 0.0004).connect_timeout_ms == 1
+    # slot_for_name's count is a uint64: -1 wrapped to 2^64 - 1.
+    with pytest.raises(RdmalockError) as e:
+        rdmalock.slot_for_name("x", -1)
+    assert e.value.code == ErrorCode.INVALID_ARGUMENT and "lock_count" in e.value.message
+    with pytest.raises(RdmalockError) as e:
+        rdmalock.slot_for_name("x", 2**64)
+    assert e.value.code == ErrorCode.INVALID_ARGUMENT
+
+
+def test_the_version_1_options_size_is_the_c_api_version_1_struct():
+    # rdmalock_options_t of C API version 1 ends with auth_key_file (c_api.cc kOptionsV1Size);
+    # the module took its whole struct's size, so with a library too old for
+    # rdmalock_options_init_sized it never refused the options that library cannot honour.
+    o = rdmalock._Options
+    assert rdmalock._OPTIONS_V1_SIZE == o.auth_key_file.offset + ctypes.sizeof(ctypes.c_char_p)
+    assert rdmalock._OPTIONS_V1_SIZE < ctypes.sizeof(o)

@@ -111,7 +111,8 @@ def test_release_twice_and_renew_raise_with_codes(client):
 
 def test_bad_arguments_raise_invalid_argument(client):
     for call in (lambda: client.lock(""), lambda: client.lock("x", timeout=-1),
-                 lambda: client.lock_slot(client.lock_count), lambda: client.lock(None)):
+                 lambda: client.lock_slot(client.lock_count), lambda: client.lock(None),
+                 lambda: client.lock_slot(-1), lambda: client.lock_slot(2**64 + 5)):
         with pytest.raises(RdmalockError) as e:
             call()
         assert e.value.code == ErrorCode.INVALID_ARGUMENT, e.value
@@ -409,6 +410,81 @@ lock.release()
 client.flush()
 print("released", flush=True)
 """
+
+
+_SIGINT_WHILE_WAITING = r"""
+import gc, sys, rdmalock
+server, port = sys.argv[1], int(sys.argv[2])
+client = rdmalock.Client.connect(server, port=port, connect_timeout=10, client_name="py-sigint")
+print("waiting", flush=True)
+try:
+    client.lock("py/sigint", timeout=20)
+    print("granted, no interrupt", flush=True)
+except KeyboardInterrupt:
+    gc.collect()
+    client.flush()
+    print("interrupted", flush=True)
+sys.stdin.readline()  # the test looks from another client meanwhile
+"""
+
+
+def test_an_interrupt_that_lands_as_a_wait_is_granted_leaks_no_lock(lockd, other):
+    # Ctrl-C while lock() waits: the signal's handler runs once the C call returns, and the
+    # KeyboardInterrupt came before the handle was wrapped in a Lock, so the granted lock was
+    # never freed: held, and renewed, for the rest of the client's life (found by review,
+    # 2026-12-06).
+    import signal
+    server, port = lockd
+    held = other.lock("py/sigint", timeout=5)
+    p = _run_script(_SIGINT_WHILE_WAITING, server, str(port))
+    try:
+        assert p.stdout.readline().strip() == "waiting", p.stderr.read()
+        time.sleep(1.0)  # into its wait
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        held.release()  # granted to the child now, with its interrupt pending
+        said = p.stdout.readline().strip()
+        assert said == "interrupted", (said, p.stderr.read())
+        other.flush()
+        got = other.try_lock("py/sigint")
+        p.stdin.write("\n")
+        p.stdin.flush()
+        p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert got is not None, "the interrupted process still holds py/sigint"
+    got.release()
+
+
+_EXIT_WITH_A_THREAD_WAITING = r"""
+import sys, threading, time, rdmalock
+server, port = sys.argv[1], int(sys.argv[2])
+client = rdmalock.Client.connect(server, port=port, connect_timeout=10, client_name="py-exit")
+threading.Thread(target=lambda: client.lock("py/exit-waiting"), daemon=True).start()
+time.sleep(0.5)  # the thread waits in the library
+print("exiting", flush=True)
+"""
+
+
+def test_exit_with_a_daemon_thread_waiting_does_not_close_the_client_under_it(lockd, other):
+    # At exit, the Client's finalizer closed it while a daemon thread waited in lock() on it:
+    # the close waited for the wait (until lockd fenced the silent session, a heartbeat timeout
+    # later), then freed the client under that thread. A client in use is now left to the
+    # process's end, where lockd sees its connections go (found by review, 2026-12-06).
+    server, port = lockd
+    held = other.lock("py/exit-waiting", timeout=5)
+    p = _run_script(_EXIT_WITH_A_THREAD_WAITING, server, str(port))
+    try:
+        assert p.stdout.readline().strip() == "exiting", p.stderr.read()
+        said = time.monotonic()
+        out, err = p.communicate(timeout=30)
+        took = time.monotonic() - said
+    finally:
+        p.kill()
+    held.release()
+    # lockd's heartbeat timeout is 1 s (its default in tests/sdk/run.sh): a close that waits for
+    # the fence takes longer than that; an exit that does not, a few milliseconds.
+    assert p.returncode == 0 and took < 0.8, (p.returncode, round(took, 3), out, err)
 
 
 def test_issue17_finding11_a_forked_child_exit_leaves_the_parent_lock(lockd, other):
