@@ -166,7 +166,8 @@ RDMALOCK_C_EXPORT void rdmalock_close(rdmalock_client_t* client);
  * Exclusive grants carry a fencing token (unless no_fencing_tokens). On success *out is a handle to
  * pass to rdmalock_lock_free(); on failure *out is NULL. Errors: INVALID_ARGUMENT (NULL client,
  * name or out, empty name, a bad mode, timeout_ms < -1), TIMEOUT, BUSY (timeout_ms 0 only),
- * CONNECTION. */
+ * CONNECTION, RESOURCE (this thread has no connection to lockd and cannot get one: lockd's
+ * max_connections_per_session is taken, or no memory; the lock is not taken). */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_lock(rdmalock_client_t* client, const char* name,
                                                   rdmalock_mode_t mode, int64_t timeout_ms,
                                                   rdmalock_lock_t** out);
@@ -181,7 +182,8 @@ RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_lock_slot(rdmalock_client_t* client
 /* Releases the lock; the handle stays allocated (state RELEASED, or LOST on error). Errors:
  * LOCK_LOST (nothing was released: the lease lapsed, the lock was recovered, the session ended or
  * the client was closed), NOT_HELD (already released), CONNECTION (the connection failed: the
- * lock is LOST). */
+ * lock is LOST), RESOURCE (this thread cannot get a connection, as for rdmalock_lock: the lock
+ * is LOST, and the client's reaper releases it at lockd while its lease runs). */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_release(rdmalock_lock_t* lock);
 /* Waits until the releases this thread posted on `client` have completed. rdmalock_release posts
  * its compare-and-swap and returns without waiting for it unless others were seen queued; another
@@ -189,7 +191,8 @@ RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_release(rdmalock_lock_t* lock);
  * CONNECTION. */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_flush(rdmalock_client_t* client);
 /* Extends the lease by one lease period from now (clients renew by themselves unless
- * auto_renew is 0). Errors: NOT_HELD, LOCK_LOST, CONNECTION. */
+ * auto_renew is 0). Errors: NOT_HELD, LOCK_LOST, CONNECTION, RESOURCE (this thread cannot get a
+ * connection, as for rdmalock_lock: nothing was renewed, and the lock is still held). */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_renew(rdmalock_lock_t* lock);
 /* Releases the lock if it is still held (errors are dropped: call rdmalock_release first to see
  * them) and frees the handle. After it returns the lost callback does not run. NULL is a no-op. */
