@@ -67,6 +67,31 @@ Result<bool> Campaign::Refresh(milliseconds timeout) {
   return true;
 }
 
+Result<bool> Campaign::Confirm(milliseconds timeout) {
+  const auto sent = Clock::now();
+  const auto until = sent + timeout;
+  RDMALOCK_ASSIGN_OR_RETURN(int64_t ttl, etcd_->KeepAlive(lease_, timeout));
+  if (ttl <= 0) {
+    why_lost_ = "etcd says the lease has expired";
+    return false;
+  }
+  // The read is what a member that is not the leader cannot answer (a linearizable range goes
+  // through the leader's read index), the keepalive is not (see campaign.h).
+  RDMALOCK_ASSIGN_OR_RETURN(
+      auto kv, etcd_->Get(primary_key(), std::clamp(Until(until), milliseconds(1),
+                                                    std::max(ttl_ / 6, milliseconds(1)))));
+  if (!kv.has_value() || kv->lease != lease_) {
+    // Someone may have deleted it (etcdctl del), and a standby then wins while our lease lives.
+    why_lost_ = "the primary key " + primary_key() + " is no longer ours (now " +
+                (kv.has_value() ? kv->value : std::string("absent")) + ")";
+    return false;
+  }
+  deadline_ = sent + std::chrono::seconds(ttl);
+  deadline_ns_.store(deadline_.time_since_epoch().count());
+  next_refresh_ = sent + ttl_ / 6;
+  return true;
+}
+
 Result<uint64_t> Campaign::BumpEpoch() {
   const std::string key = prefix_ + "epoch";
   for (int attempt = 0; attempt < 10; ++attempt) {
@@ -159,12 +184,12 @@ Result<uint64_t> Campaign::Win(const std::atomic<bool>& stop) {
       // goes and we start over (serving without a new epoch could repeat tokens).
       for (;;) {
         auto epoch = BumpEpoch();
-        Status late = epoch.ok() ? RefreshIfLate() : epoch.status();
-        if (late.ok()) {
+        Status confirmed = epoch.ok() ? ConfirmWin() : epoch.status();
+        if (confirmed.ok()) {
           served_ = true;
           return *epoch;
         }
-        error(late);
+        error(confirmed);
         if (stop.load() || Clock::now() >= deadline_ - margin_) break;
         SleepUntil(Clock::now() + milliseconds(200), stop);
       }
@@ -184,18 +209,16 @@ Result<uint64_t> Campaign::Win(const std::atomic<bool>& stop) {
   return Error(ErrorCode::kConnection, "stopped");
 }
 
-Status Campaign::RefreshIfLate() {
-  if (Clock::now() < deadline_ - margin_) return Status::Ok();
-  // A slow etcd answered the create or the epoch after the fence point. Returned as it is, the
-  // win would be fenced by Hold at once, and each round of the campaign would use up an epoch
-  // while etcd stays this slow: a keepalive etcd confirms moves the deadline on, as Hold's does.
-  RDMALOCK_ASSIGN_OR_RETURN(bool alive, Refresh(std::max(Until(deadline_), ttl_ / 6)));
-  if (!alive) {
-    lease_ = 0;  // expired: nothing to revoke
-    return Error(ErrorCode::kConnection, "the etcd lease expired while the epoch was bumped");
-  }
+Status Campaign::ConfirmWin() {
+  // Before the first grant, as before each refresh of a term: the deadline comes from a
+  // keepalive confirmed by a read of our key, never from a keepalive alone (the standby's
+  // campaign refreshes its lease without a key to read). It also moves the deadline on when a
+  // slow etcd answered the create or the epoch after the fence point: returned as it was, the win
+  // was fenced by Hold at once, and each round of the campaign used up an epoch.
+  RDMALOCK_ASSIGN_OR_RETURN(bool ours, Confirm(std::max(Until(deadline_), ttl_ / 6)));
+  if (!ours) return Error(ErrorCode::kConnection, why_lost_);
   if (Clock::now() >= deadline_ - margin_) {
-    return Error(ErrorCode::kConnection, "the etcd lease was refreshed too late to serve on");
+    return Error(ErrorCode::kConnection, "the etcd lease was confirmed too late to serve on");
   }
   return Status::Ok();
 }
@@ -210,24 +233,16 @@ bool Campaign::Hold(const std::atomic<bool>& stop) {
   if (Clock::now() >= next_refresh_) {
     // All the time left before the fence: a slow etcd (a loaded host) may answer late and still
     // in time.
-    auto alive = Refresh(std::max(Until(fence_at), milliseconds(1)));
-    if (!alive.ok()) {
-      spdlog::warn("shard {}: refreshing the primary's etcd lease failed: {} ({} ms to the fence)",
-                   config_.shard, alive.status().message(), Until(fence_at).count());
+    auto ours = Confirm(std::max(Until(fence_at), milliseconds(1)));
+    if (!ours.ok()) {
+      spdlog::warn(
+          "shard {}: confirming the primary's etcd lease failed: {} ({} ms to the fence; the "
+          "deadline moves only once a read confirms the key)",
+          config_.shard, ours.status().message(), Until(fence_at).count());
       // Try again soon; the fence comes by itself if this goes on.
       next_refresh_ = Clock::now() + milliseconds(100);
-    } else if (!*alive) {
-      why_lost_ = "etcd says the lease has expired";
+    } else if (!*ours) {
       return false;
-    } else {
-      // The key must still be ours: someone may have deleted it (etcdctl del), and a standby then
-      // wins while our lease lives on.
-      auto kv = etcd_->Get(primary_key(), std::clamp(Until(fence_at), milliseconds(1), ttl_ / 6));
-      if (kv.ok() && (!kv->has_value() || (*kv)->lease != lease_)) {
-        why_lost_ = "the primary key " + primary_key() + " is no longer ours (now " +
-                    (kv->has_value() ? (*kv)->value : std::string("absent")) + ")";
-        return false;
-      }
     }
   }
   SleepUntil(std::min(next_refresh_, deadline_ - margin_), stop);

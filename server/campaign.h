@@ -66,11 +66,19 @@ class Campaign {
   Campaign(const Config& config, std::unique_ptr<etcd::Client> etcd);
   Status NewLease();
   Result<uint64_t> BumpEpoch();
-  // After the epoch: ok if the lease may be served on now, refreshed first if the fence point
-  // has passed.
-  Status RefreshIfLate();
-  // Refreshes the lease; on success moves the deadline. Returns whether the lease is alive.
+  // After the epoch: ok if the lease may be served on now, confirmed (Confirm) first.
+  Status ConfirmWin();
+  // While campaigning: refreshes the lease and moves the deadline (the campaign's own check that
+  // its lease is young enough to win with). Returns whether the lease is alive.
   Result<bool> Refresh(std::chrono::milliseconds timeout);
+  // While primary: a keepalive, then a linearizable read of the primary key; the deadline moves
+  // (to the keepalive's send time plus the TTL etcd gave) only when the read shows the key on our
+  // lease. A keepalive alone is no proof: etcd before 3.4.25 and 3.5.8 (etcd issue 15247;
+  // Debian 12 has 3.4.23) let a leader that had stepped down while stuck keep renewing leases
+  // for the clients connected to it, while the new leader expired them; such a member cannot
+  // answer a linearizable read. Returns false (why_lost_ says why) when etcd says the lease
+  // expired or the key is not ours; an error when a call failed (the deadline stays).
+  Result<bool> Confirm(std::chrono::milliseconds timeout);
 
   Config config_;
   std::unique_ptr<etcd::Client> etcd_;

@@ -63,6 +63,10 @@ class DelayingProxy {
         res.status = 502;
         return;
       }
+      if (fail_ranges.load() && req.path == "/v3/kv/range") {
+        res.status = 503;  // after etcd carried it out: as a member that cannot confirm a read
+        return;
+      }
       res.status = r->status;
       res.set_content(r->body, "application/json");
       if (req.path == "/v3/kv/txn" && delay_txns.fetch_sub(1) > 0) {
@@ -83,6 +87,7 @@ class DelayingProxy {
 
   std::atomic<int> delay_txns{0};
   std::atomic<int> delayed{0};
+  std::atomic<bool> fail_ranges{false};  // answer every read (/v3/kv/range) with an error
 
  private:
   std::string upstream_, host_, url_;
@@ -315,5 +320,40 @@ TEST_CASE("campaign: a win whose epoch came after the fence point is served on a
   CHECK(*won == 1);
   CHECK(now < (*a)->fence_at());
   CHECK((*a)->Hold(stop));
+  (*a)->Resign();
+}
+
+TEST_CASE("campaign: a keepalive that succeeds while reads fail does not keep a primary serving",
+          "[etcd]") {
+  // etcd issue 15247 (etcd before 3.4.25 and 3.5.8, Debian 12 has 3.4.23): a leader stuck in
+  // its disk stepped down, yet its lessor kept renewing leases for the clients connected to it,
+  // while the new leader let them expire. Such a member cannot confirm a linearizable read. A
+  // primary whose deadline moved on every keepalive, whatever the read of its key said, served
+  // on while a standby took the shard: two primaries. The deadline must move only once a read
+  // confirms the key is still ours.
+  LocalEtcd server;
+  DelayingProxy proxy(server.url(), milliseconds(0));
+  rdmalock::lockd::Config c = ShardConfig(server.url(), "10.0.0.1:7471");
+  c.etcd_endpoints = {proxy.url()};
+  auto a = rdmalock::lockd::Campaign::Create(c);
+  REQUIRE(a.ok());
+  std::atomic<bool> stop{false};
+  REQUIRE((*a)->Win(stop).ok());
+  const auto first_deadline = (*a)->deadline();
+  proxy.fail_ranges.store(true);
+  const auto t0 = std::chrono::steady_clock::now();
+  bool held = true;
+  while (held && std::chrono::steady_clock::now() < t0 + milliseconds(5000)) {
+    held = (*a)->Hold(stop);
+  }
+  const auto ended = std::chrono::steady_clock::now();
+  INFO("Hold for "
+       << std::chrono::duration_cast<milliseconds>(ended - t0).count()
+       << " ms with every read failing: " << (held ? "still primary" : (*a)->why_lost())
+       << "; the deadline moved by "
+       << std::chrono::duration_cast<milliseconds>((*a)->deadline() - first_deadline).count()
+       << " ms");
+  CHECK_FALSE(held);
+  CHECK(ended < first_deadline);
   (*a)->Resign();
 }
