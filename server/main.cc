@@ -494,6 +494,9 @@ int main(int argc, char** argv) {
     return RunCluster(config, signals, reload);
   }
 
+  // Before the epoch and the running mark: both are this lockd's alone.
+  auto dir_lock = rdmalock::lockd::StateDirLock::Acquire(config.state_dir);
+  if (!dir_lock.ok()) return Fail(dir_lock.status());
   auto epoch = rdmalock::lockd::BumpEpoch(config.state_dir);
   if (!epoch.ok()) return Fail(epoch.status());
   auto unclean = rdmalock::lockd::MarkRunning(config.state_dir);

@@ -1,6 +1,7 @@
 #include "server/state_dir.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,6 +59,46 @@ Result<std::optional<std::string>> ReadSmallFile(const std::string& path) {
   }
   close(fd);
   return std::optional<std::string>(std::move(text));
+}
+
+Result<StateDirLock> StateDirLock::Acquire(const std::string& state_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(state_dir, ec);
+  if (ec) {
+    return Error(ErrorCode::kIo, "cannot create state_dir " + state_dir + ": " + ec.message());
+  }
+  const std::string path = state_dir + "/lock";
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return rdma::ErrnoStatus(ErrorCode::kIo, "open " + path, errno);
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    if (err != EWOULDBLOCK) {
+      close(fd);
+      return rdma::ErrnoStatus(ErrorCode::kIo, "flock " + path, err);
+    }
+    char buf[32] = {};
+    const ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+    close(fd);
+    std::string pid(buf, n > 0 ? static_cast<size_t>(n) : 0);
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    return Error(ErrorCode::kConfig,
+                 "state_dir " + state_dir + " is in use by another lockd (pid " +
+                     (pid.empty() ? std::string("unknown") : pid) +
+                     "): each lockd needs a state_dir of its own (its epoch and running mark), "
+                     "as it needs its own admin_socket");
+  }
+  const std::string me = std::to_string(getpid()) + "\n";
+  if (ftruncate(fd, 0) != 0 ||
+      pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
+    const int err = errno;
+    close(fd);
+    return rdma::ErrnoStatus(ErrorCode::kIo, "write " + path, err);
+  }
+  return StateDirLock(fd);
+}
+
+StateDirLock::~StateDirLock() {
+  if (fd_ >= 0) close(fd_);  // the flock goes with it
 }
 
 Result<bool> MarkRunning(const std::string& state_dir) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "rdmalock/status.h"
 
@@ -28,6 +29,25 @@ Result<std::optional<std::string>> ReadSmallFile(const std::string& path);
 // An empty state_dir, or an epoch file that exists but cannot be read, is an error: an epoch
 // handed out twice would let fencing tokens go backwards.
 Result<uint64_t> BumpEpoch(const std::string& state_dir);
+
+// One lockd per state_dir: an exclusive flock on `state_dir`/lock, held for lockd's life (the
+// kernel lets go when lockd exits, however it exits). The file holds the holder's pid, for the
+// refusal's message. Two lockds on one directory shared the running mark (the first's clean stop
+// removed it, and a crash of the second then went unseen: no restart grace) and the epoch file.
+// Owned by lockd's main thread; move-only.
+class StateDirLock {
+ public:
+  // Creates `state_dir` if need be. kConfig naming the other lockd's pid when it is in use.
+  static Result<StateDirLock> Acquire(const std::string& state_dir);
+  StateDirLock(StateDirLock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  StateDirLock& operator=(StateDirLock&&) = delete;
+  StateDirLock(const StateDirLock&) = delete;
+  ~StateDirLock();
+
+ private:
+  explicit StateDirLock(int fd) : fd_(fd) {}
+  int fd_ = -1;
+};
 
 // Marks lockd as running in `state_dir`; returns whether the previous run did not stop cleanly
 // (its mark is still there), or true with no state_dir (nothing to tell).

@@ -255,6 +255,36 @@ else
 fi
 fi
 
+if want sd; then
+# ---- a second lockd on the same state_dir (two shards on one host, the default state_dir):
+# lockd's running mark was one shared file, so the first lockd's clean stop removed it and a
+# kill -9 of the second went unseen (no restart grace), and the epoch file was read and written
+# by both at once (found by review, 2026-12-06). The second must refuse to start, naming the
+# first; the first serves on.
+check=state_dir_in_use_refused
+"$build/lockd" --address "$ip" --port $((port + 1)) --lock-count 64 --lease-ms 2000 \
+  --state-dir "$work/state" --admin-socket "$work/second.sock" --metrics-address "" \
+  --log-level info --auth-key-file "$key" >"$work/second.log" 2>&1 &
+second=$!
+for _ in $(seq 1 75); do kill -0 "$second" 2>/dev/null || break; sleep 0.2; done
+if kill -0 "$second" 2>/dev/null; then
+  kill -TERM "$second" 2>/dev/null
+  wait "$second" 2>/dev/null
+  fail $check "a second lockd ran on the first one's state_dir: $(grep -E 'ready|grace|epoch' "$work/second.log" | head -3 | tr '\n' ' ')"
+else
+  wait "$second"
+  rc=$?
+  if [ "$rc" -eq 0 ] || ! grep -q "in use by another lockd (pid $lockd_pid)" "$work/second.log"; then
+    fail $check "exit $rc: $(tail -3 "$work/second.log")"
+  elif ! why=$(lockd_healthy); then
+    fail $check "the first lockd after the second was refused: $why"
+  else
+    pass $check
+  fi
+fi
+cat "$work/second.log" >>"$log"
+fi
+
 if want f16; then
 # ---- finding 16: reload. lockd runs from a config file with --lease-ms on the command line.
 stop_lockd

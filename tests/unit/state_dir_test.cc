@@ -191,3 +191,30 @@ TEST_CASE("issue 17 finding 6: an epoch file lockd may not read stops the start,
   in >> kept;
   CHECK(kept == "41");  // the file is left as it was
 }
+
+TEST_CASE("state_dir: a second lockd on one state_dir is refused, naming the first") {
+  // Found by review (2026-12-06): nothing kept two lockds (two shards on one host, the default
+  // state_dir) apart. They shared the running mark, so the first's clean stop removed the
+  // second's, and a kill -9 of the second went unseen (no restart grace); and the epoch file.
+  TempDir d;
+  const std::string dir = d.str() + "/state";
+  {
+    auto first = StateDirLock::Acquire(dir);
+    REQUIRE(first.ok());
+    CHECK(Slurp(fs::path(dir) / "lock") == std::to_string(getpid()) + "\n");
+    auto second = StateDirLock::Acquire(dir);  // another open file: flock refuses it
+    REQUIRE_FALSE(second.ok());
+    CHECK(second.status().code() == rdmalock::ErrorCode::kConfig);
+    INFO(second.status().message());
+    CHECK(second.status().message().find("in use by another lockd (pid " +
+                                         std::to_string(getpid()) + ")") != std::string::npos);
+    // A child process too (a flock is not per process, but be sure across processes).
+    const pid_t child = fork();
+    if (child == 0) _exit(StateDirLock::Acquire(dir).ok() ? 1 : 0);
+    int status = 0;
+    REQUIRE(waitpid(child, &status, 0) == child);
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  }
+  // Let go with the first (as when lockd exits, however it exits): the next start takes it.
+  CHECK(StateDirLock::Acquire(dir).ok());
+}
