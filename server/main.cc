@@ -111,13 +111,13 @@ void Reload(const ReloadContext& ctx) {
       // The key: re-read even when the path is the same (a key rotated in place). Turning
       // authentication on or off takes a restart (clients must be told to expect it).
       if (!key.empty() && !ctx.auth_key->empty() && key != *ctx.auth_key) {
+        running->auth_key_file = fresh.auth_key_file;  // before set_auth_key, which may read it
         if (ctx.set_auth_key) ctx.set_auth_key(key);
         spdlog::warn(
             "reload: new shared key from {}: handshakes from now on must prove it "
             "(sessions already admitted are not affected)",
             fresh.auth_key_file);
         *ctx.auth_key = key;
-        running->auth_key_file = fresh.auth_key_file;
       }
       std::string restart;
       for (const auto& k : rdmalock::lockd::ChangedKeys(*running, fresh)) {
@@ -153,10 +153,15 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
   Notifier& notifier = *reload.notifier;
   // The serving Server while this lockd is primary (a reload's new key goes to it), else null.
   std::atomic<Server*> live{nullptr};
-  rdmalock::Mutex live_mu;  // held while using `live` from the main thread, and while clearing it
+  // Held while using `live` from the main thread, while clearing it, and for key_file.
+  rdmalock::Mutex live_mu;
+  // The key file a reload named last: each term's server reads its key from it (a term made
+  // from the start's configuration went back to the old key; found by review, 2026-12-06).
+  std::string key_file = config.auth_key_file;
   reload.running = &running;
   reload.set_auth_key = [&](std::string key) {
     rdmalock::MutexLock lock(&live_mu);
+    key_file = running.auth_key_file;
     if (Server* s = live.load(); s != nullptr) s->SetAuthKey(std::move(key));
   };
   std::thread worker([&] {
@@ -170,6 +175,10 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
       if (!epoch.ok()) continue;  // stopped
       Config c = config;
       c.restart_grace_ms = config.TakeoverGraceMs();
+      {
+        rdmalock::MutexLock lock(&live_mu);
+        c.auth_key_file = key_file;
+      }
       spdlog::info(
           "primary of shard {} (epoch {}), advertised as {}; serving after the takeover grace of "
           "{} ms (lease {} ms + etcd lease {} s + liveness timeout {} ms) [won_mono_ns={}]",

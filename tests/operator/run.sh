@@ -377,6 +377,44 @@ fi
 kill -TERM "$standby" 2>/dev/null
 wait "$standby" 2>/dev/null
 cat "$work/primary.log" "$work/standby.log" >>"$log"
+
+# (d) A cluster lockd whose key was rotated by naming another file (auth_key_file changed, and a
+# reload) keeps that key in its next term as primary: each term made its server from the start's
+# configuration, so after the next win every client with the new key was refused (found by
+# review, 2026-12-06). The term is ended by deleting the primary key in etcd.
+check=f16_cluster_rotated_key_file_kept_across_terms
+(umask 077 && "$build/lockctl" keygen >"$work/k2.key")
+printf '%s\n' "auth_key_file: $key" >"$work/cluster.yaml"
+env "$build/lockd" --config "$work/cluster.yaml" --address "$ip" --port 7493 --etcd "$etcd_url" \
+  --cluster op --shard s2 --etcd-lease-ttl-s 5 --lease-ms 2000 --state-dir "" --admin-socket "" \
+  --metrics-address "" --log-level info >>"$work/s2.log" 2>&1 &
+s2=$!
+bg_pids+=($s2)
+for _ in $(seq 1 150); do grep -q 'primary of shard s2' "$work/s2.log" && break; sleep 0.2; done
+printf '%s\n' "auth_key_file: $work/k2.key" >"$work/cluster.yaml"
+kill -HUP "$s2"
+for _ in $(seq 1 50); do grep -q 'new shared key' "$work/s2.log" && break; sleep 0.1; done
+python3 -c '
+import base64, json, sys, urllib.request
+key = base64.b64encode(b"/rdmalock/op/shard/s2/primary").decode()
+urllib.request.urlopen(sys.argv[1] + "/v3/kv/deleterange", json.dumps({"key": key}).encode())
+' "$etcd_url"
+for _ in $(seq 1 150); do grep -q 'primary of shard s2 (epoch 2)' "$work/s2.log" && break; sleep 0.2; done
+out=
+for _ in $(seq 1 60); do  # the takeover grace first: lease + etcd TTL + liveness timeout
+  out=$(RDMALOCK_AUTH_KEY_FILE=$work/k2.key "$build/lockctl" --server "$ip" --port 7493 status 2>&1) && break
+  sleep 0.5
+done
+if ! grep -q 'primary of shard s2 (epoch 2)' "$work/s2.log"; then
+  fail $check "no second term: $(grep -E 'primary|shared key' "$work/s2.log" | tail -3 | tr '\n' ' ')"
+elif ! RDMALOCK_AUTH_KEY_FILE=$work/k2.key "$build/lockctl" --server "$ip" --port 7493 status >/dev/null 2>&1; then
+  fail $check "in its second term a client with the rotated key was refused: $out"
+else
+  pass $check
+fi
+kill -TERM "$s2" 2>/dev/null
+wait "$s2" 2>/dev/null
+cat "$work/s2.log" >>"$log"
 fi
 
 stop_lockd
