@@ -159,6 +159,12 @@ void AdminSocket::OnAcceptable(Clock::time_point now) {
     return;
   }
   if (conns_.size() >= kMaxConns) {
+    // Told, not dropped silently (lockctl printed an empty line): one non-blocking send of a
+    // line that fits any socket buffer, whatever the peer does with it.
+    static_assert(kMaxConns == 16, "the line below says 16");
+    static constexpr char kBusy[] =
+        "error busy: lockd's admin socket serves 16 connections at once; try again\n";
+    (void)!send(fd, kBusy, sizeof(kBusy) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
     close(fd);
     return;
   }

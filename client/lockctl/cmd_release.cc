@@ -78,8 +78,19 @@ int CmdRelease(const Common& c, bool force, const std::string& name, int64_t slo
     return kExitUnavailable;
   }
   request += "\n";
-  if (write(fd, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+  // send(MSG_NOSIGNAL), not write: a lockd that closed the connection first (busy) would end
+  // lockctl with SIGPIPE.
+  const auto closed = [&] {
+    std::cerr << "lockctl: lockd's admin socket " << socket_path
+              << " closed the connection without answering (busy, or lockd stopping): try "
+                 "again\n";
+    close(fd);
+    return kExitUnavailable;
+  };
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return silent();
+    if (errno == EPIPE || errno == ECONNRESET) return closed();
     std::cerr << "lockctl: write to the admin socket failed: " << std::strerror(errno) << "\n";
     close(fd);
     return kExitUnavailable;
@@ -97,6 +108,7 @@ int CmdRelease(const Common& c, bool force, const std::string& name, int64_t slo
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return silent();
     break;
   }
+  if (reply.empty()) return closed();
   close(fd);
   while (!reply.empty() && reply.back() == '\n') reply.pop_back();
   const bool ok = reply.rfind("ok ", 0) == 0;
@@ -108,7 +120,6 @@ int CmdRelease(const Common& c, bool force, const std::string& name, int64_t slo
   } else {
     std::printf("%s\n", reply.c_str());
   }
-  if (reply.empty()) return kExitUnavailable;
   return ok ? 0 : 1;
 }
 

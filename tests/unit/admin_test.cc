@@ -261,3 +261,35 @@ TEST_CASE("admin socket: a request line longer than 1024 bytes is refused, not c
   CHECK(Ask(**admin, path, longest, &handled) == "ok " + longest.substr(0, 1023));
   CHECK(handled.size() == 1);
 }
+
+// Found by review (2026-12-06): with its 16 connections taken (anyone who may open the socket can
+// hold them, each for up to 2 s), lockd accepted the next and closed it without a word, so
+// lockctl printed an empty line (or died of SIGPIPE writing its request). It now says why.
+TEST_CASE("admin socket: a connection over the limit is told lockd is busy, not dropped silently") {
+  TempDir dir;
+  const std::string path = dir.str() + "/lockd.sock";
+  auto admin = AdminSocket::Open(path);
+  REQUIRE(admin.ok());
+  std::vector<int> held;
+  for (size_t i = 0; i < AdminSocket::kMaxConns; ++i) {
+    const int fd = ConnectTo(path);
+    REQUIRE(fd >= 0);
+    held.push_back(fd);
+    const auto now = std::chrono::steady_clock::now();
+    pollfd p{admin->get()->listen_fd(now), POLLIN, 0};
+    REQUIRE(poll(&p, 1, 1000) == 1);
+    admin->get()->OnAcceptable(now);
+  }
+  std::vector<std::string> handled;
+  const std::string reply = Ask(**admin, path, "release-slot 1\n", &handled);
+  INFO("the 17th connection's reply: '" << reply << "'");
+  CHECK(reply.rfind("error busy", 0) == 0);
+  CHECK(handled.empty());
+  for (const int fd : held) close(fd);
+  // Once they are gone, requests are served again.
+  handled.clear();
+  std::string again;
+  for (int i = 0; i < 3 && again.empty(); ++i)
+    again = Ask(**admin, path, "release-slot 2\n", &handled);
+  CHECK(again == "ok release-slot 2");
+}
