@@ -506,12 +506,15 @@ int main(int argc, char** argv) {
   // Before the epoch and the running mark: both are this lockd's alone.
   auto dir_lock = rdmalock::lockd::StateDirLock::Acquire(config.state_dir);
   if (!dir_lock.ok()) return Fail(dir_lock.status());
-  auto epoch = rdmalock::lockd::BumpEpoch(config.state_dir);
+  // The epoch is stored once the server is made, before its loop serves anyone: a start that
+  // fails before then uses none up (state_dir.h).
+  auto epoch = rdmalock::lockd::NextEpoch(config.state_dir);
   if (!epoch.ok()) return Fail(epoch.status());
   auto unclean = rdmalock::lockd::MarkRunning(config.state_dir);
   if (!unclean.ok()) return Fail(unclean.status());
   auto server = rdmalock::lockd::Server::Create(config, *epoch, *unclean);
   if (!server.ok()) return Fail(server.status());
+  if (auto st = rdmalock::lockd::StoreEpoch(config.state_dir, *epoch); !st.ok()) return Fail(st);
 
   rdmalock::Status loop_status;
   std::atomic<bool> stopping{false};

@@ -115,7 +115,7 @@ void MarkStoppedCleanly(const std::string& state_dir) {
   if (!state_dir.empty()) unlink((state_dir + "/running").c_str());
 }
 
-Result<uint64_t> BumpEpoch(const std::string& state_dir) {
+Result<uint64_t> NextEpoch(const std::string& state_dir) {
   if (state_dir.empty()) {
     return Error(ErrorCode::kConfig, "state_dir is empty: nowhere to keep the epoch");
   }
@@ -146,8 +146,16 @@ Result<uint64_t> BumpEpoch(const std::string& state_dir) {
                                        "epoch field");
     }
   }
-  ++epoch;
-  RDMALOCK_RETURN_IF_ERROR(WriteFileAtomically(state_dir, "epoch", std::to_string(epoch) + "\n"));
+  return epoch + 1;
+}
+
+Status StoreEpoch(const std::string& state_dir, uint64_t epoch) {
+  return WriteFileAtomically(state_dir, "epoch", std::to_string(epoch) + "\n");
+}
+
+Result<uint64_t> BumpEpoch(const std::string& state_dir) {
+  RDMALOCK_ASSIGN_OR_RETURN(const uint64_t epoch, NextEpoch(state_dir));
+  RDMALOCK_RETURN_IF_ERROR(StoreEpoch(state_dir, epoch));
   return epoch;
 }
 

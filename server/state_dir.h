@@ -25,9 +25,15 @@ Status WriteFileAtomically(const std::string& dir, const std::string& name,
 // file that exists but cannot be read must not be taken for a first start.
 Result<std::optional<std::string>> ReadSmallFile(const std::string& path);
 
-// Reads the epoch persisted in `state_dir`, adds one and writes it back (atomically, fsync'd).
-// An empty state_dir, or an epoch file that exists but cannot be read, is an error: an epoch
-// handed out twice would let fencing tokens go backwards.
+// The epoch after the one persisted in `state_dir` (1 with none), not yet written: lockd stores it
+// (StoreEpoch) once its server is made, before it serves anyone, so that a start that fails
+// before then (a port in use, no RDMA device) uses up no epoch (under systemd's restarts each did,
+// towards the last one, 65,535). An empty state_dir, or an epoch file that exists but cannot be
+// read, is an error: an epoch handed out twice would let fencing tokens go backwards.
+Result<uint64_t> NextEpoch(const std::string& state_dir);
+// Writes `epoch` to `state_dir` (atomically, fsync'd).
+Status StoreEpoch(const std::string& state_dir, uint64_t epoch);
+// NextEpoch, then StoreEpoch.
 Result<uint64_t> BumpEpoch(const std::string& state_dir);
 
 // One lockd per state_dir: an exclusive flock on `state_dir`/lock, held for lockd's life (the
