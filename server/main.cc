@@ -18,6 +18,7 @@
 #include "common/auth/auth.h"
 #include "common/duration.h"
 #include "common/sync/mutex.h"
+#include "rdmalock/proto/layout.h"
 #include "server/campaign.h"
 #include "server/config.h"
 #include "server/lockd.h"
@@ -312,7 +313,10 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "override log_level (trace..off)");
   app.add_option("--address", address, "override address");
   app.add_option("--port", port, "override port")->check(CLI::Range(1, 65535));
-  app.add_option("--lock-count", lock_count, "override lock_count")->check(CLI::PositiveNumber);
+  // CLI::PositiveNumber's refusal printed its range as 0 to DBL_MAX (309 digits).
+  app.add_option("--lock-count", lock_count, "override lock_count")
+      ->check(CLI::Range(static_cast<int64_t>(rdmalock::proto::kMinLockCount),
+                         static_cast<int64_t>(rdmalock::proto::kMaxLockCount)));
   auto* lease_opt = app.add_option("--lease-ms", lease_text, "override lease_ms (2s, or ms)")
                         ->type_name("DURATION");
   app.add_option(
@@ -359,7 +363,14 @@ int main(int argc, char** argv) {
                                       "seconds)")
                            ->type_name("DURATION");
   app.set_version_flag("--version", "lockd " RDMALOCK_VERSION);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version are "errors" that exit 0; any other refusal is an invalid
+    // configuration, exit 2 as lockd(8) says (CLI11's own codes were 105 and 109).
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
   {
     // Each time flag into the unit it has always had, with the range of its lockd.yaml key
     // (config.h; Validate then checks how they relate). Until stop 27 the flags took anything
