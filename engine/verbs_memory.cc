@@ -335,9 +335,14 @@ Result<std::unique_ptr<VerbsMemory>> VerbsMemory::Connect(const ChannelParams& p
   }
   std::vector<uint8_t> msg;
   uint32_t kind = 0;
+  // What is left of connect_timeout: the connection and the exchange share it.
+  const auto left =
+      std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                   started + params.connect_timeout - std::chrono::steady_clock::now()),
+               std::chrono::milliseconds(1));
   RDMALOCK_RETURN_IF_ERROR(rdma::ExchangeControl(
       impl->conn.get(), hello.Encode(), static_cast<uint32_t>(proto::ControlKind::kHello),
-      static_cast<uint32_t>(proto::ControlKind::kRefusal), params.connect_timeout, &msg, &kind));
+      static_cast<uint32_t>(proto::ControlKind::kRefusal), left, &msg, &kind));
   if (kind == static_cast<uint32_t>(proto::ControlKind::kRefusal)) {
     proto::RejectReply r;
     if (proto::RejectReply::Decode(msg, &r)) {

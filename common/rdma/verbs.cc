@@ -425,17 +425,24 @@ Result<std::unique_ptr<ActiveConnection>> ConnectRc(const std::string& host, uin
   }
   RDMALOCK_ASSIGN_OR_RETURN(SockAddr dst, ResolveAddress(host, port, false));
   const std::string where = host + ":" + std::to_string(port);
-  const int ms = static_cast<int>(timeout.count());
-  if (rdma_resolve_addr(c->id.get(), nullptr, dst.get(), ms) != 0) {
+  // One budget for every step: each got the whole timeout, so a connection could take several
+  // times it (found by review, 2026-12-06).
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto left = [&deadline] {
+    return std::max(std::chrono::duration_cast<std::chrono::milliseconds>(
+                        deadline - std::chrono::steady_clock::now()),
+                    std::chrono::milliseconds(1));
+  };
+  if (rdma_resolve_addr(c->id.get(), nullptr, dst.get(), static_cast<int>(left().count())) != 0) {
     return ErrnoStatus(ErrorCode::kConnection, "rdma_resolve_addr " + where, errno);
   }
-  RDMALOCK_RETURN_IF_ERROR(Expect(c->channel.get(), RDMA_CM_EVENT_ADDR_RESOLVED, timeout,
+  RDMALOCK_RETURN_IF_ERROR(Expect(c->channel.get(), RDMA_CM_EVENT_ADDR_RESOLVED, left(),
                                   "resolving " + where + " (is it an RDMA-capable address?)",
                                   nullptr, nullptr));
-  if (rdma_resolve_route(c->id.get(), ms) != 0) {
+  if (rdma_resolve_route(c->id.get(), static_cast<int>(left().count())) != 0) {
     return ErrnoStatus(ErrorCode::kConnection, "rdma_resolve_route " + where, errno);
   }
-  RDMALOCK_RETURN_IF_ERROR(Expect(c->channel.get(), RDMA_CM_EVENT_ROUTE_RESOLVED, timeout,
+  RDMALOCK_RETURN_IF_ERROR(Expect(c->channel.get(), RDMA_CM_EVENT_ROUTE_RESOLVED, left(),
                                   "resolving the route to " + where, nullptr, nullptr));
   ibv_context* ctx = c->id->verbs;
   RDMALOCK_ASSIGN_OR_RETURN(c->sizes, DeviceQpSizes(ctx, send_depth));
@@ -470,7 +477,7 @@ Result<std::unique_ptr<ActiveConnection>> ConnectRc(const std::string& host, uin
   if (rdma_connect(c->id.get(), &param) != 0) {
     return ErrnoStatus(ErrorCode::kConnection, "rdma_connect " + where, errno);
   }
-  RDMALOCK_RETURN_IF_ERROR(Expect(c->channel.get(), RDMA_CM_EVENT_ESTABLISHED, timeout,
+  RDMALOCK_RETURN_IF_ERROR(Expect(c->channel.get(), RDMA_CM_EVENT_ESTABLISHED, left(),
                                   "connecting to lockd at " + where, &c->accept_data, reject_data));
   return c;
 }

@@ -276,7 +276,8 @@ struct ActiveConnection {
   ActiveConnection& operator=(ActiveConnection&&) = default;
 };
 
-// Connects an RC QP to `host:port` with `private_data`, waiting at most `timeout` for each step.
+// Connects an RC QP to `host:port` with `private_data`, waiting at most `timeout` for all its steps
+// together (address, route, the accept).
 // A reject is returned as kRejected with the reject private data in `reject_data`.
 // Before connecting it posts one receive of `control_bytes` for the peer's first control message.
 Result<std::unique_ptr<ActiveConnection>> ConnectRc(const std::string& host, uint16_t port,

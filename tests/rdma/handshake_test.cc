@@ -532,3 +532,30 @@ TEST_CASE("a refusal is the answer at once, even while the hello's SEND is unack
     REQUIRE(peer.Wait().ok());
   }
 }
+
+TEST_CASE("a connection attempt takes no longer than its connect timeout in all") {
+  // Found by review (2026-12-06): each step of a connection (address, route, the accept) and then
+  // the hello's exchange got the whole connect_timeout, so a lockd that accepted late and then
+  // went silent held a connect, a join or a try-lock's first use of a thread for up to twice it
+  // (four times, with slow resolution). A peer stands in for that lockd: it accepts 1.4 s after
+  // the request, with a challenge, and never answers the hello.
+  const std::string ip = RxeIp();
+  proto::Challenge challenge;
+  const auto challenge_bytes = challenge.Encode();
+  UnreceivingPeer peer(ip, 7694, 0, {}, 1400ms, challenge_bytes);
+  ChannelParams p;
+  p.host = ip;
+  p.port = 7694;
+  p.connect_timeout = 2000ms;
+  p.client_name = "deadline-test";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto mem = VerbsMemory::Connect(p, nullptr, nullptr);
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  INFO("connect with a 2000 ms timeout: " << (mem.ok() ? "ok" : mem.status().ToString())
+                                          << " after " << took << " ms");
+  CHECK_FALSE(mem.ok());
+  CHECK(took < 2600);
+  CHECK(peer.Wait().ok());
+}

@@ -101,8 +101,13 @@ void MemoryWindowHog::Free() {
 }
 
 UnreceivingPeer::UnreceivingPeer(const std::string& ip, uint16_t port, uint32_t imm,
-                                 std::span<const uint8_t> answer)
-    : imm_(imm), answer_(answer.begin(), answer.end()) {
+                                 std::span<const uint8_t> answer,
+                                 std::chrono::milliseconds accept_after,
+                                 std::span<const uint8_t> accept_data)
+    : imm_(imm),
+      answer_(answer.begin(), answer.end()),
+      accept_after_(accept_after),
+      accept_data_(accept_data.begin(), accept_data.end()) {
   ch_ = Must(rdma::CreateEventChannel());
   listener_ = Must(rdma::CreateId(ch_.get(), nullptr));
   rdma::SockAddr addr = Must(rdma::ResolveAddress(ip, port, true));
@@ -136,12 +141,17 @@ Status UnreceivingPeer::Serve() {
   RDMALOCK_ASSIGN_OR_RETURN(pd_, rdma::AllocPd(id->verbs));
   RDMALOCK_ASSIGN_OR_RETURN(cq_, rdma::CreateCq(id->verbs, 8));
   RDMALOCK_RETURN_IF_ERROR(rdma::CreateRcQp(id, pd_.get(), cq_.get(), &sizes));
-  RDMALOCK_ASSIGN_OR_RETURN(
-      mr_, rdma::RegisterMr(pd_.get(), answer_.data(), answer_.size(), IBV_ACCESS_LOCAL_WRITE));
+  if (!answer_.empty()) {
+    RDMALOCK_ASSIGN_OR_RETURN(
+        mr_, rdma::RegisterMr(pd_.get(), answer_.data(), answer_.size(), IBV_ACCESS_LOCAL_WRITE));
+  }
+  std::this_thread::sleep_for(accept_after_);
   rdma_conn_param param{};
   param.initiator_depth = 1;
   param.responder_resources = 1;
   param.rnr_retry_count = 7;
+  param.private_data = accept_data_.empty() ? nullptr : accept_data_.data();
+  param.private_data_len = static_cast<uint8_t>(accept_data_.size());
   RDMALOCK_RETURN_IF_ERROR(rdma::Accept(id, &param));
   {
     RDMALOCK_ASSIGN_OR_RETURN(rdma::CmEvent ev, rdma::GetEvent(ch_.get(), kEventTimeout));
@@ -150,6 +160,7 @@ Status UnreceivingPeer::Serve() {
                    std::string("expected established, got ") + rdma_event_str(ev->event));
     }
   }
+  if (answer_.empty()) return Status::Ok();  // silent: the connection stays until destroyed
   ibv_sge sge{reinterpret_cast<uint64_t>(answer_.data()), static_cast<uint32_t>(answer_.size()),
               mr_->lkey};
   ibv_send_wr wr{};

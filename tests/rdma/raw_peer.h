@@ -18,6 +18,7 @@
 // setup error.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -70,13 +71,17 @@ class MemoryWindowHog {
 // Listens on `port` and takes one connection, on which it never posts a receive: the client's
 // hello meets RNR NAKs, retried without end (the SDK's rnr_retry is 7), so its SEND never
 // completes. Once the connection is established it SENDs `answer` with immediate data `imm`
-// unasked, as lockd's answer to that hello.
+// unasked, as lockd's answer to that hello; with no answer it sends nothing and keeps the
+// connection until destroyed (a lockd that accepted and went silent). It accepts `accept_after`
+// the connect request came, with `accept_data` as the accept's private data (lockd's challenge).
 // Threads: the constructor listens on the caller's thread and starts the serving thread, which
 // alone touches the connection's objects until Wait (or the destructor) joins it.
 class UnreceivingPeer {
  public:
   UnreceivingPeer(const std::string& ip, uint16_t port, uint32_t imm,
-                  std::span<const uint8_t> answer);
+                  std::span<const uint8_t> answer,
+                  std::chrono::milliseconds accept_after = std::chrono::milliseconds(0),
+                  std::span<const uint8_t> accept_data = {});
   ~UnreceivingPeer();
   // Joins the serving thread: ok once the answer was delivered (its SEND completed).
   Status Wait();
@@ -87,6 +92,8 @@ class UnreceivingPeer {
   Status Serve();
   const uint32_t imm_;
   std::vector<uint8_t> answer_;
+  const std::chrono::milliseconds accept_after_;
+  std::vector<uint8_t> accept_data_;
   // Declared in construction order, destroyed in reverse: the connection (and its QP) before
   // the MR, CQ and PD made for it, the listener before the channel.
   rdma::EventChannel ch_;
