@@ -28,7 +28,8 @@ constexpr auto kCompletionTimeout = std::chrono::seconds(5);
 }  // namespace
 
 struct VerbsMemory::Impl {
-  // Destruction order matters: the MR goes before the connection's PD, the buffer after the MR.
+  // Destruction order matters: the QP first (~Impl), then the MR before the connection's PD, the
+  // buffer after the MR.
   std::unique_ptr<rdma::ActiveConnection> conn;
   std::vector<uint8_t> buffer;  // ops (kMaxBatch x kOpScratch), post ring, then kBulkBytes
   rdma::MemoryRegion mr;
@@ -48,7 +49,15 @@ struct VerbsMemory::Impl {
   ibv_sge sges[kMaxBatch]{};
 
   ~Impl() {
-    if (conn && conn->id) conn->id.FenceQp();  // nothing executes once we start tearing down
+    if (!conn || !conn->id) return;
+    conn->id.FenceQp();  // nothing executes once we start tearing down
+    // The QP goes now, before the members below it are destroyed: the buffer's MR and the buffer
+    // its work requests name (a READ or atomic still in flight after a completion timeout); a
+    // NIC may write for a WR until its QP is destroyed (architecture.md: a QP before its CQ, MR
+    // and PD; found by review, 2026-12-06). The disconnect first, as ~ActiveConnection's: lockd
+    // sees the connection end at once.
+    conn->id.Disconnect();
+    conn->id.Reset();
   }
 
   // The work requests' constant parts, once the buffer is registered: each WR's one SGE and the
