@@ -26,8 +26,10 @@ inline constexpr uint32_t kHandshakeRecvDepth = 1;
 static_assert(kHandshakeSendDepth >= kHandshakeSends,
               "the binds and the Welcome must fit the send queue in one post");
 
-// Handshakes (accepted, not yet admitted or dropped) in progress at once; more are refused with
-// kBusy. Bounds the completions lockd's CQ must hold.
+// Handshakes in progress at once (accepted, and neither gone nor over: a handshake is over
+// when its Welcome completes, not when it is posted); more are refused with kBusy. Bounds the
+// completions lockd's CQ must hold: a connection whose handshake is over has no work request
+// outstanding on lockd's side.
 inline constexpr size_t kMaxHandshakes = 128;
 // Of those, the new sessions' handshakes from one address (joins of live sessions and lockd's
 // loopback not counted): one host without the key, at max_connects_per_second, would otherwise

@@ -221,6 +221,8 @@ void Server::Impl::OnCompletion(const ibv_wc& wc) {
       DropHandshake(c, "refused");
       break;
     case WrKind::kWelcome:
+      HandshakeOver(c);  // delivered: nothing of the handshake is outstanding on the QP
+      break;
     case WrKind::kBind:
       break;
   }
@@ -401,8 +403,7 @@ void Server::Impl::Admit(Conn& c, const proto::Hello& hello) {
     DropHandshake(c, "cannot send the welcome");
     return;
   }
-  c.admitted = true;
-  HandshakeOver(c);
+  c.admitted = true;  // the handshake is over when the Welcome completes (OnCompletion)
   const bool join = s.counted;
   if (join) {
     counters.joined.fetch_add(1, std::memory_order_relaxed);

@@ -95,9 +95,14 @@ struct Conn {
   uint16_t version = proto::kProtocolVersion;
   std::chrono::steady_clock::time_point accepted_at = std::chrono::steady_clock::now();
   // A new session's handshake: the peer's address (no port), counted in
-  // Impl::new_handshakes_from until the connection is admitted or gone ("" : a join, or lockd's
-  // loopback, not counted).
+  // Impl::new_handshakes_from until its handshake is over ("" : a join, or lockd's loopback, not
+  // counted).
   std::string counted_from;
+  // Counted in Impl::handshakes (and new_handshakes_from) until the handshake is over: its
+  // Welcome completed, or the connection is gone. Not at the Welcome's post: a peer that posts
+  // no receive leaves it in RNR retry, without end, and its flushed work requests must still
+  // fit the device CQ that kMaxHandshakes sizes (found by review, 2026-12-06).
+  bool in_handshake = true;
 };
 
 // Work request ids on lockd's QPs: the connection's serial and what the request was.
@@ -159,7 +164,7 @@ struct Server::Impl {
   std::unordered_map<uint64_t, rdma_cm_id*> conn_by_serial;
   std::vector<std::unique_ptr<Conn>> graveyard;  // destroyed after the current event's ack
   uint64_t next_conn_serial = 1;
-  size_t handshakes = 0;  // conns neither admitted nor gone
+  size_t handshakes = 0;  // conns whose handshake is in progress (Conn::in_handshake)
   // Of those, new sessions' by peer address (Conn::counted_from; kMaxNewHandshakesPerAddress).
   std::unordered_map<std::string, size_t> new_handshakes_from;
   uint64_t accepted_total = 0, rejected_total = 0, recoveries_total = 0;

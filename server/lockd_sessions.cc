@@ -34,6 +34,8 @@ void Server::Impl::DropHandshake(Conn& c, const std::string& why) {
 }
 
 void Server::Impl::HandshakeOver(Conn& c) {
+  if (!c.in_handshake) return;
+  c.in_handshake = false;
   --handshakes;
   if (c.counted_from.empty()) return;
   if (auto it = new_handshakes_from.find(c.counted_from);
@@ -51,7 +53,7 @@ void Server::Impl::RemoveConn(rdma_cm_id* id) {
   c.id.FenceQp();
   c.id.Disconnect();
   c.windows.clear();
-  if (!c.admitted) HandshakeOver(c);
+  HandshakeOver(c);
   c.session->conns.erase(id);
   conn_by_serial.erase(c.serial);
   graveyard.push_back(std::move(it->second));
@@ -169,13 +171,14 @@ void Server::Impl::DropConn(rdma_cm_id* id, EndReason reason, const std::string&
   EndSession(s, reason, why, now);
 }
 
-// Connections accepted but not admitted within kEstablishTimeout (never established, or no
-// valid Hello): they got no rkey, so a session with no other connection ends at once; a
-// thread's join that never completed is dropped alone.
+// Connections whose handshake is not over within kEstablishTimeout of their accept: never
+// established, no valid Hello (they got no rkey, so a session with no other connection ends at
+// once), or a Welcome not delivered (the peer posts no receive: it stays in RNR retry). A
+// thread's join is dropped alone.
 void Server::Impl::DropHalfOpen(SteadyClock::time_point now) {
   std::vector<rdma_cm_id*> stale;
   for (auto& [id, c] : conns) {
-    if (!c->admitted && now - c->accepted_at > kEstablishTimeout) stale.push_back(id);
+    if (c->in_handshake && now - c->accepted_at > kEstablishTimeout) stale.push_back(id);
   }
   for (rdma_cm_id* id : stale) {
     auto it = conns.find(id);
@@ -183,7 +186,9 @@ void Server::Impl::DropHalfOpen(SteadyClock::time_point now) {
     Conn& c = *it->second;
     std::shared_ptr<Session> s = c.session;
     const std::string why = "connection from " + s->peer +
-                            (c.established ? " sent no valid hello" : " not established") +
+                            (c.admitted      ? " took no delivery of its welcome"
+                             : c.established ? " sent no valid hello"
+                                             : " not established") +
                             " within " + std::to_string(kEstablishTimeout.count()) +
                             " s of its accept";
     if (s->counted) {

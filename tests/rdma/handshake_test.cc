@@ -559,3 +559,43 @@ TEST_CASE("a connection attempt takes no longer than its connect timeout in all"
   CHECK(took < 2600);
   CHECK(peer.Wait().ok());
 }
+
+TEST_CASE("a Welcome not delivered keeps its handshake counted until it is, or is dropped") {
+  // Found by review (2026-12-06): a connection's handshake stopped counting when its Welcome was
+  // posted. A peer that posts no receive leaves the Welcome in RNR retry without end, so any
+  // number of connections could each hold work requests that a QP error flushes into the device
+  // CQ, which kMaxHandshakes (128) sizes: past it the CQ overflows (rdma_rxe drops completions;
+  // a hardware CQ overrun stops every handshake until lockd restarts). Now the handshake is over
+  // when the Welcome completes: new sessions from one address beyond kMaxNewHandshakesPerAddress
+  // (16) are told to retry, and a Welcome not delivered within 5 s is dropped with its session
+  // (the heartbeat timeout is longer here, so that it is the drop that ends them).
+  Lockd lockd(7637, 64, 1000, 64, "", {"--heartbeat-timeout-ms", "20000"});
+  const std::string ip = RxeIp();
+  std::vector<std::unique_ptr<DeafClient>> deaf;
+  for (int i = 0; i < 16; ++i) {
+    deaf.push_back(std::make_unique<DeafClient>(ip, lockd.port(), "deaf-" + std::to_string(i)));
+    INFO("deaf client " << i << " refused: " << proto::RejectReasonName(deaf.back()->rejected()));
+    REQUIRE(deaf.back()->rejected() == proto::RejectReason::kNone);
+  }
+  DeafClient seventeenth(ip, lockd.port(), "deaf-16");
+  INFO("the 17th new session from this address while 16 Welcomes are undelivered: "
+       << (seventeenth.rejected() == proto::RejectReason::kNone
+               ? std::string("admitted")
+               : "refused: " + std::string(proto::RejectReasonName(seventeenth.rejected()))));
+  CHECK(seventeenth.rejected() == proto::RejectReason::kBusy);
+  // Within kEstablishTimeout (5 s) and a tick they are dropped, and their sessions end.
+  WaitForLog(lockd, "took no delivery of its welcome");
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  std::string clients;
+  for (;;) {
+    clients = Capture(Lockctl(lockd) + " clients").second;
+    if (clients.find("deaf-") == std::string::npos) break;
+    if (std::chrono::steady_clock::now() > end) break;
+    std::this_thread::sleep_for(200ms);
+  }
+  INFO("lockctl clients after the drop:\n" << clients);
+  CHECK(clients.find("deaf-") == std::string::npos);
+  // A client that receives its Welcome is served as ever.
+  auto c = MustConnect(lockd);
+  CHECK(c->Lock("after-deaf", {.timeout = 2s}).ok());
+}

@@ -73,6 +73,80 @@ void HalfOpenClient::Expect(rdma_cm_event_type want) {
   REQUIRE(got == want);
 }
 
+DeafClient::DeafClient(const std::string& ip, uint16_t port, const std::string& name) {
+  ch_ = Must(rdma::CreateEventChannel());
+  id_ = Must(rdma::CreateId(ch_.get(), nullptr));
+  sockaddr_in sin{};
+  sin.sin_family = AF_INET;
+  sin.sin_port = htons(port);
+  REQUIRE(inet_pton(AF_INET, ip.c_str(), &sin.sin_addr) == 1);
+  REQUIRE(rdma_resolve_addr(id_.get(), nullptr, reinterpret_cast<sockaddr*>(&sin), 2000) == 0);
+  auto expect = [this](rdma_cm_event_type want) {
+    auto ev = rdma::GetEvent(ch_.get(), kEventTimeout);
+    INFO(ev.status().ToString() << ", waiting for " << rdma_event_str(want));
+    REQUIRE(ev.ok());
+    INFO("rdma_cm event " << rdma_event_str((*ev)->event));
+    REQUIRE((*ev)->event == want);
+  };
+  expect(RDMA_CM_EVENT_ADDR_RESOLVED);
+  REQUIRE(rdma_resolve_route(id_.get(), 2000) == 0);
+  expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
+  rdma::QpSizes sizes = Must(rdma::DeviceQpSizes(id_->verbs, 4));
+  pd_ = Must(rdma::AllocPd(id_->verbs));
+  cq_ = Must(rdma::CreateCq(id_->verbs, 8));
+  REQUIRE(rdma::CreateRcQp(id_.get(), pd_.get(), cq_.get(), &sizes).ok());
+  const auto hello = proto::Hello{}.Encode();
+  hello_.assign(hello.begin(), hello.end());
+  mr_ = Must(rdma::RegisterMr(pd_.get(), hello_.data(), hello_.size(), IBV_ACCESS_LOCAL_WRITE));
+  proto::ConnectRequest req;
+  req.client_name = name;
+  const auto bytes = req.Encode();
+  rdma_conn_param p{};
+  p.private_data = bytes.data();
+  p.private_data_len = static_cast<uint8_t>(bytes.size());
+  p.responder_resources = 1;
+  p.initiator_depth = 1;
+  p.retry_count = 7;
+  p.rnr_retry_count = 7;  // lockd's Welcome, unreceived, is retried without end
+  REQUIRE(rdma_connect(id_.get(), &p) == 0);
+  {
+    auto ev = rdma::GetEvent(ch_.get(), kEventTimeout);
+    INFO(ev.status().ToString());
+    REQUIRE(ev.ok());
+    if ((*ev)->event == RDMA_CM_EVENT_REJECTED) {
+      const auto* data = static_cast<const uint8_t*>((*ev)->param.conn.private_data);
+      std::vector<uint8_t> reject(data, data + (data ? (*ev)->param.conn.private_data_len : 0));
+      proto::RejectReply r;
+      REQUIRE(proto::RejectReply::Decode(reject, &r));
+      rejected_ = r.reason;
+      return;
+    }
+    INFO("rdma_cm event " << rdma_event_str((*ev)->event));
+    REQUIRE((*ev)->event == RDMA_CM_EVENT_ESTABLISHED);
+  }
+  ibv_sge sge{reinterpret_cast<uint64_t>(hello_.data()), static_cast<uint32_t>(hello_.size()),
+              mr_->lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.imm_data = htonl(static_cast<uint32_t>(proto::ControlKind::kHello));
+  wr.send_flags = IBV_SEND_SIGNALED;
+  REQUIRE(rdma::PostSend(id_->qp, &wr).ok());
+  const auto deadline = std::chrono::steady_clock::now() + kEventTimeout;
+  for (;;) {  // lockd has a receive for the hello: it is delivered
+    ibv_wc wc[1];
+    if (rdma::PollCq(cq_.get(), wc) > 0) {
+      INFO("the hello's SEND: " << rdma::WcStatusName(wc[0].status));
+      REQUIRE(wc[0].status == IBV_WC_SUCCESS);
+      return;
+    }
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
 MemoryWindowHog::MemoryWindowHog() {
   int n = 0;
   DeviceList list(ibv_get_device_list(&n));

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common/rdma/verbs.h"
+#include "rdmalock/proto/handshake.h"
 
 namespace rdmalock::rdma_test {
 
@@ -45,6 +46,29 @@ class HalfOpenClient {
   // Declared in construction order: the id is destroyed before its channel.
   rdma::EventChannel ch_;
   rdma::CmId id_;
+};
+
+// A client that connects as a new session, sends a valid hello (no key: for a lockd that
+// requires none) and never posts a receive: lockd admits it, and its Welcome meets RNR NAKs,
+// retried without end (rnr_retry 7), so it is never delivered. Or lockd refuses the connect
+// request: rejected() then says why (kNone: accepted).
+class DeafClient {
+ public:
+  DeafClient(const std::string& ip, uint16_t port, const std::string& name);
+  proto::RejectReason rejected() const { return rejected_; }
+  DeafClient(const DeafClient&) = delete;
+  DeafClient& operator=(const DeafClient&) = delete;
+
+ private:
+  // Declared so that the id (and its QP) is destroyed first, then the hello's MR, the CQ, the
+  // PD, the channel.
+  rdma::EventChannel ch_;
+  rdma::ProtectionDomain pd_;
+  rdma::CompletionQueue cq_;
+  std::vector<uint8_t> hello_;
+  rdma::MemoryRegion mr_;
+  rdma::CmId id_;
+  proto::RejectReason rejected_ = proto::RejectReason::kNone;
 };
 
 // Takes every memory window the RDMA device has left (lockd runs on the same device, in another
