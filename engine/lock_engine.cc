@@ -80,14 +80,22 @@ void LockEngine::FreeRecord(RemoteMemory& mem, uint64_t record, uint32_t seq) co
   if (on_record_free_) on_record_free_(record);
 }
 
+namespace {
+// `t` as a new use of its record entry, live again after a give-up's done mark: the odd seq
+// above the use's own (RequestEntry::RearmSeq), untagged (its release marks it done). Returns
+// the entry's WRITE.
+RemoteOp Rearm(Ticket* t) {
+  t->record_seq = proto::RequestEntry::RearmSeq(t->record_seq);
+  t->tagged = false;
+  t->generation = 0;
+  return EntryWrite(t->record, t->record_seq, t->slot, t->mode, proto::RequestEntry::State::kQueued,
+                    t->word.Encode());
+}
+}  // namespace
+
 Status LockEngine::RearmAfterGiveUp(RemoteMemory& mem, Grant* g) const {
-  Ticket& t = g->ticket;
-  if (t.record != 0) {
-    t.record_seq = proto::RequestEntry::RearmSeq(t.record_seq);
-    t.tagged = false;
-    t.generation = 0;
-    RemoteOp entry = EntryWrite(t.record, t.record_seq, t.slot, t.mode,
-                                proto::RequestEntry::State::kQueued, t.word.Encode());
+  if (g->ticket.record != 0) {
+    RemoteOp entry = Rearm(&g->ticket);
     RDMALOCK_RETURN_IF_ERROR(mem.Post(entry));
   }
   // A token's generation must be read after the grant: the previous holder read its own before
@@ -96,9 +104,10 @@ Status LockEngine::RearmAfterGiveUp(RemoteMemory& mem, Grant* g) const {
   // grant when the FA itself was granted, and the Wait loop's READ when it saw the grant; this
   // grant has only the FA-time value, so it is read again (one READ, when a token is wanted).
   if (!g->has_generation) return Status::Ok();
-  RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word1Off(t.slot), 8);
+  const uint64_t slot = g->ticket.slot;
+  RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word1Off(slot), 8);
   RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
-  RDMALOCK_RETURN_IF_ERROR(WholeWord1(mem, t.slot, &rd.result[0]));
+  RDMALOCK_RETURN_IF_ERROR(WholeWord1(mem, slot, &rd.result[0]));
   g->generation = proto::Generation(rd.result[0]);
   return Status::Ok();
 }
@@ -533,13 +542,12 @@ Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Tic
       // reaper releases it (and the request behind would wait F x L). A new use, as
       // RearmAfterGiveUp's; waited for, because the reaper ends it on its own QP.
       Ticket again = t;
-      again.record_seq = proto::RequestEntry::RearmSeq(t.record_seq);
-      again.tagged = false;
-      again.generation = 0;
-      RemoteOp entry = EntryWrite(again.record, again.record_seq, again.slot, again.mode,
-                                  proto::RequestEntry::State::kQueued, again.word.Encode());
-      RDMALOCK_RETURN_IF_ERROR(mem.Execute(entry));
+      RemoteOp entry = Rearm(&again);
+      const Status written = mem.Execute(entry);
+      // The reaper gets the ticket whatever the write did: left in the word, with a request
+      // behind it, it would wait for stall recovery (F x L).
       if (on_abandon_) on_abandon_(again);
+      RDMALOCK_RETURN_IF_ERROR(written);
       return GiveUp::kAbandoned;
     }
     // The entry is marked done first, in the same doorbell: a withdrawn ticket's number goes to

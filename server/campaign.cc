@@ -2,7 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <charconv>
+#include <optional>
 #include <thread>
 
 namespace rdmalock::lockd {
@@ -77,9 +79,10 @@ Result<bool> Campaign::Confirm(milliseconds timeout) {
   }
   // The read is what a member that is not the leader cannot answer (a linearizable range goes
   // through the leader's read index), the keepalive is not (see campaign.h).
-  RDMALOCK_ASSIGN_OR_RETURN(
-      auto kv, etcd_->Get(primary_key(), std::clamp(Until(until), milliseconds(1),
-                                                    std::max(ttl_ / 6, milliseconds(1)))));
+  // All the time left: the deadline counts from before this read, so a slow read costs no
+  // safety, and cutting it short would fence a primary whose etcd reads slowly.
+  RDMALOCK_ASSIGN_OR_RETURN(auto kv,
+                            etcd_->Get(primary_key(), std::max(Until(until), milliseconds(1))));
   if (!kv.has_value() || kv->lease != lease_) {
     // Someone may have deleted it (etcdctl del), and a standby then wins while our lease lives.
     why_lost_ = "the primary key " + primary_key() + " is no longer ours (now " +
@@ -180,17 +183,37 @@ Result<uint64_t> Campaign::Win(const std::atomic<bool>& stop) {
     if (!won.ok()) {
       error(won.status());
     } else if (*won) {
-      // Ours. The epoch next: if etcd cannot be reached for it before our deadline, the lease
+      // Ours. Confirmed first (Confirm: a keepalive, then a read of our key), so that a win
+      // etcd cannot confirm uses up no epoch; then the epoch, once; then, if that came after
+      // the fence point, confirmed again. If this cannot be had before our deadline, the lease
       // goes and we start over (serving without a new epoch could repeat tokens).
+      std::optional<uint64_t> epoch;
       for (;;) {
-        auto epoch = BumpEpoch();
-        Status confirmed = epoch.ok() ? ConfirmWin() : epoch.status();
-        if (confirmed.ok()) {
+        Status st;
+        bool lost = false;  // etcd says the lease or the key is gone: no retry can help
+        if (!epoch || Clock::now() >= deadline_ - margin_) {
+          auto ours = ConfirmWin();
+          lost = ours.ok() && !*ours;
+          st = !ours.ok() ? ours.status()
+               : lost     ? Error(ErrorCode::kConnection, why_lost_)
+                          : Status::Ok();
+        }
+        if (st.ok() && !epoch) {
+          auto bumped = BumpEpoch();
+          if (bumped.ok()) {
+            epoch = *bumped;
+          } else {
+            st = bumped.status();
+          }
+        }
+        if (st.ok() && epoch && Clock::now() < deadline_ - margin_) {
           served_ = true;
           return *epoch;
         }
-        error(confirmed);
-        if (stop.load() || Clock::now() >= deadline_ - margin_) break;
+        if (!st.ok()) error(st);
+        if (lost || stop.load()) break;
+        if (!epoch && Clock::now() >= deadline_ - margin_) break;
+        if (epoch && Clock::now() >= deadline_) break;  // unconfirmed past the deadline itself
         SleepUntil(Clock::now() + milliseconds(200), stop);
       }
       Resign();
@@ -209,18 +232,18 @@ Result<uint64_t> Campaign::Win(const std::atomic<bool>& stop) {
   return Error(ErrorCode::kConnection, "stopped");
 }
 
-Status Campaign::ConfirmWin() {
+Result<bool> Campaign::ConfirmWin() {
   // Before the first grant, as before each refresh of a term: the deadline comes from a
   // keepalive confirmed by a read of our key, never from a keepalive alone (the standby's
   // campaign refreshes its lease without a key to read). It also moves the deadline on when a
   // slow etcd answered the create or the epoch after the fence point: returned as it was, the win
   // was fenced by Hold at once, and each round of the campaign used up an epoch.
   RDMALOCK_ASSIGN_OR_RETURN(bool ours, Confirm(std::max(Until(deadline_), ttl_ / 6)));
-  if (!ours) return Error(ErrorCode::kConnection, why_lost_);
+  if (!ours) return false;
   if (Clock::now() >= deadline_ - margin_) {
     return Error(ErrorCode::kConnection, "the etcd lease was confirmed too late to serve on");
   }
-  return Status::Ok();
+  return true;
 }
 
 bool Campaign::Hold(const std::atomic<bool>& stop) {

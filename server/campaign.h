@@ -66,8 +66,10 @@ class Campaign {
   Campaign(const Config& config, std::unique_ptr<etcd::Client> etcd);
   Status NewLease();
   Result<uint64_t> BumpEpoch();
-  // After the epoch: ok if the lease may be served on now, confirmed (Confirm) first.
-  Status ConfirmWin();
+  // After the epoch: true if the lease may be served on now, confirmed (Confirm) first; false if
+  // etcd says the lease or the key is gone (why_lost_); an error to retry (a call failed, or the
+  // confirmation came too late to serve on).
+  Result<bool> ConfirmWin();
   // While campaigning: refreshes the lease and moves the deadline (the campaign's own check that
   // its lease is young enough to win with). Returns whether the lease is alive.
   Result<bool> Refresh(std::chrono::milliseconds timeout);

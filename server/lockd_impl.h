@@ -209,8 +209,8 @@ struct Server::Impl {
   void CountRefusal(proto::RejectReason reason);
 
   // lockd_sessions.cc (event loop)
-  // `c`'s handshake is over (admitted, or the connection goes): it no longer counts as one in
-  // progress (handshakes, new_handshakes_from).
+  // `c`'s handshake is over (its Welcome completed, or the connection goes): it no longer counts
+  // as one in progress (handshakes, new_handshakes_from). Idempotent (Conn::in_handshake).
   void HandshakeOver(Conn& c);
   void DropHandshake(Conn& c, const std::string& why);
   void RemoveConn(rdma_cm_id* id);

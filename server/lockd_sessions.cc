@@ -12,7 +12,8 @@
 
 namespace rdmalock::lockd {
 
-// Ends a connection that never got its rkeys: the session with it if it has no other.
+// Ends a connection whose handshake did not finish (refused, failed, or a Welcome it never took
+// delivery of, which may have reached it): the session with it if it has no other.
 void Server::Impl::DropHandshake(Conn& c, const std::string& why) {
   std::shared_ptr<Session> s = c.session;
   rdma_cm_id* id = c.id.get();

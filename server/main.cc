@@ -159,10 +159,12 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
   // The key file a reload named last: each term's server reads its key from it (a term made
   // from the start's configuration went back to the old key; found by review, 2026-12-06).
   std::string key_file = config.auth_key_file;
+  std::string latest_key;  // the key a reload read last ("" : none yet), also under live_mu
   reload.running = &running;
   reload.set_auth_key = [&](std::string key) {
     rdmalock::MutexLock lock(&live_mu);
     key_file = running.auth_key_file;
+    latest_key = key;
     if (Server* s = live.load(); s != nullptr) s->SetAuthKey(std::move(key));
   };
   std::thread worker([&] {
@@ -213,7 +215,12 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
         loop_status = (*server)->Run();
         loop_done.store(true);
       });
-      live.store(server->get());
+      {
+        rdmalock::MutexLock lock(&live_mu);
+        live.store(server->get());
+        // A reload while the server was being made found none to give its key to.
+        if (!latest_key.empty()) (*server)->SetAuthKey(latest_key);
+      }
       if (lost.load()) (*server)->RequestStop();  // lost before `live` was set
       if (auto st = (*server)->ProbeLoopback(std::chrono::seconds(10)); !st.ok() && !lost.load()) {
         (*server)->RequestStop();

@@ -90,10 +90,12 @@ int CmdRelease(const Common& c, bool force, const std::string& name, int64_t slo
   if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
       static_cast<ssize_t>(request.size())) {
     if (errno == EAGAIN || errno == EWOULDBLOCK) return silent();
-    if (errno == EPIPE || errno == ECONNRESET) return closed();
-    std::cerr << "lockctl: write to the admin socket failed: " << std::strerror(errno) << "\n";
-    close(fd);
-    return kExitUnavailable;
+    if (errno != EPIPE && errno != ECONNRESET) {
+      std::cerr << "lockctl: write to the admin socket failed: " << std::strerror(errno) << "\n";
+      close(fd);
+      return kExitUnavailable;
+    }
+    // Closed before the request went out: lockd may have said why first (busy); read it.
   }
   std::string reply;
   char buf[512];

@@ -490,10 +490,13 @@ Result<std::vector<LockHandle>> ClusterClient::LockMany(std::span<const LockRequ
   for (size_t i : v->order) {
     if (by_shard[i].empty()) continue;
     const std::string& shard = v->map.shards[i].name;
-    // A zero timeout (a try) waits for no other thread's connection of the shard, as TryLock.
-    auto c = impl_->Shard(
-        *v, i,
-        options.timeout ? sdk::DeadlineAfter(start, *options.timeout) : Clock::time_point::max());
+    // A zero timeout (a try) waits for no other thread's connection of the shard: kBusy, as
+    // TryLock.
+    auto c = options.timeout && options.timeout->count() <= 0
+                 ? impl_->TryShard(*v, i)
+                 : impl_->Shard(*v, i,
+                                options.timeout ? sdk::DeadlineAfter(start, *options.timeout)
+                                                : Clock::time_point::max());
     if (!c.ok()) return fail(c.status());
     LockOptions o = options;
     if (budget) {

@@ -556,7 +556,7 @@ TEST_CASE("a connection attempt takes no longer than its connect timeout in all"
   INFO("connect with a 2000 ms timeout: " << (mem.ok() ? "ok" : mem.status().ToString())
                                           << " after " << took << " ms");
   CHECK_FALSE(mem.ok());
-  CHECK(took < 2600);
+  CHECK(took < 3000);  // 3.4 s and more before: the accept's 1.4 s, then the hello's whole 2 s
   CHECK(peer.Wait().ok());
 }
 

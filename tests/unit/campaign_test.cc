@@ -63,7 +63,11 @@ class DelayingProxy {
         res.status = 502;
         return;
       }
-      if (fail_ranges.load() && req.path == "/v3/kv/range") {
+      // The primary key's name in base64, as etcd's gateway takes it.
+      const bool primary_read =
+          req.body.find("L3JkbWFsb2NrL3Rlc3Qvc2hhcmQvYS9wcmltYXJ5") != std::string::npos;
+      if (req.path == "/v3/kv/range" &&
+          (fail_ranges.load() || (fail_primary_reads.load() && primary_read))) {
         res.status = 503;  // after etcd carried it out: as a member that cannot confirm a read
         return;
       }
@@ -87,7 +91,8 @@ class DelayingProxy {
 
   std::atomic<int> delay_txns{0};
   std::atomic<int> delayed{0};
-  std::atomic<bool> fail_ranges{false};  // answer every read (/v3/kv/range) with an error
+  std::atomic<bool> fail_ranges{false};         // answer every read (/v3/kv/range) with an error
+  std::atomic<bool> fail_primary_reads{false};  // only the reads of shard a's primary key
 
  private:
   std::string upstream_, host_, url_;
@@ -96,6 +101,16 @@ class DelayingProxy {
   httplib::Server svr_;
   std::thread thread_;
 };
+
+// Shard a's campaign of 10.0.0.1:7471, reaching etcd only through `proxy`.
+rdmalock::Result<std::unique_ptr<rdmalock::lockd::Campaign>> BehindProxy(
+    const LocalEtcd& server, const DelayingProxy& proxy) {
+  rdmalock::lockd::Config c = ShardConfig(server.url(), "10.0.0.1:7471");
+  c.etcd_endpoints = {proxy.url()};
+  auto a = rdmalock::lockd::Campaign::Create(c);
+  REQUIRE(a.ok());
+  return a;
+}
 
 }  // namespace
 
@@ -305,10 +320,7 @@ TEST_CASE("campaign: a win whose epoch came after the fence point is served on a
   // the epoch is known, the deadline not yet. Returned as it is, the win is fenced at once by
   // Hold, and every round of the campaign uses up an epoch while etcd is this slow.
   DelayingProxy proxy(server.url(), milliseconds(800));
-  rdmalock::lockd::Config c = ShardConfig(server.url(), "10.0.0.1:7471");
-  c.etcd_endpoints = {proxy.url()};
-  auto a = rdmalock::lockd::Campaign::Create(c);
-  REQUIRE(a.ok());
+  auto a = BehindProxy(server, proxy);
   proxy.delay_txns.store(1000);
   std::atomic<bool> stop{false};
   auto won = (*a)->Win(stop);
@@ -333,10 +345,7 @@ TEST_CASE("campaign: a keepalive that succeeds while reads fail does not keep a 
   // confirms the key is still ours.
   LocalEtcd server;
   DelayingProxy proxy(server.url(), milliseconds(0));
-  rdmalock::lockd::Config c = ShardConfig(server.url(), "10.0.0.1:7471");
-  c.etcd_endpoints = {proxy.url()};
-  auto a = rdmalock::lockd::Campaign::Create(c);
-  REQUIRE(a.ok());
+  auto a = BehindProxy(server, proxy);
   std::atomic<bool> stop{false};
   REQUIRE((*a)->Win(stop).ok());
   const auto first_deadline = (*a)->deadline();
@@ -355,5 +364,31 @@ TEST_CASE("campaign: a keepalive that succeeds while reads fail does not keep a 
        << " ms");
   CHECK_FALSE(held);
   CHECK(ended < first_deadline);
+  (*a)->Resign();
+}
+
+TEST_CASE("campaign: a win etcd cannot confirm uses up no epoch", "[etcd]") {
+  // Found by reviewing this stop's Confirm (2026-12-06): the win's loop bumped the epoch again
+  // after every failed confirmation, 200 ms apart, until the fence point, then campaigned again:
+  // with reads of the primary key failing, epochs went by the dozen a minute towards 65,535. A
+  // win is now confirmed before the epoch is bumped.
+  LocalEtcd server;
+  DelayingProxy proxy(server.url(), milliseconds(0));
+  auto a = BehindProxy(server, proxy);
+  proxy.fail_primary_reads.store(true);
+  std::atomic<bool> stop{false};
+  rdmalock::Result<uint64_t> won = rdmalock::Error(ErrorCode::kInternal, "not run");
+  std::thread t([&] { won = (*a)->Win(stop); });
+  std::this_thread::sleep_for(milliseconds(3000));  // more than one round (TTL 2 s)
+  stop.store(true);
+  t.join();
+  auto e = etcd::Client::Create({server.url()});
+  auto epoch = (*e)->Get("/rdmalock/test/shard/a/epoch", milliseconds(2000));
+  REQUIRE(epoch.ok());
+  INFO("Win: " << (won.ok() ? "won epoch " + std::to_string(*won) : won.status().ToString())
+               << "; the epoch key after 3 s: "
+               << (epoch->has_value() ? (*epoch)->value : std::string("absent")));
+  CHECK_FALSE(won.ok());
+  CHECK_FALSE(epoch->has_value());
   (*a)->Resign();
 }
