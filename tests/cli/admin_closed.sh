@@ -21,12 +21,7 @@ while True:
 ' "$sock" &
 closing=$!
 trap 'kill $closing 2>/dev/null' EXIT
-i=0
-until [ -S "$sock" ]; do
-  i=$((i + 1))
-  [ $i -lt 100 ] || { echo "FAIL: the listener did not start"; exit 1; }
-  sleep 0.05
-done
+wait_for_socket "$sock"
 for round in 1 2 3 4 5; do
   out=$(timeout 30 "$lockctl" --connect-timeout-ms 2000 release --force --slot 3 --admin-socket "$sock" 2>&1)
   rc=$?

@@ -21,12 +21,7 @@ while True:
 ' "$sock" &
 mute=$!
 trap 'kill $mute 2>/dev/null' EXIT
-i=0
-until [ -S "$sock" ]; do
-  i=$((i + 1))
-  [ $i -lt 100 ] || { echo "FAIL: the listener did not start"; exit 1; }
-  sleep 0.05
-done
+wait_for_socket "$sock"
 start=$(date +%s)
 out=$(timeout 30 "$lockctl" --connect-timeout-ms 500 release --force --slot 3 --admin-socket "$sock" 2>&1)
 rc=$?

@@ -37,3 +37,14 @@ expect_has_line() {
   [ "$rc" -eq "$rc_want" ] || fail "$what: exit $rc, not $rc_want: $out"
   printf '%s\n' "$out" | grep -qxF "$line" || fail "$what: no line '$line' in: $out"
 }
+
+# wait_for_socket PATH: waits (up to 5 s) until PATH is a socket, as a listener started in the
+# background makes it; a FAIL line and exit 1 if it never is.
+wait_for_socket() {
+  i=0
+  until [ -S "$1" ]; do
+    i=$((i + 1))
+    [ $i -lt 100 ] || { echo "FAIL: the listener did not start ($1)"; exit 1; }
+    sleep 0.05
+  done
+}

@@ -31,19 +31,37 @@ T Must(Result<T> r) {
   return std::move(r).value();
 }
 
-}  // namespace
+// The next event on `ch`, acknowledged, must be `want`.
+void ExpectEvent(rdma_event_channel* ch, rdma_cm_event_type want) {
+  rdma_cm_event_type got;
+  {
+    auto ev = rdma::GetEvent(ch, kEventTimeout);
+    INFO(ev.status().ToString() << ", waiting for " << rdma_event_str(want));
+    REQUIRE(ev.ok());
+    got = (*ev)->event;
+  }  // acknowledged here
+  INFO("rdma_cm event " << rdma_event_str(got) << ", wanted " << rdma_event_str(want));
+  REQUIRE(got == want);
+}
 
-HalfOpenClient::HalfOpenClient(const std::string& ip, uint16_t port) {
-  ch_ = Must(rdma::CreateEventChannel());
-  id_ = Must(rdma::CreateId(ch_.get(), nullptr));
+// Makes *ch and *id, and resolves the address and the route to ip:port.
+void ResolveTo(const std::string& ip, uint16_t port, rdma::EventChannel* ch, rdma::CmId* id) {
+  *ch = Must(rdma::CreateEventChannel());
+  *id = Must(rdma::CreateId(ch->get(), nullptr));
   sockaddr_in sin{};
   sin.sin_family = AF_INET;
   sin.sin_port = htons(port);
   REQUIRE(inet_pton(AF_INET, ip.c_str(), &sin.sin_addr) == 1);
-  REQUIRE(rdma_resolve_addr(id_.get(), nullptr, reinterpret_cast<sockaddr*>(&sin), 2000) == 0);
-  Expect(RDMA_CM_EVENT_ADDR_RESOLVED);
-  REQUIRE(rdma_resolve_route(id_.get(), 2000) == 0);
-  Expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
+  REQUIRE(rdma_resolve_addr(id->get(), nullptr, reinterpret_cast<sockaddr*>(&sin), 2000) == 0);
+  ExpectEvent(ch->get(), RDMA_CM_EVENT_ADDR_RESOLVED);
+  REQUIRE(rdma_resolve_route(id->get(), 2000) == 0);
+  ExpectEvent(ch->get(), RDMA_CM_EVENT_ROUTE_RESOLVED);
+}
+
+}  // namespace
+
+HalfOpenClient::HalfOpenClient(const std::string& ip, uint16_t port) {
+  ResolveTo(ip, port, &ch_, &id_);
   proto::ConnectRequest req;
   req.client_name = "half-open";
   const auto bytes = req.Encode();
@@ -58,39 +76,11 @@ HalfOpenClient::HalfOpenClient(const std::string& ip, uint16_t port) {
   p.initiator_depth = 1;
   p.retry_count = 7;
   REQUIRE(rdma_connect(id_.get(), &p) == 0);
-  Expect(RDMA_CM_EVENT_CONNECT_RESPONSE);  // lockd accepted; we never send the RTU
-}
-
-void HalfOpenClient::Expect(rdma_cm_event_type want) {
-  rdma_cm_event_type got;
-  {
-    auto ev = rdma::GetEvent(ch_.get(), kEventTimeout);
-    INFO(ev.status().ToString() << ", waiting for " << rdma_event_str(want));
-    REQUIRE(ev.ok());
-    got = (*ev)->event;
-  }  // acknowledged here
-  INFO("rdma_cm event " << rdma_event_str(got) << ", wanted " << rdma_event_str(want));
-  REQUIRE(got == want);
+  ExpectEvent(ch_.get(), RDMA_CM_EVENT_CONNECT_RESPONSE);  // lockd accepted; no RTU follows
 }
 
 DeafClient::DeafClient(const std::string& ip, uint16_t port, const std::string& name) {
-  ch_ = Must(rdma::CreateEventChannel());
-  id_ = Must(rdma::CreateId(ch_.get(), nullptr));
-  sockaddr_in sin{};
-  sin.sin_family = AF_INET;
-  sin.sin_port = htons(port);
-  REQUIRE(inet_pton(AF_INET, ip.c_str(), &sin.sin_addr) == 1);
-  REQUIRE(rdma_resolve_addr(id_.get(), nullptr, reinterpret_cast<sockaddr*>(&sin), 2000) == 0);
-  auto expect = [this](rdma_cm_event_type want) {
-    auto ev = rdma::GetEvent(ch_.get(), kEventTimeout);
-    INFO(ev.status().ToString() << ", waiting for " << rdma_event_str(want));
-    REQUIRE(ev.ok());
-    INFO("rdma_cm event " << rdma_event_str((*ev)->event));
-    REQUIRE((*ev)->event == want);
-  };
-  expect(RDMA_CM_EVENT_ADDR_RESOLVED);
-  REQUIRE(rdma_resolve_route(id_.get(), 2000) == 0);
-  expect(RDMA_CM_EVENT_ROUTE_RESOLVED);
+  ResolveTo(ip, port, &ch_, &id_);
   rdma::QpSizes sizes = Must(rdma::DeviceQpSizes(id_->verbs, 4));
   pd_ = Must(rdma::AllocPd(id_->verbs));
   cq_ = Must(rdma::CreateCq(id_->verbs, 8));

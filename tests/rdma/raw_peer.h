@@ -42,7 +42,6 @@ class HalfOpenClient {
   HalfOpenClient& operator=(const HalfOpenClient&) = delete;
 
  private:
-  void Expect(rdma_cm_event_type want);
   // Declared in construction order: the id is destroyed before its channel.
   rdma::EventChannel ch_;
   rdma::CmId id_;
