@@ -58,6 +58,36 @@ void ResolveTo(const std::string& ip, uint16_t port, rdma::EventChannel* ch, rdm
   ExpectEvent(ch->get(), RDMA_CM_EVENT_ROUTE_RESOLVED);
 }
 
+// SENDs `data` (registered under `lkey`) with immediate data `imm` on `qp`, and waits (up to
+// kEventTimeout) for its completion on `cq`.
+Status SendAndWait(ibv_qp* qp, ibv_cq* cq, std::span<const uint8_t> data, uint32_t lkey,
+                   uint32_t imm) {
+  ibv_sge sge{reinterpret_cast<uint64_t>(data.data()), static_cast<uint32_t>(data.size()), lkey};
+  ibv_send_wr wr{};
+  wr.wr_id = 1;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.imm_data = htonl(imm);
+  wr.send_flags = IBV_SEND_SIGNALED;
+  RDMALOCK_RETURN_IF_ERROR(rdma::PostSend(qp, &wr));
+  const auto deadline = std::chrono::steady_clock::now() + kEventTimeout;
+  for (;;) {
+    ibv_wc wc[1];
+    if (rdma::PollCq(cq, wc) > 0) {
+      if (wc[0].status != IBV_WC_SUCCESS) {
+        return Error(ErrorCode::kConnection,
+                     std::string("the SEND failed: ") + rdma::WcStatusName(wc[0].status));
+      }
+      return Status::Ok();
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return Error(ErrorCode::kTimeout, "the SEND did not complete");
+    }
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
 }  // namespace
 
 HalfOpenClient::HalfOpenClient(const std::string& ip, uint16_t port) {
@@ -114,27 +144,10 @@ DeafClient::DeafClient(const std::string& ip, uint16_t port, const std::string& 
     INFO("rdma_cm event " << rdma_event_str((*ev)->event));
     REQUIRE((*ev)->event == RDMA_CM_EVENT_ESTABLISHED);
   }
-  ibv_sge sge{reinterpret_cast<uint64_t>(hello_.data()), static_cast<uint32_t>(hello_.size()),
-              mr_->lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = 1;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_SEND_WITH_IMM;
-  wr.imm_data = htonl(static_cast<uint32_t>(proto::ControlKind::kHello));
-  wr.send_flags = IBV_SEND_SIGNALED;
-  REQUIRE(rdma::PostSend(id_->qp, &wr).ok());
-  const auto deadline = std::chrono::steady_clock::now() + kEventTimeout;
-  for (;;) {  // lockd has a receive for the hello: it is delivered
-    ibv_wc wc[1];
-    if (rdma::PollCq(cq_.get(), wc) > 0) {
-      INFO("the hello's SEND: " << rdma::WcStatusName(wc[0].status));
-      REQUIRE(wc[0].status == IBV_WC_SUCCESS);
-      return;
-    }
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(1ms);
-  }
+  const Status sent = SendAndWait(id_->qp, cq_.get(), hello_, mr_->lkey,
+                                  static_cast<uint32_t>(proto::ControlKind::kHello));
+  INFO("the hello's SEND: " << sent.ToString());
+  REQUIRE(sent.ok());  // lockd has a receive for the hello: it is delivered
 }
 
 MemoryWindowHog::MemoryWindowHog() {
@@ -225,31 +238,7 @@ Status UnreceivingPeer::Serve() {
     }
   }
   if (answer_.empty()) return Status::Ok();  // silent: the connection stays until destroyed
-  ibv_sge sge{reinterpret_cast<uint64_t>(answer_.data()), static_cast<uint32_t>(answer_.size()),
-              mr_->lkey};
-  ibv_send_wr wr{};
-  wr.wr_id = 1;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.opcode = IBV_WR_SEND_WITH_IMM;
-  wr.imm_data = htonl(imm_);
-  wr.send_flags = IBV_SEND_SIGNALED;
-  RDMALOCK_RETURN_IF_ERROR(rdma::PostSend(id->qp, &wr));
-  const auto deadline = std::chrono::steady_clock::now() + kEventTimeout;
-  for (;;) {
-    ibv_wc wc[1];
-    if (rdma::PollCq(cq_.get(), wc) > 0) {
-      if (wc[0].status != IBV_WC_SUCCESS) {
-        return Error(ErrorCode::kConnection,
-                     std::string("the answer's SEND failed: ") + rdma::WcStatusName(wc[0].status));
-      }
-      return Status::Ok();
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      return Error(ErrorCode::kTimeout, "the answer's SEND did not complete");
-    }
-    std::this_thread::sleep_for(1ms);
-  }
+  return SendAndWait(id->qp, cq_.get(), answer_, mr_->lkey, imm_);
 }
 
 }  // namespace rdmalock::rdma_test
