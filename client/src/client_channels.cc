@@ -33,7 +33,8 @@ std::pair<uint64_t, uint32_t> ThreadChannel::TakeEntry(bool recording) {
 
 void ThreadChannel::NotePending() {
   if (pending.active) {
-    pending_post.store(++posts, std::memory_order_relaxed);
+    // Sequentially consistent: before ReleasePosted's look at the reaper's flag (SlowDown).
+    pending_post.store(++posts, std::memory_order_seq_cst);
   } else {
     pending_post.store(0, std::memory_order_relaxed);
   }

@@ -513,6 +513,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // A thread posted a release: make sure the reaper thread ticks fast enough to reap it if the
   // thread makes no further call.
   void ReleasePosted() EXCLUDES(mu_);
+  void SlowDown() EXCLUDES(mu_);  // the reaper thread's
 
   // ---- Asynchronous acquires (client_async.cc; Client::LockSlotAsync)
   struct AsyncRequest {

@@ -121,7 +121,8 @@ void Client::Impl::ReapLeftReleases() {
   if (any) {
     idle_reap_ticks_ = 0;
   } else if (++idle_reap_ticks_ > 20) {
-    reap_fast_.store(false, std::memory_order_relaxed);  // 20 ms with none: slow down
+    TestHook("reaper_slowing");
+    SlowDown();
   }
   for (auto& ch : left) {
     if (!ch->mu.TryLock()) continue;  // its thread is using it, and reaps it itself
@@ -131,10 +132,27 @@ void Client::Impl::ReapLeftReleases() {
   }
 }
 
-// A thread posted a release: make sure the reaper thread ticks fast enough to reap it if the
-// thread makes no further call.
+// 20 ms with no posted release left: the reaper stops ticking. A thread may post a release
+// after the look at the channels and see the flag still set (ReleasePosted): after clearing it,
+// the reaper looks again, and ticks on if it finds one. Both sides store, then load, in
+// sequentially consistent order (the post in ThreadChannel::NotePending), so one of the two
+// sees the other's store.
+void Client::Impl::SlowDown() {
+  idle_reap_ticks_ = 0;
+  reap_fast_.store(false, std::memory_order_seq_cst);
+  MutexLock lk(&mu_);
+  for (auto& [tid, ch] : channels_) {
+    if (ch->pending_post.load(std::memory_order_seq_cst) != 0) {
+      reap_fast_.store(true, std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+// A thread posted a release (ThreadChannel::NotePending set its pending_post): make sure the
+// reaper thread ticks fast enough to reap it if the thread makes no further call.
 void Client::Impl::ReleasePosted() {
-  if (reap_fast_.load(std::memory_order_relaxed)) return;
+  if (reap_fast_.load(std::memory_order_seq_cst)) return;  // after the post (SlowDown)
   {
     MutexLock lk(&mu_);
     reap_fast_.store(true, std::memory_order_relaxed);

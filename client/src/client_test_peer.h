@@ -28,6 +28,8 @@ class ClientTestPeer {
   //   "shared": a shared request joined another thread's shared grant in-process (cohort.h).
   //   "sharing": a blocking shared request's grant from lockd is about to become the one that
   //     the client's other readers join (Client::Impl::ShareGrant); its handle is made.
+  //   "reaper_slowing": the reaper thread found no posted release left for 20 ms and is about
+  //     to stop ticking; called on the reaper thread, with no mutex of the client held.
   //   "session_ended": the session has ended (a new one is not made yet), and its locks are not
   //     yet reported lost; called on the thread that ended it, with no mutex of the client held.
   static void SetTestHook(Client& c, std::function<void(std::string_view point)> fn);

@@ -1244,6 +1244,58 @@ TEST_CASE("session keeping: a posted release is finished before the session's co
   ClientTestPeer::PauseReleaseReaping(*a, false);
 }
 
+// The reaper thread slows down (stops ticking) after 20 ms with no posted release left. It read
+// every channel's posted release under the client's mutex, dropped the mutex and then cleared
+// the fast-tick flag: a thread that posted a release in between saw the flag still set and did
+// not wake it, and the reaper then slept with that release left. A release whose CAS missed (a
+// request had queued behind the grant) was then not retried until the thread's next call, and
+// the waiter behind it waited for stall recovery (F x L) (found by review, 2026-12-06).
+TEST_CASE("release reaping: a release posted while the reaper slows down is still reaped") {
+  testing::FakeLockd lockd(Leased(10000ms));  // stall recovery after 20 s
+  auto a = ConnectTo("poster", lockd.connector());
+  auto b = ConnectTo("waiter", lockd.connector());
+  struct Gate {
+    std::mutex m;
+    std::condition_variable cv;
+    bool at_point = false, go = false;
+  };
+  auto gate = std::make_shared<Gate>();  // the hook may run until the client is gone
+  ClientTestPeer::SetTestHook(*a, [gate](std::string_view point) {
+    if (point != "reaper_slowing") return;
+    std::unique_lock lk(gate->m);
+    if (gate->at_point) return;  // the first time only
+    gate->at_point = true;
+    gate->cv.notify_all();
+    gate->cv.wait(lk, [&] { return gate->go; });
+  });
+  // A posted release makes the reaper tick fast; 20 ms later it slows down, and stops at the
+  // hook between its look at the channels and its slowing down.
+  auto first = a->LockSlot(3, {});
+  REQUIRE(first.ok());
+  REQUIRE(first->Release().ok());
+  {
+    std::unique_lock lk(gate->m);
+    REQUIRE(gate->cv.wait_for(lk, 5s, [&] { return gate->at_point; }));
+  }
+  // Meanwhile: A takes slot 7, B queues behind it, and A's release is posted (its CAS misses).
+  auto ha = a->LockSlot(7, {});
+  REQUIRE(ha.ok());
+  std::future<Result<LockHandle>> hb =
+      std::async(std::launch::async, [&] { return b->LockSlot(7, {.timeout = 3s}); });
+  const uint64_t bid = b->session_id();
+  REQUIRE(WaitFor([&] { return lockd.LiveEntries(bid).size() == 1; }));
+  REQUIRE(ha->Release().ok());
+  {
+    std::lock_guard lk(gate->m);
+    gate->go = true;
+  }
+  gate->cv.notify_all();
+  // A makes no further call: the reaper must retry the release for B to be granted.
+  auto got = hb.get();
+  INFO(got.status().ToString());
+  CHECK(got.ok());
+}
+
 // Lock(name), LockMany and LockAsync hash a name with the lock count of the session they start
 // in, and then acquire through whatever session the client is in by then. When the session ended
 // in between and the client reconnected to a lockd with another lock count (restarted with a new
