@@ -256,7 +256,7 @@ Status Client::Impl::WaitForSession(Clock::time_point until) {
   return WaitForSessionLocked(lk, until);
 }
 
-Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline) {
+Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline, Losses losses) {
   struct Cache {
     const Impl* impl = nullptr;
     uint64_t nonce = 0;
@@ -292,7 +292,9 @@ Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline) {
   auto mem =
       Join(sess->server, sess->port, sess->reply, opts_.connect_timeout, join_deadline, &reason);
   if (!mem.ok()) {
-    if (mem.status().code() != ErrorCode::kResource) OnSessionError(sess->gen, mem.status());
+    if (mem.status().code() != ErrorCode::kResource) {
+      OnSessionError(sess->gen, mem.status(), losses);
+    }
     return mem.status();
   }
   auto ch = std::make_shared<ThreadChannel>();
@@ -339,7 +341,7 @@ Result<std::unique_ptr<Connection>> Client::Impl::Join(const std::string& server
   }
 }
 
-void Client::Impl::OnSessionError(uint64_t gen, const Status& st) {
+void Client::Impl::OnSessionError(uint64_t gen, const Status& st, Losses losses) {
   if (st.code() != ErrorCode::kConnection && st.code() != ErrorCode::kRejected &&
       st.code() != ErrorCode::kProtocol) {
     return;
@@ -362,8 +364,10 @@ void Client::Impl::OnSessionError(uint64_t gen, const Status& st) {
   cv_.SignalAll();
   TestHook("session_ended");
   // Locks first, then connections: when lockd sees them close it may free those locks at once.
-  (void)EndLeases(old, Error(ErrorCode::kLockLost,
-                             "session with lockd ended (" + st.message() + "); lock lost"));
+  (void)EndLeases(
+      old,
+      Error(ErrorCode::kLockLost, "session with lockd ended (" + st.message() + "); lock lost"),
+      losses);
   // Releases posted on these connections and not reaped yet, as Close does: a reader's whose CAS
   // missed is tried again here. Its caller was told ok and its record entry reads done, so lockd
   // releases nothing of it; shut down unfinished, its ticket stayed counted in the word until the
@@ -416,7 +420,7 @@ std::shared_ptr<const sdk::Session> Client::Impl::MakeSession(const Connection& 
 }
 
 size_t Client::Impl::EndLeases(const std::vector<std::shared_ptr<ThreadChannel>>& chans,
-                               const Status& why) {
+                               const Status& why, Losses losses) {
   // Each channel's list is closed as it is read: a grant made on one of these channels from now
   // on is not tracked, and its handle reports the loss at once (MakeHandle).
   std::vector<std::shared_ptr<LockHandle::State>> all;
@@ -435,7 +439,13 @@ size_t Client::Impl::EndLeases(const std::vector<std::shared_ptr<ThreadChannel>>
     ++n;
     if (auto cb = s->Lose(why)) notify.push_back(std::move(cb));
   }
-  for (auto& f : notify) f(why);
+  for (auto& f : notify) {
+    if (losses == Losses::kToldLater) {
+      TellLater(std::move(f), why);
+    } else {
+      f(why);
+    }
+  }
   return n;
 }
 

@@ -1296,6 +1296,42 @@ TEST_CASE("release reaping: a release posted while the reaper slows down is stil
   CHECK(got.ok());
 }
 
+// A handle dropped on a thread with no connection of its own yet: the release joins the session
+// first, and a join that fails for the connection (lockd unreachable) ends the session. The
+// session's end reported every held lock lost on that thread, the dropped handle's own too,
+// although client.h says a dropped handle's loss is told by the keeper, not by the thread that
+// dropped it (which may hold a mutex the callback takes) (found by review, 2026-12-06).
+TEST_CASE(
+    "session keeping: a dropped handle's loss is told by the keeper when its drop ends the "
+    "session") {
+  testing::FakeLockd lockd(Leased(2000ms));
+  std::atomic<bool> fail_joins{false};
+  Connector inner = lockd.connector();
+  auto client = ConnectTo(
+      "dropper",
+      [&fail_joins, inner](const ChannelParams& p, uint32_t* retry_ms,
+                           proto::RejectReason* reason) -> Result<std::unique_ptr<Connection>> {
+        if ((p.flags & proto::kFlagJoin) != 0 && fail_joins.load()) {
+          return Error(ErrorCode::kConnection, "test connector: lockd unreachable");
+        }
+        return inner(p, retry_ms, reason);
+      });
+  auto h = client->LockSlot(2, {});
+  REQUIRE(h.ok());
+  auto told = std::make_shared<std::promise<std::thread::id>>();
+  h->OnLost([told](const Status&) { told->set_value(std::this_thread::get_id()); });
+  fail_joins = true;
+  std::thread::id dropper;
+  std::thread t([&dropper, dropped = std::move(h).value()]() mutable {
+    dropper = std::this_thread::get_id();
+    dropped = LockHandle();  // released on this thread, which has no connection yet
+  });
+  t.join();
+  auto f = told->get_future();
+  REQUIRE(f.wait_for(5s) == std::future_status::ready);
+  CHECK(f.get() != dropper);
+}
+
 // Lock(name), LockMany and LockAsync hash a name with the lock count of the session they start
 // in, and then acquire through whatever session the client is in by then. When the session ended
 // in between and the client reconnected to a lockd with another lock count (restarted with a new

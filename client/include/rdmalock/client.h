@@ -139,7 +139,8 @@ class RDMALOCK_EXPORT LockHandle {
   Status Renew();
   // Called once if the lock is found lost while held: its lease could not be renewed, a waiter
   // recovered it, or the session with lockd ended. Runs on the thread that noticed (the client's
-  // keeper thread, or a thread whose call found the session broken); keep it short. It may
+  // keeper thread, or a thread whose call found the session broken; never one dropping a handle:
+  // the keeper tells for it); keep it short. It may
   // destroy the Client (not call Release or Renew on this handle). A lock found lost before any
   // callback was set is told to the first one set, at once, on the thread that sets it. Closing
   // the Client waits for its keeper thread: do not close it while holding a mutex that a loss
