@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/auth/auth.h"
+#include "common/cli_decimal.h"
 #include "common/duration.h"
 #include "common/sync/mutex.h"
 #include "rdmalock/proto/layout.h"
@@ -319,18 +320,23 @@ int main(int argc, char** argv) {
   app.add_flag("--print-config", print_config, "print the effective config and exit");
   app.add_option("--log-level", log_level, "override log_level (trace..off)");
   app.add_option("--address", address, "override address");
-  app.add_option("--port", port, "override port")->check(CLI::Range(1, 65535));
+  app.add_option("--port", port, "override port")
+      ->transform(rdmalock::Decimal())
+      ->check(CLI::Range(1, 65535));
   // CLI::PositiveNumber's refusal printed its range as 0 to DBL_MAX (309 digits).
   app.add_option("--lock-count", lock_count, "override lock_count")
+      ->transform(rdmalock::Decimal())
       ->check(CLI::Range(static_cast<int64_t>(rdmalock::proto::kMinLockCount),
                          static_cast<int64_t>(rdmalock::proto::kMaxLockCount)));
   auto* lease_opt = app.add_option("--lease-ms", lease_text, "override lease_ms (2s, or ms)")
                         ->type_name("DURATION");
   app.add_option(
-      "--max-clients", max_clients,
-      "override max_clients (1 to " + std::to_string(rdmalock::lockd::kMaxClientsLimit) + ")");
+         "--max-clients", max_clients,
+         "override max_clients (1 to " + std::to_string(rdmalock::lockd::kMaxClientsLimit) + ")")
+      ->transform(rdmalock::Decimal());
   app.add_option("--max-connects-per-second", max_connects,
                  "override max_connects_per_second (0: no limit)")
+      ->transform(rdmalock::Decimal())
       ->check(CLI::Range(0, 1000000));
   app.add_option("--state-dir", state_dir, "override state_dir (where the epoch persists)");
   auto* hb_interval_opt = app.add_option("--heartbeat-interval-ms", hb_interval_text,
@@ -354,6 +360,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"true", "false"}));
   app.add_option("--max-connections-per-session", max_conns_per_session,
                  "override max_connections_per_session")
+      ->transform(rdmalock::Decimal())
       ->check(CLI::Range(1, 65536));
   app.add_option("--etcd", etcd_endpoints,
                  "override etcd_endpoints: cluster mode, http://HOST:PORT (repeatable)");

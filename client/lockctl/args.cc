@@ -12,6 +12,7 @@
 #include <limits>
 #include <sstream>
 
+#include "common/cli_decimal.h"
 #include "common/duration.h"
 
 namespace lockctl {
@@ -40,6 +41,8 @@ bool ReadClientConfig(const std::string& path, bool have_server, bool have_port,
   ss << in.rdbuf();
   return ParseClientConfig(ss.str(), path, have_server, have_port, have_timeout, t);
 }
+
+using rdmalock::Decimal;
 
 namespace {
 
@@ -188,14 +191,16 @@ int ParseArgs(int argc, char** argv, Args* args) {
       "lockctl: inspect and use an rdmalock lock server.\n"
       "Exit codes: 0 ok (acquire: the command's status), 64 usage, 69 lockd "
       "unreachable, 70 internal, 75 lock not granted in time, 76 lock lost, 127/126 "
-      "acquire's command not found/not runnable, 1 release --force refused."};
+      "acquire's command not found/not runnable, 1 release --force refused or bench errors."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "lockctl " RDMALOCK_VERSION);
   Common& c = args->common;
   app.add_option("-s,--server", c.server,
                  "lockd address (default: $RDMALOCK_SERVER, then 'server' in "
                  "~/.config/rdmalock/client.yaml)");
-  app.add_option("-p,--port", c.port, "lockd port")->check(CLI::Range(1, 65535));
+  app.add_option("-p,--port", c.port, "lockd port")
+      ->transform(Decimal())
+      ->check(CLI::Range(1, 65535));
   TimeFlag connect_timeout;
   AddTimeFlag(&app, "--connect-timeout-ms", &connect_timeout,
               "connect timeout: 5s, 500ms, or milliseconds as a number", "5000");
@@ -229,7 +234,7 @@ int ParseArgs(int argc, char** argv, Args* args) {
   int64_t& inspect_slot = args->inspect_slot;
   inspect->add_option("name", inspect_name, "lock name");
   inspect->add_option("--slot", inspect_slot, "slot number instead of a name")
-      ->check(CLI::NonNegativeNumber);
+      ->transform(Decimal());
 
   auto* release = app.add_subcommand(
       "release",
@@ -241,9 +246,9 @@ int ParseArgs(int argc, char** argv, Args* args) {
   int64_t& rel_session = args->rel_session;
   release->add_flag("--force", rel_force, "required: fence the holder's session and free it");
   release->add_option("name", rel_name, "lock name");
-  release->add_option("--slot", rel_slot, "slot number")->check(CLI::NonNegativeNumber);
+  release->add_option("--slot", rel_slot, "slot number")->transform(Decimal());
   release->add_option("--session", rel_session, "session id (see lockctl clients)")
-      ->check(CLI::NonNegativeNumber);
+      ->transform(Decimal());
   release->add_option("--admin-socket", rel_socket, "lockd's admin socket")->capture_default_str();
 
   auto* acquire = app.add_subcommand(
@@ -273,10 +278,11 @@ int ParseArgs(int argc, char** argv, Args* args) {
   AddTimeFlag(top, "-i,--interval-ms", &top_interval,
               "refresh interval, 50ms to 1h: 2s, 500ms, or milliseconds as a number", "1000");
   top->add_option("-n,--rows", top_rows, "locks shown")
+      ->transform(Decimal())
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   top->add_option("--iterations", top_iterations, "refreshes before exiting (0: until interrupted)")
-      ->check(CLI::NonNegativeNumber)
+      ->transform(Decimal())
       ->capture_default_str();
   top->add_option("--name", top_names,
                   "label the slot of this lock name (repeatable; names are hashed, lockd "
@@ -296,8 +302,10 @@ int ParseArgs(int argc, char** argv, Args* args) {
   auto* bench = app.add_subcommand("bench", "run a lock workload and print latency/throughput");
   BenchOptions& bo = args->bench;
   bench->add_option("--threads", bo.threads, "client threads (per process)")
+      ->transform(Decimal())
       ->check(CLI::PositiveNumber);
   bench->add_option("--locks", bo.locks, "slots 0..N-1 the keys are drawn from")
+      ->transform(Decimal())
       ->check(CLI::PositiveNumber);
   bench->add_option("--keys", bo.keys, "key distribution over the slots: uniform or zipf")
       ->capture_default_str();
@@ -306,11 +314,13 @@ int ParseArgs(int argc, char** argv, Args* args) {
   bench
       ->add_option("--batch", bo.batch,
                    "distinct locks per set, acquired together (LockManySlots if > 1)")
+      ->transform(Decimal())
       ->capture_default_str();
   bench
       ->add_option("--inflight", bo.inflight,
                    "asynchronous acquires (LockSlotAsync) kept in flight per thread; 0: "
                    "synchronous")
+      ->transform(Decimal())
       ->capture_default_str();
   bench
       ->add_option("--rate", bo.rate,
@@ -320,6 +330,7 @@ int ParseArgs(int argc, char** argv, Args* args) {
   bench
       ->add_option("--processes", bo.processes,
                    "run in this many processes, each with its own session and --threads threads")
+      ->transform(Decimal())
       ->capture_default_str();
   TimeFlag bench_duration, bench_warmup, bench_hold;
   AddTimeFlag(bench, "--duration", &bench_duration,
@@ -335,6 +346,7 @@ int ParseArgs(int argc, char** argv, Args* args) {
       ->add_option("--idle-sessions", bo.idle_sessions,
                    "also open this many idle client sessions for the run, in the first process "
                    "(connection cost)")
+      ->transform(Decimal())
       ->check(CLI::Range(0, 4096));
   bench
       ->add_option("--timeline", bo.timeline,

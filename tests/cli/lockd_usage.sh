@@ -3,13 +3,18 @@
 # lockd does not know) is exit status 2, as lockd(8) says of an invalid configuration, with one
 # line naming the flag and its range. They were exit 105 or 109 (CLI11's own codes), and
 # --lock-count 0 said "not in range 0.000000 to 1797693134862315708145274237317043567980...
-# (309 digits)" (found by review, 2026-12-06).
+# (309 digits)" (found by review, 2026-12-06). CLI11 read integers in base 0, so --port 07472 was
+# port 3898 and --lock-count 0x10 was 16 locks: they are decimal now (common/cli_decimal.h).
 #   lockd_usage.sh LOCKD
 # Prints "lockd-usage-ok" at the end when every check held; each failure is one FAIL line.
 lockd=$1
 . "$(dirname "$0")/expect.sh"
 expect_in "--port 0" 2 "--port: Value 0 not in range 1 to 65535" "$lockd" --port 0 --check-config
-expect_in "--port x" 2 "--port: Value x not in range 1 to 65535" "$lockd" --port x --check-config
+expect_in "--port x" 2 "--port: 'x' is not a decimal number" "$lockd" --port x --check-config
+expect_in "--port 07472" 0 "port: 7472" "$lockd" --port 07472 --print-config
+expect_in "--lock-count 0x10" 2 "--lock-count: '0x10' is not a decimal number" \
+  "$lockd" --lock-count 0x10 --check-config
+expect_in "--max-clients 010" 0 "max_clients: 10" "$lockd" --max-clients 010 --print-config
 expect_in "--lock-count 0" 2 "--lock-count: Value 0 not in range 1 to 268435456" \
   "$lockd" --lock-count 0 --check-config
 expect_in "--lock-count 2^28 + 1" 2 "--lock-count: Value 268435457 not in range 1 to 268435456" \
