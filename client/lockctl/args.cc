@@ -451,7 +451,10 @@ int ValidateBenchOptions(const BenchOptions& o) {
     return kExitUsage;
   };
   char buf[160];
-  if (o.threads < 1) return bad("--threads must be at least 1");
+  if (o.threads < 1 || o.threads > kMaxThreads) {
+    std::snprintf(buf, sizeof(buf), "--threads must be in [1, %d], not %d", kMaxThreads, o.threads);
+    return bad(buf);
+  }
   if (o.processes < 1 || o.processes > kMaxProcesses) {
     std::snprintf(buf, sizeof(buf), "--processes must be in [1, %d], not %d", kMaxProcesses,
                   o.processes);
@@ -494,6 +497,15 @@ int ValidateBenchOptions(const BenchOptions& o) {
     return bad(buf);
   }
   if (!(o.duration_s > 0) || !std::isfinite(o.duration_s)) return bad("--duration must be > 0");
+  // Open loop: each thread starts a set every threads x processes / rate seconds; a rate that
+  // starts none within the run measures nothing (and its schedule overflows the clock).
+  if (o.rate > 0 && o.threads * o.processes / o.rate > o.duration_s) {
+    std::snprintf(buf, sizeof(buf),
+                  "--rate %g sets/s over %d threads starts no set per thread within --duration "
+                  "%g s: raise --rate or --duration, or use fewer threads",
+                  o.rate, o.threads * o.processes, o.duration_s);
+    return bad(buf);
+  }
   if (!(o.warmup_s >= 0) || !std::isfinite(o.warmup_s)) return bad("--warmup must be >= 0");
   if (!(o.shared_ratio >= 0 && o.shared_ratio <= 1)) {
     return bad("--shared-ratio must be in [0, 1]");

@@ -20,6 +20,7 @@ inline constexpr int kExitLost = 76;
 
 // bench's limits.
 inline constexpr int kMaxProcesses = 256;
+inline constexpr int kMaxThreads = 1024;                  // per process
 inline constexpr uint64_t kMaxLocks = uint64_t{1} << 28;  // lockd's largest lock table
 
 struct Common {

@@ -733,3 +733,26 @@ TEST_CASE("lockctl bench --timeline writes one start, grant time and token per m
   }();
   CHECK(last_granted < now.tv_sec * 1'000'000'000LL + now.tv_nsec);  // the host's own clock
 }
+
+// With --inflight (async acquires) the handles were moved into the release batch before their
+// tokens were read for the timeline: every line's token was 0, a figure the run never measured
+// (found by review, 2026-12-06).
+TEST_CASE("lockctl bench --inflight --timeline writes each set's token") {
+  Lockd lockd(7684, 1024);
+  const std::string path = TempDir() + "/timeline-async";
+  auto [rc, json] =
+      Capture(Lockctl(lockd) + " --json bench --threads 1 --inflight 4 --locks 64 --duration 1 " +
+              "--warmup 200ms --token --timeline " + path);
+  INFO(json);
+  REQUIRE(rc == 0);
+  std::ifstream in(path);
+  long long start = 0, granted = 0;
+  unsigned long long token = 0;
+  uint64_t lines = 0, no_token = 0;
+  while (in >> start >> granted >> token) {
+    if (token == 0) ++no_token;
+    ++lines;
+  }
+  CHECK(lines > 0);
+  CHECK(no_token == 0);
+}

@@ -122,6 +122,7 @@ void AsyncWorker(Shared& sh, int global_thread, ThreadResult& r) {
   struct Done {
     rdmalock::Result<rdmalock::LockHandle> h;
     Clock::time_point issued, granted;
+    uint64_t token = 0;  // --timeline: read before the handle goes to the release batch
   };
   // Completions, pushed by the SDK's callback thread and taken by this one.
   struct Completions {
@@ -139,10 +140,10 @@ void AsyncWorker(Shared& sh, int global_thread, ThreadResult& r) {
     rdmalock::Status st = client.LockSlotAsync((*sh.keys)(rng), lo,
                                                [&, t0](rdmalock::Result<rdmalock::LockHandle> h) {
                                                  const auto t1 = Clock::now();
-                                                 {
-                                                   rdmalock::MutexLock lk(&q.mu);
-                                                   q.done.push_back({std::move(h), t0, t1});
-                                                 }
+                                                 // Signalled under the mutex: once the last
+                                                 // completion is taken, q is gone.
+                                                 rdmalock::MutexLock lk(&q.mu);
+                                                 q.done.push_back({std::move(h), t0, t1});
                                                  q.cv.Signal();
                                                });
     if (!st.ok()) {
@@ -176,6 +177,7 @@ void AsyncWorker(Shared& sh, int global_thread, ThreadResult& r) {
     handles.clear();
     for (auto& d : got) {
       if (d.h.ok()) {
+        if (!o.timeline.empty()) d.token = d.h->fencing_token();
         handles.push_back(std::move(*d.h));
       } else {
         r.Error(d.h.status());
@@ -196,7 +198,7 @@ void AsyncWorker(Shared& sh, int global_thread, ThreadResult& r) {
         r.pair.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - d.issued).count()));
         r.locks += 1;
         if (!o.timeline.empty()) {
-          r.timeline.push_back({Ns(d.issued), Ns(d.granted), d.h->fencing_token()});
+          r.timeline.push_back({Ns(d.issued), Ns(d.granted), d.token});
         }
       }
       if (progress != nullptr) progress->Add(handles.size());
@@ -253,6 +255,7 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
     if (!open) start = t0;
     Clock::time_point t1, t1r, t2;
     uint64_t token = 0;  // --timeline: the (first) lock's fencing token, 0 without --token
+    uint64_t got = 1;    // locks the set was granted (LockManySlots grants all or none)
     rdmalock::Status st;
     if (o.batch == 1) {
       auto h =
@@ -274,6 +277,7 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
         r.Error(hs.status());
         continue;
       }
+      got = hs->size();
       if (hs->size() != set.size()) {
         r.Error(rdmalock::Error(rdmalock::ErrorCode::kInternal,
                                 "LockManySlots returned " + std::to_string(hs->size()) +
@@ -291,9 +295,9 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
       r.acquire.push_back(EncodeNs(duration_cast<nanoseconds>(t1 - start).count()));
       r.release.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - t1r).count()));
       r.pair.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - start).count()));
-      r.locks += static_cast<uint64_t>(o.batch);
+      r.locks += got;
       if (!o.timeline.empty()) r.timeline.push_back({Ns(start), Ns(t1), token});
-      if (progress != nullptr) progress->Add(static_cast<uint64_t>(o.batch));
+      if (progress != nullptr) progress->Add(got);
       if (open) {
         const int64_t lag = duration_cast<nanoseconds>(t0 - start).count();
         if (lag > kLateNs) ++r.late;
