@@ -387,11 +387,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       // client's reaper), which releases it when its turn comes, or drops it once it is skipped
       // or gone: left in the word, it would stall the lock for F x L (issue 16, finding 9).
       // Without a handler, waiters recover it after F x L.
-      if (on_abandon_ && handed_off != nullptr) {
-        Count(&EngineEvents::abandoned, ev);
-        on_abandon_(t);
-        *handed_off = true;
-      }
+      AbandonLapsed(t, ev, handed_off);
       return WaitOutcome::kRestart;
     }
     if (now >= deadline || stop) {
@@ -429,6 +425,14 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
     last_read = true;
     if (proto::TicketGone(w0, t.word, t.mode)) return WaitOutcome::kRestart;
     if (proto::Granted(w0, t.word, t.mode)) {
+      if (issue - last_waiting_issue > params_.lease) {
+        // We lost sight of the word for longer than a lease between the last READ and this one
+        // (while_waiting, or the thread descheduled after the check above): the grant's lease,
+        // which starts at the last READ that showed us waiting, has run out. Queue again, as
+        // above; the handler releases the granted ticket at once.
+        AbandonLapsed(t, ev, handed_off);
+        return WaitOutcome::kRestart;
+      }
       RDMALOCK_RETURN_IF_ERROR(WholeWord1(mem, t.slot, &rd.result[1]));
       grant->ticket = t;
       grant->seen = w0;
@@ -517,6 +521,13 @@ Result<bool> LockEngine::RecoverCas(RemoteMemory& mem, const Ticket& t, Word0 se
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(again));
   }
   return landed;
+}
+
+void LockEngine::AbandonLapsed(const Ticket& t, EngineEvents* ev, bool* handed_off) const {
+  if (!on_abandon_ || handed_off == nullptr) return;
+  Count(&EngineEvents::abandoned, ev);
+  on_abandon_(t);
+  *handed_off = true;
 }
 
 Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Ticket& t,

@@ -306,6 +306,11 @@ class LockEngine {
   // and must issue COUNT_MAX = 32768 new tickets before it looks frozen again; no NIC serves that
   // many atomics on one word in 1 ms (that would be 33 M/s on one address).
   static constexpr std::chrono::microseconds kFreshWithdrawal{1000};
+  // A ticket whose grant's lease ran out before its holder could know of it (its request waited
+  // unseen for a lease) goes to the abandon handler, which releases it when its turn comes;
+  // *handed_off says so. Without a handler (or with handed_off null) it is left to waiters'
+  // stall recovery (F x L).
+  void AbandonLapsed(const Ticket& t, EngineEvents* ev, bool* handed_off) const;
   enum class GiveUp { kWithdrawn, kAbandoned, kGranted, kGone };
   // Gives a queued, not yet granted ticket back: withdraws it if nothing queued behind it.
   // `cur` is our best guess of word0 on entry and the last value seen on return.

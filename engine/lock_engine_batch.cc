@@ -178,10 +178,17 @@ Result<Grant> LockEngine::FinishAcquire(RemoteMemory& mem, const Grant& queued,
     if (!gu.ok()) return gu.status();
     if (*gu == GiveUp::kGranted) {
       RDMALOCK_RETURN_IF_ERROR(RearmAfterGiveUp(mem, &g));
-      FillToken(&g);
-      return g;
+      if (Clock::now() - g.lease_start <= params_.lease) {
+        FillToken(&g);
+        return g;
+      }
+      // Granted while the request waited unseen (an async try in the queue for a waiter thread)
+      // for longer than a lease: its lease has run out, so its holder could never release it.
+      // The handler releases it; the try is busy.
+      AbandonLapsed(g.ticket, ev, &handed_off);
+    } else if (*gu != GiveUp::kAbandoned) {
+      FreeRecord(mem, t.record, t.record_seq);
     }
-    if (*gu != GiveUp::kAbandoned) FreeRecord(mem, t.record, t.record_seq);
     return Error(ErrorCode::kBusy, "slot " + std::to_string(t.slot) + " is held");
   }
   Count(&EngineEvents::waits, ev);

@@ -498,3 +498,32 @@ TEST_CASE("giving up: a set's request granted while the set gives it back is liv
   CHECK_FALSE(LiveEntryAt(table, entry1, &en));
   REQUIRE(e.Release(h0, *held0).ok());
 }
+
+// An async try (issued by the pump, finished by a waiter thread) can wait in the queue for a
+// waiter thread for longer than a lease. Its ticket may have been granted meanwhile: the try was
+// handed that grant with a lease that had already run out, so its handle was lost at once and
+// the grant, never released (a lapsed lease releases nothing), stalled the lock for F x L (found
+// by review, 2026-12-06). A grant found that late goes to the reaper, which releases it, and
+// the try is busy.
+TEST_CASE("giving up: a try finished after its ticket's lease would have run out is busy") {
+  InProcessTable table(2);
+  Reaper reaper(&table);
+  LockEngine e(Params(2, 100ms), [&](const Ticket& t) { reaper.Add(t); });
+  InProcessMemory a(&table), b(&table);
+  auto held = e.Acquire(b, 1, Mode::kExclusive, {});
+  REQUIRE(held.ok());
+  const ManyRequest reqs[] = {{1, Mode::kExclusive, false}};
+  auto is = e.IssueMany(a, reqs, false, nullptr, nullptr);
+  REQUIRE(is.ok());
+  REQUIRE_FALSE((*is)[0].granted);
+  REQUIRE(e.Release(b, *held).ok());  // the queued ticket is granted now, and nobody looks
+  std::this_thread::sleep_for(150ms);
+  AcquireOptions try_opt;
+  try_opt.try_only = true;
+  auto got = e.FinishAcquire(a, (*is)[0].grant, try_opt);
+  INFO((got.ok() ? "granted, lease valid: " + std::to_string(e.LeaseValid(*got, Clock::now()))
+                 : got.status().ToString()));
+  CHECK(got.status().code() == ErrorCode::kBusy);
+  CHECK(reaper.DrainAll(e) == 1);
+  CHECK(W0(table, 1).Drained());
+}

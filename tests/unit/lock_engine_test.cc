@@ -1033,3 +1033,47 @@ TEST_CASE("torn READs: a record's tag and the session's hints do not take a torn
   if (g->ticket.tagged) CHECK(g->ticket.generation == 0x500);
   REQUIRE(e.Release(ch.mem, *g).ok());
 }
+
+// A waiter checked its lease against a clock read before the wait's callback (AcquireMany renews
+// the set's held locks there, a round trip each; or the thread is descheduled) and the READ
+// after it: a grant that READ showed was returned with its lease start the last READ before, a
+// lease that had run out (found by review, 2026-12-06). Its holder could not release it, and the
+// lock stalled for F x L. Such a grant goes to the reaper and the request queues again.
+TEST_CASE(
+    "a grant seen after the waiter lost sight of the word for a lease is not returned lapsed") {
+  InProcessTable table(1);
+  Reaper reaper(&table);
+  LockEngine e(Params(1, 100ms), [&](const Ticket& t) { reaper.Add(t); });
+  InProcessMemory a(&table), b(&table);
+  auto g = e.Acquire(a, 0, Mode::kExclusive, {});
+  REQUIRE(g.ok());
+  AcquireOptions o;
+  int calls = 0;
+  bool released = false;  // checked on this thread (Catch2 asserts on one thread)
+  o.while_waiting = [&] {
+    if (calls++ == 0) {
+      released = e.Release(a, *g).ok();  // granted to the waiter while it does not look
+      std::this_thread::sleep_for(150ms);
+    }
+    return true;
+  };
+  std::atomic<bool> done{false};
+  Result<Grant> w = Error(ErrorCode::kInternal, "not run");
+  std::thread tb([&] {
+    w = e.Acquire(b, 0, Mode::kExclusive, o);
+    done = true;
+  });
+  size_t reaped = 0;
+  while (!done) {
+    reaped += reaper.DrainAll(e);
+    std::this_thread::sleep_for(1ms);
+  }
+  tb.join();
+  reaped += reaper.DrainAll(e);
+  REQUIRE(released);
+  REQUIRE(w.ok());
+  CHECK(e.LeaseValid(*w, Clock::now()));
+  CHECK(reaped == 1);
+  REQUIRE(e.Release(b, *w).ok());
+  CHECK(W0(table, 0).Drained());
+}
