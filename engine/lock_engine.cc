@@ -687,7 +687,7 @@ Status LockEngine::ReleaseFrom(RemoteMemory& mem, const Grant& g, Word0 cur, boo
 
 Status LockEngine::StartRelease(RemoteMemory& mem, const Grant& g, PendingRelease* p,
                                 EngineEvents* ev) const {
-  RDMALOCK_RETURN_IF_ERROR(FinishRelease(mem, p, ev));
+  RDMALOCK_RETURN_IF_ERROR(ReapPending(mem, p, ev));  // an earlier loss is not this release's
   Word0 cur = g.seen;
   RDMALOCK_RETURN_IF_ERROR(CheckReleasable(mem, g, &cur));
   p->grant = g;

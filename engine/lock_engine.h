@@ -205,7 +205,8 @@ class LockEngine {
 
   // Release() without waiting: checks the grant and posts the entry's done mark and the CAS
   // (mem.Start). `p` must stay put until FinishRelease(mem, p), which the channel's next use must
-  // call. Errors here are Release()'s, found before anything was posted.
+  // call. Errors here are Release()'s, found before anything was posted; a
+  // release still pending in `p` is finished first, its loss (kLockLost) not reported here.
   Status StartRelease(RemoteMemory& mem, const Grant& g, PendingRelease* p,
                       EngineEvents* ev = nullptr) const;
   // Reaps a started release: waits for its CAS if it has not completed yet, and if requests
