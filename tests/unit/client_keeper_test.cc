@@ -1394,10 +1394,11 @@ TEST_CASE(
   ClientTestPeer::SetTestHook(*client, [&target, &b, switched, raw, at, local_grant, mode, old_slot,
                                         local](std::string_view point) {
     if (point != at || switched->exchange(true)) return;
-    const uint64_t old = raw->session_id();
     target.store(&b);
     ClientTestPeer::FailSession(*raw, "lockd restarted");
-    WaitForNewSession(*raw, old);
+    // In a session with b (not by its id: each test lockd numbers its sessions from 1, so
+    // WaitForNewSession waited out its 5 s in every section).
+    REQUIRE(WaitFor([raw] { return raw->session_id() != 0 && raw->lock_count() == 13; }));
     if (local_grant) *local = raw->LockSlot(old_slot, {.mode = mode, .timeout = 2s});
   });
   Result<LockHandle> got = Error(ErrorCode::kInternal, "not run");
