@@ -100,6 +100,9 @@ count() {  # name log rc
   p=${p:-0}
   f=${f:-0}
   if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # crashed or never reported: a failure
+  # Catch2 exits 0 when no test case ran ("No tests ran"), and a summary lost from a VM's
+  # console reads as nothing: a clean exit with nothing passed is a failure too.
+  if [ "$rc" -eq 0 ] && [ "$p" -eq 0 ] && [ "$f" -eq 0 ]; then f=1; fi
   [ "$f" -gt 0 ] && note_failures "$name" "$log" catch
   passed=$((passed + p))
   failed=$((failed + f))

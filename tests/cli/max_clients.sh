@@ -14,7 +14,8 @@ for v in 4294968319 4294967297 8192 0; do
   expect_line "--max-clients $v" 2 "lockd: --max-clients: $v $range" \
     "$lockd" --max-clients "$v" --check-config
 done
-expect_line "--max-clients=-1" 2 "lockd: --max-clients: -1 $range" \
+# Not a decimal number (common/cli_decimal.h): refused by the command line's parser.
+expect_in "--max-clients=-1" 2 "--max-clients: '-1' is not a decimal number" \
   "$lockd" --max-clients=-1 --check-config
 # The ends of the range are taken.
 expect_has_line "--max-clients 8191" 0 "max_clients: 8191" "$lockd" --max-clients 8191 --print-config

@@ -48,6 +48,9 @@ run() {  # model label mode(exhaustive|bitstate) minutes defines...
   if [ "$mode" = exhaustive ] && grep -qiE 'reached -DMEMLIM|time limit' out.txt; then
     verdict="INCOMPLETE"; status=1
   fi
+  # A search cut at -m's depth left the states beyond it unexplored, in either mode ("errors: 0"
+  # all the same).
+  if grep -qi 'max search depth too small' out.txt; then verdict="INCOMPLETE"; status=1; fi
   printf 'model %-34s %-10s states %-12s depth %-5s errors %s: %s\n' "$label" "$mode" \
     "${states:-?}" "${depth:-?}" "${errors:-?}" "$verdict"
   if [ "$verdict" != ok ]; then

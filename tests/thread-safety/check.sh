@@ -101,6 +101,14 @@ for e in json.load(open(sys.argv[1])):
         out.append(a)
     print(e["directory"], f, shlex.join(out), sep="\t")
 PY
+lister=$?
+# A helper that failed (no compile_commands.json, a tree it cannot read) listed nothing, or not
+# everything, and its traceback would read as checked units below.
+if [ "$lister" -ne 0 ]; then
+  cat "$build/tsa-compiled.txt"
+  echo "thread-safety: listing the translation units failed (exit $lister): FAIL"
+  exit 1
+fi
 n=$(wc -l <"$build/tsa-commands.txt")
 skipped=$(wc -l <"$build/tsa-compiled.txt")
 [ $((n + skipped)) -gt 0 ] || { echo "thread-safety: no translation units found: FAIL"; exit 1; }

@@ -79,7 +79,10 @@ client() {
   echo "twohost: lockd at $RXE_PEER_IP reachable from $RXE_IP"
 
   # 1. Packet loss and delay on the client's side of the wire, for the whole workload.
-  tc qdisc add dev eth0 root netem delay 1ms loss 5%
+  if ! tc qdisc add dev eth0 root netem delay 1ms loss 5%; then
+    echo "twohost: netem could not be set up: no loss or delay to test under: FAIL"
+    exit 1
+  fi
   workload netem 2 15
   local wl=$?
   tc qdisc del dev eth0 root
