@@ -38,15 +38,25 @@ nanoseconds Jitter(nanoseconds d) {
   return nanoseconds(half + static_cast<int64_t>(rng() % static_cast<uint64_t>(2 * half)));
 }
 
-// What a waiter last saw of a slot: progress is any change of (nX, nS, word1).
+// What a waiter last saw of a slot, and since when: progress is any change of (nX, nS, word1).
+// A view is timed from the second READ in a row that shows it (engine_internal::StallClock).
 struct Observed {
   bool valid = false;
   uint16_t n_x = 0, n_s = 0;
   uint64_t word1 = 0;
-  bool Same(Word0 w0, uint64_t w1) const {
-    return valid && n_x == w0.n_x && n_s == w0.n_s && word1 == w1;
+  engine_internal::StallClock clock;
+  // Notes a READ's view, completed at `done`. Returns true if it changed (progress).
+  bool Note(Word0 w0, uint64_t w1, Clock::time_point done) {
+    if (valid && n_x == w0.n_x && n_s == w0.n_s && word1 == w1) {
+      clock.Again(done);
+      return false;
+    }
+    *this = Observed{true, w0.n_x, w0.n_s, w1, {}};
+    return true;
   }
-  void Set(Word0 w0, uint64_t w1) { *this = Observed{true, w0.n_x, w0.n_s, w1}; }
+  bool StalledFor(Clock::time_point now, nanoseconds timeout) const {
+    return clock.StalledFor(now, timeout);
+  }
 };
 
 }  // namespace
@@ -214,7 +224,6 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
   uint32_t record_seq = opt.record_seq;
   // Watches a frozen word that nobody resets (its last participant died holding an increment).
   Observed frozen_seen;
-  Clock::time_point frozen_since;
   Clock::time_point requested;  // the first FA's issue (Grant::requested)
 
   for (int attempt = 0;; ++attempt) {
@@ -268,20 +277,16 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
       RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
       const Word0 w0 = Word0::Decode(rd.result[0]);
       const auto now = Clock::now();
-      if (w0.Frozen()) {
-        if (!frozen_seen.Same(w0, rd.result[1])) {
-          frozen_seen.Set(w0, rd.result[1]);
-          frozen_since = now;
-        } else if (now - frozen_since >= stall_timeout()) {
-          // Nothing moved for F x L: whoever still counts in this word is gone. Reset it:
-          // generation first, then word0, on one channel so they land in that order.
-          RemoteOp r[2] = {
-              RemoteOp::FetchAdd(RegionId::kLocks, Word1Off(slot), proto::kGenerationIncrement),
-              RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(slot), rd.result[0], 0)};
-          RDMALOCK_RETURN_IF_ERROR(mem.Execute(r));
-          if (r[1].result[0] == rd.result[0]) Count(&EngineEvents::resets, ev);
-          frozen_seen = Observed{};
-        }
+      if (w0.Frozen() && !frozen_seen.Note(w0, rd.result[1], now) &&
+          frozen_seen.StalledFor(now, stall_timeout())) {
+        // Nothing moved for F x L: whoever still counts in this word is gone. Reset it:
+        // generation first, then word0, on one channel so they land in that order.
+        RemoteOp r[2] = {
+            RemoteOp::FetchAdd(RegionId::kLocks, Word1Off(slot), proto::kGenerationIncrement),
+            RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(slot), rd.result[0], 0)};
+        RDMALOCK_RETURN_IF_ERROR(mem.Execute(r));
+        if (r[1].result[0] == rd.result[0]) Count(&EngineEvents::resets, ev);
+        frozen_seen = Observed{};
       }
       if (opt.try_only) return Error(ErrorCode::kBusy, "lock word is being reset; try again");
       if (opt.while_waiting && !opt.while_waiting()) {
@@ -368,7 +373,6 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
                          (t.mode != Mode::kExclusive ||
                           static_cast<uint16_t>(t.word.max_s - t.word.n_s) < kTornReadMargin);
   Observed seen;
-  Clock::time_point seen_since;
   uint32_t unchanged = 0;
   // How long one handover takes on this lock: time between observations over the releases
   // that happened in it. Kept with the channel across acquisitions (a hot lock stays hot).
@@ -469,11 +473,9 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       prev_nx = w0.n_x, prev_ns = w0.n_s, prev_at = done;
     }
 
-    if (!seen.Same(w0, rd.result[1])) {
-      seen.Set(w0, rd.result[1]);
-      seen_since = done;  // stall time counts from the completion of the first observation
+    if (seen.Note(w0, rd.result[1], done)) {
       unchanged = 0;
-    } else if (done - seen_since >= stall_timeout()) {
+    } else if (seen.StalledFor(done, stall_timeout())) {
       // Neither a release nor a renewal for F x L: mark everything up to our own request done.
       // (The retry writes the entry again with its new ticket.) An exclusive ticket's entry
       // needs no clearing: nX moves past it.

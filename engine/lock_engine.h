@@ -17,6 +17,7 @@
 #include "engine/budgets.h"
 #include "engine/generation_table.h"
 #include "engine/remote_memory.h"
+#include "engine/stall_clock.h"
 #include "rdmalock/proto/layout.h"
 #include "rdmalock/proto/lock_word.h"
 #include "rdmalock/status.h"
@@ -147,7 +148,8 @@ struct ReapState {
   bool seen_valid = false;
   uint16_t seen_n_x = 0, seen_n_s = 0;
   uint64_t seen_word1 = 0;
-  Clock::time_point seen_since, last_issue;
+  engine_internal::StallClock seen_clock;
+  Clock::time_point last_issue;
   // A step posted a CAS on a shared ticket (its release, or its stall recovery) and never saw the
   // completion (the connection dropped): it may have landed, and the word cannot say so, since a
   // shared release carries no identity and leaves nX where it was. The next step gives up.

@@ -108,10 +108,11 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
     r.seen_n_x = w0.n_x;
     r.seen_n_s = w0.n_s;
     r.seen_word1 = w1;
-    r.seen_since = done;
+    r.seen_clock = {};
     return false;
   }
-  if (done - r.seen_since < stall_timeout()) return false;
+  r.seen_clock.Again(done);  // timed from the second step that shows the view (StallClock)
+  if (!r.seen_clock.StalledFor(done, stall_timeout())) return false;
   // The queue ahead of this ticket is stuck (F x L): mark it and this ticket done, as a waiter.
   const Word0 rec = proto::RecoveredWord(w0, t.word, t.mode);
   // The SDK's own shared entry is cleared in the CAS's doorbell, as a waiter's (RecoverCas); a

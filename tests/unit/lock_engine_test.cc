@@ -1077,3 +1077,64 @@ TEST_CASE(
   REQUIRE(e.Release(b, *w).ok());
   CHECK(W0(table, 0).Drained());
 }
+
+// A waiter's stall time (F x L without progress, then it recovers the lock) counted from the
+// first READ that showed the word's view. A torn READ can show a value the word reaches only
+// later (a byte from after a carry: docs/protocol.md, torn READs), and a READ after the word
+// reached it then looked like no progress: the timer had started before that grant, up to a poll
+// interval and more earlier, and the waiter recovered the lock under a holder granted less than
+// F x L before (found by review of the model against the code, 2026-12-06; with F = 2 and a
+// renewal landing late, the holder's renewed lease still ran). Stall time now counts from the
+// second READ in a row to show the view.
+TEST_CASE("torn READs: stall time does not count from a view the word reached only later") {
+  InProcessTable table(1);
+  LockEngine e(Params(1, 100ms), nullptr);  // stall recovery after 200 ms
+  InProcessMemory a(&table), h(&table), w(&table);
+  auto ga = e.Acquire(a, 0, Mode::kExclusive, {});
+  REQUIRE(ga.ok());
+  // H queues behind A and, once granted, holds without a word (no renewal, no release).
+  Result<Grant> gh = Error(ErrorCode::kInternal, "not run");
+  std::thread th([&] { gh = e.Acquire(h, 0, Mode::kExclusive, {}); });
+  while (W0(table, 0).max_x != 2) std::this_thread::yield();
+  // W queues behind H. Its first poll READ shows the word as A's release will leave it.
+  std::atomic<int> reads{0};
+  w.set_read_filter([&](RemoteOp& op) {
+    if (op.offset % proto::kSlotSize != 0 || op.into != nullptr) return;
+    if (reads.fetch_add(1) != 0) return;
+    Word0 v = Word0::Decode(op.result[0]);
+    v.n_x = static_cast<uint16_t>(v.n_x + 1);
+    op.result[0] = v.Encode();
+  });
+  std::atomic<bool> torn_seen{false};
+  Clock::time_point granted_h;  // set by this thread before W's next READ
+  std::atomic<bool> released{false};
+  AcquireOptions o;
+  o.deadline = Clock::now() + 5s;
+  o.while_waiting = [&] {
+    if (reads.load() == 1 && !torn_seen.exchange(true)) {
+      // After the torn READ, before the next: A releases 80 ms later, and H is granted.
+      while (!released.load()) std::this_thread::sleep_for(1ms);
+    }
+    return true;
+  };
+  EngineEvents ev;
+  Result<Grant> gw = Error(ErrorCode::kInternal, "not run");
+  Clock::time_point w_done;
+  std::thread tw([&] {
+    gw = e.Acquire(w, 0, Mode::kExclusive, o, &ev);
+    w_done = Clock::now();
+  });
+  while (reads.load() == 0) std::this_thread::sleep_for(100us);
+  std::this_thread::sleep_for(80ms);
+  granted_h = Clock::now();
+  REQUIRE(e.Release(a, *ga).ok());
+  released = true;
+  th.join();
+  REQUIRE(gh.ok());
+  tw.join();
+  REQUIRE(gw.ok());
+  REQUIRE(ev.recoveries.get() == 1);  // H never releases: W recovers the lock from it
+  const auto after = std::chrono::duration_cast<std::chrono::milliseconds>(w_done - granted_h);
+  INFO("W recovered the lock " << after.count() << " ms after H's grant (F x L: 200 ms)");
+  CHECK(after >= 200ms);
+}
