@@ -112,6 +112,17 @@ must_find() {
     fi
   ) &
 }
+# rdmalock.pml: the stall timer started at the READ's issue, not its completion (the bug the model
+# found, docs/protocol.md section 9), and a renewal that checks neither its lease nor the word:
+# two lease-valid holders.
+must_find rdmalock.pml timerissue 'assertion violated' \
+  "model word: the stall timer from the READ's issue  exhaustive finds two holders: ok" \
+  "model word: the stall timer from the READ's issue, no two holders were found: the property checks nothing" \
+  -DNCLIENTS=2 -DROUNDS=1 -DTMAX=6 -DCMAX=2 -DTIMER_AT_ISSUE=1
+must_find rdmalock.pml norenewcheck 'assertion violated' \
+  "model word: a renewal without its checks            exhaustive finds two holders: ok" \
+  "model word: a renewal without its checks, no two holders were found: the property checks nothing" \
+  -DNCLIENTS=2 -DROUNDS=1 -DTMAX=6 -DCMAX=2 -DNO_RENEW_CHECK=1
 # Without the bound: another client's waiter bypassed more than KMAX + 1 times.
 must_find cohort.pml nobound 'assertion violated (bypass' \
   "model cohort: without the bound               exhaustive finds the bypass: ok" \

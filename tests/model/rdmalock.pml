@@ -28,7 +28,8 @@
  *
  * Properties (assertions):
  *  - mutual exclusion among lease-valid holders: when a client observes its grant, no other client
- *    holds a conflicting grant whose lease is still running;
+ *    holds a conflicting grant whose lease is still running; and at every step (the Exclusion
+ *    process), so that a lease a renewal extends is checked too;
  *  - no counter carries or runs ahead: nX <= maxX, nS <= maxS, counters below 2 x CMAX + NCLIENTS;
  *  - fencing tokens of successive exclusive grants (observed while lease-valid) strictly increase;
  *  - no invalid end state (spin's deadlock check).
@@ -48,6 +49,12 @@
 #endif
 #ifndef MAXBOUNCE
 #define MAXBOUNCE 2
+#endif
+#ifndef TIMER_AT_ISSUE
+#define TIMER_AT_ISSUE 0  /* 1: a mutant (check.sh): the stall timer starts at the READ's issue */
+#endif
+#ifndef NO_RENEW_CHECK
+#define NO_RENEW_CHECK 0  /* 1: a mutant (check.sh): a renewal checks neither lease nor word */
 #endif
 #define L 2
 #define F 2
@@ -233,7 +240,11 @@ wait:
   last_issue = issue;
   if
   :: !seen || sx != r0nx || ss != r0ns || sw != r1 ->
-     seen = true; sx = r0nx; ss = r0ns; sw = r1; seen_since = rdone
+     seen = true; sx = r0nx; ss = r0ns; sw = r1;
+     if
+     :: TIMER_AT_ISSUE -> seen_since = issue
+     :: else -> seen_since = rdone
+     fi
   :: else ->
      if
      :: rdone - seen_since >= F * L ->
@@ -277,7 +288,7 @@ hold:
       * word0 land later, in that order */
      atomic {
        if
-       :: t < lease_end[id] -> issue = t; ok = true
+       :: NO_RENEW_CHECK || t < lease_end[id] -> issue = t; ok = true
        :: else -> ok = false
        fi
      }
@@ -289,8 +300,9 @@ hold:
      atomic { w1 = w1 + 1 };
      atomic {
        if
-       :: resets == myresets && ((x && nX == px && nS == ps) || (!x && nX == px)) &&
-          ((x && mX > px) || (!x && mS > ps)) -> lease_end[id] = issue + L; ok = true
+       :: NO_RENEW_CHECK ||
+          (resets == myresets && ((x && nX == px && nS == ps) || (!x && nX == px)) &&
+           ((x && mX > px) || (!x && mS > ps))) -> lease_end[id] = issue + L; ok = true
        :: else -> holding[id] = false; ok = false
        fi
      }
@@ -340,6 +352,20 @@ active proctype Clock() {
   :: t < TMAX -> t++
   :: else -> break
   od
+}
+
+/* Mutual exclusion at every step: no two conflicting grants whose leases both run. */
+#define BOTH(i, j) (holding[i] && holding[j] && lease_end[i] > t && lease_end[j] > t && CONFLICT(i, j))
+active proctype Exclusion() {
+end:
+  atomic {
+#if NCLIENTS >= 3
+    (BOTH(0, 1) || BOTH(0, 2) || BOTH(1, 2)) ->
+#else
+    BOTH(0, 1) ->
+#endif
+    assert(false)
+  }
 }
 
 /* Counters never carry into a neighbour nor run ahead of the tickets issued. */
