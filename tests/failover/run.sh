@@ -24,7 +24,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${2:-$root/build}
 # shellcheck source=tests/vm-lib.sh
 . "$root/tests/vm-lib.sh"
-hist=$build/tests/rdma_history
+hist="$build/tests/rdma_history"
 # The scenarios' clocks, scaled by SCALE (default 2). At 1 (lease 1 s, etcd TTL
 # 3 s, heartbeat timeout 1 s, lockd's defaults but the lease) the stage passed for months, until a
 # day the host ran TCG at half its usual speed (CI 52 min against 24): then a client VM with one
@@ -165,14 +165,15 @@ takeover_ms() {
 }
 
 client() {
-  local etcd_url="http://127.0.0.1:2379" lockctl="$build/lockctl --etcd http://127.0.0.1:2379 --etcd-cluster t"
+  local etcd_url="http://127.0.0.1:2379"
+  lctl() { "$build/lockctl" --etcd http://127.0.0.1:2379 --etcd-cluster t "$@"; }
   # etcd first in line for the VM's one CPU: in production it has hosts of its own.
   nice -n -10 etcd --name f --data-dir /tmp/etcd-f --listen-client-urls "http://$RXE_IP:2379,$etcd_url" \
     --advertise-client-urls "http://$RXE_IP:2379" --listen-peer-urls http://127.0.0.1:2380 \
     --initial-advertise-peer-urls http://127.0.0.1:2380 \
     --initial-cluster f=http://127.0.0.1:2380 >"$out/etcd.log" 2>&1 &
   local etcd_pid=$! i=0
-  until $lockctl cluster init a,b >/dev/null 2>&1; do
+  until lctl cluster init a,b >/dev/null 2>&1; do
     i=$((i + 1))
     [ "$i" -gt 60 ] && { echo "failover: etcd did not start (see etcd.log)"; exit 1; }
     sleep 1
@@ -186,14 +187,14 @@ client() {
   a2=$!
   # Both shards serving (a1 and b1 past their grace), a2 a standby.
   i=0
-  until $lockctl --shard a status >/dev/null 2>&1 && $lockctl --shard b status >/dev/null 2>&1 &&
+  until lctl --shard a status >/dev/null 2>&1 && lctl --shard b status >/dev/null 2>&1 &&
     grep -q "standby for shard a" "$out/a2.log"; do
     i=$((i + 1))
-    [ "$i" -gt 60 ] && { echo "failover: the cluster did not come up"; $lockctl cluster; exit 1; }
+    [ "$i" -gt 60 ] && { echo "failover: the cluster did not come up"; lctl cluster; exit 1; }
     sleep 1
   done
   echo "failover: etcd $(cat "$out/etcd.ready")"
-  $lockctl cluster | sed 's/^/  /'
+  lctl cluster | sed 's/^/  /'
 
   # 1. Names spread over both shards as the hash says.
   workload spread 2 8
@@ -301,7 +302,7 @@ client() {
   # A name on shard a for lockctl acquire (finding 14: a caller's timeout covers a failover).
   local n14="" k
   for k in $(seq 0 30); do
-    if $lockctl inspect "f14-$k" 2>/dev/null | grep -q '^shard *a$'; then n14="f14-$k" && break; fi
+    if lctl inspect "f14-$k" 2>/dev/null | grep -q '^shard *a$'; then n14="f14-$k" && break; fi
   done
   echo "${n14:-f14-0}" >"$out/f14.name"
   workload stop1 1 $((12 + 12 * scale)) &
@@ -358,7 +359,7 @@ client() {
     "(W1 lost its shard-a session in $lost1 of 1 process; a1, resumed, stepped down to standby; history above)"
 
   echo "  the cluster now (a2 primary, a1 its standby):"
-  $lockctl cluster | sed 's/^/    /'
+  lctl cluster | sed 's/^/    /'
   echo stop >"$out/stop"
   kill -TERM "$a2" 2>/dev/null
   wait "$a2" 2>/dev/null

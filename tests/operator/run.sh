@@ -20,7 +20,8 @@ log=$work/lockd.log
 sock=$work/admin.sock
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-lockctl="$build/lockctl --server $ip --port $port"
+# lockctl at this lockd (a function, not a string: a build path with spaces stays one word)
+lctl() { "$build/lockctl" --server "$ip" --port "$port" "$@"; }
 ok=0
 bad=0
 pass() { echo "operator: $1: ok"; ok=$((ok + 1)); }
@@ -57,7 +58,7 @@ start_lockd() {
     --log-level info --auth-key-file "$key" "$@" >>"$log" 2>&1 &
   lockd_pid=$!
   local i=0
-  until $lockctl status >/dev/null 2>&1; do
+  until lctl status >/dev/null 2>&1; do
     if ! kill -0 "$lockd_pid" 2>/dev/null; then
       echo "operator: lockd exited during start-up:"; cat "$log"; exit 1
     fi
@@ -70,8 +71,8 @@ start_lockd() {
 # lockd is alive, answers lockctl status, and its log has no sanitizer report.
 lockd_healthy() {
   kill -0 "$lockd_pid" 2>/dev/null || { echo "lockd is gone"; return 1; }
-  $lockctl status >/dev/null 2>&1 || { echo "lockctl status failed"; return 1; }
-  $lockctl release --force --session 999999 --admin-socket "$sock" 2>&1 | grep -q 'no client session' ||
+  lctl status >/dev/null 2>&1 || { echo "lockctl status failed"; return 1; }
+  lctl release --force --session 999999 --admin-socket "$sock" 2>&1 | grep -q 'no client session' ||
     { echo "the admin socket did not answer"; return 1; }
   if grep -qE 'Sanitizer|runtime error|terminate called' "$log"; then
     echo "lockd's log shows a sanitizer report"; return 1
@@ -93,11 +94,11 @@ if want f1; then
 # ---- finding 1: lockctl release --force --session ID of a live session (a use-after-free in
 # lockd: it ended the session through a reference into the table it was erasing from).
 check=f1_force_release_live_session
-$build/lockctl --server "$ip" --port "$port" acquire f1-lock -- sleep 30 >"$work/f1.out" 2>&1 &
+"$build/lockctl" --server "$ip" --port "$port" acquire f1-lock -- sleep 30 >"$work/f1.out" 2>&1 &
 bg_pids+=($!)
 sid=
 for _ in $(seq 1 50); do
-  sid=$($lockctl --json clients 2>"$work/clients.err" | python3 -c '
+  sid=$(lctl --json clients 2>"$work/clients.err" | python3 -c '
 import json, sys
 text = sys.stdin.read()
 for s in (json.loads(text) if text.strip() else []):
@@ -109,14 +110,14 @@ done
 if [ -z "$sid" ]; then
   fail $check "the holder's session never showed in lockctl clients: $(cat "$work/clients.err" "$work/f1.out")"
 else
-  out=$($lockctl release --force --session "$sid" --admin-socket "$sock" 2>&1)
+  out=$(lctl release --force --session "$sid" --admin-socket "$sock" 2>&1)
   rc=$?
   sleep 0.5
   if [ "$rc" -ne 0 ]; then
     fail $check "release --force --session $sid: exit $rc: $out"
   elif ! why=$(lockd_healthy); then
     fail $check "after release --force --session $sid: $why"; tail -40 "$log"
-  elif ! out=$($lockctl acquire --timeout 10000 f1-lock -- true 2>&1); then
+  elif ! out=$(lctl acquire --timeout 10000 f1-lock -- true 2>&1); then
     fail $check "f1-lock could not be taken again after the forced release: $out"
   else
     pass $check
@@ -224,7 +225,7 @@ if [ "$held" -gt $((nofds + 16)) ]; then  # 2 workers + 8 queued + 1 waiting, an
   fail $check "the metrics connections took lockd's descriptors: $held open, $nofds before, limit $limit"
 elif ! why=$(lockd_healthy); then
   fail $check "with 300 metrics connections held open: $why"
-elif ! out=$($lockctl acquire --timeout 10000 f5-lock -- true 2>&1); then
+elif ! out=$(lctl acquire --timeout 10000 f5-lock -- true 2>&1); then
   fail $check "a client could not take a lock with 300 metrics connections held open: $out"
 else
   kill -KILL "$flood_pid" 2>/dev/null
@@ -293,7 +294,7 @@ printf '%s\n' "address: $ip" "port: $port" "lock_count: 1024" "lease_ms: 2000" \
   "auth_key_file: $key" >"$work/lockd.yaml"
 env --default-signal=PIPE "$build/lockd" --config "$work/lockd.yaml" --lease-ms 3000 >>"$log" 2>&1 &
 lockd_pid=$!
-for _ in $(seq 1 150); do $lockctl status >/dev/null 2>&1 && break; sleep 0.2; done
+for _ in $(seq 1 150); do lctl status >/dev/null 2>&1 && break; sleep 0.2; done
 # (a) A key the command line overrides, changed in the file, is not reported as needing a
 # restart (a restart would keep the override).
 check=f16_reload_override_not_reported
@@ -313,9 +314,9 @@ cp "$key" "$work/old.key"
 (umask 077 && "$build/lockctl" keygen >"$key.new" && mv "$key.new" "$key")
 kill -HUP "$lockd_pid"
 sleep 1
-if ! out=$(RDMALOCK_AUTH_KEY_FILE=$key $lockctl status 2>&1); then
+if ! out=$(RDMALOCK_AUTH_KEY_FILE=$key lctl status 2>&1); then
   fail $check "a client with the new key was refused after the reload: $out"
-elif RDMALOCK_AUTH_KEY_FILE=$work/old.key $lockctl status >/dev/null 2>&1; then
+elif RDMALOCK_AUTH_KEY_FILE=$work/old.key lctl status >/dev/null 2>&1; then
   fail $check "a client with the old key was still admitted after the reload"
 elif ! why=$(lockd_healthy); then
   fail $check "$why"

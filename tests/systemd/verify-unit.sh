@@ -8,7 +8,8 @@ unit=$1 lockd=$2 config=$3
 command -v systemd-analyze >/dev/null || { echo "systemd-analyze not installed (apt install systemd)"; exit 1; }
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-sed -e "s|/usr/sbin/lockd|$lockd|g" -e "s|/etc/rdmalock/lockd.yaml|$config|g" "$unit" >"$dir/lockd.service"
+# The paths quoted in the unit: systemd splits an unquoted path with spaces into words.
+sed -e "s|/usr/sbin/lockd|\"$lockd\"|g" -e "s|/etc/rdmalock/lockd.yaml|\"$config\"|g" "$unit" >"$dir/lockd.service"
 out=$(systemd-analyze verify "$dir/lockd.service" 2>&1) || { echo "$out"; exit 1; }
 if [ -n "$out" ]; then
   echo "systemd-analyze verify complained about lockd.service:"

@@ -68,10 +68,10 @@ workload() {  # workload PREFIX PROCESSES SECONDS
 }
 
 client() {
-  local lockctl="$build/lockctl --server $RXE_PEER_IP --port $port"
+  lctl() { "$build/lockctl" --server "$RXE_PEER_IP" --port "$port" "$@"; }
   wait_file "$out/server.ready" 120 || { echo "twohost: server never became ready"; exit 1; }
   local i=0
-  until $lockctl status >/dev/null 2>&1; do
+  until lctl status >/dev/null 2>&1; do
     i=$((i + 1))
     [ "$i" -gt 60 ] && { echo "twohost: lockd unreachable"; exit 1; }
     sleep 1
@@ -121,10 +121,10 @@ client() {
     "($check; $lost of 2 processes saw their session end and reconnected)"
 
   # 3. A client killed while holding.
-  $lockctl acquire victim -- sleep 120 &
+  lctl acquire victim -- sleep 120 &
   local holder=$!
   i=0
-  until $lockctl --json inspect victim 2>/dev/null | grep -q '"status":"holding"'; do
+  until lctl --json inspect victim 2>/dev/null | grep -q '"status":"holding"'; do
     i=$((i + 1))
     [ "$i" -gt 100 ] && break
     sleep 0.1
