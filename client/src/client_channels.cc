@@ -256,7 +256,8 @@ Status Client::Impl::WaitForSession(Clock::time_point until) {
   return WaitForSessionLocked(lk, until);
 }
 
-Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline, Losses losses) {
+Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline,
+                                                  const LockHandle::State* dropping) {
   struct Cache {
     const Impl* impl = nullptr;
     uint64_t nonce = 0;
@@ -293,7 +294,7 @@ Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline, Lo
       Join(sess->server, sess->port, sess->reply, opts_.connect_timeout, join_deadline, &reason);
   if (!mem.ok()) {
     if (mem.status().code() != ErrorCode::kResource) {
-      OnSessionError(sess->gen, mem.status(), losses);
+      OnSessionError(sess->gen, mem.status(), dropping);
     }
     return mem.status();
   }
@@ -341,7 +342,8 @@ Result<std::unique_ptr<Connection>> Client::Impl::Join(const std::string& server
   }
 }
 
-void Client::Impl::OnSessionError(uint64_t gen, const Status& st, Losses losses) {
+void Client::Impl::OnSessionError(uint64_t gen, const Status& st,
+                                  const LockHandle::State* dropping) {
   if (st.code() != ErrorCode::kConnection && st.code() != ErrorCode::kRejected &&
       st.code() != ErrorCode::kProtocol) {
     return;
@@ -367,7 +369,7 @@ void Client::Impl::OnSessionError(uint64_t gen, const Status& st, Losses losses)
   (void)EndLeases(
       old,
       Error(ErrorCode::kLockLost, "session with lockd ended (" + st.message() + "); lock lost"),
-      losses);
+      dropping);
   // Releases posted on these connections and not reaped yet, as Close does: a reader's whose CAS
   // missed is tried again here. Its caller was told ok and its record entry reads done, so lockd
   // releases nothing of it; shut down unfinished, its ticket stayed counted in the word until the
@@ -420,7 +422,7 @@ std::shared_ptr<const sdk::Session> Client::Impl::MakeSession(const Connection& 
 }
 
 size_t Client::Impl::EndLeases(const std::vector<std::shared_ptr<ThreadChannel>>& chans,
-                               const Status& why, Losses losses) {
+                               const Status& why, const LockHandle::State* dropping) {
   // Each channel's list is closed as it is read: a grant made on one of these channels from now
   // on is not tracked, and its handle reports the loss at once (MakeHandle).
   std::vector<std::shared_ptr<LockHandle::State>> all;
@@ -437,15 +439,15 @@ size_t Client::Impl::EndLeases(const std::vector<std::shared_ptr<ThreadChannel>>
     MutexLock lk(&s->mu);
     if (s->state != LockState::kHeld) continue;
     ++n;
-    if (auto cb = s->Lose(why)) notify.push_back(std::move(cb));
-  }
-  for (auto& f : notify) {
-    if (losses == Losses::kToldLater) {
-      TellLater(std::move(f), why);
+    auto cb = s->Lose(why);
+    if (!cb) continue;
+    if (s.get() == dropping) {
+      TellLater(std::move(cb), why);  // its owner is dropping it, maybe under what cb takes
     } else {
-      f(why);
+      notify.push_back(std::move(cb));
     }
   }
+  for (auto& f : notify) f(why);
   return n;
 }
 

@@ -439,18 +439,16 @@ class [[gnu::visibility("hidden")]] Client::Impl
   std::shared_ptr<const Session> session() const EXCLUDES(mu_);
 
   // ---- Channels and sessions (client_channels.cc)
-  // Where the loss callbacks of a session's end run: on the thread that found the end, or on
-  // the keeper (TellLater) when that thread is dropping a handle (client.h: a drop may happen
-  // under a mutex the callbacks take).
-  enum class Losses { kToldHere, kToldLater };
   // This thread's channel in the current session, connected on first use. The fast path reads a
   // thread-local cache. While the client reconnects, waits for the new session until `deadline`.
-  // A join that fails ends the session, its losses told as `losses` says.
+  // A join that fails ends the session (OnSessionError; `dropping` as there).
   Result<ThreadChannel*> Channel(Clock::time_point deadline = Clock::time_point::max(),
-                                 Losses losses = Losses::kToldHere) EXCLUDES(mu_);
+                                 const LockHandle::State* dropping = nullptr) EXCLUDES(mu_);
   // A call on `gen`'s session failed. A connection error ends the session: every lock it held is
   // lost, its connections close (so lockd frees what they recorded), and the keeper reconnects.
-  void OnSessionError(uint64_t gen, const Status& st, Losses losses = Losses::kToldHere)
+  // The loss callbacks run on this thread, but `dropping`'s, the handle this thread is dropping:
+  // the keeper tells its loss (TellLater; client.h: a drop may hold a mutex its callback takes).
+  void OnSessionError(uint64_t gen, const Status& st, const LockHandle::State* dropping = nullptr)
       EXCLUDES(mu_);
   // Makes a handle for a grant of `ch`'s session (counted, its latency from `started`, or from
   // the grant's first FETCH_AND_ADD (Grant::requested) when `started` is unset, to `completed`
@@ -578,9 +576,9 @@ class [[gnu::visibility("hidden")]] Client::Impl
       const Connection& first, std::chrono::nanoseconds liveness, const std::string& server,
       uint16_t port) REQUIRES(mu_);
   // Marks every lock held on `chans` (an ending session's channels) lost, closes their held
-  // lists, and calls the loss callbacks (or has the keeper call them). Returns how many.
+  // lists, and calls the loss callbacks (`dropping`'s through the keeper). Returns how many.
   size_t EndLeases(const std::vector<std::shared_ptr<ThreadChannel>>& chans, const Status& why,
-                   Losses losses = Losses::kToldHere) EXCLUDES(mu_);
+                   const LockHandle::State* dropping = nullptr) EXCLUDES(mu_);
   static void JoinOrDetach(std::thread & t, std::thread::id me);
   // A connection joining the session `reply` describes at server:port (a connect timeout of
   // `timeout`), retried while lockd is busy until `deadline`. A refusal for the session's

@@ -38,12 +38,10 @@ namespace {
 // is kLockLost and the loss was not reported before (client.h: the owner of a dropped handle
 // learns through the callback that its lock was lost before it let go).
 using Teller = std::function<void(const Status&)>;
-using Losses = Client::Impl::Losses;
-// A handle being dropped has the session's end, should its release find one, told by the keeper.
-Losses LossesOf(const Teller* tell) {
-  return tell != nullptr ? Losses::kToldLater : Losses::kToldHere;
-}
-Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl, Teller* tell, Losses losses);
+// `dropping`: the handle this thread is dropping (null for Release()), whose loss, should the
+// release end the session, the keeper tells (Client::Impl::OnSessionError).
+Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl, Teller* tell,
+                   const LockHandle::State* dropping);
 Status ReleaseState(LockHandle::State& s, Teller* tell);
 
 // Whether the lease of `s`'s grant (a rider's: its carrier's) has run out by now.
@@ -184,11 +182,12 @@ Status ReleaseState(LockHandle::State& s, Teller* tell) {
   // In a forked child: the parent holds the lock; releasing it from here would release theirs.
   if (s.inherited()) return Client::Impl::InheritedError();
   auto impl = s.ctx->client.lock();
-  Status st = ReleaseHeld(s, impl.get(), tell, LossesOf(tell));
+  const LockHandle::State* dropping = tell != nullptr ? &s : nullptr;
+  Status st = ReleaseHeld(s, impl.get(), tell, dropping);
   // kNotHeld: released (or ended) before this call; no lease of it is in question.
   if (st.ok() || st.code() == ErrorCode::kLockLost || st.code() == ErrorCode::kNotHeld) return st;
   if (impl && st.code() == ErrorCode::kConnection) {
-    impl->OnSessionError(s.ctx->session->gen, st, LossesOf(tell));
+    impl->OnSessionError(s.ctx->session->gen, st, dropping);
   }
   // A lease that ran out lost the lock before anything else failed (client.h: kLockLost,
   // nothing released), whatever that was: a broken connection, a join lockd refused.
@@ -243,12 +242,14 @@ Status ReleaseRider(LockHandle::State& r, Client::Impl* impl,
                  "the shared grant's lease ran out (or the grant was lost) before the release; "
                  "lock lost");
   }
-  Status st = ReleaseHeld(c, impl, nullptr, LossesOf(tell));  // the carrier is no owner's handle
+  // The carrier is no owner's handle; a dropped rider is kReleased already, and told nothing.
+  Status st = ReleaseHeld(c, impl, nullptr, nullptr);
   if (!st.ok()) LoseRider(r, tell);
   return st;
 }
 
-Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl, Teller* tell, Losses losses) {
+Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl, Teller* tell,
+                   const LockHandle::State* dropping) {
   if (s.carrier) return ReleaseRider(s, impl, tell);
   auto* state_ = &s;
   // The calling thread's connection first, before the handle's mutex: a thread with none joins
@@ -256,7 +257,7 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl, Teller* tell, Losse
   // one's too, on this thread: it deadlocked).
   // Never waits for a reconnection (a deadline already past; no clock read for it).
   Result<ThreadChannel*> ch = impl
-                                  ? impl->Channel(Clock::time_point{}, losses)
+                                  ? impl->Channel(Clock::time_point{}, dropping)
                                   : Result<ThreadChannel*>(Error(ErrorCode::kConnection, "closed"));
   // No connection because the session ended (another thread found it broken, and its EndLeases
   // has not come to this handle yet): the lock is lost, as it will be reported.

@@ -1320,6 +1320,12 @@ TEST_CASE(
   REQUIRE(h.ok());
   auto told = std::make_shared<std::promise<std::thread::id>>();
   h->OnLost([told](const Status&) { told->set_value(std::this_thread::get_id()); });
+  // Another lock, kept: its loss is told too (on the thread that found the session's end), also
+  // when a callback closes the client (a loss queued for the keeper would then be dropped).
+  auto kept = client->LockSlot(3, {});
+  REQUIRE(kept.ok());
+  auto kept_told = std::make_shared<std::promise<void>>();
+  kept->OnLost([kept_told](const Status&) { kept_told->set_value(); });
   fail_joins = true;
   std::thread::id dropper;
   std::thread t([&dropper, dropped = std::move(h).value()]() mutable {
@@ -1330,6 +1336,7 @@ TEST_CASE(
   auto f = told->get_future();
   REQUIRE(f.wait_for(5s) == std::future_status::ready);
   CHECK(f.get() != dropper);
+  CHECK(kept_told->get_future().wait_for(5s) == std::future_status::ready);
 }
 
 // Lock(name), LockMany and LockAsync hash a name with the lock count of the session they start
