@@ -103,10 +103,10 @@ RemoteOp Rearm(Ticket* t) {
 }
 }  // namespace
 
-Status LockEngine::RearmAfterGiveUp(RemoteMemory& mem, Grant* g) const {
+Status LockEngine::RearmAfterGiveUp(RemoteMemory& mem, Grant* g, bool wait) const {
   if (g->ticket.record != 0) {
     RemoteOp entry = Rearm(&g->ticket);
-    RDMALOCK_RETURN_IF_ERROR(mem.Post(entry));
+    RDMALOCK_RETURN_IF_ERROR(wait ? mem.Execute(entry) : mem.Post(entry));
   }
   // A token's generation must be read after the grant: the previous holder read its own before
   // it released, so a later read can only be as high or higher, even when a racing reset's

@@ -335,9 +335,10 @@ class LockEngine {
   // A grant found while its ticket was given up (GiveUpTicket's kGranted): the withdrawal's
   // doorbell marked its entry done before the CAS that missed, so the grant would have no live
   // entry. Writes the entry again as a new use (RequestEntry::RearmSeq, untagged: its release
-  // marks it done), posted on this channel, so it lands before the release; and reads a
-  // token's generation again (the FA-time value may be older than the grant's).
-  Status RearmAfterGiveUp(RemoteMemory& mem, Grant* g) const;
+  // marks it done), posted on this channel, so it lands before the release (waited for with
+  // `wait`: the grant goes to the abandon handler, which ends the entry on its own QP); and
+  // reads a token's generation again (the FA-time value may be older than the grant's).
+  Status RearmAfterGiveUp(RemoteMemory& mem, Grant* g, bool wait = false) const;
   // A recorded exclusive request's tag (docs/protocol.md, section 10), in two steps that
   // AcquireImpl and IssueMany share. Before the FA: whether the session knows a recent
   // generation of `slot` (into *hint); if not, the request READs word1 in its FA's doorbell.

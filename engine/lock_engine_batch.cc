@@ -177,14 +177,17 @@ Result<Grant> LockEngine::FinishAcquire(RemoteMemory& mem, const Grant& queued,
     auto gu = GiveUpTicket(mem, t, &g.seen, ev);
     if (!gu.ok()) return gu.status();
     if (*gu == GiveUp::kGranted) {
-      RDMALOCK_RETURN_IF_ERROR(RearmAfterGiveUp(mem, &g));
-      if (Clock::now() - g.lease_start <= params_.lease) {
-        FillToken(&g);
-        return g;
-      }
+      const bool lapsed = Clock::now() - g.lease_start > params_.lease;
       // Granted while the request waited unseen (an async try in the queue for a waiter thread)
       // for longer than a lease: its lease has run out, so its holder could never release it.
-      // The handler releases it; the try is busy.
+      // The handler releases it, and the try is busy. Its entry's rearm is waited for then: the
+      // handler ends the entry on its own QP, which a WRITE still in flight on this one could
+      // land after (and over the entry's next use).
+      RDMALOCK_RETURN_IF_ERROR(RearmAfterGiveUp(mem, &g, /*wait=*/lapsed && on_abandon_));
+      if (!lapsed || !on_abandon_) {
+        FillToken(&g);
+        return g;  // lapsed without a handler: waiters recover it after F x L, as in Wait
+      }
       AbandonLapsed(g.ticket, ev, &handed_off);
     } else if (*gu != GiveUp::kAbandoned) {
       FreeRecord(mem, t.record, t.record_seq);
