@@ -10,18 +10,7 @@ lockctl=$1 dir=$2
 . "$(dirname "$0")/expect.sh"
 rm -rf "$dir" && mkdir -p "$dir"
 sock=$dir/closing.sock
-python3 -c '
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.bind(sys.argv[1])
-s.listen(16)
-while True:
-    c, _ = s.accept()
-    c.close()  # nothing read, nothing answered
-' "$sock" &
-closing=$!
-trap 'kill $closing 2>/dev/null' EXIT
-wait_for_socket "$sock"
+fake_admin_socket "$sock" close
 for round in 1 2 3 4 5; do
   out=$(timeout 30 "$lockctl" --connect-timeout-ms 2000 release --force --slot 3 --admin-socket "$sock" 2>&1)
   rc=$?

@@ -9,19 +9,7 @@ lockctl=$1 dir=$2
 . "$(dirname "$0")/expect.sh"
 rm -rf "$dir" && mkdir -p "$dir"
 sock=$dir/mute.sock
-python3 -c '
-import socket, sys, time
-s = socket.socket(socket.AF_UNIX)
-s.bind(sys.argv[1])
-s.listen(4)
-conns = []
-while True:
-    c, _ = s.accept()
-    conns.append(c)  # kept open, never read, never answered
-' "$sock" &
-mute=$!
-trap 'kill $mute 2>/dev/null' EXIT
-wait_for_socket "$sock"
+fake_admin_socket "$sock" mute
 start=$(date +%s)
 out=$(timeout 30 "$lockctl" --connect-timeout-ms 500 release --force --slot 3 --admin-socket "$sock" 2>&1)
 rc=$?

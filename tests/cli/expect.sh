@@ -48,3 +48,38 @@ wait_for_socket() {
     sleep 0.05
   done
 }
+
+# fake_admin_socket PATH MODE: a stand-in for lockd's admin socket at PATH, in the background
+# until the script exits, that for each connection: "mute" keeps it open and never answers,
+# "close" closes it at once, "echo" answers "ok asked: " and the request line it read.
+fake_admin_socket() {
+  python3 -c '
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.bind(sys.argv[1])
+s.listen(16)
+conns = []
+while True:
+    c, _ = s.accept()
+    if sys.argv[2] == "mute":
+        conns.append(c)  # kept open, never read, never answered
+        continue
+    if sys.argv[2] == "echo":
+        line = c.makefile("rb").readline().decode().strip()
+        c.sendall(("ok asked: " + line + "\n").encode())
+    c.close()
+' "$1" "$2" &
+  fake_admin_pid=$!
+  trap 'kill $fake_admin_pid 2>/dev/null' EXIT
+  wait_for_socket "$1"
+}
+
+# two_shard_map DIR: writes DIR/two-shards.yaml, a cluster map of shards a and b at addresses
+# that do not answer, into $map, and keeps lockctl from reading the user's client.yaml or
+# RDMALOCK_SERVER.
+two_shard_map() {
+  map=$1/two-shards.yaml
+  printf 'shards:\n  - {name: a, server: 192.0.2.1}\n  - {name: b, server: 192.0.2.2}\n' >"$map"
+  export HOME="$1" XDG_CONFIG_HOME="$1"
+  unset RDMALOCK_SERVER
+}

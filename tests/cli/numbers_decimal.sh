@@ -11,20 +11,7 @@ lockctl=$1 dir=$2
 . "$(dirname "$0")/expect.sh"
 rm -rf "$dir" && mkdir -p "$dir"
 sock=$dir/echo.sock
-python3 -c '
-import socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.bind(sys.argv[1])
-s.listen(16)
-while True:
-    c, _ = s.accept()
-    line = c.makefile("rb").readline().decode().strip()
-    c.sendall(("ok asked: " + line + "\n").encode())
-    c.close()
-' "$sock" &
-echo_pid=$!
-trap 'kill $echo_pid 2>/dev/null' EXIT
-wait_for_socket "$sock"
+fake_admin_socket "$sock" echo
 asks() {  # asks EXPECTED_REQUEST LOCKCTL_ARGS...
   want=$1
   shift

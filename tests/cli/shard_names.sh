@@ -9,10 +9,7 @@
 lockctl=$1 dir=$2
 . "$(dirname "$0")/expect.sh"
 rm -rf "$dir" && mkdir -p "$dir"
-map=$dir/two-shards.yaml
-printf 'shards:\n  - {name: a, server: 192.0.2.1}\n  - {name: b, server: 192.0.2.2}\n' >"$map"
-export HOME=$dir XDG_CONFIG_HOME=$dir
-unset RDMALOCK_SERVER
+two_shard_map "$dir"
 on_b=0 on_a=0
 for n in 0 1 2 3 4 5 6 7 8 9; do
   for cmd in "release --force" "acquire" "inspect"; do

@@ -9,11 +9,7 @@
 lockctl=$1 dir=$2
 . "$(dirname "$0")/expect.sh"
 rm -rf "$dir" && mkdir -p "$dir"
-map=$dir/two-shards.yaml
-printf 'shards:\n  - {name: a, server: 192.0.2.1}\n  - {name: b, server: 192.0.2.2}\n' >"$map"
-# No client.yaml of the machine's user is read.
-export HOME=$dir XDG_CONFIG_HOME=$dir
-unset RDMALOCK_SERVER
+two_shard_map "$dir"
 
 no_map='lockctl: --shard names a shard of a cluster map: give --cluster FILE or --etcd URL with it'
 for cmd in status "inspect x" "release --force --slot 3" "acquire x -- true"; do
