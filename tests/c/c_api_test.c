@@ -732,7 +732,7 @@ static void test_lost_callback(void) {
 
   char cmd[1024];
   snprintf(cmd, sizeof cmd,
-           "%s --server %s --port %u release --admin-socket %s --force c-api/lost >/dev/null",
+           "'%s' --server %s --port %u release --admin-socket '%s' --force c-api/lost >/dev/null",
            lockctl, server, (unsigned)port, admin_socket);
   const int rc = system(cmd);
   if (rc != 0) {
@@ -842,7 +842,7 @@ static void test_lost_callback_ends_its_thread(void) {
   if (got_byte == 1) {
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
-             "%s --server %s --port %u release --admin-socket %s --force c-api/lost-exit "
+             "'%s' --server %s --port %u release --admin-socket '%s' --force c-api/lost-exit "
              ">/dev/null",
              lockctl, server, (unsigned)port, admin_socket);
     const int rc = system(cmd);
@@ -955,7 +955,8 @@ static int name_on(rdmalock_cluster_t* c, const char* shard, char* buf, size_t s
 /* `LOCKCTL --cluster MAP_FILE [--shard SHARD] inspect NAME` prints a line containing `want`. */
 static int inspect_shows(const char* shard, const char* name, const char* want) {
   char cmd[2048];
-  snprintf(cmd, sizeof cmd, "%s --cluster %s %s%s inspect %s 2>&1 | grep -q '%s'", lockctl,
+  /* Quoted: a build in a path with spaces (the README's "a clone in any folder"). */
+  snprintf(cmd, sizeof cmd, "'%s' --cluster '%s' %s%s inspect %s 2>&1 | grep -q '%s'", lockctl,
            map_file, shard ? "--shard " : "", shard ? shard : "", name, want);
   return system(cmd) == 0;
 }

@@ -67,8 +67,7 @@ bool GoneWithin(pid_t pid, std::chrono::milliseconds limit) {
 TEST_CASE("lockctl acquire holds the lock while the command runs") {
   Lockd lockd(7609, 256);
   const std::string dir = TempDir();
-  const std::string base = std::string(LOCKCTL_PATH) + " --server " + RxeIp() + " --port " +
-                           std::to_string(lockd.port());
+  const std::string base = Lockctl(lockd);
   auto c = MustConnect(lockd);
   // The command sees the lock's name and slot, and another process sees the lock held.
   const std::string marker = dir + "/running";
@@ -124,7 +123,7 @@ TEST_CASE("lockctl acquire holds the lock while the command runs") {
   REQUIRE(found_me);
   // Usage errors exit 64; an unreachable lockd 69.
   REQUIRE(RunCommand(base + " acquire x 2>/dev/null") == 64);
-  REQUIRE(RunCommand(std::string(LOCKCTL_PATH) + " --server " + RxeIp() +
+  REQUIRE(RunCommand(ShellQuoted(LOCKCTL_PATH) + " --server " + RxeIp() +
                      " --port 7999 --connect-timeout-ms 1000 status 2>/dev/null") == 69);
 }
 
@@ -634,7 +633,7 @@ TEST_CASE("lockctl acquire: the command reads the terminal, and Ctrl-Z does not 
     // The review of the first version: lockctl handed the terminal to its command whenever its
     // own process group had it, and a pipeline's other processes share that group: `less`
     // reading the terminal then stopped (SIGTTIN to the whole group), lockctl with it.
-    std::string line = "'" + std::string(LOCKCTL_PATH) + "' --server " + RxeIp() + " --port " +
+    std::string line = ShellQuoted(LOCKCTL_PATH) + " --server " + RxeIp() + " --port " +
                        std::to_string(lockd.port()) +
                        " acquire tty-lock -- sh -c 'echo ran; sleep 1' | "
                        "{ read x </dev/tty; echo \"got:$x\"; cat; }";
@@ -681,7 +680,7 @@ TEST_CASE("issue 20 item 5: lockctl bench shows its progress line on a terminal 
   CHECK(tty_json.find("/s now") == std::string::npos);
   // A pipe: none of it either.
   std::string cmd;
-  for (const auto& a : bench) cmd += a + " ";
+  for (const auto& a : bench) cmd += ShellQuoted(a) + " ";
   auto [rc_pipe, piped] = Capture(cmd);
   INFO(piped);
   REQUIRE(rc_pipe == 0);

@@ -225,8 +225,20 @@ std::pair<int, std::string> Capture(const std::string& cmd) {
 }
 
 std::string Lockctl(const Lockd& lockd) {
-  return std::string(LOCKCTL_PATH) + " --server " + RxeIp() + " --port " +
+  return ShellQuoted(LOCKCTL_PATH) + " --server " + RxeIp() + " --port " +
          std::to_string(lockd.port());
+}
+
+std::string ShellQuoted(const std::string& path) {
+  std::string out = "'";
+  for (char ch : path) {
+    if (ch == '\'') {
+      out += "'\\''";
+    } else {
+      out += ch;
+    }
+  }
+  return out + "'";
 }
 
 std::string Scrape(const std::string& addr) {

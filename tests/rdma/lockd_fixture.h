@@ -100,6 +100,8 @@ std::pair<int, std::string> Capture(const std::string& cmd);
 
 // "lockctl --server RXE_IP --port PORT", to append a command to.
 std::string Lockctl(const Lockd& lockd);
+// `path` quoted for sh (a build in a path with spaces: the README's "a clone in any folder").
+std::string ShellQuoted(const std::string& path);
 
 // lockd's metrics page, fetched with curl.
 std::string Scrape(const std::string& addr);

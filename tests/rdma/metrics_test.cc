@@ -129,7 +129,7 @@ TEST_CASE("lockd does not start when its metrics address is taken, and says whic
   REQUIRE(listen(fd, 1) == 0);
   const std::string dir = TempDir();
   auto [rc, out] =
-      Capture("timeout 30 " + std::string(LOCKD_PATH) + " --port 7642 --state-dir " + dir +
+      Capture("timeout 30 " + ShellQuoted(LOCKD_PATH) + " --port 7642 --state-dir " + dir +
               " --admin-socket '' --metrics-address "
               "127.0.0.1:19478 2>&1");
   close(fd);

@@ -58,14 +58,14 @@ TEST_CASE("a sharded lock space: names spread over two lockds as the hash says; 
                             << ", port: 7661}\n";
     auto h = (*cc)->Lock("sharded/lockctl");
     REQUIRE(h.ok());
-    auto [rc, text] = Capture(std::string(LOCKCTL_PATH) + " --cluster " + map_file +
+    auto [rc, text] = Capture(ShellQuoted(LOCKCTL_PATH) + " --cluster " + map_file +
                               " inspect sharded/lockctl 2>&1");
     INFO(text);
     REQUIRE(rc == 0);
     REQUIRE(text.find("held exclusive") != std::string::npos);
     // The other shard's lockd has nothing there (its slot for the name is free).
     const std::string other_shard = (*cc)->ShardOf("sharded/lockctl") == 0 ? "shard-b" : "shard-a";
-    auto [rc2, text2] = Capture(std::string(LOCKCTL_PATH) + " --cluster " + map_file + " --shard " +
+    auto [rc2, text2] = Capture(ShellQuoted(LOCKCTL_PATH) + " --cluster " + map_file + " --shard " +
                                 other_shard + " inspect sharded/lockctl 2>&1");
     INFO(text2);
     REQUIRE(rc2 == 0);
