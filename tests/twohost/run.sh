@@ -121,7 +121,9 @@ client() {
     "($check; $lost of 2 processes saw their session end and reconnected)"
 
   # 3. A client killed while holding.
-  lctl acquire victim -- sleep 120 &
+  # lockctl itself in the background, not the lctl function (its $! would be a subshell's, and
+  # the kill -9 below would leave lockctl holding).
+  "$build/lockctl" --server "$RXE_PEER_IP" --port "$port" acquire victim -- sleep 120 &
   local holder=$!
   i=0
   until lctl --json inspect victim 2>/dev/null | grep -q '"status":"holding"'; do
