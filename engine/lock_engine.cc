@@ -38,27 +38,6 @@ nanoseconds Jitter(nanoseconds d) {
   return nanoseconds(half + static_cast<int64_t>(rng() % static_cast<uint64_t>(2 * half)));
 }
 
-// What a waiter last saw of a slot, and since when: progress is any change of (nX, nS, word1).
-// A view is timed from the second READ in a row that shows it (engine_internal::StallClock).
-struct Observed {
-  bool valid = false;
-  uint16_t n_x = 0, n_s = 0;
-  uint64_t word1 = 0;
-  engine_internal::StallClock clock;
-  // Notes a READ's view, completed at `done`. Returns true if it changed (progress).
-  bool Note(Word0 w0, uint64_t w1, Clock::time_point done) {
-    if (valid && n_x == w0.n_x && n_s == w0.n_s && word1 == w1) {
-      clock.Again(done);
-      return false;
-    }
-    *this = Observed{true, w0.n_x, w0.n_s, w1, {}};
-    return true;
-  }
-  bool StalledFor(Clock::time_point now, nanoseconds timeout) const {
-    return clock.StalledFor(now, timeout);
-  }
-};
-
 }  // namespace
 
 LockEngine::LockEngine(EngineParams params, AbandonHandler on_abandon, RecordHandler on_record_free)
@@ -223,7 +202,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
   uint64_t record = opt.record;
   uint32_t record_seq = opt.record_seq;
   // Watches a frozen word that nobody resets (its last participant died holding an increment).
-  Observed frozen_seen;
+  engine_internal::WordView frozen_seen;
   Clock::time_point requested;  // the first FA's issue (Grant::requested)
 
   for (int attempt = 0;; ++attempt) {
@@ -286,7 +265,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
             RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(slot), rd.result[0], 0)};
         RDMALOCK_RETURN_IF_ERROR(mem.Execute(r));
         if (r[1].result[0] == rd.result[0]) Count(&EngineEvents::resets, ev);
-        frozen_seen = Observed{};
+        frozen_seen.Forget();
       }
       if (opt.try_only) return Error(ErrorCode::kBusy, "lock word is being reset; try again");
       if (opt.while_waiting && !opt.while_waiting()) {
@@ -297,7 +276,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
       backoff = std::min<nanoseconds>(backoff * 2, params_.lease / 8);
       continue;
     }
-    frozen_seen = Observed{};
+    frozen_seen.Forget();
     if (read_word1) RDMALOCK_RETURN_IF_ERROR(WholeWord1(mem, slot, &word1));
 
     Ticket t{slot, mode, prev, record, record_seq};
@@ -372,7 +351,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
   const bool tear_safe = static_cast<uint16_t>(t.word.max_x - t.word.n_x) < kTornReadMargin &&
                          (t.mode != Mode::kExclusive ||
                           static_cast<uint16_t>(t.word.max_s - t.word.n_s) < kTornReadMargin);
-  Observed seen;
+  engine_internal::WordView seen;
   uint32_t unchanged = 0;
   // How long one handover takes on this lock: time between observations over the releases
   // that happened in it. Kept with the channel across acquisitions (a hot lock stays hot).
@@ -489,7 +468,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
         }
         return WaitOutcome::kRestart;
       }
-      seen = Observed{};  // something moved: time the stall again
+      seen.Forget();  // something moved: time the stall again
       continue;
     } else {
       ++unchanged;

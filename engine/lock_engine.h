@@ -145,10 +145,7 @@ struct ReapState {
   // entry is marked done in the release's doorbell and handed back when the ticket is over.
   bool own = false;
   bool started = false;
-  bool seen_valid = false;
-  uint16_t seen_n_x = 0, seen_n_s = 0;
-  uint64_t seen_word1 = 0;
-  engine_internal::StallClock seen_clock;
+  engine_internal::WordView seen;  // the queue ahead, timed for stall recovery
   Clock::time_point last_issue;
   // A step posted a CAS on a shared ticket (its release, or its stall recovery) and never saw the
   // completion (the connection dropped): it may have landed, and the word cannot say so, since a

@@ -103,16 +103,7 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
     r.outcome = st.ok() ? Outcome::kReleased : Outcome::kAlreadyDone;
     return true;
   }
-  if (!r.seen_valid || r.seen_n_x != w0.n_x || r.seen_n_s != w0.n_s || r.seen_word1 != w1) {
-    r.seen_valid = true;
-    r.seen_n_x = w0.n_x;
-    r.seen_n_s = w0.n_s;
-    r.seen_word1 = w1;
-    r.seen_clock = {};
-    return false;
-  }
-  r.seen_clock.Again(done);  // timed from the second step that shows the view (StallClock)
-  if (!r.seen_clock.StalledFor(done, stall_timeout())) return false;
+  if (r.seen.Note(w0, w1, done) || !r.seen.StalledFor(done, stall_timeout())) return false;
   // The queue ahead of this ticket is stuck (F x L): mark it and this ticket done, as a waiter.
   const Word0 rec = proto::RecoveredWord(w0, t.word, t.mode);
   // The SDK's own shared entry is cleared in the CAS's doorbell, as a waiter's (RecoverCas); a
@@ -121,7 +112,7 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
       const bool landed,
       RecoverCas(mem, t, w0, r.own && t.record != 0 && t.mode == Mode::kShared, &r.unseen));
   if (!landed) {
-    r.seen_valid = false;  // something moved: time the stall again
+    r.seen.Forget();  // something moved: time the stall again
     return false;
   }
   Count(&EngineEvents::recoveries, ev);

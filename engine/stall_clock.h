@@ -3,6 +3,9 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
+
+#include "rdmalock/proto/lock_word.h"
 
 namespace rdmalock::engine_internal {
 
@@ -31,6 +34,36 @@ class StallClock {
  private:
   bool confirmed_ = false;
   std::chrono::steady_clock::time_point since_;
+};
+
+// What a waiter (or the frozen-word rescue, or a reaper's step) last saw of a slot, and its stall
+// clock: progress is any change of (nX, nS, word1).
+class WordView {
+ public:
+  // Notes a READ's view, completed at `done`. Returns true if it changed (progress).
+  bool Note(proto::Word0 w0, uint64_t w1, std::chrono::steady_clock::time_point done) {
+    if (valid_ && n_x_ == w0.n_x && n_s_ == w0.n_s && word1_ == w1) {
+      clock_.Again(done);
+      return false;
+    }
+    *this = WordView{};
+    valid_ = true;
+    n_x_ = w0.n_x;
+    n_s_ = w0.n_s;
+    word1_ = w1;
+    return true;
+  }
+  bool StalledFor(std::chrono::steady_clock::time_point now,
+                  std::chrono::nanoseconds timeout) const {
+    return clock_.StalledFor(now, timeout);
+  }
+  void Forget() { *this = WordView{}; }  // something moved: time the stall again
+
+ private:
+  bool valid_ = false;
+  uint16_t n_x_ = 0, n_s_ = 0;
+  uint64_t word1_ = 0;
+  StallClock clock_;
 };
 
 }  // namespace rdmalock::engine_internal
