@@ -11,9 +11,16 @@
 namespace rdmalock::lockd {
 
 SessionTable::SessionTable(uint8_t* records, uint32_t record_count, uint64_t lock_count)
-    : records_(records), lock_count_(lock_count) {
+    : records_(records), lock_count_(lock_count), next_session_id_(FirstSessionId()) {
   // Handed out from the lowest index up.
   for (uint32_t i = record_count; i > 0; --i) free_records_.push_back(i - 1);
+}
+
+uint64_t SessionTable::FirstSessionId() {
+  constexpr uint64_t kStride = uint64_t{1} << 24;
+  constexpr uint64_t kStarts = (uint64_t{1} << 29) - 1;  // 1 .. 2^29 - 1 strides
+  static_assert((kStarts + 1) * kStride == uint64_t{1} << 53);
+  return (auth::RandomU64() % kStarts + 1) * kStride;
 }
 
 uint8_t* SessionTable::RecordAt(uint32_t index) const {

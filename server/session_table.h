@@ -56,8 +56,16 @@ class SessionTable {
   using Clock = std::chrono::steady_clock;
 
   // `records`: `record_count` records of proto::kSessionRecordSize bytes, zeroed, alive as long
-  // as the table. `lock_count` bounds the slots a record's entries may name.
+  // as the table. `lock_count` bounds the slots a record's entries may name. Session ids start
+  // at FirstSessionId() and are never reused in the table's life.
   SessionTable(uint8_t* records, uint32_t record_count, uint64_t lock_count);
+
+  // Where a run's session ids start: a random multiple of 2^24, at least 2^24 and below 2^53.
+  // Ids are unique across runs of lockd, as ZooKeeper's are: an id an operator read before a
+  // restart (`lockctl clients`) names no session after it, so `lockctl release --force --session`
+  // cannot fence another client (two runs share a start with probability 2^-29). Below 2^53 every
+  // id survives a JSON reader that keeps numbers as doubles (jq).
+  static uint64_t FirstSessionId();
 
   bool has_free_record() const { return !free_records_.empty(); }
   // A free record for a client's new session: one is kept for lockd's loopback while it holds
@@ -123,7 +131,7 @@ class SessionTable {
   std::unordered_map<uint64_t, std::shared_ptr<Session>> sessions_;
   std::vector<uint32_t> free_records_;
   uint32_t loopback_records_ = 0;  // records lockd's loopback sessions hold (allocated, not freed)
-  uint64_t next_session_id_ = 1;
+  uint64_t next_session_id_;
 };
 
 }  // namespace rdmalock::lockd

@@ -30,7 +30,7 @@ int CmdClients(const Common& c) {
     std::fputs(ClientsJson(*sessions, me).c_str(), stdout);
     return 0;
   }
-  std::printf("%-8s %-20s %-8s %-22s %-24s %-14s %-5s %s\n", "SESSION", "NAME", "PID", "PEER",
+  std::printf("%-16s %-20s %-8s %-22s %-24s %-14s %-5s %s\n", "SESSION", "NAME", "PID", "PEER",
               "CONNECTED", "HEARTBEAT", "HELD", "WAITING");
   for (const auto& s : *sessions) {
     size_t held = 0, waiting = 0;
@@ -41,7 +41,7 @@ int CmdClients(const Common& c) {
         ++waiting;
       }
     }
-    std::printf("%-8llu %-20s %-8u %-22s %-24s %-14s %-5zu %zu%s\n",
+    std::printf("%-16llu %-20s %-8u %-22s %-24s %-14s %-5zu %zu%s\n",
                 static_cast<unsigned long long>(s.session_id), s.client_name.c_str(), s.pid,
                 s.peer.c_str(), FormatTime(s.since_unix_ns).c_str(),
                 s.lockd_loopback ? "-" : HeartbeatText(s.heartbeat_age).c_str(), held, waiting,

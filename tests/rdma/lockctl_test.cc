@@ -248,6 +248,33 @@ TEST_CASE("lockctl release --force --slot or --session refuses an admin socket o
   CHECK(out.find("ok session " + session + " fenced") != std::string::npos);
 }
 
+// Session ids began at 1 on every start of lockd, so an id an operator read from `lockctl clients`
+// before a restart named another client after it, and `lockctl release --force --session ID`
+// (the admin socket's own lockd, as operations.md shows it) fenced that client (found by review,
+// 2026-12-06). Ids are now unique across runs of lockd, as ZooKeeper's are.
+TEST_CASE("lockctl release --force --session with an id from before a restart fences no client") {
+  uint64_t before = 0;
+  {
+    Lockd lockd(7638, 64, 1000);
+    auto c = MustConnect(lockd);
+    before = c->session_id();
+  }
+  Lockd lockd(7638, 64, 1000);
+  auto c = MustConnect(lockd);
+  auto held = c->LockSlot(5);
+  REQUIRE(held.ok());
+  INFO("the first run's session " << before << ", this run's " << c->session_id());
+  CHECK(c->session_id() != before);
+  auto [rc, out] = Capture(Lockctl(lockd) + " release --admin-socket " + lockd.admin_socket() +
+                           " --force --session " + std::to_string(before) + " 2>&1");
+  INFO("exit " << rc << ": " << out);
+  CHECK(rc == 1);
+  CHECK(out.find("no client session") != std::string::npos);
+  std::this_thread::sleep_for(300ms);
+  CHECK(held->state() == LockState::kHeld);  // its session was not fenced
+  CHECK(held->Release().ok());
+}
+
 TEST_CASE("lockctl clients and inspect show sessions, heartbeats, holders and waiters") {
   Lockd lockd(7629, 64, 1000);
   SharedFile shf;

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <set>
 #include <vector>
 
 #include "rdmalock/proto/layout.h"
@@ -58,7 +59,8 @@ TEST_CASE("session table: records are handed out, written, and freed for reuse")
   const auto wall = std::chrono::system_clock::now();
   auto a = t.Allocate("10.0.0.1:1", "alpha", 11, false, wall, now);
   CHECK(a->index == 0);
-  CHECK(a->session_id == 1);
+  CHECK(a->session_id >= (uint64_t{1} << 24));
+  CHECK(a->session_id < (uint64_t{1} << 53));
   CHECK((a->join_key & 1) == 1);
   t.Insert(a);
   auto b = t.Allocate("10.0.0.2:1", "beta", 12, false, wall, now);
@@ -90,7 +92,7 @@ TEST_CASE("session table: records are handed out, written, and freed for reuse")
   CHECK(Get64(t.RecordAt(0), 0) == 0);
   auto c = t.Allocate("10.0.0.3:1", "gamma", 13, false, wall, now);
   CHECK(c->index == 0);
-  CHECK(c->session_id == 3);  // ids are never reused
+  CHECK(c->session_id == a->session_id + 2);  // ids are never reused
 }
 
 // The last free record is lockd's loopback's while it holds none (admission_test.cc has why).
@@ -257,4 +259,18 @@ TEST_CASE("session table: a tagged entry names its session a holder only in its 
   REQUIRE(rec->items.size() == 1);
   CHECK(rec->items[0].ticket.tagged);
   CHECK(rec->items[0].ticket.generation == 4);
+}
+
+// Session ids began at 1 on every start of lockd (tests/rdma/lockctl_test.cc has the forced
+// release that fenced another client after a restart).
+TEST_CASE("session table: each run of lockd starts its session ids somewhere else, below 2^53") {
+  std::set<uint64_t> starts;
+  for (int i = 0; i < 64; ++i) {
+    const uint64_t first = SessionTable::FirstSessionId();
+    CHECK(first >= (uint64_t{1} << 24));
+    CHECK(first < (uint64_t{1} << 53));
+    CHECK(first % (uint64_t{1} << 24) == 0);
+    starts.insert(first);
+  }
+  CHECK(starts.size() == 64);  // 64 draws of 2^29 - 1: a repeat has probability 4e-6
 }
