@@ -29,6 +29,7 @@ None found raises OSError naming every place tried.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import ctypes.util
 import enum
@@ -391,6 +392,8 @@ def _check_name(name: object) -> bytes:
 def _free_lock(handle: ctypes.c_void_p, key: int) -> None:
     # A handle means the library is loaded: a finalizer run by a collection inside _lib()'s first
     # load (a NULL handle's, which frees nothing) must not wait for that load's lock.
+    if _Exit.threads_alive:
+        return  # at exit with another thread running: left to the process's end (_Exit)
     if handle.value is not None:
         _lib().rdmalock_lock_free(handle)  # after it returns the library never calls back for it
     with _callbacks_lock:
@@ -422,10 +425,43 @@ class _Calls:
 
 def _close_when_idle(close: Callable[[ctypes.c_void_p], None], handle: ctypes.c_void_p,
                      calls: _Calls) -> None:
-    # Left to the process's end when a call is in flight (only at exit): lockd sees the
-    # connections go, and frees what the session's record shows.
-    if calls.idle():
+    # Left to the process's end when a call is in flight (only at exit) or when another thread
+    # runs on at exit (_Exit): lockd sees the connections go, and frees what the session's
+    # record shows.
+    if calls.idle() and not _Exit.threads_alive:
         close(handle)
+
+
+class _Exit:
+    """At exit, weakref.finalize's own exit handler runs the finalizers still alive (a Lock's
+    frees its handle, so releases a held lock; a Client's closes it, which ends its session and
+    so frees its locks), and only after the exit handlers does the interpreter stop its daemon
+    threads. A lock a daemon thread held was released while that thread still ran in its
+    critical section, and another process was granted it beside that thread (found by review,
+    2026-12-06). _at_exit, registered after weakref's handler and so run before it, looks whether
+    any thread but the exiting one still runs; if one does, the finalizers leave every lock and
+    client to the process's end, where lockd sees the connections go and frees what the
+    sessions' records show (at once; a waiter recovers an unrecorded lock after F x L)."""
+
+    threads_alive = False  # set once, at exit
+    registered = False
+
+
+def _at_exit() -> None:
+    me = threading.current_thread()
+    # A _DummyThread is one the library started (its keeper, running a lost callback): never an
+    # application's critical section, and never marked ended.
+    dummy = getattr(threading, "_DummyThread", ())
+    _Exit.threads_alive = any(t is not me and t.is_alive() and not isinstance(t, dummy)
+                              for t in threading.enumerate())
+
+
+def _watch_exit() -> None:
+    # After a weakref.finalize is made: weakref registers its exit handler with the first one,
+    # and exit handlers run last registered first. Two threads may both register it: harmless.
+    if not _Exit.registered:
+        _Exit.registered = True
+        atexit.register(_at_exit)
 
 
 def library_version() -> str:
@@ -607,6 +643,7 @@ class Client:
         self.server, self.port = server, port
         self._finalizer = weakref.finalize(self, _close_when_idle, lib.rdmalock_close,
                                            self._handle, self._calls)
+        _watch_exit()
         _check(lib.rdmalock_connect(ctypes.byref(o), ctypes.byref(self._handle)))
 
     @classmethod
@@ -782,6 +819,7 @@ class Cluster:
         self.source = shard_map if shard_map is not None else (endpoints or "")
         self._finalizer = weakref.finalize(self, _close_when_idle, lib.rdmalock_cluster_close,
                                            self._handle, self._calls)
+        _watch_exit()
         _check(lib.rdmalock_cluster_open(ctypes.byref(co), ctypes.byref(self._handle)))
 
     @classmethod

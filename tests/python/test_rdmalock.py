@@ -490,6 +490,48 @@ def test_exit_with_a_daemon_thread_waiting_does_not_close_the_client_under_it(lo
     assert p.returncode == 0 and "Traceback" not in err, (p.returncode, round(took, 3), out, err)
 
 
+_EXIT_WITH_A_THREAD_HOLDING = r"""
+import sys, threading, time, rdmalock
+server, port, marks = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+client = rdmalock.Client.connect(server, port=port, connect_timeout=10, client_name="py-exit")
+held = threading.Event()
+def work():
+    with client.lock("py/exit-holding", timeout=5), open(marks, "w") as f:
+        held.set()
+        while True:  # the critical section: a mark, in wall time, every 0.2 ms until the end
+            f.write(f"{time.time()}\n")
+            f.flush()
+            time.sleep(0.0002)
+threading.Thread(target=work, daemon=True).start()
+held.wait(10)
+print("exiting", flush=True)
+"""
+
+
+def test_exit_leaves_a_lock_a_daemon_thread_holds_to_the_process_end(lockd, other, tmp_path):
+    # At exit, the Lock's finalizer released a lock a daemon thread held, while that thread was
+    # still in its critical section (daemon threads run on until the interpreter stops them,
+    # after the exit handlers): another process was granted it beside that thread (found by
+    # review, 2026-12-06). With other threads alive at exit, locks and clients are now left to
+    # the process's end, where lockd sees the connections go and frees what the records show.
+    server, port = lockd
+    marks = tmp_path / "marks"
+    p = _run_script(_EXIT_WITH_A_THREAD_HOLDING, server, str(port), str(marks))
+    try:
+        assert p.stdout.readline().strip() == "exiting", p.stderr.read()
+        got = other.lock("py/exit-holding", timeout=30)
+        granted = time.time()
+        out, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    got.release()
+    assert p.returncode == 0 and "Traceback" not in err, (p.returncode, out, err)
+    late = [float(t) for t in marks.read_text().split()
+            if t and float(t) >= granted]
+    assert not late, (f"{len(late)} marks of the exiting process's critical section at or after "
+                      f"the other client's grant, the last {max(late) - granted:.6f} s after it")
+
+
 def test_issue17_finding11_a_forked_child_exit_leaves_the_parent_lock(lockd, other):
     server, port = lockd
     p = _run_script(_FORK, server, str(port))
