@@ -209,6 +209,7 @@ has() {  # package path...
 libdir=/usr/lib/$multiarch
 has lockd /usr/sbin/lockd /usr/lib/systemd/system/lockd.service /usr/share/man/man8/lockd.8 \
   /etc/rdmalock/lockd.yaml /usr/share/doc/rdmalock/operations.md /usr/share/doc/rdmalock/README.md \
+  /usr/share/doc/rdmalock/security.md \
   /usr/share/doc/rdmalock/examples/lockd.yaml
 has librdmalock "$libdir/librdmalock.so.0" "$libdir/librdmalock.so.$version"
 has librdmalock-dev /usr/include/rdmalock/client.h /usr/include/rdmalock/status.h \
