@@ -227,11 +227,16 @@ Status ReleaseRider(LockHandle::State& r, Client::Impl* impl,
   // Whether the reader held the lock until now: the grant is held and its lease runs. Read while
   // the reader still counts among the grant's readers, so that no other reader can have released
   // the grant yet (only the last one does; read after leaving, a grant another reader released
-  // meanwhile looked lost). A lapsed lease is never renewed again.
+  // meanwhile looked lost). A lapsed lease is never renewed again. And the grant's session must
+  // still be the client's: after its end (another thread found it broken, and its EndLeases has
+  // not come to the grant yet) the lock is lost, as a plain holder's release says (ReleaseHeld).
+  // The session is read before the grant's mu, as ReleaseHeld reads it.
+  const bool current = impl != nullptr && impl->session() == c.ctx->session;
   bool held = false;
   {
     MutexLock lk(&c.mu);
-    held = c.state == LockState::kHeld && c.ctx->session->engine->LeaseValid(c.grant, Clock::now());
+    held = current && c.state == LockState::kHeld &&
+           c.ctx->session->engine->LeaseValid(c.grant, Clock::now());
   }
   if (!Client::Impl::LeaveShared(c, r)) {
     // Other readers still share the grant, so nothing goes to lockd; but the reader says, as the
@@ -239,8 +244,8 @@ Status ReleaseRider(LockHandle::State& r, Client::Impl* impl,
     if (held) return Status();
     LoseRider(r, tell);
     return Error(ErrorCode::kLockLost,
-                 "the shared grant's lease ran out (or the grant was lost) before the release; "
-                 "lock lost");
+                 "the shared grant's lease ran out (or the grant was lost, or its session with "
+                 "lockd ended) before the release; lock lost");
   }
   // The carrier is no owner's handle; a dropped rider is kReleased already, and told nothing.
   Status st = ReleaseHeld(c, impl, nullptr, nullptr);

@@ -244,6 +244,33 @@ TEST_CASE("cohort shared: a session's end reaches every reader of the grant once
   CHECK(ClientTestPeer::BudgetUnits(*c, 6) == 1);  // the one grant's
 }
 
+// A reader that is not the last on a shared grant said it held the lock up to its Release() by
+// the grant's state and lease alone: released between the session's end and its locks' loss
+// report (another thread ended it; EndLeases had not reached the grant), it returned OK, where
+// client.h promises kLockLost, as a plain holder's release says (found by review, 2026-12-06).
+TEST_CASE("cohort shared: a reader's release between the session's end and the loss report says kLockLost") {
+  testing::FakeLockd::Options fo;
+  testing::FakeLockd lockd(fo);
+  auto c = ConnectTo("shared-release-at-end", lockd);
+  std::vector<LockHandle> readers;
+  for (int i = 0; i < 2; ++i) {
+    auto r = c->LockSlot(3, Reader());
+    REQUIRE(r.ok());
+    readers.push_back(std::move(*r));
+  }
+  REQUIRE(c->Stats().local_shares == 1);
+  Status during = Error(ErrorCode::kInternal, "the hook did not run");
+  std::atomic<bool> once{false};
+  ClientTestPeer::SetTestHook(*c, [&](std::string_view point) {
+    if (point == "session_ended" && !once.exchange(true)) during = readers[0].Release();
+  });
+  ClientTestPeer::FailSession(*c, "injected");
+  ClientTestPeer::SetTestHook(*c, nullptr);
+  INFO("the first reader's Release() while the session ended: " << during.ToString());
+  CHECK(during.code() == ErrorCode::kLockLost);
+  CHECK(readers[1].state() == LockState::kLost);
+}
+
 TEST_CASE("cohort shared: a reader never joins a grant whose lease ran out") {
   testing::FakeLockd::Options fo;
   fo.lease = 60ms;
