@@ -112,6 +112,12 @@ class RdmalockError(Exception):
         self.message = message
         super().__init__(f"{self.name}: {message}")
 
+    def __reduce__(self) -> Tuple[type, Tuple[int, str]]:
+        # Pickled and copied as the call that made it: Exception's own way calls the class with
+        # `args`, the formatted string alone (unpickling failed with a TypeError, so an error
+        # raised in a multiprocessing worker never reached its caller as RdmalockError).
+        return (type(self), (int(self.code), self.message))
+
 
 LostCallback = Callable[[RdmalockError], None]
 """A lost callback: called with the error that says why the lock was lost."""

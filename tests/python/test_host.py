@@ -50,6 +50,21 @@ def test_error_carries_unknown_codes():
     assert RdmalockError(3, "x").code is ErrorCode.BUSY
 
 
+def test_error_survives_pickling_and_copying():
+    # Exception pickling calls the class with ``args``, which held only the formatted string:
+    # unpickling failed with a TypeError (no ``message``), so a TIMEOUT raised in a
+    # multiprocessing or ProcessPoolExecutor worker never reached its caller as RdmalockError;
+    # copy.copy failed the same way (found by review, 2026-12-06).
+    import copy
+    import pickle
+    for e in (RdmalockError(2, "timed out"), RdmalockError(99, "from the future")):
+        for back in (pickle.loads(pickle.dumps(e)), copy.copy(e)):
+            assert type(back) is RdmalockError
+            assert (back.code, back.name, back.message, str(back)) == \
+                (e.code, e.name, e.message, str(e))
+    assert pickle.loads(pickle.dumps(RdmalockError(2, "m"))).code is ErrorCode.TIMEOUT
+
+
 def test_issue17_finding8_the_options_carry_the_module_own_size():
     import ctypes
     o = rdmalock._options()
