@@ -77,11 +77,19 @@ run() {  # side(A|B) name procs round args -> out/name.side.round.process.json
     pids+=($!)
   done
   for p in "${pids[@]}"; do
-    # A failed bench is reported and its round left out; the comparison goes on.
-    wait "$p" || { echo "compare: $side $name round $r failed (lockd's log: $out/lockd.log)" >&2; failures=$((failures + 1)); }
+    # A failed bench is reported and its round left out (a marker: a failed bench still writes
+    # its JSON, with the figures of a broken run); the comparison goes on.
+    wait "$p" || {
+      echo "compare: $side $name round $r failed (lockd's log: $out/lockd.log)" >&2
+      failures=$((failures + 1))
+      : >"$out/$name.$side.$r.failed"
+    }
   done
 }
 failures=0
+# Only this boot's results: OUT_DIR is kept between runs, and a scenario renamed or run with
+# fewer processes since would leave files the figures below would read as this run's.
+rm -f "$out"/*.json "$out"/*.failed
 if [ -n "${ONLY:-}" ]; then
   kept=()
   for s in "${scenarios[@]}"; do
@@ -101,7 +109,7 @@ for r in $(seq 1 "$rounds"); do
 done
 
 python3 - "$out" "$rounds" "${scenarios[@]}" <<'EOF'
-import glob, json, statistics, sys
+import glob, json, os, statistics, sys
 out, rounds, scen = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def fig(files):
     """pairs/s summed over processes, pair p50 (max over processes), RDMA ops per acquisition."""
@@ -122,7 +130,8 @@ for s in scen:
     for side in "AB":
         for r in range(1, rounds + 1):
             files = sorted(glob.glob("%s/%s.%s.%d.*.json" % (out, name, side, r)))
-            f = fig(files) if files else None
+            failed = os.path.exists("%s/%s.%s.%d.failed" % (out, name, side, r))
+            f = fig(files) if files and not failed else None
             if f:
                 per[side].append(f)
     if not per["A"] or not per["B"]:
@@ -133,6 +142,7 @@ for s in scen:
         extra = ""
         if k == 0:
             extra = "   " + " ".join("%.0f" % x[0] for x in per["A"]) + " | " + " ".join("%.0f" % x[0] for x in per["B"])
-        print("%-20s %-14s %12.2f %12.2f %7.2f%s" % (name if k == 0 else "", label, va, vb, vb / va if va else 0, extra))
+        ratio = "%7.2f" % (vb / va) if va else "    n/a"
+        print("%-20s %-14s %12.2f %12.2f %s%s" % (name if k == 0 else "", label, va, vb, ratio, extra))
 EOF
 [ "$failures" -eq 0 ] || { echo "compare: $failures bench run(s) failed" >&2; exit 1; }

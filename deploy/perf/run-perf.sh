@@ -19,6 +19,10 @@ if [ "${1:-}" != "--inside" ]; then
   out=${1:-$root/build/perf}
   mkdir -p "$out"
   out=$(cd "$out" && pwd)
+  # Only this boot's results: the figures below glob NAME.*.json, and perf.json takes in every
+  # *.json here, so a scenario renamed or run with fewer processes since an earlier run would
+  # have mixed that run's files into this one's.
+  rm -f "$out"/*.json "$out"/*.timeline
   "$root/deploy/install-deps.sh"
   # The CDF plot's gnuplot (Debian's, without X; it has the pngcairo terminal). The VM sees the
   # host's root file system, so what is installed here is there too. No plot is no failure.
