@@ -305,10 +305,11 @@ int main(int argc, char** argv) {
   bool check_config = false, print_config = false;
   std::string log_level, address, state_dir;
   int64_t port = -1, lock_count = -1, lease_ms = -1, max_clients = -1, hb_interval = -1,
-          hb_timeout = -1, grace = -1, max_connects = -1;
+          hb_timeout = -1, grace = -1, max_connects = -1, stall_factor = -1, liveness = -1;
   // The time flags' text ("2s", "500ms", or a plain number in the flag's unit), converted after
   // parsing (right after CLI11_PARSE) so that a bad value is one line naming the flag.
-  std::string lease_text, hb_interval_text, hb_timeout_text, grace_text, etcd_ttl_text;
+  std::string lease_text, hb_interval_text, hb_timeout_text, grace_text, etcd_ttl_text,
+      liveness_text;
   std::string admin_socket, metrics_address, auth_key_file, memory_windows;
   std::vector<std::string> allow_from;
   int64_t max_conns_per_session = -1;
@@ -334,6 +335,11 @@ int main(int argc, char** argv) {
          "--max-clients", max_clients,
          "override max_clients (1 to " + std::to_string(rdmalock::lockd::kMaxClientsLimit) + ")")
       ->transform(rdmalock::Decimal());
+  app.add_option("--stall-factor", stall_factor,
+                 "override stall_factor (F: waiters recover a lock after F x lease_ms without "
+                 "progress; 2 to 100)")
+      ->transform(rdmalock::Decimal())
+      ->check(CLI::Range(2, 100));
   app.add_option("--max-connects-per-second", max_connects,
                  "override max_connects_per_second (0: no limit)")
       ->transform(rdmalock::Decimal())
@@ -348,6 +354,11 @@ int main(int argc, char** argv) {
   auto* grace_opt = app.add_option("--restart-grace-ms", grace_text,
                                    "override restart_grace_ms (10s, or ms; 0: one lease)")
                         ->type_name("DURATION");
+  auto* liveness_opt =
+      app.add_option("--liveness-timeout-ms", liveness_text,
+                     "override liveness_timeout_ms (cluster mode's T; 0: twice the heartbeat "
+                     "timeout)")
+          ->type_name("DURATION");
   app.add_option("--admin-socket", admin_socket, "override admin_socket (\"\" disables)");
   app.add_option("--metrics-address", metrics_address,
                  "override metrics_address, HOST:PORT (\"\" serves no metrics)");
@@ -407,6 +418,8 @@ int main(int argc, char** argv) {
          cfg::kHeartbeatTimeoutMsRange, &hb_timeout},
         {grace_opt, grace_text, DurationUnit::kMilliseconds, cfg::kRestartGraceMsRange, &grace},
         {etcd_ttl_opt, etcd_ttl_text, DurationUnit::kSeconds, cfg::kEtcdLeaseTtlSRange, &etcd_ttl},
+        {liveness_opt, liveness_text, DurationUnit::kMilliseconds, cfg::kLivenessTimeoutMsRange,
+         &liveness},
     };
     for (const TimeFlag& f : flags) {
       if (f.opt->count() == 0) continue;
@@ -466,6 +479,8 @@ int main(int argc, char** argv) {
     if (!shard.empty()) cfg->shard = shard;
     if (app.count("--advertise-address") > 0) cfg->advertise_address = advertise;
     if (etcd_ttl > 0) cfg->etcd_lease_ttl_s = static_cast<uint32_t>(etcd_ttl);
+    if (stall_factor > 0) cfg->stall_factor = static_cast<uint32_t>(stall_factor);
+    if (liveness >= 0) cfg->liveness_timeout_ms = static_cast<uint64_t>(liveness);
     if (app.count("--etcd-ca-file") > 0) cfg->etcd_ca_file = etcd_ca;
     if (app.count("--etcd-cert-file") > 0) cfg->etcd_cert_file = etcd_cert;
     if (app.count("--etcd-key-file") > 0) cfg->etcd_key_file = etcd_key;

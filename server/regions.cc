@@ -84,7 +84,8 @@ Status Regions::OpenDevices(const Config& config) {
       return Error(ErrorCode::kUnsupported,
                    "device " + d->name +
                        " has no memory windows (max_mw 0): set memory_windows: false in "
-                       "lockd.yaml (a fenced client's rkeys then stay valid until its QP is gone)");
+                       "lockd.yaml (a fenced client's rkeys then stay valid, on any QP, until lockd "
+                       "exits)");
     }
     {
       const DeviceLimits limits{d->name, static_cast<uint64_t>(std::max(dattr.max_qp, 0)),

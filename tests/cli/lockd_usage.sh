@@ -25,4 +25,14 @@ expect_in "--bogus" 2 "The following argument was not expected: --bogus" "$lockd
 expect_in "--help" 0 "lockd: the rdmalock lock server" "$lockd" --help
 expect_in "--version" 0 "lockd " "$lockd" --version
 expect_line "--lock-count 268435456" 0 "configuration OK" "$lockd" --lock-count 268435456 --check-config
+# Every key has a command-line override of the same name (operations.md): stall_factor and
+# liveness_timeout_ms had none, so they could be set only in the file (found by review,
+# 2026-12-06).
+expect_in "--stall-factor 3" 0 "stall_factor: 3" "$lockd" --stall-factor 3 --print-config
+expect_in "--stall-factor 1" 2 "--stall-factor: Value 1 not in range 2 to 100" \
+  "$lockd" --stall-factor 1 --check-config
+expect_in "--liveness-timeout-ms 5s" 0 "liveness_timeout_ms: 5000" \
+  "$lockd" --liveness-timeout-ms 5s --print-config
+expect_in "--liveness-timeout-ms 2h" 2 "--liveness-timeout-ms:" \
+  "$lockd" --liveness-timeout-ms 2h --check-config
 [ "$fails" -eq 0 ] && echo lockd-usage-ok
