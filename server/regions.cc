@@ -81,11 +81,12 @@ Status Regions::OpenDevices(const Config& config) {
     RDMALOCK_ASSIGN_OR_RETURN(const ibv_device_attr dattr, rdma::QueryDevice(d->ctx, d->name));
     atomics.push_back({d->name, dattr.atomic_cap == IBV_ATOMIC_GLOB});
     if (config.memory_windows && dattr.max_mw == 0) {
-      return Error(ErrorCode::kUnsupported,
-                   "device " + d->name +
-                       " has no memory windows (max_mw 0): set memory_windows: false in "
-                       "lockd.yaml (a fenced client's rkeys then stay valid, on any QP, until lockd "
-                       "exits)");
+      return Error(
+          ErrorCode::kUnsupported,
+          "device " + d->name +
+              " has no memory windows (max_mw 0): set memory_windows: false in "
+              "lockd.yaml (a fenced client's rkeys then stay valid, on any QP, until lockd "
+              "exits)");
     }
     {
       const DeviceLimits limits{d->name, static_cast<uint64_t>(std::max(dattr.max_qp, 0)),

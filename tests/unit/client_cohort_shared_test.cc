@@ -248,7 +248,9 @@ TEST_CASE("cohort shared: a session's end reaches every reader of the grant once
 // the grant's state and lease alone: released between the session's end and its locks' loss
 // report (another thread ended it; EndLeases had not reached the grant), it returned OK, where
 // client.h promises kLockLost, as a plain holder's release says (found by review, 2026-12-06).
-TEST_CASE("cohort shared: a reader's release between the session's end and the loss report says kLockLost") {
+TEST_CASE(
+    "cohort shared: a reader's release between the session's end and the loss report says "
+    "kLockLost") {
   testing::FakeLockd::Options fo;
   testing::FakeLockd lockd(fo);
   auto c = ConnectTo("shared-release-at-end", lockd);
