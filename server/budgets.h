@@ -17,6 +17,11 @@ namespace rdmalock::lockd {
 // the session table, and the client's own record. The Welcome carries one rkey for each.
 inline constexpr size_t kWindowsPerConnection = 4;
 
+// The connections a client of librdmalock makes at connect: the calling thread's, the keeper's
+// and the reaper's (rdmalock.h, rdmalock_connect). lockd's start check sizes max_clients against
+// the device's limits with this many per client (CheckDeviceLimits).
+inline constexpr uint64_t kConnectionsPerClient = 3;
+
 // A connection's send queue carries, once, the window binds and then the Welcome (or one
 // refusal) chained after them; its receive queue the Hello only. Nothing else is ever posted on
 // lockd's side of a client's QP: the client's operations are one-sided.

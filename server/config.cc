@@ -13,6 +13,7 @@
 #include "common/etcd/etcd.h"
 #include "rdmalock/proto/layout.h"
 #include "server/acl.h"
+#include "server/budgets.h"
 #include "server/metrics.h"
 
 namespace rdmalock::lockd {
@@ -445,7 +446,16 @@ std::string FenceMarginWarning(const Config& c) {
 Status CheckDeviceLimits(const Config& c, const DeviceLimits& d, std::string* warning) {
   warning->clear();
   const uint64_t sessions = uint64_t{c.max_clients} + 1;  // and lockd's own loopback
-  const uint64_t windows_per_conn = c.memory_windows ? 4 : 0;
+  const uint64_t windows_per_conn = c.memory_windows ? kWindowsPerConnection : 0;
+  // What max_clients clients need at the least: each makes kConnectionsPerClient connections at
+  // connect, each with a QP, a registration of its control buffer (handshake.cc, kept for the
+  // connection's life) and its windows; each session with windows registers its record on the
+  // device. lockd's loopback session has one connection, and its client end a QP and one
+  // registration of its own; the regions are 3 registrations (info page, locks, sessions).
+  const uint64_t min_conns = uint64_t{c.max_clients} * kConnectionsPerClient + 1;
+  const uint64_t need_qps = min_conns + 1;
+  const uint64_t need_mrs = 3 + min_conns + (c.memory_windows ? sessions : 0) + 1;
+  const uint64_t need_mws = min_conns * windows_per_conn;
   auto too_many = [&](const std::string& what, uint64_t need, uint64_t have,
                       const std::string& lower) {
     return Error(ErrorCode::kConfig, "device " + d.name + " holds " + std::to_string(have) + " " +
@@ -453,12 +463,12 @@ Status CheckDeviceLimits(const Config& c, const DeviceLimits& d, std::string* wa
                                          std::to_string(c.max_clients) + " needs " +
                                          std::to_string(need) + ": lower " + lower);
   };
-  if (sessions > d.max_qp) return too_many("QPs (max_qp)", sessions, d.max_qp, "max_clients");
-  if (sessions + 3 > d.max_mr) {
-    return too_many("memory registrations (max_mr)", sessions + 3, d.max_mr, "max_clients");
+  if (need_qps > d.max_qp) return too_many("QPs (max_qp)", need_qps, d.max_qp, "max_clients");
+  if (need_mrs > d.max_mr) {
+    return too_many("memory registrations (max_mr)", need_mrs, d.max_mr, "max_clients");
   }
-  if (sessions * windows_per_conn > d.max_mw) {
-    return too_many("memory windows (max_mw)", sessions * windows_per_conn, d.max_mw,
+  if (need_mws > d.max_mw) {
+    return too_many("memory windows (max_mw)", need_mws, d.max_mw,
                     "max_clients (or set memory_windows: false)");
   }
   const uint64_t conns = sessions * c.max_connections_per_session;

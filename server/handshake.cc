@@ -105,13 +105,17 @@ rdma::CmId Server::Impl::OnConnectRequest(rdma_cm_event* ev) {
   auto mr =
       rdma::RegisterMr(dev->pd.get(), c->control.data(), c->control.size(), IBV_ACCESS_LOCAL_WRITE);
   Status posted = mr.status();
-  if (posted.ok()) {
+  const bool registered = mr.ok();
+  if (registered) {
     c->control_mr = std::move(mr).value();
     posted = rdma::PostRecv(id->qp, WrId(c->serial, WrKind::kHelloRecv), c->control.data(),
                             static_cast<uint32_t>(proto::kControlMessageMax), c->control_mr->lkey);
   }
   if (!posted.ok()) {
-    Reject(id, proto::RejectReason::kInternal, peer, "cannot set up the handshake");
+    // Out of registrations is the device's limit (no_resources, as for a QP or a window: a
+    // join refused so fails only its thread); a receive that cannot be posted is ours.
+    Reject(id, registered ? proto::RejectReason::kInternal : proto::RejectReason::kNoResources,
+           peer, "cannot set up the handshake");
     spdlog::error("connection from {}: {}", peer, posted.ToString());
     c->control_mr.reset();
     return owned;

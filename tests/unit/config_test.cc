@@ -346,6 +346,47 @@ TEST_CASE("issue 17 finding 4: lockd's limits are checked against the device's a
   CHECK(qps.message().find("max_qp") != std::string::npos);
 }
 
+// The start check counted one QP and one registration per session (max_clients + 1 QPs, + 3
+// registrations), where a client makes 3 connections at connect (the calling thread's, the
+// keeper's and the reaper's), each with a QP, a registration of its control buffer and 4
+// windows, and a session with windows registers its record too. A device over those limits let
+// lockd start and then refused clients below max_clients as `internal` (found by review,
+// 2026-12-06). Now the check counts what max_clients clients need at the least.
+TEST_CASE("lockd's start check counts every client's 3 connections and their registrations") {
+  rdmalock::lockd::Config c;
+  c.max_clients = 100;
+  c.max_connections_per_session = 3;
+  c.memory_windows = true;
+  std::string warning;
+  // 100 clients x 3 connections + lockd's loopback (one connection, and its client end's QP).
+  const rdmalock::lockd::DeviceLimits enough{"dev", 302, 3 + 300 + 1 + 101 + 1, 301 * 4};
+  auto ok = rdmalock::lockd::CheckDeviceLimits(c, enough, &warning);
+  INFO(ok.ToString());
+  CHECK(ok.ok());
+  const rdmalock::lockd::DeviceLimits few_qps{"dev", 301, 100000, 100000};
+  auto qps = rdmalock::lockd::CheckDeviceLimits(c, few_qps, &warning);
+  INFO(qps.ToString());
+  CHECK_FALSE(qps.ok());
+  CHECK(qps.message().find("holds 301 QPs (max_qp), and max_clients 100 needs 302") !=
+        std::string::npos);
+  const rdmalock::lockd::DeviceLimits few_mrs{"dev", 100000, 405, 100000};
+  auto mrs = rdmalock::lockd::CheckDeviceLimits(c, few_mrs, &warning);
+  INFO(mrs.ToString());
+  CHECK_FALSE(mrs.ok());
+  CHECK(mrs.message().find("(max_mr), and max_clients 100 needs 406") != std::string::npos);
+  const rdmalock::lockd::DeviceLimits few_mws{"dev", 100000, 100000, 1203};
+  auto mws = rdmalock::lockd::CheckDeviceLimits(c, few_mws, &warning);
+  INFO(mws.ToString());
+  CHECK_FALSE(mws.ok());
+  CHECK(mws.message().find("(max_mw), and max_clients 100 needs 1204") != std::string::npos);
+  // Without windows: no record registrations and no windows.
+  c.memory_windows = false;
+  const rdmalock::lockd::DeviceLimits no_windows{"dev", 302, 3 + 300 + 1 + 1, 0};
+  auto nw = rdmalock::lockd::CheckDeviceLimits(c, no_windows, &warning);
+  INFO(nw.ToString());
+  CHECK(nw.ok());
+}
+
 // lockd reads a stopped client's record when it fences it, within heartbeat_timeout_ms and two
 // ticks; waiters may recover its locks from (stall_factor - 1) x lease_ms after it stopped. A
 // configuration whose fence may come later is warned about at start (docs/protocol.md §11).
