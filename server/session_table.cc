@@ -101,21 +101,25 @@ std::vector<SessionTable::Dead> SessionTable::CheckLiveness(
     const std::function<bool(const Session&)>& qp_in_error) {
   std::vector<Dead> dead;
   for (auto& [sid, s] : sessions_) {
-    if (s->loopback) continue;
-    uint8_t* rec = RecordAt(s->index);
-    const uint64_t hb = Load64(rec, proto::SessionRecord::kHeartbeat);
-    if (hb != s->last_heartbeat) {
-      s->last_heartbeat = hb;
-      s->heartbeat_moved = now;
-      Store64(rec, proto::SessionRecord::kHeartbeatSeenUnixNs, UnixNs(wall));
-    } else if (s->counted && now - s->heartbeat_moved > heartbeat_timeout) {
-      const auto silent =
-          std::chrono::duration_cast<std::chrono::milliseconds>(now - s->heartbeat_moved);
-      dead.push_back({s, EndReason::kHeartbeatTimeout,
-                      "no heartbeat for " + std::to_string(silent.count()) +
-                          " ms (heartbeat_timeout_ms " + std::to_string(heartbeat_timeout.count()) +
-                          ")"});
-      continue;
+    // lockd's loopback writes no heartbeat: only its QP is checked (one in error, with no
+    // DISCONNECTED, kept its session and record for the rest of the run, and the recovery
+    // thread's reconnection took the record kept for the loopback from clients).
+    if (!s->loopback) {
+      uint8_t* rec = RecordAt(s->index);
+      const uint64_t hb = Load64(rec, proto::SessionRecord::kHeartbeat);
+      if (hb != s->last_heartbeat) {
+        s->last_heartbeat = hb;
+        s->heartbeat_moved = now;
+        Store64(rec, proto::SessionRecord::kHeartbeatSeenUnixNs, UnixNs(wall));
+      } else if (s->counted && now - s->heartbeat_moved > heartbeat_timeout) {
+        const auto silent =
+            std::chrono::duration_cast<std::chrono::milliseconds>(now - s->heartbeat_moved);
+        dead.push_back({s, EndReason::kHeartbeatTimeout,
+                        "no heartbeat for " + std::to_string(silent.count()) +
+                            " ms (heartbeat_timeout_ms " +
+                            std::to_string(heartbeat_timeout.count()) + ")"});
+        continue;
+      }
     }
     // A QP in the error state: a bad operation of the client or a transport failure (rdma_rxe
     // reports no async event for these). Checked every quarter heartbeat timeout, not every

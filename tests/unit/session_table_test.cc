@@ -205,6 +205,30 @@ TEST_CASE("session table: a QP in error at two checks in a row ends the session"
   CHECK(t.CheckLiveness(t0, {}, timeout, true, qp).empty());
 }
 
+// lockd's loopback session was skipped by the liveness checks altogether: it writes no heartbeat,
+// but its QP in error (with no DISCONNECTED event) left the session, and its record, for the
+// rest of the run. The recovery thread then reconnected as a second loopback session, which
+// took the record kept for the loopback from clients (found by review, 2026-12-06). Now a
+// loopback's QP in error ends it as a client's does; a silent heartbeat still never does.
+TEST_CASE("session table: a loopback session's QP in error ends it; its silence does not") {
+  Records mem(2);
+  SessionTable t(mem.data(), 2, 64);
+  const auto t0 = SessionTable::Clock::now();
+  auto lb = t.Allocate("lockd", "loopback", 1, true, {}, t0);
+  lb->counted = true;
+  t.Insert(lb);
+  bool in_error = false;
+  auto qp = [&](const Session&) { return in_error; };
+  const milliseconds timeout(1000);
+  CHECK(t.CheckLiveness(t0 + milliseconds(5000), {}, timeout, true, qp).empty());  // silent
+  in_error = true;
+  CHECK(t.CheckLiveness(t0 + milliseconds(5000), {}, timeout, true, qp).empty());  // first
+  auto dead = t.CheckLiveness(t0 + milliseconds(5000), {}, timeout, true, qp);
+  REQUIRE(dead.size() == 1);
+  CHECK(dead[0].session == lb);
+  CHECK(dead[0].reason == EndReason::kQpError);
+}
+
 TEST_CASE("session table: the holders of a slot are the sessions whose granted request shows") {
   Records mem(2);
   SessionTable t(mem.data(), 2, 64);
