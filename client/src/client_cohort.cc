@@ -281,13 +281,14 @@ bool Client::Impl::HandOver(LockHandle::State& s, ThreadChannel& c) {
   }
   // Never hand over a grant whose lease has run out: the release then says kLockLost, and
   // leaving kHeld passes the entry to the waiter, which queues at lockd. Nor one with less than
-  // half its lease left (a holder without renewal that kept it long): the new holder would lose
-  // it within milliseconds, where lockd gives it a whole lease; it goes back to lockd instead.
-  // A renewed grant has more: the keeper renews once a third of the lease has passed.
+  // a quarter of its lease left (a holder without renewal that kept it long): the new holder
+  // would lose it within milliseconds, where lockd gives it a whole lease; it goes back to lockd
+  // instead. A renewed grant has more: the keeper renews once a third of the lease has passed,
+  // so a late renewal has five twelfths of the lease before handovers stop.
   const LockEngine& engine = *s.ctx->session->engine;
   const Clock::time_point now = Clock::now();
   if (s.local_run >= sdk::kMaxLocalHandovers || !engine.LeaseValid(s.grant, now) ||
-      now >= s.grant.lease_start + engine.params().lease / 2) {
+      now >= s.grant.lease_start + engine.params().lease * 3 / 4) {
     return false;
   }
   const Bell *served = nullptr, *near = nullptr;
