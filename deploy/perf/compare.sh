@@ -27,6 +27,15 @@ if [ "${1:-}" != "--inside" ]; then
   out=${3:-$b/compare}
   mkdir -p "$out"
   out=$(cd "$out" && pwd)
+  # The run clears earlier results (below): only in a directory of this script's (its marker
+  # file, or the default) or an empty one, never a directory of the user's.
+  if [ -e "$out/.compare-results" ] || [ "$out" = "$b/compare" ] || [ -z "$(ls -A "$out")" ]; then
+    : >"$out/.compare-results"
+  else
+    echo "compare: $out holds files compare.sh did not make: give a new or empty directory" \
+      "(default BUILD_B/compare)" >&2
+    exit 2
+  fi
   cd "$root"
   # The guest does not inherit this shell's environment: ROUNDS and SECS go along explicitly.
   exec "$root/deploy/softroce/rxe-run" --timeout 1200 --share "$out" -- \
@@ -88,7 +97,8 @@ run() {  # side(A|B) name procs round args -> out/name.side.round.process.json
 }
 failures=0
 # Only this boot's results: OUT_DIR is kept between runs, and a scenario renamed or run with
-# fewer processes since would leave files the figures below would read as this run's.
+# fewer processes since would leave files the figures below would read as this run's. (OUT_DIR
+# is one of this script's: checked before the VM started.)
 rm -f "$out"/*.json "$out"/*.failed
 if [ -n "${ONLY:-}" ]; then
   kept=()

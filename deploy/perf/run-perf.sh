@@ -21,8 +21,18 @@ if [ "${1:-}" != "--inside" ]; then
   out=$(cd "$out" && pwd)
   # Only this boot's results: the figures below glob NAME.*.json, and perf.json takes in every
   # *.json here, so a scenario renamed or run with fewer processes since an earlier run would
-  # have mixed that run's files into this one's.
-  rm -f "$out"/*.json "$out"/*.timeline
+  # have mixed that run's files into this one's. They are cleared only in a directory of this
+  # script's (its marker file, or the default) or an empty one: never a directory of the user's
+  # (`run-perf.sh build` would have deleted build/compile_commands.json).
+  if [ -e "$out/.run-perf-results" ] || [ "$out" = "$root/build/perf" ] ||
+    [ -z "$(ls -A "$out")" ]; then
+    rm -f "$out"/*.json "$out"/*.timeline
+    : >"$out/.run-perf-results"
+  else
+    echo "run-perf: $out holds files run-perf.sh did not make: give a new or empty directory" \
+      "(default build/perf)" >&2
+    exit 2
+  fi
   "$root/deploy/install-deps.sh"
   # The CDF plot's gnuplot (Debian's, without X; it has the pngcairo terminal). The VM sees the
   # host's root file system, so what is installed here is there too. No plot is no failure.

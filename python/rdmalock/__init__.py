@@ -112,11 +112,12 @@ class RdmalockError(Exception):
         self.message = message
         super().__init__(f"{self.name}: {message}")
 
-    def __reduce__(self) -> Tuple[type, Tuple[int, str]]:
-        # Pickled and copied as the call that made it: Exception's own way calls the class with
-        # `args`, the formatted string alone (unpickling failed with a TypeError, so an error
-        # raised in a multiprocessing worker never reached its caller as RdmalockError).
-        return (type(self), (int(self.code), self.message))
+    def __reduce__(self) -> Tuple[type, Tuple[int, str], Dict[str, Any]]:
+        # Pickled and copied as the call that made it, with its attributes (notes added to it
+        # too): Exception's own way calls the class with `args`, the formatted string alone
+        # (unpickling failed with a TypeError, so an error raised in a multiprocessing worker
+        # never reached its caller as RdmalockError).
+        return (type(self), (int(self.code), self.message), self.__dict__)
 
 
 LostCallback = Callable[[RdmalockError], None]

@@ -63,6 +63,9 @@ def test_error_survives_pickling_and_copying():
             assert (back.code, back.name, back.message, str(back)) == \
                 (e.code, e.name, e.message, str(e))
     assert pickle.loads(pickle.dumps(RdmalockError(2, "m"))).code is ErrorCode.TIMEOUT
+    noted = RdmalockError(2, "m")
+    noted.shard = "a"  # an attribute the caller added goes along
+    assert pickle.loads(pickle.dumps(noted)).shard == "a"
 
 
 def test_issue17_finding8_the_options_carry_the_module_own_size():

@@ -30,7 +30,5 @@ for prefix in "$dir/usr/local" "$dir/opt/rdma lock"; do
   done
   doc=$(sed -n 's/^Documentation=file://p' "$unit" | sed 's/%20/ /g')
   [ -f "$doc" ] || { echo "Documentation= names '$doc', which was not installed"; exit 1; }
-  grep -q "^$prefix/lib/systemd/system/lockd.service\$" "$build/install_manifest.txt" ||
-    { echo "lockd.service is not in install_manifest.txt"; exit 1; }
 done
 echo "installed lockd.service runs the installed lockd"
