@@ -437,6 +437,8 @@ class [[gnu::visibility("hidden")]] Client::Impl
   std::shared_ptr<const Session> latest_session() const EXCLUDES(mu_);
   // The current session; null while reconnecting.
   std::shared_ptr<const Session> session() const EXCLUDES(mu_);
+  // Whether `s` is still the current session, without mu_ (one atomic load of gen_).
+  bool IsCurrent(const Session& s) const { return gen_.load(std::memory_order_acquire) == s.gen; }
 
   // ---- Channels and sessions (client_channels.cc)
   // This thread's channel in the current session, connected on first use. The fast path reads a

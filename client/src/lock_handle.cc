@@ -230,8 +230,8 @@ Status ReleaseRider(LockHandle::State& r, Client::Impl* impl,
   // meanwhile looked lost). A lapsed lease is never renewed again. And the grant's session must
   // still be the client's: after its end (another thread found it broken, and its EndLeases has
   // not come to the grant yet) the lock is lost, as a plain holder's release says (ReleaseHeld).
-  // The session is read before the grant's mu, as ReleaseHeld reads it.
-  const bool current = impl != nullptr && impl->session() == c.ctx->session;
+  // One atomic load, no client-wide mutex: this is a shared release's fast path.
+  const bool current = impl != nullptr && impl->IsCurrent(*c.ctx->session);
   bool held = false;
   {
     MutexLock lk(&c.mu);
