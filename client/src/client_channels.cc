@@ -256,15 +256,29 @@ Status Client::Impl::WaitForSession(Clock::time_point until) {
   return WaitForSessionLocked(lk, until);
 }
 
+namespace {
+// The calling thread's channel of the client it used last (Client::Impl::Channel's fast path).
+struct ChannelCache {
+  const Client::Impl* impl = nullptr;
+  uint64_t nonce = 0;
+  uint64_t gen = 0;
+  std::shared_ptr<ThreadChannel> ch;  // keeps the channel alive while this thread uses it
+};
+thread_local ChannelCache cache;
+}  // namespace
+
+void Client::Impl::CountRiderRelease(bool released) {
+  const uint64_t gen = gen_.load(std::memory_order_acquire);
+  if (cache.impl == this && cache.nonce == nonce_ && cache.gen == gen && gen != 0) {
+    ++(released ? cache.ch->releases : cache.ch->lost);
+    return;
+  }
+  MutexLock lk(&mu_);
+  ++(released ? retired_.releases : retired_.lost);
+}
+
 Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline,
                                                   const LockHandle::State* dropping) {
-  struct Cache {
-    const Impl* impl = nullptr;
-    uint64_t nonce = 0;
-    uint64_t gen = 0;
-    std::shared_ptr<ThreadChannel> ch;  // keeps the channel alive while this thread uses it
-  };
-  thread_local Cache cache;
   if (inherited()) return InheritedError();  // before any lock: a parent's thread may hold it
   const uint64_t gen = gen_.load(std::memory_order_acquire);
   if (cache.impl == this && cache.nonce == nonce_ && cache.gen == gen && gen != 0) {

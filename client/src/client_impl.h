@@ -440,6 +440,11 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // Whether `s` is still the current session, without mu_ (one atomic load of gen_).
   bool IsCurrent(const Session& s) const { return gen_.load(std::memory_order_acquire) == s.gen; }
 
+  // Counts a rider's release (cohort.h) that was not its grant's last, so that released
+  // (`released`) or found lost: on this thread's channel when it has one in the current session
+  // (its counters are this thread's to write), else among the retired counters (under mu_).
+  void CountRiderRelease(bool released) EXCLUDES(mu_);
+
   // ---- Channels and sessions (client_channels.cc)
   // This thread's channel in the current session, connected on first use. The fast path reads a
   // thread-local cache. While the client reconnects, waits for the new session until `deadline`.

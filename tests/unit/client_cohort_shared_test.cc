@@ -421,3 +421,45 @@ TEST_CASE("cohort shared: a reader whose session ends as its grant is shared get
   CHECK(r.status().code() == ErrorCode::kConnection);
   CHECK_FALSE(fail_once->load());  // the hook ran
 }
+
+TEST_CASE(
+    "cohort shared: every reader's release counts in the client's releases, on any thread, and "
+    "a reader's lost release in its losses") {
+  testing::FakeLockd::Options fo;
+  fo.lease = 300ms;
+  testing::FakeLockd lockd(fo);
+  auto c = ConnectTo("shared-counted", lockd);
+  const ClientStats before = c->Stats();
+  std::vector<LockHandle> readers;
+  for (int i = 0; i < 4; ++i) {
+    auto r = c->LockSlot(11, Reader());
+    REQUIRE(r.ok());
+    readers.push_back(std::move(*r));
+  }
+  REQUIRE(c->Stats().local_shares - before.local_shares == 3);
+  REQUIRE(readers[0].Release().ok());
+  // A thread that never used the client (it has no connection of its own) releases one.
+  Status other_thread;
+  std::thread([&] { other_thread = readers[1].Release(); }).join();
+  REQUIRE(other_thread.ok());
+  REQUIRE(readers[2].Release().ok());
+  REQUIRE(readers[3].Release().ok());  // the last reader: the grant goes back to lockd
+  const ClientStats after = c->Stats();
+  CHECK(after.acquires - before.acquires == 4);
+  CHECK(after.releases - before.releases == 4);
+  CHECK(after.lost == before.lost);
+
+  // Two readers whose lease ran out: the first one's release is not the last.
+  auto r0 = c->LockSlot(12, Reader());
+  REQUIRE(r0.ok());
+  auto r1 = c->LockSlot(12, Reader());
+  REQUIRE(r1.ok());
+  ClientTestPeer::PauseRenewals(*c, true);
+  REQUIRE(WaitFor([&] { return r1->state() == LockState::kLost; }));
+  CHECK(r1->Release().code() == ErrorCode::kLockLost);
+  CHECK(r0->Release().code() == ErrorCode::kLockLost);
+  ClientTestPeer::PauseRenewals(*c, false);
+  const ClientStats end = c->Stats();
+  CHECK(end.releases == after.releases);
+  CHECK(end.lost - after.lost == 2);
+}
