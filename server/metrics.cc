@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -128,12 +129,17 @@ class BoundedTaskQueue : public httplib::TaskQueue {
 
 struct MetricsServer::Impl {
   httplib::Server http;
+  std::atomic<bool> listener_done{false};  // the listening thread has returned
   std::thread thread;
 };
 
 MetricsServer::MetricsServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 MetricsServer::~MetricsServer() {
+  // cpp-httplib's stop() (0.11) does nothing until the listening thread has entered its loop:
+  // stopped before that, the loop ran for ever and this join with it (a lockd stopped just
+  // after its start). Wait for the loop (a thread that is starting: microseconds), or its end.
+  while (!impl_->http.is_running() && !impl_->listener_done.load()) std::this_thread::yield();
   impl_->http.stop();
   if (impl_->thread.joinable()) impl_->thread.join();
 }
@@ -164,7 +170,10 @@ Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& a
                      "; set metrics_address to a free HOST:PORT, or \"\" to serve no metrics");
   }
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->http.listen_after_bind(); });
+  impl->thread = std::thread([raw] {
+    raw->http.listen_after_bind();
+    raw->listener_done = true;
+  });
   spdlog::info("metrics: serving Prometheus text at http://{}/metrics", address);
   return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(impl)));
 }

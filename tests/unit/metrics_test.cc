@@ -1,8 +1,18 @@
 // server/metrics_render: GET /metrics' text from counters, constants and a lock table in plain
 // memory (no verbs, no HTTP).
+#include "server/metrics.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstring>
+#include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "rdmalock/proto/handshake.h"
@@ -144,4 +154,43 @@ TEST_CASE("metrics: lock-table occupancy and requests counted between scrapes") 
   // Unchanged since: the counter stays.
   const std::string third = RenderMetrics(src, sampler, std::chrono::system_clock::now());
   CHECK(Value(third, "rdmalock_lockd_lock_requests_total") == "4");
+}
+
+TEST_CASE("metrics: a server stopped as soon as it started stops (its listener never hangs)") {
+  // cpp-httplib's stop() does nothing until the listening thread has begun its loop; a lockd
+  // stopped right after its start waited for that thread for ever (SIGTERM just after start).
+  std::promise<int> done;
+  auto finished = done.get_future();
+  // A free port (metrics_address takes no port 0), for every server in turn.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0);
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0);
+  close(fd);
+  const std::string address = "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+  std::string first_error;
+  std::thread runs([&] {
+    int started = 0;
+    for (int i = 0; i < 2000; ++i) {
+      auto s = MetricsServer::Start(address, [] { return std::string(); });
+      if (!s.ok()) {
+        first_error = s.status().ToString();
+        break;
+      }
+      ++started;
+    }  // each one destroyed at once
+    done.set_value(started);
+  });
+  const bool in_time = finished.wait_for(std::chrono::seconds(120)) == std::future_status::ready;
+  if (!in_time) {
+    runs.detach();  // stuck in a join: leave it (the process ends with the tests)
+    FAIL("a MetricsServer destroyed right after Start did not stop within 120 s");
+  }
+  runs.join();
+  INFO(first_error);
+  CHECK(finished.get() == 2000);
 }
