@@ -45,6 +45,16 @@ Status Campaign::NewLease() {
                             etcd_->GrantLease(config_.etcd_lease_ttl_s, milliseconds(2000)));
   lease_ = l.id;
   ttl_ = std::chrono::seconds(l.ttl_s);
+  if (l.ttl_s > int64_t{config_.etcd_lease_ttl_s} && !warned_ttl_) {
+    // etcd's minimum TTL is 1.5 election timeouts. Fencing and the takeover grace use the TTL
+    // granted; the operator should know that failover takes that long.
+    spdlog::warn(
+        "shard {}: etcd granted a lease TTL of {} s for etcd_lease_ttl_s {} (its minimum, 1.5 "
+        "election timeouts); the takeover grace counts {} s (set etcd_lease_ttl_s to {} to say "
+        "so)",
+        config_.shard, l.ttl_s, config_.etcd_lease_ttl_s, l.ttl_s, l.ttl_s);
+    warned_ttl_ = true;
+  }
   // Membership, for operators (lockctl cluster): this lockd is a member of the shard while its
   // lease lives. Best effort: the campaign does not depend on it.
   if (Status st = etcd_->Put(prefix_ + "members/" + me_, me_, lease_, milliseconds(2000));
@@ -57,6 +67,11 @@ Status Campaign::NewLease() {
   deadline_ns_.store(deadline_.time_since_epoch().count());
   next_refresh_ = sent + ttl_ / 6;
   return Status::Ok();
+}
+
+uint64_t Campaign::TakeoverGraceMs() const {
+  // The TTL etcd enforces, not only the one configured: the old primary served on such a lease.
+  return config_.TakeoverGraceMs(ttl_s());
 }
 
 Result<bool> Campaign::Refresh(milliseconds timeout) {

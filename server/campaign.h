@@ -15,6 +15,7 @@
 // not it can reach etcd: a primary cut off from etcd fences itself before anyone can replace it.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -47,6 +48,15 @@ class Campaign {
   // etcd says the lease or the key is gone. Waits at most until the next refresh is due (or
   // `stop`).
   bool Hold(const std::atomic<bool>& stop);
+
+  // The takeover grace a new primary waits before it serves, after Win (Config::TakeoverGraceMs).
+  // The campaign's thread.
+  uint64_t TakeoverGraceMs() const;
+  // The TTL etcd granted the campaign's lease (at least etcd_lease_ttl_s). The campaign's thread.
+  uint64_t ttl_s() const {
+    return std::max<uint64_t>(config_.etcd_lease_ttl_s,
+                              std::chrono::duration_cast<std::chrono::seconds>(ttl_).count());
+  }
 
   // Gives up the primary key at a clean stop (revokes the lease), so a standby need not wait for
   // it to expire (it still waits the takeover grace).
@@ -87,7 +97,8 @@ class Campaign {
   std::string prefix_;  // /rdmalock/<cluster>/shard/<shard>/
   std::string me_;      // what we write in the primary key: our advertised HOST:PORT
   int64_t lease_ = 0;
-  std::chrono::milliseconds ttl_{0};
+  std::chrono::milliseconds ttl_{0};  // the TTL etcd granted (it may raise the one asked for)
+  bool warned_ttl_ = false;           // that etcd raised it, logged once
   std::chrono::milliseconds margin_{0};
   Clock::time_point deadline_{};
   std::atomic<Clock::rep> deadline_ns_{0};  // deadline_, for other threads

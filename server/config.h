@@ -93,9 +93,10 @@ struct Config {
   // A new primary serves only once every lease of the old one has ended: the old primary's
   // clients stop trusting it T after its last tick, which came no later than its etcd lease's
   // end; their leases end L after their last renewal at the latest.
-  uint64_t TakeoverGraceMs() const {
-    return std::max<uint64_t>(GraceMs(),
-                              lease_ms + uint64_t{etcd_lease_ttl_s} * 1000 + LivenessTimeoutMs());
+  // etcd_ttl_s: the TTL etcd grants (it raises one below its minimum), if more than configured.
+  uint64_t TakeoverGraceMs(uint64_t etcd_ttl_s = 0) const {
+    const uint64_t ttl_s = std::max<uint64_t>(etcd_lease_ttl_s, etcd_ttl_s);
+    return std::max<uint64_t>(GraceMs(), lease_ms + ttl_s * 1000 + LivenessTimeoutMs());
   }
   // The event loop's tick (heartbeat and QP checks, the info page's clock): a fraction of the
   // heartbeat timeout, no finer, within 5 ms to 1 s.

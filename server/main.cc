@@ -178,7 +178,7 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
       auto epoch = (*campaign)->Win(stop);
       if (!epoch.ok()) continue;  // stopped
       Config c = config;
-      c.restart_grace_ms = config.TakeoverGraceMs();
+      c.restart_grace_ms = (*campaign)->TakeoverGraceMs();
       {
         rdmalock::MutexLock lock(&live_mu);
         c.auth_key_file = key_file;
@@ -187,7 +187,7 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
           "primary of shard {} (epoch {}), advertised as {}; serving after the takeover grace of "
           "{} ms (lease {} ms + etcd lease {} s + liveness timeout {} ms) [won_mono_ns={}]",
           config.shard, *epoch, config.Advertised(), c.restart_grace_ms, config.lease_ms,
-          config.etcd_lease_ttl_s, config.LivenessTimeoutMs(),
+          (*campaign)->ttl_s(), config.LivenessTimeoutMs(),
           MonoNs(std::chrono::steady_clock::now()));
       // The lease is kept by a thread of its own from here on: creating the server and probing
       // its loopback can take a while, and the deadline does not wait. When the lease is lost,

@@ -41,7 +41,8 @@ inline uint16_t FreePort() {
 // same CA (ca(), cert(), key() give a client's files).
 class LocalEtcd {
  public:
-  explicit LocalEtcd(bool tls = false) {
+  // `extra`: more of etcd's flags (e.g. its election timeout).
+  explicit LocalEtcd(bool tls = false, const std::vector<std::string>& extra = {}) {
     char tmpl[] = "/tmp/rdmalock-etcd-XXXXXX";
     REQUIRE(mkdtemp(tmpl) != nullptr);
     dir_ = tmpl;
@@ -72,6 +73,7 @@ class LocalEtcd {
         args.push_back(a);
       }
     }
+    for (const std::string& a : extra) args.push_back(a);
     pid_ = fork();
     REQUIRE(pid_ >= 0);
     if (pid_ == 0) {

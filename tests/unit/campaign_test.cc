@@ -392,3 +392,25 @@ TEST_CASE("campaign: a win etcd cannot confirm uses up no epoch", "[etcd]") {
   CHECK_FALSE(epoch->has_value());
   (*a)->Resign();
 }
+
+TEST_CASE("campaign: the takeover grace counts the TTL etcd granted when etcd raised it",
+          "[etcd]") {
+  // etcd raises a lease's TTL to its minimum, 1.5 election timeouts (rounded up): with a 2.4 s
+  // election timeout, the 2 s asked for become 4 s. The old primary serves on that lease up to
+  // 2/3 of it past its last confirmed read, and its clients trust it until T after its fence; a
+  // new primary's grace (lease + TTL + T) must count the TTL etcd enforces, not the one asked.
+  LocalEtcd server(false, {"--heartbeat-interval=200", "--election-timeout=2400"});
+  rdmalock::lockd::Config config = ShardConfig(server.url(), "10.0.0.1:7471");
+  auto a = rdmalock::lockd::Campaign::Create(config);
+  REQUIRE(a.ok());
+  std::atomic<bool> stop{false};
+  REQUIRE((*a)->Win(stop).ok());
+  auto e = etcd::Client::Create({server.url()});
+  REQUIRE(e.ok());
+  auto grant = (*e)->GrantLease(config.etcd_lease_ttl_s, milliseconds(2000));
+  REQUIRE(grant.ok());
+  INFO("etcd granted " << grant->ttl_s << " s for " << config.etcd_lease_ttl_s << " s");
+  REQUIRE(grant->ttl_s > int64_t{config.etcd_lease_ttl_s});  // else the test shows nothing
+  CHECK((*a)->TakeoverGraceMs() >=
+        config.lease_ms + uint64_t(grant->ttl_s) * 1000 + config.LivenessTimeoutMs());
+}
