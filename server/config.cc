@@ -168,6 +168,8 @@ Status Validate(const Config& c) {
       return Error(ErrorCode::kConfig,
                    "etcd_endpoints is set but shard is not: name the shard this lockd serves");
     }
+    RDMALOCK_RETURN_IF_ERROR(etcd::CheckTlsEndpoints(
+        c.etcd_endpoints, {c.etcd_ca_file, c.etcd_cert_file, c.etcd_key_file}));
     if (c.etcd_cert_file.empty() != c.etcd_key_file.empty()) {
       return Error(ErrorCode::kConfig,
                    "etcd_cert_file and etcd_key_file go together: give both or neither");

@@ -146,6 +146,20 @@ Client::Client(std::vector<Endpoint> endpoints, Tls tls)
 }
 Client::~Client() = default;
 
+Status CheckTlsEndpoints(const std::vector<std::string>& endpoints, const Tls& tls) {
+  if (tls.ca_file.empty() && tls.cert_file.empty() && tls.key_file.empty()) return Status::Ok();
+  for (const std::string& e : endpoints) {
+    if (e.rfind("https://", 0) != 0) {
+      return Error(ErrorCode::kConfig,
+                   "etcd endpoint " + e +
+                       " is not https://, but etcd TLS files are given (CA, certificate or key): "
+                       "they apply only to https:// endpoints; write https://, or drop the files "
+                       "to talk to etcd in plain text");
+    }
+  }
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<Client>> Client::Create(const std::vector<std::string>& endpoints,
                                                const Tls& tls) {
   if (endpoints.empty()) return Error(ErrorCode::kConfig, "no etcd endpoint given");
@@ -164,6 +178,7 @@ Result<std::unique_ptr<Client>> Client::Create(const std::vector<std::string>& e
     RDMALOCK_ASSIGN_OR_RETURN(auto hp, ParseEndpoint(e));
     parsed.push_back({e, hp.first, hp.second, e.substr(0, 8) == "https://"});
   }
+  RDMALOCK_RETURN_IF_ERROR(CheckTlsEndpoints(endpoints, tls));
   return std::unique_ptr<Client>(new Client(std::move(parsed), tls));
 }
 

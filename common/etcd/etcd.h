@@ -53,6 +53,10 @@ struct Tls {
   std::string key_file;
 };
 
+// TLS files apply only to https:// endpoints: with any of them set, an http:// endpoint is a
+// kConfig error that names it (its traffic would go in plain text, the files unused).
+Status CheckTlsEndpoints(const std::vector<std::string>& endpoints, const Tls& tls);
+
 class Client {
  public:
   using Ms = std::chrono::milliseconds;

@@ -240,6 +240,10 @@ TEST_CASE("cluster keys: etcd endpoints, shard, advertise address, TTL; what eac
   CHECK(msg("etcd_endpoints: [http://e:2379]\naddress: 10.0.0.1\nshard: a/b\n")
             .find("letters, digits") != std::string::npos);
   CHECK(msg("etcd_lease_ttl_s: 1\n").find("out of range") != std::string::npos);
+  // TLS files with an http:// endpoint would be unused and the campaign in plain text.
+  CHECK(msg("etcd_endpoints: [http://e:2379]\naddress: 10.0.0.1\nshard: a\n"
+            "etcd_ca_file: /etc/hostname\n")
+            .find("http://e:2379") != std::string::npos);
   auto adv = ParseConfig(
       "etcd_endpoints: [http://e:2379]\nshard: a\nadvertise_address: 10.0.0.1:7000\n", "a.yaml");
   REQUIRE(adv.ok());

@@ -105,6 +105,18 @@ TEST_CASE("etcd: endpoints are http://HOST:PORT, and a bad one is named", "[etcd
   auto missing = etcd::Client::Create({"https://h:2379"}, {"/nonexistent/ca.crt", "", ""});
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.status().message().find("/nonexistent/ca.crt") != std::string::npos);
+  // TLS files with an http:// endpoint: that endpoint would carry the traffic in plain text, the
+  // files silently unused (a typo of the scheme). Refused, naming the endpoint.
+  for (const std::vector<std::string>& eps :
+       {std::vector<std::string>{"http://h:2379"},
+        std::vector<std::string>{"https://h:2379", "http://g:2379"}}) {
+    auto plain = etcd::Client::Create(eps, {"/etc/hostname", "", ""});
+    INFO(eps.back());
+    REQUIRE_FALSE(plain.ok());
+    CHECK(plain.status().code() == ErrorCode::kConfig);
+    CHECK(plain.status().message().find(eps.back()) != std::string::npos);
+  }
+  CHECK(etcd::Client::Create({"https://h:2379", "https://g:2379"}, {"/etc/hostname", "", ""}).ok());
 }
 
 TEST_CASE("etcd: keys, transactions and leases against a real etcd", "[etcd]") {
