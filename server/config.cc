@@ -11,6 +11,7 @@
 
 #include "common/duration.h"
 #include "common/etcd/etcd.h"
+#include "common/yaml_keys.h"
 #include "rdmalock/proto/layout.h"
 #include "server/acl.h"
 #include "server/budgets.h"
@@ -239,6 +240,7 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
   if (!root.IsMap()) {
     return Error(ErrorCode::kConfig, origin + ": the top level must be a mapping of keys");
   }
+  if (auto d = FindDuplicateKey(root)) return Error(ErrorCode::kConfig, d->Message(origin));
   try {
     for (const auto& kv : root) {
       const std::string key = kv.first.as<std::string>();

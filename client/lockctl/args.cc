@@ -14,6 +14,7 @@
 
 #include "common/cli_decimal.h"
 #include "common/duration.h"
+#include "common/yaml_keys.h"
 
 namespace lockctl {
 
@@ -50,11 +51,15 @@ namespace {
 bool LoadYaml(const std::string& text, const std::string& path, YAML::Node* root) {
   try {
     *root = YAML::Load(text);
-    return true;
   } catch (const YAML::Exception& e) {
     std::cerr << "lockctl: " << path << ":" << e.mark.line + 1 << ": " << e.msg << "\n";
     return false;
   }
+  if (auto d = rdmalock::FindDuplicateKey(*root)) {
+    std::cerr << "lockctl: " << d->Message(path) << "\n";
+    return false;
+  }
+  return true;
 }
 
 // A time flag: CLI11 takes its text (shown as DURATION in --help) and ParseArgs converts it after

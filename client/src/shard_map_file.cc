@@ -13,6 +13,8 @@
 #include <sstream>
 #include <string>
 
+#include "common/yaml_keys.h"
+
 namespace rdmalock {
 
 Result<ClusterMap> ReadClusterMapFile(const std::string& path) {
@@ -28,6 +30,7 @@ Result<ClusterMap> ReadClusterMapFile(const std::string& path) {
   } catch (const YAML::Exception& e) {
     return Error(ErrorCode::kConfig, path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }
+  if (auto d = FindDuplicateKey(root)) return Error(ErrorCode::kConfig, d->Message(path));
   auto bad = [&](const YAML::Node& n, const std::string& why) {
     return Error(ErrorCode::kConfig, path + ":" + std::to_string(n.Mark().line + 1) + ": " + why);
   };

@@ -259,6 +259,20 @@ TEST_CASE("c api cluster: rdmalock_cluster_open refuses what it cannot use, nami
   TempFile twice("shards:\n  - {name: a, server: h}\n  - {name: a, server: i}\n");
   o.shard_map_file = twice.path.c_str();
   CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_CONFIG);
+  // A key written twice: yaml-cpp keeps one value, so the shards of a second `shards:` block
+  // went unused by every client (found by review, 2026-12-06).
+  TempFile two_blocks("shards:\n  - {name: a, server: h}\nshards:\n  - {name: b, server: i}\n");
+  o.shard_map_file = two_blocks.path.c_str();
+  CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_CONFIG);
+  CHECK(std::string(rdmalock_last_error())
+            .find(two_blocks.path + ":3: key 'shards' appears twice (also line 1)") !=
+        std::string::npos);
+  TempFile two_servers("shards:\n  - name: a\n    server: h\n    server: i\n");
+  o.shard_map_file = two_servers.path.c_str();
+  CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_CONFIG);
+  CHECK(std::string(rdmalock_last_error())
+            .find(two_servers.path + ":4: key 'server' appears twice (also line 3)") !=
+        std::string::npos);
   TempFile not_yaml("shards: [\n");
   o.shard_map_file = not_yaml.path.c_str();
   CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_CONFIG);

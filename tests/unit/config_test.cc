@@ -68,6 +68,10 @@ TEST_CASE("bad configs name the file, line and key") {
   check("metrics_address: 127.0.0.1:0\n", "not in 1..65535");
   check("metrics_address: ::1:9477\n", "without brackets");
   check("max_connects_per_second: -5\n", "key 'max_connects_per_second'");
+  // A key written twice: yaml-cpp kept one of the values without a word.
+  auto twice = ParseConfig("port: 1\nlease_ms: 1000\nlease_ms: 2000\n", "t.yaml");
+  REQUIRE(twice.status().code() == ErrorCode::kConfig);
+  CHECK(twice.status().message() == "t.yaml:3: key 'lease_ms' appears twice (also line 2)");
 }
 
 TEST_CASE("time keys take durations as people write them, and plain numbers as before") {
