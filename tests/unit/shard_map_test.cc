@@ -3,6 +3,7 @@
 #include <map>
 #include <string>
 
+#include "rdmalock/client.h"
 #include "rdmalock/cluster.h"
 
 using rdmalock::ClusterMap;
@@ -77,4 +78,34 @@ TEST_CASE("rendezvous hashing: even spread, order-free, and a new shard moves on
   REQUIRE(moved < n * 0.37);
   // One shard: everything there.
   REQUIRE(ShardForName(Map({"only"}), "anything") == 0);
+}
+
+// Every client must map a name to the same slot and the same shard, whatever machine and build it
+// runs on: the mapping is XXH3-64 (seed 0 for the slot; seeded with the shard name's XXH3-64 for
+// the shard), whose output xxHash froze in 0.8.0 (CMakeLists.txt requires libxxhash >= 0.8.0).
+// These values were computed with the C library outside the SDK (xxHash 0.8.1); XXH3-64 of ""
+// is the reference vector 0x2D06800538D394C2. A build whose mapping differs fails here.
+TEST_CASE("names map to slots and shards by XXH3-64 as xxHash 0.8 froze it (known values)") {
+  CHECK(rdmalock::SlotForName("", uint64_t{1} << 63) == 0x2D06800538D394C2 % (uint64_t{1} << 63));
+  struct Known {
+    const char* name;
+    uint64_t slot_of_65536, slot_of_1000;
+    const char* shard;  // of shard-a and shard-b
+  };
+  const Known known[] = {
+      {"orders/42", 63829, 565, "shard-b"},
+      {"lock-0", 22637, 685, "shard-b"},
+      {"a", 19999, 719, "shard-b"},
+      {"a-somewhat-longer-lock-name-of-more-than-sixteen-bytes/with/a/path/0123456789", 806, 598,
+       "shard-a"},
+  };
+  const ClusterMap two = Map({"shard-a", "shard-b"});
+  const ClusterMap reversed = Map({"shard-b", "shard-a"});
+  for (const Known& k : known) {
+    INFO(k.name);
+    CHECK(rdmalock::SlotForName(k.name, 65536) == k.slot_of_65536);
+    CHECK(rdmalock::SlotForName(k.name, 1000) == k.slot_of_1000);
+    CHECK(two.shards[ShardForName(two, k.name)].name == k.shard);
+    CHECK(reversed.shards[ShardForName(reversed, k.name)].name == k.shard);
+  }
 }
