@@ -103,7 +103,7 @@ void LockTableSampler::Render(PromText& p) {
       requests_ += proto::RequestsBetween(proto::Word0::Decode(word0_[slot]), gen_[slot], w, gen);
     }
     word0_[slot] = w.Encode();
-    gen_[slot] = gen;
+    gen_[slot] = sampled_ ? proto::GenerationSeen(gen_[slot], w, gen) : gen;
   }
   sampled_ = true;
   p.Family("rdmalock_lockd_lock_slots", "gauge", "slots in the lock table (lock_count)");
@@ -124,7 +124,7 @@ void LockTableSampler::Render(PromText& p) {
   p.Sample(frozen);
   p.Family("rdmalock_lockd_lock_requests_total", "counter",
            "lock requests (FETCH_AND_ADDs) seen queueing in the table, counted at each scrape "
-           "(a slot with over 65535 requests between two scrapes is undercounted)");
+           "(withdrawn requests between two scrapes may go uncounted)");
   p.Sample(requests_);
   p.Family("rdmalock_lockd_table_scan_seconds", "gauge",
            "how long this scrape took to read the lock table");

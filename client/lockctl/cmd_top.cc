@@ -69,7 +69,7 @@ int CmdTop(const Common& c, int interval_ms, int rows, int iterations,
       Prev& p = prev[v.slot];
       const uint64_t queued =
           have_prev ? rdmalock::proto::RequestsBetween(p.word, p.generation, word, gen) : 0;
-      p = {word, gen};
+      p = {word, have_prev ? rdmalock::proto::GenerationSeen(p.generation, word, gen) : gen};
       if (holders > 0) ++held;
       waiting += w;
       if (w > 0) ++contended;

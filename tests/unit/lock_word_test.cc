@@ -68,12 +68,18 @@ TEST_CASE("occupancy: holders and waiters from the counters") {
   REQUIRE_FALSE(m.exclusive_held);
 }
 
-TEST_CASE("requests between two readings: modulo 2^16, and after a reset what the word shows") {
-  const Word0 before{.max_s = 10, .max_x = 65530};
-  REQUIRE(RequestsBetween(before, 7, Word0{.max_s = 12, .max_x = 65535}, 7) == 7);
-  REQUIRE(RequestsBetween(before, 7, Word0{.max_s = 10, .max_x = 4}, 7) == 10);  // wrapped
-  REQUIRE(RequestsBetween(before, 7, Word0{.max_s = 1, .max_x = 2}, 8) == 3);    // reset
+TEST_CASE(
+    "requests between two readings: the counters' rise, and after a reset what the word shows") {
+  const Word0 before{.max_s = 10, .max_x = 30000};
+  REQUIRE(RequestsBetween(before, 7, Word0{.max_s = 12, .max_x = 30005}, 7) == 7);
+  REQUIRE(RequestsBetween(before, 7, Word0{.max_s = 9, .max_x = 29999}, 7) == 0);  // withdrawn
+  REQUIRE(RequestsBetween(before, 7, Word0{.max_s = 1, .max_x = 2}, 8) == 3);      // reset
   REQUIRE(RequestsBetween(before, 7, before, 7) == 0);
+  // A frozen word with a new generation: the reset's bump landed, its word0 CAS not yet.
+  const Word0 frozen{.max_s = 10, .max_x = kCountMax};
+  REQUIRE(RequestsBetween(before, 7, frozen, 8) == kCountMax - 30000);
+  REQUIRE(GenerationSeen(7, frozen, 8) == 7);
+  REQUIRE(GenerationSeen(7, Word0{.max_x = 2}, 8) == 8);
 }
 
 TEST_CASE("recovered word marks everything up to the waiter as done") {

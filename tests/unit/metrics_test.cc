@@ -156,6 +156,73 @@ TEST_CASE("metrics: lock-table occupancy and requests counted between scrapes") 
   CHECK(Value(third, "rdmalock_lockd_lock_requests_total") == "4");
 }
 
+TEST_CASE(
+    "metrics: a scrape between a reset's generation bump and its word0 counts nothing twice") {
+  // A reset bumps the generation (word1) first, then zeroes word0: a scrape in between reads
+  // the frozen word0 with the new generation. Read as a reset, it counted the frozen word's
+  // 32,768 requests again, and the next scrape, same generation and a word0 back near 0, the
+  // wrap-around of the difference: about 65,000 requests that never were.
+  Config config;
+  config.lock_count = 1;
+  Counters counters;
+  std::atomic<uint64_t> connected{0};
+  Table table(config.lock_count);
+  const proto::Word0 frozen{0, proto::kCountMax, 0, proto::kCountMax};
+  table.Set(0, proto::Word0{0, proto::kCountMax - 2, 0, proto::kCountMax - 2}, 5);
+  LockTableSampler sampler(table.data(), config.lock_count);
+  MetricsSource src;
+  src.config = &config;
+  src.counters = &counters;
+  src.connected = &connected;
+  const auto scrape = [&] {
+    return Value(RenderMetrics(src, sampler, std::chrono::system_clock::now()),
+                 "rdmalock_lockd_lock_requests_total");
+  };
+  CHECK(scrape() == "0");
+  table.Set(0, frozen, 5);  // two more requests froze it
+  CHECK(scrape() == "2");
+  table.Set(0, frozen, 6);  // the reset's generation bump, word0 not yet zeroed
+  CHECK(scrape() == "2");
+  table.Set(0, proto::Word0{0, 3, 0, 0}, 6);  // zeroed; three requests since
+  CHECK(scrape() == "5");
+  // A reset whose word0 CAS failed after its bump (another reset won), then the winner's: one
+  // bump, the frozen word, a second bump, the new word.
+  table.Set(0, frozen, 7);
+  CHECK(scrape() == "32770");  // 3 to 32,768 in generation 6
+  table.Set(0, frozen, 8);
+  CHECK(scrape() == "32770");
+  table.Set(0, proto::Word0{1, 0, 0, 0}, 8);
+  CHECK(scrape() == "32771");
+}
+
+TEST_CASE("metrics: a request that withdrew between two scrapes is not counted as 65,535") {
+  // A try-lock on a held lock takes a ticket (FETCH_AND_ADD) and gives it back (a CAS that takes
+  // maxX down again); so does a request that times out at the end of the queue. A scrape that
+  // saw the ticket and one after it saw maxX one lower: its difference, modulo 2^16, was 65,535.
+  Config config;
+  config.lock_count = 1;
+  Counters counters;
+  std::atomic<uint64_t> connected{0};
+  Table table(config.lock_count);
+  table.Set(0, proto::Word0{0, 1, 0, 0}, 3);  // held
+  LockTableSampler sampler(table.data(), config.lock_count);
+  MetricsSource src;
+  src.config = &config;
+  src.counters = &counters;
+  src.connected = &connected;
+  const auto scrape = [&] {
+    return Value(RenderMetrics(src, sampler, std::chrono::system_clock::now()),
+                 "rdmalock_lockd_lock_requests_total");
+  };
+  CHECK(scrape() == "0");
+  table.Set(0, proto::Word0{0, 2, 0, 0}, 3);  // a try-lock's ticket
+  CHECK(scrape() == "1");
+  table.Set(0, proto::Word0{0, 1, 0, 0}, 3);  // withdrawn
+  CHECK(scrape() == "1");
+  table.Set(0, proto::Word0{0, 2, 0, 1}, 3);  // released; another request granted
+  CHECK(scrape() == "2");
+}
+
 TEST_CASE("metrics: a server stopped as soon as it started stops (its listener never hangs)") {
   // cpp-httplib's stop() does nothing until the listening thread has begun its loop; a lockd
   // stopped right after its start waited for that thread for ever (SIGTERM just after start).

@@ -67,15 +67,32 @@ constexpr Occupancy OccupancyOf(Word0 w) {
   return o;
 }
 
+// Whether a reading (word0, generation) shows a word reset since a reading in `generation_before`.
+// A reset bumps the generation first and zeroes word0 after (a bump whose CAS then fails leaves
+// the word frozen): a frozen word0 with a new generation is not reset yet.
+constexpr bool ResetSince(uint32_t generation_before, Word0 now, uint32_t generation_now) {
+  return generation_now != generation_before && !now.Frozen();
+}
+
 // Requests that queued on a slot between two readings of it, from the ticket counters (maxX,
-// maxS): 16 bits wide, so counted modulo 2^16 (exact while fewer than 65,536 arrive in between).
-// After a reset the generation has moved and the counters restarted: count what they show now.
-// lockd's metrics and lockctl top sample the table with it.
+// maxS). Within a generation they never wrap: a word freezes at kCountMax and at most 32,767
+// requests are out on it at once (kMaxClientsLimit), so a counter below its earlier reading went
+// down, by withdrawals (a try-lock's ticket given back, a timed-out request at the queue's end),
+// and counts 0, not a wrap-around of 65,535 (until 2026-12-06). After a reset the counters
+// restarted: count what they show now. Keep GenerationSeen's generation with `now` for the next
+// reading. lockd's metrics and lockctl top sample the table with it.
 constexpr uint64_t RequestsBetween(Word0 before, uint32_t generation_before, Word0 now,
                                    uint32_t generation_now) {
-  if (generation_now != generation_before) return uint64_t{now.max_x} + now.max_s;
-  return uint64_t{static_cast<uint16_t>(now.max_x - before.max_x)} +
-         static_cast<uint16_t>(now.max_s - before.max_s);
+  if (ResetSince(generation_before, now, generation_now)) {
+    return uint64_t{now.max_x} + now.max_s;
+  }
+  const auto up = [](uint16_t b, uint16_t n) { return n > b ? uint64_t{n} - b : uint64_t{0}; };
+  return up(before.max_x, now.max_x) + up(before.max_s, now.max_s);
+}
+// The generation a reading counts in: the earlier one while the word is frozen (not reset yet,
+// ResetSince), else its own.
+constexpr uint32_t GenerationSeen(uint32_t generation_before, Word0 now, uint32_t generation_now) {
+  return now.Frozen() ? generation_before : generation_now;
 }
 
 // The FETCH_AND_ADD operands.
