@@ -782,3 +782,23 @@ TEST_CASE("lockctl bench --inflight --timeline writes each set's token") {
   CHECK(lines > 0);
   CHECK(no_token == 0);
 }
+
+// A set whose release failed (its lease ran out while held: kLockLost) was still measured: its
+// acquire, release and pair samples, acquisitions and sets/s all counted it, beside an error of
+// its own (found by review, 2026-12-06). Only a set acquired and released counts.
+TEST_CASE("lockctl bench counts no set whose release failed") {
+  Lockd lockd(7686, 1024, /*lease_ms=*/300);
+  auto [rc, json] =
+      Capture(Lockctl(lockd) + " --json bench --threads 1 --locks 64 --duration 1500ms " +
+              "--warmup 100ms --no-auto-renew --hold-us 400ms");
+  INFO(json);
+  CHECK(rc != 0);  // every release failed: the run has errors
+  const auto field = [&json](const std::string& key) -> uint64_t {
+    const auto at = json.find("\"" + key + "\":");
+    REQUIRE(at != std::string::npos);
+    return std::stoull(json.substr(at + key.size() + 3));
+  };
+  CHECK(field("errors") > 0);
+  CHECK(field("acquisitions") == 0);
+  CHECK(field("locks_acquired") == 0);
+}

@@ -185,14 +185,26 @@ void AsyncWorker(Shared& sh, int global_thread, ThreadResult& r) {
     }
     Hold(o.hold_us);
     const auto t1r = Clock::now();
-    if (!handles.empty()) {
-      const rdmalock::Status st = client.ReleaseMany(handles);
-      if (!st.ok()) r.Error(st);
-    }
+    rdmalock::Status released;
+    if (!handles.empty()) released = client.ReleaseMany(handles);
     const auto t2 = Clock::now();
+    // Only a set acquired and released counts: a handle whose release failed (its lease ran
+    // out, its session ended) is an error of its own, and no sample.
+    size_t counted = 0;
+    for (auto& h : handles) {
+      if (h.state() == rdmalock::LockState::kReleased) {
+        ++counted;
+      } else {
+        r.Error(released.ok() ? rdmalock::Error(rdmalock::ErrorCode::kInternal,
+                                                "ReleaseMany said OK and left a lock unreleased")
+                              : released);
+      }
+    }
     if (sh.measuring.load(std::memory_order_relaxed)) {
+      size_t at = 0;  // the handle of `d` (`handles` holds the granted ones, in `got`'s order)
       for (auto& d : got) {
         if (!d.h.ok()) continue;
+        if (handles[at++].state() != rdmalock::LockState::kReleased) continue;
         r.acquire.push_back(EncodeNs(duration_cast<nanoseconds>(d.granted - d.issued).count()));
         r.release.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - t1r).count()));
         r.pair.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - d.issued).count()));
@@ -201,7 +213,7 @@ void AsyncWorker(Shared& sh, int global_thread, ThreadResult& r) {
           r.timeline.push_back({Ns(d.issued), Ns(d.granted), d.token});
         }
       }
-      if (progress != nullptr) progress->Add(handles.size());
+      if (progress != nullptr) progress->Add(counted);
     }
     if (!sh.stop.load(std::memory_order_relaxed)) {
       for (size_t i = 0; i < got.size(); ++i) issue();
@@ -279,18 +291,23 @@ void Worker(Shared& sh, int global_thread, ThreadResult& r) {
       }
       got = hs->size();
       if (hs->size() != set.size()) {
-        r.Error(rdmalock::Error(rdmalock::ErrorCode::kInternal,
-                                "LockManySlots returned " + std::to_string(hs->size()) +
-                                    " handles for " + std::to_string(set.size()) +
-                                    " distinct slots"));
+        st = rdmalock::Error(rdmalock::ErrorCode::kInternal,
+                             "LockManySlots returned " + std::to_string(hs->size()) +
+                                 " handles for " + std::to_string(set.size()) + " distinct slots");
       }
       if (!o.timeline.empty() && !hs->empty()) token = hs->front().fencing_token();
       Hold(o.hold_us);
       t1r = Clock::now();
-      st = client->ReleaseMany(*hs);
+      const rdmalock::Status released = client->ReleaseMany(*hs);
       t2 = Clock::now();
+      if (st.ok()) st = released;
     }
-    if (!st.ok()) r.Error(st);
+    // Only a set acquired whole and released counts: one whose release failed (its lease ran
+    // out, its session ended) is an error, and no sample.
+    if (!st.ok()) {
+      r.Error(st);
+      continue;
+    }
     if (sh.measuring.load(std::memory_order_relaxed)) {
       r.acquire.push_back(EncodeNs(duration_cast<nanoseconds>(t1 - start).count()));
       r.release.push_back(EncodeNs(duration_cast<nanoseconds>(t2 - t1r).count()));
