@@ -63,6 +63,12 @@ Verdict Admission::Decide(const ConnectFacts& f, Clock::time_point now) {
     return refuse(RejectReason::kBusy,
                   std::to_string(kMaxHandshakes) + " handshakes in progress; retry in 100 ms", 100);
   }
+  if (!f.join && !is_loopback && f.handshakes >= kMaxHandshakes - kHandshakesKeptForJoins) {
+    return refuse(RejectReason::kBusy,
+                  std::to_string(kMaxHandshakes - kHandshakesKeptForJoins) +
+                      " new sessions' handshakes in progress; retry in 100 ms",
+                  100);
+  }
   if (!f.join && !is_loopback && f.new_handshakes_from_address >= kMaxNewHandshakesPerAddress) {
     return refuse(RejectReason::kBusy,
                   std::to_string(kMaxNewHandshakesPerAddress) +

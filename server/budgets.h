@@ -43,6 +43,14 @@ inline constexpr size_t kMaxHandshakes = 128;
 inline constexpr size_t kMaxNewHandshakesPerAddress = 16;
 static_assert(kMaxNewHandshakesPerAddress >= 1 && kMaxNewHandshakesPerAddress < kMaxHandshakes,
               "one address must not be able to hold every handshake in progress");
+// Of the handshakes in progress, these are for joins (a live session's new thread, its join key
+// checked at the connect request): new sessions' handshakes take at most the rest, so peers
+// without the key, from however many addresses, cannot keep the clients that have it from
+// adding threads.
+inline constexpr size_t kHandshakesKeptForJoins = 32;
+static_assert(kHandshakesKeptForJoins >= 1 &&
+                  kHandshakesKeptForJoins + kMaxNewHandshakesPerAddress <= kMaxHandshakes,
+              "new sessions and joins must each have room");
 
 // Completions one handshake can put on the device CQ: every work request it posted, when a QP
 // error flushes them all (binds are unsignalled, but flushed work requests complete).

@@ -111,6 +111,42 @@ TEST_CASE("admission: one address's new sessions' handshakes are capped; its joi
   CHECK(a.Decide(j, now).admitted());
 }
 
+// Eight addresses (aliases of one host, or addresses of one IPv6 /64) without the key, 16 new
+// sessions' handshakes each, took all 128 handshakes in progress, and a live session's new
+// thread (a join with a valid key) was refused busy for as long as they kept it up (found by
+// review, 2026-12-06). New sessions' handshakes leave room for joins.
+TEST_CASE("admission: new sessions' handshakes from many addresses leave room for joins") {
+  rdmalock::lockd::Config c = AdmissionConfig();
+  c.max_connects_per_second = 1000;  // within the rate: only the handshake caps count here
+  Admission a(c, {}, {});
+  const auto now = Admission::Clock::now();
+  size_t handshakes = 0;
+  for (int addr = 0; addr < 16; ++addr) {
+    for (size_t from_addr = 0;; ++from_addr) {
+      ConnectFacts f =
+          NewClient("10.0.1." + std::to_string(addr) + ":" + std::to_string(from_addr));
+      f.handshakes = handshakes;
+      f.new_handshakes_from_address = from_addr;
+      if (!a.Decide(f, now).admitted()) break;
+      ++handshakes;
+    }
+  }
+  INFO(handshakes << " new sessions' handshakes admitted");
+  CHECK(handshakes < rdmalock::lockd::kMaxHandshakes);
+  ConnectFacts j = NewClient("10.0.2.1:1");
+  j.join = true;
+  j.join_session = 17;
+  j.join_valid = true;
+  j.join_session_conns = 1;
+  for (size_t joins = 0; joins < rdmalock::lockd::kHandshakesKeptForJoins; ++joins) {
+    j.handshakes = handshakes + joins;
+    INFO("join " << joins);
+    REQUIRE(a.Decide(j, now).admitted());
+  }
+  j.handshakes = rdmalock::lockd::kMaxHandshakes;  // the CQ's budget still bounds them all
+  CHECK(a.Decide(j, now).reason == RejectReason::kBusy);
+}
+
 TEST_CASE("admission: joins are checked against their session and its connection cap") {
   Admission a(AdmissionConfig(), {}, {});
   const auto now = Admission::Clock::now();
