@@ -98,11 +98,22 @@ uint32_t Admission::RateLimit(const std::string& peer, Clock::time_point now) {
   if (rate == 0) return 0;
   const std::string addr = peer.substr(0, peer.rfind(':'));
   auto it = buckets_.find(addr);
-  if (it == buckets_.end()) {
-    if (buckets_.size() >= kMaxTrackedPeers) return 0;  // Tick evicts idle ones
-    it = buckets_.emplace(addr, PeerBucket{static_cast<double>(rate), now, {}, 0}).first;
+  PeerBucket* bucket = nullptr;
+  if (it != buckets_.end()) {
+    bucket = &it->second;
+  } else if (buckets_.size() < kMaxTrackedPeers) {
+    bucket =
+        &buckets_.emplace(addr, PeerBucket{static_cast<double>(rate), now, {}, 0}).first->second;
+  } else {
+    // The table is full (Tick forgets addresses idle for 10 s): the addresses it has no room for
+    // share one bucket, so that none goes unlimited (until 2026-12-06 each did).
+    if (!overflow_started_) {
+      overflow_ = PeerBucket{static_cast<double>(rate), now, {}, 0};
+      overflow_started_ = true;
+    }
+    bucket = &overflow_;
   }
-  PeerBucket& b = it->second;
+  PeerBucket& b = *bucket;
   b.tokens = std::min<double>(
       rate, b.tokens + rate * std::chrono::duration<double>(now - b.refilled).count());
   b.refilled = now;
@@ -111,7 +122,12 @@ uint32_t Admission::RateLimit(const std::string& peer, Clock::time_point now) {
     return 0;
   }
   ++b.refused;
-  if (now - b.logged >= std::chrono::seconds(1)) LogRefused(addr, b, now);
+  if (now - b.logged >= std::chrono::seconds(1)) {
+    LogRefused(bucket == &overflow_
+                   ? "the addresses past the " + std::to_string(kMaxTrackedPeers) + " tracked"
+                   : addr,
+               b, now);
+  }
   return static_cast<uint32_t>(std::ceil((1 - b.tokens) / rate * 1000.0));
 }
 

@@ -107,6 +107,9 @@ class Admission {
   // Owned by the event loop.
   RefusalLog refusal_log_{kMaxTrackedPeers};  // refusals logged once a second per (addr, reason)
   std::unordered_map<std::string, PeerBucket> buckets_;  // by peer address
+  // With kMaxTrackedPeers addresses tracked, every further address shares this one bucket.
+  PeerBucket overflow_;
+  bool overflow_started_ = false;
 };
 
 }  // namespace rdmalock::lockd

@@ -194,6 +194,24 @@ TEST_CASE("admission: the loopback flag needs its proof; allow_from comes before
   CHECK(a.tracked_peers() == tracked);
 }
 
+// Found by review (2026-12-06): with kMaxTrackedPeers addresses tracked (each at most once
+// every 10 s keeps its bucket), any further address was let through without a limit.
+TEST_CASE("admission: with the rate limiter's table full, a new address is still limited") {
+  Admission a(AdmissionConfig(), {}, {});  // 3 attempts a second per address
+  const auto now = Admission::Clock::now();
+  for (size_t i = 0; a.tracked_peers() < Admission::kMaxTrackedPeers; ++i) {
+    REQUIRE(i < 2 * Admission::kMaxTrackedPeers);
+    (void)a.Decide(NewClient("10." + std::to_string(i / 65536) + "." +
+                             std::to_string(i / 256 % 256) + "." + std::to_string(i % 256) + ":1"),
+                   now);
+  }
+  int admitted = 0;
+  for (int i = 0; i < 100; ++i) {
+    if (a.Decide(NewClient("192.0.2.77:" + std::to_string(i)), now).admitted()) ++admitted;
+  }
+  CHECK(admitted <= 3);
+}
+
 // Found by review (2026-12-05): lockd's own loopback went through the caps meant for clients.
 // Peers' handshakes filling every slot refused it kBusy (at start lockd then exited: it cannot
 // run without it; running, its recovery could not reconnect, and dead clients' locks waited for
