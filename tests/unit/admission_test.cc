@@ -199,12 +199,14 @@ TEST_CASE("admission: the loopback flag needs its proof; allow_from comes before
 TEST_CASE("admission: with the rate limiter's table full, a new address is still limited") {
   Admission a(AdmissionConfig(), {}, {});  // 3 attempts a second per address
   const auto now = Admission::Clock::now();
-  for (size_t i = 0; a.tracked_peers() < Admission::kMaxTrackedPeers; ++i) {
-    REQUIRE(i < 2 * Admission::kMaxTrackedPeers);
+  for (size_t i = 0;
+       a.tracked_peers() < Admission::kMaxTrackedPeers && i < 2 * Admission::kMaxTrackedPeers;
+       ++i) {
     (void)a.Decide(NewClient("10." + std::to_string(i / 65536) + "." +
                              std::to_string(i / 256 % 256) + "." + std::to_string(i % 256) + ":1"),
                    now);
   }
+  REQUIRE(a.tracked_peers() == Admission::kMaxTrackedPeers);
   int admitted = 0;
   for (int i = 0; i < 100; ++i) {
     if (a.Decide(NewClient("192.0.2.77:" + std::to_string(i)), now).admitted()) ++admitted;
