@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -83,6 +84,12 @@ class Admission {
   // (a peer retrying in a loop cannot flood the log); says how many were not logged.
   void LogRefusal(const std::string& peer, proto::RejectReason reason, const std::string& detail,
                   uint32_t retry_after_ms, Clock::time_point now);
+
+  // Whether to log a failed handshake of `peer` (an address and port) of the kind `what` at `now`:
+  // at most once a second per address and kind, as refusals.
+  bool ShouldLogFailure(const std::string& peer, std::string_view what, Clock::time_point now) {
+    return refusal_log_.ShouldLog(peer.substr(0, peer.rfind(':')) + "/" + std::string(what), now);
+  }
 
   // Every tick: logs the rate limiter's pending refusal counts and forgets idle addresses.
   void Tick(Clock::time_point now);

@@ -208,8 +208,11 @@ void Server::Impl::OnCompletion(const ibv_wc& wc) {
       const char* what = kind == WrKind::kBind        ? "memory window bind"
                          : kind == WrKind::kHelloRecv ? "hello receive"
                                                       : "handshake send";
-      spdlog::warn("connection from {}: {} failed ({})", c.session->peer, what,
-                   rdma::WcStatusName(wc.status));
+      // Once a second per address and kind: a peer failing in a loop cannot flood the log.
+      if (admission.ShouldLogFailure(c.session->peer, what, std::chrono::steady_clock::now())) {
+        spdlog::warn("connection from {}: {} failed ({})", c.session->peer, what,
+                     rdma::WcStatusName(wc.status));
+      }
     }
     DropHandshake(c, std::string("handshake failed (") + rdma::WcStatusName(wc.status) + ")");
     return;

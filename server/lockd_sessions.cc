@@ -143,7 +143,8 @@ void Server::Impl::DropConn(rdma_cm_id* id, EndReason reason, const std::string&
   auto it = conns.find(id);
   if (it == conns.end()) return;
   std::shared_ptr<Session> s = it->second->session;
-  if (!it->second->established && s->conns.size() == 1 && !s->counted) {
+  if (!it->second->established && s->conns.size() == 1 && !s->counted &&
+      admission.ShouldLogFailure(s->peer, "not established", std::chrono::steady_clock::now())) {
     spdlog::warn("connection from {} failed before it was established: {}", s->peer, why);
   }
   if (!it->second->admitted) {  // it never had an rkey: it alone goes (its session, if new)
@@ -194,7 +195,9 @@ void Server::Impl::DropHalfOpen(SteadyClock::time_point now) {
                             " s of its accept";
     if (s->counted) {
       spdlog::warn("{}: dropping it (session {} keeps its other connections)", why, s->session_id);
-    } else {
+    } else if (admission.ShouldLogFailure(s->peer, "handshake timeout",
+                                          std::chrono::steady_clock::now())) {
+      // A new session's handshake (no rkey yet): once a second per address, as refusals.
       spdlog::warn("{}: ending session {}", why, s->session_id);
     }
     DropHandshake(c, why);

@@ -356,6 +356,45 @@ TEST_CASE(
   REQUIRE(fresh->Lock("hostile", {.timeout = 2000ms}).ok());
 }
 
+// A peer that fails its handshake in a loop (a Hello larger than lockd's receive, which fails
+// there and drops the connection at once) made lockd log one warning per attempt, up to its
+// connection rate a second per address, where docs/security.md promises one line a second per
+// address and reason (found by review, 2026-12-06).
+TEST_CASE("a peer failing its handshakes in a loop gets one log line a second, not one each") {
+  Lockd lockd(7687, 64, 2000, 16, "", {"--max-connects-per-second", "1000"});
+  const std::string ip = RxeIp();
+  proto::ConnectRequest req;
+  const auto bytes = req.Encode();
+  const uint32_t kHello = static_cast<uint32_t>(proto::ControlKind::kHello);
+  const auto start = std::chrono::steady_clock::now();
+  int failed = 0;
+  for (int i = 0; i < 20; ++i) {
+    std::vector<uint8_t> reject, reply;
+    auto conn = rdma::ConnectRc(ip, lockd.port(), bytes, 3s, 4, 2048, &reject);
+    REQUIRE(conn.ok());
+    uint32_t kind = 0;
+    if (!rdma::ExchangeControl(conn->get(), std::vector<uint8_t>(1500, 0xab), kHello, kRefusal, 3s,
+                               &reply, &kind)
+             .ok()) {
+      ++failed;
+    }
+  }
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  WaitForLog(lockd, "hello receive failed");
+  std::this_thread::sleep_for(200ms);  // the last attempts' lines
+  const std::string log = lockd.Log();
+  size_t lines = 0;
+  for (size_t at = 0; (at = log.find("hello receive failed", at)) != std::string::npos; ++at) {
+    ++lines;
+  }
+  INFO(failed << " of 20 oversized hellos failed, in " << secs << " s; lockd logged " << lines
+              << " 'hello receive failed' lines");
+  REQUIRE(failed >= 10);
+  CHECK(static_cast<double>(lines) <= secs + 2);
+  REQUIRE(Alive(lockd.pid()));
+}
+
 TEST_CASE("a client that writes garbage into its own session record hurts no one") {
   Lockd lockd(7657, 1024, 1000, 16);
   auto other = MustConnect(lockd);
