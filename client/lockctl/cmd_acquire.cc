@@ -1,5 +1,6 @@
 // lockctl acquire NAME -- COMMAND: runs a command while holding a lock, under a supervisor that
 // ends the command before the lock's lease can run out (issue 16, finding 13).
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -48,6 +49,55 @@ int64_t MonotonicNs() {
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
+// Writes the decimal digits of `v` at `out` (async-signal-safe); returns the end.
+char* Digits(char* out, long v) {
+  char tmp[24];
+  int n = 0;
+  do {
+    tmp[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v > 0);
+  while (n > 0) *out++ = tmp[--n];
+  return out;
+}
+
+// The supervisor is the command's descendants' subreaper: one that left the command's process
+// group (setsid, a daemon's double fork) and outlived its parent is the supervisor's child. This
+// kills every child the supervisor has and waits for each, round after round (a killed child's
+// own children come to the supervisor in turn), until it has none: nothing the command started
+// runs on after the release. Async-signal-safe (a forked copy of a threaded process).
+void KillDescendants() {
+  char path[64] = "/proc/self/task/";
+  char* end = Digits(path + std::strlen(path), getpid());
+  std::memcpy(end, "/children", sizeof("/children"));
+  // At most 10 s (a descendant that forks faster than it is killed): then the supervisor exits
+  // and what is left goes to init, as before the subreaper.
+  for (int round = 0; round < 10'000; ++round) {
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;  // no /proc, or a kernel without the children file: the group kill only
+    char buf[4096];
+    const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    long pid = 0;
+    for (ssize_t i = 0; i <= std::max<ssize_t>(n, 0); ++i) {
+      if (i < n && buf[i] >= '0' && buf[i] <= '9') {
+        pid = pid * 10 + (buf[i] - '0');
+      } else if (pid > 0) {
+        kill(static_cast<pid_t>(-pid), SIGKILL);  // the group it leads, if any
+        kill(static_cast<pid_t>(pid), SIGKILL);
+        pid = 0;
+      }
+    }
+    int status = 0;
+    pid_t r = 0;
+    while ((r = waitpid(-1, &status, WNOHANG)) > 0) {
+    }
+    if (r < 0 && errno == ECHILD) return;  // no child left
+    const timespec tick{0, 1'000'000};
+    nanosleep(&tick, nullptr);
+  }
+}
+
 // The supervisor: a forked copy of lockctl (which has threads), so only async-signal-safe calls.
 // It runs the command in a process group of its own and ends the whole group (a background
 // grandchild included) when the command exits, when lockctl dies (or was already gone), and at
@@ -68,8 +118,8 @@ int64_t MonotonicNs() {
 // command has it is undone at once: the job cannot be suspended while it holds the lock (lockctl,
 // stopped with it, could renew nothing). A SIGSTOP is left alone.
 [[noreturn]] void Supervise(CommandWatch* w, pid_t lockctl, int tty, char* const* paths,
-                            char* const* argv, char** sh_argv, char* const* envp,
-                            int64_t grace_ns) {
+                            char* const* argv, char** sh_argv, char* const* envp, int64_t grace_ns,
+                            bool sigchld_ignored) {
   sigset_t all, old;
   sigfillset(&all);
   sigprocmask(SIG_BLOCK, &all, &old);  // signals for the command come through lockctl
@@ -85,6 +135,11 @@ int64_t MonotonicNs() {
   // of the job) must not take the supervisor with lockctl, leaving the command running without
   // the lock (found by review). It sees lockctl die and ends the command.
   setpgid(0, 0);
+  // The command's descendants that leave its process group come here when their parent dies
+  // (KillDescendants). Named apart from lockctl, so that `pkill lockctl` does not take the
+  // supervisor too: it is what ends the command when lockctl dies.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  prctl(PR_SET_NAME, "lockctl-super");
   const pid_t supervisor = getpid();
   const pid_t cmd = _Fork();
   if (cmd < 0) _exit(kExitInternal);
@@ -97,6 +152,13 @@ int64_t MonotonicNs() {
     // Before the signals are let through: a read of the terminal from a background group stops.
     // (A blocked SIGTTOU lets a background group take the terminal.)
     if (tty >= 0 && tcgetpgrp(tty) == own_group) tcsetpgrp(tty, getpid());
+    // lockctl set SIGCHLD to its default for itself and the supervisor (ignored, the kernel
+    // reaps children and waitpid never sees them); the command gets the disposition it was given.
+    if (sigchld_ignored) {
+      struct sigaction ign {};
+      ign.sa_handler = SIG_IGN;
+      sigaction(SIGCHLD, &ign, nullptr);
+    }
     sigprocmask(SIG_SETMASK, &old, nullptr);
     int err = ENOENT;
     bool denied = false;
@@ -125,6 +187,11 @@ int64_t MonotonicNs() {
   for (;;) {
     const pid_t r = waitpid(cmd, &status, WNOHANG | WUNTRACED);
     if (r == cmd && !WIFSTOPPED(status)) break;
+    if (r < 0 && errno != EINTR) {  // the command cannot be waited for: end it, and say so
+      kill(-cmd, SIGKILL);
+      KillDescendants();
+      _exit(kExitInternal);
+    }
     if (tty >= 0) {
       const pid_t fg = tcgetpgrp(tty);
       if (fg == own_group && tcsetpgrp(tty, cmd) == 0) {
@@ -159,7 +226,8 @@ int64_t MonotonicNs() {
     const timespec tick{0, 5'000'000};
     nanosleep(&tick, nullptr);
   }
-  kill(-cmd, SIGKILL);  // whatever the command left running in its group ends with it
+  kill(-cmd, SIGKILL);  // whatever the command left running in its group ends with it,
+  KillDescendants();    // and what left the group, before lockctl releases the lock
   if (tty >= 0 && tcgetpgrp(tty) == cmd) tcsetpgrp(tty, own_group);
   if (WIFEXITED(status)) _exit(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) _exit(128 + WTERMSIG(status));
@@ -311,6 +379,15 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
   // them, since the signal goes to the whole group (found by the diff review).
   const int tty = tcgetpgrp(0) >= 0 && tcgetpgrp(1) >= 0 ? 0 : -1;
 
+  // Started with SIGCHLD ignored (a parent's SIG_IGN survives exec), the kernel would reap the
+  // supervisor and the command, and waitpid would never see them exit: lockctl renewed the lock
+  // for ever after the command was gone (found by review, 2026-12-06). The default for lockctl
+  // and the supervisor; the command gets back what it was given.
+  struct sigaction dfl {
+  }, was{};
+  dfl.sa_handler = SIG_DFL;
+  sigaction(SIGCHLD, &dfl, &was);
+  const bool sigchld_ignored = was.sa_handler == SIG_IGN;
   const pid_t child = fork();
   if (child < 0) {
     std::perror("lockctl: fork");
@@ -318,14 +395,18 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
   }
   if (child == 0) {
     Supervise(watch, lockctl_pid, tty, paths.data(), argv.data(), sh_argv.data(), envp.data(),
-              grace_ns);
+              grace_ns, sigchld_ignored);
   }
   // While the command has the terminal lockctl is in the background: what it writes (a lost
   // lock) must not stop it (SIGTTOU, with the terminal's tostop set). Set after the fork: the
   // command must not inherit it.
   signal(SIGTTOU, SIG_IGN);
-  signal(SIGTERM, [](int s) { g_forward_signal.store(s); });
-  signal(SIGINT, [](int s) { g_forward_signal.store(s); });
+  // Passed on to the command, which decides; lockctl releases the lock when it has exited. A
+  // SIGHUP (a closed ssh session, a terminal's hangup) or SIGQUIT killed lockctl until 2026-12-06:
+  // the command got SIGKILL, and the lock waited for lockd's fencing.
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
+    signal(sig, [](int s) { g_forward_signal.store(s); });
+  }
   int status = 0;
   bool told = false;
   for (;;) {

@@ -342,11 +342,14 @@ TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl 
   const std::string dir = TempDir();
   const std::string port = std::to_string(lockd.port());
   // `own_group`: lockctl leads a process group of its own, as a shell job (or `timeout`) runs it.
-  const auto run = [&](const std::string& script, bool own_group = false) {
+  // `ignore_sigchld`: lockctl starts with SIGCHLD ignored (a parent's SIG_IGN, kept across exec).
+  const auto run = [&](const std::string& script, bool own_group = false,
+                       bool ignore_sigchld = false) {
     const pid_t p = fork();
     REQUIRE(p >= 0);
     if (p == 0) {
       if (own_group) setpgid(0, 0);
+      if (ignore_sigchld) signal(SIGCHLD, SIG_IGN);
       execl(LOCKCTL_PATH, "lockctl", "--server", std::getenv("RXE_IP"), "--port", port.c_str(),
             "acquire", "f13", "--", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
       _exit(127);
@@ -389,6 +392,41 @@ TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl 
     REQUIRE(WaitExit(lockctl, 20s) == 0);
     CHECK(GoneWithin(bg, 500ms));
     kill(bg, SIGKILL);
+  }
+  // Found by review (2026-12-06): a process the command started in a session of its own
+  // (setsid, a daemon's double fork) left its process group, which was all the supervisor
+  // killed, and ran on after the release.
+  SECTION("the command exits and leaves a process in a session of its own: it ends too") {
+    // The command exits once the process is in its new session (it writes its pid from there).
+    const pid_t lockctl =
+        run("setsid sh -c 'echo $$ > " + dir + "/bg3.tmp; mv " + dir + "/bg3.tmp " + dir +
+            "/bg3; exec sleep 300' & while [ ! -s " + dir + "/bg3 ]; do sleep 0.01; done");
+    const pid_t bg = ReadPid(dir + "/bg3");
+    CHECK(WaitExit(lockctl, 20s) == 0);
+    CHECK(GoneWithin(bg, 500ms));
+    kill(bg, SIGKILL);
+  }
+  // Found by review (2026-12-06): lockctl started with SIGCHLD ignored had its children reaped by
+  // the kernel; the supervisor's waitpid failed (ECHILD) for ever, and lockctl renewed the lock
+  // for ever after the command had exited.
+  SECTION("lockctl started with SIGCHLD ignored still ends when the command does") {
+    const pid_t lockctl = run("exit 7", false, true);
+    CHECK(WaitExit(lockctl, 20s) == 7);
+  }
+  // Found by review (2026-12-06): only SIGTERM and SIGINT were passed on. A SIGHUP (a closed ssh
+  // session, the terminal's hangup) killed lockctl: the command got SIGKILL, with no chance to
+  // clean up, and the lock was left to lockd's fencing instead of released.
+  SECTION("lockctl gets SIGHUP: the command gets it too, and the lock is released at once") {
+    const pid_t lockctl = run("trap 'echo hup > " + dir + "/hup; exit 3' HUP; echo $$ > " + dir +
+                              "/sh5; while :; do sleep 0.05; done");
+    (void)ReadPid(dir + "/sh5");
+    REQUIRE(kill(lockctl, SIGHUP) == 0);
+    CHECK(WaitExit(lockctl, 20s) == 3);
+    std::ifstream hup(dir + "/hup");
+    std::string word;
+    CHECK((hup >> word && word == "hup"));
+    auto c = MustConnect(lockd);
+    CHECK(c->TryLock("f13").ok());  // released, not left to lockd's fencing (a lease or more)
   }
   SECTION("lockctl is stopped: the command is ended before the lease runs out") {
     const pid_t lockctl = run("echo $$ > " + dir + "/sh; while :; do sleep 0.05; done");
