@@ -227,8 +227,10 @@ class ClusterClient::Impl {
   }
 
   // The session of shard `i` of `v`, connected on first use. Only this shard's callers wait for
-  // its connection, and none past its own `deadline` (kTimeout): a caller that finds another
-  // thread connecting the shard waits for it until then (and then sets *another_connects).
+  // its connection, and none past its own `deadline` (kTimeout) for another thread's: a caller
+  // that finds another thread connecting the shard waits for it until then (and then sets
+  // *another_connects). The caller that connects takes up to the options' connect_timeout,
+  // whatever its deadline: the session is the shard's, not this call's.
   Result<Client*> Shard(
       const MapView& v, size_t i,
       std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max(),
@@ -434,8 +436,9 @@ Result<LockHandle> ClusterClient::Lock(std::string_view name, const LockOptions&
                       ? impl_->TryShard(*v, ShardForName(v->map, name))
                       : impl_->Shard(*v, ShardForName(v->map, name), DeadlineOf(options)));
   if (!options.timeout.has_value() || options.timeout->count() <= 0) return c->Lock(name, options);
-  // The timeout covers the shard's connection too (its first use, or another thread's): the
-  // lock gets what is left, and at least one attempt (as a set's shards, LockMany).
+  // The time the shard's connection took (its first use, or the wait for another thread's)
+  // counts in the timeout: the lock gets what is left, and at least one attempt (as a set's
+  // shards, LockMany).
   LockOptions o = options;
   const auto used = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - start);

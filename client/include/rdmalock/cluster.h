@@ -88,7 +88,10 @@ class RDMALOCK_EXPORT ClusterClient {
 
   // As Client::Lock and Client::TryLock, on the shard that owns `name` (connected first if this
   // is its first use). A try (TryLock, or a zero timeout) does not wait while another thread of
-  // this client connects that shard: kBusy, as for a lock found taken.
+  // this client connects that shard: kBusy, as for a lock found taken. A timeout bounds the wait
+  // for another thread's connection of the shard and counts the time connecting took, but the
+  // connection this call makes itself takes up to ClientOptions::connect_timeout (the session it
+  // makes is the shard's, for every later call).
   Result<LockHandle> Lock(std::string_view name, const LockOptions& options = {});
   Result<LockHandle> TryLock(std::string_view name, LockMode mode = LockMode::kExclusive);
   // A set of locks across shards, all or none. Shards are taken one after another in the map's
