@@ -75,19 +75,24 @@ void KillDescendants() {
   for (int round = 0; round < 10'000; ++round) {
     const int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;  // no /proc, or a kernel without the children file: the group kill only
-    char buf[4096];
-    const ssize_t n = read(fd, buf, sizeof(buf) - 1);
-    close(fd);
+    // "PID PID ... " (each followed by a space), read in pieces: a pid is acted on only once its
+    // space is read, never a piece of one cut at the end of a read.
     long pid = 0;
-    for (ssize_t i = 0; i <= std::max<ssize_t>(n, 0); ++i) {
-      if (i < n && buf[i] >= '0' && buf[i] <= '9') {
-        pid = pid * 10 + (buf[i] - '0');
-      } else if (pid > 0) {
-        kill(static_cast<pid_t>(-pid), SIGKILL);  // the group it leads, if any
-        kill(static_cast<pid_t>(pid), SIGKILL);
-        pid = 0;
+    char buf[512];
+    for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) {
+      for (ssize_t i = 0; i < n; ++i) {
+        if (buf[i] >= '0' && buf[i] <= '9') {
+          pid = pid * 10 + (buf[i] - '0');
+        } else {
+          if (pid > 0) {
+            kill(static_cast<pid_t>(-pid), SIGKILL);  // the group it leads, if any
+            kill(static_cast<pid_t>(pid), SIGKILL);
+          }
+          pid = 0;
+        }
       }
     }
+    close(fd);
     int status = 0;
     pid_t r = 0;
     while ((r = waitpid(-1, &status, WNOHANG)) > 0) {
@@ -136,8 +141,9 @@ void KillDescendants() {
   // the lock (found by review). It sees lockctl die and ends the command.
   setpgid(0, 0);
   // The command's descendants that leave its process group come here when their parent dies
-  // (KillDescendants). Named apart from lockctl, so that `pkill lockctl` does not take the
-  // supervisor too: it is what ends the command when lockctl dies.
+  // (KillDescendants). Named apart from lockctl, so that `pkill -x lockctl` and `killall lockctl`
+  // do not take the supervisor too: it is what ends the command when lockctl dies. (`pkill
+  // lockctl`, a pattern, still matches it.)
   prctl(PR_SET_CHILD_SUBREAPER, 1);
   prctl(PR_SET_NAME, "lockctl-super");
   const pid_t supervisor = getpid();
@@ -185,13 +191,29 @@ void KillDescendants() {
   int status = 0;
   int64_t termed = 0;
   for (;;) {
-    const pid_t r = waitpid(cmd, &status, WNOHANG | WUNTRACED);
-    if (r == cmd && !WIFSTOPPED(status)) break;
-    if (r < 0 && errno != EINTR) {  // the command cannot be waited for: end it, and say so
-      kill(-cmd, SIGKILL);
-      KillDescendants();
-      _exit(kExitInternal);
+    // The command's exit or stop, and any other child's exit: descendants orphaned while the
+    // command runs come to the supervisor (its subreaper) and are reaped here, not left as
+    // zombies until the command ends.
+    pid_t r = 0;
+    bool exited = false;
+    for (int other = 0;;) {
+      int st = 0;
+      const pid_t got = waitpid(-1, &st, WNOHANG | WUNTRACED);
+      if (got == cmd) {
+        status = st;
+        r = cmd;
+        if (!WIFSTOPPED(st)) exited = true;
+        break;
+      }
+      if (got > 0 && ++other < 1000) continue;  // an orphan reaped (or stopped); maybe more
+      if (got < 0 && errno != EINTR) {  // the command cannot be waited for: end it, and say so
+        kill(-cmd, SIGKILL);
+        KillDescendants();
+        _exit(kExitInternal);
+      }
+      break;
     }
+    if (exited) break;
     if (tty >= 0) {
       const pid_t fg = tcgetpgrp(tty);
       if (fg == own_group && tcsetpgrp(tty, cmd) == 0) {
@@ -388,6 +410,20 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
   dfl.sa_handler = SIG_DFL;
   sigaction(SIGCHLD, &dfl, &was);
   const bool sigchld_ignored = was.sa_handler == SIG_IGN;
+  // Passed on to the command, which decides; lockctl releases the lock when it has exited. A
+  // SIGHUP (a closed ssh session, a terminal's hangup) or SIGQUIT killed lockctl until 2026-12-06:
+  // the command got SIGKILL, and the lock waited for lockd's fencing. One that lockctl was started
+  // with ignored (nohup, a script's background job) stays ignored, for lockctl and the command,
+  // as a shell leaves it. Set before the fork: from then on the command may be running. (The
+  // supervisor blocks every signal first thing; the command's exec sets caught ones to default.)
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
+    struct sigaction forward {
+    }, before{};
+    if (sigaction(sig, nullptr, &before) == 0 && before.sa_handler == SIG_IGN) continue;
+    forward.sa_handler = [](int s) { g_forward_signal.store(s); };
+    sigemptyset(&forward.sa_mask);
+    sigaction(sig, &forward, nullptr);
+  }
   const pid_t child = fork();
   if (child < 0) {
     std::perror("lockctl: fork");
@@ -401,12 +437,7 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
   // lock) must not stop it (SIGTTOU, with the terminal's tostop set). Set after the fork: the
   // command must not inherit it.
   signal(SIGTTOU, SIG_IGN);
-  // Passed on to the command, which decides; lockctl releases the lock when it has exited. A
-  // SIGHUP (a closed ssh session, a terminal's hangup) or SIGQUIT killed lockctl until 2026-12-06:
-  // the command got SIGKILL, and the lock waited for lockd's fencing.
-  for (const int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
-    signal(sig, [](int s) { g_forward_signal.store(s); });
-  }
+
   int status = 0;
   bool told = false;
   for (;;) {

@@ -405,6 +405,7 @@ LockHandle Client::Impl::JoinShared(ThreadChannel& ch, uint64_t slot) {
   }
   SetRiderGrant(*rider, g);
   if (!live) {
+    rider->uncounted = true;  // never handed out: no acquire, so no release or loss, counted
     (void)LockHandle(std::move(rider)).Release();
     return LockHandle();
   }

@@ -319,6 +319,9 @@ struct [[gnu::visibility("hidden")]] LockHandle::State
   State* riders = nullptr;
   // This state is a carrier (set before it is published, constant after).
   bool shares = false;
+  // A rider whose join was undone before it was handed out (its acquire never counted): its
+  // release counts in no statistic. Set before that release, by the joining thread.
+  bool uncounted = false;
 
   // The grant's ticket: written once, before the handle exists (MakeHandle), never after (a
   // renewal moves the lease, not the ticket), so it is read without mu (LockHandle::slot, mode).

@@ -241,7 +241,7 @@ Status ReleaseRider(LockHandle::State& r, Client::Impl* impl,
   if (!Client::Impl::LeaveShared(c, r)) {
     // Other readers still share the grant, so nothing goes to lockd; but the reader says, as the
     // last reader's release would (client.h: kLockLost if the lease lapsed), whether it held.
-    if (impl != nullptr) impl->CountRiderRelease(held);
+    if (impl != nullptr && !r.uncounted) impl->CountRiderRelease(held);
     if (held) return Status();
     LoseRider(r, tell);
     return Error(ErrorCode::kLockLost,

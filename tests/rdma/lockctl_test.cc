@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -405,6 +406,33 @@ TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl 
     CHECK(WaitExit(lockctl, 20s) == 0);
     CHECK(GoneWithin(bg, 500ms));
     kill(bg, SIGKILL);
+  }
+  // The supervisor, the command's subreaper, reaps descendants orphaned while the command runs
+  // (the diff review, 2026-12-06: the first version left them zombies until the command ended).
+  SECTION("descendants orphaned while the command runs are reaped, not left as zombies") {
+    const pid_t lockctl =
+        run("for i in 1 2 3 4 5 6 7 8; do (true &); done; sleep 0.3; echo $PPID > " + dir +
+            "/sup6; while :; do sleep 0.05; done");
+    const pid_t sup = ReadPid(dir + "/sup6");
+    std::this_thread::sleep_for(200ms);
+    int zombies = 0;
+    for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+      const std::string pid = e.path().filename();
+      if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream st(e.path() / "stat");
+      std::string line;
+      if (!std::getline(st, line)) continue;
+      const auto close = line.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(line.substr(close + 2));
+      char state = 0;
+      pid_t ppid = 0;
+      rest >> state >> ppid;
+      if (state == 'Z' && ppid == sup) ++zombies;
+    }
+    CHECK(zombies == 0);
+    REQUIRE(kill(lockctl, SIGTERM) == 0);
+    CHECK(WaitExit(lockctl, 20s) == 128 + SIGTERM);
   }
   // Found by review (2026-12-06): lockctl started with SIGCHLD ignored had its children reaped by
   // the kernel; the supervisor's waitpid failed (ECHILD) for ever, and lockctl renewed the lock

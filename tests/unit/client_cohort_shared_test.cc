@@ -285,6 +285,10 @@ TEST_CASE("cohort shared: a reader never joins a grant whose lease ran out") {
   auto r1 = c->LockSlot(7, Reader());  // to lockd, which grants it beside the expired one
   REQUIRE(r1.ok());
   CHECK(c->Stats().local_shares == 0);
+  // The join that was undone counts as nothing: no acquire, and no loss (the diff review,
+  // 2026-12-06: its undoing release counted a loss of a lock never handed out).
+  CHECK(c->Stats().lost == 0);
+  CHECK(c->Stats().acquires == 2);
   ClientTestPeer::PauseRenewals(*c, false);
   CHECK(r1->state() == LockState::kHeld);
   CHECK(r0->Release().code() == ErrorCode::kLockLost);
