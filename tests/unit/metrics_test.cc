@@ -195,6 +195,34 @@ TEST_CASE(
   CHECK(scrape() == "32771");
 }
 
+// word1's 16-bit renewal counter carries into the generation every 65,536 renewals (protocol.md):
+// a new generation with word0 as it was, or risen, is no reset (the diff review, 2026-12-06: it
+// counted everything word0 showed again, up to 32,767 requests that never were).
+TEST_CASE("metrics: a renewal counter's carry into the generation is not read as a reset") {
+  Config config;
+  config.lock_count = 1;
+  Counters counters;
+  std::atomic<uint64_t> connected{0};
+  Table table(config.lock_count);
+  table.Set(0, proto::Word0{0, 20000, 0, 19999}, 4);
+  LockTableSampler sampler(table.data(), config.lock_count);
+  MetricsSource src;
+  src.config = &config;
+  src.counters = &counters;
+  src.connected = &connected;
+  const auto scrape = [&] {
+    return Value(RenderMetrics(src, sampler, std::chrono::system_clock::now()),
+                 "rdmalock_lockd_lock_requests_total");
+  };
+  CHECK(scrape() == "0");
+  table.Set(0, proto::Word0{0, 20000, 0, 19999}, 5);  // the carry
+  CHECK(scrape() == "0");
+  table.Set(0, proto::Word0{0, 20002, 0, 20001}, 6);  // another carry, and two requests
+  CHECK(scrape() == "2");
+  table.Set(0, proto::Word0{0, 1, 0, 0}, 7);  // a reset (the word drained, zeroed)
+  CHECK(scrape() == "3");
+}
+
 TEST_CASE("metrics: a request that withdrew between two scrapes is not counted as 65,535") {
   // A try-lock on a held lock takes a ticket (FETCH_AND_ADD) and gives it back (a CAS that takes
   // maxX down again); so does a request that times out at the end of the queue. A scrape that

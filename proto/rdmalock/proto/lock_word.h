@@ -67,11 +67,17 @@ constexpr Occupancy OccupancyOf(Word0 w) {
   return o;
 }
 
-// Whether a reading (word0, generation) shows a word reset since a reading in `generation_before`.
-// A reset bumps the generation first and zeroes word0 after (a bump whose CAS then fails leaves
-// the word frozen): a frozen word0 with a new generation is not reset yet.
-constexpr bool ResetSince(uint32_t generation_before, Word0 now, uint32_t generation_now) {
-  return generation_now != generation_before && !now.Frozen();
+// Whether a reading (word0, generation) shows a word reset since an earlier one (`before`, in
+// `generation_before`). A reset, only ever of a frozen word, bumps the generation first and zeroes
+// word0 after (a bump whose CAS then fails leaves the word frozen): a frozen word0 with a new
+// generation is not reset yet. And the generation also moves without a reset, when word1's
+// 16-bit renewal counter carries into it (every 65,536 renewals): a reset shows as the earlier
+// reading frozen, or a counter lower than it was (a reset followed by more requests than the
+// earlier reading showed, from a word not frozen then, is counted as if none happened: short).
+constexpr bool ResetSince(Word0 before, uint32_t generation_before, Word0 now,
+                          uint32_t generation_now) {
+  return generation_now != generation_before && !now.Frozen() &&
+         (before.Frozen() || now.max_x < before.max_x || now.max_s < before.max_s);
 }
 
 // Requests that queued on a slot between two readings of it, from the ticket counters (maxX,
@@ -83,13 +89,13 @@ constexpr bool ResetSince(uint32_t generation_before, Word0 now, uint32_t genera
 // reading. lockd's metrics and lockctl top sample the table with it.
 constexpr uint64_t RequestsBetween(Word0 before, uint32_t generation_before, Word0 now,
                                    uint32_t generation_now) {
-  if (ResetSince(generation_before, now, generation_now)) {
+  if (ResetSince(before, generation_before, now, generation_now)) {
     return uint64_t{now.max_x} + now.max_s;
   }
   const auto up = [](uint16_t b, uint16_t n) { return n > b ? uint64_t{n} - b : uint64_t{0}; };
   return up(before.max_x, now.max_x) + up(before.max_s, now.max_s);
 }
-// The generation a reading counts in: the earlier one while the word is frozen (not reset yet,
+// The generation to keep with a reading: the earlier one while the word is frozen (not reset yet,
 // ResetSince), else its own.
 constexpr uint32_t GenerationSeen(uint32_t generation_before, Word0 now, uint32_t generation_now) {
   return now.Frozen() ? generation_before : generation_now;
