@@ -154,6 +154,10 @@ void Admission::LogRefusal(const std::string& peer, proto::RejectReason reason,
 }
 
 void Admission::Tick(Clock::time_point now) {
+  if (overflow_.refused > 0 && now - overflow_.logged >= std::chrono::seconds(1)) {
+    LogRefused("the addresses past the " + std::to_string(kMaxTrackedPeers) + " tracked", overflow_,
+               now);
+  }
   for (auto it = buckets_.begin(); it != buckets_.end();) {
     if (it->second.refused > 0 && now - it->second.logged >= std::chrono::seconds(1)) {
       LogRefused(it->first, it->second, now);

@@ -81,9 +81,14 @@ class DelayingProxy {
     const int port = svr_.bind_to_any_port("127.0.0.1");
     REQUIRE(port > 0);
     url_ = "http://127.0.0.1:" + std::to_string(port);
-    thread_ = std::thread([this] { svr_.listen_after_bind(); });
+    thread_ = std::thread([this] {
+      svr_.listen_after_bind();
+      listener_done_ = true;
+    });
   }
   ~DelayingProxy() {
+    // cpp-httplib 0.11's stop() does nothing before the listening loop runs (server/metrics.cc).
+    while (!svr_.is_running() && !listener_done_.load()) std::this_thread::yield();
     svr_.stop();
     thread_.join();
   }
@@ -98,6 +103,7 @@ class DelayingProxy {
   std::string upstream_, host_, url_;
   uint16_t port_ = 0;
   std::chrono::milliseconds delay_;
+  std::atomic<bool> listener_done_{false};
   httplib::Server svr_;
   std::thread thread_;
 };
