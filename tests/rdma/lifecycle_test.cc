@@ -24,6 +24,7 @@
 #include "rdmalock/client.h"
 #include "tests/rdma/clients.h"
 #include "tests/rdma/lockd_fixture.h"
+#include "tests/rdma/raw_peer.h"
 
 using namespace rdmalock;
 using namespace rdmalock::rdma_test;
@@ -213,4 +214,14 @@ TEST_CASE("finding 5: a clean stop after a heartbeat fence keeps the restart gra
   kill(holder, SIGKILL);
   WaitExit(holder, 10s);
   REQUIRE(ms >= 4000);
+}
+
+// The SDK's fork() promise (docs/sdk.md: a parent keeps its session and locks across a fork, the
+// C API's and the Python module's fork tests) relies on the kernel copying DMA-pinned pages for
+// the child: else the pages the NIC writes the parent's results into turn copy-on-write, and the
+// parent's next write to one leaves the NIC writing into the child's copy. libibverbs says which.
+TEST_CASE("the kernel copies DMA-pinned pages at fork, which the SDK's fork() promise needs") {
+  Lockd lockd(7688, 64);
+  auto c = MustConnect(lockd);  // with memory registered, as in an application that forks
+  CHECK(KernelCopiesPinnedPagesAtFork());
 }

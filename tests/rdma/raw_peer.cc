@@ -241,4 +241,6 @@ Status UnreceivingPeer::Serve() {
   return SendAndWait(id->qp, cq_.get(), answer_, mr_->lkey, imm_);
 }
 
+bool KernelCopiesPinnedPagesAtFork() { return ibv_is_fork_initialized() == IBV_FORK_UNNEEDED; }
+
 }  // namespace rdmalock::rdma_test

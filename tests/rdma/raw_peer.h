@@ -11,6 +11,8 @@
 //   - UnreceivingPeer stands in for lockd and answers a client's hello without ever posting a
 //     receive for it, so the hello's SEND is never acknowledged: what a lost acknowledgement
 //     looks like to the client, made certain.
+//   - KernelCopiesPinnedPagesAtFork asks libibverbs whether the kernel copies DMA-pinned pages
+//     for a forked child (the SDK's fork() promise relies on it: docs/sdk.md).
 // They use common/rdma/verbs.h's RAII types (EventChannel, CmId, ProtectionDomain,
 // MemoryWindow) wherever one exists, and local ones (device list, device context) where not.
 //
@@ -128,5 +130,9 @@ class UnreceivingPeer {
   std::thread thread_;
   Status served_;  // Serve's result: written by the serving thread, read after the join
 };
+
+// Whether this kernel copies DMA-pinned pages for a forked child (ibv_is_fork_initialized()
+// says IBV_FORK_UNNEEDED), rather than leaving them copy-on-write for parent and child alike.
+bool KernelCopiesPinnedPagesAtFork();
 
 }  // namespace rdmalock::rdma_test
