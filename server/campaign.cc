@@ -244,6 +244,9 @@ Result<uint64_t> Campaign::Win(const std::atomic<bool>& stop) {
     }
     SleepUntil(Clock::now() + kPoll, stop);
   }
+  // Stopped: the lease goes back at once, with the members key on it (and a primary key whose
+  // create committed unanswered), rather than when etcd expires it.
+  Resign();
   return Error(ErrorCode::kConnection, "stopped");
 }
 

@@ -420,3 +420,37 @@ TEST_CASE("campaign: the takeover grace counts the TTL etcd granted when etcd ra
   CHECK((*a)->TakeoverGraceMs() >=
         config.lease_ms + uint64_t(grant->ttl_s) * 1000 + config.LivenessTimeoutMs());
 }
+
+// A standby stopped (SIGTERM) returned from its campaign with its etcd lease alive: its members
+// key stayed for the TTL (lockctl cluster listed a standby that was gone), and so would a primary
+// key whose create committed unanswered just before the stop (the next lockd then waited the
+// TTL, where a clean stop promises it wins at once; found by review, 2026-12-06).
+TEST_CASE("campaign: a campaign stopped gives its etcd lease back", "[etcd]") {
+  LocalEtcd server;
+  auto a = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), "10.0.0.1:7471"));
+  auto b = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), "10.0.0.2:7471"));
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  std::atomic<bool> stop{false};
+  REQUIRE((*a)->Win(stop).ok());
+  std::atomic<bool> b_stop{false};
+  std::thread tb([&] { (void)(*b)->Win(b_stop); });
+  auto e = etcd::Client::Create({server.url()});
+  REQUIRE(e.ok());
+  const auto members = [&] {
+    auto m = (*e)->GetPrefix("/rdmalock/test/shard/a/members/", milliseconds(2000));
+    REQUIRE(m.ok());
+    return m->size();
+  };
+  const auto until = std::chrono::steady_clock::now() + milliseconds(3000);
+  while (members() < 2 && std::chrono::steady_clock::now() < until) {
+    REQUIRE((*a)->Hold(stop));
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  REQUIRE(members() == 2);
+  b_stop.store(true);
+  tb.join();
+  // Gone at once: not after the TTL (2 s here).
+  CHECK(members() == 1);
+  (*a)->Resign();
+}
