@@ -45,6 +45,26 @@ std::string Value(const std::string& text, const std::string& series) {
   return text.substr(start, text.find('\n', start) - start);
 }
 
+// One slot's lock table and a sampler over it: lock_requests_total, scrape after scrape.
+struct OneSlot {
+  Config config;
+  Counters counters;
+  std::atomic<uint64_t> connected{0};
+  Table table{1};
+  LockTableSampler sampler{table.data(), 1};
+  MetricsSource src;
+  OneSlot() {
+    config.lock_count = 1;
+    src.config = &config;
+    src.counters = &counters;
+    src.connected = &connected;
+  }
+  std::string Requests() {
+    return Value(RenderMetrics(src, sampler, std::chrono::system_clock::now()),
+                 "rdmalock_lockd_lock_requests_total");
+  }
+};
+
 }  // namespace
 
 TEST_CASE("metrics: the counters and constants, one family each with HELP and TYPE") {
@@ -163,22 +183,11 @@ TEST_CASE(
   // the frozen word0 with the new generation. Read as a reset, it counted the frozen word's
   // 32,768 requests again, and the next scrape, same generation and a word0 back near 0, the
   // wrap-around of the difference: about 65,000 requests that never were.
-  Config config;
-  config.lock_count = 1;
-  Counters counters;
-  std::atomic<uint64_t> connected{0};
-  Table table(config.lock_count);
+  OneSlot one;
   const proto::Word0 frozen{0, proto::kCountMax, 0, proto::kCountMax};
-  table.Set(0, proto::Word0{0, proto::kCountMax - 2, 0, proto::kCountMax - 2}, 5);
-  LockTableSampler sampler(table.data(), config.lock_count);
-  MetricsSource src;
-  src.config = &config;
-  src.counters = &counters;
-  src.connected = &connected;
-  const auto scrape = [&] {
-    return Value(RenderMetrics(src, sampler, std::chrono::system_clock::now()),
-                 "rdmalock_lockd_lock_requests_total");
-  };
+  one.table.Set(0, proto::Word0{0, proto::kCountMax - 2, 0, proto::kCountMax - 2}, 5);
+  auto& table = one.table;
+  const auto scrape = [&] { return one.Requests(); };
   CHECK(scrape() == "0");
   table.Set(0, frozen, 5);  // two more requests froze it
   CHECK(scrape() == "2");
@@ -200,21 +209,10 @@ TEST_CASE(
 // a new generation with word0 as it was, or risen, is no reset (the diff review, 2026-12-06: it
 // counted everything word0 showed again, up to 32,767 requests that never were).
 TEST_CASE("metrics: a renewal counter's carry into the generation is not read as a reset") {
-  Config config;
-  config.lock_count = 1;
-  Counters counters;
-  std::atomic<uint64_t> connected{0};
-  Table table(config.lock_count);
+  OneSlot one;
+  auto& table = one.table;
   table.Set(0, proto::Word0{0, 20000, 0, 19999}, 4);
-  LockTableSampler sampler(table.data(), config.lock_count);
-  MetricsSource src;
-  src.config = &config;
-  src.counters = &counters;
-  src.connected = &connected;
-  const auto scrape = [&] {
-    return Value(RenderMetrics(src, sampler, std::chrono::system_clock::now()),
-                 "rdmalock_lockd_lock_requests_total");
-  };
+  const auto scrape = [&] { return one.Requests(); };
   CHECK(scrape() == "0");
   table.Set(0, proto::Word0{0, 20000, 0, 19999}, 5);  // the carry
   CHECK(scrape() == "0");
@@ -228,21 +226,10 @@ TEST_CASE("metrics: a request that withdrew between two scrapes is not counted a
   // A try-lock on a held lock takes a ticket (FETCH_AND_ADD) and gives it back (a CAS that takes
   // maxX down again); so does a request that times out at the end of the queue. A scrape that
   // saw the ticket and one after it saw maxX one lower: its difference, modulo 2^16, was 65,535.
-  Config config;
-  config.lock_count = 1;
-  Counters counters;
-  std::atomic<uint64_t> connected{0};
-  Table table(config.lock_count);
+  OneSlot one;
+  auto& table = one.table;
   table.Set(0, proto::Word0{0, 1, 0, 0}, 3);  // held
-  LockTableSampler sampler(table.data(), config.lock_count);
-  MetricsSource src;
-  src.config = &config;
-  src.counters = &counters;
-  src.connected = &connected;
-  const auto scrape = [&] {
-    return Value(RenderMetrics(src, sampler, std::chrono::system_clock::now()),
-                 "rdmalock_lockd_lock_requests_total");
-  };
+  const auto scrape = [&] { return one.Requests(); };
   CHECK(scrape() == "0");
   table.Set(0, proto::Word0{0, 2, 0, 0}, 3);  // a try-lock's ticket
   CHECK(scrape() == "1");
