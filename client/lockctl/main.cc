@@ -10,6 +10,9 @@
 //   76       `acquire`: the lock was lost while the command ran (the command was terminated)
 //   127/126  `acquire`: the command was not found / was found but could not be run
 //   1        `release --force`: lockd refused (no such session, no recorded holder)
+#include <fcntl.h>
+
+#include <cerrno>
 #include <exception>
 #include <iostream>
 
@@ -57,6 +60,15 @@ int Run(Args& a) {
 }  // namespace lockctl
 
 int main(int argc, char** argv) {
+  // Standard input, output and error are open, on /dev/null if lockctl was started without them
+  // (a daemon's child, `>&-`): else its RDMA descriptors would take their numbers, and the
+  // command of `lockctl acquire` (which keeps 0, 1 and 2) would write to the RDMA device and keep
+  // lockctl's connections alive after lockctl died (found by review, 2026-12-06).
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) == -1 && errno == EBADF && open("/dev/null", O_RDWR) != fd) {
+      return lockctl::kExitInternal;
+    }
+  }
   // No exception leaves main: what the libraries lockctl uses may throw (an allocation, a JSON
   // value) is an internal error with a message, not an abort.
   try {

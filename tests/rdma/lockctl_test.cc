@@ -344,13 +344,18 @@ TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl 
   const std::string port = std::to_string(lockd.port());
   // `own_group`: lockctl leads a process group of its own, as a shell job (or `timeout`) runs it.
   // `ignore_sigchld`: lockctl starts with SIGCHLD ignored (a parent's SIG_IGN, kept across exec).
+  // `closed_stdio`: lockctl starts with stdin and stdout closed (a daemon's child, `>&-`).
   const auto run = [&](const std::string& script, bool own_group = false,
-                       bool ignore_sigchld = false) {
+                       bool ignore_sigchld = false, bool closed_stdio = false) {
     const pid_t p = fork();
     REQUIRE(p >= 0);
     if (p == 0) {
       if (own_group) setpgid(0, 0);
       if (ignore_sigchld) signal(SIGCHLD, SIG_IGN);
+      if (closed_stdio) {
+        close(0);
+        close(1);
+      }
       execl(LOCKCTL_PATH, "lockctl", "--server", std::getenv("RXE_IP"), "--port", port.c_str(),
             "acquire", "f13", "--", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
       _exit(127);
@@ -433,6 +438,27 @@ TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl 
     CHECK(zombies == 0);
     REQUIRE(kill(lockctl, SIGTERM) == 0);
     CHECK(WaitExit(lockctl, 20s) == 128 + SIGTERM);
+  }
+  // Found by review (2026-12-06): lockctl started with stdin or stdout closed opened descriptors
+  // of its own there (the lowest free numbers), and the command, which keeps 0, 1 and 2, got
+  // them: its stdin was one of lockctl's internal pipes (an RDMA device's descriptor could have
+  // been one too, which the command's open copy would have kept alive after lockctl died).
+  SECTION(
+      "lockctl started with stdin and stdout closed gives the command none of its descriptors") {
+    const pid_t lockctl =
+        run("a=$(readlink /proc/$$/fd/0 || echo closed); b=$(readlink "
+            "/proc/$$/fd/1 || echo closed); printf '%s\\n%s\\n' \"$a\" \"$b\" > " +
+                dir + "/fds",
+            false, false, true);
+    CHECK(WaitExit(lockctl, 20s) == 0);
+    std::ifstream in(dir + "/fds");
+    std::string fd0, fd1;
+    REQUIRE(std::getline(in, fd0));
+    REQUIRE(std::getline(in, fd1));
+    INFO("the command's stdin: " << fd0 << ", stdout: " << fd1);
+    // lockctl's own stdin and stdout, as it was given them: none, so /dev/null.
+    CHECK(fd0 == "/dev/null");
+    CHECK(fd1 == "/dev/null");
   }
   // Found by review (2026-12-06): lockctl started with SIGCHLD ignored had its children reaped by
   // the kernel; the supervisor's waitpid failed (ECHILD) for ever, and lockctl renewed the lock
@@ -854,9 +880,12 @@ TEST_CASE("lockctl bench --inflight --timeline writes each set's token") {
 // its own (found by review, 2026-12-06). Only a set acquired and released counts.
 TEST_CASE("lockctl bench counts no set whose release failed") {
   Lockd lockd(7686, 1024, /*lease_ms=*/300);
-  auto [rc, json] =
+  // Not a structured binding: clang (the thread-safety stage) cannot capture one in a lambda.
+  const std::pair<int, std::string> run =
       Capture(Lockctl(lockd) + " --json bench --threads 1 --locks 64 --duration 1500ms " +
               "--warmup 100ms --no-auto-renew --hold-us 400ms");
+  const int rc = run.first;
+  const std::string& json = run.second;
   INFO(json);
   CHECK(rc != 0);  // every release failed: the run has errors
   const auto field = [&json](const std::string& key) -> uint64_t {
