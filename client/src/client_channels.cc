@@ -265,12 +265,17 @@ struct ChannelCache {
   std::shared_ptr<ThreadChannel> ch;  // keeps the channel alive while this thread uses it
 };
 thread_local ChannelCache cache;
+
+// The calling thread's channel of `impl` (told apart by `nonce`) in session `gen`, if cached.
+ThreadChannel* Cached(const Client::Impl* impl, uint64_t nonce, uint64_t gen) {
+  return cache.impl == impl && cache.nonce == nonce && cache.gen == gen && gen != 0 ? cache.ch.get()
+                                                                                    : nullptr;
+}
 }  // namespace
 
 void Client::Impl::CountRiderRelease(bool released) {
-  const uint64_t gen = gen_.load(std::memory_order_acquire);
-  if (cache.impl == this && cache.nonce == nonce_ && cache.gen == gen && gen != 0) {
-    ++(released ? cache.ch->releases : cache.ch->lost);
+  if (ThreadChannel* ch = Cached(this, nonce_, gen_.load(std::memory_order_acquire))) {
+    ++(released ? ch->releases : ch->lost);
     return;
   }
   MutexLock lk(&mu_);
@@ -280,10 +285,7 @@ void Client::Impl::CountRiderRelease(bool released) {
 Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline,
                                                   const LockHandle::State* dropping) {
   if (inherited()) return InheritedError();  // before any lock: a parent's thread may hold it
-  const uint64_t gen = gen_.load(std::memory_order_acquire);
-  if (cache.impl == this && cache.nonce == nonce_ && cache.gen == gen && gen != 0) {
-    return cache.ch.get();
-  }
+  if (ThreadChannel* ch = Cached(this, nonce_, gen_.load(std::memory_order_acquire))) return ch;
   const auto tid = std::this_thread::get_id();
   std::shared_ptr<const Session> sess;
   {

@@ -44,6 +44,14 @@ rdmalock::lockd::Config ShardConfig(const std::string& url, const std::string& m
   return c;
 }
 
+// A campaign of shard a for the lockd advertised as `me`.
+std::unique_ptr<rdmalock::lockd::Campaign> MustCreate(const LocalEtcd& server,
+                                                      const std::string& me) {
+  auto c = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), me));
+  REQUIRE(c.ok());
+  return std::move(c).value();
+}
+
 // An HTTP proxy in front of etcd that forwards every request at once and can hold back the
 // reply of the next `delay_txns` transactions (/v3/kv/txn) by `delay`: a request etcd carried
 // out whose answer comes too late for the caller (a loaded etcd, a slow network).
@@ -122,12 +130,10 @@ rdmalock::Result<std::unique_ptr<rdmalock::lockd::Campaign>> BehindProxy(
 
 TEST_CASE("campaign: one primary per shard, and each new primary's epoch is higher", "[etcd]") {
   LocalEtcd server;
-  auto a = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), "10.0.0.1:7471"));
-  auto b = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), "10.0.0.2:7471"));
-  REQUIRE(a.ok());
-  REQUIRE(b.ok());
+  auto a = MustCreate(server, "10.0.0.1:7471");
+  auto b = MustCreate(server, "10.0.0.2:7471");
   std::atomic<bool> stop{false};
-  auto ea = (*a)->Win(stop);
+  auto ea = a->Win(stop);
   REQUIRE(ea.ok());
   CHECK(*ea == 1);
 
@@ -136,12 +142,12 @@ TEST_CASE("campaign: one primary per shard, and each new primary's epoch is high
   rdmalock::Result<uint64_t> eb = rdmalock::Error(ErrorCode::kInternal, "not run");
   std::atomic<bool> b_done{false};
   std::thread tb([&] {
-    eb = (*b)->Win(b_stop);
+    eb = b->Win(b_stop);
     b_done.store(true);
   });
   const auto until = std::chrono::steady_clock::now() + milliseconds(3000);  // > the TTL
   while (std::chrono::steady_clock::now() < until) {
-    REQUIRE((*a)->Hold(stop));  // a keeps its lease alive
+    REQUIRE(a->Hold(stop));  // a keeps its lease alive
     REQUIRE_FALSE(b_done.load());
   }
   auto e = etcd::Client::Create({server.url()});
@@ -151,22 +157,22 @@ TEST_CASE("campaign: one primary per shard, and each new primary's epoch is high
   REQUIRE(members->size() == 2);
   CHECK((*members)[0].value == "10.0.0.1:7471");
   CHECK((*members)[1].value == "10.0.0.2:7471");
-  auto primary = (*e)->Get((*a)->primary_key(), milliseconds(2000));
+  auto primary = (*e)->Get(a->primary_key(), milliseconds(2000));
   REQUIRE(primary->has_value());
   CHECK((*primary)->value == "10.0.0.1:7471");
 
   // a resigns (a clean stop): b wins at once, with the next epoch.
-  (*a)->Resign();
+  a->Resign();
   tb.join();
   REQUIRE(eb.ok());
   CHECK(*eb == 2);
-  primary = (*e)->Get((*b)->primary_key(), milliseconds(2000));
+  primary = (*e)->Get(b->primary_key(), milliseconds(2000));
   REQUIRE(primary->has_value());
   CHECK((*primary)->value == "10.0.0.2:7471");
 
   // A stopped campaign returns.
   stop.store(true);
-  CHECK_FALSE((*a)->Win(stop).ok());
+  CHECK_FALSE(a->Win(stop).ok());
 }
 
 TEST_CASE("campaign: a primary cut off from etcd gives up before its lease can expire", "[etcd]") {
@@ -427,14 +433,12 @@ TEST_CASE("campaign: the takeover grace counts the TTL etcd granted when etcd ra
 // TTL, where a clean stop promises it wins at once; found by review, 2026-12-06).
 TEST_CASE("campaign: a campaign stopped gives its etcd lease back", "[etcd]") {
   LocalEtcd server;
-  auto a = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), "10.0.0.1:7471"));
-  auto b = rdmalock::lockd::Campaign::Create(ShardConfig(server.url(), "10.0.0.2:7471"));
-  REQUIRE(a.ok());
-  REQUIRE(b.ok());
+  auto a = MustCreate(server, "10.0.0.1:7471");
+  auto b = MustCreate(server, "10.0.0.2:7471");
   std::atomic<bool> stop{false};
-  REQUIRE((*a)->Win(stop).ok());
+  REQUIRE(a->Win(stop).ok());
   std::atomic<bool> b_stop{false};
-  std::thread tb([&] { (void)(*b)->Win(b_stop); });
+  std::thread tb([&] { (void)b->Win(b_stop); });
   auto e = etcd::Client::Create({server.url()});
   REQUIRE(e.ok());
   const auto members = [&] {
@@ -444,7 +448,7 @@ TEST_CASE("campaign: a campaign stopped gives its etcd lease back", "[etcd]") {
   };
   const auto until = std::chrono::steady_clock::now() + milliseconds(3000);
   while (members() < 2 && std::chrono::steady_clock::now() < until) {
-    REQUIRE((*a)->Hold(stop));
+    REQUIRE(a->Hold(stop));
     std::this_thread::sleep_for(milliseconds(20));
   }
   REQUIRE(members() == 2);
@@ -452,5 +456,5 @@ TEST_CASE("campaign: a campaign stopped gives its etcd lease back", "[etcd]") {
   tb.join();
   // Gone at once: not after the TTL (2 s here).
   CHECK(members() == 1);
-  (*a)->Resign();
+  a->Resign();
 }
