@@ -29,17 +29,24 @@ int CmdCluster(const Common& c, const std::string& init, bool replace) {
     return map.status().code() == rdmalock::ErrorCode::kConnection ? kExitUnavailable : kExitUsage;
   }
   // Every lockd of each shard (primary or standby), as each registers itself on its etcd lease.
+  // A read that fails is an error: "standby (none)" would be a guess shown as etcd's answer.
   std::vector<std::vector<std::string>> members(map->shards.size());
-  if (auto etcd = rdmalock::etcd::Client::Create(
-          c.etcd, {c.etcd_ca_file, c.etcd_cert_file, c.etcd_key_file});
-      etcd.ok()) {
-    for (size_t i = 0; i < map->shards.size(); ++i) {
-      const std::string prefix =
-          "/rdmalock/" + c.etcd_cluster + "/shard/" + map->shards[i].name + "/members/";
-      auto kvs = (*etcd)->GetPrefix(prefix, std::chrono::milliseconds(2000));
-      if (!kvs.ok()) continue;
-      for (const auto& kv : *kvs) members[i].push_back(kv.value);
+  auto etcd =
+      rdmalock::etcd::Client::Create(c.etcd, {c.etcd_ca_file, c.etcd_cert_file, c.etcd_key_file});
+  if (!etcd.ok()) {
+    std::cerr << "lockctl: " << etcd.status().message() << "\n";
+    return etcd.status().code() == rdmalock::ErrorCode::kConnection ? kExitUnavailable : kExitUsage;
+  }
+  for (size_t i = 0; i < map->shards.size(); ++i) {
+    const std::string prefix =
+        "/rdmalock/" + c.etcd_cluster + "/shard/" + map->shards[i].name + "/members/";
+    auto kvs = (*etcd)->GetPrefix(prefix, std::chrono::milliseconds(2000));
+    if (!kvs.ok()) {
+      std::cerr << "lockctl: reading the members of shard '" << map->shards[i].name << "' ("
+                << prefix << "*) from etcd: " << kvs.status().message() << "\n";
+      return kExitUnavailable;
     }
+    for (const auto& kv : *kvs) members[i].push_back(kv.value);
   }
   auto primary = [](const rdmalock::ShardSpec& s) {
     return s.server.empty() ? std::string() : s.server + ":" + std::to_string(s.port);

@@ -96,12 +96,17 @@ Result<std::pair<ClusterMap, int64_t>> ReadMapAt(etcd::Client& etcd, const EtcdC
                                          "); write one with lockctl --etcd ... cluster init");
   }
   RDMALOCK_ASSIGN_OR_RETURN(auto names, ParseShardList(kv->value, MapKey(e)));
-  // Every shard's primary in one read (one timeout however many shards); a shard without one,
-  // or a read that fails, leaves its server empty.
-  std::map<std::string, std::string> primaries;
-  if (auto all = etcd.GetPrefix("/rdmalock/" + e.cluster + "/shard/", timeout); all.ok()) {
-    for (auto& k : *all) primaries[k.key] = std::move(k.value);
+  // Every shard's primary in one read (one timeout however many shards); a shard without one
+  // leaves its server empty. A read that fails is the map's error: "no primary now" for every
+  // shard would be a guess (an operator's lockctl cluster showed it during an etcd hiccup).
+  const std::string shards = "/rdmalock/" + e.cluster + "/shard/";
+  auto all = etcd.GetPrefix(shards, timeout);
+  if (!all.ok()) {
+    return Error(all.status().code(), "reading the shards' primaries (" + shards +
+                                          "*) from etcd: " + all.status().message());
   }
+  std::map<std::string, std::string> primaries;
+  for (auto& k : *all) primaries[k.key] = std::move(k.value);
   ClusterMap map;
   for (const auto& n : names) {
     ShardSpec s{n, "", 0};

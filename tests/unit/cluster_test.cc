@@ -21,6 +21,7 @@
 #include "client/src/client_test_peer.h"
 #include "client/src/cluster_test_peer.h"
 #include "common/etcd/etcd.h"
+#include "tests/support/etcd_proxy.h"
 #include "tests/support/fake_lockd.h"
 #include "tests/support/local_etcd.h"
 #include "tests/support/test_env.h"
@@ -443,4 +444,31 @@ TEST_CASE("cluster: an empty lock name is refused before any shard is connected"
   CHECK((*cc)->LockMany(set).status().code() == ErrorCode::kInvalidArgument);
   CHECK(l.lockds["host-a"]->Sessions().empty());
   CHECK(l.lockds["host-b"]->Sessions().empty());
+}
+
+// ReadClusterMap (and lockctl cluster through it) read the map key, then every shard's primary
+// with one prefix read; a prefix read that failed was taken as "no primary now" for every shard,
+// and the map returned as read: an operator saw "primary (none now)" during an etcd hiccup, with
+// exit 0 (found by review, 2026-12-05). The map is an error then, naming the read that failed.
+TEST_CASE("cluster: ReadClusterMap fails when etcd could not say the shards' primaries", "[etcd]") {
+  testing::LocalEtcd server;
+  auto kv = etcd::Client::Create({server.url()});
+  REQUIRE(kv.ok());
+  REQUIRE((*kv)->Put("/rdmalock/test/shard/a/primary", "host-a:7471", 0, 2000ms).ok());
+  REQUIRE(PublishClusterMap({{server.url()}, "test"}, {"a", "b"}, false).ok());
+  testing::DelayingProxy proxy(server.url(), 0ms);
+  const EtcdCluster e{{proxy.url()}, "test"};
+  auto read = ReadClusterMap(e);
+  REQUIRE(read.ok());
+  REQUIRE(read->shards.size() == 2);
+  CHECK(read->shards[0].server == "host-a");
+  CHECK(read->shards[1].server.empty());  // b has no primary: that is "" as the API says
+
+  proxy.fail_prefix_reads.store(true);
+  read = ReadClusterMap(e);
+  INFO((read.ok() ? "read OK, shard a's server '" + read->shards[0].server + "'"
+                  : read.status().message()));
+  REQUIRE_FALSE(read.ok());
+  CHECK(read.status().code() == ErrorCode::kConnection);
+  CHECK_THAT(read.status().message(), Catch::Contains("/rdmalock/test/shard/"));
 }

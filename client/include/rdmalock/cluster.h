@@ -54,7 +54,8 @@ struct EtcdCluster {
 };
 
 // Reads the map from etcd: every shard, with its current primary as server ("" if it has none
-// now).
+// now). A failed read of the map or of the primaries is the error (kConnection for etcd
+// unreachable or failing), never a map whose shards seem to have no primary.
 RDMALOCK_EXPORT Result<ClusterMap> ReadClusterMap(const EtcdCluster& etcd);
 // Writes the shard names as the cluster's map. An existing, different map is replaced only with
 // `replace` (renaming, adding or removing a shard moves names between shards; see
