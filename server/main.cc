@@ -552,9 +552,19 @@ int main(int argc, char** argv) {
   if (!epoch.ok()) return Fail(epoch.status());
   auto unclean = rdmalock::lockd::MarkRunning(config.state_dir);
   if (!unclean.ok()) return Fail(unclean.status());
+  // A start that fails before serving anyone owes the next start no grace of its own: it takes
+  // its mark back unless the last run's (an unclean stop) was there, whose grace is still owed.
+  // Left, every failed start under Restart=on-failure made the next one refuse clients for a
+  // lease (found by review, 2026-12-06).
+  auto failed_start = [&](const rdmalock::Status& st) {
+    if (!*unclean) rdmalock::lockd::MarkStoppedCleanly(config.state_dir);
+    return Fail(st);
+  };
   auto server = rdmalock::lockd::Server::Create(config, *epoch, *unclean);
-  if (!server.ok()) return Fail(server.status());
-  if (auto st = rdmalock::lockd::StoreEpoch(config.state_dir, *epoch); !st.ok()) return Fail(st);
+  if (!server.ok()) return failed_start(server.status());
+  if (auto st = rdmalock::lockd::StoreEpoch(config.state_dir, *epoch); !st.ok()) {
+    return failed_start(st);
+  }
 
   rdmalock::Status loop_status;
   std::atomic<bool> stopping{false};
@@ -567,6 +577,10 @@ int main(int argc, char** argv) {
     stopping.store(true);
     (*server)->RequestStop();
     loop.join();
+    // The loop served while the probe waited: a client it let in is owed the grace.
+    if (!*unclean && !(*server)->stopped_with_clients()) {
+      rdmalock::lockd::MarkStoppedCleanly(config.state_dir);
+    }
     return 1;
   }
   spdlog::info("ready");

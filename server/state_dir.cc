@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -103,8 +104,17 @@ StateDirLock::~StateDirLock() {
 
 Result<bool> MarkRunning(const std::string& state_dir) {
   if (state_dir.empty()) return true;  // nothing tells us how the last run ended: assume the worst
-  std::error_code ec;
-  const bool unclean = std::filesystem::exists(state_dir + "/running", ec);
+  // lstat, not std::filesystem::exists: that answers false, not an error, for a mark it cannot
+  // look at (ELOOP, EIO), and follows a link (a dangling one read as no mark). Anything there
+  // is a mark; anything but "not there" that stops us looking is an error, never a clean stop.
+  const std::string path = state_dir + "/running";
+  struct stat st {};
+  bool unclean = true;
+  if (lstat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    if (err != ENOENT) return rdma::ErrnoStatus(ErrorCode::kIo, "look at " + path, err);
+    unclean = false;
+  }
   // The mark holds lockd's pid, for an operator; what counts is that it exists.
   RDMALOCK_RETURN_IF_ERROR(
       WriteFileAtomically(state_dir, "running", std::to_string(getpid()) + "\n"));

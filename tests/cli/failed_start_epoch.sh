@@ -3,7 +3,9 @@
 # one, an address that is none of its own; in the field a port in use, a missing NIC) must not
 # use up an epoch: under systemd's Restart=on-failure (every 2 s)
 # each failed start bumped state_dir/epoch, and at 65,535 lockd could never start again (found
-# by review, 2026-12-06).
+# by review, 2026-12-06). Nor may it leave the running mark when the last run stopped cleanly: the
+# next start then waited out a restart grace (refusing every client for a lease) for nothing
+# (found by review, 2026-12-06 too).
 #   failed_start_epoch.sh LOCKD SCRATCH_DIR
 # Prints "failed-start-epoch-ok" at the end when every check held; each failure is one FAIL line.
 lockd=$1 dir=$2
@@ -18,4 +20,10 @@ for round in 1 2 3; do
 done
 epoch=$(cat "$dir/epoch")
 [ "$epoch" = 7 ] || fail "three failed starts moved the epoch from 7 to $epoch"
+[ ! -e "$dir/running" ] || fail "a failed start after a clean stop left the running mark ($(cat "$dir/running"))"
+# After an unclean stop (the mark there) a failed start must leave it: the grace is still owed.
+printf '1\n' >"$dir/running"
+timeout 30 "$lockd" --state-dir "$dir" --admin-socket "" --metrics-address "" \
+  --address 192.0.2.1 --port 7999 >/dev/null 2>&1
+[ -e "$dir/running" ] || fail "a failed start after an unclean stop removed the running mark"
 [ "$fails" -eq 0 ] && echo "failed-start-epoch-ok"

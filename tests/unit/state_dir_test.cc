@@ -121,6 +121,24 @@ TEST_CASE("state_dir: the running mark tells an unclean stop from a clean one") 
   CHECK(*none);
 }
 
+// MarkRunning asked std::filesystem::exists, which answers false, not an error, when the mark
+// cannot be looked at (ELOOP, EIO): the start counted as clean and served with no restart grace,
+// beside clients of the crashed run that still believed in their leases (found by review,
+// 2026-12-06). A mark that is there in any form (even a dangling link) is an unclean stop; a
+// mark that cannot be looked at is an error.
+TEST_CASE("state_dir: a running mark that cannot be looked at is no clean stop") {
+  TempDir dir;
+  fs::create_symlink("running", dir.path / "running");  // a link to itself: stat fails, ELOOP
+  auto looped = MarkRunning(dir.str());
+  INFO((looped.ok() ? std::string(*looped ? "unclean" : "clean") : looped.status().message()));
+  CHECK((!looped.ok() || *looped));
+  fs::remove(dir.path / "running");
+  fs::create_symlink("nowhere", dir.path / "running");  // a dangling link is still a mark
+  auto dangling = MarkRunning(dir.str());
+  REQUIRE(dangling.ok());
+  CHECK(*dangling);
+}
+
 TEST_CASE("state_dir: WriteFileAtomically replaces the whole file") {
   TempDir dir;
   REQUIRE(WriteFileAtomically(dir.str(), "f", "a long first version\n").ok());
