@@ -25,6 +25,15 @@ std::string Cat(std::initializer_list<std::string_view> parts) {
   return s;
 }
 
+// The value as a message quotes it: whole, or its first 40 characters and its length when it is
+// longer than any duration (a message stays one readable line whatever was given).
+std::string Quoted(std::string_view text) {
+  constexpr size_t kShown = 40;
+  if (text.size() <= 2 * kShown) return Cat({"\"", text, "\""});
+  return Cat(
+      {"\"", text.substr(0, kShown), "...\" (", std::to_string(text.size()), " characters)"});
+}
+
 // The unit at the front of `s` (longest match first: "ms" before "m"), its length in *len; 0 if
 // none.
 int64_t UnitAt(std::string_view s, size_t* len) {
@@ -80,7 +89,7 @@ size_t NumberAt(std::string_view s, uint64_t* whole, bool* whole_ok, uint64_t* f
 
 Status NotADuration(std::string_view text, DurationUnit bare) {
   return Error(ErrorCode::kInvalidArgument,
-               Cat({"\"", text, "\" is not a duration (examples: 500ms, 10s, 2m, or ",
+               Cat({Quoted(text), " is not a duration (examples: 500ms, 10s, 2m, or ",
                     BareUnitHint(bare), ")"}));
 }
 
@@ -147,16 +156,17 @@ Result<int64_t> ParseDurationNs(std::string_view text, DurationUnit bare) {
                  "empty, not a duration (examples: 500ms, 10s, 2m, or " + BareUnitHint(bare) + ")");
   }
   if (text[0] == '-') {
-    // Say why rather than "not a duration" when the rest would have been one.
-    if (ParseDurationNs(text.substr(1), bare).ok()) {
+    // Say why rather than "not a duration" when the rest would have been one. One '-' only:
+    // recursing once per '-' overflowed the stack on a value of many (found by review).
+    if (text.size() > 1 && text[1] != '-' && ParseDurationNs(text.substr(1), bare).ok()) {
       return Error(ErrorCode::kInvalidArgument,
-                   Cat({"\"", text, "\" is negative: a duration is 0 or more"}));
+                   Cat({Quoted(text), " is negative: a duration is 0 or more"}));
     }
     return NotADuration(text, bare);
   }
   const auto too_large = [&] {
     return Error(ErrorCode::kInvalidArgument,
-                 Cat({"\"", text, "\" is too large for a duration (at most ",
+                 Cat({Quoted(text), " is too large for a duration (at most ",
                       FormatDuration(kHour * 2'562'047), ")"}));
   };
   int64_t total = 0;
@@ -196,14 +206,14 @@ Result<int64_t> ParseDurationIn(std::string_view text, DurationUnit unit, int64_
     const std::string range =
         lo == hi ? Cat({"must be ", FormatDuration(lo_ns)})
                  : Cat({"between ", FormatDuration(lo_ns), " and ", FormatDuration(hi_ns)});
-    return Error(ErrorCode::kInvalidArgument, Cat({"\"", text, "\" is out of range: ", range}));
+    return Error(ErrorCode::kInvalidArgument, Cat({Quoted(text), " is out of range: ", range}));
   }
   if (*ns % per != 0) {
     const char* name = unit == DurationUnit::kMicroseconds   ? "microseconds"
                        : unit == DurationUnit::kMilliseconds ? "milliseconds"
                                                              : "seconds";
     return Error(ErrorCode::kInvalidArgument,
-                 Cat({"\"", text, "\" is not a whole number of ", name}));
+                 Cat({Quoted(text), " is not a whole number of ", name}));
   }
   return *ns / per;
 }

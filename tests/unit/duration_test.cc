@@ -87,6 +87,17 @@ TEST_CASE("duration: negative values are refused as negative", "[duration]") {
   CHECK(Err("-x").find("is not a duration") != std::string::npos);
 }
 
+// Each leading '-' recursed once, building its own message: a value of many '-' (a YAML key, a
+// flag, a SIGHUP's reload) overflowed the stack and crashed lockd or lockctl (found by review,
+// 2026-12-06). It is refused as not a duration, at once.
+TEST_CASE("duration: a value of many leading '-' is refused, not a crash", "[duration]") {
+  const std::string many = std::string(200'000, '-') + "1s";
+  const std::string e = Err(many);
+  CHECK(e.find("is not a duration") != std::string::npos);
+  CHECK(Err("--5s").find("is not a duration") != std::string::npos);
+  CHECK(e.size() < 1000);  // the value is named, not all of it
+}
+
 TEST_CASE("duration: values beyond int64 nanoseconds are refused, not wrapped", "[duration]") {
   CHECK(Ns("2562047h") == 2562047 * kH);
   CHECK(Err("2562048h").find("too large") != std::string::npos);
