@@ -478,11 +478,13 @@ def library_version() -> str:
 
 def slot_for_name(name: str, lock_count: int) -> int:
     """The slot ``name`` maps to among ``lock_count`` slots (XXH3-64 modulo the count; 0 for a
-    count of 0). Raises RdmalockError(INVALID_ARGUMENT) for a count outside 0 .. 2^64 - 1, OSError
-    if the library cannot be loaded."""
+    count of 0). Raises RdmalockError(INVALID_ARGUMENT) for a name lock() refuses (not a str, or
+    with a NUL character) or a count outside 0 .. 2^64 - 1, OSError if the library cannot be
+    loaded."""
+    encoded = _check_name(name)  # a NUL would cut the name short: another lock's slot
     if not 0 <= lock_count < 2**64:  # a uint64: ctypes would wrap -1 to 2^64 - 1
         raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"lock_count {lock_count} is out of range")
-    return int(_lib().rdmalock_slot_for_name(name.encode(), lock_count))
+    return int(_lib().rdmalock_slot_for_name(encoded, lock_count))
 
 
 # ---- the API
@@ -893,8 +895,10 @@ class Cluster:
         return self._acquire(name, shared, _timeout_ms(timeout))
 
     def try_lock(self, name: str, shared: bool = False) -> Optional[Lock]:
-        """As Client.try_lock, on the shard that owns ``name``: None if it is taken. Raises
-        RdmalockError as lock() does, except BUSY and TIMEOUT."""
+        """As Client.try_lock, on the shard that owns ``name``: None if it is taken, or if
+        another thread of this Cluster is connecting that shard right now (a try does not wait
+        for it: not now, as the C++ and C APIs say). Raises RdmalockError as lock() does, except
+        BUSY and TIMEOUT."""
         try:
             return self._acquire(name, shared, 0)
         except RdmalockError as e:

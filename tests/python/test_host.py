@@ -255,3 +255,15 @@ def test_the_version_1_options_size_is_the_c_api_version_1_struct():
     o = rdmalock._Options
     assert rdmalock._OPTIONS_V1_SIZE == o.auth_key_file.offset + ctypes.sizeof(ctypes.c_char_p)
     assert rdmalock._OPTIONS_V1_SIZE < ctypes.sizeof(o)
+
+
+def test_slot_for_name_refuses_what_lock_refuses():
+    # slot_for_name took "a\0b" as "a" (the library reads NUL-terminated names) and said a's
+    # slot, while lock() refuses that name; a non-str raised AttributeError (found by review,
+    # 2026-12-06). Both are RdmalockError(INVALID_ARGUMENT), as lock() and shard_of() raise.
+    with pytest.raises(RdmalockError) as e:
+        rdmalock.slot_for_name("a\0b", 1024)
+    assert e.value.code == ErrorCode.INVALID_ARGUMENT and "NUL" in e.value.message
+    with pytest.raises(RdmalockError) as e:
+        rdmalock.slot_for_name(b"a", 1024)
+    assert e.value.code == ErrorCode.INVALID_ARGUMENT and "str" in e.value.message
