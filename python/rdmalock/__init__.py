@@ -396,13 +396,14 @@ def _check_name(name: object) -> bytes:
     return name.encode()
 
 
-def _free_lock(handle: ctypes.c_void_p, key: int) -> None:
+def _free_lock(handle: ctypes.c_void_p, key: int, owners: Dict[int, Any]) -> None:
     # A handle means the library is loaded: a finalizer run by a collection inside _lib()'s first
     # load (a NULL handle's, which frees nothing) must not wait for that load's lock.
     if _Exit.threads_alive:
         return  # at exit with another thread running: left to the process's end (_Exit)
     if handle.value is not None:
         _lib().rdmalock_lock_free(handle)  # after it returns the library never calls back for it
+    owners.pop(key, None)
     with _callbacks_lock:
         _callbacks.pop(key, None)
 
@@ -431,11 +432,18 @@ class _Calls:
 
 
 def _close_when_idle(close: Callable[[ctypes.c_void_p], None], handle: ctypes.c_void_p,
-                     calls: _Calls) -> None:
+                     calls: _Calls, locks: Dict[int, Any]) -> None:
     # Left to the process's end when a call is in flight (only at exit) or when another thread
     # runs on at exit (_Exit): lockd sees the connections go, and frees what the session's
     # record shows.
     if calls.idle() and not _Exit.threads_alive:
+        # Its Locks' finalizers first (each frees its handle, releasing a lock still held), as a
+        # Lock collected alone is: a Lock collected in one cycle with its client (an object that
+        # holds both, and a lost callback that refers to it) had its finalizer run in the
+        # collector's order, after the client's close, and nothing was released (found by
+        # review, 2026-12-06). dict.copy is one step under the GIL; a finalizer runs once.
+        for free in locks.copy().values():
+            free()
         close(handle)
 
 
@@ -506,11 +514,14 @@ class Lock:
         self._handle = ctypes.c_void_p(handle)
         self.name = name
         self._client: Optional[Union[Client, Cluster]] = client
-        self._key = next(_callback_keys)  # this lock's entry in _callbacks
+        self._key = next(_callback_keys)  # this lock's entry in _callbacks and client._locks
         self._lost_callback: Optional[LostCallback] = None
         # Runs before the Lock's attributes go (so before its reference to the client): the
-        # handle is freed while the session is still there.
-        self._finalizer = weakref.finalize(self, _free_lock, self._handle, self._key)
+        # handle is freed while the session is still there. The client's own finalizer runs it
+        # first too (client._locks), whatever order a collection takes.
+        owners: Dict[int, Any] = client._locks if client is not None else {}
+        self._finalizer = weakref.finalize(self, _free_lock, self._handle, self._key, owners)
+        owners[self._key] = self._finalizer
 
     def _h(self) -> ctypes.c_void_p:
         if not self._finalizer.alive:
@@ -649,9 +660,11 @@ class Client:
         # as the call returns leaves no session unclosed.
         self._handle = ctypes.c_void_p()
         self._calls = _Calls()
+        # The finalizers of this client's Locks not freed yet, by key (Lock, _close_when_idle).
+        self._locks: Dict[int, Any] = {}
         self.server, self.port = server, port
         self._finalizer = weakref.finalize(self, _close_when_idle, lib.rdmalock_close,
-                                           self._handle, self._calls)
+                                           self._handle, self._calls, self._locks)
         _watch_exit()
         _check(lib.rdmalock_connect(ctypes.byref(o), ctypes.byref(self._handle)))
 
@@ -825,9 +838,10 @@ class Cluster:
         co.client = ctypes.pointer(o)
         self._handle = ctypes.c_void_p()  # the finalizer first, as Client's
         self._calls = _Calls()
+        self._locks: Dict[int, Any] = {}  # as Client's
         self.source = shard_map if shard_map is not None else (endpoints or "")
         self._finalizer = weakref.finalize(self, _close_when_idle, lib.rdmalock_cluster_close,
-                                           self._handle, self._calls)
+                                           self._handle, self._calls, self._locks)
         _watch_exit()
         _check(lib.rdmalock_cluster_open(ctypes.byref(co), ctypes.byref(self._handle)))
 

@@ -322,6 +322,35 @@ def test_a_lost_callback_that_refers_to_its_lock_does_not_keep_it_held(client, o
     got.release()
 
 
+def test_a_lock_collected_with_its_client_in_one_cycle_is_released(lockd, other):
+    # Found by review (2026-12-06): an object that holds its own client and a lock whose lost
+    # callback is its bound method is one cycle with the client. The collector ran the two
+    # finalizers in its own order, the client's (close: the session ends, nothing released)
+    # before the lock's, and with requests unrecorded lockd freed the lock only F x L later.
+    # The client's finalizer frees its locks' handles first (releasing them), as a lock
+    # collected alone is.
+    server, port = lockd
+
+    class Worker:
+        def __init__(self):
+            self.client = rdmalock.Client.connect(server, port=port, connect_timeout=10,
+                                                  record_requests=False)
+            self.lock = self.client.lock("py/cycle", timeout=5)
+            self.lock.on_lost(self.stop)
+
+        def stop(self, err):
+            print(self.lock.name, err)
+
+    worker = Worker()
+    assert other.try_lock("py/cycle") is None
+    del worker
+    gc.collect()
+    other.flush()
+    got = other.try_lock("py/cycle")  # released, not left for lockd to free F x L later
+    assert got is not None
+    got.release()
+
+
 def _run_script(script: str, *args: str) -> subprocess.Popen:
     """Runs ``script`` in a Python process of its own, killed after 60 s whatever happens (so a
     hung child fails the test instead of the suite)."""
