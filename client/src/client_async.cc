@@ -102,20 +102,25 @@ Result<ThreadChannel*> Client::Impl::BatchChannel(std::vector<AsyncRequest>& bat
     Status st = gen_.load(std::memory_order_acquire) != 0
                     ? Status::Ok()
                     : WaitForSession(std::min(until, Clock::now() + kSessionWaitSlice));
+    std::chrono::milliseconds busy_retry(0);
     if (st.ok()) {
-      auto chr = Channel(deadline);
+      auto chr = Channel(deadline, nullptr, &busy_retry);
       if (chr.ok()) return chr;
       st = chr.status();
     }
     // No session (yet, or again: a join that failed with the connection ended it): the requests
-    // whose wait is over end; the rest wait on. A failure while the session lives (a join refused:
-    // kResource) or the client closing ends them all.
+    // whose wait is over end; the rest wait on. A join refused busy with the batch's earliest
+    // deadline too near to retry: the requests whose wait ends before lockd's retry delay end
+    // (as Join's rule for one deadline), and the rest retry with the next deadline (a try-lock
+    // failed the whole batch; found by review, 2026-12-06). Another failure while the session
+    // lives (the session's connection cap: kResource) or the client closing ends them all.
     const Clock::time_point now = Clock::now();
+    const bool busy = busy_retry.count() > 0;
     const bool waiting =
-        st.code() == ErrorCode::kConnection && !ClosingAsync() && session() == nullptr;
+        !ClosingAsync() && (busy || (st.code() == ErrorCode::kConnection && session() == nullptr));
     std::vector<AsyncRequest> rest;
     for (auto& r : batch) {
-      if (waiting && wait_end(r) > now) {
+      if (waiting && wait_end(r) > (busy ? now + busy_retry : now)) {
         rest.push_back(std::move(r));
       } else {
         Finish(r, st);

@@ -283,7 +283,9 @@ void Client::Impl::CountRiderRelease(bool released) {
 }
 
 Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline,
-                                                  const LockHandle::State* dropping) {
+                                                  const LockHandle::State* dropping,
+                                                  std::chrono::milliseconds* busy_retry) {
+  if (busy_retry != nullptr) *busy_retry = std::chrono::milliseconds(0);
   if (inherited()) return InheritedError();  // before any lock: a parent's thread may hold it
   if (ThreadChannel* ch = Cached(this, nonce_, gen_.load(std::memory_order_acquire))) return ch;
   const auto tid = std::this_thread::get_id();
@@ -306,11 +308,14 @@ Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline,
   // gets kResource; the session and the other threads go on).
   const auto join_deadline = std::min(deadline, Clock::now() + opts_.connect_timeout);
   auto reason = proto::RejectReason::kNone;
-  auto mem =
-      Join(sess->server, sess->port, sess->reply, opts_.connect_timeout, join_deadline, &reason);
+  std::chrono::milliseconds retry_ms(0);
+  auto mem = Join(sess->server, sess->port, sess->reply, opts_.connect_timeout, join_deadline,
+                  &reason, &retry_ms);
   if (!mem.ok()) {
     if (mem.status().code() != ErrorCode::kResource) {
       OnSessionError(sess->gen, mem.status(), dropping);
+    } else if (busy_retry != nullptr && reason == proto::RejectReason::kBusy) {
+      *busy_retry = std::max(std::chrono::milliseconds(1), retry_ms);
     }
     return mem.status();
   }
@@ -331,7 +336,8 @@ Result<std::unique_ptr<Connection>> Client::Impl::Join(const std::string& server
                                                        const proto::AcceptReply& reply,
                                                        std::chrono::milliseconds timeout,
                                                        Clock::time_point deadline,
-                                                       proto::RejectReason* reason) {
+                                                       proto::RejectReason* reason,
+                                                       std::chrono::milliseconds* busy_retry) {
   ChannelParams p{server,           port,          timeout, opts_.client_name, proto::kFlagJoin,
                   reply.session_id, reply.join_key};
   p.auth_key = opts_.auth_key;
@@ -351,6 +357,7 @@ Result<std::unique_ptr<Connection>> Client::Impl::Join(const std::string& server
       }
       // No time left to retry: this thread's call fails, as for the connection cap; lockd
       // being busy for a moment says nothing about the session (it ended it, as kRejected).
+      if (busy_retry != nullptr) *busy_retry = std::chrono::milliseconds(retry_ms);
       return Error(ErrorCode::kResource,
                    "lockd is busy with other handshakes: " + mem.status().message());
     }

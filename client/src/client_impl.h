@@ -451,9 +451,13 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // ---- Channels and sessions (client_channels.cc)
   // This thread's channel in the current session, connected on first use. The fast path reads a
   // thread-local cache. While the client reconnects, waits for the new session until `deadline`.
-  // A join that fails ends the session (OnSessionError; `dropping` as there).
+  // A join that fails ends the session (OnSessionError; `dropping` as there). `busy_retry`, if
+  // given, is set to lockd's retry delay when the failure was lockd busy with handshakes and
+  // `deadline` too near to retry (kResource; the session lives, and a later deadline may get
+  // through), else to 0.
   Result<ThreadChannel*> Channel(Clock::time_point deadline = Clock::time_point::max(),
-                                 const LockHandle::State* dropping = nullptr) EXCLUDES(mu_);
+                                 const LockHandle::State* dropping = nullptr,
+                                 std::chrono::milliseconds* busy_retry = nullptr) EXCLUDES(mu_);
   // A call on `gen`'s session failed. A connection error ends the session: every lock it held is
   // lost, its connections close (so lockd frees what they recorded), and the keeper reconnects.
   // The loss callbacks run on this thread, but `dropping`'s, the handle this thread is dropping:
@@ -593,10 +597,11 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // A connection joining the session `reply` describes at server:port (a connect timeout of
   // `timeout`), retried while lockd is busy until `deadline`. A refusal for the session's
   // connection cap or lockd's resources, or busy past `deadline`, comes back as kResource (the
-  // session goes on); *reason says which.
+  // session goes on); *reason says which, and *busy_retry (if given) lockd's retry delay for busy.
   Result<std::unique_ptr<Connection>> Join(
       const std::string& server, uint16_t port, const proto::AcceptReply& reply,
-      std::chrono::milliseconds timeout, Clock::time_point deadline, proto::RejectReason* reason);
+      std::chrono::milliseconds timeout, Clock::time_point deadline, proto::RejectReason* reason,
+      std::chrono::milliseconds* busy_retry = nullptr);
   // Why one of the client's own threads (`whose`) could not join its session.
   static Status OwnJoinError(std::string_view whose, const Status& st, proto::RejectReason reason);
   // Writes the next heartbeat (beats_) into the record `reply` names, over `mem`: while the

@@ -1738,6 +1738,59 @@ TEST_CASE("session keeping: the async pump's join is retried past a busy lockd")
   CHECK(client->Stats().sessions_lost == 0);
 }
 
+// The pump joined the session with its batch's earliest deadline, and a busy refusal past it
+// (kResource) ended every request of the batch: a try-lock queued beside a request with 5 s
+// failed that one too, when lockd was only busy for a moment (found by review, 2026-12-06). Only
+// the requests whose time is up end; the rest wait for the join, retried past the busy moment.
+TEST_CASE("session keeping: an async try-lock's busy join does not fail the rest of its batch") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  std::atomic<bool> busy{false};
+  const Connector connector = BusyJoins(lockd, &busy);
+  auto client = ConnectTo("busy-batch", connector);
+  // The pump runs A's callback: while it waits there, the session is replaced (the pump's
+  // channel is gone with the old one), and B and C queue as one batch.
+  std::promise<void> go;
+  std::shared_future<void> let_go = go.get_future().share();
+  std::promise<Result<LockHandle>> a, b, c;
+  REQUIRE(client
+              ->LockSlotAsync(1, {},
+                              [&](Result<LockHandle> r) {
+                                let_go.wait();
+                                a.set_value(std::move(r));
+                              })
+              .ok());
+  std::this_thread::sleep_for(100ms);  // A is granted, and its callback waits
+  const uint64_t first = client->session_id();
+  ClientTestPeer::FailSession(*client, "lockd restarting");
+  REQUIRE(WaitForNewSession(*client, first));
+  busy = true;  // new threads' joins are refused busy for a moment
+  REQUIRE(client
+              ->LockSlotAsync(2, {.timeout = 0ms},
+                              [&](Result<LockHandle> r) { b.set_value(std::move(r)); })
+              .ok());
+  REQUIRE(client
+              ->LockSlotAsync(3, {.timeout = 5s},
+                              [&](Result<LockHandle> r) { c.set_value(std::move(r)); })
+              .ok());
+  go.set_value();
+  std::thread unbusy([&] {
+    std::this_thread::sleep_for(250ms);
+    busy = false;
+  });
+  auto fb = b.get_future(), fc = c.get_future();
+  REQUIRE(fb.wait_for(5s) == std::future_status::ready);
+  REQUIRE(fc.wait_for(5s) == std::future_status::ready);
+  unbusy.join();
+  auto rb = fb.get(), rc = fc.get();
+  INFO("try-lock: " << (rb.ok() ? "granted" : rb.status().ToString()) << "; the request with 5 s: "
+                    << (rc.ok() ? "granted" : rc.status().ToString()));
+  CHECK_FALSE(rb.ok());  // lockd was busy for all of its time
+  CHECK(rc.ok());
+  CHECK(client->Stats().sessions_lost == 1);  // the one the test ended, no more
+  auto fa = a.get_future();
+  REQUIRE(fa.wait_for(1s) == std::future_status::ready);
+}
+
 TEST_CASE(
     "session keeping: an async request waits for a session the connect timeout from its "
     "own submission") {
