@@ -196,6 +196,7 @@ void Client::Impl::Close() {
     if (closed_) return;
     closed_ = true;
   }
+  cv_.SignalAll();  // a thread waiting for a session (WaitForSessionLocked) gives up
   StopAsync(me);
   {
     MutexLock lk(&mu_);
@@ -239,10 +240,12 @@ std::shared_ptr<const sdk::Session> Client::Impl::session() const {
 }
 
 Status Client::Impl::WaitForSessionLocked(MutexLock& lk, Clock::time_point until) {
-  while (session_ == nullptr && !stopping_ && opts_.reconnect) {
+  // closed_ too: Close() joins the async threads (StopAsync) before it sets stopping_, and one
+  // waiting here waited out its connect timeout, and Close with it (found by review).
+  while (session_ == nullptr && !stopping_ && !closed_ && opts_.reconnect) {
     if (cv_.WaitUntil(lk, until) == std::cv_status::timeout) break;
   }
-  if (stopping_) return Error(ErrorCode::kConnection, "client closed");
+  if (stopping_ || closed_) return Error(ErrorCode::kConnection, "client closed");
   if (session_ == nullptr) {
     return Error(ErrorCode::kConnection,
                  opts_.reconnect ? "not connected to lockd (reconnecting: " + last_error_ + ")"

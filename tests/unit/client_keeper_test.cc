@@ -1791,6 +1791,41 @@ TEST_CASE("session keeping: an async try-lock's busy join does not fail the rest
   REQUIRE(fa.wait_for(1s) == std::future_status::ready);
 }
 
+// Closing the client woke the async threads but not a waiter inside Channel() waiting for a
+// new session (a cohort waiter whose holder's lock was lost goes to lockd itself, and the
+// session is gone): it waited out its connect timeout, and so did ~Client, which joins it
+// (found by review, 2026-12-06).
+TEST_CASE("session keeping: closing a client does not wait for a waiter's wait for a session") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  std::atomic<bool> refuse{false};
+  ClientOptions o = testing::FakeClientOptions("close-waiter");
+  o.connect_timeout = 3000ms;
+  auto c = ClientTestPeer::Connect(o, RefusingNewSessions(lockd, &refuse));
+  REQUIRE(c.ok());
+  auto& client = *c;
+  auto held = client->LockSlot(12);
+  REQUIRE(held.ok());
+  std::promise<Status> got;
+  REQUIRE(client
+              ->LockSlotAsync(12, {.timeout = 10s},
+                              [&](Result<LockHandle> r) { got.set_value(r.status()); })
+              .ok());
+  REQUIRE(WaitFor([&] { return ClientTestPeer::LocalWaiters(*client, 12) == 1; }));
+  refuse = true;  // lockd restarting: no new session
+  ClientTestPeer::FailSession(*client, "lockd restarting");
+  std::this_thread::sleep_for(300ms);  // the waiter, served by the lost holder, waits for one
+  const auto t0 = std::chrono::steady_clock::now();
+  client.reset();
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  auto f = got.get_future();
+  REQUIRE(f.wait_for(0s) == std::future_status::ready);
+  const Status st = f.get();
+  INFO("closing took " << took.count() << " ms; the request: " << st.ToString());
+  CHECK_FALSE(st.ok());
+  CHECK(took < 1000ms);  // ~2,700 ms: the rest of the waiter's 3 s connect timeout
+}
+
 TEST_CASE(
     "session keeping: an async request waits for a session the connect timeout from its "
     "own submission") {
