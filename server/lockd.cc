@@ -332,8 +332,7 @@ std::chrono::steady_clock::time_point Server::fenced_at() const { return impl_->
 Status Server::ProbeLoopback(std::chrono::milliseconds timeout) {
   Impl& m = *impl_;
   RDMALOCK_ASSIGN_OR_RETURN(std::unique_ptr<VerbsMemory> loopback, m.ConnectLoopback(timeout));
-  m.recovery.Start(std::move(loopback));  // the recovery thread owns it from here on
-  return Status::Ok();
+  return m.recovery.Start(std::move(loopback));  // the recovery thread owns it from here on
 }
 
 }  // namespace rdmalock::lockd

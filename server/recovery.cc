@@ -13,10 +13,15 @@ Recovery::Recovery(EngineParams params, Counters* counters, Connect connect)
 
 Recovery::~Recovery() { Stop(); }
 
-void Recovery::Start(std::unique_ptr<VerbsMemory> loopback) {
+Status Recovery::Start(std::unique_ptr<VerbsMemory> loopback) {
+  MutexLock lock(&mu_);
+  // The event loop ended (and stopped the worker) before lockd's start-up got here: a worker
+  // started now would never be joined by it, and race its DropLoopback (found by review).
+  if (stop_) return Error(ErrorCode::kConnection, "lockd is stopping: recovery not started");
   loopback_ = std::move(loopback);
   engine_ = std::make_unique<LockEngine>(params_, nullptr);
   thread_ = std::thread([this] { Loop(); });
+  return Status::Ok();
 }
 
 void Recovery::Enqueue(RecoveryJob job) {
@@ -27,15 +32,20 @@ void Recovery::Enqueue(RecoveryJob job) {
 }
 
 void Recovery::Stop() {
+  std::thread worker;
   {
     MutexLock lock(&mu_);
     stop_ = true;
+    worker = std::move(thread_);
   }
   cv_.SignalAll();
-  if (thread_.joinable()) thread_.join();
+  if (worker.joinable()) worker.join();
 }
 
-void Recovery::DropLoopback() { loopback_.reset(); }
+void Recovery::DropLoopback() {
+  MutexLock lock(&mu_);
+  loopback_.reset();
+}
 
 void Recovery::Loop() {
   std::vector<RecoveryJob> jobs;

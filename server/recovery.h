@@ -4,8 +4,11 @@
 //
 // Threading: one worker thread, started by Start, owns the loopback connection and the lock
 // engine from then on. The only entry from other threads is Enqueue (the event loop hands it an
-// ended session's requests); Start and Stop are for lockd's start-up and shutdown (one thread).
-// mu_ guards the queue and the stop flag.
+// ended session's requests). Start is lockd's main thread's (at start-up, while the event loop
+// already runs); Stop and DropLoopback are the event loop's as it ends, or the destructor's.
+// mu_ guards the queue and the stop flag, and orders Start against Stop and DropLoopback: a
+// Start after Stop refuses, so the worker's thread and connection are never written by two
+// threads at once.
 #pragma once
 
 #include <chrono>
@@ -48,14 +51,15 @@ class Recovery {
   Recovery(const Recovery&) = delete;
   Recovery& operator=(const Recovery&) = delete;
 
-  // Starts the worker over `loopback` (the connection lockd's start-up probed).
-  void Start(std::unique_ptr<VerbsMemory> loopback) EXCLUDES(mu_);
+  // Starts the worker over `loopback` (the connection lockd's start-up probed); kConnection once
+  // Stop has run (the event loop ended meanwhile), and the connection is dropped.
+  Status Start(std::unique_ptr<VerbsMemory> loopback) EXCLUDES(mu_);
   // Hands a job to the worker. Any thread. Jobs queued before Start wait for it.
   void Enqueue(RecoveryJob job) EXCLUDES(mu_);
   // Stops the worker and joins it; the loopback connection stays until DropLoopback.
   void Stop() EXCLUDES(mu_);
   // After Stop: closes the loopback connection.
-  void DropLoopback();
+  void DropLoopback() EXCLUDES(mu_);
 
  private:
   void Loop() EXCLUDES(mu_);
@@ -65,7 +69,8 @@ class Recovery {
   Counters* const counters_;
   const Connect connect_;
 
-  // The worker's own (before Start and after Stop: the starting/stopping thread's).
+  // The worker's own (before Start and after Stop: written under mu_ by Start, Stop and
+  // DropLoopback, which stop_ keeps apart from one another and from the worker).
   std::unique_ptr<LockEngine> engine_;
   std::unique_ptr<VerbsMemory> loopback_;
   std::thread thread_;
