@@ -100,11 +100,14 @@ CohortTable::Join CohortTable::Wait(uint64_t slot, CohortWaiter* w,
 }
 
 void CohortTable::WakeAll() {
+  // Every entry under its mu (Close's path, not the lock path's: 4,096 uncontended locks). A
+  // waiter queues and reads its cancel flag under the same mu, so either it sees the flag
+  // (set before this call) before it parks, or it is in the list here and is woken. Skipping
+  // entries whose word read 0, as this did, could miss one: the flag's store and the word's
+  // load here, the word's CAS and the flag's load there, with only acquire/release between
+  // them, may each see the other's old value (found by review, 2026-12-06; no test shows it).
   for (CohortEntry& e : entries_) {
-    if (e.word.load(std::memory_order_acquire) == 0) continue;  // nobody queued there
     MutexLock lk(&e.mu);
-    // Under the mu (Close's path, not the lock path's); a waiter that is not parked sees
-    // its cancel flag before it parks.
     for (CohortWaiter* w = e.head; w != nullptr; w = w->next) Bell::Wake(w->Waker());
   }
 }
