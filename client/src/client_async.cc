@@ -128,11 +128,26 @@ Result<ThreadChannel*> Client::Impl::BatchChannel(std::vector<AsyncRequest>& bat
     }
     batch = std::move(rest);
     if (waiting) {
-      MutexLock lk(&async_mu_);
-      while (!async_q_.empty() && batch.size() < kAsyncBatch) {
-        batch.push_back(std::move(async_q_.front()));
-        async_q_.pop_front();
+      // The batch fills up from the queue; a request queued behind a full batch whose wait is
+      // over ends now too, not once the batch has room (up to the connect timeout late; found
+      // by review, 2026-12-06).
+      std::vector<AsyncRequest> over;
+      {
+        MutexLock lk(&async_mu_);
+        while (!async_q_.empty() && batch.size() < kAsyncBatch) {
+          batch.push_back(std::move(async_q_.front()));
+          async_q_.pop_front();
+        }
+        for (auto it = async_q_.begin(); it != async_q_.end();) {
+          if (wait_end(*it) <= now) {
+            over.push_back(std::move(*it));
+            it = async_q_.erase(it);
+          } else {
+            ++it;
+          }
+        }
       }
+      for (auto& r : over) Finish(r, st);
     }
     if (batch.empty()) return st;
   }

@@ -1826,6 +1826,51 @@ TEST_CASE("session keeping: closing a client does not wait for a waiter's wait f
   CHECK(took < 1000ms);  // ~2,700 ms: the rest of the waiter's 3 s connect timeout
 }
 
+// While the pump waited for a session, requests queued behind a full batch (8) were not looked
+// at: a try-lock queued behind eight requests with 10 s ended only when the batch had room, up
+// to the connect timeout late (found by review, 2026-12-06). A queued request whose wait is over
+// ends as the batch's do.
+TEST_CASE("session keeping: an async try-lock queued behind a full batch ends at once") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  std::atomic<bool> refuse{false};
+  ClientOptions o = testing::FakeClientOptions("full-batch");
+  o.connect_timeout = 3000ms;
+  auto c = ClientTestPeer::Connect(o, RefusingNewSessions(lockd, &refuse));
+  REQUIRE(c.ok());
+  auto& client = *c;
+  refuse = true;
+  ClientTestPeer::FailSession(*client, "lockd restarting");
+  std::vector<std::promise<Status>> long_ones(8);
+  for (size_t i = 0; i < long_ones.size(); ++i) {
+    REQUIRE(
+        client
+            ->LockSlotAsync(4 + i, {.timeout = 10s},
+                            [&, i](Result<LockHandle> r) { long_ones[i].set_value(r.status()); })
+            .ok());
+  }
+  std::this_thread::sleep_for(100ms);  // the pump waits for a session with a full batch
+  const auto queued = std::chrono::steady_clock::now();
+  std::promise<Status> tried;
+  REQUIRE(client
+              ->LockSlotAsync(14, {.timeout = 0ms},
+                              [&](Result<LockHandle> r) { tried.set_value(r.status()); })
+              .ok());
+  auto f = tried.get_future();
+  REQUIRE(f.wait_for(5s) == std::future_status::ready);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - queued);
+  const Status st = f.get();
+  INFO("the try-lock: " << st.ToString() << " after " << took.count() << " ms");
+  CHECK_FALSE(st.ok());
+  CHECK(took < 500ms);  // ~2,900 ms: the batch's connect timeout, when it had room again
+  refuse = false;
+  for (auto& p : long_ones) {
+    auto lf = p.get_future();
+    REQUIRE(lf.wait_for(10s) == std::future_status::ready);
+    CHECK(lf.get().ok());  // lockd came back within their time
+  }
+}
+
 TEST_CASE(
     "session keeping: an async request waits for a session the connect timeout from its "
     "own submission") {
