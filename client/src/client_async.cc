@@ -104,7 +104,7 @@ Result<ThreadChannel*> Client::Impl::BatchChannel(std::vector<AsyncRequest>& bat
                     : WaitForSession(std::min(until, Clock::now() + kSessionWaitSlice));
     std::chrono::milliseconds busy_retry(0);
     if (st.ok()) {
-      auto chr = Channel(deadline, nullptr, &busy_retry);
+      auto chr = Channel(deadline, {}, &busy_retry);
       if (chr.ok()) return chr;
       st = chr.status();
     }

@@ -285,8 +285,7 @@ void Client::Impl::CountRiderRelease(bool released) {
   ++(released ? retired_.releases : retired_.lost);
 }
 
-Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline,
-                                                  const LockHandle::State* dropping,
+Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline, LossCaller caller,
                                                   std::chrono::milliseconds* busy_retry) {
   if (busy_retry != nullptr) *busy_retry = std::chrono::milliseconds(0);
   if (inherited()) return InheritedError();  // before any lock: a parent's thread may hold it
@@ -316,7 +315,7 @@ Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline,
                   &reason, &retry_ms);
   if (!mem.ok()) {
     if (mem.status().code() != ErrorCode::kResource) {
-      OnSessionError(sess->gen, mem.status(), dropping);
+      OnSessionError(sess->gen, mem.status(), caller);
     } else if (busy_retry != nullptr && reason == proto::RejectReason::kBusy) {
       *busy_retry = std::max(std::chrono::milliseconds(1), retry_ms);
     }
@@ -368,8 +367,7 @@ Result<std::unique_ptr<Connection>> Client::Impl::Join(const std::string& server
   }
 }
 
-void Client::Impl::OnSessionError(uint64_t gen, const Status& st,
-                                  const LockHandle::State* dropping) {
+void Client::Impl::OnSessionError(uint64_t gen, const Status& st, LossCaller caller) {
   if (st.code() != ErrorCode::kConnection && st.code() != ErrorCode::kRejected &&
       st.code() != ErrorCode::kProtocol) {
     return;
@@ -395,7 +393,7 @@ void Client::Impl::OnSessionError(uint64_t gen, const Status& st,
   (void)EndLeases(
       old,
       Error(ErrorCode::kLockLost, "session with lockd ended (" + st.message() + "); lock lost"),
-      dropping);
+      caller);
   // Releases posted on these connections and not reaped yet, as Close does: a reader's whose CAS
   // missed is tried again here. Its caller was told ok and its record entry reads done, so lockd
   // releases nothing of it; shut down unfinished, its ticket stayed counted in the word until the
@@ -448,7 +446,7 @@ std::shared_ptr<const sdk::Session> Client::Impl::MakeSession(const Connection& 
 }
 
 size_t Client::Impl::EndLeases(const std::vector<std::shared_ptr<ThreadChannel>>& chans,
-                               const Status& why, const LockHandle::State* dropping) {
+                               const Status& why, LossCaller caller) {
   // Each channel's list is closed as it is read: a grant made on one of these channels from now
   // on is not tracked, and its handle reports the loss at once (MakeHandle).
   std::vector<std::shared_ptr<LockHandle::State>> all;
@@ -467,8 +465,11 @@ size_t Client::Impl::EndLeases(const std::vector<std::shared_ptr<ThreadChannel>>
     ++n;
     auto cb = s->Lose(why);
     if (!cb) continue;
-    if (s.get() == dropping) {
-      TellLater(std::move(cb), why);  // its owner is dropping it, maybe under what cb takes
+    if (s.get() == caller.handle && !caller.dropping) continue;  // the call's result tells it
+    if (caller.dropping) {
+      // The owner of caller.handle drops it, maybe under a mutex a callback takes: every loss
+      // goes to the keeper (the others ran here, on the dropping thread; found by review).
+      TellLater(std::move(cb), why);
     } else {
       notify.push_back(std::move(cb));
     }

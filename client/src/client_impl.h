@@ -235,6 +235,15 @@ void AddStats(const ClientStats& from, ClientStats* to);
 Result<std::unique_ptr<Connection>> VerbsConnect(const ChannelParams& p, uint32_t* retry_ms,
                                                  proto::RejectReason* reason);
 
+// The call on a handle that may find the session broken, and so end it (OnSessionError): whose
+// loss callbacks may run on this thread. client.h: a thread dropping a handle runs none (it may
+// hold a mutex a callback takes: the keeper tells them all), and a Release() whose
+// result says the lock was lost does not also tell its handle's callback (client.h).
+struct LossCaller {
+  const LockHandle::State* handle = nullptr;  // the handle the call is on (none: any call)
+  bool dropping = false;                      // its owner drops it
+};
+
 }  // namespace sdk
 
 // A granted lock, shared by its LockHandle and the client's handle list (renewal, loss reports).
@@ -449,21 +458,21 @@ class [[gnu::visibility("hidden")]] Client::Impl
   void CountRiderRelease(bool released) EXCLUDES(mu_);
 
   // ---- Channels and sessions (client_channels.cc)
+  using LossCaller = sdk::LossCaller;
   // This thread's channel in the current session, connected on first use. The fast path reads a
   // thread-local cache. While the client reconnects, waits for the new session until `deadline`.
-  // A join that fails ends the session (OnSessionError; `dropping` as there). `busy_retry`, if
+  // A join that fails ends the session (OnSessionError; `caller` as there). `busy_retry`, if
   // given, is set to lockd's retry delay when the failure was lockd busy with handshakes and
   // `deadline` too near to retry (kResource; the session lives, and a later deadline may get
   // through), else to 0.
   Result<ThreadChannel*> Channel(Clock::time_point deadline = Clock::time_point::max(),
-                                 const LockHandle::State* dropping = nullptr,
+                                 LossCaller caller = {},
                                  std::chrono::milliseconds* busy_retry = nullptr) EXCLUDES(mu_);
   // A call on `gen`'s session failed. A connection error ends the session: every lock it held is
   // lost, its connections close (so lockd frees what they recorded), and the keeper reconnects.
-  // The loss callbacks run on this thread, but `dropping`'s, the handle this thread is dropping:
-  // the keeper tells its loss (TellLater; client.h: a drop may hold a mutex its callback takes).
-  void OnSessionError(uint64_t gen, const Status& st, const LockHandle::State* dropping = nullptr)
-      EXCLUDES(mu_);
+  // The loss callbacks run on this thread, as `caller` allows (LossCaller): a dropping thread's
+  // go to the keeper (TellLater), and the handle a Release() is on is told by its result.
+  void OnSessionError(uint64_t gen, const Status& st, LossCaller caller = {}) EXCLUDES(mu_);
   // Makes a handle for a grant of `ch`'s session (counted, its latency from `started`, or from
   // the grant's first FETCH_AND_ADD (Grant::requested) when `started` is unset, to `completed`
   // recorded, and tracked for renewal). `completed`: ch.mem->last_completed() as the caller read
@@ -590,9 +599,9 @@ class [[gnu::visibility("hidden")]] Client::Impl
       const Connection& first, std::chrono::nanoseconds liveness, const std::string& server,
       uint16_t port) REQUIRES(mu_);
   // Marks every lock held on `chans` (an ending session's channels) lost, closes their held
-  // lists, and calls the loss callbacks (`dropping`'s through the keeper). Returns how many.
+  // lists, and calls the loss callbacks (as `caller` allows: LossCaller). Returns how many.
   size_t EndLeases(const std::vector<std::shared_ptr<ThreadChannel>>& chans, const Status& why,
-                   const LockHandle::State* dropping = nullptr) EXCLUDES(mu_);
+                   LossCaller caller = {}) EXCLUDES(mu_);
   static void JoinOrDetach(std::thread & t, std::thread::id me);
   // A connection joining the session `reply` describes at server:port (a connect timeout of
   // `timeout`), retried while lockd is busy until `deadline`. A refusal for the session's

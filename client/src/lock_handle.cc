@@ -38,10 +38,11 @@ namespace {
 // is kLockLost and the loss was not reported before (client.h: the owner of a dropped handle
 // learns through the callback that its lock was lost before it let go).
 using Teller = std::function<void(const Status&)>;
-// `dropping`: the handle this thread is dropping (null for Release()), whose loss, should the
-// release end the session, the keeper tells (Client::Impl::OnSessionError).
+// `caller`: the handle this call releases and whether its owner drops it, should the release
+// end the session (Client::Impl::LossCaller): a dropping thread tells no loss itself (the keeper
+// does), and a Release() tells its handle's loss by its result alone.
 Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl, Teller* tell,
-                   const LockHandle::State* dropping);
+                   Client::Impl::LossCaller caller);
 Status ReleaseState(LockHandle::State& s, Teller* tell);
 
 // Whether the lease of `s`'s grant (a rider's: its carrier's) has run out by now.
@@ -182,12 +183,12 @@ Status ReleaseState(LockHandle::State& s, Teller* tell) {
   // In a forked child: the parent holds the lock; releasing it from here would release theirs.
   if (s.inherited()) return Client::Impl::InheritedError();
   auto impl = s.ctx->client.lock();
-  const LockHandle::State* dropping = tell != nullptr ? &s : nullptr;
-  Status st = ReleaseHeld(s, impl.get(), tell, dropping);
+  const Client::Impl::LossCaller caller{&s, tell != nullptr};
+  Status st = ReleaseHeld(s, impl.get(), tell, caller);
   // kNotHeld: released (or ended) before this call; no lease of it is in question.
   if (st.ok() || st.code() == ErrorCode::kLockLost || st.code() == ErrorCode::kNotHeld) return st;
   if (impl && st.code() == ErrorCode::kConnection) {
-    impl->OnSessionError(s.ctx->session->gen, st, dropping);
+    impl->OnSessionError(s.ctx->session->gen, st, caller);
   }
   // A lease that ran out lost the lock before anything else failed (client.h: kLockLost,
   // nothing released), whatever that was: a broken connection, a join lockd refused.
@@ -249,13 +250,14 @@ Status ReleaseRider(LockHandle::State& r, Client::Impl* impl,
                  "lockd ended) before the release; lock lost");
   }
   // The carrier is no owner's handle; a dropped rider is kReleased already, and told nothing.
-  Status st = ReleaseHeld(c, impl, nullptr, nullptr);
+  // A dropping thread runs no other handle's loss callback (the keeper tells them).
+  Status st = ReleaseHeld(c, impl, nullptr, Client::Impl::LossCaller{nullptr, tell != nullptr});
   if (!st.ok()) LoseRider(r, tell);
   return st;
 }
 
 Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl, Teller* tell,
-                   const LockHandle::State* dropping) {
+                   Client::Impl::LossCaller caller) {
   if (s.carrier) return ReleaseRider(s, impl, tell);
   auto* state_ = &s;
   // The calling thread's connection first, before the handle's mutex: a thread with none joins
@@ -263,7 +265,7 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl, Teller* tell,
   // one's too, on this thread: it deadlocked).
   // Never waits for a reconnection (a deadline already past; no clock read for it).
   Result<ThreadChannel*> ch = impl
-                                  ? impl->Channel(Clock::time_point{}, dropping)
+                                  ? impl->Channel(Clock::time_point{}, caller)
                                   : Result<ThreadChannel*>(Error(ErrorCode::kConnection, "closed"));
   // No connection because the session ended (another thread found it broken, and its EndLeases
   // has not come to this handle yet): the lock is lost, as it will be reported.

@@ -63,6 +63,19 @@ Connector RefusingNewSessions(testing::FakeLockd& lockd, const std::atomic<bool>
   };
 }
 
+// A connector to `lockd` whose joins fail with a connection error while *broken is set (the
+// network between this host and lockd failed as a new thread joined): the join ends the session.
+Connector BrokenJoins(testing::FakeLockd& lockd, const std::atomic<bool>* broken) {
+  Connector inner = lockd.connector();
+  return [broken, inner](const ChannelParams& p, uint32_t* retry_ms,
+                         proto::RejectReason* reason) -> Result<std::unique_ptr<Connection>> {
+    if ((p.flags & proto::kFlagJoin) != 0 && broken->load()) {
+      return Error(ErrorCode::kConnection, "test connector: the network is down");
+    }
+    return inner(p, retry_ms, reason);
+  };
+}
+
 // Waits for the client to be in a session other than `old` (and in one at all).
 bool WaitForNewSession(Client& c, uint64_t old) {
   return WaitFor([&] {
@@ -1543,6 +1556,61 @@ TEST_CASE("session keeping: a Release() that finds the lock lost does not tell O
   ClientTestPeer::PauseKeeper(*client, false);
   std::this_thread::sleep_for(200ms);
   CHECK(calls == 0);
+}
+
+// The same when the releasing thread has no connection yet and its join fails, ending the
+// session: the session's end ran the handle's OnLost on that thread, and Release() returned
+// kLockLost too (found by review, 2026-12-06).
+TEST_CASE("session keeping: a Release() whose join ends the session does not tell OnLost too") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  std::atomic<bool> broken{false};
+  auto client = ConnectTo("release-join", BrokenJoins(lockd, &broken));
+  auto h = client->LockSlot(4);
+  REQUIRE(h.ok());
+  std::atomic<int> calls{0};
+  h->OnLost([&](const Status&) { ++calls; });
+  broken = true;
+  Status released;
+  std::thread([&] { released = h->Release(); }).join();  // a thread with no connection yet
+  INFO("Release(): " << released.ToString() << "; OnLost calls: " << calls.load());
+  CHECK(released.code() == ErrorCode::kLockLost);
+  std::this_thread::sleep_for(200ms);  // the keeper would tell by now
+  CHECK(calls == 0);
+}
+
+// client.h: OnLost never runs on a thread dropping a handle (it may hold a mutex the callback
+// takes). A drop whose join ended the session ran every other held lock's callback on the
+// dropping thread; only the dropped handle's own went to the keeper (found by review,
+// 2026-12-06).
+TEST_CASE("session keeping: a drop whose join ends the session tells no loss on its thread") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  std::atomic<bool> broken{false};
+  auto client = ConnectTo("drop-join", BrokenJoins(lockd, &broken));
+  auto a = client->LockSlot(4);
+  auto b = client->LockSlot(5);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  std::mutex mu;
+  std::vector<std::thread::id> told_on;
+  const auto note = [&](const Status&) {
+    std::lock_guard<std::mutex> lk(mu);
+    told_on.push_back(std::this_thread::get_id());
+  };
+  a->OnLost(note);
+  b->OnLost(note);
+  broken = true;
+  std::thread::id dropper;
+  std::thread([&, held = std::move(*a)]() mutable {
+    dropper = std::this_thread::get_id();
+    { LockHandle gone = std::move(held); }  // dropped here, on a thread with no connection yet
+  }).join();
+  REQUIRE(WaitFor([&] {
+    std::lock_guard<std::mutex> lk(mu);
+    return told_on.size() == 2;
+  }));
+  std::lock_guard<std::mutex> lk(mu);
+  CHECK(told_on[0] != dropper);
+  CHECK(told_on[1] != dropper);
 }
 
 // The async pump takes up to 8 queued requests at once and waited for the session once, until
