@@ -400,9 +400,11 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
     // each count were ahead at the FA: a torn view of a counter can show our turn only with a
     // byte from a time when the counter was kTornReadMargin or more short of it
     // (docs/protocol.md §8, torn READs).
+    bool word0_atomic = false;  // w0 is the atomic read's, which came after the READ's word1
     if (proto::TicketGone(w0, t.word, t.mode) || proto::Skipped(w0, t.word, t.mode) ||
         (!tear_safe && proto::Granted(w0, t.word, t.mode))) {
       RDMALOCK_ASSIGN_OR_RETURN(w0, AtomicWord0(mem, t.slot));
+      word0_atomic = true;
     }
     last = w0;
     last_read = true;
@@ -415,6 +417,16 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
         // above; the handler releases the granted ticket at once.
         AbandonLapsed(t, ev, handed_off);
         return WaitOutcome::kRestart;
+      }
+      // A token's generation is read after the grant (RearmAfterGiveUp). The READ's word1 is,
+      // when that READ showed the grant; when the atomic read showed it instead, the grant may
+      // have come after the READ copied word1, and a generation bump in between (a racing
+      // reset's late FA, a renewal carry) would give this grant an older generation than the
+      // holder before it read (found by review, 2026-12-06): read word1 again, after the grant.
+      if (word0_atomic) {
+        RemoteOp again = RemoteOp::Read(RegionId::kLocks, Word1Off(t.slot), 8);
+        RDMALOCK_RETURN_IF_ERROR(mem.Execute(again));
+        rd.result[1] = again.result[0];
       }
       RDMALOCK_RETURN_IF_ERROR(WholeWord1(mem, t.slot, &rd.result[1]));
       grant->ticket = t;

@@ -997,6 +997,47 @@ TEST_CASE("torn READs: a fencing token does not take a torn generation") {
   }
 }
 
+// A waiter whose poll READ looked like its ticket was skipped (a torn view) confirms that on the
+// word atomically; when the atomic read showed the grant instead (it came after the READ), the
+// grant took its token's generation from the READ's word1, copied before the grant: a bump in
+// between (a racing reset's late FA, a renewal carry) gave it an older generation than a holder
+// before it may have had (found by review, 2026-12-06). A generation is read after the grant.
+TEST_CASE("torn READs: a grant confirmed atomically takes a generation read after it") {
+  InProcessTable table(4);
+  LockEngine e(Params(4), nullptr);
+  InProcessMemory holder(&table), waiter(&table);
+  table.Store(0, 1, 0x100 * proto::kGenerationIncrement);
+  AcquireOptions o;
+  o.want_token = true;
+  auto x = e.Acquire(holder, 0, Mode::kExclusive, o);
+  REQUIRE(x.ok());
+  waiter.set_min_round_trip(100us);
+  std::atomic<int> torn{0};
+  waiter.set_read_filter([&](RemoteOp& op) {
+    if (op.offset % proto::kSlotSize != 0 || op.into != nullptr || op.length != 16 ||
+        torn.load() > 0) {
+      return;
+    }
+    // The READ copied word0 and word1 (generation 0x100); a torn byte makes nX look a byte's
+    // worth past the waiter's turn. Then, before the waiter looks at the word itself, the
+    // generation moves on and the holder releases: the waiter's grant is in generation 0x101.
+    Word0 w = Word0::Decode(op.result[0]);
+    w.n_x = static_cast<uint16_t>(w.n_x + 256);
+    op.result[0] = w.Encode();
+    table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
+    REQUIRE(e.Release(holder, *x).ok());
+    ++torn;
+  });
+  AcquireOptions wo = o;
+  wo.deadline = Clock::now() + 5s;
+  auto g = e.Acquire(waiter, 0, Mode::kExclusive, wo);
+  REQUIRE(g.ok());
+  REQUIRE(torn.load() == 1);
+  CHECK(g->generation == 0x101);
+  CHECK(g->token > x->token);
+  REQUIRE(e.Release(waiter, *g).ok());
+}
+
 // A tag newer than the word's generation is what the stale-entry model (tests/model/
 // stale_entry.pml) shows unsafe: lockd would act on the entry in a later generation, where its
 // ticket numbers may be another holder's. Older (or no tag) only costs a done mark.
