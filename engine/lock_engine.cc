@@ -470,11 +470,13 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       // Neither a release nor a renewal for F x L: mark everything up to our own request done.
       // (The retry writes the entry again with its new ticket.) An exclusive ticket's entry
       // needs no clearing: nX moves past it.
-      const Word0 rec = proto::RecoveredWord(w0, t.word, t.mode);
-      RDMALOCK_ASSIGN_OR_RETURN(const bool landed,
-                                RecoverCas(mem, t, w0, t.record != 0 && t.mode == Mode::kShared));
+      Word0 replaced = w0;
+      RDMALOCK_ASSIGN_OR_RETURN(
+          const bool landed,
+          RecoverCas(mem, t, w0, t.record != 0 && t.mode == Mode::kShared, nullptr, &replaced));
       if (landed) {
         Count(&EngineEvents::recoveries, ev);
+        const Word0 rec = proto::RecoveredWord(replaced, t.word, t.mode);
         if (rec.Frozen() && rec.Drained()) {
           RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, t.slot, rec, ev));
         }
@@ -494,16 +496,32 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
 }
 
 Result<bool> LockEngine::RecoverCas(RemoteMemory& mem, const Ticket& t, Word0 seen,
-                                    bool clear_entry, bool* unseen) const {
-  const Word0 rec = proto::RecoveredWord(seen, t.word, t.mode);
-  RemoteOp ops[2] = {
-      RemoteOp::Write16(RegionId::kSessions, t.record, 0, 0),
-      RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), seen.Encode(), rec.Encode())};
+                                    bool clear_entry, bool* unseen, Word0* landed_on) const {
+  RemoteOp ops[2] = {RemoteOp::Write16(RegionId::kSessions, t.record, 0, 0),
+                     RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), seen.Encode(),
+                                           proto::RecoveredWord(seen, t.word, t.mode).Encode())};
   if (unseen != nullptr) *unseen = t.mode == Mode::kShared;
   RDMALOCK_RETURN_IF_ERROR(
       mem.Execute(std::span<RemoteOp>(ops + (clear_entry ? 0 : 1), clear_entry ? 2 : 1)));
+  bool landed = ops[1].result[0] == seen.Encode();
+  // A miss on a word whose counters are still the stalled view's: only the max fields moved (a
+  // request queued or withdrew behind, a try-lock's FA and withdrawal), and the stall stands, as
+  // nX and nS say on the word itself. Timed again from zero, as it was, a try-lock looping on the
+  // lock could keep its dead holder's lock stuck as long as it looped (found by review,
+  // 2026-12-06). Word1 is not compared by any CAS: a holder stalled F x L had its lease run out,
+  // and renews no more (its renewal checks its lease at issue), so one more round trip changes
+  // nothing. Bounded: a word that churns this fast is tried again at the next READ.
+  for (int i = 0; !landed && i < kRecoverRetries; ++i) {
+    const Word0 found = Word0::Decode(ops[1].result[0]);
+    if (found.n_x != seen.n_x || found.n_s != seen.n_s || found.Frozen() != seen.Frozen()) break;
+    seen = found;
+    ops[1] = RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), seen.Encode(),
+                                   proto::RecoveredWord(seen, t.word, t.mode).Encode());
+    RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops + 1, 1)));
+    landed = ops[1].result[0] == seen.Encode();
+  }
   if (unseen != nullptr) *unseen = false;
-  const bool landed = ops[1].result[0] == seen.Encode();
+  if (landed && landed_on != nullptr) *landed_on = seen;
   if (!landed && clear_entry) {
     // Still queued: the record shows it again. Waited for, not posted (this path is rare): the
     // ticket may go to the reaper next (a lapsed wait), which could clear the entry on its own QP

@@ -320,9 +320,13 @@ class LockEngine {
   // landed. With `clear_entry` (a shared ticket's own entry: a recovered shared ticket still
   // looks granted, and lockd releases a granted ticket a live entry shows) the entry is cleared
   // ahead of the CAS in its doorbell, and written again, waited for, if the CAS missed. `*unseen`
-  // (optional) is true while the CAS may have landed unseen.
+  // (optional) is true while the CAS may have landed unseen. A CAS that misses on a word whose
+  // counters (nX, nS) are still `seen`'s (only requests queued or withdrawn behind: the max
+  // fields moved) is tried again from the word it found, up to kRecoverRetries times; *landed_on
+  // (optional) is the word the landed CAS replaced.
+  static constexpr int kRecoverRetries = 8;
   Result<bool> RecoverCas(RemoteMemory& mem, const Ticket& t, proto::Word0 seen, bool clear_entry,
-                          bool* unseen = nullptr) const;
+                          bool* unseen = nullptr, proto::Word0* landed_on = nullptr) const;
   Status ResetDrained(RemoteMemory& mem, uint64_t slot, proto::Word0 drained,
                       EngineEvents* ev) const;
   std::chrono::nanoseconds PollInterval(const RemoteMemory& mem, uint32_t ahead,

@@ -105,12 +105,13 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
   }
   if (r.seen.Note(w0, w1, done) || !r.seen.StalledFor(done, stall_timeout())) return false;
   // The queue ahead of this ticket is stuck (F x L): mark it and this ticket done, as a waiter.
-  const Word0 rec = proto::RecoveredWord(w0, t.word, t.mode);
   // The SDK's own shared entry is cleared in the CAS's doorbell, as a waiter's (RecoverCas); a
   // recovered shared ticket still looks granted, so the CAS may land unseen (r.unseen).
+  Word0 replaced = w0;
   RDMALOCK_ASSIGN_OR_RETURN(
-      const bool landed,
-      RecoverCas(mem, t, w0, r.own && t.record != 0 && t.mode == Mode::kShared, &r.unseen));
+      const bool landed, RecoverCas(mem, t, w0, r.own && t.record != 0 && t.mode == Mode::kShared,
+                                    &r.unseen, &replaced));
+  const Word0 rec = proto::RecoveredWord(replaced, t.word, t.mode);
   if (!landed) {
     r.seen.Forget();  // something moved: time the stall again
     return false;

@@ -637,6 +637,58 @@ TEST_CASE("requests on a frozen word withdraw; the last release resets it") {
   REQUIRE(W0(table, 0) == Word0{.max_s = 1, .max_x = 0, .n_s = 1, .n_x = 0});
 }
 
+// The recovery CAS compares all of word0, the max fields too, while the stall is timed on (nX, nS,
+// word1). A try-lock elsewhere (FA, then a withdrawal) that moved the max fields between the
+// waiter's READ and its CAS made the CAS miss, and the waiter timed the stall again from zero:
+// with a try-lock looping on the lock, its dead holder's lock could stay stuck as long as the
+// loop went on (found by review, 2026-12-06). A miss whose word still shows the stalled counters
+// is tried again from the word the CAS found.
+TEST_CASE("a waiter recovers a dead holder's lock while a try-lock loops on it") {
+  InProcessTable table(1);
+  const auto lease = 40ms;
+  LockEngine e(Params(1, lease), nullptr);
+  InProcessMemory dead(&table), w(&table);
+  auto g = e.Acquire(dead, 0, Mode::kExclusive, {});  // and never released
+  REQUIRE(g.ok());
+  const uint16_t dead_ticket = g->ticket.word.max_x;
+  // A try-lock on another client, one step per READ of the waiter: its FA lands right after one
+  // READ (queued behind the waiter), its withdrawal (or, once granted, its release) right after
+  // the next. It starts again only while the dead holder still holds the word.
+  bool queued = false, queued_behind = false;
+  uint16_t mine = 0;
+  int tries = 0;
+  w.set_read_filter([&](RemoteOp& op) {
+    if (op.offset != 0 || op.length != 16) return;
+    Word0 now = W0(table, 0);
+    if (!queued) {
+      if (now.n_x != dead_ticket) return;  // recovered: the loop is over
+      mine = now.max_x;
+      ++now.max_x;  // the try-lock's FA
+      queued = true;
+      ++tries;
+    } else if (now.n_x == mine) {
+      ++now.n_x;  // granted meanwhile (the recovery skipped to it): its release
+      queued = false;
+    } else {
+      if (now.max_x != mine + 1) queued_behind = true;  // it could not withdraw then
+      --now.max_x;
+      queued = false;
+    }
+    table.Store(0, 0, now.Encode());
+  });
+  EngineEvents ev;
+  AcquireOptions o;
+  o.deadline = Clock::now() + 3s;  // about 35 stall timeouts of F x L = 80 ms
+  auto g2 = e.Acquire(w, 0, Mode::kExclusive, o, &ev);
+  INFO("the waiter: " << (g2.ok() ? "granted" : g2.status().ToString()) << " after " << tries
+                      << " try-locks; recoveries " << ev.recoveries.get());
+  REQUIRE(g2.ok());
+  CHECK_FALSE(queued_behind);
+  CHECK(ev.recoveries.get() == 1);
+  REQUIRE(e.Release(w, *g2).ok());
+  CHECK(W0(table, 0).Drained());
+}
+
 TEST_CASE("a waiter recovers a lock whose holder died, after F x L") {
   InProcessTable table(1);
   const auto lease = 40ms;
