@@ -218,12 +218,7 @@ void Server::Impl::Tick() {
   const auto timeout = std::chrono::milliseconds(config.heartbeat_timeout_ms);
   const bool check_qps = now >= next_qp_check;
   if (check_qps) next_qp_check = now + timeout / 4;
-  auto qp_in_error = [](const Session& s) {
-    for (rdma_cm_id* id : s.conns) {
-      if (rdma::QpInError(id)) return true;
-    }
-    return false;
-  };
+  auto qp_in_error = [](rdma_cm_id* id) { return rdma::QpInError(id); };
   for (auto& d : sessions.CheckLiveness(now, std::chrono::system_clock::now(), timeout, check_qps,
                                         qp_in_error)) {
     EndSession(d.session, d.reason, d.why, false);

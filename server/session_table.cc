@@ -98,7 +98,7 @@ std::optional<EndedRecord> SessionTable::End(const Session& s) {
 std::vector<SessionTable::Dead> SessionTable::CheckLiveness(
     Clock::time_point now, std::chrono::system_clock::time_point wall,
     std::chrono::milliseconds heartbeat_timeout, bool check_qps,
-    const std::function<bool(const Session&)>& qp_in_error) {
+    const std::function<bool(rdma_cm_id*)>& qp_in_error) {
   std::vector<Dead> dead;
   for (auto& [sid, s] : sessions_) {
     // lockd's loopback writes no heartbeat: only its QP is checked (one in error, with no
@@ -125,11 +125,15 @@ std::vector<SessionTable::Dead> SessionTable::CheckLiveness(
     // reports no async event for these). Checked every quarter heartbeat timeout, not every
     // tick: a query is a system call per connection.
     if (!check_qps) continue;
-    if (!qp_in_error(*s)) {
-      s->qp_error_seen = false;
-    } else if (!s->qp_error_seen) {
-      s->qp_error_seen = true;
-    } else {
+    std::set<rdma_cm_id*> in_error;
+    bool twice = false;
+    for (rdma_cm_id* id : s->conns) {
+      if (!qp_in_error(id)) continue;
+      in_error.insert(id);
+      twice = twice || s->qp_errors_seen.count(id) != 0;
+    }
+    s->qp_errors_seen = std::move(in_error);
+    if (twice) {
       dead.push_back({s, EndReason::kQpError,
                       "its QP is in the error state (a bad operation or a transport failure)"});
     }

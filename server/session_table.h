@@ -41,7 +41,8 @@ struct Session {
   std::set<rdma_cm_id*> conns;  // keys of the connections (owned by the event loop's conn map)
   uint64_t last_heartbeat = 0;
   std::chrono::steady_clock::time_point heartbeat_moved;
-  bool qp_error_seen = false;  // a QP of it was in ERR at the last check
+  // Its connections whose QP was in ERR at the last QP check (keys, as `conns`).
+  std::set<rdma_cm_id*> qp_errors_seen;
 };
 
 // What an ended session's record showed: the requests lockd must free for it.
@@ -100,9 +101,10 @@ class SessionTable {
 
   // The liveness tick. A session whose heartbeat moved is stamped (its record's "seen" time);
   // an admitted session whose heartbeat has not moved for `heartbeat_timeout` is dead. With
-  // `check_qps`, a session whose QP `qp_in_error` reports in the error state at two checks in a
-  // row is dead too (rdma_cm also moves a QP to ERR when a disconnect request arrives, before
-  // the DISCONNECTED event: one sighting is not enough). lockd's loopback is never judged.
+  // `check_qps`, a session one of whose connections' QP `qp_in_error` reports in the error state
+  // at two checks in a row is dead too (rdma_cm also moves a QP to ERR when a disconnect request
+  // arrives, before the DISCONNECTED event: one sighting is not enough, and two sightings of two
+  // connections, each closing in its turn, are not either). A loopback's silence is never judged.
   struct Dead {
     std::shared_ptr<Session> session;
     EndReason reason;
@@ -110,7 +112,7 @@ class SessionTable {
   };
   std::vector<Dead> CheckLiveness(Clock::time_point now, std::chrono::system_clock::time_point wall,
                                   std::chrono::milliseconds heartbeat_timeout, bool check_qps,
-                                  const std::function<bool(const Session&)>& qp_in_error);
+                                  const std::function<bool(rdma_cm_id*)>& qp_in_error);
 
   // The sessions whose records show a granted request on `slot`, given its word0 and word1 now
   // (a tagged entry counts only in its own generation).

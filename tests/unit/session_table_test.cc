@@ -48,7 +48,9 @@ proto::RequestEntry Entry(uint32_t slot, proto::RequestEntry::State st, uint32_t
   return e;
 }
 
-const auto kNoQpError = [](const Session&) { return false; };
+const auto kNoQpError = [](rdma_cm_id*) { return false; };
+// A connection's key in Session::conns (nothing here looks at what it points to).
+rdma_cm_id* FakeId(uintptr_t n) { return reinterpret_cast<rdma_cm_id*>(n * 0x1000); }
 
 }  // namespace
 
@@ -187,9 +189,10 @@ TEST_CASE("session table: a QP in error at two checks in a row ends the session"
   const auto t0 = SessionTable::Clock::now();
   auto s = t.Allocate("a:1", "x", 1, false, {}, t0);
   s->counted = true;
+  s->conns = {FakeId(1)};
   t.Insert(s);
   bool in_error = true;
-  auto qp = [&](const Session&) { return in_error; };
+  auto qp = [&](rdma_cm_id*) { return in_error; };
   const milliseconds timeout(60000);
   CHECK(t.CheckLiveness(t0, {}, timeout, true, qp).empty());   // first sighting
   CHECK(t.CheckLiveness(t0, {}, timeout, false, qp).empty());  // not a QP check: no change
@@ -197,12 +200,38 @@ TEST_CASE("session table: a QP in error at two checks in a row ends the session"
   REQUIRE(dead.size() == 1);
   CHECK(dead[0].reason == EndReason::kQpError);
   // One sighting, then a healthy check, then one again: not two in a row.
-  s->qp_error_seen = false;
+  s->qp_errors_seen.clear();
   CHECK(t.CheckLiveness(t0, {}, timeout, true, qp).empty());
   in_error = false;
   CHECK(t.CheckLiveness(t0, {}, timeout, true, qp).empty());
   in_error = true;
   CHECK(t.CheckLiveness(t0, {}, timeout, true, qp).empty());
+}
+
+// Two sightings in a row were counted per session, not per QP: one join's QP in ERR at one check
+// (its disconnect request arrived before its DISCONNECTED event, then it went) and another
+// join's at the next fenced a live session whose threads come and go (found by review,
+// 2026-12-06). Only one QP in error at two checks in a row ends it.
+TEST_CASE("session table: two joins each in error at one check do not end the session") {
+  Records mem(1);
+  SessionTable t(mem.data(), 1, 64);
+  const auto t0 = SessionTable::Clock::now();
+  auto s = t.Allocate("a:1", "x", 1, false, {}, t0);
+  s->counted = true;
+  t.Insert(s);
+  rdma_cm_id* const a = FakeId(2);
+  rdma_cm_id* const b = FakeId(3);
+  s->conns = {FakeId(1), a, b};
+  std::set<rdma_cm_id*> in_error{a};
+  auto qp = [&](rdma_cm_id* id) { return in_error.count(id) != 0; };
+  const milliseconds timeout(60000);
+  CHECK(t.CheckLiveness(t0, {}, timeout, true, qp).empty());  // a in ERR: first sighting
+  s->conns.erase(a);                                          // a's DISCONNECTED: it went
+  in_error = {b};                                             // b closes in its turn
+  CHECK(t.CheckLiveness(t0, {}, timeout, true, qp).empty());  // b's first sighting
+  auto dead = t.CheckLiveness(t0, {}, timeout, true, qp);     // b's second: it stayed in ERR
+  REQUIRE(dead.size() == 1);
+  CHECK(dead[0].reason == EndReason::kQpError);
 }
 
 // lockd's loopback session was skipped by the liveness checks altogether: it writes no heartbeat,
@@ -216,9 +245,10 @@ TEST_CASE("session table: a loopback session's QP in error ends it; its silence 
   const auto t0 = SessionTable::Clock::now();
   auto lb = t.Allocate("lockd", "loopback", 1, true, {}, t0);
   lb->counted = true;
+  lb->conns = {FakeId(1)};
   t.Insert(lb);
   bool in_error = false;
-  auto qp = [&](const Session&) { return in_error; };
+  auto qp = [&](rdma_cm_id*) { return in_error; };
   const milliseconds timeout(1000);
   CHECK(t.CheckLiveness(t0 + milliseconds(5000), {}, timeout, true, qp).empty());  // silent
   in_error = true;
