@@ -29,7 +29,10 @@ void Server::Impl::Reject(rdma_cm_id* id, proto::RejectReason reason, const std:
   // in the metrics and the log already (the RDMA tests read both right after).
   CountRefusal(reason);
   if (log) admission.LogRefusal(peer, reason, detail, retry_after_ms, SteadyClock::now());
-  if (Status st = rdma::Reject(id, bytes); !st.ok()) {
+  // A reject that fails (the peer's side went first) is logged as the refusal is: at most once
+  // a second per address, and not at all for a refusal kept quiet (a rate-limited flood).
+  if (Status st = rdma::Reject(id, bytes);
+      !st.ok() && log && admission.ShouldLogFailure(peer, "reject failed", SteadyClock::now())) {
     spdlog::warn("rejecting {}: {}", peer, st.ToString());
   }
 }
@@ -145,7 +148,10 @@ rdma::CmId Server::Impl::OnConnectRequest(rdma_cm_event* ev) {
   param.retry_count = 7;
   param.rnr_retry_count = 7;
   if (Status st = rdma::Accept(id, &param); !st.ok()) {
-    spdlog::error("accepting {}: {}", peer, st.ToString());
+    // The peer's side may have gone first (a connect abandoned at once): throttled per address.
+    if (admission.ShouldLogFailure(peer, "accept failed", SteadyClock::now())) {
+      spdlog::error("accepting {}: {}", peer, st.ToString());
+    }
     if (fresh) sessions.Release(*sess);
     c->control_mr.reset();
     return owned;

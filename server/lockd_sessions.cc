@@ -235,7 +235,17 @@ void Server::Impl::OnAsyncEvent(Device& d) {
   const ibv_event_type type = ev.type;
   ibv_qp* qp = ev.qp;
   if (qp == nullptr) {
-    spdlog::debug("device {}: async event {}", d.name, rdma::AsyncEventName(type));
+    // A device-level event. A CQ overrun or a fatal device error stops every handshake from
+    // completing: said at error level, not at debug only (found by review, 2026-12-06). A port
+    // going down is a warning; the rest (port up, address changes) stay at debug.
+    if (type == IBV_EVENT_CQ_ERR || type == IBV_EVENT_DEVICE_FATAL) {
+      spdlog::error("device {}: {}: handshakes on it may no longer complete; restart lockd", d.name,
+                    rdma::AsyncEventName(type));
+    } else if (type == IBV_EVENT_PORT_ERR) {
+      spdlog::warn("device {}: {}", d.name, rdma::AsyncEventName(type));
+    } else {
+      spdlog::debug("device {}: async event {}", d.name, rdma::AsyncEventName(type));
+    }
     return;
   }
   for (auto& [id, c] : conns) {

@@ -100,6 +100,14 @@ Status Regions::OpenDevices(const Config& config) {
     RDMALOCK_ASSIGN_OR_RETURN(d->comp_channel, rdma::CreateCompChannel(d->ctx));
     RDMALOCK_RETURN_IF_ERROR(
         rdma::SetNonBlocking(d->comp_channel->fd, d->name + "'s completion channel"));
+    if (dattr.max_cqe < kCqDepth) {
+      // budgets.h sizes the handshakes in flight by kCqDepth: fewer entries can overrun the CQ
+      // (IBV_EVENT_CQ_ERR), after which no handshake completes.
+      spdlog::warn(
+          "device {}: its completion queues hold at most {} entries, fewer than the {} lockd's "
+          "handshake budget assumes; many clients connecting at once may overrun it",
+          d->name, dattr.max_cqe, kCqDepth);
+    }
     RDMALOCK_ASSIGN_OR_RETURN(
         d->cq, rdma::CreateCq(d->ctx, std::min(kCqDepth, dattr.max_cqe), d->comp_channel.get()));
     RDMALOCK_RETURN_IF_ERROR(rdma::ArmCq(d->cq.get()));
