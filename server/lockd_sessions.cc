@@ -55,7 +55,7 @@ void Server::Impl::RemoveConn(rdma_cm_id* id) {
   c.id.Disconnect();
   c.windows.clear();
   HandshakeOver(c);
-  c.session->conns.erase(id);
+  c.session->ForgetConn(id);
   conn_by_serial.erase(c.serial);
   graveyard.push_back(std::move(it->second));
   conns.erase(it);

@@ -43,6 +43,12 @@ struct Session {
   std::chrono::steady_clock::time_point heartbeat_moved;
   // Its connections whose QP was in ERR at the last QP check (keys, as `conns`).
   std::set<rdma_cm_id*> qp_errors_seen;
+
+  // A connection of it went: its key may be a new connection's next (the id is freed).
+  void ForgetConn(rdma_cm_id* id) {
+    conns.erase(id);
+    qp_errors_seen.erase(id);
+  }
 };
 
 // What an ended session's record showed: the requests lockd must free for it.

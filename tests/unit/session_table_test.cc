@@ -234,6 +234,27 @@ TEST_CASE("session table: two joins each in error at one check do not end the se
   CHECK(dead[0].reason == EndReason::kQpError);
 }
 
+// The same with the connections' keys reused: a connection's id is freed once it goes, and a new
+// join's id can take its address; a sighting of the old one must not count for the new (found by
+// reviewing the fix above).
+TEST_CASE("session table: a new join at a gone join's address starts its sightings afresh") {
+  Records mem(1);
+  SessionTable t(mem.data(), 1, 64);
+  const auto t0 = SessionTable::Clock::now();
+  auto s = t.Allocate("a:1", "x", 1, false, {}, t0);
+  s->counted = true;
+  t.Insert(s);
+  rdma_cm_id* const a = FakeId(2);
+  s->conns = {FakeId(1), a};
+  bool in_error = true;
+  auto qp = [&](rdma_cm_id* id) { return id == a && in_error; };
+  const milliseconds timeout(60000);
+  CHECK(t.CheckLiveness(t0, {}, timeout, true, qp).empty());  // a in ERR: first sighting
+  s->ForgetConn(a);                                           // a's DISCONNECTED: it went
+  s->conns.insert(a);  // a new join, its id where a's was, closing in its turn
+  CHECK(t.CheckLiveness(t0, {}, timeout, true, qp).empty());  // its first sighting
+}
+
 // lockd's loopback session was skipped by the liveness checks altogether: it writes no heartbeat,
 // but its QP in error (with no DISCONNECTED event) left the session, and its record, for the
 // rest of the run. The recovery thread then reconnected as a second loopback session, which
