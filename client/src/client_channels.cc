@@ -241,11 +241,15 @@ std::shared_ptr<const sdk::Session> Client::Impl::session() const {
 
 Status Client::Impl::WaitForSessionLocked(MutexLock& lk, Clock::time_point until) {
   // closed_ too: Close() joins the async threads (StopAsync) before it sets stopping_, and one
-  // waiting here waited out its connect timeout, and Close with it (found by review).
+  // waiting here for a new session waited out its connect timeout, and Close with it (found by
+  // review). A live session is still given until stopping_: a handle released meanwhile on a
+  // thread with no channel joins it (refused, its release ended the session).
   while (session_ == nullptr && !stopping_ && !closed_ && opts_.reconnect) {
     if (cv_.WaitUntil(lk, until) == std::cv_status::timeout) break;
   }
-  if (stopping_ || closed_) return Error(ErrorCode::kConnection, "client closed");
+  if (stopping_ || (closed_ && session_ == nullptr)) {
+    return Error(ErrorCode::kConnection, "client closed");
+  }
   if (session_ == nullptr) {
     return Error(ErrorCode::kConnection,
                  opts_.reconnect ? "not connected to lockd (reconnecting: " + last_error_ + ")"

@@ -1894,6 +1894,43 @@ TEST_CASE("session keeping: closing a client does not wait for a waiter's wait f
   CHECK(took < 1000ms);  // ~2,700 ms: the rest of the waiter's 3 s connect timeout
 }
 
+// Closing wakes threads waiting for a *new* session (above), but a thread that needs a channel
+// while the session is still live (a handle released on a thread with none, while ~Client waits
+// for the async threads) must still get one: a "client closed" there ended the session, and every
+// other held lock was reported lost (found by reviewing the fix above).
+TEST_CASE("session keeping: a release while the client closes still joins the live session") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  auto client = ConnectTo("closing-release", lockd.connector());
+  auto held = client->LockSlot(6);
+  REQUIRE(held.ok());
+  auto other = client->LockSlot(7);
+  REQUIRE(other.ok());
+  std::atomic<int> other_lost{0};
+  other->OnLost([&](const Status&) { ++other_lost; });
+  // The pump runs A's callback, which waits: closing the client waits for it (StopAsync).
+  std::promise<void> go;
+  std::shared_future<void> let_go = go.get_future().share();
+  std::atomic<bool> a_called{false};
+  REQUIRE(client
+              ->LockSlotAsync(1, {},
+                              [&](Result<LockHandle> r) {
+                                a_called = true;
+                                let_go.wait();
+                                if (r.ok()) (void)r->Release();
+                              })
+              .ok());
+  REQUIRE(WaitFor([&] { return a_called.load(); }));
+  std::thread closer([&] { client.reset(); });
+  std::this_thread::sleep_for(200ms);  // ~Client is in its wait for the pump
+  Status released;
+  std::thread([&] { released = held->Release(); }).join();  // a thread with no channel yet
+  go.set_value();
+  closer.join();
+  INFO("the release while closing: " << released.ToString() << "; other lock's losses "
+                                     << other_lost.load());
+  CHECK(released.ok());
+}
+
 // While the pump waited for a session, requests queued behind a full batch (8) were not looked
 // at: a try-lock queued behind eight requests with 10 s ended only when the batch had room, up
 // to the connect timeout late (found by review, 2026-12-06). A queued request whose wait is over
