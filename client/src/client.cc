@@ -413,7 +413,11 @@ Status Client::ReleaseMany(std::span<LockHandle> handles) {
   if (impl_->inherited()) return Impl::InheritedError();
   // A loss callback run by a release below may destroy this Client: its Impl stays.
   const std::shared_ptr<Impl> impl = impl_;
-  auto ch = impl->Channel(Clock::now());
+  // A join that ends the session tells these handles' losses by this call's result alone.
+  std::vector<const LockHandle::State*> releasing;
+  releasing.reserve(handles.size());
+  for (const LockHandle& h : handles) releasing.push_back(h.state_.get());
+  auto ch = impl->Channel(Clock::now(), Impl::LossCaller{nullptr, false, releasing});
   std::vector<LockHandle::State*> batch;
   std::vector<size_t> batch_at;  // batch[i] is handles[batch_at[i]]
   sdk::HeldStates locks;         // batch's mutexes, held until their states are set

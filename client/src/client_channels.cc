@@ -467,9 +467,12 @@ size_t Client::Impl::EndLeases(const std::vector<std::shared_ptr<ThreadChannel>>
     MutexLock lk(&s->mu);
     if (s->state != LockState::kHeld) continue;
     ++n;
+    if (caller.ToldByResult(s.get())) {
+      s->LoseTold();  // the call's result tells it: no callback, now or when one is set later
+      continue;
+    }
     auto cb = s->Lose(why);
     if (!cb) continue;
-    if (s.get() == caller.handle && !caller.dropping) continue;  // the call's result tells it
     if (caller.dropping) {
       // The owner of caller.handle drops it, maybe under a mutex a callback takes: every loss
       // goes to the keeper (the others ran here, on the dropping thread; found by review).

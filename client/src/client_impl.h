@@ -35,6 +35,7 @@
 // callbacks run with none of these held.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -44,6 +45,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -242,6 +244,14 @@ Result<std::unique_ptr<Connection>> VerbsConnect(const ChannelParams& p, uint32_
 struct LossCaller {
   const LockHandle::State* handle = nullptr;  // the handle the call is on (none: any call)
   bool dropping = false;                      // its owner drops it
+  // More handles the call releases and tells by its result (ReleaseMany), as `handle`.
+  std::span<const LockHandle::State* const> releasing;
+
+  bool ToldByResult(const LockHandle::State* s) const {
+    if (dropping) return false;
+    if (s == handle) return true;
+    return std::find(releasing.begin(), releasing.end(), s) != releasing.end();
+  }
 };
 
 }  // namespace sdk

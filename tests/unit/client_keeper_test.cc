@@ -1578,6 +1578,31 @@ TEST_CASE("session keeping: a Release() whose join ends the session does not tel
   CHECK(calls == 0);
 }
 
+// The same for ReleaseMany, and for a handle with no callback yet: the loss its result told was
+// kept for a callback set later, which then ran at once (found by reviewing the fix above).
+TEST_CASE("session keeping: a ReleaseMany whose join ends the session does not tell OnLost too") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  std::atomic<bool> broken{false};
+  auto client = ConnectTo("release-many-join", BrokenJoins(lockd, &broken));
+  auto a = client->LockSlot(4);
+  auto b = client->LockSlot(5);
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  std::atomic<int> calls{0};
+  a->OnLost([&](const Status&) { ++calls; });
+  broken = true;
+  Status released;
+  std::thread([&] {
+    LockHandle hs[] = {std::move(*a), std::move(*b)};
+    released = client->ReleaseMany(hs);
+    hs[1].OnLost([&](const Status&) { ++calls; });  // b's callback, set after its result
+    std::this_thread::sleep_for(200ms);             // the keeper would tell by now
+  }).join();
+  INFO("ReleaseMany(): " << released.ToString() << "; OnLost calls: " << calls.load());
+  CHECK(released.code() == ErrorCode::kLockLost);
+  CHECK(calls == 0);
+}
+
 // client.h: OnLost never runs on a thread dropping a handle (it may hold a mutex the callback
 // takes). A drop whose join ended the session ran every other held lock's callback on the
 // dropping thread; only the dropped handle's own went to the keeper (found by review,
