@@ -30,8 +30,9 @@ std::string Cat(std::initializer_list<std::string_view> parts) {
 std::string Quoted(std::string_view text) {
   constexpr size_t kShown = 40;
   if (text.size() <= 2 * kShown) return Cat({"\"", text, "\""});
-  return Cat(
-      {"\"", text.substr(0, kShown), "...\" (", std::to_string(text.size()), " characters)"});
+  size_t cut = kShown;  // not inside a UTF-8 character
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80) --cut;
+  return Cat({"\"", text.substr(0, cut), "...\" (", std::to_string(text.size()), " bytes)"});
 }
 
 // The unit at the front of `s` (longest match first: "ms" before "m"), its length in *len; 0 if

@@ -26,7 +26,11 @@ int CmdCluster(const Common& c, const std::string& init, bool replace) {
   auto map = rdmalock::ReadClusterMap(e);
   if (!map.ok()) {
     std::cerr << "lockctl: " << map.status().message() << "\n";
-    return map.status().code() == rdmalock::ErrorCode::kConnection ? kExitUnavailable : kExitUsage;
+    // etcd unreachable, failing, or answering what is no etcd reply: unavailable, not usage.
+    const auto code = map.status().code();
+    return code == rdmalock::ErrorCode::kConnection || code == rdmalock::ErrorCode::kProtocol
+               ? kExitUnavailable
+               : kExitUsage;
   }
   // Every lockd of each shard (primary or standby), as each registers itself on its etcd lease.
   // A read that fails is an error: "standby (none)" would be a guess shown as etcd's answer.

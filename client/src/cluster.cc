@@ -102,8 +102,10 @@ Result<std::pair<ClusterMap, int64_t>> ReadMapAt(etcd::Client& etcd, const EtcdC
   const std::string shards = "/rdmalock/" + e.cluster + "/shard/";
   auto all = etcd.GetPrefix(shards, timeout);
   if (!all.ok()) {
-    return Error(all.status().code(), "reading the shards' primaries (" + shards +
-                                          "*) from etcd: " + all.status().message());
+    // kConnection whatever failed (unreachable, an error status, a reply that is no etcd
+    // answer): etcd could not be read now, as cluster.h says.
+    return Error(ErrorCode::kConnection, "reading the shards' primaries (" + shards +
+                                             "*) from etcd: " + all.status().message());
   }
   std::map<std::string, std::string> primaries;
   for (auto& k : *all) primaries[k.key] = std::move(k.value);

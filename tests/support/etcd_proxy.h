@@ -46,6 +46,11 @@ class DelayingProxy {
         res.status = 503;  // after etcd carried it out: as a member that cannot confirm a read
         return;
       }
+      if (req.path == "/v3/kv/range" && prefix_read && garble_prefix_reads.load()) {
+        res.status = 200;  // an answer that is no etcd reply (a proxy's error page, say)
+        res.set_content("<html>gateway</html>", "text/html");
+        return;
+      }
       res.status = r->status;
       res.set_content(r->body, "application/json");
       if (req.path == "/v3/kv/txn" && delay_txns.fetch_sub(1) > 0) {
@@ -71,9 +76,10 @@ class DelayingProxy {
 
   std::atomic<int> delay_txns{0};
   std::atomic<int> delayed{0};
-  std::atomic<bool> fail_ranges{false};         // answer every read (/v3/kv/range) with an error
-  std::atomic<bool> fail_primary_reads{false};  // only the reads of shard a's primary key
-  std::atomic<bool> fail_prefix_reads{false};   // only reads of a prefix (with a range_end)
+  std::atomic<bool> fail_ranges{false};          // answer every read (/v3/kv/range) with an error
+  std::atomic<bool> fail_primary_reads{false};   // only the reads of shard a's primary key
+  std::atomic<bool> fail_prefix_reads{false};    // only reads of a prefix (with a range_end)
+  std::atomic<bool> garble_prefix_reads{false};  // those answered 200 with a body not etcd's
 
  private:
   std::string upstream_, host_, url_;

@@ -471,4 +471,12 @@ TEST_CASE("cluster: ReadClusterMap fails when etcd could not say the shards' pri
   REQUIRE_FALSE(read.ok());
   CHECK(read.status().code() == ErrorCode::kConnection);
   CHECK_THAT(read.status().message(), Catch::Contains("/rdmalock/test/shard/"));
+  // A reply that is no etcd answer is the same error (lockctl cluster: exit 69, unavailable),
+  // not kProtocol, which lockctl took for a usage error (found by review, 2026-12-06).
+  proxy.fail_prefix_reads.store(false);
+  proxy.garble_prefix_reads.store(true);
+  read = ReadClusterMap(e);
+  REQUIRE_FALSE(read.ok());
+  INFO(read.status().ToString());
+  CHECK(read.status().code() == ErrorCode::kConnection);
 }
