@@ -222,6 +222,12 @@ constexpr size_t kOptionsFieldEnds[] = {RDMALOCK_FIELD_END(struct_size),
 static_assert(kOptionsFieldEnds[std::size(kOptionsFieldEnds) - 1] == sizeof(rdmalock_options_t));
 // The smallest struct connect accepts: up to the one required field, the server.
 constexpr size_t kOptionsMinSize = kOptionsFieldEnds[1];
+// No options struct of any version is larger: a struct_size past it is garbage (a struct nobody
+// initialised), not a newer caller's, and reading that far for unknown fields ran past the
+// caller's object (found by review, 2026-12-06).
+constexpr size_t kOptionsMaxSize = 4096;
+static_assert(sizeof(rdmalock_options_t) * 8 <= kOptionsMaxSize);
+static_assert(sizeof(rdmalock_cluster_options_t) * 8 <= kOptionsMaxSize);
 
 // The bytes of a caller's struct of `struct_size` bytes that hold whole fields this library knows.
 size_t KnownPrefix(size_t struct_size) {
@@ -256,12 +262,12 @@ rdmalock_status_t ToClientOptions(const char* fn, const char* what,
                                   const rdmalock_options_t* options, rdmalock::ClientOptions* out,
                                   bool* fencing_tokens) {
   const size_t size = options->struct_size;
-  if (size < kOptionsMinSize) {
-    return Fail(
-        ErrorCode::kInvalidArgument, fn,
-        (std::string(what) + "->struct_size is " + std::to_string(size) + ", not at least " +
-         std::to_string(kOptionsMinSize) + ": call rdmalock_options_init first")
-            .c_str());
+  if (size < kOptionsMinSize || size > kOptionsMaxSize) {
+    return Fail(ErrorCode::kInvalidArgument, fn,
+                (std::string(what) + "->struct_size is " + std::to_string(size) + ", not " +
+                 std::to_string(kOptionsMinSize) + " to " + std::to_string(kOptionsMaxSize) +
+                 ": call rdmalock_options_init first")
+                    .c_str());
   }
   // A newer caller's fields beyond what this library knows must be unset (zero): an option the
   // library cannot honour is refused, not ignored.
@@ -638,12 +644,12 @@ rdmalock_status_t rdmalock_cluster_open(const rdmalock_cluster_options_t* option
     *out = nullptr;
     if (options == nullptr) return Fail(ErrorCode::kInvalidArgument, fn, "options is NULL");
     const size_t size = options->struct_size;
-    if (size < kClusterOptionsMinSize) {
-      return Fail(
-          ErrorCode::kInvalidArgument, fn,
-          ("options->struct_size is " + std::to_string(size) + ", not at least " +
-           std::to_string(kClusterOptionsMinSize) + ": call rdmalock_cluster_options_init first")
-              .c_str());
+    if (size < kClusterOptionsMinSize || size > kOptionsMaxSize) {
+      return Fail(ErrorCode::kInvalidArgument, fn,
+                  ("options->struct_size is " + std::to_string(size) + ", not " +
+                   std::to_string(kClusterOptionsMinSize) + " to " +
+                   std::to_string(kOptionsMaxSize) + ": call rdmalock_cluster_options_init first")
+                      .c_str());
     }
     const auto* bytes = reinterpret_cast<const unsigned char*>(options);
     for (size_t i = sizeof(rdmalock_cluster_options_t); i < size; ++i) {

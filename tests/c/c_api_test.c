@@ -163,6 +163,23 @@ static void test_connect_bad_options(void) {
   o.struct_size = 0;
   EXPECT_STATUS(rdmalock_connect(&o, &c), RDMALOCK_ERR_INVALID_ARGUMENT);
   EXPECT_MESSAGE("call rdmalock_options_init first");
+
+  /* Not initialized: garbage far larger than any struct. The library read that many bytes past
+   * the caller's struct looking for unknown fields (UNSUPPORTED at the first non-zero byte, or
+   * past the stack's end; found by review, 2026-12-06). It is no struct_size options_init set. */
+  o.struct_size = (size_t)1 << 40;
+  EXPECT_STATUS(rdmalock_connect(&o, &c), RDMALOCK_ERR_INVALID_ARGUMENT);
+  EXPECT_MESSAGE("call rdmalock_options_init first");
+  {
+    rdmalock_cluster_options_t co;
+    rdmalock_cluster_t* cl = NULL;
+    rdmalock_cluster_options_init(&co);
+    co.shard_map_file = "/nonexistent/map.yaml";
+    co.struct_size = (size_t)1 << 40;
+    EXPECT_STATUS(rdmalock_cluster_open(&co, &cl), RDMALOCK_ERR_INVALID_ARGUMENT);
+    EXPECT_MESSAGE("call rdmalock_cluster_options_init first");
+    CHECK(cl == NULL);
+  }
 }
 
 /* A caller built against a later header, with a field this library does not know. */
