@@ -110,9 +110,13 @@ LockHandle::~LockHandle() {
   if (state_) Drop(*state_);
 }
 
-uint64_t LockHandle::slot() const { return state_ ? state_->ticket().slot : 0; }
+// In a forked child an inherited handle reads as an empty one (sdk.md: accessors return 0).
+uint64_t LockHandle::slot() const {
+  return state_ && !state_->inherited() ? state_->ticket().slot : 0;
+}
 LockMode LockHandle::mode() const {
-  return state_ ? static_cast<LockMode>(state_->ticket().mode) : LockMode::kExclusive;
+  return state_ && !state_->inherited() ? static_cast<LockMode>(state_->ticket().mode)
+                                        : LockMode::kExclusive;
 }
 // A grant whose lease has run out is lost, whether or not the keeper has noticed yet (it may be
 // stuck, or renewal off): waiters may recover it from then on.

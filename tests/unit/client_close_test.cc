@@ -315,6 +315,35 @@ TEST_CASE("fork: a child destroying an inherited handle does not wait for the he
   CHECK(h->Release().ok());
 }
 
+// sdk.md and rdmalock.h: in a forked child, accessors of an inherited handle return 0. slot()
+// and mode() returned the parent's (found by review, 2026-12-06).
+TEST_CASE("fork: a child's inherited handle reads slot 0 and no token") {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 4;
+  testing::FakeLockd lockd(fo);
+  auto client = ConnectTo(lockd, "fork-accessors");
+  auto h = client->LockSlot(3, {.mode = LockMode::kShared});
+  REQUIRE(h.ok());
+  const pid_t pid = fork();
+  if (pid == 0) {
+    alarm(5);
+    // Exit status: which accessor showed the parent's lock (0: none).
+    int bad = 0;
+    if (h->slot() != 0) bad |= 1;
+    if (h->mode() != LockMode::kExclusive) bad |= 2;
+    if (h->fencing_token() != 0) bad |= 4;
+    if (h->state() != LockState::kLost) bad |= 8;
+    _exit(bad);
+  }
+  REQUIRE(pid > 0);
+  const testing::ChildEnd child = testing::WaitChild(pid);
+  REQUIRE(child.waited);
+  INFO("child: " << child.how << " (exit bits: 1 slot, 2 mode, 4 token, 8 state)");
+  CHECK(child.clean);
+  CHECK(h->slot() == 3);  // the parent's lock is untouched
+  CHECK(h->Release().ok());
+}
+
 // Closing a client joins its async waiter threads after shutting their connections, so that a
 // waiter waiting at lockd for a lock another client holds gives up. A waiter that was still
 // joining the session (its first request, or its first since a reconnect) when the close collected
