@@ -597,6 +597,10 @@ rdmalock_status_t rdmalock_lock_on_lost(rdmalock_lock_t* lock, rdmalock_lost_fn 
           // A C callback cannot throw; a failed mutex lock is dropped.
         }
       });
+      // A loss the handle kept (found while no callback was set) came to the gate just now; a
+      // NULL fn drops it (rdmalock.h), as a later NULL would: the gate kept it for the next
+      // callback set (found by review, 2026-12-06).
+      if (fn == nullptr) gate->Set(nullptr, nullptr);
     }
     return Record(Status::Ok(), name);
   } catch (...) {

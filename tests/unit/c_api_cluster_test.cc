@@ -197,6 +197,32 @@ TEST_CASE("c api: a lost callback that ends its thread (pthread_exit) does not a
   CHECK(child.clean);
 }
 
+// rdmalock.h: a loss found while no callback is set is told to the next one set, and a NULL fn
+// drops it. As the lock's first rdmalock_lock_on_lost, NULL wired the handle to the gate, which
+// kept the loss for the next callback instead (found by review, 2026-12-06).
+TEST_CASE("c api: a first rdmalock_lock_on_lost(NULL) drops a loss found before it") {
+  FakeShards f{"host-a", "host-b"};
+  auto cc = ClusterTestPeer::Connect(TwoShards(), testing::FakeClientOptions("c-api-null-cb"),
+                                     f.connector());
+  REQUIRE(cc.ok());
+  rdmalock_cluster_t* c = WrapClusterForTesting(std::move(cc).value());
+  const std::string name = NameOn(c, "shard-a");
+  rdmalock_lock_t* l = nullptr;
+  REQUIRE(rdmalock_cluster_lock(c, name.c_str(), RDMALOCK_EXCLUSIVE, 2000, &l) == RDMALOCK_OK);
+  f.lockds["host-a"]->Fence(f.lockds["host-a"]->Sessions().at(0));
+  REQUIRE(testing::WaitFor([&] { return rdmalock_lock_get_state(l) == RDMALOCK_LOST; }));
+  std::atomic<int> told{0};
+  REQUIRE(rdmalock_lock_on_lost(l, nullptr, nullptr) == RDMALOCK_OK);  // drops the loss
+  REQUIRE(rdmalock_lock_on_lost(
+              l,
+              [](rdmalock_status_t, const char*, void* n) { ++*static_cast<std::atomic<int>*>(n); },
+              &told) == RDMALOCK_OK);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(told.load() == 0);
+  rdmalock_lock_free(l);
+  rdmalock_cluster_close(c);
+}
+
 TEST_CASE("c api cluster: rdmalock_cluster_open reads a map file and routes as ShardForName") {
   TempFile good(
       "shards:\n"
