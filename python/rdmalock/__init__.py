@@ -375,12 +375,17 @@ def _client_options(server: Optional[str], port: int, connect_timeout: float = 5
     # refuses a field it does not know only when it is set.
     o.no_local_handover = 0 if local_handover else 1
     o.no_fencing_tokens = 0 if fencing_tokens else 1  # likewise, C API version 5
-    for field, wanted in (("no_local_handover", not local_handover),
-                          ("no_fencing_tokens", not fencing_tokens)):
+    # Set only where the library reads it: its struct_size covers the field (a version 1
+    # library's does not) and its C API version has it (version 5's no_fencing_tokens lies in
+    # version 4's tail padding, which a version 4 library ignores without a word).
+    version = _lib().rdmalock_c_api_version()
+    for field, wanted, since in (("no_local_handover", not local_handover, 4),
+                                 ("no_fencing_tokens", not fencing_tokens, 5)):
         end = getattr(_Options, field).offset + ctypes.sizeof(ctypes.c_int)
-        if wanted and o.struct_size < end:  # a version 1 library, which would not read it
+        if wanted and (o.struct_size < end or version < since):
             raise RdmalockError(ErrorCode.UNSUPPORTED,
-                                f"{field}: librdmalock is older than this option")
+                                f"{field}: librdmalock (C API version {version}) is older than "
+                                f"this option (version {since})")
     return o
 
 

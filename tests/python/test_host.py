@@ -267,3 +267,20 @@ def test_slot_for_name_refuses_what_lock_refuses():
     with pytest.raises(RdmalockError) as e:
         rdmalock.slot_for_name(b"a", 1024)
     assert e.value.code == ErrorCode.INVALID_ARGUMENT and "str" in e.value.message
+
+
+def test_an_option_a_library_would_ignore_is_refused(monkeypatch):
+    # no_fencing_tokens (C API 5) lies in version 4's tail padding: a version 4 library sees the
+    # same struct_size, reads nothing past no_local_handover, and ignored fencing_tokens=False
+    # without a word (found by review, 2026-12-06). The module asks the library's version.
+    lib = rdmalock._lib()
+    monkeypatch.setattr(lib, "rdmalock_c_api_version", lambda: 4)
+    with pytest.raises(RdmalockError) as e:
+        rdmalock._client_options("192.0.2.1", 7471, fencing_tokens=False)
+    assert e.value.code == ErrorCode.UNSUPPORTED and "no_fencing_tokens" in e.value.message
+    assert rdmalock._client_options("192.0.2.1", 7471).no_fencing_tokens == 0  # not asked for
+    assert rdmalock._client_options("192.0.2.1", 7471, local_handover=False).no_local_handover == 1
+    monkeypatch.setattr(lib, "rdmalock_c_api_version", lambda: 3)
+    with pytest.raises(RdmalockError) as e:
+        rdmalock._client_options("192.0.2.1", 7471, local_handover=False)
+    assert e.value.code == ErrorCode.UNSUPPORTED and "no_local_handover" in e.value.message
