@@ -414,7 +414,7 @@ Status Client::ReleaseMany(std::span<LockHandle> handles) {
   // A loss callback run by a release below may destroy this Client: its Impl stays.
   const std::shared_ptr<Impl> impl = impl_;
   // A join that ends the session tells these handles' losses by this call's result alone.
-  std::vector<const LockHandle::State*> releasing;
+  std::vector<LockHandle::State*> releasing;
   releasing.reserve(handles.size());
   for (const LockHandle& h : handles) releasing.push_back(h.state_.get());
   auto ch = impl->Channel(Clock::now(), Impl::LossCaller{nullptr, false, releasing});

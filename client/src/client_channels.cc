@@ -481,6 +481,18 @@ size_t Client::Impl::EndLeases(const std::vector<std::shared_ptr<ThreadChannel>>
       notify.push_back(std::move(cb));
     }
   }
+  // Readers the call releases that share a grant (cohort.h) were not in the lists: their grant
+  // was, and its loss reaches each of them through its callback (ReportRidersLost, in `notify`).
+  // The call's result tells these, as for the handles above (found by review, 2026-12-06).
+  for (LockHandle::State* r : caller.releasing) {
+    if (caller.dropping || r == nullptr || !r->carrier) continue;
+    const bool ending = std::any_of(chans.begin(), chans.end(), [&](const auto& ch) {
+      return ch->session == r->carrier->ctx->session;
+    });
+    if (!ending) continue;
+    MutexLock lk(&r->mu);
+    if (r->state == LockState::kHeld) r->LoseTold();
+  }
   for (auto& f : notify) f(why);
   return n;
 }

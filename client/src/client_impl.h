@@ -245,7 +245,7 @@ struct LossCaller {
   const LockHandle::State* handle = nullptr;  // the handle the call is on (none: any call)
   bool dropping = false;                      // its owner drops it
   // More handles the call releases and tells by its result (ReleaseMany), as `handle`.
-  std::span<const LockHandle::State* const> releasing;
+  std::span<LockHandle::State* const> releasing;
 
   bool ToldByResult(const LockHandle::State* s) const {
     if (dropping) return false;

@@ -1603,6 +1603,32 @@ TEST_CASE("session keeping: a ReleaseMany whose join ends the session does not t
   CHECK(calls == 0);
 }
 
+// The same for shared handles (readers sharing the client's one grant, the default): the
+// session's end found their grant, not them, and its loss reached each reader through the grant
+// (found by reviewing the fix above).
+TEST_CASE("session keeping: a ReleaseMany of readers whose join ends the session tells once") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  std::atomic<bool> broken{false};
+  auto client = ConnectTo("release-many-readers", BrokenJoins(lockd, &broken));
+  auto a = client->LockSlot(4, {.mode = LockMode::kShared});
+  auto b = client->LockSlot(4, {.mode = LockMode::kShared});  // shares a's grant
+  REQUIRE(a.ok());
+  REQUIRE(b.ok());
+  std::atomic<int> calls{0};
+  a->OnLost([&](const Status&) { ++calls; });
+  b->OnLost([&](const Status&) { ++calls; });
+  broken = true;
+  Status released;
+  std::thread([&] {
+    LockHandle hs[] = {std::move(*a), std::move(*b)};
+    released = client->ReleaseMany(hs);
+    std::this_thread::sleep_for(200ms);  // the keeper would tell by now
+  }).join();
+  INFO("ReleaseMany(): " << released.ToString() << "; OnLost calls: " << calls.load());
+  CHECK(released.code() == ErrorCode::kLockLost);
+  CHECK(calls == 0);
+}
+
 // client.h: OnLost never runs on a thread dropping a handle (it may hold a mutex the callback
 // takes). A drop whose join ended the session ran every other held lock's callback on the
 // dropping thread; only the dropped handle's own went to the keeper (found by review,
