@@ -89,13 +89,18 @@ Result<std::pair<std::string, uint16_t>> Primary(etcd::Client& etcd, const EtcdC
 // The map in etcd, each shard with its primary now ("" if none), and the map key's mod_revision.
 Result<std::pair<ClusterMap, int64_t>> ReadMapAt(etcd::Client& etcd, const EtcdCluster& e,
                                                  std::chrono::milliseconds timeout) {
-  RDMALOCK_ASSIGN_OR_RETURN(auto kv, etcd.Get(MapKey(e), timeout));
-  if (!kv.has_value()) {
+  auto kv = etcd.Get(MapKey(e), timeout);
+  if (!kv.ok()) {
+    // kConnection whatever failed, as for the primaries below (cluster.h).
+    return Error(ErrorCode::kConnection,
+                 "reading the cluster map (" + MapKey(e) + ") from etcd: " + kv.status().message());
+  }
+  if (!kv->has_value()) {
     return Error(ErrorCode::kConfig, "etcd has no cluster map for cluster '" + e.cluster + "' (" +
                                          MapKey(e) +
                                          "); write one with lockctl --etcd ... cluster init");
   }
-  RDMALOCK_ASSIGN_OR_RETURN(auto names, ParseShardList(kv->value, MapKey(e)));
+  RDMALOCK_ASSIGN_OR_RETURN(auto names, ParseShardList((*kv)->value, MapKey(e)));
   // Every shard's primary in one read (one timeout however many shards); a shard without one
   // leaves its server empty. A read that fails is the map's error: "no primary now" for every
   // shard would be a guess (an operator's lockctl cluster showed it during an etcd hiccup).
@@ -118,7 +123,7 @@ Result<std::pair<ClusterMap, int64_t>> ReadMapAt(etcd::Client& etcd, const EtcdC
     }
     map.shards.push_back(s);
   }
-  return std::make_pair(std::move(map), kv->mod_revision);
+  return std::make_pair(std::move(map), (*kv)->mod_revision);
 }
 
 }  // namespace

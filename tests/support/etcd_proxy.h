@@ -46,7 +46,8 @@ class DelayingProxy {
         res.status = 503;  // after etcd carried it out: as a member that cannot confirm a read
         return;
       }
-      if (req.path == "/v3/kv/range" && prefix_read && garble_prefix_reads.load()) {
+      if (req.path == "/v3/kv/range" &&
+          (garble_ranges.load() || (prefix_read && garble_prefix_reads.load()))) {
         res.status = 200;  // an answer that is no etcd reply (a proxy's error page, say)
         res.set_content("<html>gateway</html>", "text/html");
         return;
@@ -80,6 +81,7 @@ class DelayingProxy {
   std::atomic<bool> fail_primary_reads{false};   // only the reads of shard a's primary key
   std::atomic<bool> fail_prefix_reads{false};    // only reads of a prefix (with a range_end)
   std::atomic<bool> garble_prefix_reads{false};  // those answered 200 with a body not etcd's
+  std::atomic<bool> garble_ranges{false};        // every read answered so
 
  private:
   std::string upstream_, host_, url_;

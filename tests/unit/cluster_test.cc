@@ -479,4 +479,11 @@ TEST_CASE("cluster: ReadClusterMap fails when etcd could not say the shards' pri
   REQUIRE_FALSE(read.ok());
   INFO(read.status().ToString());
   CHECK(read.status().code() == ErrorCode::kConnection);
+  // The map key's own read too (lockctl --etcd ... acquire: exit 64 where cluster gave 69).
+  proxy.garble_ranges.store(true);
+  read = ReadClusterMap(e);
+  REQUIRE_FALSE(read.ok());
+  INFO(read.status().ToString());
+  CHECK(read.status().code() == ErrorCode::kConnection);
+  CHECK_THAT(read.status().message(), Catch::Contains("/rdmalock/test/map"));
 }

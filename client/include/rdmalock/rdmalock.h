@@ -122,9 +122,9 @@ typedef struct rdmalock_options {
    * acquire an RDMA READ of the lock's generation in the doorbell of its atomic. Nonzero: no
    * tokens (rdmalock_lock_get_token returns 0), one READ fewer per exclusive acquire; for
    * programs that pass no token to the resources they guard (C++ LockOptions::fencing_token =
-   * false, for every lock of this client). This field lies in version 4's tail padding, so a
-   * version 4 library sees the same struct_size and ignores it rather than refusing it: check
-   * rdmalock_c_api_version() >= 5 before relying on it. */
+   * false, for every lock of this client). On LP64 targets this field lies in version 4's tail
+   * padding, so a version 4 library sees the same struct_size and ignores it rather than
+   * refusing it: check rdmalock_c_api_version() >= 5 before relying on it. */
   int no_fencing_tokens;
 } rdmalock_options_t;
 
