@@ -9,18 +9,9 @@
 # Prints "cluster-etcd-fail-ok" at the end when every check held; each failure is one FAIL line.
 lockctl=$1 dir=$2 here=$(dirname "$0")
 . "$here/expect.sh"
-command -v etcd >/dev/null || { echo "FAIL: no etcd binary (Debian's etcd-server)"; exit 1; }
 rm -rf "$dir" && mkdir -p "$dir"
-ports=$(python3 -c 'import socket
-s=[socket.socket() for _ in range(2)]
-[x.bind(("127.0.0.1",0)) for x in s]
-print(*[x.getsockname()[1] for x in s])')
-set -- $ports
-url=http://127.0.0.1:$1 peer=http://127.0.0.1:$2
-etcd --data-dir "$dir/data" --name t --listen-client-urls "$url" --advertise-client-urls "$url" \
-  --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" --initial-cluster "t=$peer" \
-  >"$dir/etcd.log" 2>&1 &
-pids=$!
+start_etcd "$dir"
+pids=$etcd_pid
 trap 'kill $pids 2>/dev/null; wait $pids 2>/dev/null' EXIT
 ctl() { at=$1; shift; "$lockctl" --etcd "$at" --etcd-cluster t "$@" 2>&1; }
 i=0
@@ -47,12 +38,7 @@ put /rdmalock/t/shard/a/members/2 10.0.0.2:7471
 proxy() {
   python3 "$here/etcd_fail_proxy.py" "$url" "$1" >"$dir/proxy.url" 2>"$dir/proxy.log" &
   pids="$pids $!"
-  i=0
-  until [ -s "$dir/proxy.url" ]; do
-    i=$((i + 1))
-    [ $i -lt 100 ] || { echo "FAIL: the proxy did not start (see $dir/proxy.log)"; exit 1; }
-    sleep 0.1
-  done
+  wait_for_path -s "$dir/proxy.url" "the proxy (see $dir/proxy.log)"
   proxy=$(cat "$dir/proxy.url")
   rm -f "$dir/proxy.url"
 }

@@ -9,18 +9,8 @@
 # Prints "etcd-shard-ok" at the end when every check held; each failure is one FAIL line.
 lockctl=$1 dir=$2
 . "$(dirname "$0")/expect.sh"
-command -v etcd >/dev/null || { echo "FAIL: no etcd binary (Debian's etcd-server)"; exit 1; }
 rm -rf "$dir" && mkdir -p "$dir"
-ports=$(python3 -c 'import socket
-s=[socket.socket() for _ in range(2)]
-[x.bind(("127.0.0.1",0)) for x in s]
-print(*[x.getsockname()[1] for x in s])')
-set -- $ports
-url=http://127.0.0.1:$1 peer=http://127.0.0.1:$2
-etcd --data-dir "$dir/data" --name t --listen-client-urls "$url" --advertise-client-urls "$url" \
-  --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" --initial-cluster "t=$peer" \
-  >"$dir/etcd.log" 2>&1 &
-etcd_pid=$!
+start_etcd "$dir"
 trap 'kill $etcd_pid 2>/dev/null; wait $etcd_pid 2>/dev/null' EXIT
 ctl() { "$lockctl" --connect-timeout-ms 200 --etcd "$url" --etcd-cluster t "$@" 2>&1; }
 i=0

@@ -40,11 +40,15 @@ expect_has_line() {
 
 # wait_for_socket PATH: waits (up to 5 s) until PATH is a socket, as a listener started in the
 # background makes it; a FAIL line and exit 1 if it never is.
-wait_for_socket() {
+wait_for_socket() { wait_for_path -S "$1" "the listener ($1)"; }
+
+# wait_for_path TEST PATH WHAT: waits (up to about 5 s) until [ TEST PATH ] holds (-S a socket,
+# -s a non-empty file); a FAIL line naming WHAT and exit 1 if it never does.
+wait_for_path() {
   i=0
-  until [ -S "$1" ]; do
+  until [ "$1" "$2" ]; do
     i=$((i + 1))
-    [ $i -lt 100 ] || { echo "FAIL: the listener did not start ($1)"; exit 1; }
+    [ $i -lt 100 ] || { echo "FAIL: $3 did not start"; exit 1; }
     sleep 0.05
   done
 }
@@ -82,4 +86,20 @@ two_shard_map() {
   printf 'shards:\n  - {name: a, server: 192.0.2.1}\n  - {name: b, server: 192.0.2.2}\n' >"$map"
   export HOME="$1" XDG_CONFIG_HOME="$1"
   unset RDMALOCK_SERVER
+}
+
+# start_etcd DIR: a single-member etcd (Debian's etcd-server) on two free loopback ports, its data
+# and log (etcd.log) in DIR, in the background; sets $url (its client URL) and $etcd_pid (the
+# caller kills it, in its EXIT trap). A FAIL line and exit 1 without the binary.
+start_etcd() {
+  command -v etcd >/dev/null || { echo "FAIL: no etcd binary (Debian's etcd-server)"; exit 1; }
+  set -- "$1" $(python3 -c 'import socket
+s=[socket.socket() for _ in range(2)]
+[x.bind(("127.0.0.1",0)) for x in s]
+print(*[x.getsockname()[1] for x in s])')
+  url=http://127.0.0.1:$2
+  etcd --data-dir "$1/data" --name t --listen-client-urls "$url" --advertise-client-urls "$url" \
+    --listen-peer-urls "http://127.0.0.1:$3" --initial-advertise-peer-urls "http://127.0.0.1:$3" \
+    --initial-cluster "t=http://127.0.0.1:$3" >"$1/etcd.log" 2>&1 &
+  etcd_pid=$!
 }

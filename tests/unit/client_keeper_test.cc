@@ -84,6 +84,39 @@ bool WaitForNewSession(Client& c, uint64_t old) {
   });
 }
 
+// The async pump held in a request's callback (slot `slot`, granted at once) until Go(): while it
+// waits there, requests queue as one batch, and a close waits for it. The request's result is
+// kept for result() once the pump goes on.
+// Thread-safety: the test's thread owns it; the pump's thread runs the callback.
+class PumpHeld {
+ public:
+  PumpHeld(Client& c, uint64_t slot) {
+    REQUIRE(c.LockSlotAsync(slot, {}, [this](Result<LockHandle> r) {
+               called_ = true;
+               let_go_.wait();
+               done_.set_value(std::move(r));
+             }).ok());
+    REQUIRE(WaitFor([&] { return called_.load(); }));
+  }
+  ~PumpHeld() {
+    if (!gone_) Go();
+  }
+  PumpHeld(const PumpHeld&) = delete;
+  PumpHeld& operator=(const PumpHeld&) = delete;
+  void Go() {
+    gone_ = true;
+    go_.set_value();
+  }
+  std::future<Result<LockHandle>> result() { return done_.get_future(); }
+
+ private:
+  std::promise<void> go_;
+  std::shared_future<void> let_go_ = go_.get_future().share();
+  std::atomic<bool> called_{false};
+  bool gone_ = false;
+  std::promise<Result<LockHandle>> done_;
+};
+
 // A test lockd of 16 locks and the given lease.
 testing::FakeLockd::Options Leased(std::chrono::milliseconds lease) {
   testing::FakeLockd::Options fo;
@@ -1676,17 +1709,8 @@ TEST_CASE("session keeping: an async try-lock does not fail the other requests o
   auto client = ConnectTo("batch", connector);
   // The pump runs A's callback: while it waits there, B and C queue, and the pump takes them as
   // one batch when it is let go.
-  std::promise<void> go;
-  std::shared_future<void> let_go = go.get_future().share();
-  std::promise<Result<LockHandle>> a, b, c;
-  REQUIRE(client
-              ->LockSlotAsync(1, {},
-                              [&](Result<LockHandle> r) {
-                                let_go.wait();
-                                a.set_value(std::move(r));
-                              })
-              .ok());
-  std::this_thread::sleep_for(100ms);  // A is granted, and its callback waits
+  PumpHeld a(*client, 1);
+  std::promise<Result<LockHandle>> b, c;
   const uint64_t first = client->session_id();
   refuse = true;
   ClientTestPeer::FailSession(*client, "lockd restarting");
@@ -1698,12 +1722,13 @@ TEST_CASE("session keeping: an async try-lock does not fail the other requests o
               ->LockSlotAsync(3, {.timeout = 1500ms},
                               [&](Result<LockHandle> r) { c.set_value(std::move(r)); })
               .ok());
-  go.set_value();
+  auto fa = a.result();
+  a.Go();
   std::thread back([&] {
     std::this_thread::sleep_for(300ms);
     refuse = false;  // lockd is back
   });
-  auto fa = a.get_future(), fb = b.get_future(), fc = c.get_future();
+  auto fb = b.get_future(), fc = c.get_future();
   REQUIRE(fb.wait_for(5s) == std::future_status::ready);
   REQUIRE(fc.wait_for(5s) == std::future_status::ready);
   back.join();
@@ -1868,17 +1893,8 @@ TEST_CASE("session keeping: an async try-lock's busy join does not fail the rest
   auto client = ConnectTo("busy-batch", connector);
   // The pump runs A's callback: while it waits there, the session is replaced (the pump's
   // channel is gone with the old one), and B and C queue as one batch.
-  std::promise<void> go;
-  std::shared_future<void> let_go = go.get_future().share();
-  std::promise<Result<LockHandle>> a, b, c;
-  REQUIRE(client
-              ->LockSlotAsync(1, {},
-                              [&](Result<LockHandle> r) {
-                                let_go.wait();
-                                a.set_value(std::move(r));
-                              })
-              .ok());
-  std::this_thread::sleep_for(100ms);  // A is granted, and its callback waits
+  PumpHeld a(*client, 1);
+  std::promise<Result<LockHandle>> b, c;
   const uint64_t first = client->session_id();
   ClientTestPeer::FailSession(*client, "lockd restarting");
   REQUIRE(WaitForNewSession(*client, first));
@@ -1891,7 +1907,8 @@ TEST_CASE("session keeping: an async try-lock's busy join does not fail the rest
               ->LockSlotAsync(3, {.timeout = 5s},
                               [&](Result<LockHandle> r) { c.set_value(std::move(r)); })
               .ok());
-  go.set_value();
+  auto fa = a.result();
+  a.Go();
   std::thread unbusy([&] {
     std::this_thread::sleep_for(250ms);
     busy = false;
@@ -1906,7 +1923,6 @@ TEST_CASE("session keeping: an async try-lock's busy join does not fail the rest
   CHECK_FALSE(rb.ok());  // lockd was busy for all of its time
   CHECK(rc.ok());
   CHECK(client->Stats().sessions_lost == 1);  // the one the test ended, no more
-  auto fa = a.get_future();
   REQUIRE(fa.wait_for(1s) == std::future_status::ready);
 }
 
@@ -1959,23 +1975,12 @@ TEST_CASE("session keeping: a release while the client closes still joins the li
   std::atomic<int> other_lost{0};
   other->OnLost([&](const Status&) { ++other_lost; });
   // The pump runs A's callback, which waits: closing the client waits for it (StopAsync).
-  std::promise<void> go;
-  std::shared_future<void> let_go = go.get_future().share();
-  std::atomic<bool> a_called{false};
-  REQUIRE(client
-              ->LockSlotAsync(1, {},
-                              [&](Result<LockHandle> r) {
-                                a_called = true;
-                                let_go.wait();
-                                if (r.ok()) (void)r->Release();
-                              })
-              .ok());
-  REQUIRE(WaitFor([&] { return a_called.load(); }));
+  PumpHeld a(*client, 1);
   std::thread closer([&] { client.reset(); });
   std::this_thread::sleep_for(200ms);  // ~Client is in its wait for the pump
   Status released;
   std::thread([&] { released = held->Release(); }).join();  // a thread with no channel yet
-  go.set_value();
+  a.Go();
   closer.join();
   INFO("the release while closing: " << released.ToString() << "; other lock's losses "
                                      << other_lost.load());

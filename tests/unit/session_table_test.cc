@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <vector>
 
@@ -51,6 +52,16 @@ proto::RequestEntry Entry(uint32_t slot, proto::RequestEntry::State st, uint32_t
 const auto kNoQpError = [](rdma_cm_id*) { return false; };
 // A connection's key in Session::conns (nothing here looks at what it points to).
 rdma_cm_id* FakeId(uintptr_t n) { return reinterpret_cast<rdma_cm_id*>(n * 0x1000); }
+
+// A client's session, admitted (counted) and in the table, with connections `conns`.
+std::shared_ptr<Session> Admitted(SessionTable& t, SessionTable::Clock::time_point at,
+                                  std::set<rdma_cm_id*> conns) {
+  auto s = t.Allocate("a:1", "x", 1, false, {}, at);
+  s->counted = true;
+  s->conns = std::move(conns);
+  t.Insert(s);
+  return s;
+}
 
 }  // namespace
 
@@ -187,10 +198,7 @@ TEST_CASE("session table: a QP in error at two checks in a row ends the session"
   Records mem(1);
   SessionTable t(mem.data(), 1, 64);
   const auto t0 = SessionTable::Clock::now();
-  auto s = t.Allocate("a:1", "x", 1, false, {}, t0);
-  s->counted = true;
-  s->conns = {FakeId(1)};
-  t.Insert(s);
+  auto s = Admitted(t, t0, {FakeId(1)});
   bool in_error = true;
   auto qp = [&](rdma_cm_id*) { return in_error; };
   const milliseconds timeout(60000);
@@ -216,12 +224,9 @@ TEST_CASE("session table: two joins each in error at one check do not end the se
   Records mem(1);
   SessionTable t(mem.data(), 1, 64);
   const auto t0 = SessionTable::Clock::now();
-  auto s = t.Allocate("a:1", "x", 1, false, {}, t0);
-  s->counted = true;
-  t.Insert(s);
   rdma_cm_id* const a = FakeId(2);
   rdma_cm_id* const b = FakeId(3);
-  s->conns = {FakeId(1), a, b};
+  auto s = Admitted(t, t0, {FakeId(1), a, b});
   std::set<rdma_cm_id*> in_error{a};
   auto qp = [&](rdma_cm_id* id) { return in_error.count(id) != 0; };
   const milliseconds timeout(60000);
@@ -241,11 +246,8 @@ TEST_CASE("session table: a new join at a gone join's address starts its sightin
   Records mem(1);
   SessionTable t(mem.data(), 1, 64);
   const auto t0 = SessionTable::Clock::now();
-  auto s = t.Allocate("a:1", "x", 1, false, {}, t0);
-  s->counted = true;
-  t.Insert(s);
   rdma_cm_id* const a = FakeId(2);
-  s->conns = {FakeId(1), a};
+  auto s = Admitted(t, t0, {FakeId(1), a});
   bool in_error = true;
   auto qp = [&](rdma_cm_id* id) { return id == a && in_error; };
   const milliseconds timeout(60000);
