@@ -314,14 +314,11 @@ Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline, Lo
   // gets kResource; the session and the other threads go on).
   const auto join_deadline = std::min(deadline, Clock::now() + opts_.connect_timeout);
   auto reason = proto::RejectReason::kNone;
-  std::chrono::milliseconds retry_ms(0);
   auto mem = Join(sess->server, sess->port, sess->reply, opts_.connect_timeout, join_deadline,
-                  &reason, &retry_ms);
+                  &reason, busy_retry);
   if (!mem.ok()) {
     if (mem.status().code() != ErrorCode::kResource) {
       OnSessionError(sess->gen, mem.status(), caller);
-    } else if (busy_retry != nullptr && reason == proto::RejectReason::kBusy) {
-      *busy_retry = std::max(std::chrono::milliseconds(1), retry_ms);
     }
     return mem.status();
   }
@@ -363,7 +360,9 @@ Result<std::unique_ptr<Connection>> Client::Impl::Join(const std::string& server
       }
       // No time left to retry: this thread's call fails, as for the connection cap; lockd
       // being busy for a moment says nothing about the session (it ended it, as kRejected).
-      if (busy_retry != nullptr) *busy_retry = std::chrono::milliseconds(retry_ms);
+      if (busy_retry != nullptr) {
+        *busy_retry = std::max(std::chrono::milliseconds(1), std::chrono::milliseconds(retry_ms));
+      }
       return Error(ErrorCode::kResource,
                    "lockd is busy with other handshakes: " + mem.status().message());
     }

@@ -616,7 +616,8 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // A connection joining the session `reply` describes at server:port (a connect timeout of
   // `timeout`), retried while lockd is busy until `deadline`. A refusal for the session's
   // connection cap or lockd's resources, or busy past `deadline`, comes back as kResource (the
-  // session goes on); *reason says which, and *busy_retry (if given) lockd's retry delay for busy.
+  // session goes on); *reason says which, and *busy_retry (if given, and only for busy past
+  // `deadline`) lockd's retry delay, at least 1 ms.
   Result<std::unique_ptr<Connection>> Join(
       const std::string& server, uint16_t port, const proto::AcceptReply& reply,
       std::chrono::milliseconds timeout, Clock::time_point deadline, proto::RejectReason* reason,
