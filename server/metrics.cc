@@ -1,18 +1,10 @@
 #include "server/metrics.h"
 
-#include <httplib.h>
 #include <spdlog/spdlog.h>
 
-#include <atomic>
 #include <cerrno>
 #include <charconv>
-#include <cmath>
 #include <cstring>
-#include <deque>
-#include <thread>
-#include <vector>
-
-#include "common/sync/mutex.h"
 
 namespace rdmalock::lockd {
 
@@ -57,125 +49,6 @@ Status ParseHostPort(const std::string& address, std::string* host, uint16_t* po
   *host = h;
   *port = static_cast<uint16_t>(v);
   return Status::Ok();
-}
-
-namespace {
-
-// httplib's task queue, bounded: kWorkers threads serve connections and at most kMaxQueued wait
-// for one. When the queue is full, enqueue blocks httplib's accept thread, so further connections
-// wait in the kernel's listen backlog and hold no descriptor of lockd's: a local user opening
-// connections cannot take lockd's descriptors (httplib's own ThreadPool queues without a bound).
-// Threading: enqueue is called by httplib's accept thread, shutdown by it on the way out; the
-// workers are this object's. mutex_ guards jobs_ and shutdown_.
-class BoundedTaskQueue : public httplib::TaskQueue {
- public:
-  static constexpr size_t kWorkers = 2;  // one scraper's keep-alive does not lock out another's
-  static constexpr size_t kMaxQueued = 8;
-
-  BoundedTaskQueue() {
-    for (size_t i = 0; i < kWorkers; ++i) workers_.emplace_back([this] { Work(); });
-  }
-  ~BoundedTaskQueue() override { shutdown(); }
-
-  void enqueue(std::function<void()> fn) override {
-    MutexLock lock(&mutex_);
-    room_.Wait(lock, [&] {
-      mutex_.AssertHeld();
-      return jobs_.size() < kMaxQueued || shutdown_;
-    });
-    jobs_.push_back(std::move(fn));  // after shutdown too: a worker still runs (and closes) it
-    ready_.Signal();
-  }
-
-  void shutdown() override {
-    {
-      MutexLock lock(&mutex_);
-      if (shutdown_ && workers_.empty()) return;
-      shutdown_ = true;
-    }
-    ready_.SignalAll();
-    room_.SignalAll();
-    for (auto& t : workers_) t.join();
-    workers_.clear();
-  }
-
- private:
-  void Work() {
-    for (;;) {
-      std::function<void()> fn;
-      {
-        MutexLock lock(&mutex_);
-        ready_.Wait(lock, [&] {
-          mutex_.AssertHeld();
-          return !jobs_.empty() || shutdown_;
-        });
-        if (jobs_.empty()) return;  // shut down and drained
-        fn = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      room_.Signal();
-      fn();
-    }
-  }
-
-  Mutex mutex_;
-  CondVar ready_, room_;
-  std::deque<std::function<void()>> jobs_ GUARDED_BY(mutex_);
-  bool shutdown_ GUARDED_BY(mutex_) = false;
-  std::vector<std::thread> workers_;  // started in the constructor, joined in shutdown
-};
-
-}  // namespace
-
-struct MetricsServer::Impl {
-  httplib::Server http;
-  std::atomic<bool> listener_done{false};  // the listening thread has returned
-  std::thread thread;
-};
-
-MetricsServer::MetricsServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-
-MetricsServer::~MetricsServer() {
-  // cpp-httplib's stop() (0.11) does nothing until the listening thread has entered its loop:
-  // stopped before that, the loop ran for ever and this join with it (a lockd stopped just
-  // after its start). Wait for the loop (a thread that is starting: microseconds), or its end.
-  while (!impl_->http.is_running() && !impl_->listener_done.load()) std::this_thread::yield();
-  impl_->http.stop();
-  if (impl_->thread.joinable()) impl_->thread.join();
-}
-
-Result<std::unique_ptr<MetricsServer>> MetricsServer::Start(const std::string& address,
-                                                            Render render) {
-  std::string host;
-  uint16_t port = 0;
-  RDMALOCK_RETURN_IF_ERROR(ParseHostPort(address, &host, &port).WithContext("metrics_address"));
-  auto impl = std::make_unique<Impl>();
-  httplib::Server& http = impl->http;
-  http.new_task_queue = [] { return new BoundedTaskQueue(); };
-  http.set_keep_alive_timeout(5);
-  http.set_read_timeout(5, 0);
-  http.set_write_timeout(5, 0);
-  http.Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  http.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("lockd: metrics are at /metrics\n", "text/plain");
-  });
-  errno = 0;
-  if (!http.bind_to_port(host, port)) {
-    const int err = errno;
-    return Error(ErrorCode::kConfig,
-                 "metrics_address " + address + ": cannot listen" +
-                     (err != 0 ? std::string(" (") + std::strerror(err) + ")" : std::string()) +
-                     "; set metrics_address to a free HOST:PORT, or \"\" to serve no metrics");
-  }
-  Impl* raw = impl.get();
-  impl->thread = std::thread([raw] {
-    raw->http.listen_after_bind();
-    raw->listener_done = true;
-  });
-  spdlog::info("metrics: serving Prometheus text at http://{}/metrics", address);
-  return std::unique_ptr<MetricsServer>(new MetricsServer(std::move(impl)));
 }
 
 void PromText::Family(std::string_view name, std::string_view type, std::string_view help) {

@@ -1,5 +1,5 @@
 // lockd's metrics: the counters its threads bump, and a small HTTP server that serves them in the
-// Prometheus text format (GET /metrics). The HTTP server runs on its own threads and only reads:
+// Prometheus text format (GET /metrics). The HTTP server runs on its own thread and only reads:
 // atomics, and the lock table through relaxed 8-byte loads. It never touches rdma_cm objects or
 // the session registry, which belong to the event loop.
 #pragma once
@@ -46,8 +46,11 @@ struct Counters {
 // "HOST:PORT" (an IPv6 host in brackets). Returns an error that names the problem.
 Status ParseHostPort(const std::string& address, std::string* host, uint16_t* port);
 
-// Serves GET /metrics with `render`'s text on `address`. Binding happens in Start, so a port in
-// use fails lockd's start-up with a clear error rather than later.
+// Serves GET (and HEAD) /metrics with `render`'s text on `address`. Binding happens in Start, so
+// a port in use fails lockd's start-up with a clear error rather than later. A server of its own
+// (server/metrics_http.cc), one thread and one poll loop: at most 8 connections open, a request
+// of at most 8 KiB, each connection closed 5 s after its accept whatever its peer does, one reply
+// per connection; the destructor wakes the thread and closes them all at once.
 class MetricsServer {
  public:
   using Render = std::function<std::string()>;

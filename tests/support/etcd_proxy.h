@@ -68,7 +68,7 @@ class DelayingProxy {
     });
   }
   ~DelayingProxy() {
-    // cpp-httplib 0.11's stop() does nothing before the listening loop runs (server/metrics.cc).
+    // cpp-httplib 0.11's stop() does nothing before the listening loop runs: wait for it first.
     while (!svr_.is_running() && !listener_done_.load()) std::this_thread::yield();
     svr_.stop();
     thread_.join();

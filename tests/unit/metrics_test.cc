@@ -239,6 +239,202 @@ TEST_CASE("metrics: a request that withdrew between two scrapes is not counted a
   CHECK(scrape() == "2");
 }
 
+namespace {
+
+// A free loopback address (metrics_address takes no port 0); "127.0.0.1:1", which fails to bind,
+// if none could be had.
+std::string FreeAddress() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+    if (fd >= 0) close(fd);
+    return "127.0.0.1:1";
+  }
+  close(fd);
+  return "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
+}
+
+// A metrics server on a free port, serving `page`; retried on another port if one is taken
+// between FreeAddress and the bind.
+std::unique_ptr<MetricsServer> ServeOnFreePort(std::string* address, std::string page) {
+  for (int i = 0; i < 20; ++i) {
+    *address = FreeAddress();
+    auto s = MetricsServer::Start(*address, [page] { return page; });
+    if (s.ok()) return std::move(s).value();
+  }
+  FAIL("no free port for the metrics server");
+  return nullptr;
+}
+
+// A blocking TCP connection to `address` ("127.0.0.1:PORT"), its sends and receives bounded by
+// `timeout`; -1 if it could not connect. (No REQUIRE: the tricklers below call it on threads.)
+int RawConnect(const std::string& address, std::chrono::milliseconds timeout) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sa.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(address.rfind(':') + 1))));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    close(fd);
+    return -1;
+  }
+  timeval tv{};
+  tv.tv_sec = timeout.count() / 1000;
+  tv.tv_usec = (timeout.count() % 1000) * 1000;
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  return fd;
+}
+
+int Connect(const std::string& address,
+            std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  const int fd = RawConnect(address, timeout);
+  REQUIRE(fd >= 0);
+  return fd;
+}
+
+// Everything the server sends until it closes (or the receive times out).
+std::string ReadAll(int fd) {
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = recv(fd, buf, sizeof(buf), 0)) > 0;) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+// One request on a new connection; the whole reply.
+std::string Ask(const std::string& address, const std::string& request,
+                std::chrono::milliseconds recv_timeout = std::chrono::seconds(10)) {
+  const int fd = Connect(address, recv_timeout);
+  REQUIRE(send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(request.size()));
+  std::string reply = ReadAll(fd);
+  close(fd);
+  return reply;
+}
+
+std::string StatusLine(const std::string& reply) { return reply.substr(0, reply.find("\r\n")); }
+
+}  // namespace
+
+TEST_CASE("metrics: GET and HEAD of /metrics, and what is not there") {
+  std::string address;
+  auto server = ServeOnFreePort(&address, "rdmalock_lockd_epoch 7\n");
+  const std::string got = Ask(address, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+  CHECK(StatusLine(got) == "HTTP/1.1 200 OK");
+  CHECK(got.find("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n") !=
+        std::string::npos);
+  CHECK(got.find("Content-Length: 23\r\n") != std::string::npos);
+  CHECK(got.substr(got.size() - 23) == "rdmalock_lockd_epoch 7\n");
+  // HTTP/1.0, a query string, and a bare LF ending the header (as some tools send).
+  CHECK(Ask(address, "GET /metrics?x=1 HTTP/1.0\n\n").find("\r\n\r\nrdmalock_lockd_epoch 7\n") !=
+        std::string::npos);
+  const std::string head = Ask(address, "HEAD /metrics HTTP/1.1\r\n\r\n");
+  CHECK(StatusLine(head) == "HTTP/1.1 200 OK");
+  CHECK(head.find("Content-Length: 23\r\n") != std::string::npos);
+  CHECK(head.substr(head.size() - 4) == "\r\n\r\n");  // no body
+  CHECK(StatusLine(Ask(address, "GET / HTTP/1.1\r\n\r\n")) == "HTTP/1.1 200 OK");
+  CHECK(StatusLine(Ask(address, "GET /nope HTTP/1.1\r\n\r\n")) == "HTTP/1.1 404 Not Found");
+  CHECK(StatusLine(Ask(address, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n")) ==
+        "HTTP/1.1 405 Method Not Allowed");
+  CHECK(StatusLine(Ask(address, "nonsense\r\n\r\n")) == "HTTP/1.1 400 Bad Request");
+}
+
+// A metrics client could run lockd out of memory: cpp-httplib (0.11) read a request's whole first
+// line, and each header line, before it checked their length (found by review, 2026-12-06).
+TEST_CASE("metrics: a request that never ends is refused, not read into memory") {
+  std::string address;
+  auto server = ServeOnFreePort(&address, "x 1\n");
+  {  // 16 KiB of request line and no end: the server answers and closes
+    const int fd = Connect(address, std::chrono::seconds(8));
+    const std::string line = "GET /" + std::string(16 * 1024, 'a');
+    REQUIRE(send(fd, line.data(), line.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(line.size()));
+    const std::string reply = ReadAll(fd);
+    close(fd);
+    CHECK(StatusLine(reply) == "HTTP/1.1 431 Request Header Fields Too Large");
+  }
+  {  // a stream of 64 MiB with no newline is cut off long before its end
+    const int fd = Connect(address, std::chrono::seconds(8));
+    const std::string chunk(64 * 1024, 'a');
+    size_t sent = 0;
+    while (sent < (size_t{64} << 20)) {
+      const ssize_t n = send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+      if (n <= 0) break;
+      sent += static_cast<size_t>(n);
+    }
+    close(fd);
+    INFO("sent " << sent << " bytes before the server cut the connection");
+    CHECK(sent < (size_t{32} << 20));  // socket buffers take a few MiB; the server reads 8 KiB
+  }
+  CHECK(StatusLine(Ask(address, "GET /metrics HTTP/1.1\r\n\r\n")) == "HTTP/1.1 200 OK");
+}
+
+// Two peers sending a byte now and then held cpp-httplib's two workers for as long as they kept
+// it up (each read had its own 5 s timeout, a request none): every scrape waited, and lockd's stop
+// waited in the workers' join, past systemd's stop timeout (found by review, 2026-12-06).
+TEST_CASE("metrics: slow peers neither keep a scrape out nor hold up the server's stop") {
+  std::string address;
+  auto server = ServeOnFreePort(&address, "x 1\n");
+  std::atomic<bool> stop_trickling{false};
+  std::atomic<int> cut_off{0};  // tricklers whose connection the server closed
+  std::vector<std::thread> tricklers;
+  for (int i = 0; i < 3; ++i) {
+    tricklers.emplace_back([&] {
+      const int fd = RawConnect(address, std::chrono::seconds(10));
+      if (fd < 0) return;  // counted as not cut off: the check below fails
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(12);
+      while (!stop_trickling && std::chrono::steady_clock::now() < until) {
+        if (send(fd, "G", 1, MSG_NOSIGNAL) != 1) {
+          ++cut_off;
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      }
+      close(fd);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the tricklers are in
+  const auto asked = std::chrono::steady_clock::now();
+  const std::string reply = Ask(address, "GET /metrics HTTP/1.1\r\n\r\n", std::chrono::seconds(3));
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - asked);
+  INFO("the scrape beside 3 slow peers took " << waited.count() << " ms: " << StatusLine(reply));
+  CHECK(StatusLine(reply) == "HTTP/1.1 200 OK");
+  // A trickling peer's request has a deadline of its own: the server ends it.
+  const auto cut_by = std::chrono::steady_clock::now() + std::chrono::seconds(8);
+  while (cut_off.load() < 3 && std::chrono::steady_clock::now() < cut_by) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK(cut_off.load() == 3);
+  // ... and a stop does not wait for peers (new ones, trickling again).
+  std::vector<std::thread> more;
+  for (int i = 0; i < 3; ++i) {
+    more.emplace_back([&] {
+      const int fd = RawConnect(address, std::chrono::seconds(10));
+      if (fd < 0) return;
+      for (int k = 0; k < 20 && !stop_trickling; ++k) {
+        if (send(fd, "G", 1, MSG_NOSIGNAL) != 1) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      }
+      close(fd);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto stopping = std::chrono::steady_clock::now();
+  server.reset();
+  const auto stop_took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - stopping);
+  stop_trickling = true;
+  for (auto& t : tricklers) t.join();
+  for (auto& t : more) t.join();
+  INFO("stopping the server took " << stop_took.count() << " ms");
+  CHECK(stop_took < std::chrono::seconds(2));
+}
+
 TEST_CASE("metrics: a server stopped as soon as it started stops (its listener never hangs)") {
   // cpp-httplib's stop() does nothing until the listening thread has begun its loop; a lockd
   // stopped right after its start waited for that thread for ever (SIGTERM just after start).
@@ -250,33 +446,17 @@ TEST_CASE("metrics: a server stopped as soon as it started stops (its listener n
   };
   auto run = std::make_shared<Run>();
   auto finished = run->done.get_future();
-  // A free port (metrics_address takes no port 0); a new one if another process takes it
-  // between two servers (it is in the ephemeral range).
-  const auto free_address = [] {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(sa);
-    if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
-      if (fd >= 0) close(fd);
-      return std::string("127.0.0.1:1");  // fails to bind: the run says so
-    }
-    close(fd);
-    return "127.0.0.1:" + std::to_string(ntohs(sa.sin_port));
-  };
   const auto level = spdlog::get_level();
   spdlog::set_level(spdlog::level::warn);  // not 2,000 "serving" lines
-  std::thread([run, free_address] {
+  std::thread([run] {  // a new port if another process takes the free one between two servers
     int started = 0, refused = 0;
-    std::string address = free_address();
+    std::string address = FreeAddress();
     while (started < 2000 && refused < 20) {
       auto s = MetricsServer::Start(address, [] { return std::string(); });
       if (!s.ok()) {
         if (run->first_error.empty()) run->first_error = s.status().ToString();
         ++refused;
-        address = free_address();
+        address = FreeAddress();
         continue;
       }
       ++started;
