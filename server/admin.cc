@@ -191,7 +191,7 @@ bool AdminSocket::OnReadable(Conn& c, const Handler& handler) {
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     if (n < 0 && errno == EINTR) continue;
-    done = true;  // EOF or an error: answer what came
+    done = true;  // EOF or an error: answered below (an error if the line has no newline)
     break;
   }
   if (!done) return true;
@@ -202,8 +202,12 @@ bool AdminSocket::OnReadable(Conn& c, const Handler& handler) {
     // was another request: 1005 spaces and "release-slot 1234567890" fenced slot 123456. The
     // rest of it is not read: the connection is closed below, as after every reply.
     reply = "error request line too long, max " + std::to_string(kMaxLine) + " bytes\n";
+  } else if (nl == std::string::npos) {
+    // The stream ended (or failed) before the newline: what came may be a request cut short,
+    // "release-slot 12" of "release-slot 1234", or one without its "lockd EPOCH START_NS".
+    reply = "error request has no newline (cut off?); nothing done\n";
   } else {
-    if (nl != std::string::npos) c.line.resize(nl);
+    c.line.resize(nl);
     const std::string asker =
         "uid " + std::to_string(c.cred.uid) + " pid " + std::to_string(c.cred.pid);
     reply = handler(c.line, asker) + "\n";

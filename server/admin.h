@@ -92,8 +92,9 @@ class AdminSocket {
   AdminSocket(int fd, std::string path, dev_t dev, ino_t ino)
       : fd_(fd), path_(std::move(path)), dev_(dev), ino_(ino) {}
   // Reads what `c` has sent; once its line is complete (or it closed), answers and closes it. A
-  // line that does not fit kMaxLine, newline included, is answered with an error and not handed
-  // to the handler. Returns false when the connection is gone.
+  // line that does not fit kMaxLine, newline included, or a stream that ends before the newline,
+  // is answered with an error and not handed to the handler. Returns false when the connection
+  // is gone.
   bool OnReadable(Conn& c, const Handler& handler);
 
   const int fd_;

@@ -53,12 +53,14 @@ void LeaveStaleSocket(const std::string& path) {
 // Sends `request` to the socket at `path` and serves `admin` as lockd's event loop does (accept,
 // poll the connections, read, answer) until the reply comes, for up to a second. Returns the
 // reply line without its newline, or "" when none came; the lines the handler was given are
-// appended to *handled.
+// appended to *handled. With `then_shut`, the request is followed by the end of the stream
+// (shutdown SHUT_WR), as a tool that writes and closes its side sends it.
 std::string Ask(AdminSocket& admin, const std::string& path, const std::string& request,
-                std::vector<std::string>* handled) {
+                std::vector<std::string>* handled, bool then_shut = false) {
   const int fd = ConnectTo(path);
   if (fd < 0) return "";
   (void)!write(fd, request.data(), request.size());
+  if (then_shut) shutdown(fd, SHUT_WR);
   const AdminSocket::Handler handler = [handled](const std::string& line, const std::string&) {
     handled->push_back(line);
     return "ok " + line;
@@ -259,6 +261,30 @@ TEST_CASE("admin socket: a request line longer than 1024 bytes is refused, not c
   const std::string longest = std::string(1024 - 15, ' ') + "release-slot 7\n";
   REQUIRE(longest.size() == 1024);
   CHECK(Ask(**admin, path, longest, &handled) == "ok " + longest.substr(0, 1023));
+  CHECK(handled.size() == 1);
+}
+
+// A request whose stream ended before its newline (a tool that wrote it in pieces and was cut
+// off, a peer reset) was carried out as it was: "release-slot 12" of a "release-slot 1234"
+// fenced slot 12's holder, and one cut before its "lockd EPOCH START_NS" lost the check that it
+// reaches the lockd it is meant for (found by review, 2026-12-06). Only a line with its newline
+// is a request.
+TEST_CASE("admin socket: a request cut off before its newline is refused, not carried out") {
+  TempDir dir;
+  const std::string path = dir.str() + "/lockd.sock";
+  auto admin = AdminSocket::Open(path);
+  REQUIRE(admin.ok());
+  std::vector<std::string> handled;
+  const std::string reply = Ask(**admin, path, "release-slot 12", &handled, /*then_shut=*/true);
+  CHECK(reply == "error request has no newline (cut off?); nothing done");
+  {
+    INFO("the handler was given: " << (handled.empty() ? "nothing" : handled[0]));
+    CHECK(handled.empty());
+  }
+  // With its newline it is a request, the stream ended or not.
+  handled.clear();
+  CHECK(Ask(**admin, path, "release-slot 12\n", &handled, /*then_shut=*/true) ==
+        "ok release-slot 12");
   CHECK(handled.size() == 1);
 }
 
