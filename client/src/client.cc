@@ -25,6 +25,7 @@ using sdk::ThreadChannel;
 using sdk::VerbsConnect;
 
 uint64_t SlotForName(std::string_view name, uint64_t lock_count) {
+  if (lock_count == 0) return 0;  // as the C API and Python say; no division by zero
   return XXH3_64bits(name.data(), name.size()) % lock_count;
 }
 

@@ -109,3 +109,11 @@ TEST_CASE("names map to slots and shards by XXH3-64 as xxHash 0.8 froze it (know
     CHECK(reversed.shards[ShardForName(reversed, k.name)].name == k.shard);
   }
 }
+
+// Found by review (2026-12-06): the C API's rdmalock_slot_for_name and Python's slot_for_name
+// give 0 for a count of 0, and the C++ SlotForName divided by it (SIGFPE, the process gone).
+TEST_CASE("SlotForName of no slots is 0, as in the C API and Python, not a division by zero") {
+  CHECK(rdmalock::SlotForName("x", 0) == 0);
+  CHECK(rdmalock::SlotForName("", 0) == 0);
+  CHECK(rdmalock::SlotForName("x", 1) == 0);
+}

@@ -363,7 +363,7 @@ class RDMALOCK_EXPORT Client {
   std::shared_ptr<Impl> impl_;
 };
 
-// The slot a name maps to among `lock_count` slots (XXH3-64, seed 0).
+// The slot a name maps to among `lock_count` slots (XXH3-64, seed 0); 0 if `lock_count` is 0.
 RDMALOCK_EXPORT uint64_t SlotForName(std::string_view name, uint64_t lock_count);
 
 }  // namespace rdmalock
