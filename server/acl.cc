@@ -46,6 +46,21 @@ Result<Cidr> Cidr::Parse(const std::string& text) {
     }
     c.prefix = static_cast<uint32_t>(std::stoul(bits));
   }
+  // An IPv4-mapped range (::ffff:a.b.c.d/n) is the IPv4 range it names: AddressAllowed compares
+  // a mapped peer as IPv4, so kept as IPv6 it would match no one.
+  if (c.family == AF_INET6 &&
+      IN6_IS_ADDR_V4MAPPED(reinterpret_cast<const in6_addr*>(c.addr.data()))) {
+    if (c.prefix < 96) {
+      return Error(ErrorCode::kConfig, "'" + text +
+                                           "' is an IPv4-mapped range shorter than /96, which "
+                                           "names no IPv4 range; write the IPv4 range instead");
+    }
+    std::array<uint8_t, 16> v4{};
+    std::memcpy(v4.data(), c.addr.data() + 12, 4);
+    c.addr = v4;
+    c.family = AF_INET;
+    c.prefix -= 96;
+  }
   // Host bits set (10.1.2.3/8) usually means a typo; refuse rather than guess.
   std::array<uint8_t, 16> net{};
   const uint32_t full = c.prefix / 8, rest = c.prefix % 8;

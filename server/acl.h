@@ -17,7 +17,9 @@ struct Cidr {
   std::array<uint8_t, 16> addr{};  // network byte order; IPv4 in the first 4 bytes
   uint32_t prefix = 0;             // bits that must match
 
-  // "10.0.0.0/8", "192.0.2.7" (a /32), "fd00::/8", "::1" (a /128). Host bits must be zero.
+  // "10.0.0.0/8", "192.0.2.7" (a /32), "fd00::/8", "::1" (a /128). Host bits must be zero. An
+  // IPv4-mapped range ("::ffff:10.0.0.0/104") is kept as the IPv4 range it names (10.0.0.0/8);
+  // one shorter than /96 is refused.
   static Result<Cidr> Parse(const std::string& text);
   std::string ToString() const;
 };

@@ -66,6 +66,26 @@ TEST_CASE("allow_from ranges: parsing, IPv4, IPv6 and IPv4-mapped peers") {
   REQUIRE_FALSE(AddressAllowed(ranges, nullptr));
 }
 
+// Found by review (2026-12-06): a range written IPv4-mapped ("::ffff:10.0.0.0/104") was kept
+// as an IPv6 range, while every peer is compared as IPv4 (a mapped peer is unmapped first), so it
+// matched no one: --check-config said OK and every client was refused not_allowed. It is now the
+// IPv4 range it names; a mapped range shorter than /96 names no IPv4 range and is refused.
+TEST_CASE("allow_from ranges: an IPv4-mapped range is the IPv4 range it names") {
+  const auto mapped = Cidr::Parse("::ffff:10.0.0.0/104");
+  REQUIRE(mapped.ok());
+  CHECK(mapped->ToString() == "10.0.0.0/8");
+  const std::vector<Cidr> ranges = {*mapped};
+  CHECK(AddressAllowed(ranges, Sa(V4("10.1.2.3"))));
+  CHECK(AddressAllowed(ranges, Sa(V6("::ffff:10.1.2.3"))));
+  CHECK_FALSE(AddressAllowed(ranges, Sa(V4("11.1.2.3"))));
+  const auto one = Cidr::Parse("::ffff:192.0.2.7");
+  REQUIRE(one.ok());
+  CHECK(one->ToString() == "192.0.2.7/32");
+  const auto shorter = Cidr::Parse("::ffff:0.0.0.0/80");
+  CHECK(shorter.status().code() == ErrorCode::kConfig);
+  CHECK(shorter.status().message().find("IPv4-mapped") != std::string::npos);
+}
+
 TEST_CASE(
     "finding 7: the loopback flag counts only with lockd's secret, from lockd's own address") {
   using rdmalock::lockd::LoopbackProven;
