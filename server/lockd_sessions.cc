@@ -72,7 +72,10 @@ void Server::Impl::EndSession(std::shared_ptr<Session> s, EndReason reason, cons
                               bool now) {
   if (!loop.Check("EndSession")) return;
   if (sessions.Find(s->session_id) != s) return;  // already ended
-  if (!s->loopback) {
+  // Only a session that was admitted (counted in accepted_total) ends as one: a refused or failed
+  // handshake is counted by its refusal, and a QP error in one is no fenced client (before
+  // 2026-12-06 each counted here too, as connect_failed or qp_error).
+  if (s->counted && !s->loopback) {
     counters.ended[static_cast<size_t>(reason)].fetch_add(1, std::memory_order_relaxed);
   }
   // The QP to ERR first (nothing more of it executes), then its memory windows are freed: an

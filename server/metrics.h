@@ -19,7 +19,7 @@ namespace rdmalock::lockd {
 // Why a client session ended (lockd then frees its recorded requests).
 enum class EndReason : uint8_t {
   kDisconnected,      // the client closed its connection or its process died
-  kConnectFailed,     // the connection failed before it was established
+  kConnectFailed,     // an admitted session's connection failed before it was established
   kHeartbeatTimeout,  // fenced: heartbeat stopped for heartbeat_timeout_ms
   kQpError,           // fenced: a QP of it went to the error state
   kForced,            // fenced: lockctl release --force

@@ -169,6 +169,19 @@ TEST_CASE("authentication: no key, a wrong key or a replayed proof gets no rkey;
   // Counted by reason, logged with the peer and the reason; lockd serves on.
   const std::string page = Scrape(addr);
   REQUIRE(Metric(page, "rdmalock_lockd_handshakes_rejected_total{reason=\"auth_failed\"}") == 3);
+  // A refused handshake is no session that ended: before 2026-12-06 each also counted in
+  // sessions_ended_total{connect_failed} (and a QP error in one counted as qp_error, an alert of
+  // fenced clients for a peer that never had a session). Its end may come a moment after the
+  // refusal is read: given a second to show up.
+  double refused_as_ended = 0;
+  for (const auto until = std::chrono::steady_clock::now() + 1s;
+       std::chrono::steady_clock::now() < until;) {
+    refused_as_ended =
+        Metric(Scrape(addr), "rdmalock_lockd_sessions_ended_total{reason=\"connect_failed\"}");
+    if (refused_as_ended > 0) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  CHECK(refused_as_ended == 0);
   REQUIRE(lockd.Log().find("rejected connection from " + ip) != std::string::npos);
   REQUIRE(lockd.Log().find("authentication failed: the client brought no key") !=
           std::string::npos);
