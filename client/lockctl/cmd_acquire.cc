@@ -165,6 +165,21 @@ void KillDescendants() {
       ign.sa_handler = SIG_IGN;
       sigaction(SIGCHLD, &ign, nullptr);
     }
+    // lockctl's forwarding handlers, inherited: reset to the default before the signals are let
+    // through, not at the exec. A signal lockctl passed on while this child was on its way (the
+    // PATH search can take a while) is pending here; let through to the inherited handler, it
+    // set a flag in this copy of lockctl and was lost, and the command ran to its end under the
+    // lock (found by review, 2026-12-06). Now it ends the child, as it would have the command.
+    // One that lockctl was started with ignored stays ignored.
+    for (const int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
+      struct sigaction cur {};
+      if (sigaction(sig, nullptr, &cur) == 0 && cur.sa_handler != SIG_IGN &&
+          cur.sa_handler != SIG_DFL) {
+        struct sigaction dfl {};
+        dfl.sa_handler = SIG_DFL;
+        sigaction(sig, &dfl, nullptr);
+      }
+    }
     sigprocmask(SIG_SETMASK, &old, nullptr);
     int err = ENOENT;
     bool denied = false;
@@ -272,7 +287,8 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
   const auto started = std::chrono::steady_clock::now();
   // Through etcd, the shard's primary is looked up before every connection attempt, and
   // connecting may take as long as the acquire's own timeout: a failover in progress costs time,
-  // not an error (issue 16, finding 14).
+  // not an error (issue 16, finding 14). With no --timeout (-1) only the connect timeout: a shard
+  // with no primary is then an error, not a wait for ever (lockctl.1 says so).
   std::unique_ptr<rdmalock::ClusterClient> cluster;
   std::unique_ptr<rdmalock::Client> single;
   rdmalock::Client* client = nullptr;
@@ -415,7 +431,8 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
   // the command got SIGKILL, and the lock waited for lockd's fencing. One that lockctl was started
   // with ignored (nohup, a script's background job) stays ignored, for lockctl and the command,
   // as a shell leaves it. Set before the fork: from then on the command may be running. (The
-  // supervisor blocks every signal first thing; the command's exec sets caught ones to default.)
+  // supervisor blocks every signal first thing; the command's child sets these back to default
+  // before it lets signals through.)
   for (const int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT}) {
     struct sigaction forward {
     }, before{};

@@ -503,6 +503,55 @@ TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl 
   }
 }
 
+// Found by review (2026-12-06): a signal lockctl passed on while the command was still on its way
+// to exec (the child of the supervisor, its signals blocked until just before the exec) was
+// delivered to lockctl's forwarding handler, which the child had inherited, and lost there; the
+// exec then reset the handler. The command ran to its end under the lock, and lockctl exited 0.
+// The window is made wide here (seconds under TCG): PATH names one directory 5,000 times, whose
+// `sleep` is a script whose interpreter does not exist (each exec fails ENOENT after the kernel has
+// copied the environment), before the real one.
+TEST_CASE("lockctl acquire: a signal passed on while the command is starting is not lost") {
+  Lockd lockd(7677, 64, 1000);
+  const std::string dir = TempDir();
+  REQUIRE(std::filesystem::create_directory(dir + "/d"));
+  {
+    std::ofstream fake(dir + "/d/sleep");
+    fake << "#!/nonexistent-interpreter\n";
+  }
+  REQUIRE(chmod((dir + "/d/sleep").c_str(), 0755) == 0);
+  std::string path;
+  for (int i = 0; i < 5000; ++i) path += "d:";
+  path += "/bin:/usr/bin";
+  const std::string port = std::to_string(lockd.port());
+  const auto started = std::chrono::steady_clock::now();
+  const pid_t lockctl = fork();
+  REQUIRE(lockctl >= 0);
+  if (lockctl == 0) {
+    if (chdir(dir.c_str()) != 0) _exit(126);
+    setenv("PATH", path.c_str(), 1);
+    execl(LOCKCTL_PATH, "lockctl", "--server", std::getenv("RXE_IP"), "--port", port.c_str(),
+          "acquire", "sig-start", "--", "sleep", "20", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // The supervisor forked (lockctl holds the lock): the command is in its window now.
+  const std::string children =
+      "/proc/" + std::to_string(lockctl) + "/task/" + std::to_string(lockctl) + "/children";
+  for (std::string kids;;) {
+    std::ifstream in(children);
+    if (std::getline(in, kids) && !kids.empty()) break;
+    REQUIRE(std::chrono::steady_clock::now() - started < 30s);
+    std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(kill(lockctl, SIGTERM) == 0);
+  const int code = WaitExit(lockctl, 30s);
+  INFO("lockctl exited " << code << " "
+                         << std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::steady_clock::now() - started)
+                                .count()
+                         << " ms after its start");
+  CHECK(code == 128 + SIGTERM);
+}
+
 TEST_CASE(
     "issue 17 finding 13: lockctl acquire's command is dead before the next holder is granted") {
   // lockd fences lockctl's session (release --force --session): lockctl's renewals fail and it
