@@ -12,6 +12,7 @@
 
 #include "client/src/cluster_test_peer.h"
 #include "client/src/deadline.h"
+#include "client/src/shard_name.h"
 #include "common/etcd/etcd.h"
 #include "common/sync/mutex.h"
 #include "common/sync/thread_annotations.h"
@@ -39,12 +40,7 @@ Result<std::vector<std::string>> ParseShardList(const std::string& text, const s
     std::string name = text.substr(pos, comma - pos);
     name.erase(0, name.find_first_not_of(" \t\n"));
     name.erase(name.find_last_not_of(" \t\n") + 1);
-    bool ok = !name.empty() && name.size() <= 64 && seen.insert(name).second;
-    for (const char ch : name) {
-      ok = ok &&
-           (std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' || ch == '.');
-    }
-    if (!ok) {
+    if (!IsShardName(name) || !seen.insert(name).second) {
       return Error(ErrorCode::kConfig,
                    "etcd key " + key + " holds '" + text +
                        "': expected distinct shard names (letters, digits, '-', '_', '.'), "

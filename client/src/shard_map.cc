@@ -1,11 +1,13 @@
 // The cluster map and rendezvous hashing: no RDMA, so host unit tests compile it on its own.
 #include <xxhash.h>
 
+#include <cctype>
 #include <map>
 #include <set>
 #include <string>
 #include <utility>
 
+#include "client/src/shard_name.h"
 #include "rdmalock/cluster.h"
 
 namespace rdmalock {
@@ -18,6 +20,17 @@ Status ClusterMap::Validate() const {
   std::map<std::pair<std::string, uint16_t>, std::string> lockds;
   for (const ShardSpec& s : shards) {
     if (s.name.empty()) return Error(ErrorCode::kInvalidArgument, "a shard has no name");
+    if (!IsShardName(s.name)) {
+      // Printed with its bytes as they are would garble the message (a NUL ends it in C).
+      std::string shown;
+      for (const char ch : s.name.substr(0, kMaxShardName)) {
+        shown += std::isprint(static_cast<unsigned char>(ch)) ? ch : '?';
+      }
+      return Error(ErrorCode::kInvalidArgument,
+                   "shard name '" + shown + (s.name.size() > kMaxShardName ? "...'" : "'") + " (" +
+                       std::to_string(s.name.size()) +
+                       " bytes): a shard name is 1 to 64 letters, digits, '-', '_' or '.'");
+    }
     if (s.server.empty()) {
       return Error(ErrorCode::kInvalidArgument, "shard '" + s.name + "' has no server");
     }

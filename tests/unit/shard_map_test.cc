@@ -33,6 +33,25 @@ TEST_CASE("cluster maps: at least one shard, names unique and set, servers set")
   REQUIRE(no_server.Validate().message().find("no server") != std::string::npos);
 }
 
+// Found by review (2026-12-06): a map file took any shard name, where etcd's map takes 1 to 64
+// letters, digits, '-', '_' and '.'. A name of 300 bytes made Python's Cluster.shard_of fail (its
+// buffer is sized for 64), and one with a NUL ("a\0b", hashed as 3 bytes) came back from the C
+// API and Python as "a", so two such shards printed alike.
+TEST_CASE("cluster maps: a shard name is 1-64 letters, digits, '-', '_' or '.', as in etcd's") {
+  REQUIRE(Map({"shard-a.1_x"}).Validate().ok());
+  REQUIRE(
+      Map({"0123456789012345678901234567890123456789012345678901234567890123"}).Validate().ok());
+  ClusterMap m = Map({"a"});
+  for (const std::string& bad :
+       {std::string(65, 's'), std::string(300, 's'), std::string("a\0b", 3), std::string("a b"),
+        std::string("a/b"), std::string("\xc3\xa9")}) {
+    m.shards[0].name = bad;
+    INFO("shard name of " << bad.size() << " bytes: " << m.Validate().ToString());
+    CHECK(m.Validate().code() == ErrorCode::kInvalidArgument);
+    CHECK(m.Validate().message().find("letters, digits") != std::string::npos);
+  }
+}
+
 // Two shards on one lockd share its lock table, and the global lock order of sets (shard name,
 // slot) is then no order over that table: two sets could each hold one part and wait for the
 // other's, for ever (found by review, 2026-12-05). A map naming one lockd twice is refused.

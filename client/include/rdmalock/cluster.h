@@ -27,7 +27,8 @@ struct ShardSpec {
 // The cluster map: every shard, in any order (the hash does not depend on the order).
 struct RDMALOCK_EXPORT ClusterMap {
   std::vector<ShardSpec> shards;
-  // Names unique and non-empty, servers non-empty, at least one shard.
+  // At least one shard; names unique, each 1 to 64 letters, digits, '-', '_' or '.'; servers
+  // non-empty, no server:port named twice.
   Status Validate() const;
 };
 
