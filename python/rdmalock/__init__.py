@@ -398,7 +398,11 @@ def _check_name(name: object) -> bytes:
         # another lock.
         raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
                             f"lock name {name!r} contains a NUL character")
-    return name.encode()
+    try:
+        return name.encode()
+    except UnicodeEncodeError as e:  # a lone surrogate, as os.fsdecode makes of non-UTF-8 bytes
+        raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
+                            f"lock name {name!r} cannot be encoded as UTF-8 ({e.reason})") from None
 
 
 def _free_lock(handle: ctypes.c_void_p, key: int, owners: Dict[int, Any]) -> None:

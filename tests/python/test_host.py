@@ -269,6 +269,15 @@ def test_slot_for_name_refuses_what_lock_refuses():
     assert e.value.code == ErrorCode.INVALID_ARGUMENT and "str" in e.value.message
 
 
+def test_a_name_utf8_cannot_encode_is_refused_as_rdmalock_error():
+    # A str with a lone surrogate (os.fsdecode of a file name that is not UTF-8) raised
+    # UnicodeEncodeError, where docs/sdk.md says every failure raises RdmalockError (found by
+    # review, 2026-12-06).
+    with pytest.raises(RdmalockError) as e:
+        rdmalock.slot_for_name("lock-\udc80", 1024)
+    assert e.value.code == ErrorCode.INVALID_ARGUMENT and "UTF-8" in e.value.message
+
+
 def test_an_option_a_library_would_ignore_is_refused(monkeypatch):
     # no_fencing_tokens (C API 5) lies in version 4's tail padding: a version 4 library sees the
     # same struct_size, reads nothing past no_local_handover, and ignored fencing_tokens=False
