@@ -52,9 +52,6 @@ int CmdCluster(const Common& c, const std::string& init, bool replace) {
     }
     for (const auto& kv : *kvs) members[i].push_back(kv.value);
   }
-  auto primary = [](const rdmalock::ShardSpec& s) {
-    return s.server.empty() ? std::string() : s.server + ":" + std::to_string(s.port);
-  };
   if (c.json) {
     std::cout << ClusterJson(c.etcd_cluster, *map, members);
   } else {
@@ -62,12 +59,12 @@ int CmdCluster(const Common& c, const std::string& init, bool replace) {
     for (size_t i = 0; i < map->shards.size(); ++i) {
       const auto& s = map->shards[i];
       std::cout << "  " << s.name << "  primary "
-                << (s.server.empty() ? std::string("(none now)") : primary(s));
+                << (s.server.empty() ? std::string("(none now)") : ShardAddress(s));
       std::string standbys;
       for (const auto& m : members[i]) {
-        const bool is_primary =
-            m == primary(s) || m == "[" + s.server + "]:" + std::to_string(s.port);  // IPv6
-        if (!is_primary) standbys += (standbys.empty() ? "" : ", ") + m;
+        if (s.server.empty() || m != ShardAddress(s)) {
+          standbys += (standbys.empty() ? "" : ", ") + m;
+        }
       }
       std::cout << "  standby " << (standbys.empty() ? "(none)" : standbys) << "\n";
     }

@@ -104,18 +104,25 @@ std::string InspectJson(const std::string& name, const rdmalock::SlotState& v, c
   return JsonLine(out);
 }
 
+std::string ShardAddress(const rdmalock::ShardSpec& s) {
+  if (s.server.empty()) return {};
+  // Appended, not operator+: GCC 12 -O3 -Werror=restrict.
+  const bool v6 = s.server.find(':') != std::string::npos;
+  std::string address = v6 ? "[" : "";
+  address += s.server;
+  if (v6) address += ']';
+  address += ':';
+  address += std::to_string(s.port);
+  return address;
+}
+
 std::string ClusterJson(const std::string& cluster, const rdmalock::ClusterMap& map,
                         const std::vector<std::vector<std::string>>& members) {
   Json shards = Json::array();
   for (size_t i = 0; i < map.shards.size(); ++i) {
     const auto& s = map.shards[i];
     Json primary = nullptr;
-    if (!s.server.empty()) {
-      std::string address = s.server;  // appended, not operator+: GCC 12 -O3 -Werror=restrict
-      address += ':';
-      address += std::to_string(s.port);
-      primary = std::move(address);
-    }
+    if (!s.server.empty()) primary = ShardAddress(s);
     Json m = Json::array();
     if (i < members.size()) {
       for (const auto& member : members[i]) m.push_back(member);

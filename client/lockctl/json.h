@@ -56,6 +56,10 @@ struct InspectWho {
 std::string InspectJson(const std::string& name, const rdmalock::SlotState& v, const char* state,
                         const std::vector<InspectWho>& who);
 
+// A shard's lockd as HOST:PORT, an IPv6 host in brackets ([fe80::1]:7471), as lockd writes its
+// address into etcd; "" when the shard has no server (no primary now).
+std::string ShardAddress(const rdmalock::ShardSpec& s);
+
 // lockctl --etcd URL --json cluster: each shard's primary and members.
 std::string ClusterJson(const std::string& cluster, const rdmalock::ClusterMap& map,
                         const std::vector<std::vector<std::string>>& members);

@@ -137,3 +137,17 @@ TEST_CASE("lockctl's JSON figures: integers as integers, fractions rounded as %.
         "{\"n\":18446744073709551615,\"neg\":-1,\"lease_ms\":1000.0,\"rate\":0.667,"
         "\"p50\":3.14,\"zero\":0.0}\n");
 }
+
+// Found by review (2026-12-06): lockctl cluster printed an IPv6 primary as "fe80::1:7471" (its
+// members, as lockd writes them, "[fe80::1]:7471"), so a script could not match the primary to
+// its member, nor split the address from the port.
+TEST_CASE("lockctl cluster: an IPv6 primary is written [HOST]:PORT, as its members are") {
+  rdmalock::ClusterMap map;
+  map.shards.push_back({.name = "a", .server = "fe80::1", .port = 7471});
+  map.shards.push_back({.name = "b", .server = "10.0.0.2", .port = 7472});
+  const auto j = nlohmann::json::parse(lockctl::ClusterJson("c", map, {{"[fe80::1]:7471"}, {}}));
+  CHECK(j["shards"][0]["primary"] == "[fe80::1]:7471");
+  CHECK(j["shards"][1]["primary"] == "10.0.0.2:7472");
+  CHECK(lockctl::ShardAddress(map.shards[0]) == "[fe80::1]:7471");
+  CHECK(lockctl::ShardAddress(map.shards[1]) == "10.0.0.2:7472");
+}
