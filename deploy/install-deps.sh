@@ -13,7 +13,8 @@ packages=(
   # libraries
   libibverbs-dev librdmacm-dev libspdlog-dev libcli11-dev libyaml-cpp-dev catch2 libxxhash-dev libsodium-dev
   libsystemd-dev libcpp-httplib-dev libssl-dev nlohmann-json3-dev
-  # cluster mode: etcd (the tests and the main job start their own; see docs/operations.md), and
+  # cluster mode: etcd (the tests and the main job start their own, and the service the package
+  # starts is stopped below; see docs/operations.md), and
   # openssl to make the certificates of the etcd-over-TLS test
   etcd-server openssl
   # the demo and the docs read lockd's metrics with curl
@@ -48,7 +49,12 @@ sudo=""
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
-# Installed here only for promtool: no Prometheus server left running on :9090.
-if printf '%s\n' "${missing[@]}" | grep -qx prometheus && [ -d /run/systemd/system ]; then
-  $sudo systemctl disable --now prometheus >/dev/null 2>&1 || true
-fi
+# Installed here only for promtool: no Prometheus server left running on :9090. The same for etcd,
+# which Debian's etcd-server starts on 127.0.0.1:2379 with no authentication: the tests and the
+# main job start their own, so none is left running for anyone on this machine to write to. Only
+# when this script installed the package (an existing etcd or Prometheus is left alone).
+for service in prometheus:prometheus etcd-server:etcd; do
+  if printf '%s\n' "${missing[@]}" | grep -qx "${service%%:*}" && [ -d /run/systemd/system ]; then
+    $sudo systemctl disable --now "${service##*:}" >/dev/null 2>&1 || true
+  fi
+done
