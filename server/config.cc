@@ -4,13 +4,13 @@
 
 #include <cctype>
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <set>
 #include <sstream>
 
 #include "common/duration.h"
 #include "common/etcd/etcd.h"
+#include "common/text_file.h"
 #include "common/yaml_keys.h"
 #include "rdmalock/proto/layout.h"
 #include "server/acl.h"
@@ -337,11 +337,10 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
 }
 
 Result<Config> LoadConfig(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Error(ErrorCode::kConfig, "cannot open config file " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseConfig(ss.str(), path);
+  auto text = ReadTextFile(path);
+  if (!text.ok())
+    return Error(ErrorCode::kConfig, "cannot read config file " + text.status().message());
+  return ParseConfig(*text, path);
 }
 
 namespace {

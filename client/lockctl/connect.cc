@@ -3,11 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "client/lockctl/commands.h"
+#include "common/text_file.h"
 
 namespace lockctl {
 
@@ -26,15 +25,13 @@ bool LoadClusterMap(const Common& c, rdmalock::ClusterMap* map, std::string* sou
     *source = EtcdSource(c);
     return true;
   }
-  std::ifstream in(c.cluster_file);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (!in) {
-    std::cerr << "lockctl: cannot read cluster map " << c.cluster_file << "\n";
+  const auto text = rdmalock::ReadTextFile(c.cluster_file);
+  if (!text.ok()) {
+    std::cerr << "lockctl: cannot read cluster map " << text.status().message() << "\n";
     return false;
   }
   *source = c.cluster_file;
-  return ParseClusterMap(ss.str(), c.cluster_file, map);
+  return ParseClusterMap(*text, c.cluster_file, map);
 }
 
 size_t NamedShard(const Common& c, const rdmalock::ClusterMap& map, const std::string& source) {

@@ -5,28 +5,22 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
-#include <fstream>
-#include <sstream>
 #include <string>
 
+#include "common/text_file.h"
 #include "common/yaml_keys.h"
 
 namespace rdmalock {
 
 Result<ClusterMap> ReadClusterMapFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return Error(ErrorCode::kIo, "cannot read cluster map " + path + ": " + std::strerror(errno));
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
+  auto text = ReadTextFile(path);
+  if (!text.ok())
+    return Error(ErrorCode::kIo, "cannot read cluster map " + text.status().message());
   YAML::Node root;
   try {
-    root = YAML::Load(ss.str());
+    root = YAML::Load(*text);
   } catch (const YAML::Exception& e) {
     return Error(ErrorCode::kConfig, path + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }

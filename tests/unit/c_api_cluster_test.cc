@@ -278,6 +278,11 @@ TEST_CASE("c api cluster: rdmalock_cluster_open refuses what it cannot use, nami
   o.etcd_endpoints = nullptr;
   CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_IO);
   CHECK(std::string(rdmalock_last_error()).find("/nonexistent/cluster.yaml") != std::string::npos);
+  // A directory cannot be read either (found by review, 2026-12-06: it opened, read as nothing,
+  // and was CONFIG "...:0: expected 'shards:'").
+  o.shard_map_file = "/tmp";
+  CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_IO);
+  CHECK(std::string(rdmalock_last_error()).find("/tmp: Is a directory") != std::string::npos);
 
   TempFile unknown_key("shards:\n  - {name: a, server: h}\n  - {name: b, host: h}\n");
   o.shard_map_file = unknown_key.path.c_str();

@@ -45,6 +45,20 @@ TEST_CASE("the shipped example config is valid") {
   REQUIRE(c.ok());
 }
 
+// Found by review (2026-12-06): a directory given as the config file opened (ifstream does), read
+// as nothing, and an empty config is a working lockd: `lockd --config /etc/rdmalock/` started
+// with every default, the operator's settings (auth_key_file, allow_from) ignored without a word.
+TEST_CASE("a config path that is a directory is an error naming it, not an empty config") {
+  const auto c = rdmalock::lockd::LoadConfig(RDMALOCK_SOURCE_DIR "/config");
+  INFO(c.status().ToString());
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().code() == rdmalock::ErrorCode::kConfig);
+  CHECK(c.status().message().find(RDMALOCK_SOURCE_DIR "/config") != std::string::npos);
+  CHECK(c.status().message().find("Is a directory") != std::string::npos);
+  const auto missing = rdmalock::lockd::LoadConfig("/nonexistent/lockd.yaml");
+  CHECK(missing.status().message().find("No such file or directory") != std::string::npos);
+}
+
 TEST_CASE("bad configs name the file, line and key") {
   auto check = [](const std::string& text, const std::string& needle) {
     auto c = ParseConfig(text, "bad.yaml");
