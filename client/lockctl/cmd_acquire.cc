@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -121,7 +122,8 @@ void KillDescendants() {
 // a command that read the terminal stopped (SIGTTIN: its group was in the background) while
 // lockctl renewed its lock for ever. A stop by the terminal (Ctrl-Z, SIGTTIN, SIGTTOU) while the
 // command has it is undone at once: the job cannot be suspended while it holds the lock (lockctl,
-// stopped with it, could renew nothing). A SIGSTOP is left alone.
+// stopped with it, could renew nothing). A SIGSTOP is left alone. Without the terminal (in a
+// pipeline), a stop by it is told once on stderr.
 [[noreturn]] void Supervise(CommandWatch* w, pid_t lockctl, int tty, char* const* paths,
                             char* const* argv, char** sh_argv, char* const* envp, int64_t grace_ns,
                             bool sigchld_ignored) {
@@ -205,6 +207,7 @@ void KillDescendants() {
   w->command.store(cmd);
   int status = 0;
   int64_t termed = 0;
+  bool told_stopped = false;  // the message of a stop by the terminal without it was written
   for (;;) {
     // The command's exit or stop, and any other child's exit: descendants orphaned while the
     // command runs come to the supervisor (its subreaper) and are reaped here, not left as
@@ -244,15 +247,32 @@ void KillDescendants() {
           kill(-cmd, SIGCONT);
         }
       }
+    } else if (r == cmd && WIFSTOPPED(status) && !told_stopped &&
+               (WSTOPSIG(status) == SIGTTIN || WSTOPSIG(status) == SIGTTOU)) {
+      // In a pipeline the terminal stays with lockctl's group (above): the command that read it
+      // is stopped, and holds the lock stopped. Said once; a Ctrl-C to lockctl ends it (the
+      // signal is passed on with a SIGCONT, below).
+      told_stopped = true;
+      const char msg[] =
+          "lockctl: the command is stopped: it read or set the terminal, which lockctl does not "
+          "give it in a pipeline; it holds the lock until it ends (Ctrl-C or kill lockctl)\n";
+      (void)!write(2, msg, sizeof(msg) - 1);
     }
     const int64_t now = MonotonicNs();
     if (getppid() != lockctl) {  // lockctl died: nothing holds the lock for the command
       kill(-cmd, SIGKILL);
     }
-    if (const int sig = w->forward.exchange(0); sig != 0) kill(-cmd, sig);
+    // A signal for the command is followed by SIGCONT, as systemd follows its stop signal: sent
+    // to a stopped command (SIGSTOP, or stopped by the terminal), it stayed pending, and lockctl
+    // held the lock for as long as the command stayed stopped (found by review, 2026-12-06).
+    if (const int sig = w->forward.exchange(0); sig != 0) {
+      kill(-cmd, sig);
+      kill(-cmd, SIGCONT);
+    }
     if (termed == 0 && now >= w->term_at_ns.load()) {
       w->stopped_for_loss.store(1);
       kill(-cmd, SIGTERM);
+      kill(-cmd, SIGCONT);
       termed = now;
     }
     // kill_at is the hard bound (before the lease ends), with or without a SIGTERM before it.
@@ -409,13 +429,20 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
       grace_ms >= 0 ? int64_t{grace_ms} * 1'000'000
                     : std::chrono::duration_cast<std::chrono::nanoseconds>(lease).count() / 4;
   const pid_t lockctl_pid = getpid();
-  // lockctl's controlling terminal, when both its stdin and its stdout are it (tcgetpgrp answers
-  // for the controlling terminal only): lockctl is then a job of its own, as a shell runs a
-  // command typed at it. In a pipeline (`lockctl acquire ... | less`) or a script's background
-  // (`&`, stdin /dev/null) other processes share lockctl's process group, and handing the
-  // terminal to the command's group would stop them (SIGTTIN) when they read it, and lockctl with
-  // them, since the signal goes to the whole group (found by the diff review).
-  const int tty = tcgetpgrp(0) >= 0 && tcgetpgrp(1) >= 0 ? 0 : -1;
+  // lockctl's controlling terminal, when its stdin is it (tcgetpgrp answers for the controlling
+  // terminal only) and its stdout is no pipe or socket: lockctl is then a job of its own, as a
+  // shell runs a command typed at it, its output redirected or not (`... -- cmd > log`). In a
+  // pipeline (`lockctl acquire ... | less`) or a script's background (`&`, stdin /dev/null) other
+  // processes share lockctl's process group, and handing the terminal to the command's group
+  // would stop them (SIGTTIN) when they read it, and lockctl with them, since the signal goes to
+  // the whole group (found by the diff review). Until 2026-12-06 stdout had to be the terminal:
+  // with `> log` the command stayed in the background, and a read of the terminal (a prompt,
+  // sudo's password) stopped it for ever, holding the lock (found by review).
+  const auto is_pipe = [](int fd) {
+    struct stat st {};
+    return fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
+  };
+  const int tty = tcgetpgrp(0) >= 0 && !is_pipe(1) ? 0 : -1;
 
   // Started with SIGCHLD ignored (a parent's SIG_IGN survives exec), the kernel would reap the
   // supervisor and the command, and waitpid would never see them exit: lockctl renewed the lock

@@ -482,6 +482,18 @@ TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl 
     auto c = MustConnect(lockd);
     CHECK(c->TryLock("f13").ok());  // released, not left to lockd's fencing (a lease or more)
   }
+  // Found by review (2026-12-06): a signal lockctl passed on to a stopped command (SIGSTOP, or
+  // stopped by the terminal) stayed pending, and lockctl waited with the lock for as long as it
+  // stayed stopped. It is followed by SIGCONT now, as systemd follows its stop signal.
+  SECTION("the command is stopped: a SIGTERM to lockctl still ends it") {
+    const pid_t lockctl = run("echo $$ > " + dir + "/sh7; while :; do sleep 0.05; done");
+    const pid_t sh = ReadPid(dir + "/sh7");
+    REQUIRE(kill(sh, SIGSTOP) == 0);
+    std::this_thread::sleep_for(100ms);
+    REQUIRE(kill(lockctl, SIGTERM) == 0);
+    CHECK(WaitExit(lockctl, 10s) == 128 + SIGTERM);
+    kill(sh, SIGKILL);
+  }
   SECTION("lockctl is stopped: the command is ended before the lease runs out") {
     const pid_t lockctl = run("echo $$ > " + dir + "/sh; while :; do sleep 0.05; done");
     const pid_t sh = ReadPid(dir + "/sh");
@@ -794,6 +806,24 @@ TEST_CASE("lockctl acquire: the command reads the terminal, and Ctrl-Z does not 
     const int rc = t.Finish(10s);
     INFO(t.output());
     CHECK(told);
+    CHECK(got);
+    CHECK(rc == 0);
+  }
+  // Found by review (2026-12-06): lockctl gave the command the terminal only when its stdout was
+  // the terminal too, so `lockctl acquire ... -- cmd > log` left the command in the background:
+  // a read of the terminal (a prompt, sudo's password) stopped it (SIGTTIN), for ever, holding
+  // the lock. Only a pipeline (stdout a pipe) keeps the terminal with lockctl's group now.
+  SECTION("stdout redirected to a file: the command still reads the terminal") {
+    const std::string line = ShellQuoted(LOCKCTL_PATH) + " --server " + RxeIp() + " --port " +
+                             std::to_string(lockd.port()) +
+                             " acquire tty-lock -- sh -c 'echo ready >&2; read line; "
+                             "echo \"got:$line\" >&2' > /dev/null";
+    Terminal t({"/bin/sh", "-c", line});
+    REQUIRE(t.WaitFor("ready", 30s));
+    t.Type("hello\n");
+    const bool got = t.WaitFor("got:hello", 10s);
+    const int rc = t.Finish(10s);
+    INFO(t.output());
     CHECK(got);
     CHECK(rc == 0);
   }
