@@ -145,9 +145,12 @@ void MetricsServer::Impl::Run() {
     std::erase_if(conns, [now](const Conn& c) { return now >= c.deadline; });
     fds.clear();
     fds.push_back({wake.get(), POLLIN, 0});
-    const bool accepting = conns.size() < kMaxConnections && now >= accept_paused_until;
+    const bool paused = now < accept_paused_until;
+    const bool accepting = conns.size() < kMaxConnections && !paused;
     fds.push_back({accepting ? listener.get() : -1, POLLIN, 0});
-    Clock::time_point next = accepting ? Clock::time_point::max() : accept_paused_until;
+    // Woken by a deadline, or by the end of an accept pause. Not by a pause long over: with every
+    // connection taken, that timeout of 0 spun the thread (found by the diff review, 2026-12-06).
+    Clock::time_point next = paused ? accept_paused_until : Clock::time_point::max();
     for (const Conn& c : conns) {
       fds.push_back(
           {c.fd.get(), static_cast<short>(c.phase == Conn::Phase::kWriting ? POLLOUT : POLLIN), 0});

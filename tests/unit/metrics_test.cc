@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -435,6 +436,28 @@ TEST_CASE("metrics: slow peers neither keep a scrape out nor hold up the server'
   CHECK(stop_took < std::chrono::seconds(2));
 }
 
+// Found by the diff review (2026-12-06): with its 8 connections open the server polled with a
+// timeout of 0 (the accept pause's time, long past) and spun a core for as long as they stayed.
+TEST_CASE("metrics: a server with every connection taken waits, it does not spin") {
+  std::string address;
+  auto server = ServeOnFreePort(&address, "x 1\n");
+  std::vector<int> held;
+  for (int i = 0; i < 8; ++i) held.push_back(Connect(address));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // accepted, all 8
+  const auto cpu = [] {
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    return std::chrono::seconds(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           std::chrono::microseconds(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  };
+  const auto before = cpu();
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  const auto used = std::chrono::duration_cast<std::chrono::milliseconds>(cpu() - before);
+  for (const int fd : held) close(fd);
+  INFO("the process used " << used.count() << " ms of CPU in 1 s with 8 idle connections");
+  CHECK(used < std::chrono::milliseconds(300));
+}
+
 TEST_CASE("metrics: a server stopped as soon as it started stops (its listener never hangs)") {
   // cpp-httplib's stop() does nothing until the listening thread has begun its loop; a lockd
   // stopped right after its start waited for that thread for ever (SIGTERM just after start).
@@ -462,7 +485,8 @@ TEST_CASE("metrics: a server stopped as soon as it started stops (its listener n
       ++started;
     }  // each one destroyed at once
     run->done.set_value(started);
-  }).detach();
+  })
+      .detach();
   const bool in_time = finished.wait_for(std::chrono::seconds(120)) == std::future_status::ready;
   spdlog::set_level(level);
   // On a hang the thread stays stuck in a join (the process ends with the tests).
