@@ -18,6 +18,7 @@ void Server::Impl::DropHandshake(Conn& c, const std::string& why) {
   std::shared_ptr<Session> s = c.session;
   rdma_cm_id* id = c.id.get();
   if (!c.admitted && !c.refused) {
+    counters.handshakes_failed.fetch_add(1, std::memory_order_relaxed);
     spdlog::debug("handshake with {} ended: {}", s->peer, why);
   }
   if (s->counted) {
@@ -253,6 +254,9 @@ void Server::Impl::OnAsyncEvent(Device& d) {
   }
   for (auto& [id, c] : conns) {
     if (id->qp == qp) {
+      if (!c->admitted && !c->refused) {
+        counters.handshakes_failed.fetch_add(1, std::memory_order_relaxed);
+      }
       EndSession(c->session, EndReason::kQpError,
                  std::string("its QP failed (") + rdma::AsyncEventName(type) + ")", false);
       break;

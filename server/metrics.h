@@ -33,6 +33,9 @@ struct Counters {
   std::atomic<uint64_t> accepted{0};            // sessions admitted (lockd's loopback included)
   std::atomic<uint64_t> joined{0};              // connections that joined an existing session
   std::array<std::atomic<uint64_t>, kRejectReasons> rejected{};
+  // Handshakes that ended neither refused nor admitted: not established in time (half-open), a
+  // send or completion that failed, a QP error (no session of a client ended: none had begun).
+  std::atomic<uint64_t> handshakes_failed{0};
   std::array<std::atomic<uint64_t>, static_cast<size_t>(EndReason::kCount)> ended{};
   std::atomic<uint64_t> forced_releases{0};  // lockctl release --force requests carried out
   // Recorded requests of ended sessions, by what lockd's recovery found.

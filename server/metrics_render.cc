@@ -51,6 +51,10 @@ std::string RenderMetrics(const MetricsSource& s, LockTableSampler& sampler,
     p.Sample(s.counters->rejected[r].load(std::memory_order_relaxed),
              "reason=\"" + std::string(proto::RejectReasonLabel(reason)) + "\"");
   }
+  p.Family("rdmalock_lockd_handshakes_failed_total", "counter",
+           "handshakes that ended neither refused nor admitted: not established in time, a failed "
+           "send or completion, a QP error");
+  p.Sample(s.counters->handshakes_failed.load(std::memory_order_relaxed));
   p.Family("rdmalock_lockd_sessions_ended_total", "counter",
            "client sessions that ended, by reason (lockd then frees their recorded requests)");
   for (size_t r = 0; r < static_cast<size_t>(EndReason::kCount); ++r) {

@@ -240,8 +240,11 @@ TEST_CASE("a client that never completes the handshake is dropped; lockd keeps s
     REQUIRE(std::chrono::steady_clock::now() < end);
     std::this_thread::sleep_for(100ms);
   }
-  REQUIRE(Metric(Scrape(addr), "rdmalock_lockd_sessions_ended_total{reason=\"connect_failed\"}") ==
-          1);
+  // A handshake that failed, not a session that ended (before 2026-12-06 it counted as a session
+  // ended connect_failed).
+  const std::string page = Scrape(addr);
+  CHECK(Metric(page, "rdmalock_lockd_handshakes_failed_total") == 1);
+  CHECK(Metric(page, "rdmalock_lockd_sessions_ended_total{reason=\"connect_failed\"}") == 0);
   auto fresh = lockd.Connect();  // its record is free again
   REQUIRE(fresh.ok());
   REQUIRE((*fresh)->Lock("after-half-open").ok());
