@@ -122,7 +122,8 @@ void KillDescendants() {
 // a command that read the terminal stopped (SIGTTIN: its group was in the background) while
 // lockctl renewed its lock for ever. A stop by the terminal (Ctrl-Z, SIGTTIN, SIGTTOU) while the
 // command has it is undone at once: the job cannot be suspended while it holds the lock (lockctl,
-// stopped with it, could renew nothing). A SIGSTOP is left alone. Without the terminal (in a
+// stopped with it, could renew nothing). A SIGSTOP is left alone (until a signal is passed on,
+// which a SIGCONT follows). Without the terminal (in a
 // pipeline), a stop by it is told once on stderr.
 [[noreturn]] void Supervise(CommandWatch* w, pid_t lockctl, int tty, char* const* paths,
                             char* const* argv, char** sh_argv, char* const* envp, int64_t grace_ns,
@@ -430,19 +431,20 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
                     : std::chrono::duration_cast<std::chrono::nanoseconds>(lease).count() / 4;
   const pid_t lockctl_pid = getpid();
   // lockctl's controlling terminal, when its stdin is it (tcgetpgrp answers for the controlling
-  // terminal only) and its stdout is no pipe or socket: lockctl is then a job of its own, as a
-  // shell runs a command typed at it, its output redirected or not (`... -- cmd > log`). In a
-  // pipeline (`lockctl acquire ... | less`) or a script's background (`&`, stdin /dev/null) other
-  // processes share lockctl's process group, and handing the terminal to the command's group
-  // would stop them (SIGTTIN) when they read it, and lockctl with them, since the signal goes to
-  // the whole group (found by the diff review). Until 2026-12-06 stdout had to be the terminal:
-  // with `> log` the command stayed in the background, and a read of the terminal (a prompt,
-  // sudo's password) stopped it for ever, holding the lock (found by review).
+  // terminal only) and neither its stdout nor its stderr is a pipe or socket: lockctl is then a job
+  // of its own, as a shell runs a command typed at it, its output redirected or not (`... -- cmd >
+  // log`). In a pipeline (`lockctl acquire ... | less`) or a script's background (`&`, stdin
+  // /dev/null) other processes share lockctl's process group, and handing the terminal to the
+  // command's group would stop them (SIGTTIN) when they read it, and lockctl with them, since the
+  // signal goes to the whole group (found by the diff review). Until 2026-12-06 stdout had to be
+  // the terminal: with `> log` the command stayed in the background, and a read of the terminal (a
+  // prompt, sudo's password) stopped it for ever, holding the lock (found by review).
   const auto is_pipe = [](int fd) {
     struct stat st {};
     return fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode));
   };
-  const int tty = tcgetpgrp(0) >= 0 && !is_pipe(1) ? 0 : -1;
+  // stderr too: in `lockctl ... 2>&1 > log | less` stdout is a file, and less shares the group.
+  const int tty = tcgetpgrp(0) >= 0 && !is_pipe(1) && !is_pipe(2) ? 0 : -1;
 
   // Started with SIGCHLD ignored (a parent's SIG_IGN survives exec), the kernel would reap the
   // supervisor and the command, and waitpid would never see them exit: lockctl renewed the lock
