@@ -14,6 +14,7 @@
 #include <cstring>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <system_error>
 #include <thread>
 
 namespace rdmalock::etcd {
@@ -311,12 +312,20 @@ Result<std::string> Client::Post(const std::string& path, const std::string& bod
     http.set_connection_timeout(us / 1000000, us % 1000000);
     http.set_read_timeout(us / 1000000, us % 1000000);
     http.set_write_timeout(us / 1000000, us % 1000000);
+    // etcd compresses nothing unasked; a compressed reply (a hostile or broken middlebox) is not
+    // unpacked, which could make gigabytes of a few bytes: it fails to parse instead.
+    http.set_decompress(false);
     httplib::Result res{nullptr, httplib::Error::Unknown};
     bool stopped = false;
-    {
+    try {
       StopAt stop(http, std::chrono::steady_clock::now() + per_try);
       res = http.Post(path, body, "application/json");
       stopped = stop.fired();
+    } catch (const std::system_error& thread_error) {
+      // No thread for the deadline (RLIMIT_NPROC, a cgroup's pids limit): an error for the call,
+      // not std::terminate in the SDK's map refresher or keeper, or lockd's campaign.
+      return Error(ErrorCode::kResource, "etcd " + path + ": cannot start a thread (" +
+                                             std::string(thread_error.what()) + ")");
     }
     std::string why;
     if (stopped && (!res || res->status != 200)) {
@@ -337,6 +346,11 @@ Result<std::string> Client::Post(const std::string& path, const std::string& bod
       if (j.is_object() && j.contains("error") && j["error"].is_string()) {
         why += ": " + j["error"].get<std::string>();
       }
+    } else if (!json::parse(res->body, nullptr, false).is_object()) {
+      // A 200 that is no etcd reply (a proxy's page, say) is this member's failure: taken as an
+      // answer, it made the member the preferred one, and every later call failed to parse there
+      // without trying another (found by review, 2026-12-06).
+      why = "HTTP 200 with a reply that is not etcd's (not a JSON object)";
     } else {
       MutexLock lk(&mu_);
       preferred_ = i;

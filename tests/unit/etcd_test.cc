@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/etcd_proxy.h"
 #include "tests/support/local_etcd.h"
 
 using rdmalock::ErrorCode;
@@ -181,6 +182,35 @@ TEST_CASE("etcd: keys, transactions and leases against a real etcd", "[etcd]") {
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().code() == ErrorCode::kConnection);
   CHECK(r.status().message().find("127.0.0.1:1") != std::string::npos);
+}
+
+// Found by review (2026-12-06): any HTTP 200 was taken as etcd's answer and its member made the
+// preferred one, so a member behind a proxy that answers 200 with a page of its own (maintenance,
+// a captive portal) took every call, each failing to parse: the other members were never tried,
+// and a primary that could not confirm its reads fenced itself with two healthy members left.
+TEST_CASE("etcd: a member that answers 200 with no etcd reply is skipped, not preferred",
+          "[etcd]") {
+  LocalEtcd server;
+  auto direct = rdmalock::etcd::Client::Create({server.url()});
+  REQUIRE(direct.ok());
+  REQUIRE((*direct)->Put("/t/k", "v", 0, milliseconds(2000)).ok());
+  rdmalock::testing::DelayingProxy garbling(server.url(), milliseconds(0));
+  garbling.garble_ranges.store(true);
+  auto both = rdmalock::etcd::Client::Create({garbling.url(), server.url()});
+  REQUIRE(both.ok());
+  for (int i = 0; i < 3; ++i) {
+    auto got = (*both)->Get("/t/k", milliseconds(2000));
+    INFO("read " << i << ": " << (got.ok() ? "ok" : got.status().ToString()));
+    REQUIRE(got.ok());
+    REQUIRE(got->has_value());
+    CHECK((*got)->value == "v");
+  }
+  // With the garbling member alone, the read fails and says why.
+  auto alone = rdmalock::etcd::Client::Create({garbling.url()});
+  REQUIRE(alone.ok());
+  auto got = (*alone)->Get("/t/k", milliseconds(2000));
+  REQUIRE_FALSE(got.ok());
+  CHECK_THAT(got.status().message(), Catch::Contains("not etcd's"));
 }
 
 TEST_CASE("etcd over TLS: etcd's certificate is verified, and a client certificate offered",
