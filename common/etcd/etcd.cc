@@ -273,6 +273,21 @@ class StopAt {
 
 }  // namespace
 
+namespace {
+
+// Whether `body` is an answer of etcd's gateway: a JSON object with etcd's response header, at
+// its top (range, txn, put, delete, lease grant and revoke) or in "result" (keepalive, streamed).
+// A JSON object of something else ({"message": "maintenance"}) would read as "no kvs", a key
+// absent.
+bool IsEtcdReply(const std::string& body) {
+  const json j = json::parse(body, nullptr, false);
+  if (!j.is_object()) return false;
+  if (j.contains("header") && j["header"].is_object()) return true;
+  return j.contains("result") && j["result"].is_object() && j["result"].contains("header");
+}
+
+}  // namespace
+
 Result<std::string> Client::Post(const std::string& path, const std::string& body, Ms timeout) {
   const NoSigpipe no_sigpipe;
   size_t first;
@@ -312,9 +327,6 @@ Result<std::string> Client::Post(const std::string& path, const std::string& bod
     http.set_connection_timeout(us / 1000000, us % 1000000);
     http.set_read_timeout(us / 1000000, us % 1000000);
     http.set_write_timeout(us / 1000000, us % 1000000);
-    // etcd compresses nothing unasked; a compressed reply (a hostile or broken middlebox) is not
-    // unpacked, which could make gigabytes of a few bytes: it fails to parse instead.
-    http.set_decompress(false);
     httplib::Result res{nullptr, httplib::Error::Unknown};
     bool stopped = false;
     try {
@@ -346,11 +358,11 @@ Result<std::string> Client::Post(const std::string& path, const std::string& bod
       if (j.is_object() && j.contains("error") && j["error"].is_string()) {
         why += ": " + j["error"].get<std::string>();
       }
-    } else if (!json::parse(res->body, nullptr, false).is_object()) {
+    } else if (!IsEtcdReply(res->body)) {
       // A 200 that is no etcd reply (a proxy's page, say) is this member's failure: taken as an
       // answer, it made the member the preferred one, and every later call failed to parse there
       // without trying another (found by review, 2026-12-06).
-      why = "HTTP 200 with a reply that is not etcd's (not a JSON object)";
+      why = "HTTP 200 with a reply that is not etcd's (no JSON object with etcd's header)";
     } else {
       MutexLock lk(&mu_);
       preferred_ = i;

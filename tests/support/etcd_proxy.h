@@ -49,7 +49,11 @@ class DelayingProxy {
       if (req.path == "/v3/kv/range" &&
           (garble_ranges.load() || (prefix_read && garble_prefix_reads.load()))) {
         res.status = 200;  // an answer that is no etcd reply (a proxy's error page, say)
-        res.set_content("<html>gateway</html>", "text/html");
+        if (garble_as_json.load()) {
+          res.set_content("{\"message\":\"maintenance\"}", "application/json");
+        } else {
+          res.set_content("<html>gateway</html>", "text/html");
+        }
         return;
       }
       res.status = r->status;
@@ -82,6 +86,7 @@ class DelayingProxy {
   std::atomic<bool> fail_prefix_reads{false};    // only reads of a prefix (with a range_end)
   std::atomic<bool> garble_prefix_reads{false};  // those answered 200 with a body not etcd's
   std::atomic<bool> garble_ranges{false};        // every read answered so
+  std::atomic<bool> garble_as_json{false};       // ... with a JSON object that is not etcd's
 
  private:
   std::string upstream_, host_, url_;

@@ -211,6 +211,14 @@ TEST_CASE("etcd: a member that answers 200 with no etcd reply is skipped, not pr
   auto got = (*alone)->Get("/t/k", milliseconds(2000));
   REQUIRE_FALSE(got.ok());
   CHECK_THAT(got.status().message(), Catch::Contains("not etcd's"));
+  // A JSON object that is not etcd's is no answer either: read as "no kvs", it said the key was
+  // absent (the diff review: a primary's confirming read would have fenced it).
+  garbling.garble_as_json.store(true);
+  got = (*alone)->Get("/t/k", milliseconds(2000));
+  const std::string what = got.ok() ? (got->has_value() ? "read: the value" : "read: key absent")
+                                    : got.status().ToString();
+  INFO(what);
+  REQUIRE_FALSE(got.ok());
 }
 
 TEST_CASE("etcd over TLS: etcd's certificate is verified, and a client certificate offered",
