@@ -10,7 +10,7 @@
 //     connection, the session table, admission and the admin socket. Its entry points check that
 //     they run on it (LoopThread::Check, a cheap run-time check that logs and refuses).
 //   - the recovery thread owns the loopback connection (Recovery; its only entry is Enqueue).
-//   - the metrics server's HTTP threads read atomics and the lock table only (RenderMetrics).
+//   - the metrics server's HTTP thread reads atomics and the lock table only (RenderMetrics).
 //   - any thread: RequestStop (an eventfd), SetAuthKey and SetAliveUntil (mu_, an atomic),
 //     connected_clients (an atomic).
 // Lock order: mu_ is a leaf (nothing else is taken while it is held).

@@ -4,8 +4,9 @@
 // objects, the session table). Unit-tested over a lock table in plain memory
 // (tests/unit/metrics_test.cc).
 //
-// Threading: RenderMetrics runs on the metrics server's HTTP threads (two of them), concurrently
-// with the event loop. LockTableSampler's mutex mu_ guards its memory of the previous scrape.
+// Threading: RenderMetrics runs on the metrics server's HTTP thread, concurrently with the event
+// loop. LockTableSampler's mutex mu_ guards its memory of the previous scrape (one scrape at a
+// time now, but the sampler does not count on it).
 #pragma once
 
 #include <atomic>

@@ -20,7 +20,10 @@ int CmdCluster(const Common& c, const std::string& init, bool replace) {
     for (std::string n; std::getline(ss, n, ',');) names.push_back(n);
     if (auto st = rdmalock::PublishClusterMap(e, names, replace); !st.ok()) {
       std::cerr << "lockctl: " << st.message() << "\n";
-      return st.code() == rdmalock::ErrorCode::kConnection ? kExitUnavailable : kExitUsage;
+      const auto code = st.code();
+      return code == rdmalock::ErrorCode::kConnection || code == rdmalock::ErrorCode::kResource
+                 ? kExitUnavailable
+                 : kExitUsage;
     }
   }
   auto map = rdmalock::ReadClusterMap(e);

@@ -3,7 +3,6 @@
 // Thread-safety: a pure function; any thread.
 #pragma once
 
-#include <cctype>
 #include <string_view>
 
 namespace rdmalock {
@@ -12,10 +11,12 @@ inline constexpr size_t kMaxShardName = 64;
 
 inline bool IsShardName(std::string_view name) {
   if (name.empty() || name.size() > kMaxShardName) return false;
+  // ASCII by hand, not std::isalnum: its answer for bytes past 0x7f depends on the locale, which
+  // a program linking the SDK (Python sets LC_CTYPE) may have set.
   for (const char ch : name) {
-    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_' && ch != '.') {
-      return false;
-    }
+    const bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                    (ch >= '0' && ch <= '9') || ch == '-' || ch == '_' || ch == '.';
+    if (!ok) return false;
   }
   return true;
 }

@@ -38,34 +38,45 @@ const std::vector<std::string> kNasty = {
 // why, each shown with the bytes a terminal would eat made visible. One python3 for them all (one
 // per output took 13 s of the unit run).
 std::vector<std::string> NotJson(const std::vector<std::string>& texts) {
-  std::vector<std::string> paths;
+  // The files are removed whatever happens below (a REQUIRE throws).
+  struct Files {
+    std::vector<std::string> paths;
+    ~Files() {
+      for (const auto& p : paths) unlink(p.c_str());
+    }
+  } files;
+  std::vector<std::string>& paths = files.paths;
   for (const std::string& text : texts) {
     char path[] = "/tmp/lockctl-json-XXXXXX";
     const int fd = mkstemp(path);
     REQUIRE(fd >= 0);
-    REQUIRE(write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()));
-    close(fd);
     paths.emplace_back(path);
+    const bool written = write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    close(fd);
+    REQUIRE(written);
   }
   std::string cmd =
       "python3 -c 'import json,sys\n"
       "for i, p in enumerate(sys.argv[1:]):\n"
       "  try: json.load(open(p, encoding=\"utf-8\"))\n"
       "  except Exception as e: print(i, str(e).replace(chr(10), \" \"))\n'";
-  for (const auto& p : paths) cmd += " " + p;
-  cmd += " 2>&1";
+  for (const auto& p : paths) cmd += " " + p;  // stderr not read: only the script's lines
   FILE* pipe = popen(cmd.c_str(), "r");
   REQUIRE(pipe != nullptr);
   std::string report;
   char buf[512];
   for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) report.append(buf, n);
   const int rc = pclose(pipe);
-  for (const auto& p : paths) unlink(p.c_str());
   REQUIRE(rc == 0);  // the script itself ran (python3 is there)
   std::vector<std::string> bad;
   std::istringstream lines(report);
   for (std::string line; std::getline(lines, line);) {
-    const size_t i = std::stoul(line.substr(0, line.find(' ')));
+    INFO("python3 printed: " << line);
+    const size_t sp = line.find(' ');  // "INDEX why"
+    REQUIRE(sp != std::string::npos);
+    REQUIRE(sp > 0);
+    REQUIRE(line.find_first_not_of("0123456789") == sp);
+    const size_t i = std::stoul(line.substr(0, sp));
     REQUIRE(i < texts.size());
     std::string shown;
     for (unsigned char ch : texts[i]) {
@@ -77,7 +88,7 @@ std::vector<std::string> NotJson(const std::vector<std::string>& texts) {
         shown += static_cast<char>(ch);
       }
     }
-    bad.push_back("not JSON: " + line.substr(line.find(' ') + 1) + "; output: " + shown);
+    bad.push_back("not JSON: " + line.substr(sp + 1) + "; output: " + shown);
   }
   return bad;
 }
