@@ -260,6 +260,13 @@ Result<LockHandle> Client::LockSlot(uint64_t slot, const LockOptions& options) {
     ao.try_only = options.timeout->count() == 0;
   }
   RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, impl_->Channel(ao.deadline));
+  // Before the cohort: its key drops a slot's top bit, so a slot out of range shared another
+  // slot's entry, and a waiter could be handed that slot's grant (found by review, 2026-12-06).
+  if (const uint64_t count = ch->session->reply.lock_count; slot >= count) {
+    return Error(ErrorCode::kInvalidArgument, "slot " + std::to_string(slot) +
+                                                  " is out of range (lock_count " +
+                                                  std::to_string(count) + ")");
+  }
   ao.want_token = options.fencing_token && mode == Mode::kExclusive;
   // Cohort handover (cohort.h): an exclusive request queues behind another of this client's
   // threads that holds or acquires the lock, and may get its grant in-process. A try-lock is

@@ -279,6 +279,30 @@ TEST_CASE("cohort: a try-lock is busy at once while another thread of the client
   CHECK(free.ok());
 }
 
+// Found by review (2026-12-06): LockSlot went into the cohort before anything checked the slot,
+// and the cohort's key drops a slot's top bit: a request for slot 5 + 2^63 shared slot 5's entry
+// (a try-lock said busy, and a waiting one was handed slot 5's grant: it returned a handle of
+// another lock). A slot out of range is an error, before the cohort.
+TEST_CASE("cohort: a slot out of range is refused, not queued on another slot's entry") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  auto c = ConnectTo("cohort-range", lockd);
+  auto holder = c->LockSlot(5, Local());
+  REQUIRE(holder.ok());
+  for (const uint64_t slot : {uint64_t{5} + (uint64_t{1} << 63), ~uint64_t{0}}) {
+    INFO("slot " << slot);
+    auto other = c->TryLockSlot(slot);
+    const std::string other_is = other.ok() ? std::string("granted") : other.status().ToString();
+    INFO(other_is);
+    CHECK(other.status().code() == ErrorCode::kInvalidArgument);
+    auto waited = c->LockSlot(slot, Local(50ms));
+    const std::string waited_is =
+        waited.ok() ? "granted slot " + std::to_string(waited->slot()) : waited.status().ToString();
+    INFO(waited_is);
+    CHECK(waited.status().code() == ErrorCode::kInvalidArgument);
+  }
+  REQUIRE(holder->Release().ok());
+}
+
 TEST_CASE("cohort: a local waiter's timeout takes it out of the queue") {
   testing::FakeLockd lockd(testing::FakeLockd::Options{});
   auto c = ConnectTo("cohort-timeout", lockd);
