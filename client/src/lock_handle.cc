@@ -178,7 +178,10 @@ void LockHandle::OnLost(std::function<void(const Status&)> callback) {
 
 Status LockHandle::Release() {
   if (!state_) return Error(ErrorCode::kNotHeld, "empty lock handle");
-  return ReleaseState(*state_, nullptr);
+  // Kept alive for the call: a loss callback that ReleaseHeld's join failure runs on this thread
+  // may drop the handle that owns this one (found by review, 2026-12-06).
+  const std::shared_ptr<State> keep = state_;
+  return ReleaseState(*keep, nullptr);
 }
 
 namespace {
@@ -333,12 +336,21 @@ Status LockHandle::Renew() {
   if (!impl) return Error(ErrorCode::kConnection, "client closed");
   // A rider (cohort.h) renews its carrier's grant, the one lease all its readers share; if that
   // finds the lock lost, every reader is told.
-  const std::shared_ptr<State>& carrier = state_->carrier;
+  // A lost lock says so, as Release does: kNotHeld is for one released (it was kNotHeld once the
+  // keeper had marked the loss, kLockLost before: a race decided; found by review, 2026-12-06).
+  const auto not_held = [](LockState st) {
+    return st == LockState::kLost ? Error(ErrorCode::kLockLost, "lock was lost")
+                                  : Error(ErrorCode::kNotHeld, "lock is not held");
+  };
+  // The state kept alive for the call: a loss callback run on this thread by Channel() below (a
+  // failed join ends the session) may drop the handle that owns it (found by review).
+  const std::shared_ptr<State> keep = state_;
+  const std::shared_ptr<State>& carrier = keep->carrier;
   if (carrier) {
-    MutexLock lk(&state_->mu);
-    if (state_->state != LockState::kHeld) return Error(ErrorCode::kNotHeld, "lock is not held");
+    MutexLock lk(&keep->mu);
+    if (keep->state != LockState::kHeld) return not_held(keep->state);
   }
-  State* const s = carrier ? carrier.get() : state_.get();
+  State* const s = carrier ? carrier.get() : keep.get();
   Status st;
   // The connection before the handle's mutex, as in ReleaseHeld (a failed join ends the session,
   // and ending it takes this handle's mutex).
@@ -346,8 +358,7 @@ Status LockHandle::Renew() {
   {
     MutexLock lk(&s->mu);
     if (s->state != LockState::kHeld) {
-      return carrier ? Error(ErrorCode::kLockLost, "lock was lost")
-                     : Error(ErrorCode::kNotHeld, "lock is not held");
+      return carrier ? Error(ErrorCode::kLockLost, "lock was lost") : not_held(s->state);
     }
     RDMALOCK_ASSIGN_OR_RETURN(ThreadChannel * ch, std::move(chr));
     if (ch->session != s->ctx->session) {

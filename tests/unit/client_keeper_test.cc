@@ -320,6 +320,30 @@ TEST_CASE(
   ticker.join();
 }
 
+// Found by review (2026-12-06): Renew of a lock whose lease ran out said kNotHeld ("lock is not
+// held", as for a released one) once the keeper had marked it lost, and kLockLost before that:
+// which one came depended on a race. Release says kLockLost; Renew does too now.
+TEST_CASE("session keeping: a Renew of a lock whose lease ran out says it was lost") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  auto client = ConnectTo("renew-lost", lockd.connector());
+  LockOptions lo;
+  lo.auto_renew = false;
+  auto h = client->Lock("renew-lost", lo);
+  REQUIRE(h.ok());
+  std::atomic<bool> told{false};  // the keeper has marked it lost (it tells OnLost then)
+  h->OnLost([&](const Status&) { told = true; });
+  REQUIRE(WaitFor([&] { return told.load(); }));
+  const Status renewed = h->Renew();
+  INFO(renewed.ToString());
+  CHECK(renewed.code() == ErrorCode::kLockLost);
+  CHECK(h->Release().code() == ErrorCode::kLockLost);
+  // A released lock is not held, and says so.
+  auto g = client->Lock("renew-released", lo);
+  REQUIRE(g.ok());
+  REQUIRE(g->Release().ok());
+  CHECK(g->Renew().code() == ErrorCode::kNotHeld);
+}
+
 TEST_CASE("session keeping: heartbeats and renewals keep a session and its locks alive") {
   testing::FakeLockd::Options fo;
   fo.lock_count = 4;
