@@ -320,6 +320,34 @@ TEST_CASE(
   ticker.join();
 }
 
+// Found by review (2026-12-06): no ClientOptions value was checked. A connect_timeout of
+// milliseconds::max() (what LockOptions::timeout documents as "wait for ever") overflowed when
+// added to now(): every deadline landed in the past (undefined behaviour, then no retry, 1 ms per
+// connection step). Port 0 failed later with an error that did not name it.
+TEST_CASE("client options: a connect_timeout or port out of range is refused by name") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  for (const auto t :
+       {std::chrono::milliseconds::max(), std::chrono::milliseconds(0),
+        std::chrono::milliseconds(-1),
+        std::chrono::milliseconds(std::chrono::hours(24 * 366)) + std::chrono::milliseconds(1)}) {
+    ClientOptions o = testing::FakeClientOptions("bad-timeout");
+    o.connect_timeout = t;
+    auto c = ClientTestPeer::Connect(o, lockd.connector());
+    INFO("connect_timeout " << t.count()
+                            << " ms: " << (c.ok() ? "connected" : c.status().ToString()));
+    CHECK(c.status().code() == ErrorCode::kInvalidArgument);
+    CHECK_THAT(c.status().message(), Catch::Contains("connect_timeout"));
+  }
+  ClientOptions o = testing::FakeClientOptions("bad-port");
+  o.port = 0;
+  auto c = ClientTestPeer::Connect(o, lockd.connector());
+  CHECK(c.status().code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(c.status().message(), Catch::Contains("port"));
+  o = testing::FakeClientOptions("a-year");  // lockctl's longest --timeout
+  o.connect_timeout = std::chrono::hours(24 * 366);
+  CHECK(ClientTestPeer::Connect(o, lockd.connector()).ok());
+}
+
 // Found by review (2026-12-06): Renew of a lock whose lease ran out said kNotHeld ("lock is not
 // held", as for a released one) once the keeper had marked it lost, and kLockLost before that:
 // which one came depended on a race. Release says kLockLost; Renew does too now.

@@ -51,8 +51,11 @@ enum class LockMode : uint8_t { kExclusive = 0, kShared = 1 };
 
 struct ClientOptions {
   std::string server;    // lockd's address (an IP of its RDMA device, or a name). Required.
-  uint16_t port = 7471;  // lockd's rdma_cm port
+  uint16_t port = 7471;  // lockd's rdma_cm port (not 0)
+  // How long Connect (and each reconnect) may take: 1 ms to kMaxConnectTimeout, else Connect
+  // fails with kInvalidArgument.
   std::chrono::milliseconds connect_timeout{5000};
+  static constexpr std::chrono::hours kMaxConnectTimeout{24 * 366};
   std::string client_name;  // shown to operators; defaults to the program name
   // Renew held locks on a background thread every lease/3 (per-lock opt-out in LockOptions).
   bool auto_renew = true;
