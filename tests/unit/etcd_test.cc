@@ -279,16 +279,18 @@ TEST_CASE("an etcd reply whose fields have the wrong JSON types is an error, not
           "[etcd]") {
   // Not quite etcd (a proxy, a wrong port): fields present with the wrong types. nlohmann's
   // value() throws for those; the client's callers (lockd's campaign, the SDK's keeper and map
-  // refresher) catch nothing, so a throw would end the process.
+  // refresher) catch nothing, so a throw would end the process. Each reply carries etcd's
+  // header, so that it gets past the member check (a reply without one is the member's failure,
+  // kConnection: test 'etcd: a member that answers 200 with no etcd reply ...') to the parsers.
   httplib::Server fake;
   fake.Post("/v3/kv/range", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"kvs":[{"key":1,"value":[2]}]})", "application/json");
+    res.set_content(R"({"header":{},"kvs":[{"key":1,"value":[2]}]})", "application/json");
   });
   fake.Post("/v3/kv/txn", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"succeeded":"yes","responses":[7]})", "application/json");
+    res.set_content(R"({"header":{},"succeeded":"yes","responses":[7]})", "application/json");
   });
   fake.Post("/v3/lease/grant", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"ID":"0","error":5})", "application/json");
+    res.set_content(R"({"header":{},"ID":"0","error":5})", "application/json");
   });
   const int port = fake.bind_to_any_port("127.0.0.1");
   REQUIRE(port > 0);
