@@ -10,6 +10,7 @@
 
 #include "common/duration.h"
 #include "common/etcd/etcd.h"
+#include "common/host_port.h"
 #include "common/text_file.h"
 #include "common/yaml_keys.h"
 #include "rdmalock/proto/layout.h"
@@ -410,8 +411,7 @@ namespace rdmalock::lockd {
 
 std::string Config::Advertised() const {
   if (!advertise_address.empty()) return advertise_address;
-  if (address.find(':') != std::string::npos) return "[" + address + "]:" + std::to_string(port);
-  return address + ":" + std::to_string(port);
+  return JoinHostPort(address, port);
 }
 
 bool IsAnyAddress(const std::string& a) { return a == "0.0.0.0" || a == "::" || a == "*"; }

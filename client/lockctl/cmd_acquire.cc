@@ -266,14 +266,14 @@ void KillDescendants() {
     // A signal for the command is followed by SIGCONT, as systemd follows its stop signal: sent
     // to a stopped command (SIGSTOP, or stopped by the terminal), it stayed pending, and lockctl
     // held the lock for as long as the command stayed stopped (found by review, 2026-12-06).
-    if (const int sig = w->forward.exchange(0); sig != 0) {
+    const auto signal_command = [cmd](int sig) {
       kill(-cmd, sig);
       kill(-cmd, SIGCONT);
-    }
+    };
+    if (const int sig = w->forward.exchange(0); sig != 0) signal_command(sig);
     if (termed == 0 && now >= w->term_at_ns.load()) {
       w->stopped_for_loss.store(1);
-      kill(-cmd, SIGTERM);
-      kill(-cmd, SIGCONT);
+      signal_command(SIGTERM);
       termed = now;
     }
     // kill_at is the hard bound (before the lease ends), with or without a SIGTERM before it.

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "common/host_port.h"
+
 namespace lockctl {
 
 std::string JsonText(const Json& j) {
@@ -105,15 +107,7 @@ std::string InspectJson(const std::string& name, const rdmalock::SlotState& v, c
 }
 
 std::string ShardAddress(const rdmalock::ShardSpec& s) {
-  if (s.server.empty()) return {};
-  // Appended, not operator+: GCC 12 -O3 -Werror=restrict.
-  const bool v6 = s.server.find(':') != std::string::npos;
-  std::string address = v6 ? "[" : "";
-  address += s.server;
-  if (v6) address += ']';
-  address += ':';
-  address += std::to_string(s.port);
-  return address;
+  return s.server.empty() ? std::string() : rdmalock::JoinHostPort(s.server, s.port);
 }
 
 std::string ClusterJson(const std::string& cluster, const rdmalock::ClusterMap& map,
