@@ -103,20 +103,35 @@ Result<std::unique_ptr<VerbsMemory>> Server::Impl::ConnectLoopback(
   }
   std::string errors;
   for (const std::string& ip : candidates) {
-    ChannelParams p{ip,
-                    config.port,
-                    timeout,
-                    "lockd",
-                    proto::kFlagLoopback,
-                    loopback_secret.a,
-                    loopback_secret.b};
-    p.auth_key = AuthKey();
-    auto mem = VerbsMemory::Connect(p);  // checks the atomic byte order with the probe word
-    if (mem.ok()) {
-      spdlog::info("loopback through {}: RC atomics work, byte order checked", ip);
-      return mem;
+    const auto deadline = SteadyClock::now() + timeout;
+    for (;;) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
+      ChannelParams p{ip,
+                      config.port,
+                      std::max(left, std::chrono::milliseconds(1)),
+                      "lockd",
+                      proto::kFlagLoopback,
+                      loopback_secret.a,
+                      loopback_secret.b};
+      p.auth_key = AuthKey();
+      proto::RejectReason reason = proto::RejectReason::kNone;
+      // Checks the atomic byte order with the probe word.
+      auto mem = VerbsMemory::Connect(p, nullptr, &reason);
+      if (mem.ok()) {
+        spdlog::info("loopback through {}: RC atomics work, byte order checked", ip);
+        return mem;
+      }
+      // A reload replaced the key between our read of it and the challenge, which carries the
+      // key of its own moment (in cluster mode a reload may come while a new term starts): once
+      // more with the key now in force. Not for any other failure, nor past the timeout.
+      if (reason == proto::RejectReason::kAuthFailed && AuthKey() != p.auth_key &&
+          SteadyClock::now() < deadline) {
+        continue;
+      }
+      errors += "\n  " + ip + ": " + mem.status().ToString();
+      break;
     }
-    errors += "\n  " + ip + ": " + mem.status().ToString();
   }
   return Error(ErrorCode::kUnsupported,
                "could not reach this lockd through its own RDMA device (needed to check atomic "
