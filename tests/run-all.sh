@@ -189,7 +189,9 @@ results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "command-line tests"
 # figure counts a background build in the stage that waits for it. Nothing runs beside the model
 # (its bitstate runs are bounded by wall time) or the VM stages (TCG needs both cores: with the
 # thread-safety analysis beside it at nice 19, the RDMA stage took 240 s instead of 181, and the
-# operator stage failed a cluster check and took 468 s instead of 79; tried 2026-12-06).
+# operator stage failed a cluster check and took 468 s instead of 79; tried 2026-12-06. That
+# failure was a race in lockd the slowness exposed, since fixed: a reload during a new term's
+# loopback probe made lockd exit, and lockctl then retried its dead port for 5 s sixty times).
 bg_pid=""
 bg_log=""
 bg_start() {  # LOG COMMAND...: runs COMMAND in the background at nice 19, output to LOG

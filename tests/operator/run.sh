@@ -403,13 +403,20 @@ import base64, json, sys, urllib.request
 key = base64.b64encode(b"/rdmalock/op/shard/s2/primary").decode()
 urllib.request.urlopen(sys.argv[1] + "/v3/kv/deleterange", json.dumps({"key": key}).encode())
 ' "$etcd_url"
-for _ in $(seq 1 150); do grep -q 'primary of shard s2 (epoch 2)' "$work/s2.log" && break; sleep 0.2; done
+for _ in $(seq 1 150); do
+  grep -q 'primary of shard s2 (epoch 2)' "$work/s2.log" && break
+  kill -0 "$s2" 2>/dev/null || break
+  sleep 0.2
+done
 out=
 for _ in $(seq 1 60); do  # the takeover grace first: lease + etcd TTL + liveness timeout
+  kill -0 "$s2" 2>/dev/null || break  # (lockctl retries a port no one listens on for 5 s)
   out=$(RDMALOCK_AUTH_KEY_FILE=$work/k2.key "$build/lockctl" --server "$ip" --port 7493 status 2>&1) && break
   sleep 0.5
 done
-if ! grep -q 'primary of shard s2 (epoch 2)' "$work/s2.log"; then
+if ! kill -0 "$s2" 2>/dev/null; then
+  fail $check "lockd exited: $(grep -E 'primary|shared key| error ' "$work/s2.log" | tail -4 | tr '\n' ' ')"
+elif ! grep -q 'primary of shard s2 (epoch 2)' "$work/s2.log"; then
   fail $check "no second term: $(grep -E 'primary|shared key| error ' "$work/s2.log" | tail -4 | tr '\n' ' ')"
 elif ! RDMALOCK_AUTH_KEY_FILE=$work/k2.key "$build/lockctl" --server "$ip" --port 7493 status >/dev/null 2>&1; then
   fail $check "in its second term a client with the rotated key was refused: $out"
