@@ -48,6 +48,7 @@ class Notifier {
   // Sends `fields` (e.g. "READY=1", or "" for none) with STATUS=`status`, and keeps `status`.
   void Send(const std::string& fields, std::string status) EXCLUDES(mutex_) {
     rdmalock::MutexLock lock(&mutex_);
+    if (stopping_) return;
     status_ = std::move(status);
     (void)sd_notifyf(0, "%s%sSTATUS=%s", fields.c_str(), fields.empty() ? "" : "\n",
                      status_.c_str());
@@ -55,12 +56,26 @@ class Notifier {
   // Sends `fields` with the last status again.
   void Resend(const std::string& fields) EXCLUDES(mutex_) {
     rdmalock::MutexLock lock(&mutex_);
+    if (stopping_) return;
     (void)sd_notifyf(0, "%s\nSTATUS=%s", fields.c_str(), status_.c_str());
+  }
+  // STOPPING=1 (with STATUS=`status`, unless "": a failure's status stays), and nothing after
+  // it: cluster mode's campaign thread, still finishing a term's start, would otherwise say
+  // "primary" of a lockd that is stopping (found by review, 2026-12-06).
+  void Stop(const std::string& status) EXCLUDES(mutex_) {
+    rdmalock::MutexLock lock(&mutex_);
+    stopping_ = true;
+    if (status.empty()) {
+      (void)sd_notify(0, "STOPPING=1");
+    } else {
+      (void)sd_notifyf(0, "STOPPING=1\nSTATUS=%s", status.c_str());
+    }
   }
 
  private:
   rdmalock::Mutex mutex_;
   std::string status_ GUARDED_BY(mutex_);
+  bool stopping_ GUARDED_BY(mutex_) = false;
 };
 
 // What a reload needs: the file, the running configuration (main thread's), the command line's
@@ -157,17 +172,21 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
   std::atomic<Server*> live{nullptr};
   // Held while using `live` from the main thread, while clearing it, and for key_file.
   rdmalock::Mutex live_mu;
-  // The key file a reload named last: each term's server reads its key from it (a term made
-  // from the start's configuration went back to the old key; found by review, 2026-12-06).
+  // The key in force and the file it was read from, the start's or the last reload's: each
+  // term serves that key (found by review, 2026-12-06: a term made from the start's
+  // configuration went back to the old key; one that read the file again exited at the takeover
+  // when the file had become unreadable, and served a key written without a reload).
   std::string key_file = config.auth_key_file;
-  std::string latest_key;  // the key a reload read last ("" : none yet), also under live_mu
+  std::string key_in_force = *reload.auth_key;  // "" : authentication off
   reload.running = &running;
   reload.set_auth_key = [&](std::string key) {
     rdmalock::MutexLock lock(&live_mu);
     key_file = running.auth_key_file;
-    latest_key = key;
+    key_in_force = key;
     if (Server* s = live.load(); s != nullptr) s->SetAuthKey(std::move(key));
   };
+  // Before the campaign thread starts: sent after it, this could follow its "primary" status.
+  notifier.Send("READY=1", "campaigning for shard " + config.shard);
   std::thread worker([&] {
     auto fatal = [&](const rdmalock::Status& st) {
       rc = Fail(st);
@@ -179,9 +198,11 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
       if (!epoch.ok()) continue;  // stopped
       Config c = config;
       c.restart_grace_ms = (*campaign)->TakeoverGraceMs();
+      std::string key;
       {
         rdmalock::MutexLock lock(&live_mu);
         c.auth_key_file = key_file;
+        key = key_in_force;
       }
       spdlog::info(
           "primary of shard {} (epoch {}), advertised as {}; serving after the takeover grace of "
@@ -202,7 +223,7 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
           }
         }
       });
-      auto server = Server::Create(c, *epoch, /*unclean_start=*/true);
+      auto server = Server::Create(c, *epoch, /*unclean_start=*/true, std::move(key));
       if (!server.ok()) {
         done.store(true);
         holder.join();
@@ -220,7 +241,7 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
         rdmalock::MutexLock lock(&live_mu);
         live.store(server->get());
         // A reload while the server was being made found none to give its key to.
-        if (!latest_key.empty()) (*server)->SetAuthKey(latest_key);
+        if (!key_in_force.empty()) (*server)->SetAuthKey(key_in_force);
       }
       if (lost.load()) (*server)->RequestStop();  // lost before `live` was set
       if (auto st = (*server)->ProbeLoopback(std::chrono::seconds(10)); !st.ok() && !lost.load()) {
@@ -275,7 +296,6 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
       return;
     }
   });
-  notifier.Send("READY=1", "campaigning for shard " + config.shard);
   while (!stop.load()) {
     int sig = 0;
     if (sigwait(&signals, &sig) != 0) continue;
@@ -288,9 +308,14 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
     }
     break;
   }
-  (void)sd_notify(0, "STOPPING=1\nSTATUS=stopping");
+  // A fatal error on the campaign thread set `stop` and woke us: its STATUS=failed stays.
+  notifier.Stop(stop.load() ? "" : "stopping");
   stop.store(true);
   worker.join();
+  // A term lost just as we stopped went round the worker's loop no more: its lease, with the
+  // primary and members keys, is revoked here rather than left to expire (found by review,
+  // 2026-12-06; Resign does nothing when no lease is held).
+  (*campaign)->Resign();
   if (rc == 0) spdlog::info("stopped cleanly");
   return rc;
 }
@@ -601,7 +626,7 @@ int main(int argc, char** argv) {
     spdlog::info("received {}, stopping", sig == SIGTERM ? "SIGTERM" : "SIGINT");
     break;
   }
-  (void)sd_notify(0, "STOPPING=1\nSTATUS=stopping: disconnecting clients");
+  notifier.Stop("stopping: disconnecting clients");
   stopping.store(true);
   (*server)->RequestStop();
   loop.join();

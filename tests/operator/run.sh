@@ -426,6 +426,52 @@ fi
 kill -TERM "$s2" 2>/dev/null
 wait "$s2" 2>/dev/null
 cat "$work/s2.log" >>"$log"
+
+# (e) A cluster lockd's next term serves the key in force (the start's, or the last reload's),
+# not whatever its key file holds at that moment: each term read the file again, so a file an
+# operator had left unreadable, or with group access, or half-written, made lockd exit at the
+# takeover (a reload of the same file keeps the running key and says why), and a key written to
+# the file without a reload took effect at the next failover, where a reload could not undo it
+# (found by review, 2026-12-06). Here the file gets mode 0644 while the first term serves.
+check=f16_cluster_term_keeps_key_in_force
+(umask 077 && "$build/lockctl" keygen >"$work/k3.key")
+"$build/lockd" --address "$ip" --port 7494 --etcd "$etcd_url" --cluster op --shard s3 \
+  --etcd-lease-ttl-s 5 --lease-ms 2000 --state-dir "" --admin-socket "" --metrics-address "" \
+  --auth-key-file "$work/k3.key" --log-level info >>"$work/s3.log" 2>&1 &
+s3=$!
+bg_pids+=($s3)
+for _ in $(seq 1 150); do grep -q 'loopback through' "$work/s3.log" && break; sleep 0.2; done
+chmod 0644 "$work/k3.key"
+python3 -c '
+import base64, json, sys, urllib.request
+key = base64.b64encode(b"/rdmalock/op/shard/s3/primary").decode()
+urllib.request.urlopen(sys.argv[1] + "/v3/kv/deleterange", json.dumps({"key": key}).encode())
+' "$etcd_url"
+for _ in $(seq 1 150); do
+  grep -q 'primary of shard s3 (epoch 2)' "$work/s3.log" && break
+  kill -0 "$s3" 2>/dev/null || break
+  sleep 0.2
+done
+out=
+for _ in $(seq 1 60); do  # the takeover grace first
+  kill -0 "$s3" 2>/dev/null || break
+  out=$("$build/lockctl" --auth-key-file "$work/k3.key" --server "$ip" --port 7494 status 2>&1) &&
+    break
+  sleep 0.5
+done
+if ! kill -0 "$s3" 2>/dev/null; then
+  fail $check "lockd exited: $(grep -E 'primary|shared key| error ' "$work/s3.log" | tail -4 | tr '\n' ' ')"
+elif ! grep -q 'primary of shard s3 (epoch 2)' "$work/s3.log"; then
+  fail $check "no second term: $(grep -E 'primary|shared key| error ' "$work/s3.log" | tail -4 | tr '\n' ' ')"
+elif ! "$build/lockctl" --auth-key-file "$work/k3.key" --server "$ip" --port 7494 status \
+  >/dev/null 2>&1; then
+  fail $check "in its second term a client with the key in force was refused: $out"
+else
+  pass $check
+fi
+kill -TERM "$s3" 2>/dev/null
+wait "$s3" 2>/dev/null
+cat "$work/s3.log" >>"$log"
 fi
 
 stop_lockd
