@@ -312,8 +312,12 @@ fi
 check=f16_reload_rotated_key
 cp "$key" "$work/old.key"
 (umask 077 && "$build/lockctl" keygen >"$key.new" && mv "$key.new" "$key")
+rotations=$(grep -c 'new shared key' "$log")
 kill -HUP "$lockd_pid"
-sleep 1
+for _ in $(seq 1 100); do
+  [ "$(grep -c 'new shared key' "$log")" -gt "$rotations" ] && break
+  sleep 0.1
+done
 if ! out=$(RDMALOCK_AUTH_KEY_FILE=$key lctl status 2>&1); then
   fail $check "a client with the new key was refused after the reload: $out"
 elif RDMALOCK_AUTH_KEY_FILE=$work/old.key lctl status >/dev/null 2>&1; then
