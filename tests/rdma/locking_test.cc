@@ -319,12 +319,9 @@ TEST_CASE(
     }
   });
   // b queues after a's grant was seen, so a's CAS compares against a stale word and misses.
-  for (int i = 0; i < 200; ++i) {
-    auto st = a->Inspect(a->SlotOf("posted"));
-    REQUIRE(st.ok());
-    if (st->exclusive_outstanding == 2) break;
-    std::this_thread::sleep_for(5ms);
-  }
+  // (Waited for without a bound of 1 s, which fell through silently if b's new thread took
+  // longer to connect; found by review, 2026-12-06.)
+  WaitQueued(*a, a->SlotOf("posted"), 2);
   const auto released = std::chrono::steady_clock::now();
   REQUIRE(h->Release().ok());
   // ... and this thread makes no further call: the reaper thread must reap and retry it.
@@ -413,6 +410,16 @@ TEST_CASE("cohort on rdma_rxe: async requests and a set's grant are handed over 
     return s.fetch_add - s.renewals - s.renew_failures;
   };
 
+  // The async pump's own connection first, outside the measured part: made within the 500 ms
+  // below it could leave the requests too late to queue in-process (found by review,
+  // 2026-12-06: a handshake can stall for a second under TCG).
+  {
+    AsyncResults warm;
+    REQUIRE(a->LockSlotAsync(9, {.fencing_token = false}, warm.Callback()).ok());
+    REQUIRE(warm.WaitFor(1, 20000ms));
+    REQUIRE(warm.got[0].ok());
+    REQUIRE(warm.got[0]->Release().ok());
+  }
   // Three async requests for a lock a thread of the client holds wait in-process (on the async
   // waiter threads) and are handed the grant one after the other: no FETCH_AND_ADD of theirs.
   auto x = a->LockSlot(1, {.fencing_token = false});
@@ -441,13 +448,21 @@ TEST_CASE("cohort on rdma_rxe: async requests and a set's grant are handed over 
   const std::vector<SlotRequest> set = {{5, LockMode::kExclusive}, {6, LockMode::kExclusive}};
   auto held = a->LockManySlots(set, {.fencing_token = false});
   REQUIRE(held.ok());
-  const ClientStats mid = a->Stats();
-  const uint64_t fas_mid = acquiring_fas();
   Status waited;
+  std::atomic<int> phase{0};
   std::thread t([&] {
+    // This new thread's connection first (it joins the session), outside the measured part.
+    auto warm = a->LockSlot(8, {.fencing_token = false});
+    if (warm.ok()) (void)warm->Release();
+    phase = 1;
+    while (phase.load() != 2) std::this_thread::sleep_for(1ms);
     auto h = a->LockSlot(5, {.timeout = 20000ms, .fencing_token = false});
     waited = h.ok() ? h->Release() : h.status();
   });
+  while (phase.load() != 1) std::this_thread::sleep_for(1ms);
+  const ClientStats mid = a->Stats();
+  const uint64_t fas_mid = acquiring_fas();
+  phase = 2;
   std::this_thread::sleep_for(500ms);  // it queues in-process behind the set's grant
   REQUIRE(a->ReleaseMany(*held).ok());
   t.join();

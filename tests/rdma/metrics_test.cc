@@ -103,12 +103,18 @@ TEST_CASE("lockd serves Prometheus metrics: sessions, handshakes, occupancy and 
   auto c = MustConnect(lockd);
   auto d = lockd.Connect();
   REQUIRE_FALSE(d.ok());
+  const double ended0 =
+      Metric(Scrape(addr), "rdmalock_lockd_sessions_ended_total{reason=\"disconnected\"}");
   b.reset();
   const auto end = std::chrono::steady_clock::now() + 10s;
   std::string last;
   for (;;) {
+    // b's own end (the fixture's start-up probe client had already ended "disconnected": a
+    // count of 1 did not wait for b; found by review, 2026-12-06).
     last = Scrape(addr);
-    if (Metric(last, "rdmalock_lockd_sessions_ended_total{reason=\"disconnected\"}") >= 1) break;
+    if (Metric(last, "rdmalock_lockd_sessions_ended_total{reason=\"disconnected\"}") > ended0) {
+      break;
+    }
     REQUIRE(std::chrono::steady_clock::now() < end);
     std::this_thread::sleep_for(50ms);
   }
