@@ -59,23 +59,33 @@ class Notifier {
     if (stopping_) return;
     (void)sd_notifyf(0, "%s\nSTATUS=%s", fields.c_str(), status_.c_str());
   }
-  // STOPPING=1 (with STATUS=`status`, unless "": a failure's status stays), and nothing after
-  // it: cluster mode's campaign thread, still finishing a term's start, would otherwise say
-  // "primary" of a lockd that is stopping (found by review, 2026-12-06).
+  // STOPPING=1 with STATUS=`status` (a failure's status, when Failed came first, stays), and no
+  // Send or Resend after it: cluster mode's campaign thread, still finishing a term's start,
+  // would otherwise say "primary" of a lockd that is stopping (found by review, 2026-12-06).
+  // (A standalone lockd whose event loop fails after it reports that with Fail.)
   void Stop(const std::string& status) EXCLUDES(mutex_) {
     rdmalock::MutexLock lock(&mutex_);
     stopping_ = true;
-    if (status.empty()) {
+    if (failed_) {
       (void)sd_notify(0, "STOPPING=1");
     } else {
       (void)sd_notifyf(0, "STOPPING=1\nSTATUS=%s", status.c_str());
     }
   }
+  // Cluster mode's campaign thread failed (it logged why): STATUS=failed, which no later
+  // notification replaces (a reload's READY=1 or the stop's status).
+  void Failed(const std::string& message) EXCLUDES(mutex_) {
+    rdmalock::MutexLock lock(&mutex_);
+    stopping_ = true;
+    failed_ = true;
+    (void)sd_notifyf(0, "STATUS=failed: %s", message.c_str());
+  }
 
  private:
   rdmalock::Mutex mutex_;
   std::string status_ GUARDED_BY(mutex_);
-  bool stopping_ GUARDED_BY(mutex_) = false;
+  bool stopping_ GUARDED_BY(mutex_) = false;  // Stop or Failed came: nothing more is sent
+  bool failed_ GUARDED_BY(mutex_) = false;    // Failed came: its status stays
 };
 
 // What a reload needs: the file, the running configuration (main thread's), the command line's
@@ -170,14 +180,15 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
   Notifier& notifier = *reload.notifier;
   // The serving Server while this lockd is primary (a reload's new key goes to it), else null.
   std::atomic<Server*> live{nullptr};
-  // Held while using `live` from the main thread, while clearing it, and for key_file.
+  // Held while using `live` from the main thread, while clearing it, and for key_file and
+  // key_in_force.
   rdmalock::Mutex live_mu;
   // The key in force and the file it was read from, the start's or the last reload's: each
   // term serves that key (found by review, 2026-12-06: a term made from the start's
   // configuration went back to the old key; one that read the file again exited at the takeover
   // when the file had become unreadable, and served a key written without a reload).
   std::string key_file = config.auth_key_file;
-  std::string key_in_force = *reload.auth_key;  // "" : authentication off
+  std::string key_in_force = *reload.auth_key;  // "" : authentication off; under live_mu
   reload.running = &running;
   reload.set_auth_key = [&](std::string key) {
     rdmalock::MutexLock lock(&live_mu);
@@ -189,7 +200,9 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
   notifier.Send("READY=1", "campaigning for shard " + config.shard);
   std::thread worker([&] {
     auto fatal = [&](const rdmalock::Status& st) {
-      rc = Fail(st);
+      spdlog::critical("{}", st.ToString());
+      notifier.Failed(st.message());
+      rc = 1;
       stop.store(true);
       kill(getpid(), SIGTERM);  // wake main
     };
@@ -308,8 +321,7 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
     }
     break;
   }
-  // A fatal error on the campaign thread set `stop` and woke us: its STATUS=failed stays.
-  notifier.Stop(stop.load() ? "" : "stopping");
+  notifier.Stop("stopping");  // (after a fatal error on the campaign thread, its status stays)
   stop.store(true);
   worker.join();
   // A term lost just as we stopped went round the worker's loop no more: its lease, with the
@@ -585,7 +597,8 @@ int main(int argc, char** argv) {
     if (!*unclean) rdmalock::lockd::MarkStoppedCleanly(config.state_dir);
     return Fail(st);
   };
-  auto server = rdmalock::lockd::Server::Create(config, *epoch, *unclean);
+  // The key read above, not the file again (it may have changed in between).
+  auto server = rdmalock::lockd::Server::Create(config, *epoch, *unclean, auth_key);
   if (!server.ok()) return failed_start(server.status());
   if (auto st = rdmalock::lockd::StoreEpoch(config.state_dir, *epoch); !st.ok()) {
     return failed_start(st);

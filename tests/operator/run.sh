@@ -419,9 +419,9 @@ for _ in $(seq 1 60); do  # the takeover grace first: lease + etcd TTL + livenes
   sleep 0.5
 done
 if ! kill -0 "$s2" 2>/dev/null; then
-  fail $check "lockd exited: $(grep -E 'primary|shared key| error ' "$work/s2.log" | tail -4 | tr '\n' ' ')"
+  fail $check "lockd exited: $(grep -E 'primary|shared key| error | critical ' "$work/s2.log" | tail -4 | tr '\n' ' ')"
 elif ! grep -q 'primary of shard s2 (epoch 2)' "$work/s2.log"; then
-  fail $check "no second term: $(grep -E 'primary|shared key| error ' "$work/s2.log" | tail -4 | tr '\n' ' ')"
+  fail $check "no second term: $(grep -E 'primary|shared key| error | critical ' "$work/s2.log" | tail -4 | tr '\n' ' ')"
 elif ! RDMALOCK_AUTH_KEY_FILE=$work/k2.key "$build/lockctl" --server "$ip" --port 7493 status >/dev/null 2>&1; then
   fail $check "in its second term a client with the rotated key was refused: $out"
 else
@@ -464,9 +464,9 @@ for _ in $(seq 1 60); do  # the takeover grace first
   sleep 0.5
 done
 if ! kill -0 "$s3" 2>/dev/null; then
-  fail $check "lockd exited: $(grep -E 'primary|shared key| error ' "$work/s3.log" | tail -4 | tr '\n' ' ')"
+  fail $check "lockd exited: $(grep -E 'primary|shared key| error | critical ' "$work/s3.log" | tail -4 | tr '\n' ' ')"
 elif ! grep -q 'primary of shard s3 (epoch 2)' "$work/s3.log"; then
-  fail $check "no second term: $(grep -E 'primary|shared key| error ' "$work/s3.log" | tail -4 | tr '\n' ' ')"
+  fail $check "no second term: $(grep -E 'primary|shared key| error | critical ' "$work/s3.log" | tail -4 | tr '\n' ' ')"
 elif ! "$build/lockctl" --auth-key-file "$work/k3.key" --server "$ip" --port 7494 status \
   >/dev/null 2>&1; then
   fail $check "in its second term a client with the key in force was refused: $out"

@@ -448,12 +448,12 @@ TEST_CASE("cohort on rdma_rxe: async requests and a set's grant are handed over 
   const std::vector<SlotRequest> set = {{5, LockMode::kExclusive}, {6, LockMode::kExclusive}};
   auto held = a->LockManySlots(set, {.fencing_token = false});
   REQUIRE(held.ok());
-  Status waited;
+  Status waited, warmed;
   std::atomic<int> phase{0};
   std::thread t([&] {
     // This new thread's connection first (it joins the session), outside the measured part.
     auto warm = a->LockSlot(8, {.fencing_token = false});
-    if (warm.ok()) (void)warm->Release();
+    warmed = warm.ok() ? warm->Release() : warm.status();
     phase = 1;
     while (phase.load() != 2) std::this_thread::sleep_for(1ms);
     auto h = a->LockSlot(5, {.timeout = 20000ms, .fencing_token = false});
@@ -466,7 +466,8 @@ TEST_CASE("cohort on rdma_rxe: async requests and a set's grant are handed over 
   std::this_thread::sleep_for(500ms);  // it queues in-process behind the set's grant
   REQUIRE(a->ReleaseMany(*held).ok());
   t.join();
-  INFO(waited.ToString());
+  INFO(waited.ToString() << "; the warm-up: " << warmed.ToString());
+  REQUIRE(warmed.ok());
   CHECK(waited.ok());
   CHECK(a->Stats().local_handovers - mid.local_handovers == 1);
   CHECK(acquiring_fas() == fas_mid);
