@@ -79,6 +79,20 @@ Verdict Admission::Decide(const ConnectFacts& f, Clock::time_point now) {
     if (!f.join_valid) {
       return refuse(RejectReason::kBadSession, "session " + std::to_string(f.join_session));
     }
+    // Joins skip the rate limit and the new sessions' caps: bounded here, or one session's joins
+    // that never complete held every handshake (server/budgets.h).
+    if (f.join_handshakes_of_session >= kMaxJoinHandshakesPerSession) {
+      return refuse(RejectReason::kBusy,
+                    std::to_string(kMaxJoinHandshakesPerSession) + " joins of session " +
+                        std::to_string(f.join_session) + " in progress; retry in 100 ms",
+                    100);
+    }
+    if (f.join_handshakes_from_address >= kMaxJoinHandshakesPerAddress) {
+      return refuse(RejectReason::kBusy,
+                    std::to_string(kMaxJoinHandshakesPerAddress) +
+                        " joins in progress from this address; retry in 100 ms",
+                    100);
+    }
     if (f.join_session_conns >= max_connections_per_session_) {
       return refuse(RejectReason::kTooManyConnections,
                     "session " + std::to_string(f.join_session) + " has " +

@@ -40,11 +40,13 @@ struct ConnectFacts {
   // loopback); the session's connections now.
   bool join_valid = false;
   size_t join_session_conns = 0;
-  bool records_free = false;               // a session record is free (for a new session)
-  bool client_records_free = false;        // ... beyond the one kept for lockd's loopback
-  uint64_t connected = 0;                  // client sessions connected now
-  size_t handshakes = 0;                   // handshakes in progress now
-  size_t new_handshakes_from_address = 0;  // ... of new sessions, from the request's address
+  bool records_free = false;                // a session record is free (for a new session)
+  bool client_records_free = false;         // ... beyond the one kept for lockd's loopback
+  uint64_t connected = 0;                   // client sessions connected now
+  size_t handshakes = 0;                    // handshakes in progress now
+  size_t new_handshakes_from_address = 0;   // ... of new sessions, from the request's address
+  size_t join_handshakes_of_session = 0;    // ... of joins of the session it joins
+  size_t join_handshakes_from_address = 0;  // ... of joins, from the request's address
 };
 
 // A refusal, or kNone to go on with the handshake.

@@ -52,6 +52,20 @@ static_assert(kHandshakesKeptForJoins >= 1 &&
                   kHandshakesKeptForJoins + kMaxNewHandshakesPerAddress <= kMaxHandshakes,
               "new sessions and joins must each have room");
 
+// Joins in progress (a live session's new threads, its join key checked) of one session, and
+// from one address: joins need no new record and skip the rate limit (a client's threads connect
+// together when they start), so without these one session's join requests that never complete
+// held all kMaxHandshakes, again after each kEstablishTimeout drop, and every other client's new
+// sessions and threads were refused busy (found by review, 2026-12-06). Past them a join is told
+// to retry in 100 ms, which the SDK does.
+inline constexpr size_t kMaxJoinHandshakesPerSession = 16;
+inline constexpr size_t kMaxJoinHandshakesPerAddress = 32;
+static_assert(kMaxJoinHandshakesPerSession >= 1 &&
+                  kMaxJoinHandshakesPerSession <= kMaxJoinHandshakesPerAddress,
+              "a session's joins come from its address");
+static_assert(kMaxJoinHandshakesPerAddress + kMaxNewHandshakesPerAddress < kMaxHandshakes,
+              "one address must not be able to hold every handshake in progress");
+
 // Completions one handshake can put on the device CQ: every work request it posted, when a QP
 // error flushes them all (binds are unsignalled, but flushed work requests complete).
 inline constexpr size_t kCompletionsPerHandshake = kHandshakeSends + kHandshakeRecvDepth;

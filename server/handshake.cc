@@ -78,6 +78,10 @@ rdma::CmId Server::Impl::OnConnectRequest(rdma_cm_event* ev) {
   if (auto it = new_handshakes_from.find(address); it != new_handshakes_from.end()) {
     f.new_handshakes_from_address = it->second;
   }
+  if (auto it = join_handshakes_from.find(address); it != join_handshakes_from.end()) {
+    f.join_handshakes_from_address = it->second;
+  }
+  f.join_handshakes_of_session = joined ? joined->joins_in_handshake : 0;
   const auto now = SteadyClock::now();
   const Verdict v = admission.Decide(f, now);
   if (!v.admitted()) {
@@ -165,6 +169,11 @@ rdma::CmId Server::Impl::OnConnectRequest(rdma_cm_event* ev) {
   if (!join && !is_loopback) {
     c->counted_from = address;
     ++new_handshakes_from[address];
+  }
+  if (join && !is_loopback) {
+    c->join_counted_from = address;
+    ++join_handshakes_from[address];
+    ++sess->joins_in_handshake;
   }
   sess->conns.insert(id);
   conn_by_serial.emplace(c->serial, id);

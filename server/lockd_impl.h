@@ -98,6 +98,9 @@ struct Conn {
   // Impl::new_handshakes_from until its handshake is over ("" : a join, or lockd's loopback, not
   // counted).
   std::string counted_from;
+  // A join's handshake: the peer's address, counted in Impl::join_handshakes_from and in its
+  // session's joins_in_handshake until its handshake is over ("" : not a join).
+  std::string join_counted_from;
   // Counted in Impl::handshakes (and new_handshakes_from) until the handshake is over: its
   // Welcome completed, or the connection is gone. Not at the Welcome's post: a peer that posts
   // no receive leaves it in RNR retry, without end, and its flushed work requests must still
@@ -167,6 +170,8 @@ struct Server::Impl {
   size_t handshakes = 0;  // conns whose handshake is in progress (Conn::in_handshake)
   // Of those, new sessions' by peer address (Conn::counted_from; kMaxNewHandshakesPerAddress).
   std::unordered_map<std::string, size_t> new_handshakes_from;
+  // ... and joins' by peer address (Conn::join_counted_from; kMaxJoinHandshakesPerAddress).
+  std::unordered_map<std::string, size_t> join_handshakes_from;
   uint64_t accepted_total = 0, rejected_total = 0, recoveries_total = 0;
   // The latest time a lease of a session fenced without proof of death (heartbeat, QP error,
   // operator) may still run: a clean stop before it must leave the restart grace to the next

@@ -39,6 +39,14 @@ void Server::Impl::HandshakeOver(Conn& c) {
   if (!c.in_handshake) return;
   c.in_handshake = false;
   --handshakes;
+  if (!c.join_counted_from.empty()) {
+    if (auto it = join_handshakes_from.find(c.join_counted_from);
+        it != join_handshakes_from.end() && --it->second == 0) {
+      join_handshakes_from.erase(it);
+    }
+    if (c.session->joins_in_handshake > 0) --c.session->joins_in_handshake;
+    c.join_counted_from.clear();
+  }
   if (c.counted_from.empty()) return;
   if (auto it = new_handshakes_from.find(c.counted_from);
       it != new_handshakes_from.end() && --it->second == 0) {

@@ -38,7 +38,8 @@ struct Session {
   bool loopback = false;
   bool counted = false;  // counted in `connected` (its first connection was admitted)
   std::chrono::system_clock::time_point since;
-  std::set<rdma_cm_id*> conns;  // keys of the connections (owned by the event loop's conn map)
+  std::set<rdma_cm_id*> conns;    // keys of the connections (owned by the event loop's conn map)
+  size_t joins_in_handshake = 0;  // of those, joins whose handshake is in progress
   uint64_t last_heartbeat = 0;
   std::chrono::steady_clock::time_point heartbeat_moved;
   // Its connections whose QP was in ERR at the last QP check (keys, as `conns`).

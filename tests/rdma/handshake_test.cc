@@ -152,7 +152,9 @@ TEST_CASE("lockd rate-limits connection attempts per address; sessions and their
   // bucket's 2 tokens are admitted, the rest refused with a reason and a retry time. A client
   // makes its keeper's and reaper's joins inside Connect (they do not count against the rate);
   // one whose joins do not finish within the timeout fails with kTimeout, but its session was
-  // admitted, so it counts with the opened ones.
+  // admitted: lockd's count of sessions admitted is what is bounded (a handshake that took a
+  // token and whose client gave up before its Hello is in no count, so this could miss one
+  // admission too many, but never fails a lockd that keeps the limit).
   ClientOptions quick;
   quick.server = RxeIp();
   quick.port = lockd.port();
@@ -235,6 +237,7 @@ TEST_CASE("a client that never completes the handshake is dropped; lockd keeps s
     std::this_thread::sleep_for(50ms);
   }
   auto half = std::make_unique<HalfOpenClient>(RxeIp(), lockd.port());
+  REQUIRE(half->rejected() == proto::RejectReason::kNone);
   // It holds a session record: with max_clients 2 and one client connected, the table is full.
   ClientOptions quick;
   quick.server = RxeIp();
@@ -354,7 +357,10 @@ TEST_CASE("handshakes in progress: one address's new sessions hold 16; the next 
               {"--max-connects-per-second", "0", "--metrics-address", addr});
   auto existing = MustConnect(lockd);
   std::vector<std::unique_ptr<HalfOpenClient>> stalled;
-  for (int i = 0; i < 16; ++i) stalled.push_back(std::make_unique<HalfOpenClient>(RxeIp(), 7659));
+  for (int i = 0; i < 16; ++i) {
+    stalled.push_back(std::make_unique<HalfOpenClient>(RxeIp(), 7659));
+    REQUIRE(stalled.back()->rejected() == proto::RejectReason::kNone);
+  }
   ClientOptions quick;
   quick.server = RxeIp();
   quick.port = lockd.port();
@@ -382,6 +388,46 @@ TEST_CASE("handshakes in progress: one address's new sessions hold 16; the next 
     std::this_thread::sleep_for(200ms);
   }
   REQUIRE(Alive(lockd.pid()));
+}
+
+// Found by review, 2026-12-06: a session's joins were exempt from the rate limit and from the
+// per-address cap, and nothing bounded how many of one session's were in progress. A client with
+// the key (or anyone, with authentication off) could hold all 128 handshakes with join requests
+// that never complete, again and again as lockd dropped them after 5 s: every other client's new
+// sessions and new threads were refused busy. Now one session has at most 16 joins in progress
+// and one address at most 32; the rest are told to retry in 100 ms.
+TEST_CASE("one session's joins in progress hold at most 16 handshakes; others still get in") {
+  Lockd lockd(7696, 64, 2000, 64, "", {"--heartbeat-timeout-ms", "20000"});
+  auto owner = RawChannel(lockd, "join-hog");
+  const uint64_t session = owner->reply().session_id;
+  const uint64_t key = owner->reply().join_key;
+  std::vector<std::unique_ptr<HalfOpenClient>> joins;
+  int accepted = 0, busy = 0, other = 0;
+  for (int i = 0; i < 24; ++i) {
+    joins.push_back(std::make_unique<HalfOpenClient>(RxeIp(), lockd.port(), session, key));
+    const auto r = joins.back()->rejected();
+    if (r == proto::RejectReason::kNone) {
+      ++accepted;
+    } else if (r == proto::RejectReason::kBusy) {
+      ++busy;
+    } else {
+      ++other;
+    }
+  }
+  INFO("24 half-open joins of one session: " << accepted << " accepted, " << busy << " busy, "
+                                             << other << " other");
+  CHECK(other == 0);
+  CHECK(accepted == 16);
+  CHECK(busy == 8);
+  // Another client connects, and its new threads join, meanwhile.
+  auto c = MustConnect(lockd);
+  Status joined;
+  std::thread([&] {
+    auto h = c->Lock("beside-the-hog", {.timeout = 3000ms});
+    joined = h.ok() ? h->Release() : h.status();
+  }).join();
+  INFO("a new thread of another client: " << joined.ToString());
+  CHECK(joined.ok());
 }
 
 // Issue 17 finding 4: a join lockd cannot serve for want of a device resource (here a memory

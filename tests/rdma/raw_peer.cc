@@ -90,10 +90,16 @@ Status SendAndWait(ibv_qp* qp, ibv_cq* cq, std::span<const uint8_t> data, uint32
 
 }  // namespace
 
-HalfOpenClient::HalfOpenClient(const std::string& ip, uint16_t port) {
+HalfOpenClient::HalfOpenClient(const std::string& ip, uint16_t port, uint64_t join_session,
+                               uint64_t join_key) {
   ResolveTo(ip, port, &ch_, &id_);
   proto::ConnectRequest req;
   req.client_name = "half-open";
+  if (join_session != 0) {
+    req.flags = proto::kFlagJoin;
+    req.join_session = join_session;
+    req.join_key = join_key;
+  }
   const auto bytes = req.Encode();
   rdma_conn_param p{};
   p.private_data = bytes.data();
@@ -106,7 +112,19 @@ HalfOpenClient::HalfOpenClient(const std::string& ip, uint16_t port) {
   p.initiator_depth = 1;
   p.retry_count = 7;
   REQUIRE(rdma_connect(id_.get(), &p) == 0);
-  ExpectEvent(ch_.get(), RDMA_CM_EVENT_CONNECT_RESPONSE);  // lockd accepted; no RTU follows
+  auto ev = rdma::GetEvent(ch_.get(), kEventTimeout);
+  INFO(ev.status().ToString());
+  REQUIRE(ev.ok());
+  if ((*ev)->event == RDMA_CM_EVENT_REJECTED) {
+    const auto* data = static_cast<const uint8_t*>((*ev)->param.conn.private_data);
+    std::vector<uint8_t> reject(data, data + (data ? (*ev)->param.conn.private_data_len : 0));
+    proto::RejectReply r;
+    REQUIRE(proto::RejectReply::Decode(reject, &r));
+    rejected_ = r.reason;
+    return;
+  }
+  INFO("rdma_cm event " << rdma_event_str((*ev)->event));
+  REQUIRE((*ev)->event == RDMA_CM_EVENT_CONNECT_RESPONSE);  // lockd accepted; no RTU follows
 }
 
 DeafClient::DeafClient(const std::string& ip, uint16_t port, const std::string& name) {

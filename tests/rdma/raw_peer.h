@@ -37,9 +37,13 @@ namespace rdmalock::rdma_test {
 // A client that sends a valid connect request and never completes the handshake: it asks
 // rdma_cm to connect without a QP, receives lockd's accept (with the rkeys) and never calls
 // rdma_establish, so lockd never sees the connection established.
+// With a session and its join key, it asks to join that session (a thread of it), and lockd
+// may refuse it: rejected() then says why (kNone: accepted).
 class HalfOpenClient {
  public:
-  HalfOpenClient(const std::string& ip, uint16_t port);
+  HalfOpenClient(const std::string& ip, uint16_t port, uint64_t join_session = 0,
+                 uint64_t join_key = 0);
+  proto::RejectReason rejected() const { return rejected_; }
   HalfOpenClient(const HalfOpenClient&) = delete;
   HalfOpenClient& operator=(const HalfOpenClient&) = delete;
 
@@ -47,6 +51,7 @@ class HalfOpenClient {
   // Declared in construction order: the id is destroyed before its channel.
   rdma::EventChannel ch_;
   rdma::CmId id_;
+  proto::RejectReason rejected_ = proto::RejectReason::kNone;
 };
 
 // A client that connects as a new session, sends a valid hello (no key: for a lockd that

@@ -147,6 +147,35 @@ TEST_CASE("admission: new sessions' handshakes from many addresses leave room fo
   CHECK(a.Decide(j, now).reason == RejectReason::kBusy);
 }
 
+// A session's joins skip the rate limit and the new sessions' caps: one session's join requests
+// that never complete held all 128 handshakes in progress (found by review, 2026-12-06; RDMA
+// test 'one session's joins in progress hold at most 16 handshakes; others still get in').
+TEST_CASE("admission: one session's joins in progress, and one address's, are capped") {
+  Admission a(AdmissionConfig(), {}, {});
+  const auto now = Admission::Clock::now();
+  ConnectFacts j = NewClient("10.0.0.9:1");
+  j.join = true;
+  j.join_session = 17;
+  j.join_valid = true;
+  j.join_session_conns = 1;
+  j.join_handshakes_of_session = rdmalock::lockd::kMaxJoinHandshakesPerSession - 1;
+  j.join_handshakes_from_address = rdmalock::lockd::kMaxJoinHandshakesPerAddress - 1;
+  CHECK(a.Decide(j, now).admitted());
+  j.join_handshakes_of_session = rdmalock::lockd::kMaxJoinHandshakesPerSession;
+  Verdict v = a.Decide(j, now);
+  CHECK(v.reason == RejectReason::kBusy);
+  CHECK(v.retry_after_ms == 100);
+  CHECK(v.detail.find("joins of session 17 in progress") != std::string::npos);
+  j.join_handshakes_of_session = 0;
+  j.join_handshakes_from_address = rdmalock::lockd::kMaxJoinHandshakesPerAddress;
+  v = a.Decide(j, now);
+  CHECK(v.reason == RejectReason::kBusy);
+  CHECK(v.detail.find("joins in progress from this address") != std::string::npos);
+  // An invalid join is refused as before (bad session), not told to retry.
+  j.join_valid = false;
+  CHECK(a.Decide(j, now).reason == RejectReason::kBadSession);
+}
+
 TEST_CASE("admission: joins are checked against their session and its connection cap") {
   Admission a(AdmissionConfig(), {}, {});
   const auto now = Admission::Clock::now();
