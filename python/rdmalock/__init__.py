@@ -200,6 +200,11 @@ def _after_fork_in_child() -> None:
     global _callbacks_lock, _load_lock
     _callbacks_lock = threading.RLock()
     _load_lock = threading.Lock()
+    # So do the in-flight counters of the Clients and Clusters: one a parent's thread held at
+    # the fork hung every call, and the exit, of the child (found by review, 2026-12-06). No
+    # call of the parent's threads is in flight in the child.
+    for calls in list(_Calls.every):
+        calls._after_fork()
 
 
 if hasattr(os, "register_at_fork"):
@@ -320,13 +325,16 @@ _INT64_MAX = 2**63 - 1
 def _timeout_ms(timeout: Optional[float]) -> int:
     if timeout is None or timeout == math.inf:
         return _WAIT_FOREVER
-    if math.isnan(timeout):
+    if timeout != timeout:  # NaN (math.isnan raised OverflowError for an int past float's range)
         raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"timeout {timeout} is not a number")
     if timeout < 0:
         raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"timeout {timeout} is negative")
     # ctypes would wrap a value beyond int64 silently (sys.maxsize seconds came out negative);
-    # anything that large is as good as no limit, and the library waits without one. A positive
-    # timeout is at least 1 ms: 0 is a single try (BUSY), not a wait.
+    # anything that large is as good as no limit, and the library waits without one (checked
+    # before the product, which past 1.8e305 s is inf and cannot be rounded). A positive timeout
+    # is at least 1 ms: 0 is a single try (BUSY), not a wait.
+    if timeout >= _INT64_MAX / 1000:
+        return _INT64_MAX
     ms = min(int(round(timeout * 1000)), _INT64_MAX)
     return 1 if ms == 0 and timeout > 0 else ms
 
@@ -360,7 +368,8 @@ def _client_options(server: Optional[str], port: int, connect_timeout: float = 5
     o.port = port
     # A uint32 of milliseconds: ctypes would wrap a larger value (4294967.296 s was 0, the
     # library's default), and inf and nan are no number of milliseconds.
-    if math.isnan(connect_timeout) or not 0 <= connect_timeout * 1000 <= 0xFFFFFFFF:
+    # (NaN is the value not equal to itself: math.isnan raised OverflowError for a huge int.)
+    if connect_timeout != connect_timeout or not 0 <= connect_timeout <= 0xFFFFFFFF / 1000:
         raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
                             f"connect_timeout {connect_timeout} is not between 0 and "
                             f"{0xFFFFFFFF / 1000} seconds")
@@ -423,17 +432,41 @@ class _Calls:
     call, until lockd fenced the session, then freed the client while the call still used it.
     (A collection never finds one in flight: a call holds its object.)"""
 
+    every: "weakref.WeakSet[_Calls]" = weakref.WeakSet()  # for the fork handler
+
     def __init__(self) -> None:
         self._mu = threading.Lock()
         self._n = 0
+        self._then: Optional[Callable[[], None]] = None  # a close() that came during calls
+        _Calls.every.add(self)
+
+    def _after_fork(self) -> None:
+        self._mu = threading.Lock()
+        self._n = 0
+        self._then = None
 
     def __enter__(self) -> None:
         with self._mu:
             self._n += 1
 
     def __exit__(self, *exc: object) -> None:
+        then = None
         with self._mu:
             self._n -= 1
+            if self._n == 0:
+                then, self._then = self._then, None
+        if then is not None:
+            then()
+
+    def when_idle(self, fn: Callable[[], None]) -> None:
+        """Runs ``fn`` now if no call is in flight, else as the last one returns (close():
+        freeing the client under another thread's call let that call use freed memory; found by
+        review, 2026-12-06). The caller has made new calls fail first (its finalizer detached)."""
+        with self._mu:
+            if self._n > 0:
+                self._then = fn
+                return
+        fn()
 
     def idle(self) -> bool:
         with self._mu:
@@ -593,8 +626,10 @@ class Lock:
 
     def on_lost(self, callback: Optional[LostCallback]) -> None:
         """Calls ``callback(error)`` at most once if the lock is lost while held (on a library
-        thread: keep it short, and do not release or renew this lock from it); a lock lost
-        before any callback was set is told at once, on this thread. None clears it.
+        thread, or inside the call that noticed the loss or ended the session, such as
+        ``client.close()``, on the thread that made it: keep it short, take no lock that thread
+        may hold, and do not release or renew this lock from it); a lock lost before any
+        callback was set is told at once, on this thread. None clears it.
         Raises RdmalockError: INVALID_ARGUMENT (closed handle), UNSUPPORTED (inherited across
         fork())."""
         handle = self._h()
@@ -757,17 +792,20 @@ class Client:
     @property
     def lock_count(self) -> int:
         """lockd's number of locks (slots)."""
-        return int(_lib().rdmalock_client_lock_count(self._h()))
+        with self._calls:
+            return int(_lib().rdmalock_client_lock_count(self._h()))
 
     @property
     def lease(self) -> float:
         """lockd's lease, in seconds."""
-        return float(_lib().rdmalock_client_lease_ms(self._h())) / 1000.0
+        with self._calls:
+            return float(_lib().rdmalock_client_lease_ms(self._h())) / 1000.0
 
     @property
     def session_id(self) -> int:
         """The current session (0 while reconnecting)."""
-        return int(_lib().rdmalock_client_session_id(self._h()))
+        with self._calls:
+            return int(_lib().rdmalock_client_session_id(self._h()))
 
     @property
     def closed(self) -> bool:
@@ -776,9 +814,12 @@ class Client:
 
     def close(self) -> None:
         """Ends the session. Idempotent; raises nothing. Locks still held become LOST; lockd
-        frees them."""
-        if self._finalizer.detach() is not None:  # closed now, calls in flight or not
-            _lib().rdmalock_close(self._handle)
+        frees them. Calls after it raise CONNECTION; a call another thread has in flight on this
+        client (a lock() waiting, say) goes on, and the session ends as the last such call
+        returns (a lock() without a timeout keeps it until granted)."""
+        if self._finalizer.detach() is not None:  # no new call from here on
+            handle = self._handle
+            self._calls.when_idle(lambda: _lib().rdmalock_close(handle))
 
     def __enter__(self) -> Client:
         return self
@@ -934,13 +975,15 @@ class Cluster:
         RdmalockError: INVALID_ARGUMENT (an empty or non-str name), CONNECTION (closed)."""
         encoded = _check_name(name)
         buf = ctypes.create_string_buffer(256)  # shard names are at most 64 bytes
-        _check(_lib().rdmalock_cluster_shard_of(self._h(), encoded, buf, len(buf)))
+        with self._calls:
+            _check(_lib().rdmalock_cluster_shard_of(self._h(), encoded, buf, len(buf)))
         return buf.value.decode()
 
     @property
     def shard_count(self) -> int:
         """The number of shards in the map in use now."""
-        return int(_lib().rdmalock_cluster_shard_count(self._h()))
+        with self._calls:
+            return int(_lib().rdmalock_cluster_shard_count(self._h()))
 
     @property
     def closed(self) -> bool:
@@ -949,9 +992,10 @@ class Cluster:
 
     def close(self) -> None:
         """Ends every shard's session. Idempotent; raises nothing. Locks still held become
-        LOST; their lockds free them."""
-        if self._finalizer.detach() is not None:  # closed now, as Client.close
-            _lib().rdmalock_cluster_close(self._handle)
+        LOST; their lockds free them. Calls in flight on other threads: as Client.close."""
+        if self._finalizer.detach() is not None:  # as Client.close
+            handle = self._handle
+            self._calls.when_idle(lambda: _lib().rdmalock_cluster_close(handle))
 
     def __enter__(self) -> Cluster:
         return self

@@ -35,6 +35,10 @@ def test_bad_port_and_timeout_are_refused_before_connecting():
     with pytest.raises(RdmalockError) as e:
         rdmalock.Client.connect("192.0.2.1", connect_timeout=-1)
     assert e.value.code == ErrorCode.INVALID_ARGUMENT
+    # An int past float's range: refused by name, not an OverflowError from math.isnan.
+    with pytest.raises(RdmalockError) as e:
+        rdmalock.Client.connect("192.0.2.1", connect_timeout=10**400)
+    assert e.value.code == ErrorCode.INVALID_ARGUMENT
 
 
 def test_unreachable_server_raises_with_a_message():
@@ -169,6 +173,10 @@ def test_timeouts_beyond_int64_milliseconds_wait_forever_and_nan_is_refused():
     import sys
     assert rdmalock._timeout_ms(sys.maxsize) == 2**63 - 1
     assert rdmalock._timeout_ms(1e300) == 2**63 - 1
+    # Past float's range in milliseconds, or an int float cannot hold: still no limit, not an
+    # OverflowError (1e306 * 1000 is inf, whose round() raised; math.isnan(10**400) raised).
+    assert rdmalock._timeout_ms(1e306) == 2**63 - 1
+    assert rdmalock._timeout_ms(10**400) == 2**63 - 1
     assert rdmalock._timeout_ms(math.inf) == rdmalock._WAIT_FOREVER
     assert rdmalock._timeout_ms(None) == rdmalock._WAIT_FOREVER
     assert rdmalock._timeout_ms(1.5) == 1500
@@ -178,6 +186,9 @@ def test_timeouts_beyond_int64_milliseconds_wait_forever_and_nan_is_refused():
     with pytest.raises(RdmalockError) as e:
         rdmalock._timeout_ms(-0.5)
     assert e.value.code == ErrorCode.INVALID_ARGUMENT
+    with pytest.raises(RdmalockError) as e:
+        rdmalock._timeout_ms(-(10**400))
+    assert e.value.code == ErrorCode.INVALID_ARGUMENT and "negative" in e.value.message
 
 
 def test_a_name_with_a_nul_is_refused_not_cut_short():
@@ -293,3 +304,48 @@ def test_an_option_a_library_would_ignore_is_refused(monkeypatch):
     with pytest.raises(RdmalockError) as e:
         rdmalock._client_options("192.0.2.1", 7471, local_handover=False)
     assert e.value.code == ErrorCode.UNSUPPORTED and "no_local_handover" in e.value.message
+
+
+_FORK_MID_CALL = r"""
+import os, sys, time, rdmalock
+cluster = rdmalock.Cluster.from_shard_map(sys.argv[1], connect_timeout=0.3)
+# As a thread inside a call on the cluster at the fork: it holds the in-flight counter's mutex
+# for a moment (`with self._calls:`), and the child has no thread that would let it go.
+cluster._calls._mu.acquire()
+pid = os.fork()
+if pid == 0:
+    try:
+        cluster.try_lock("orders/1")
+        code = 1
+    except rdmalock.RdmalockError:
+        code = 0  # refused (an inherited client is inert) or failed: not hung
+    sys.exit(code)  # and the exit's finalizers, which look for calls in flight, do not hang
+for _ in range(100):  # 10 s
+    done, status = os.waitpid(pid, os.WNOHANG)
+    if done:
+        print("child", os.waitstatus_to_exitcode(status), flush=True)
+        break
+    time.sleep(0.1)
+else:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    print("child hung (killed after 10 s)", flush=True)
+cluster._calls._mu.release()
+cluster.close()
+"""
+
+
+def test_a_call_in_flight_on_another_thread_at_fork_does_not_hang_the_child(tmp_path):
+    # The child inherited each Client's and Cluster's in-flight counter as it was: its mutex,
+    # held by a parent's thread at the fork, stayed held for good, so every call on the object
+    # in the child, and the child's normal exit (its finalizer waits for no call in flight), hung
+    # (found by review, 2026-12-06).
+    import os
+    import subprocess
+    import sys
+    path = _map_file(tmp_path, "shards:\n  - {name: only, server: 192.0.2.77, port: 7999}\n")
+    python_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "python")
+    p = subprocess.run([sys.executable, "-c", _FORK_MID_CALL, path], capture_output=True,
+                       text=True, timeout=60, env=dict(os.environ, PYTHONPATH=python_dir))
+    assert p.returncode == 0 and p.stdout.strip() == "child 0", (p.returncode, p.stdout, p.stderr)

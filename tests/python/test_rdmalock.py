@@ -405,6 +405,59 @@ def test_issue17_finding9_a_loss_callback_drops_the_last_client_reference(lockd,
         pass
 
 
+_CLOSE_MID_CALL = r"""
+import sys, threading, time, rdmalock
+server, port = sys.argv[1], int(sys.argv[2])
+holder = rdmalock.Client.connect(server, port=port, connect_timeout=10, client_name="py-holder")
+held = holder.lock("py/close-mid-call", timeout=5)
+waiter = rdmalock.Client.connect(server, port=port, connect_timeout=10, client_name="py-waiter")
+box = {}
+def wait():
+    try:
+        box["got"] = waiter.lock("py/close-mid-call", timeout=10)
+    except rdmalock.RdmalockError as e:
+        box["got"] = e
+t = threading.Thread(target=wait)
+t.start()
+time.sleep(0.5)  # it waits at lockd
+waiter.close()  # with that call in flight (asyncio.wait_for over to_thread, then `with` exits)
+print("closed", waiter.closed, flush=True)
+try:
+    waiter.try_lock("py/after-close")
+    print("call after close: no error", flush=True)
+except rdmalock.RdmalockError as e:
+    print("call after close:", e.code.name, flush=True)
+held.release()
+t.join(20)
+got = box.get("got")
+if t.is_alive():
+    print("waiter: still waiting", flush=True)
+elif isinstance(got, rdmalock.RdmalockError):
+    print("waiter: error", got.code.name, flush=True)
+else:
+    print("waiter:", got.state.name, flush=True)
+# The waiter's session ended as its call returned: the lock is free for another client.
+for _ in range(50):
+    free = holder.try_lock("py/close-mid-call")
+    if free is not None:
+        break
+    time.sleep(0.1)
+print("free" if free is not None else "still held", flush=True)
+"""
+
+
+def test_close_with_a_call_in_flight_on_another_thread_ends_the_session_after_it(lockd):
+    # close() freed the C client at once, under another thread's lock() (Python makes that easy:
+    # asyncio.wait_for over asyncio.to_thread(c.lock), then leaving `with c`); that call then
+    # used the freed client (found by review, 2026-12-06). In a process of its own: it may crash.
+    server, port = lockd
+    p = _run_script(_CLOSE_MID_CALL, server, str(port))
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, (p.returncode, out, err)
+    assert out.splitlines() == ["closed True", "call after close: CONNECTION", "waiter: LOST",
+                                "free"], (out, err)
+
+
 _FORK = r"""
 import os, sys, rdmalock
 server, port = sys.argv[1], int(sys.argv[2])
