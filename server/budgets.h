@@ -59,12 +59,14 @@ static_assert(kHandshakesKeptForJoins >= 1 &&
 // sessions and threads were refused busy (found by review, 2026-12-06). Past them a join is told
 // to retry in 100 ms, which the SDK does.
 inline constexpr size_t kMaxJoinHandshakesPerSession = 16;
-inline constexpr size_t kMaxJoinHandshakesPerAddress = 32;
+inline constexpr size_t kMaxJoinHandshakesPerAddress = 24;
 static_assert(kMaxJoinHandshakesPerSession >= 1 &&
                   kMaxJoinHandshakesPerSession <= kMaxJoinHandshakesPerAddress,
               "a session's joins come from its address");
 static_assert(kMaxJoinHandshakesPerAddress + kMaxNewHandshakesPerAddress < kMaxHandshakes,
               "one address must not be able to hold every handshake in progress");
+static_assert(kMaxJoinHandshakesPerAddress < kHandshakesKeptForJoins,
+              "one address's joins must not take every handshake kept for joins");
 
 // Completions one handshake can put on the device CQ: every work request it posted, when a QP
 // error flushes them all (binds are unsignalled, but flushed work requests complete).

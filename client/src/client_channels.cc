@@ -311,8 +311,16 @@ Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline, Lo
   }
   // lockd may refuse a thread's join while the session itself is fine: too many handshakes at
   // once (retried within the connect timeout) or the session's connection limit (this thread
-  // gets kResource; the session and the other threads go on).
-  const auto join_deadline = std::min(deadline, Clock::now() + opts_.connect_timeout);
+  // gets kResource; the session and the other threads go on). A busy join is retried for at
+  // least kJoinBusyFloor whatever the call's deadline: a try-lock's, a renewal's or a release's
+  // is now or past, and lockd refuses a session's joins busy past 16 in progress, which 17
+  // threads starting together meet (their try-lock failed, their release lost the lock; found
+  // by review, 2026-12-06). Not for the async pump (busy_retry set): it must not sleep here, and
+  // retries the batch itself.
+  const auto now = Clock::now();
+  const auto join_deadline =
+      std::min(busy_retry != nullptr ? deadline : std::max(deadline, now + kJoinBusyFloor),
+               now + opts_.connect_timeout);
   auto reason = proto::RejectReason::kNone;
   auto mem = Join(sess->server, sess->port, sess->reply, opts_.connect_timeout, join_deadline,
                   &reason, busy_retry);

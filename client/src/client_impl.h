@@ -601,6 +601,9 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // (BatchChannel): a request queued meanwhile ends this late past its deadline at most.
   static constexpr auto kSessionWaitSlice = std::chrono::milliseconds(20);
   static constexpr std::chrono::milliseconds kReapTick{1};
+  // How long a thread's join that lockd refuses busy is retried at least, whatever the call's
+  // deadline (Channel): lockd caps a session's joins in progress (server/budgets.h).
+  static constexpr std::chrono::milliseconds kJoinBusyFloor{1000};
 
   // client_channels.cc
   static void InitGrant(LockHandle::State & s, const Grant& g, bool auto_renew,

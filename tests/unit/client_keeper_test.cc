@@ -1871,8 +1871,9 @@ TEST_CASE(
 // reconnect) is retried until the request's deadline. When that had passed (a try-lock's at
 // once, and the async pump's 20 ms slices since this stop), the refusal came back as kRejected,
 // and the session was ended for it: every lock of the client lost for one busy moment at lockd
-// (found by review, 2026-12-06). The thread gets kResource, as for the session's connection cap;
-// the session and its locks go on.
+// (found by review, 2026-12-06). The thread gets kResource, as for the session's connection cap,
+// once lockd stays busy past the join's retries (a second at least: the next test); the session
+// and its locks go on.
 TEST_CASE("session keeping: a thread's join refused busy costs that call, not the session") {
   testing::FakeLockd lockd(testing::FakeLockd::Options{});
   std::atomic<bool> busy{false};
@@ -1902,6 +1903,43 @@ TEST_CASE("session keeping: a thread's join refused busy costs that call, not th
   INFO("a new thread's lock with 3 s: " << later.status().ToString());
   CHECK(later.ok());
   CHECK(held->Release().ok());
+}
+
+// lockd now refuses a session's joins busy past 16 in progress (and an address's past 24): a
+// client whose 17 threads made their first call together met it at once. A try-lock, a release
+// or a renewal on a new thread had no time left to retry (their deadlines are now or past), so
+// the try-lock failed kResource and the release lost its lock, for a busy moment at lockd (found
+// by review, 2026-12-06). A join refused busy is now retried for up to a second (within the
+// connect timeout) whatever the call's deadline.
+TEST_CASE("session keeping: a new thread's try-lock and release ride out a busy lockd's joins") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  std::atomic<bool> busy{false};
+  const Connector connector = BusyJoins(lockd, &busy);
+  auto client = ConnectTo("busy-burst", connector);
+  auto held = client->LockSlot(1);
+  REQUIRE(held.ok());
+  auto busy_for = [&](std::chrono::milliseconds d) {
+    busy = true;
+    return std::thread([&busy, d] {
+      std::this_thread::sleep_for(d);
+      busy = false;
+    });
+  };
+  std::thread unbusy = busy_for(250ms);
+  Result<LockHandle> tried = Error(ErrorCode::kInternal, "not run");
+  std::thread([&] { tried = client->TryLockSlot(2); }).join();  // a new thread joins
+  unbusy.join();
+  INFO("a new thread's try-lock while lockd is busy for 250 ms: "
+       << (tried.ok() ? std::string("granted") : tried.status().ToString()));
+  CHECK(tried.ok());
+  unbusy = busy_for(250ms);
+  Status released;
+  std::thread([&] { released = held->Release(); }).join();  // another new thread releases
+  unbusy.join();
+  INFO("a new thread's release while lockd is busy for 250 ms: " << released.ToString());
+  CHECK(released.ok());
+  CHECK(client->Stats().sessions_lost == 0);
+  if (tried.ok()) CHECK(tried->Release().ok());
 }
 
 // The async pump's wait for a session went in 20 ms slices through Channel, so the pump thread's
