@@ -101,9 +101,9 @@ struct Conn {
   // A join's handshake: the peer's address, counted in Impl::join_handshakes_from and in its
   // session's joins_in_handshake until its handshake is over ("" : not a join).
   std::string join_counted_from;
-  // Counted in Impl::handshakes (and new_handshakes_from) until the handshake is over: its
-  // Welcome completed, or the connection is gone. Not at the Welcome's post: a peer that posts
-  // no receive leaves it in RNR retry, without end, and its flushed work requests must still
+  // Counted in Impl::handshakes (and the counts by address and session) until the handshake is
+  // over: its Welcome completed, or the connection is gone. Not at the Welcome's post: a peer that
+  // posts no receive leaves it in RNR retry, without end, and its flushed work requests must still
   // fit the device CQ that kMaxHandshakes sizes (found by review, 2026-12-06).
   bool in_handshake = true;
 };
@@ -215,7 +215,8 @@ struct Server::Impl {
 
   // lockd_sessions.cc (event loop)
   // `c`'s handshake is over (its Welcome completed, or the connection goes): it no longer counts
-  // as one in progress (handshakes, new_handshakes_from). Idempotent (Conn::in_handshake).
+  // as one in progress (handshakes, new_handshakes_from, join_handshakes_from and its session's
+  // joins_in_handshake). Idempotent (Conn::in_handshake).
   void HandshakeOver(Conn& c);
   void DropHandshake(Conn& c, const std::string& why);
   void RemoveConn(rdma_cm_id* id);

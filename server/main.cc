@@ -53,6 +53,15 @@ class Notifier {
     (void)sd_notifyf(0, "%s%sSTATUS=%s", fields.c_str(), fields.empty() ? "" : "\n",
                      status_.c_str());
   }
+  // RELOADING=1 (with the time systemd asks for), unless stopping: then false, and the reload
+  // is not done (a SIGHUP pending as the campaign thread failed came after its STATUS=failed).
+  bool Reloading(uint64_t monotonic_usec) EXCLUDES(mutex_) {
+    rdmalock::MutexLock lock(&mutex_);
+    if (stopping_) return false;
+    (void)sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu",
+                     static_cast<unsigned long long>(monotonic_usec));
+    return true;
+  }
   // Sends `fields` with the last status again.
   void Resend(const std::string& fields) EXCLUDES(mutex_) {
     rdmalock::MutexLock lock(&mutex_);
@@ -107,8 +116,7 @@ struct ReloadContext {
 // the override). A file that no longer parses or validates, or a key file that cannot be read,
 // changes nothing. Tells systemd RELOADING=1 first, then READY=1 with the status lockd had.
 void Reload(const ReloadContext& ctx) {
-  (void)sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu",
-                   static_cast<unsigned long long>(MonotonicUsec()));
+  if (!ctx.notifier->Reloading(MonotonicUsec())) return;  // stopping: no RELOADING=1, no READY=1
   Config* running = ctx.running;
   if (ctx.path.empty()) {
     spdlog::info("reload: no config file (started without --config); nothing to reload");

@@ -435,13 +435,15 @@ class _Calls:
     every: "weakref.WeakSet[_Calls]" = weakref.WeakSet()  # for the fork handler
 
     def __init__(self) -> None:
-        self._mu = threading.Lock()
+        # Reentrant: a signal handler or a finalizer that closes the client may run on a thread
+        # that is inside __enter__ or __exit__ here.
+        self._mu = threading.RLock()
         self._n = 0
         self._then: Optional[Callable[[], None]] = None  # a close() that came during calls
         _Calls.every.add(self)
 
     def _after_fork(self) -> None:
-        self._mu = threading.Lock()
+        self._mu = threading.RLock()
         self._n = 0
         self._then = None
 
@@ -676,8 +678,9 @@ class Lock:
 
 class Client:
     """A session with one lockd. Connects on construction; close() (or the end of a with-block)
-    ends the session, and lockd frees the locks it still held. Threads may share a Client, but
-    must not use it while one of them closes it. Its Locks keep it alive; a lost callback may
+    ends the session, and lockd frees the locks it still held. Threads may share a Client; a
+    close() while another thread's call is in flight ends the session as that call returns (see
+    close()). Its Locks keep it alive; a lost callback may
     close it or drop the last references to it. After os.fork(), the child's copy refuses every
     call (UNSUPPORTED) and leaves the parent's session alone. A closed Client raises
     RdmalockError(CONNECTION) from every call but close()."""
@@ -816,7 +819,8 @@ class Client:
         """Ends the session. Idempotent; raises nothing. Locks still held become LOST; lockd
         frees them. Calls after it raise CONNECTION; a call another thread has in flight on this
         client (a lock() waiting, say) goes on, and the session ends as the last such call
-        returns (a lock() without a timeout keeps it until granted)."""
+        returns, on that thread (a lock() without a timeout keeps it until granted: one waiting
+        for a lock this client holds waits for ever, so release those first)."""
         if self._finalizer.detach() is not None:  # no new call from here on
             handle = self._handle
             self._calls.when_idle(lambda: _lib().rdmalock_close(handle))
@@ -839,7 +843,8 @@ class Cluster:
     A lock name picks its shard by rendezvous hashing over the shard names, then its slot inside
     that shard as with one lockd. The cluster opens a session with a shard the first time it uses
     it (so opening needs no lockd, and a shard's connection errors come from lock()). Threads may
-    share a Cluster, but must not use it while one of them closes it. Its Locks keep it alive.
+    share a Cluster (a close() during another thread's call: as Client's). Its Locks keep it
+    alive.
     Fencing tokens are per shard: tokens of locks on different shards are not comparable. A
     closed Cluster raises RdmalockError(CONNECTION) from every call but close().
 

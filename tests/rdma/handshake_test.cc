@@ -395,7 +395,7 @@ TEST_CASE("handshakes in progress: one address's new sessions hold 16; the next 
 // the key (or anyone, with authentication off) could hold all 128 handshakes with join requests
 // that never complete, again and again as lockd dropped them after 5 s: every other client's new
 // sessions and new threads were refused busy. Now one session has at most 16 joins in progress
-// and one address at most 32; the rest are told to retry in 100 ms.
+// and one address at most 24; the rest are told to retry in 100 ms.
 TEST_CASE("one session's joins in progress hold at most 16 handshakes; others still get in") {
   Lockd lockd(7696, 64, 2000, 64, "", {"--heartbeat-timeout-ms", "20000"});
   auto owner = RawChannel(lockd, "join-hog");
