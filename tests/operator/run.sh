@@ -390,6 +390,44 @@ cat "$work/primary.log" "$work/standby.log" >>"$log"
 # The reload comes just after the win, often while the term's server connects its own loopback:
 # in the project's CI that probe once failed (the key changed under its handshake) and lockd
 # exited; the RDMA test 'a key rotated while lockd connects its own loopback ...' covers it.
+# second_term_check SHARD PID PORT KEY_FILE WHAT: ends the term of the cluster lockd PID (shard
+# SHARD, logging to $work/SHARD.log) by deleting its primary key in etcd; passes $check if it
+# wins the next term (epoch 2) and then admits a client with KEY_FILE (WHAT names that key in
+# the failure). Stops that lockd and appends its log to $log.
+second_term_check() {
+  local shard=$1 pid=$2 port=$3 key_file=$4 what=$5 out="" slog="$work/$1.log"
+  python3 -c '
+import base64, json, sys, urllib.request
+key = base64.b64encode(("/rdmalock/op/shard/%s/primary" % sys.argv[2]).encode()).decode()
+urllib.request.urlopen(sys.argv[1] + "/v3/kv/deleterange", json.dumps({"key": key}).encode())
+' "$etcd_url" "$shard"
+  for _ in $(seq 1 150); do
+    grep -q "primary of shard $shard (epoch 2)" "$slog" && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.2
+  done
+  for _ in $(seq 1 60); do  # the takeover grace first: lease + etcd TTL + liveness timeout
+    kill -0 "$pid" 2>/dev/null || break  # (lockctl retries a port no one listens on for 5 s)
+    out=$("$build/lockctl" --auth-key-file "$key_file" --server "$ip" --port "$port" status 2>&1) &&
+      break
+    sleep 0.5
+  done
+  local lines
+  lines=$(grep -E 'primary|shared key| error | critical ' "$slog" | tail -4 | tr '\n' ' ')
+  if ! kill -0 "$pid" 2>/dev/null; then
+    fail $check "lockd exited: $lines"
+  elif ! grep -q "primary of shard $shard (epoch 2)" "$slog"; then
+    fail $check "no second term: $lines"
+  elif ! "$build/lockctl" --auth-key-file "$key_file" --server "$ip" --port "$port" status \
+    >/dev/null 2>&1; then
+    fail $check "in its second term a client with $what was refused: $out"
+  else
+    pass $check
+  fi
+  kill -TERM "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  cat "$slog" >>"$log"
+}
 check=f16_cluster_rotated_key_file_kept_across_terms
 (umask 077 && "$build/lockctl" keygen >"$work/k2.key")
 printf '%s\n' "auth_key_file: $key" >"$work/cluster.yaml"
@@ -402,34 +440,7 @@ for _ in $(seq 1 150); do grep -q 'primary of shard s2' "$work/s2.log" && break;
 printf '%s\n' "auth_key_file: $work/k2.key" >"$work/cluster.yaml"
 kill -HUP "$s2"
 for _ in $(seq 1 50); do grep -q 'new shared key' "$work/s2.log" && break; sleep 0.1; done
-python3 -c '
-import base64, json, sys, urllib.request
-key = base64.b64encode(b"/rdmalock/op/shard/s2/primary").decode()
-urllib.request.urlopen(sys.argv[1] + "/v3/kv/deleterange", json.dumps({"key": key}).encode())
-' "$etcd_url"
-for _ in $(seq 1 150); do
-  grep -q 'primary of shard s2 (epoch 2)' "$work/s2.log" && break
-  kill -0 "$s2" 2>/dev/null || break
-  sleep 0.2
-done
-out=
-for _ in $(seq 1 60); do  # the takeover grace first: lease + etcd TTL + liveness timeout
-  kill -0 "$s2" 2>/dev/null || break  # (lockctl retries a port no one listens on for 5 s)
-  out=$(RDMALOCK_AUTH_KEY_FILE=$work/k2.key "$build/lockctl" --server "$ip" --port 7493 status 2>&1) && break
-  sleep 0.5
-done
-if ! kill -0 "$s2" 2>/dev/null; then
-  fail $check "lockd exited: $(grep -E 'primary|shared key| error | critical ' "$work/s2.log" | tail -4 | tr '\n' ' ')"
-elif ! grep -q 'primary of shard s2 (epoch 2)' "$work/s2.log"; then
-  fail $check "no second term: $(grep -E 'primary|shared key| error | critical ' "$work/s2.log" | tail -4 | tr '\n' ' ')"
-elif ! RDMALOCK_AUTH_KEY_FILE=$work/k2.key "$build/lockctl" --server "$ip" --port 7493 status >/dev/null 2>&1; then
-  fail $check "in its second term a client with the rotated key was refused: $out"
-else
-  pass $check
-fi
-kill -TERM "$s2" 2>/dev/null
-wait "$s2" 2>/dev/null
-cat "$work/s2.log" >>"$log"
+second_term_check s2 "$s2" 7493 "$work/k2.key" "the rotated key"
 
 # (e) A cluster lockd's next term serves the key in force (the start's, or the last reload's),
 # not whatever its key file holds at that moment: each term read the file again, so a file an
@@ -446,36 +457,7 @@ s3=$!
 bg_pids+=($s3)
 for _ in $(seq 1 150); do grep -q 'loopback through' "$work/s3.log" && break; sleep 0.2; done
 chmod 0644 "$work/k3.key"
-python3 -c '
-import base64, json, sys, urllib.request
-key = base64.b64encode(b"/rdmalock/op/shard/s3/primary").decode()
-urllib.request.urlopen(sys.argv[1] + "/v3/kv/deleterange", json.dumps({"key": key}).encode())
-' "$etcd_url"
-for _ in $(seq 1 150); do
-  grep -q 'primary of shard s3 (epoch 2)' "$work/s3.log" && break
-  kill -0 "$s3" 2>/dev/null || break
-  sleep 0.2
-done
-out=
-for _ in $(seq 1 60); do  # the takeover grace first
-  kill -0 "$s3" 2>/dev/null || break
-  out=$("$build/lockctl" --auth-key-file "$work/k3.key" --server "$ip" --port 7494 status 2>&1) &&
-    break
-  sleep 0.5
-done
-if ! kill -0 "$s3" 2>/dev/null; then
-  fail $check "lockd exited: $(grep -E 'primary|shared key| error | critical ' "$work/s3.log" | tail -4 | tr '\n' ' ')"
-elif ! grep -q 'primary of shard s3 (epoch 2)' "$work/s3.log"; then
-  fail $check "no second term: $(grep -E 'primary|shared key| error | critical ' "$work/s3.log" | tail -4 | tr '\n' ' ')"
-elif ! "$build/lockctl" --auth-key-file "$work/k3.key" --server "$ip" --port 7494 status \
-  >/dev/null 2>&1; then
-  fail $check "in its second term a client with the key in force was refused: $out"
-else
-  pass $check
-fi
-kill -TERM "$s3" 2>/dev/null
-wait "$s3" 2>/dev/null
-cat "$work/s3.log" >>"$log"
+second_term_check s3 "$s3" 7494 "$work/k3.key" "the key in force"
 fi
 
 stop_lockd

@@ -44,6 +44,26 @@ void ExpectEvent(rdma_event_channel* ch, rdma_cm_event_type want) {
   REQUIRE(got == want);
 }
 
+// Waits for lockd's answer to a connect: true when `want` came; false when lockd refused, with
+// its reason in *rejected (a refusal without lockd's reply fails the test, naming that).
+bool AwaitAnswer(rdma_event_channel* ch, rdma_cm_event_type want, proto::RejectReason* rejected) {
+  auto ev = rdma::GetEvent(ch, kEventTimeout);
+  INFO(ev.status().ToString());
+  REQUIRE(ev.ok());
+  if ((*ev)->event == RDMA_CM_EVENT_REJECTED) {
+    const auto* data = static_cast<const uint8_t*>((*ev)->param.conn.private_data);
+    std::vector<uint8_t> reject(data, data + (data ? (*ev)->param.conn.private_data_len : 0));
+    proto::RejectReply r;
+    INFO("a rejection with " << reject.size() << " bytes of private data, not lockd's reply");
+    REQUIRE(proto::RejectReply::Decode(reject, &r));
+    *rejected = r.reason;
+    return false;
+  }
+  INFO("rdma_cm event " << rdma_event_str((*ev)->event) << ", wanted " << rdma_event_str(want));
+  REQUIRE((*ev)->event == want);
+  return true;
+}
+
 // Makes *ch and *id, and resolves the address and the route to ip:port.
 void ResolveTo(const std::string& ip, uint16_t port, rdma::EventChannel* ch, rdma::CmId* id) {
   *ch = Must(rdma::CreateEventChannel());
@@ -112,19 +132,8 @@ HalfOpenClient::HalfOpenClient(const std::string& ip, uint16_t port, uint64_t jo
   p.initiator_depth = 1;
   p.retry_count = 7;
   REQUIRE(rdma_connect(id_.get(), &p) == 0);
-  auto ev = rdma::GetEvent(ch_.get(), kEventTimeout);
-  INFO(ev.status().ToString());
-  REQUIRE(ev.ok());
-  if ((*ev)->event == RDMA_CM_EVENT_REJECTED) {
-    const auto* data = static_cast<const uint8_t*>((*ev)->param.conn.private_data);
-    std::vector<uint8_t> reject(data, data + (data ? (*ev)->param.conn.private_data_len : 0));
-    proto::RejectReply r;
-    REQUIRE(proto::RejectReply::Decode(reject, &r));
-    rejected_ = r.reason;
-    return;
-  }
-  INFO("rdma_cm event " << rdma_event_str((*ev)->event));
-  REQUIRE((*ev)->event == RDMA_CM_EVENT_CONNECT_RESPONSE);  // lockd accepted; no RTU follows
+  // Accepted (no RTU follows), or refused.
+  (void)AwaitAnswer(ch_.get(), RDMA_CM_EVENT_CONNECT_RESPONSE, &rejected_);
 }
 
 DeafClient::DeafClient(const std::string& ip, uint16_t port, const std::string& name) {
@@ -147,21 +156,7 @@ DeafClient::DeafClient(const std::string& ip, uint16_t port, const std::string& 
   p.retry_count = 7;
   p.rnr_retry_count = 7;  // lockd's Welcome, unreceived, is retried without end
   REQUIRE(rdma_connect(id_.get(), &p) == 0);
-  {
-    auto ev = rdma::GetEvent(ch_.get(), kEventTimeout);
-    INFO(ev.status().ToString());
-    REQUIRE(ev.ok());
-    if ((*ev)->event == RDMA_CM_EVENT_REJECTED) {
-      const auto* data = static_cast<const uint8_t*>((*ev)->param.conn.private_data);
-      std::vector<uint8_t> reject(data, data + (data ? (*ev)->param.conn.private_data_len : 0));
-      proto::RejectReply r;
-      REQUIRE(proto::RejectReply::Decode(reject, &r));
-      rejected_ = r.reason;
-      return;
-    }
-    INFO("rdma_cm event " << rdma_event_str((*ev)->event));
-    REQUIRE((*ev)->event == RDMA_CM_EVENT_ESTABLISHED);
-  }
+  if (!AwaitAnswer(ch_.get(), RDMA_CM_EVENT_ESTABLISHED, &rejected_)) return;
   const Status sent = SendAndWait(id_->qp, cq_.get(), hello_, mr_->lkey,
                                   static_cast<uint32_t>(proto::ControlKind::kHello));
   INFO("the hello's SEND: " << sent.ToString());
