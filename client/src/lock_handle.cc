@@ -270,10 +270,15 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl, Teller* tell,
   // The calling thread's connection first, before the handle's mutex: a thread with none joins
   // the session, and a join that fails ends it, whose EndLeases takes every handle's mutex (this
   // one's too, on this thread: it deadlocked).
-  // Never waits for a reconnection (a deadline already past; no clock read for it).
-  Result<ThreadChannel*> ch = impl
-                                  ? impl->Channel(Clock::time_point{}, caller)
-                                  : Result<ThreadChannel*>(Error(ErrorCode::kConnection, "closed"));
+  // Never waits for a reconnection (a deadline already past; no clock read for it). A handle
+  // of a session that has ended joins nothing: it is lost whatever the join would give, and a
+  // join lockd keeps busy is retried for a second (found by review, 2026-12-06).
+  Result<ThreadChannel*> ch =
+      !impl ? Result<ThreadChannel*>(Error(ErrorCode::kConnection, "closed"))
+      : impl->session() != state_->ctx->session
+          ? Result<ThreadChannel*>(Error(ErrorCode::kLockLost,
+                                         "session with lockd ended; lock lost, nothing released"))
+          : impl->Channel(Clock::time_point{}, caller);
   // No connection because the session ended (another thread found it broken, and its EndLeases
   // has not come to this handle yet): the lock is lost, as it will be reported.
   if (!ch.ok() && ch.status().code() == ErrorCode::kConnection && impl &&

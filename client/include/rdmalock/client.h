@@ -83,7 +83,8 @@ struct ClientOptions {
 struct LockOptions {
   LockMode mode = LockMode::kExclusive;
   // How long to wait; nullopt waits for ever. Zero makes one attempt (as TryLock). One beyond
-  // the steady clock's range (milliseconds::max()) waits for ever too.
+  // the steady clock's range (milliseconds::max()) waits for ever too. (A thread's first call
+  // joins the session first, which a busy lockd may make take longer: see Client::Connect.)
   std::optional<std::chrono::milliseconds> timeout;
   // Read the slot's generation with the grant so an exclusive grant carries a fencing token. Costs
   // an RDMA READ in the same doorbell as the acquire's atomic.
@@ -286,7 +287,12 @@ class RDMALOCK_EXPORT Client {
   // own connection on first use. The client's keeper (heartbeats, renewals) and reaper have theirs
   // before Connect returns, so the application's threads never take them: a lockd whose
   // max_connections_per_session is below those 3 (this thread's, the keeper's, the reaper's)
-  // fails Connect with kResource, naming the key; a thread past the cap gets kResource.
+  // fails Connect with kResource, naming the key; a thread past the cap gets kResource. A
+  // thread's first call joins the session first: lockd takes at most 16 of a session's joins in
+  // handshake at once and tells the rest to retry in 100 ms, which the call does until its
+  // deadline, and for a second at least (within connect_timeout) when the deadline is sooner (a
+  // try-lock's, a renewal's, a release's; not an async request's, which its pump retries), so
+  // such a first call may take longer than its timeout; kResource if lockd stays busy past that.
   static Result<std::unique_ptr<Client>> Connect(const ClientOptions& options);
   ~Client();
   Client(const Client&) = delete;

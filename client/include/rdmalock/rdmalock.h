@@ -169,8 +169,9 @@ RDMALOCK_C_EXPORT void rdmalock_close(rdmalock_client_t* client);
  * pass to rdmalock_lock_free(); on failure *out is NULL. Errors: INVALID_ARGUMENT (NULL client,
  * name or out, empty name, a bad mode, timeout_ms < -1), TIMEOUT, BUSY (timeout_ms 0 only),
  * CONNECTION, RESOURCE (this thread has no connection to lockd and cannot get one: lockd's
- * max_connections_per_session is taken, lockd stayed busy with handshakes past a second of
- * retries, or no memory; the lock is not taken). */
+ * max_connections_per_session is taken, lockd stayed busy with handshakes past the join's
+ * retries (to the deadline, and a second at least within connect_timeout_ms: a thread's first
+ * call may so take longer than timeout_ms), or no memory; the lock is not taken). */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_lock(rdmalock_client_t* client, const char* name,
                                                   rdmalock_mode_t mode, int64_t timeout_ms,
                                                   rdmalock_lock_t** out);
