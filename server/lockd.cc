@@ -181,8 +181,7 @@ void Server::SetAliveUntil(std::chrono::steady_clock::time_point t) {
 }
 
 Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t epoch,
-                                               bool unclean_start,
-                                               std::optional<std::string> auth_key) {
+                                               bool unclean_start, std::string auth_key) {
   RDMALOCK_RETURN_IF_ERROR(Validate(config));
   // A verbs object whose release fails (a teardown order broken, a resource leaked) is logged.
   rdma::SetTeardownReporter([](const char* call, int rc) {
@@ -224,19 +223,13 @@ Result<std::unique_ptr<Server>> Server::Create(const Config& config, uint64_t ep
   // Cluster mode: not until the campaign says how long the lease holds.
   if (config.cluster_mode()) m->alive_until_ns.store(0);
   if (!config.auth_key_file.empty()) {
-    std::string key;
-    if (auth_key.has_value()) {
-      RDMALOCK_RETURN_IF_ERROR(auth::CheckKey(*auth_key, config.auth_key_file));
-      key = std::move(*auth_key);
-    } else {
-      RDMALOCK_ASSIGN_OR_RETURN(key, auth::LoadKeyFile(config.auth_key_file, true));
-    }
+    RDMALOCK_RETURN_IF_ERROR(auth::CheckKey(auth_key, config.auth_key_file));
     {
       MutexLock lock(&m->mu_);
-      m->auth_key = std::move(key);
+      m->auth_key = std::move(auth_key);
     }
-    spdlog::info("clients must prove the shared key {} {} (HMAC-SHA256 challenge)",
-                 auth_key.has_value() ? "last read from" : "in", config.auth_key_file);
+    spdlog::info("clients must prove the shared key read from {} (HMAC-SHA256 challenge)",
+                 config.auth_key_file);
   } else {
     spdlog::warn(
         "authentication is off (no auth_key_file): any host that reaches port {} can connect "

@@ -11,7 +11,6 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "rdmalock/status.h"
@@ -24,12 +23,11 @@ class Server {
  public:
   // Opens the RDMA devices, allocates and registers the regions, and starts listening. After an
   // unclean start lockd refuses clients for the restart grace period (Config::GraceMs()).
-  // `auth_key`, when given, is the shared key clients must prove, instead of what
-  // config.auth_key_file holds now (cluster mode: each term serves the key in force, the start's
-  // or the last reload's; it is ignored when auth_key_file is "").
+  // `auth_key` is the shared key clients must prove, read from config.auth_key_file by the
+  // caller (once at start, again at a reload: cluster mode's terms serve the key in force); it is
+  // ignored when auth_key_file is "" (authentication off).
   static Result<std::unique_ptr<Server>> Create(const Config& config, uint64_t epoch,
-                                                bool unclean_start,
-                                                std::optional<std::string> auth_key = {});
+                                                bool unclean_start, std::string auth_key);
   ~Server();
 
   // Runs the event loop until RequestStop(); then disconnects every client and tears down.

@@ -275,7 +275,7 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl, Teller* tell,
   // join lockd keeps busy is retried for a second (found by review, 2026-12-06).
   Result<ThreadChannel*> ch =
       !impl ? Result<ThreadChannel*>(Error(ErrorCode::kConnection, "closed"))
-      : impl->session() != state_->ctx->session
+      : !impl->IsCurrent(*state_->ctx->session)
           ? Result<ThreadChannel*>(Error(ErrorCode::kLockLost,
                                          "session with lockd ended; lock lost, nothing released"))
           : impl->Channel(Clock::time_point{}, caller);

@@ -253,7 +253,7 @@ TEST_CASE("a key rotated while lockd connects its own loopback: the probe proves
   c.admin_socket = "";
   c.metrics_address = "";
   c.auth_key_file = dir + "/lockd.key";
-  auto server = lockd::Server::Create(c, 1, /*unclean_start=*/false);
+  auto server = lockd::Server::Create(c, 1, /*unclean_start=*/false, first_key);
   const std::string created = server.ok() ? std::string("ok") : server.status().ToString();
   INFO("lockd::Server::Create: " << created);
   REQUIRE(server.ok());
