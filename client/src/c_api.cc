@@ -111,16 +111,21 @@ struct LostGate {
   std::optional<Status> untold GUARDED_BY(mu);
 };
 
-// Constant once made: any thread that may use the client reads it.
+// Constant once made but `closing`: any thread that may use the client reads it. `closing` is
+// set by the first rdmalock_close: the close tells the locks still held that they are lost, and
+// a callback that closes the client then calls rdmalock_close inside it, which must do nothing
+// (it freed the client twice; found by review, 2026-12-07).
 struct rdmalock_client_s {
   std::unique_ptr<rdmalock::Client> client;
   bool fencing_tokens = true;  // every exclusive acquire asks for one (!no_fencing_tokens)
+  std::atomic<bool> closing{false};
 };
 
-// Constant once made, as rdmalock_client_s.
+// As rdmalock_client_s.
 struct rdmalock_cluster_s {
   std::unique_ptr<rdmalock::ClusterClient> cluster;
   bool fencing_tokens = true;  // options->client's !no_fencing_tokens
+  std::atomic<bool> closing{false};
 };
 
 struct rdmalock_lock_s {
@@ -387,6 +392,12 @@ rdmalock_cluster_t* WrapClusterForTesting(std::unique_ptr<ClusterClient> cluster
   return c.release();
 }
 
+rdmalock_client_t* WrapClientForTesting(std::unique_ptr<Client> client) {
+  auto c = std::make_unique<rdmalock_client_s>();
+  c->client = std::move(client);
+  return c.release();
+}
+
 }  // namespace rdmalock
 
 namespace {
@@ -457,6 +468,8 @@ rdmalock_status_t rdmalock_connect(const rdmalock_options_t* options, rdmalock_c
 }
 
 void rdmalock_close(rdmalock_client_t* client) {
+  // A close inside this client's close (a lost callback it runs) does nothing.
+  if (client == nullptr || client->closing.exchange(true)) return;
   try {
     delete client;
   } catch (...) {
@@ -716,6 +729,8 @@ rdmalock_status_t rdmalock_cluster_open(const rdmalock_cluster_options_t* option
 }
 
 void rdmalock_cluster_close(rdmalock_cluster_t* cluster) {
+  // A close inside this cluster's close (a lost callback it runs) does nothing.
+  if (cluster == nullptr || cluster->closing.exchange(true)) return;
   try {
     delete cluster;
   } catch (...) {

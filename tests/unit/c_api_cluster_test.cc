@@ -197,6 +197,68 @@ TEST_CASE("c api: a lost callback that ends its thread (pthread_exit) does not a
   CHECK(child.clean);
 }
 
+// rdmalock.h: a lost callback "may ... close the client". rdmalock_close (and
+// rdmalock_cluster_close) tell the locks still held that they are lost, on the closing thread: a
+// callback that closes the client on a loss (an application's "shut down on loss") then ran
+// rdmalock_close inside rdmalock_close, and the client was freed twice (found by review,
+// 2026-12-07). In a child process: a double free aborts it, and the parent reads the signal.
+namespace {
+std::atomic<int> closing_callbacks{0};
+void CloseCluster(rdmalock_status_t, const char*, void* cluster) {
+  closing_callbacks.fetch_add(1);
+  rdmalock_cluster_close(static_cast<rdmalock_cluster_t*>(cluster));
+}
+void CloseClient(rdmalock_status_t, const char*, void* client) {
+  closing_callbacks.fetch_add(1);
+  rdmalock_close(static_cast<rdmalock_client_t*>(client));
+}
+}  // namespace
+
+TEST_CASE("c api: a lost callback that closes the client, run by that client's close, frees it "
+          "once") {
+  for (const bool cluster : {true, false}) {
+    INFO((cluster ? "rdmalock_cluster_close" : "rdmalock_close"));
+    const pid_t pid = fork();
+    if (pid == 0) {
+      alarm(20);  // a child that hangs is killed: the parent reads SIGALRM
+      closing_callbacks.store(0);
+      FakeShards f{"host-a", "host-b"};
+      rdmalock_lock_t* l = nullptr;
+      if (cluster) {
+        auto cc = ClusterTestPeer::Connect(TwoShards(), testing::FakeClientOptions("c-api-close"),
+                                           f.connector());
+        if (!cc.ok()) _exit(2);
+        rdmalock_cluster_t* c = WrapClusterForTesting(std::move(cc).value());
+        const std::string name = NameOn(c, "shard-a");
+        if (rdmalock_cluster_lock(c, name.c_str(), RDMALOCK_EXCLUSIVE, 2000, &l) != RDMALOCK_OK ||
+            rdmalock_lock_on_lost(l, CloseCluster, c) != RDMALOCK_OK) {
+          _exit(2);
+        }
+        rdmalock_cluster_close(c);  // tells l's callback, which closes c again
+      } else {
+        auto cc = ClientTestPeer::Connect(testing::FakeClientOptions("c-api-close"),
+                                          f.lockds["host-a"]->connector());
+        if (!cc.ok()) _exit(2);
+        rdmalock_client_t* c = WrapClientForTesting(std::move(cc).value());
+        if (rdmalock_lock(c, "x", RDMALOCK_EXCLUSIVE, 2000, &l) != RDMALOCK_OK ||
+            rdmalock_lock_on_lost(l, CloseClient, c) != RDMALOCK_OK) {
+          _exit(2);
+        }
+        rdmalock_close(c);
+      }
+      if (closing_callbacks.load() != 1) _exit(3);
+      if (rdmalock_lock_get_state(l) != RDMALOCK_LOST) _exit(4);
+      rdmalock_lock_free(l);
+      _exit(0);
+    }
+    REQUIRE(pid > 0);
+    const testing::ChildEnd child = testing::WaitChild(pid);
+    REQUIRE(child.waited);
+    INFO("child (2 no lock, 3 callbacks not 1, 4 not lost): " << child.how);
+    CHECK(child.clean);
+  }
+}
+
 // rdmalock.h: a loss found while no callback is set is told to the next one set, and a NULL fn
 // drops it. As the lock's first rdmalock_lock_on_lost, NULL wired the handle to the gate, which
 // kept the loss for the next callback instead (found by review, 2026-12-06).

@@ -159,7 +159,9 @@ RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_connect(const rdmalock_options_t* o
 /* Ends the session and frees the client; lockd frees the locks it still held. Their handles
  * stay valid objects in state LOST (rdmalock_release returns LOCK_LOST) until rdmalock_lock_free.
  * NULL is a no-op. It may be called from a lost callback (on the library's thread, which then
- * finishes by itself once the callback returns); no other call may use the client meanwhile. */
+ * finishes by itself once the callback returns); no other call may use the client meanwhile.
+ * The locks still held are told they are lost (their callbacks run on this thread, inside this
+ * call); a callback that then closes this client does nothing: this call frees it. */
 RDMALOCK_C_EXPORT void rdmalock_close(rdmalock_client_t* client);
 
 /* Acquires the lock `name` (its slot is XXH3-64(name) modulo the lock count), waiting up to
@@ -295,7 +297,8 @@ RDMALOCK_C_EXPORT void rdmalock_cluster_options_init_sized(rdmalock_cluster_opti
  *   PROTOCOL          etcd holds something that is not a map or a primary's address */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_cluster_open(const rdmalock_cluster_options_t* options,
                                                           rdmalock_cluster_t** out);
-/* Ends every shard's session and frees the cluster (as rdmalock_close for each). NULL: no-op. */
+/* Ends every shard's session and frees the cluster (as rdmalock_close for each; a lost callback
+ * it runs that closes this cluster does nothing). NULL: no-op. */
 RDMALOCK_C_EXPORT void rdmalock_cluster_close(rdmalock_cluster_t* cluster);
 
 /* As rdmalock_lock and rdmalock_try_lock, on the shard that owns `name` (whose session is made
