@@ -31,18 +31,26 @@
 namespace lockctl {
 namespace {
 
-std::atomic<int> g_forward_signal{0};  // lockctl's own process-wide signal flag (main only)
+// The signals lockctl received and has not passed on yet, one bit per signal number: two that
+// come between two polls (systemd's SIGTERM, then SIGHUP with SendSIGHUP=yes) are both passed on;
+// with one number kept, the first was lost (found by review, 2026-12-07). lockctl's own
+// process-wide flags (main only): its handlers set bits, its main loop takes them.
+std::atomic<unsigned> g_forward_signals{0};
+static_assert(std::atomic<unsigned>::is_always_lock_free);  // set by a signal handler
+constexpr unsigned SignalBit(int sig) { return 1U << sig; }
+static_assert(SIGTERM < 32 && SIGINT < 32 && SIGHUP < 32 && SIGQUIT < 32);
 
 // What lockctl tells the supervisor of an acquired command, in memory they share (issue 16,
 // finding 13). Times are CLOCK_MONOTONIC (std::chrono::steady_clock) nanoseconds.
 struct CommandWatch {
   std::atomic<int64_t> term_at_ns{INT64_MAX};  // SIGTERM the command's process group from then
   std::atomic<int64_t> kill_at_ns{INT64_MAX};  // and SIGKILL it from then, at the latest
-  std::atomic<int> forward{0};                 // a signal lockctl received, for the command
+  std::atomic<unsigned> forward{0};  // signals lockctl received, for the command (SignalBit)
   std::atomic<int> stopped_for_loss{0};        // set by the supervisor when it terminated it
   std::atomic<int> command{0};  // the command's pid (and process group), once it is forked
 };
-static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<int>::is_always_lock_free);
+static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<int>::is_always_lock_free &&
+              std::atomic<unsigned>::is_always_lock_free);
 
 int64_t MonotonicNs() {
   timespec ts{};
@@ -66,7 +74,8 @@ char* Digits(char* out, long v) {
 // group (setsid, a daemon's double fork) and outlived its parent is the supervisor's child. This
 // kills every child the supervisor has and waits for each, round after round (a killed child's
 // own children come to the supervisor in turn), until it has none: nothing the command started
-// runs on after the release. Async-signal-safe (a forked copy of a threaded process).
+// runs on after the release. Async-signal-safe (a forked copy of a threaded process). lockctl
+// calls it too, when the supervisor was killed: lockctl is the subreaper above it.
 void KillDescendants() {
   char path[64] = "/proc/self/task/";
   char* end = Digits(path + std::strlen(path), getpid());
@@ -270,7 +279,12 @@ void KillDescendants() {
       kill(-cmd, sig);
       kill(-cmd, SIGCONT);
     };
-    if (const int sig = w->forward.exchange(0); sig != 0) signal_command(sig);
+    // Each signal passed on, in signal-number order (as the kernel delivers pending ones).
+    if (const unsigned sigs = w->forward.exchange(0); sigs != 0) {
+      for (int sig = 1; sig < 32; ++sig) {
+        if ((sigs & SignalBit(sig)) != 0) signal_command(sig);
+      }
+    }
     if (termed == 0 && now >= w->term_at_ns.load()) {
       w->stopped_for_loss.store(1);
       signal_command(SIGTERM);
@@ -466,10 +480,16 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
     struct sigaction forward {
     }, before{};
     if (sigaction(sig, nullptr, &before) == 0 && before.sa_handler == SIG_IGN) continue;
-    forward.sa_handler = [](int s) { g_forward_signal.store(s); };
+    forward.sa_handler = [](int s) { g_forward_signals.fetch_or(SignalBit(s)); };
     sigemptyset(&forward.sa_mask);
     sigaction(sig, &forward, nullptr);
   }
+  // A subreaper above the supervisor: if the supervisor is killed, the command and whatever it
+  // started outside its process group come to lockctl, which kills them and waits for them
+  // before the release (found by review, 2026-12-07: they went to init and ran on after it). Set
+  // before the fork, so that the supervisor's and the command's processes inherit the search for
+  // a subreaper.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   const pid_t child = fork();
   if (child < 0) {
     std::perror("lockctl: fork");
@@ -493,7 +513,7 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
       std::perror("lockctl: waitpid");
       return kExitInternal;
     }
-    if (const int s = g_forward_signal.exchange(0); s != 0) watch->forward.store(s);
+    if (const unsigned s = g_forward_signals.exchange(0); s != 0) watch->forward.fetch_or(s);
     const bool is_lost = lost->load() || lock->state() == rdmalock::LockState::kLost;
     if (is_lost) {
       if (!told) {
@@ -511,9 +531,12 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   // The supervisor was killed (it blocks every other signal): nothing ends the command's group
-  // when the command ends, so it is ended here, before the release.
+  // when the command ends, so it is ended here, before the release, and what the supervisor
+  // left (the command, and what the command started in a session of its own) is now lockctl's
+  // (a subreaper): killed and waited for, as the supervisor would have.
   if (WIFSIGNALED(status)) {
     if (const int cmd_pid = watch->command.load(); cmd_pid > 0) kill(-cmd_pid, SIGKILL);
+    KillDescendants();
     std::cerr << "lockctl: the supervisor of the command died (signal " << WTERMSIG(status)
               << "); the command was killed before the release\n";
   }

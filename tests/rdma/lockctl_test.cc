@@ -384,6 +384,25 @@ TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl 
     CHECK(GoneWithin(sh, 2000ms));
     kill(sh, SIGKILL);
   }
+  // Found by review (2026-12-07): with the supervisor (the command's subreaper) killed, lockctl
+  // killed the command's process group and released the lock; a process the command had started
+  // in a session of its own went to init and ran on after the release. lockctl is a subreaper
+  // too now: what the supervisor leaves comes to lockctl, which kills it and waits for it first.
+  SECTION("the supervisor is killed: a process the command started in a session of its own "
+          "ends before the release") {
+    const pid_t lockctl =
+        run("setsid sh -c 'echo $$ > " + dir + "/bg9.tmp; mv " + dir + "/bg9.tmp " + dir +
+            "/bg9; exec sleep 300' & while [ ! -s " + dir + "/bg9 ]; do sleep 0.01; done; " +
+            "echo $PPID > " + dir + "/sup9; while :; do sleep 0.05; done");
+    const pid_t bg = ReadPid(dir + "/bg9");
+    const pid_t sup = ReadPid(dir + "/sup9");
+    REQUIRE(sup != lockctl);
+    REQUIRE(ProcAlive(bg));
+    REQUIRE(kill(sup, SIGKILL) == 0);
+    WaitExit(lockctl, 5s);
+    CHECK_FALSE(ProcAlive(bg));  // lockctl has released the lock: nothing of the command runs
+    kill(bg, SIGKILL);
+  }
   SECTION("lockctl's process group is killed (timeout -s KILL): the command ends too") {
     const pid_t lockctl = run("echo $$ > " + dir + "/sh4; while :; do sleep 0.05; done", true);
     const pid_t sh = ReadPid(dir + "/sh4");
@@ -481,6 +500,26 @@ TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl 
     CHECK((hup >> word && word == "hup"));
     auto c = MustConnect(lockd);
     CHECK(c->TryLock("f13").ok());  // released, not left to lockd's fencing (a lease or more)
+  }
+  // Found by review (2026-12-07): lockctl kept one signal to pass on, and so did the memory it
+  // shares with the supervisor: of two signals that came between two of its polls (systemd's
+  // SIGTERM and then, with SendSIGHUP=yes, SIGHUP) only the last reached the command, and a
+  // command that reloads on SIGHUP never saw the SIGTERM and ran on, holding the lock.
+  SECTION("two signals to lockctl at once (SIGTERM, SIGHUP): the command gets both") {
+    const pid_t lockctl = run("trap 'echo hup >> " + dir + "/sig8' HUP; trap 'echo term >> " +
+                              dir + "/sig8; exit 9' TERM; echo $$ > " + dir +
+                              "/sh8; while :; do sleep 0.05; done");
+    const pid_t sh = ReadPid(dir + "/sh8");
+    REQUIRE(kill(lockctl, SIGTERM) == 0);
+    REQUIRE(kill(lockctl, SIGHUP) == 0);
+    const int code = WaitExit(lockctl, 10s);
+    std::ifstream sig(dir + "/sig8");
+    std::string got, word;
+    while (sig >> word) got += word + " ";
+    INFO("the command's traps ran: " << got << "; lockctl's exit: " << code);
+    CHECK(code == 9);
+    CHECK(got.find("term") != std::string::npos);
+    kill(sh, SIGKILL);
   }
   // Found by review (2026-12-06): a signal lockctl passed on to a stopped command (SIGSTOP, or
   // stopped by the terminal) stayed pending, and lockctl waited with the lock for as long as it
