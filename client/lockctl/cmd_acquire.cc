@@ -45,9 +45,9 @@ static_assert(SIGTERM < 32 && SIGINT < 32 && SIGHUP < 32 && SIGQUIT < 32);
 struct CommandWatch {
   std::atomic<int64_t> term_at_ns{INT64_MAX};  // SIGTERM the command's process group from then
   std::atomic<int64_t> kill_at_ns{INT64_MAX};  // and SIGKILL it from then, at the latest
-  std::atomic<unsigned> forward{0};  // signals lockctl received, for the command (SignalBit)
-  std::atomic<int> stopped_for_loss{0};        // set by the supervisor when it terminated it
-  std::atomic<int> command{0};  // the command's pid (and process group), once it is forked
+  std::atomic<unsigned> forward{0};      // signals lockctl received, for the command (SignalBit)
+  std::atomic<int> stopped_for_loss{0};  // set by the supervisor when it terminated it
+  std::atomic<int> command{0};           // the command's pid (and process group), once it is forked
 };
 static_assert(std::atomic<int64_t>::is_always_lock_free && std::atomic<int>::is_always_lock_free &&
               std::atomic<unsigned>::is_always_lock_free);

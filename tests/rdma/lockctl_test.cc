@@ -388,8 +388,9 @@ TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl 
   // killed the command's process group and released the lock; a process the command had started
   // in a session of its own went to init and ran on after the release. lockctl is a subreaper
   // too now: what the supervisor leaves comes to lockctl, which kills it and waits for it first.
-  SECTION("the supervisor is killed: a process the command started in a session of its own "
-          "ends before the release") {
+  SECTION(
+      "the supervisor is killed: a process the command started in a session of its own "
+      "ends before the release") {
     const pid_t lockctl =
         run("setsid sh -c 'echo $$ > " + dir + "/bg9.tmp; mv " + dir + "/bg9.tmp " + dir +
             "/bg9; exec sleep 300' & while [ ! -s " + dir + "/bg9 ]; do sleep 0.01; done; " +
@@ -506,9 +507,9 @@ TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl 
   // SIGTERM and then, with SendSIGHUP=yes, SIGHUP) only the last reached the command, and a
   // command that reloads on SIGHUP never saw the SIGTERM and ran on, holding the lock.
   SECTION("two signals to lockctl at once (SIGTERM, SIGHUP): the command gets both") {
-    const pid_t lockctl = run("trap 'echo hup >> " + dir + "/sig8' HUP; trap 'echo term >> " +
-                              dir + "/sig8; exit 9' TERM; echo $$ > " + dir +
-                              "/sh8; while :; do sleep 0.05; done");
+    const pid_t lockctl =
+        run("trap 'echo hup >> " + dir + "/sig8' HUP; trap 'echo term >> " + dir +
+            "/sig8; exit 9' TERM; echo $$ > " + dir + "/sh8; while :; do sleep 0.05; done");
     const pid_t sh = ReadPid(dir + "/sh8");
     REQUIRE(kill(lockctl, SIGTERM) == 0);
     REQUIRE(kill(lockctl, SIGHUP) == 0);

@@ -214,8 +214,9 @@ void CloseClient(rdmalock_status_t, const char*, void* client) {
 }
 }  // namespace
 
-TEST_CASE("c api: a lost callback that closes the client, run by that client's close, frees it "
-          "once") {
+TEST_CASE(
+    "c api: a lost callback that closes the client, run by that client's close, frees it "
+    "once") {
   for (const bool cluster : {true, false}) {
     INFO((cluster ? "rdmalock_cluster_close" : "rdmalock_close"));
     const pid_t pid = fork();
