@@ -289,6 +289,19 @@ void Client::Impl::CountRiderRelease(bool released) {
   ++(released ? retired_.releases : retired_.lost);
 }
 
+sdk::ThreadChannel* Client::Impl::ExistingChannel() {
+  if (inherited()) return nullptr;  // before any lock: a parent's thread may hold it
+  const uint64_t gen = gen_.load(std::memory_order_acquire);
+  if (ThreadChannel* ch = Cached(this, nonce_, gen)) return ch;
+  MutexLock lk(&mu_);
+  const auto it = channels_.find(std::this_thread::get_id());
+  if (it == channels_.end() || session_ == nullptr || it->second->session != session_) {
+    return nullptr;
+  }
+  cache = {this, nonce_, it->second->session->gen, it->second};  // keeps it alive, as Channel
+  return it->second.get();
+}
+
 Result<sdk::ThreadChannel*> Client::Impl::Channel(Clock::time_point deadline, LossCaller caller,
                                                   std::chrono::milliseconds* busy_retry) {
   if (busy_retry != nullptr) *busy_retry = std::chrono::milliseconds(0);

@@ -478,6 +478,9 @@ class [[gnu::visibility("hidden")]] Client::Impl
   Result<ThreadChannel*> Channel(Clock::time_point deadline = Clock::time_point::max(),
                                  LossCaller caller = {},
                                  std::chrono::milliseconds* busy_retry = nullptr) EXCLUDES(mu_);
+  // This thread's channel in the current session if it has one, else nullptr: never joins,
+  // never waits (Flush: a thread with no channel has posted nothing in this session).
+  ThreadChannel* ExistingChannel() EXCLUDES(mu_);
   // A call on `gen`'s session failed. A connection error ends the session: every lock it held is
   // lost, its connections close (so lockd frees what they recorded), and the keeper reconnects.
   // The loss callbacks run on this thread, as `caller` allows (LossCaller): a dropping thread's

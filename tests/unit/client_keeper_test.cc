@@ -2184,3 +2184,41 @@ TEST_CASE(
   CHECK(waited >= 800ms);  // ~300 ms when held to A's limit
   REQUIRE(a.get_future().wait_for(5s) == std::future_status::ready);
 }
+
+// client.h: Flush waits for the releases this thread posted. A thread that never locked (or
+// not in this session) posted none, yet Flush joined the session for it: one of lockd's
+// connections per session taken for nothing, a second of retries while lockd was busy, and
+// kResource (which rdmalock.h does not list for rdmalock_flush) when it stayed busy (found by
+// review of the C API, 2026-12-07).
+TEST_CASE("session keeping: a flush on a thread with nothing posted joins nothing") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  std::atomic<bool> busy{false};
+  std::atomic<int> joins{0};
+  const Connector busy_joins = BusyJoins(lockd, &busy);
+  const Connector connector = [&](const ChannelParams& p, uint32_t* retry_ms,
+                                  proto::RejectReason* reason) {
+    if ((p.flags & proto::kFlagJoin) != 0) ++joins;
+    return busy_joins(p, retry_ms, reason);
+  };
+  auto client = ConnectTo("flush-nothing", connector);
+  busy = true;
+  joins = 0;
+  Status flushed;
+  const auto start = std::chrono::steady_clock::now();
+  std::thread([&] { flushed = client->Flush(); }).join();
+  const auto took = std::chrono::steady_clock::now() - start;
+  INFO("the flush: " << flushed.ToString() << "; joins tried: " << joins.load() << "; took "
+                     << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                     << " ms");
+  CHECK(flushed.ok());
+  CHECK(joins.load() == 0);
+  // A thread that did lock flushes its own posted release as before.
+  busy = false;
+  std::thread([&] {
+    auto h = client->LockSlot(2);
+    REQUIRE(h.ok());
+    REQUIRE(h->Release().ok());
+    flushed = client->Flush();
+  }).join();
+  CHECK(flushed.ok());
+}

@@ -337,7 +337,8 @@ class RDMALOCK_EXPORT Client {
   // Releases handles together (their CASes in one doorbell). Returns the first error; every
   // handle is released or marked lost either way.
   Status ReleaseMany(std::span<LockHandle> handles);
-  // Waits for this thread's posted releases to complete (and retries any that must be).
+  // Waits for this thread's posted releases to complete (and retries any that must be). A thread
+  // with no connection in the current session posted none: Ok at once, nothing joined.
   Status Flush();
 
   uint64_t SlotOf(std::string_view name) const;

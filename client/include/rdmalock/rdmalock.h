@@ -193,7 +193,8 @@ RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_lock_slot(rdmalock_client_t* client
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_release(rdmalock_lock_t* lock);
 /* Waits until the releases this thread posted on `client` have completed. rdmalock_release posts
  * its compare-and-swap and returns without waiting for it unless others were seen queued; another
- * client's try_lock right after may still find the lock taken. Errors: INVALID_ARGUMENT (NULL),
+ * client's try_lock right after may still find the lock taken. A thread that has not locked in
+ * the current session has posted nothing: OK at once. Errors: INVALID_ARGUMENT (NULL),
  * CONNECTION. */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_flush(rdmalock_client_t* client);
 /* Extends the lease by one lease period from now (clients renew by themselves unless
