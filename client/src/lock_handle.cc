@@ -337,8 +337,6 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl, Teller* tell,
 Status LockHandle::Renew() {
   if (!state_) return Error(ErrorCode::kNotHeld, "empty lock handle");
   if (state_->inherited()) return Client::Impl::InheritedError();
-  auto impl = state_->ctx->client.lock();
-  if (!impl) return Error(ErrorCode::kConnection, "client closed");
   // A rider (cohort.h) renews its carrier's grant, the one lease all its readers share; if that
   // finds the lock lost, every reader is told.
   // A lost lock says so, as Release does: kNotHeld is for one released (it was kNotHeld once the
@@ -347,6 +345,15 @@ Status LockHandle::Renew() {
     return st == LockState::kLost ? Error(ErrorCode::kLockLost, "lock was lost")
                                   : Error(ErrorCode::kNotHeld, "lock is not held");
   };
+  auto impl = state_->ctx->client.lock();
+  if (!impl) {
+    // The client closed: its handles are lost (released ones stay released), as Release says
+    // (it said kConnection; found by review, 2026-12-07).
+    MutexLock lk(&state_->mu);
+    return state_->state == LockState::kHeld
+               ? Error(ErrorCode::kLockLost, "client closed; lock lost")
+               : not_held(state_->state);
+  }
   // The state kept alive for the call: a loss callback run on this thread by Channel() below (a
   // failed join ends the session) may drop the handle that owns it (found by review).
   const std::shared_ptr<State> keep = state_;

@@ -2222,3 +2222,22 @@ TEST_CASE("session keeping: a flush on a thread with nothing posted joins nothin
   }).join();
   CHECK(flushed.ok());
 }
+
+// rdmalock.h: handles of a closed client are LOST, and a release says LOCK_LOST (NOT_HELD for
+// one released). Renew said CONNECTION ("client closed") for both (found by review of the C
+// API, 2026-12-07).
+TEST_CASE("session keeping: a renewal after the client closed says lost or not held") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  auto client = ConnectTo("renew-closed", lockd.connector());
+  auto held = client->LockSlot(1);
+  REQUIRE(held.ok());
+  auto released = client->LockSlot(2);
+  REQUIRE(released.ok());
+  REQUIRE(released->Release().ok());
+  client.reset();
+  const Status lost = held->Renew(), not_held = released->Renew();
+  INFO("held: " << lost.ToString() << "; released: " << not_held.ToString());
+  CHECK(held->state() == LockState::kLost);
+  CHECK(lost.code() == ErrorCode::kLockLost);
+  CHECK(not_held.code() == ErrorCode::kNotHeld);
+}
