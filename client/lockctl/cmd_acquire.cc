@@ -123,6 +123,7 @@ void KillDescendants() {
 // What the command's exec needs was built before the fork: `paths` (null-terminated) are the files
 // the command may be, in PATH order, as execvp would try them; `sh_argv` is {"/bin/sh", <slot for
 // the file>, arguments...} for a file that is not an executable format (execvp's ENOEXEC rule).
+// [keep, keep_end): the descriptors lockctl was started with (ascending), left open for it.
 //
 // The terminal (`tty`, lockctl's controlling terminal, or -1): whenever lockctl's process group
 // has it (lockctl runs in the foreground, or is brought there later), the supervisor passes it on
@@ -136,14 +137,22 @@ void KillDescendants() {
 // pipeline), a stop by it is told once on stderr.
 [[noreturn]] void Supervise(CommandWatch* w, pid_t lockctl, int tty, char* const* paths,
                             char* const* argv, char** sh_argv, char* const* envp, int64_t grace_ns,
-                            bool sigchld_ignored) {
+                            bool sigchld_ignored, const int* keep, const int* keep_end) {
   sigset_t all, old;
   sigfillset(&all);
   sigprocmask(SIG_BLOCK, &all, &old);  // signals for the command come through lockctl
-  // Nothing of lockctl's but stdin, stdout and stderr: its RDMA device and rdma_cm descriptors
-  // held open here would keep its connections (and their locks at lockd) alive after lockctl
-  // died, and the command has no use for them either.
-  close_range(3, ~0U, 0);
+  // Nothing of lockctl's own but stdin, stdout and stderr: its RDMA device and rdma_cm
+  // descriptors held open here would keep its connections (and their locks at lockd) alive after
+  // lockctl died, and the command has no use for them either. The descriptors lockctl was
+  // started with (`keep`, ascending: `3<file`, systemd's LISTEN_FDS) stay for the command, as
+  // flock(1) passes them (all of them were closed until 2026-12-07; found by review).
+  unsigned from = 3;
+  for (const int* k = keep; k != keep_end; ++k) {
+    const auto fd = static_cast<unsigned>(*k);
+    if (fd > from) close_range(from, fd - 1, 0);
+    if (fd >= from) from = fd + 1;
+  }
+  close_range(from, ~0U, 0);
   if (getppid() != lockctl) _exit(kExitInternal);
   // _Fork, not fork: no atfork handler (the SDK's take a mutex) runs in this copy of a threaded
   // process.
@@ -497,7 +506,8 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
   }
   if (child == 0) {
     Supervise(watch, lockctl_pid, tty, paths.data(), argv.data(), sh_argv.data(), envp.data(),
-              grace_ns, sigchld_ignored);
+              grace_ns, sigchld_ignored, c.inherited_fds.data(),
+              c.inherited_fds.data() + c.inherited_fds.size());
   }
   // While the command has the terminal lockctl is in the background: what it writes (a lost
   // lock) must not stop it (SIGTTOU, with the terminal's tostop set). Set after the fork: the

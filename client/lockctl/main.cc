@@ -10,11 +10,16 @@
 //   76       `acquire`: the lock was lost while the command ran (the command was terminated)
 //   127/126  `acquire`: the command was not found / was found but could not be run
 //   1        `release --force`: lockd refused (no such session, no recorded holder)
+#include <dirent.h>
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
+#include <cstring>
 #include <exception>
 #include <iostream>
+#include <vector>
 
 #include "client/lockctl/args.h"
 #include "client/lockctl/commands.h"
@@ -59,6 +64,29 @@ int Run(Args& a) {
 }  // namespace
 }  // namespace lockctl
 
+namespace {
+
+// The descriptors from 3 up this process has now, ascending (none if /proc cannot say).
+std::vector<int> OpenDescriptors() {
+  std::vector<int> fds;
+  DIR* d = opendir("/proc/self/fd");
+  if (d == nullptr) return fds;
+  const int own = dirfd(d);
+  while (const dirent* e = readdir(d)) {
+    int fd = -1;
+    const char* end = e->d_name + std::strlen(e->d_name);
+    if (auto [p, ec] = std::from_chars(e->d_name, end, fd);
+        ec == std::errc() && p == end && fd >= 3 && fd != own) {
+      fds.push_back(fd);
+    }
+  }
+  closedir(d);
+  std::sort(fds.begin(), fds.end());
+  return fds;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   // Standard input, output and error are open, on /dev/null if lockctl was started without them
   // (a daemon's child, `>&-`): else its RDMA descriptors would take their numbers, and the
@@ -72,8 +100,11 @@ int main(int argc, char** argv) {
   // No exception leaves main: what the libraries lockctl uses may throw (an allocation, a JSON
   // value) is an internal error with a message, not an abort.
   try {
+    // Before lockctl opens anything from 3 up: what its caller gave it, for acquire's command.
+    std::vector<int> inherited = OpenDescriptors();
     lockctl::Args a;
     if (const int rc = lockctl::ParseArgs(argc, argv, &a); rc >= 0) return rc;
+    a.common.inherited_fds = std::move(inherited);
     return lockctl::Run(a);
   } catch (const std::exception& e) {
     std::cerr << "lockctl: internal error: " << e.what() << "\n";

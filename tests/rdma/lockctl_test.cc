@@ -2,6 +2,7 @@
 // lock, is ended when the lock is lost, and no process of it outlives lockctl or the lock),
 // release --force over the admin socket, clients, inspect and top.
 // Run on rdma_rxe only (tests/rdma/lockd_fixture.h).
+#include <fcntl.h>
 #include <poll.h>
 #include <pty.h>
 #include <signal.h>
@@ -483,6 +484,41 @@ TEST_CASE("finding 13: no process of lockctl acquire's command outlives lockctl 
   // Found by review (2026-12-06): lockctl started with SIGCHLD ignored had its children reaped by
   // the kernel; the supervisor's waitpid failed (ECHILD) for ever, and lockctl renewed the lock
   // for ever after the command had exited.
+  // Found by review (2026-12-07): the supervisor closed every descriptor from 3 up, to keep
+  // lockctl's RDMA descriptors from the command; descriptors lockctl was started with went too,
+  // so `lockctl acquire NAME -- cmd 3<file` (as with flock(1)) or a socket-activated service's
+  // LISTEN_FDS gave the command nothing. lockctl's own stay closed for it.
+  SECTION("descriptors lockctl was started with reach the command; its own do not") {
+    { std::ofstream(dir + "/in3") << "three\n"; }
+    const pid_t lockctl = fork();
+    REQUIRE(lockctl >= 0);
+    if (lockctl == 0) {
+      const int fd = open((dir + "/in3").c_str(), O_RDONLY);  // no O_CLOEXEC: passed on
+      if (fd < 0 || (fd != 3 && dup2(fd, 3) != 3)) _exit(126);
+      close_range(4, ~0U, 0);  // lockctl starts with 0-3 only (this process has its own)
+      const std::string script = "cat <&3 > " + dir + "/out3; ls /proc/$$/fd > " + dir + "/fds3";
+      execl(LOCKCTL_PATH, "lockctl", "--server", std::getenv("RXE_IP"), "--port", port.c_str(),
+            "acquire", "f13", "--", "sh", "-c", script.c_str(), static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    CHECK(WaitExit(lockctl, 20s) == 0);
+    std::ifstream out(dir + "/out3"), fds(dir + "/fds3");
+    std::string got, all;
+    out >> got;
+    CHECK(got == "three");
+    int fd = 0, lockctls = 0;
+    bool three = false;
+    // lockctl, started with 0-3, opened its own (its RDMA device, its rdma_cm channel) from 4 up;
+    // dash keeps one of its own at 10.
+    while (fds >> fd) {
+      all += std::to_string(fd) + " ";
+      if (fd == 3) three = true;
+      if (fd > 3 && fd < 10) ++lockctls;
+    }
+    INFO("the shell's descriptors: " << all);
+    CHECK(three);
+    CHECK(lockctls == 0);
+  }
   SECTION("lockctl started with SIGCHLD ignored still ends when the command does") {
     const pid_t lockctl = run("exit 7", false, true);
     CHECK(WaitExit(lockctl, 20s) == 7);
