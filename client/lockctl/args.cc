@@ -195,7 +195,8 @@ int ParseArgs(int argc, char** argv, Args* args) {
   CLI::App app{
       "lockctl: inspect and use an rdmalock lock server.\n"
       "Exit codes: 0 ok (acquire: the command's status), 64 usage, 69 lockd "
-      "unreachable, 70 internal, 75 lock not granted in time, 76 lock lost, 127/126 "
+      "unreachable, 70 internal, 74 output not written, 75 lock not granted in time, 76 lock "
+      "lost, 127/126 "
       "acquire's command not found/not runnable, 1 release --force refused or bench errors."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "lockctl " RDMALOCK_VERSION);

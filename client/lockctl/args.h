@@ -15,6 +15,7 @@ namespace lockctl {
 inline constexpr int kExitUsage = 64;
 inline constexpr int kExitUnavailable = 69;
 inline constexpr int kExitInternal = 70;
+inline constexpr int kExitIo = 74;  // standard output could not be written (sysexits' EX_IOERR)
 inline constexpr int kExitTimeout = 75;
 inline constexpr int kExitLost = 76;
 

@@ -127,7 +127,9 @@ int CmdTop(const Common& c, int interval_ms, int rows, int iterations,
       }
       if (out.empty()) std::printf("(no lock held or requested in this interval)\n");
     }
-    std::fflush(stdout);
+    // Nobody reads it any more (`lockctl top | head` with SIGPIPE ignored) or it cannot be
+    // written: stop, instead of reading the lock table for ever (main says why and exits 74).
+    if (std::fflush(stdout) != 0 || std::ferror(stdout) != 0) return 0;
   }
   return 0;
 }

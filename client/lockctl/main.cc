@@ -6,6 +6,7 @@
 //   64       usage error
 //   69       cannot reach or handshake with lockd
 //   70       internal error
+//   74       standard output could not be written (a full disk, a closed pipe)
 //   75       `acquire`: the lock was not granted within --timeout
 //   76       `acquire`: the lock was lost while the command ran (the command was terminated)
 //   127/126  `acquire`: the command was not found / was found but could not be run
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <iostream>
@@ -85,6 +87,29 @@ std::vector<int> OpenDescriptors() {
   return fds;
 }
 
+// lockctl's exit status `rc` once what it wrote to standard output is out: a key, a status or
+// JSON that could not be written (a full disk, a closed pipe with SIGPIPE ignored) is an error,
+// exit 74, not a success with a truncated or empty file behind it (`lockctl keygen > key.new &&
+// mv key.new key` put an empty key in place; found by review, 2026-12-07). A failure that rc
+// already reports keeps its code.
+int OutputWritten(int rc) {
+  // A write that failed earlier (std::endl flushes) left its reason in errno, if nothing came
+  // after it; only a reason a write gives is taken from there.
+  int err = errno;
+  errno = 0;
+  std::cout.flush();  // through stdio (std::cout is synced with it): errno says why it failed
+  if (errno != 0) err = errno;
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  if (!flushed && errno != 0) err = errno;
+  if (flushed && std::ferror(stdout) == 0 && !std::cout.bad()) return rc;
+  const bool write_error = err == ENOSPC || err == EPIPE || err == EIO || err == EDQUOT ||
+                           err == EFBIG || err == EBADF || err == EINVAL;
+  std::cerr << "lockctl: writing standard output: "
+            << (write_error ? std::strerror(err) : "write error") << "\n";
+  return rc == 0 ? lockctl::kExitIo : rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,9 +128,9 @@ int main(int argc, char** argv) {
     // Before lockctl opens anything from 3 up: what its caller gave it, for acquire's command.
     std::vector<int> inherited = OpenDescriptors();
     lockctl::Args a;
-    if (const int rc = lockctl::ParseArgs(argc, argv, &a); rc >= 0) return rc;
+    if (const int rc = lockctl::ParseArgs(argc, argv, &a); rc >= 0) return OutputWritten(rc);
     a.common.inherited_fds = std::move(inherited);
-    return lockctl::Run(a);
+    return OutputWritten(lockctl::Run(a));
   } catch (const std::exception& e) {
     std::cerr << "lockctl: internal error: " << e.what() << "\n";
   } catch (...) {
