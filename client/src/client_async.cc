@@ -158,18 +158,30 @@ Result<ThreadChannel*> Client::Impl::BatchChannel(std::vector<AsyncRequest>& bat
 void Client::Impl::PumpLoop() {
   for (;;) {
     std::vector<AsyncRequest> batch;
+    // Waits past their deadline that no waiter thread took (all of them busy with waits of their
+    // own): the pump finishes them (they give up at once), or their callbacks came only when a
+    // thread was free, and a ticket granted meanwhile held the lock from everyone, unwatched
+    // (found by review, 2026-12-07).
+    std::vector<AsyncWait> overdue;
     {
       MutexLock lk(&async_mu_);
-      async_cv_.Wait(lk, [&] {
-        async_mu_.AssertHeld();
-        return async_stop_ || !async_q_.empty();
-      });
-      if (async_stop_) return;
+      for (;;) {
+        if (async_stop_) return;
+        const Clock::time_point next = TakeOverdueLocked(Clock::now(), &overdue);
+        if (!overdue.empty() || !async_q_.empty()) break;
+        if (next == Clock::time_point::max()) {
+          async_cv_.Wait(lk);
+        } else {
+          (void)async_cv_.WaitUntil(lk, next);
+        }
+      }
       while (!async_q_.empty() && batch.size() < kAsyncBatch) {
         batch.push_back(std::move(async_q_.front()));
         async_q_.pop_front();
       }
     }
+    for (auto& w : overdue) FinishWait(w);
+    if (batch.empty()) continue;
     auto chr = BatchChannel(batch);
     if (!chr.ok()) continue;  // every request of the batch ended
     ThreadChannel& ch = **chr;
@@ -312,83 +324,117 @@ void Client::Impl::WaiterLoop() {
         return async_stop_ || !wait_q_.empty();
       });
       if (async_stop_ && wait_q_.empty()) return;
-      w = std::move(wait_q_.front());
-      wait_q_.pop_front();
+      w = TakeWaitLocked();
     }
-    // The ticket the pump queued is session w.gen's (a frozen request and one that waits in the
-    // cohort hold none). Once that session has ended, before this thread took the request or
-    // while it waited for a connection, the ticket is not the client's: lockd frees it from the
-    // record at its turn. Watched for through the next session's connection, it was seen granted
-    // before lockd's release of it, and the caller held a lock lockd then gave another client
-    // (unit test `session keeping: an async request queued in an ended session is never
-    // granted`). The request fails, as a blocking one does whose session ends while it waits.
-    const auto queued_in_ended_session = [&](uint64_t gen) {
-      if (w.frozen || w.cohort_queued || gen == w.gen) return false;
-      FinishUngranted(w.req, w.cohort_owner,
-                      Error(ErrorCode::kConnection,
-                            "the session with lockd ended while the request was queued; lockd "
-                            "frees its ticket"));
-      return true;
-    };
-    if (queued_in_ended_session(gen_.load(std::memory_order_acquire))) continue;
-    auto chr = Channel(w.req.deadline);
-    if (!chr.ok()) {
-      // The pump's FA queued the request (unless the word was frozen): a waiter that cannot
-      // join (the session's connection cap) hands the ticket to the reaper, which releases it at
-      // its turn, or the lock's queue would stop at it. Of an ended session it is dropped
-      // (lockd frees what the record shows).
-      if (!w.frozen && !w.cohort_queued) Abandon(w.gen, w.queued.ticket);
-      FinishUngranted(w.req, w.cohort_owner, chr.status());
-      continue;
-    }
-    if (ClosingAsync()) {  // after Channel(): see ClosingAsync
-      FinishUngranted(w.req, w.cohort_owner, Error(ErrorCode::kConnection, "client closed"));
-      continue;
-    }
-    if (w.cohort_queued) {
-      CohortWait(w, *chr);
-      continue;
-    }
-    ThreadChannel& ch = **chr;
-    const Session& sess = *ch.session;
-    if (queued_in_ended_session(sess.gen)) continue;
-    AcquireOptions ao;
-    ao.deadline = w.req.deadline;
-    ao.try_only = w.req.options.timeout && w.req.options.timeout->count() == 0;
-    ao.want_token = w.req.options.fencing_token && w.req.mode == Mode::kExclusive;
-    Result<Grant> g = Error(ErrorCode::kInternal, "not acquired");
-    Clock::time_point completed{};
-    {
-      MutexLock clk(&ch.mu);
-      Status st = ch.Reap();
-      if (!st.ok()) {
-        g = st;
-      } else if (w.queued.ticket.record != 0 && w.frozen) {
-        g = Error(ErrorCode::kInternal, "frozen request with a record");  // IssueMany never does
-      } else if (w.frozen && ao.try_only) {
-        g = Error(ErrorCode::kBusy, "lock word is being reset; try again");
-      } else if (w.frozen) {
-        std::tie(ao.record, ao.record_seq) = ch.TakeEntry(opts_.record_requests);
-        ao.pending = &ch.pending;
-        g = sess.engine->Acquire(*ch.mem, w.req.slot, w.req.mode, ao, &ch.events);
-      } else {
-        g = sess.engine->FinishAcquire(*ch.mem, w.queued, ao, &ch.events);
-      }
-      ch.NotePending();
-      completed = ch.mem->last_completed();
-    }
-    if (!g.ok()) {
-      if (w.cohort_owner) cohort_->Leave(w.req.slot);
-      if (g.status().code() == ErrorCode::kTimeout) ++ch.timeouts;
-      OnSessionError(sess.gen, g.status());
-      Finish(w.req, g.status());
-      continue;
-    }
-    TestHook("granted");
-    LockHandle h = MakeHandle(ch, *g, completed, w.req.options.auto_renew, w.req.submitted,
-                              w.cohort_owner ? cohort_.get() : nullptr);
-    FinishGranted(w.req, w.cohort_share ? ShareGrant(std::move(h), ch) : std::move(h));
+    FinishWait(w);
   }
+}
+
+Client::Impl::AsyncWait Client::Impl::TakeWaitLocked() {
+  // A wait in the cohort blocks its thread until its entry's owner hands the grant over (or its
+  // deadline). Taken ahead of an owner's wait still in this queue, four of them held every
+  // waiter thread and the owner's wait was never finished: neither were theirs (found by review,
+  // 2026-12-07).
+  auto it = std::find_if(wait_q_.begin(), wait_q_.end(),
+                         [](const AsyncWait& w) { return !w.cohort_queued; });
+  if (it == wait_q_.end()) it = wait_q_.begin();
+  AsyncWait w = std::move(*it);
+  wait_q_.erase(it);
+  return w;
+}
+
+Clock::time_point Client::Impl::TakeOverdueLocked(Clock::time_point now,
+                                                  std::vector<AsyncWait>* overdue) {
+  Clock::time_point next = Clock::time_point::max();
+  for (auto it = wait_q_.begin(); it != wait_q_.end();) {
+    const Clock::time_point d = it->req.deadline;
+    const Clock::time_point due =
+        d >= Clock::time_point::max() - kOverdueWait ? Clock::time_point::max() : d + kOverdueWait;
+    if (due <= now) {
+      overdue->push_back(std::move(*it));
+      it = wait_q_.erase(it);
+    } else {
+      next = std::min(next, due);
+      ++it;
+    }
+  }
+  return next;
+}
+
+void Client::Impl::FinishWait(AsyncWait& w) {
+  // The ticket the pump queued is session w.gen's (a frozen request and one that waits in the
+  // cohort hold none). Once that session has ended, before this thread took the request or
+  // while it waited for a connection, the ticket is not the client's: lockd frees it from the
+  // record at its turn. Watched for through the next session's connection, it was seen granted
+  // before lockd's release of it, and the caller held a lock lockd then gave another client
+  // (unit test `session keeping: an async request queued in an ended session is never
+  // granted`). The request fails, as a blocking one does whose session ends while it waits.
+  const auto queued_in_ended_session = [&](uint64_t gen) {
+    if (w.frozen || w.cohort_queued || gen == w.gen) return false;
+    FinishUngranted(w.req, w.cohort_owner,
+                    Error(ErrorCode::kConnection,
+                          "the session with lockd ended while the request was queued; lockd "
+                          "frees its ticket"));
+    return true;
+  };
+  if (queued_in_ended_session(gen_.load(std::memory_order_acquire))) return;
+  auto chr = Channel(w.req.deadline);
+  if (!chr.ok()) {
+    // The pump's FA queued the request (unless the word was frozen): a waiter that cannot
+    // join (the session's connection cap) hands the ticket to the reaper, which releases it at
+    // its turn, or the lock's queue would stop at it. Of an ended session it is dropped
+    // (lockd frees what the record shows).
+    if (!w.frozen && !w.cohort_queued) Abandon(w.gen, w.queued.ticket);
+    FinishUngranted(w.req, w.cohort_owner, chr.status());
+    return;
+  }
+  if (ClosingAsync()) {  // after Channel(): see ClosingAsync
+    FinishUngranted(w.req, w.cohort_owner, Error(ErrorCode::kConnection, "client closed"));
+    return;
+  }
+  if (w.cohort_queued) {
+    CohortWait(w, *chr);
+    return;
+  }
+  ThreadChannel& ch = **chr;
+  const Session& sess = *ch.session;
+  if (queued_in_ended_session(sess.gen)) return;
+  AcquireOptions ao;
+  ao.deadline = w.req.deadline;
+  ao.try_only = w.req.options.timeout && w.req.options.timeout->count() == 0;
+  ao.want_token = w.req.options.fencing_token && w.req.mode == Mode::kExclusive;
+  Result<Grant> g = Error(ErrorCode::kInternal, "not acquired");
+  Clock::time_point completed{};
+  {
+    MutexLock clk(&ch.mu);
+    Status st = ch.Reap();
+    if (!st.ok()) {
+      g = st;
+    } else if (w.queued.ticket.record != 0 && w.frozen) {
+      g = Error(ErrorCode::kInternal, "frozen request with a record");  // IssueMany never does
+    } else if (w.frozen && ao.try_only) {
+      g = Error(ErrorCode::kBusy, "lock word is being reset; try again");
+    } else if (w.frozen) {
+      std::tie(ao.record, ao.record_seq) = ch.TakeEntry(opts_.record_requests);
+      ao.pending = &ch.pending;
+      g = sess.engine->Acquire(*ch.mem, w.req.slot, w.req.mode, ao, &ch.events);
+    } else {
+      g = sess.engine->FinishAcquire(*ch.mem, w.queued, ao, &ch.events);
+    }
+    ch.NotePending();
+    completed = ch.mem->last_completed();
+  }
+  if (!g.ok()) {
+    if (w.cohort_owner) cohort_->Leave(w.req.slot);
+    if (g.status().code() == ErrorCode::kTimeout) ++ch.timeouts;
+    OnSessionError(sess.gen, g.status());
+    Finish(w.req, g.status());
+    return;
+  }
+  TestHook("granted");
+  LockHandle h = MakeHandle(ch, *g, completed, w.req.options.auto_renew, w.req.submitted,
+                            w.cohort_owner ? cohort_.get() : nullptr);
+  FinishGranted(w.req, w.cohort_share ? ShareGrant(std::move(h), ch) : std::move(h));
 }
 
 // A request the pump did not issue because another of the client's requests owns its slot's

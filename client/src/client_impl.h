@@ -600,6 +600,9 @@ class [[gnu::visibility("hidden")]] Client::Impl
   };
   static constexpr size_t kAsyncBatch = 8;
   static constexpr int kAsyncWaiters = 4;
+  // A wait still queued for a waiter thread this long past its deadline (every waiter thread
+  // busy) is finished by the pump thread instead (FinishWait, which then gives up at once).
+  static constexpr std::chrono::milliseconds kOverdueWait{10};
   // How long the pump waits for a session at a time before it looks at the queue again
   // (BatchChannel): a request queued meanwhile ends this late past its deadline at most.
   static constexpr auto kSessionWaitSlice = std::chrono::milliseconds(20);
@@ -676,6 +679,16 @@ class [[gnu::visibility("hidden")]] Client::Impl
   Status WaitForSessionLocked(MutexLock & lk, Clock::time_point until) REQUIRES(mu_);
   void PumpLoop() EXCLUDES(async_mu_);
   void WaiterLoop() EXCLUDES(async_mu_);
+  // The next wait for a waiter thread: the first whose request owns its cohort entry or is not
+  // in the cohort, else the first (FIFO); an owner's wait before the cohort's behind it.
+  AsyncWait TakeWaitLocked() REQUIRES(async_mu_);
+  // Moves the waits whose deadline is kOverdueWait past to `overdue`; returns when the next one
+  // will be (time_point::max() if none has a deadline).
+  Clock::time_point TakeOverdueLocked(Clock::time_point now, std::vector<AsyncWait> * overdue)
+      REQUIRES(async_mu_);
+  // Finishes one request the pump could not grant at once, on this thread's channel (a waiter
+  // thread's, or the pump's for an overdue one).
+  void FinishWait(AsyncWait & w) EXCLUDES(mu_, async_mu_);
   // An async request that waits in the cohort (AsyncWait::cohort_queued), on a waiter thread
   // whose channel is `ch`: completes it.
   void CohortWait(AsyncWait & w, ThreadChannel * ch) EXCLUDES(mu_, async_mu_);

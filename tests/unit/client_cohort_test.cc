@@ -713,6 +713,92 @@ TEST_CASE("cohort: closing a client ends its async requests waiting in the cohor
   for (const Status& st : r.statuses) CHECK(st.code() == ErrorCode::kConnection);
 }
 
+// The client has kAsyncWaiters (4) waiter threads, and each finishes one request's wait at a
+// time. With all four waiting (for locks another client holds, without a timeout) a request
+// queued behind them was not timed out: its callback came only when a thread was free, and its
+// ticket, granted at its turn with no thread watching, held the lock from everyone until their
+// stall recovery (found by review, 2026-12-07).
+TEST_CASE("cohort: an async wait times out while every waiter thread is busy") {
+  testing::FakeLockd::Options fo;
+  fo.lease = 2s;
+  fo.lock_count = 64;
+  testing::FakeLockd lockd(fo);
+  auto a = ConnectTo("async-busy-a", lockd);
+  auto b = ConnectTo("async-busy-b", lockd);
+  std::vector<LockHandle> held;
+  for (uint64_t slot = 20; slot <= 24; ++slot) {
+    auto h = b->LockSlot(slot);
+    REQUIRE(h.ok());
+    held.push_back(std::move(h).value());
+  }
+  AsyncResults busy, timed;
+  for (uint64_t slot = 20; slot <= 23; ++slot) {  // the four waiter threads, for ever
+    REQUIRE(a->LockSlotAsync(slot, Local(), busy.Callback()).ok());
+  }
+  std::this_thread::sleep_for(100ms);  // the pump has handed them to the waiter threads
+  const auto submitted = std::chrono::steady_clock::now();
+  REQUIRE(a->LockSlotAsync(24, Local(50ms), timed.Callback()).ok());
+  const bool told = WaitFor([&] { return timed.done.load() == 1; }, 3s);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - submitted);
+  INFO("told: " << told << " after " << took.count() << " ms");
+  CHECK(told);
+  if (told) {
+    std::lock_guard lk(timed.mu);
+    CHECK(timed.statuses.at(0).code() == ErrorCode::kTimeout);
+  }
+  // Its ticket was queued at lockd behind b's grant: at b's release it goes to nobody's use and
+  // is released, so a third client gets the lock at once.
+  auto c = ConnectTo("async-busy-c", lockd);
+  REQUIRE(held.back().Release().ok());
+  auto next = c->LockSlot(24, LockOptions{.timeout = 1s});
+  INFO("a third client's lock: " << next.status().ToString());
+  CHECK(next.ok());
+  CHECK(busy.done.load() == 0);
+  a.reset();  // ends the four waits (kConnection) while `busy` is still there to be told
+}
+
+// A waiter thread took a request that waits in the cohort for its slot's owner, which was still
+// in the waiter threads' queue behind it: with every thread so taken, the owner's wait was never
+// finished, and neither was any of theirs (found by review, 2026-12-07). Waiter threads now take
+// an owner's wait before any that waits in the cohort.
+TEST_CASE("cohort: async requests waiting in the cohort leave a waiter thread to their owner") {
+  testing::FakeLockd::Options fo;
+  fo.lease = 2s;
+  fo.lock_count = 64;
+  testing::FakeLockd lockd(fo);
+  auto a = ConnectTo("async-owner-a", lockd);
+  auto b = ConnectTo("async-owner-b", lockd);
+  std::vector<LockHandle> held;
+  for (uint64_t slot = 30; slot <= 33; ++slot) {
+    auto h = b->LockSlot(slot);
+    REQUIRE(h.ok());
+    held.push_back(std::move(h).value());
+  }
+  auto h1 = a->LockSlot(40, Local());  // a's own holder: the cohort entry of slot 40
+  REQUIRE(h1.ok());
+  AsyncResults busy, queued, owner;
+  for (uint64_t slot = 30; slot <= 33; ++slot) {  // the four waiter threads, for 300 ms
+    REQUIRE(a->LockSlotAsync(slot, Local(300ms), busy.Callback()).ok());
+  }
+  std::this_thread::sleep_for(100ms);
+  for (int i = 0; i < 4; ++i) {  // queued in the cohort behind h1, in the waiters' queue
+    REQUIRE(a->LockSlotAsync(40, Local(), queued.Callback()).ok());
+  }
+  std::this_thread::sleep_for(50ms);
+  REQUIRE(h1->Release().ok());  // nobody waits in the cohort yet: the entry is free
+  auto b40 = b->LockSlot(40);
+  REQUIRE(b40.ok());
+  REQUIRE(a->LockSlotAsync(40, Local(), owner.Callback()).ok());  // owns the entry, queued at lockd
+  REQUIRE(WaitFor([&] { return busy.done.load() == 4; }, 3s));   // the threads are free
+  std::this_thread::sleep_for(100ms);
+  REQUIRE(b40->Release().ok());
+  const bool all = WaitFor([&] { return owner.done.load() == 1 && queued.done.load() == 4; }, 5s);
+  INFO("owner done " << owner.done.load() << ", queued done " << queued.done.load());
+  CHECK(all);
+  a.reset();  // before the results its callbacks write
+}
+
 // ---- Sets (Client::LockManySlots): a set waits only at lockd, but its exclusive grants take
 // their cohort entries once granted, so that the client's other threads queue in-process behind
 // them and are handed the grant at its release (LockHandle::Release or Client::ReleaseMany).

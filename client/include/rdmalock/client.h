@@ -324,7 +324,12 @@ class RDMALOCK_EXPORT Client {
   // one of the client's async threads, with the handle or the error (kTimeout, kBusy, ...). The
   // client's async thread posts the FETCH_AND_ADDs of up to 8 queued requests in one doorbell, so
   // one application thread can keep many requests in flight. A request that must wait goes to
-  // one of the client's 4 waiter threads, each waiting for one request at a time. Keep `done`
+  // one of the client's 4 waiter threads, each waiting for one request at a time; while all four
+  // are busy, the others wait in a queue, and one whose timeout passes there is given up (its
+  // ticket withdrawn or released) by the async thread within about 10 ms. A request that another
+  // of this client's requests must be granted before (the cohort) leaves the waiter threads to
+  // that one first. Without a timeout, a request whose turn at lockd comes while all four are
+  // busy holds the lock until a thread is free. Keep `done`
   // short; it may release the handle or queue more requests. Errors found before queueing (a bad
   // argument, the client closing) are returned, and `done` does not run. Requests still queued
   // or waiting when the client closes complete with kConnection, and so does a request queued at
