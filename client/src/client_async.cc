@@ -116,8 +116,12 @@ Result<ThreadChannel*> Client::Impl::BatchChannel(std::vector<AsyncRequest>& bat
     // lives (the session's connection cap: kResource) or the client closing ends them all.
     const Clock::time_point now = Clock::now();
     const bool busy = busy_retry.count() > 0;
+    // Without reconnect no session is coming: the session's end fails the batch at once (the
+    // pump looped without sleeping until each request's connect timeout; found by review,
+    // 2026-12-07).
     const bool waiting =
-        !ClosingAsync() && (busy || (st.code() == ErrorCode::kConnection && session() == nullptr));
+        !ClosingAsync() &&
+        (busy || (st.code() == ErrorCode::kConnection && session() == nullptr && opts_.reconnect));
     std::vector<AsyncRequest> rest;
     for (auto& r : batch) {
       if (waiting && wait_end(r) > (busy ? now + busy_retry : now)) {

@@ -2241,3 +2241,33 @@ TEST_CASE("session keeping: a renewal after the client closed says lost or not h
   CHECK(lost.code() == ErrorCode::kLockLost);
   CHECK(not_held.code() == ErrorCode::kNotHeld);
 }
+
+// client.h: with reconnect off, calls fail with kConnection once the session ended. An async
+// request's pump took the ended session for one still to come: it looped without sleeping, for
+// the connect timeout, before the request failed (found by review, 2026-12-07).
+TEST_CASE("session keeping: with reconnect off an async request of an ended session fails at once") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  ClientOptions o = testing::FakeClientOptions("no-reconnect-async");
+  o.reconnect = false;
+  o.connect_timeout = 2s;
+  auto c = ClientTestPeer::Connect(o, lockd.connector());
+  REQUIRE(c.ok());
+  Client& client = **c;
+  auto held = client.LockSlot(1);  // the pump's channel, and a lock to lose
+  REQUIRE(held.ok());
+  const uint64_t first = client.session_id();
+  lockd.BreakSession(first);
+  REQUIRE(WaitFor([&] { return held->state() == LockState::kLost; }));
+  std::promise<Status> got;
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(client.LockSlotAsync(2, {}, [&](Result<LockHandle> r) { got.set_value(r.status()); })
+              .ok());
+  auto f = got.get_future();
+  REQUIRE(f.wait_for(5s) == std::future_status::ready);
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - start);
+  const Status st = f.get();
+  INFO("the request: " << st.ToString() << " after " << took.count() << " ms");
+  CHECK(st.code() == ErrorCode::kConnection);
+  CHECK(took < 1000ms);
+}
