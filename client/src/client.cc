@@ -520,7 +520,11 @@ Status Client::ReleaseMany(std::span<LockHandle> handles) {
     outcome[batch_at[i]] = res[i];
   }
   locks.UnlockAll();
-  if (!conn.ok()) impl->OnSessionError(c.session->gen, conn);
+  // The handles given to this call are told their losses by its result (as the join above):
+  // `later`'s readers, still held here, heard it through OnLost too (found by review,
+  // 2026-12-07).
+  if (!conn.ok())
+    impl->OnSessionError(c.session->gen, conn, Impl::LossCaller{nullptr, false, releasing});
   return first();
 }
 
