@@ -184,7 +184,7 @@ void Client::Impl::PumpLoop() {
         async_q_.pop_front();
       }
     }
-    for (auto& w : overdue) FinishWait(w);
+    for (auto& w : overdue) FinishWait(w, /*overdue=*/true);
     if (batch.empty()) continue;
     auto chr = BatchChannel(batch);
     if (!chr.ok()) continue;  // every request of the batch ended
@@ -325,25 +325,42 @@ void Client::Impl::WaiterLoop() {
       MutexLock lk(&async_mu_);
       wait_cv_.Wait(lk, [&] {
         async_mu_.AssertHeld();
-        return async_stop_ || !wait_q_.empty();
+        return async_stop_ || TakeableLocked();
       });
       if (async_stop_ && wait_q_.empty()) return;
       w = TakeWaitLocked();
     }
+    const bool in_cohort = w.cohort_queued;
     FinishWait(w);
+    if (in_cohort) {
+      {
+        MutexLock lk(&async_mu_);
+        --cohort_waiting_;
+      }
+      wait_cv_.SignalAll();  // a wait in the cohort may be taken again
+    }
   }
 }
 
+// A wait in the cohort blocks its thread until its entry's owner hands the grant over (or its
+// deadline). Taken ahead of an owner's wait still in this queue, four of them held every waiter
+// thread and the owner's wait was never finished: neither were theirs (found by review,
+// 2026-12-07). An owner's wait goes first, and one thread is always left out of the cohort: an
+// owner that took its entry after those threads began their waits in the cohort (its wait not
+// yet queued when they took theirs) still gets a thread.
+bool Client::Impl::TakeableLocked() const {
+  const bool cohort_ok = async_stop_ || cohort_waiting_ < kAsyncWaiters - 1;
+  return std::any_of(wait_q_.begin(), wait_q_.end(),
+                     [&](const AsyncWait& w) { return !w.cohort_queued || cohort_ok; });
+}
+
 Client::Impl::AsyncWait Client::Impl::TakeWaitLocked() {
-  // A wait in the cohort blocks its thread until its entry's owner hands the grant over (or its
-  // deadline). Taken ahead of an owner's wait still in this queue, four of them held every
-  // waiter thread and the owner's wait was never finished: neither were theirs (found by review,
-  // 2026-12-07).
   auto it = std::find_if(wait_q_.begin(), wait_q_.end(),
                          [](const AsyncWait& w) { return !w.cohort_queued; });
-  if (it == wait_q_.end()) it = wait_q_.begin();
+  if (it == wait_q_.end()) it = wait_q_.begin();  // TakeableLocked: a wait in the cohort is ok
   AsyncWait w = std::move(*it);
   wait_q_.erase(it);
+  if (w.cohort_queued) ++cohort_waiting_;
   return w;
 }
 
@@ -365,7 +382,7 @@ Clock::time_point Client::Impl::TakeOverdueLocked(Clock::time_point now,
   return next;
 }
 
-void Client::Impl::FinishWait(AsyncWait& w) {
+void Client::Impl::FinishWait(AsyncWait& w, bool overdue) {
   // The ticket the pump queued is session w.gen's (a frozen request and one that waits in the
   // cohort hold none). Once that session has ended, before this thread took the request or
   // while it waited for a connection, the ticket is not the client's: lockd frees it from the
@@ -382,7 +399,19 @@ void Client::Impl::FinishWait(AsyncWait& w) {
     return true;
   };
   if (queued_in_ended_session(gen_.load(std::memory_order_acquire))) return;
-  auto chr = Channel(w.req.deadline);
+  // On the pump (overdue): no join, which could keep every new request waiting behind it for
+  // a second or more; its time is up anyway.
+  const bool try_only = w.req.options.timeout && w.req.options.timeout->count() == 0;
+  Result<ThreadChannel*> chr =
+      try_only
+          ? Error(ErrorCode::kBusy, "slot " + std::to_string(w.req.slot) + " is held")
+          : Error(ErrorCode::kTimeout, "timed out waiting for slot " + std::to_string(w.req.slot) +
+                                           " (every async waiter thread was busy)");
+  if (!overdue) {
+    chr = Channel(w.req.deadline);
+  } else if (ThreadChannel* own = ExistingChannel(); own != nullptr) {
+    chr = own;
+  }
   if (!chr.ok()) {
     // The pump's FA queued the request (unless the word was frozen): a waiter that cannot
     // join (the session's connection cap) hands the ticket to the reaper, which releases it at

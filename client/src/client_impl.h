@@ -680,15 +680,19 @@ class [[gnu::visibility("hidden")]] Client::Impl
   void PumpLoop() EXCLUDES(async_mu_);
   void WaiterLoop() EXCLUDES(async_mu_);
   // The next wait for a waiter thread: the first whose request owns its cohort entry or is not
-  // in the cohort, else the first (FIFO); an owner's wait before the cohort's behind it.
+  // in the cohort, else the first (FIFO); an owner's wait before the cohort's behind it, and a
+  // wait in the cohort only while another waiter thread is left (cohort_waiting_). Takeable
+  // says whether there is one to take.
+  bool TakeableLocked() const REQUIRES(async_mu_);
   AsyncWait TakeWaitLocked() REQUIRES(async_mu_);
   // Moves the waits whose deadline is kOverdueWait past to `overdue`; returns when the next one
   // will be (time_point::max() if none has a deadline).
   Clock::time_point TakeOverdueLocked(Clock::time_point now, std::vector<AsyncWait> * overdue)
       REQUIRES(async_mu_);
   // Finishes one request the pump could not grant at once, on this thread's channel (a waiter
-  // thread's, or the pump's for an overdue one).
-  void FinishWait(AsyncWait & w) EXCLUDES(mu_, async_mu_);
+  // thread's, or the pump's for an overdue one: `overdue`, its deadline past, joins no session
+  // for it; without a channel in the current session it times out at once).
+  void FinishWait(AsyncWait & w, bool overdue = false) EXCLUDES(mu_, async_mu_);
   // An async request that waits in the cohort (AsyncWait::cohort_queued), on a waiter thread
   // whose channel is `ch`: completes it.
   void CohortWait(AsyncWait & w, ThreadChannel * ch) EXCLUDES(mu_, async_mu_);
@@ -762,6 +766,9 @@ class [[gnu::visibility("hidden")]] Client::Impl
   bool async_stop_ GUARDED_BY(async_mu_) = false;
   std::deque<AsyncRequest> async_q_ GUARDED_BY(async_mu_);
   std::deque<AsyncWait> wait_q_ GUARDED_BY(async_mu_);
+  // Waiter threads in CohortWait now: at most kAsyncWaiters - 1 (TakeWaitLocked), so that one is
+  // always left for the owner's wait that they may wait behind.
+  int cohort_waiting_ GUARDED_BY(async_mu_) = 0;
   std::vector<std::thread::id> waiter_ids_ GUARDED_BY(async_mu_);
   // Started by the first Submit (under async_mu_), joined by StopAsync once async_stop_ is set
   // (no Submit starts them any more).

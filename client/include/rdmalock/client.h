@@ -328,12 +328,12 @@ class RDMALOCK_EXPORT Client {
   // are busy, the others wait in a queue, and one whose timeout passes there is given up (its
   // ticket withdrawn or released) by the async thread within about 10 ms. A request that another
   // of this client's requests must be granted before (the cohort) leaves the waiter threads to
-  // that one first. Without a timeout, a request whose turn at lockd comes while all four are
-  // busy holds the lock until a thread is free. Keep `done`
-  // short; it may release the handle or queue more requests. Errors found before queueing (a bad
-  // argument, the client closing) are returned, and `done` does not run. Requests still queued
-  // or waiting when the client closes complete with kConnection, and so does a request queued at
-  // lockd when the session ends (as a blocking Lock that waits then): its ticket was that
+  // that one first, and at most 3 of the 4 wait for such a grant at once. Without a timeout, a
+  // request whose turn at lockd comes while all four are busy holds the lock until a thread is
+  // free. Keep `done` short; it may release the handle or queue more requests. Errors found before
+  // queueing (a bad argument, the client closing) are returned, and `done` does not run. Requests
+  // still queued or waiting when the client closes complete with kConnection, and so does a request
+  // queued at lockd when the session ends (as a blocking Lock that waits then): its ticket was that
   // session's, and lockd frees it.
   using LockCallback = std::function<void(Result<LockHandle>)>;
   Status LockAsync(std::string_view name, const LockOptions& options, LockCallback done);
