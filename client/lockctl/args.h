@@ -44,8 +44,8 @@ struct Common {
   std::vector<std::string> etcd;
   std::string etcd_cluster = "default";
   std::string etcd_ca_file, etcd_cert_file, etcd_key_file;  // for https:// endpoints
-  // The descriptors from 3 up that lockctl was started with (`3<file`, systemd's LISTEN_FDS),
-  // ascending: acquire's command gets them, and none of lockctl's own.
+  // The descriptors from 3 up that lockctl was started with (`3<file`), ascending: acquire's
+  // command gets them, and none of lockctl's own.
   std::vector<int> inherited_fds;
   rdmalock::EtcdCluster Etcd() const {
     return {etcd, etcd_cluster, etcd_ca_file, etcd_cert_file, etcd_key_file};

@@ -81,7 +81,7 @@ void KillDescendants() {
   char* end = Digits(path + std::strlen(path), getpid());
   std::memcpy(end, "/children", sizeof("/children"));
   // At most 10 s (a descendant that forks faster than it is killed): then the supervisor exits
-  // and what is left goes to init, as before the subreaper.
+  // and what is left goes to lockctl (a subreaper too), which tries again before the release.
   for (int round = 0; round < 10'000; ++round) {
     const int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return;  // no /proc, or a kernel without the children file: the group kill only
@@ -144,8 +144,8 @@ void KillDescendants() {
   // Nothing of lockctl's own but stdin, stdout and stderr: its RDMA device and rdma_cm
   // descriptors held open here would keep its connections (and their locks at lockd) alive after
   // lockctl died, and the command has no use for them either. The descriptors lockctl was
-  // started with (`keep`, ascending: `3<file`, systemd's LISTEN_FDS) stay for the command, as
-  // flock(1) passes them (all of them were closed until 2026-12-07; found by review).
+  // started with (`keep`, ascending: `3<file`) stay for the command, as flock(1) passes them
+  // (all of them were closed until 2026-12-07; found by review).
   unsigned from = 3;
   for (const int* k = keep; k != keep_end; ++k) {
     const auto fd = static_cast<unsigned>(*k);
@@ -546,10 +546,12 @@ int CmdAcquire(const Common& c, const std::string& name, bool shared, int64_t ti
   // (a subreaper): killed and waited for, as the supervisor would have.
   if (WIFSIGNALED(status)) {
     if (const int cmd_pid = watch->command.load(); cmd_pid > 0) kill(-cmd_pid, SIGKILL);
-    KillDescendants();
     std::cerr << "lockctl: the supervisor of the command died (signal " << WTERMSIG(status)
               << "); the command was killed before the release\n";
   }
+  // Whatever came to lockctl (a subreaper): what the killed supervisor left, or what its own
+  // bounded KillDescendants gave up on. Returns at once when lockctl has no child left.
+  KillDescendants();
   const bool stopped = watch->stopped_for_loss.load() != 0;
   if (stopped && !told) {
     std::cerr << "lockctl: lock '" << name

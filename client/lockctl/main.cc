@@ -103,8 +103,8 @@ int OutputWritten(int rc) {
   const bool flushed = std::fflush(stdout) == 0;
   if (!flushed && errno != 0) err = errno;
   if (flushed && std::ferror(stdout) == 0 && !std::cout.bad()) return rc;
-  const bool write_error = err == ENOSPC || err == EPIPE || err == EIO || err == EDQUOT ||
-                           err == EFBIG || err == EBADF || err == EINVAL;
+  const bool write_error =
+      err == ENOSPC || err == EPIPE || err == EIO || err == EDQUOT || err == EFBIG;
   std::cerr << "lockctl: writing standard output: "
             << (write_error ? std::strerror(err) : "write error") << "\n";
   return rc == 0 ? lockctl::kExitIo : rc;

@@ -115,17 +115,18 @@ struct LostGate {
 // set by the first rdmalock_close: the close tells the locks still held that they are lost, and
 // a callback that closes the client then calls rdmalock_close inside it, which must do nothing
 // (it freed the client twice; found by review, 2026-12-07).
+// (First member: destroyed last, after `client`, whose destruction runs the callbacks.)
 struct rdmalock_client_s {
+  std::atomic<bool> closing{false};
   std::unique_ptr<rdmalock::Client> client;
   bool fencing_tokens = true;  // every exclusive acquire asks for one (!no_fencing_tokens)
-  std::atomic<bool> closing{false};
 };
 
 // As rdmalock_client_s.
 struct rdmalock_cluster_s {
+  std::atomic<bool> closing{false};
   std::unique_ptr<rdmalock::ClusterClient> cluster;
   bool fencing_tokens = true;  // options->client's !no_fencing_tokens
-  std::atomic<bool> closing{false};
 };
 
 struct rdmalock_lock_s {

@@ -21,7 +21,9 @@
 // itself with back-off; calls made meanwhile wait for the new session within their timeout.
 //
 // Callbacks (OnLost, LockAsync's) may destroy the Client, also on the client's own threads: that
-// thread is then detached and finishes by itself once the callback returns.
+// thread is then detached and finishes by itself once the callback returns. Not the ones the
+// Client's own destructor runs (the locks still held are told they are lost, on the destroying
+// thread, inside ~Client): destroying it again from there destroys it twice.
 //
 // fork(): a child process inherits its parent's Clients and LockHandles but cannot use them:
 // every call fails with kUnsupported (accessors return 0, handles read kLost), and destroying them
@@ -343,7 +345,8 @@ class RDMALOCK_EXPORT Client {
   // handle is released or marked lost either way.
   Status ReleaseMany(std::span<LockHandle> handles);
   // Waits for this thread's posted releases to complete (and retries any that must be). A thread
-  // with no connection in the current session posted none: Ok at once, nothing joined.
+  // with no connection in the current session (or while the client reconnects) posted none: Ok
+  // at once, nothing joined, no wait.
   Status Flush();
 
   uint64_t SlotOf(std::string_view name) const;

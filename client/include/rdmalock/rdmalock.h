@@ -194,8 +194,9 @@ RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_release(rdmalock_lock_t* lock);
 /* Waits until the releases this thread posted on `client` have completed. rdmalock_release posts
  * its compare-and-swap and returns without waiting for it unless others were seen queued; another
  * client's try_lock right after may still find the lock taken. A thread that has not locked in
- * the current session has posted nothing: OK at once. Errors: INVALID_ARGUMENT (NULL),
- * CONNECTION. */
+ * the current session (or while the client reconnects) has posted nothing: OK at once, no wait.
+ * Errors: INVALID_ARGUMENT (NULL), CONNECTION (reaping this thread's posted releases found the
+ * connection failed: the session ends). */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_flush(rdmalock_client_t* client);
 /* Extends the lease by one lease period from now (clients renew by themselves unless
  * auto_renew is 0). Errors: NOT_HELD, LOCK_LOST, CONNECTION, RESOURCE (this thread cannot get a
