@@ -63,6 +63,11 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
   // counters are the ones lockd saw when it read the record (untagged entries carry no generation:
   // ReapState::NoteScan).
   auto is_over = [&] {
+    // Numbers past the word's own: an entry of another generation (the word reset before lockd
+    // read the record, so the scan noted the new one) or garbage. Stepped on, its stall recovery
+    // installed counts past the word's and every later request saw itself skipped, for ever
+    // (found by review, 2026-12-07).
+    if (!r.own && proto::NotOfThisWord(w0, t.word, t.mode)) return true;
     if (!r.own && t.tagged) {
       return proto::RequestEntry::TaggedOver(t.word, t.mode, t.generation, w0, w1);
     }

@@ -582,6 +582,64 @@ TEST_CASE_METHOD(
   REQUIRE(e.Release(c, *gc).ok());
 }
 
+// The reset may also come before lockd's scan: a waiting request of a client that stops is
+// skipped by a waiter's stall recovery behind it, and the word drains and resets before the
+// client is fenced. The scan then notes the new generation, and the untagged entry's numbers,
+// from the old one, were taken for a ticket of the new: an exclusive count the word had not
+// reached looked like requests still ahead, the word stalled (its readers held), and lockd's
+// stall recovery installed n_x = 5 over max_x = 0: every later request of the slot saw itself
+// skipped, for ever (found by review, 2026-12-07). A live ticket of the word's generation never
+// shows numbers past the word's own, so such an entry is over.
+TEST_CASE_METHOD(RecordedClients,
+                 "records: lockd never recovers a stale untagged entry with numbers past the "
+                 "word's") {
+  for (int i = 0; i < 5; ++i) {  // five exclusive uses before A's: A's ticket has max_x 5
+    auto g = e.Acquire(c, 0, Mode::kExclusive, {});
+    REQUIRE(g.ok());
+    REQUIRE(e.Release(c, *g).ok());
+  }
+  auto ga = e.Acquire(a, 0, Mode::kShared, o);
+  REQUIRE(ga.ok());
+  REQUIRE_FALSE(ga->ticket.tagged);
+  a.Break();  // A stops; the word resets before lockd fences A and reads its record
+  table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
+  table.Store(0, 0, 0);
+  auto gb = e.Acquire(b, 0, Mode::kShared, {});  // two readers of the new generation hold
+  REQUIRE(gb.ok());
+  auto gc = e.Acquire(c, 0, Mode::kShared, {});
+  REQUIRE(gc.ok());
+  proto::RequestEntry entry;
+  REQUIRE(LiveEntryAt(table, o.record, &entry));
+  ReapState r = ReapState::ForEntry(entry);
+  r.NoteScan(table.Load(0, 1));
+  // lockd's engine, with a short lease: the readers' holding is a stall to it within 40 ms.
+  const LockEngine lockd{Params(4, std::chrono::milliseconds(20)), nullptr};
+  InProcessMemory lockd_mem(&table);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  bool done = false;
+  while (!done && std::chrono::steady_clock::now() < end) {
+    auto step = lockd.Reap(lockd_mem, r);
+    REQUIRE(step.ok());
+    done = *step;
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const Word0 w = W0(table, 0);
+  INFO("reap done " << done << ", outcome " << static_cast<int>(r.outcome) << "; word n_x " << w.n_x
+                    << "/" << w.max_x << ", n_s " << w.n_s << "/" << w.max_s);
+  CHECK(done);
+  CHECK(r.outcome == ReapState::Outcome::kAlreadyDone);
+  CHECK(w.n_x <= w.max_x);
+  CHECK(w.n_s <= w.max_s);
+  // The word serves on: the readers leave, and a writer is granted.
+  REQUIRE(e.Release(b, *gb).ok());
+  REQUIRE(e.Release(c, *gc).ok());
+  AcquireOptions try_only;
+  try_only.try_only = true;
+  auto writer = e.Acquire(b, 0, Mode::kExclusive, try_only);
+  CHECK(writer.ok());
+  if (writer.ok()) REQUIRE(e.Release(b, *writer).ok());
+}
+
 // The other way the generation moves: a renewal's carry (every 65,536th renewal of the slot, any
 // reader's), which resets nothing. A dead reader's entry is still reaped after one: the renew
 // field wrapped below its value at the scan, which a reset's bump never does.

@@ -141,6 +141,14 @@ constexpr bool TicketGone(Word0 now, Word0 ticket, Mode m) {
   return m == Mode::kExclusive ? now.max_x <= ticket.max_x : now.max_s <= ticket.max_s;
 }
 
+// A ticket that cannot be one of this word's: it shows more requests of the other mode ahead of
+// it than the word has ever issued in its generation (the word's max fields only grow, and a
+// withdrawal takes back only the last ticket, never one below a live ticket's numbers). A record
+// entry so read is from another generation (a reset came before lockd read it) or garbage: over.
+constexpr bool NotOfThisWord(Word0 now, Word0 ticket, Mode m) {
+  return m == Mode::kExclusive ? ticket.max_s > now.max_s : ticket.max_x > now.max_x;
+}
+
 // Requests that must release before this one is granted (0 once granted).
 constexpr uint32_t Ahead(Word0 now, Word0 ticket, Mode m) {
   uint32_t ahead = ticket.max_x > now.n_x ? uint32_t(ticket.max_x - now.n_x) : 0;
