@@ -27,7 +27,9 @@ asks "release-slot 10" --slot 010
 asks "release-slot 0" --slot 000
 asks "release-slot 7" --slot 7
 asks "release-session 11" --session 011
-for bad in 0x10 0X10 0b11 0o17 1e3 " 12" "+5" "-0"; do
+# Past int64 (found by review, 2026-12-07): CLI11's strtoll saturated them without an error, and
+# lockd was asked for slot 9223372036854775807.
+for bad in 0x10 0X10 0b11 0o17 1e3 " 12" "+5" "-0" 9223372036854775808 99999999999999999999; do
   out=$(timeout 30 "$lockctl" release --force --admin-socket "$sock" --slot "$bad" 2>&1)
   rc=$?
   [ "$rc" -eq 64 ] || fail "--slot '$bad': exit $rc, not 64 (a usage error): '$out'"
