@@ -714,6 +714,19 @@ TEST_CASE("cohort: closing a client ends its async requests waiting in the cohor
   for (const Status& st : r.statuses) CHECK(st.code() == ErrorCode::kConnection);
 }
 
+namespace {
+// Exclusive grants of slots [first, last] to `c`, kept by the caller.
+std::vector<LockHandle> HoldSlots(Client& c, uint64_t first, uint64_t last) {
+  std::vector<LockHandle> held;
+  for (uint64_t slot = first; slot <= last; ++slot) {
+    auto h = c.LockSlot(slot);
+    REQUIRE(h.ok());
+    held.push_back(std::move(h).value());
+  }
+  return held;
+}
+}  // namespace
+
 // The client has kAsyncWaiters (4) waiter threads, and each finishes one request's wait at a
 // time. With all four waiting (for locks another client holds, without a timeout) a request
 // queued behind them was not timed out: its callback came only when a thread was free, and its
@@ -726,12 +739,7 @@ TEST_CASE("cohort: an async wait times out while every waiter thread is busy") {
   testing::FakeLockd lockd(fo);
   auto a = ConnectTo("async-busy-a", lockd);
   auto b = ConnectTo("async-busy-b", lockd);
-  std::vector<LockHandle> held;
-  for (uint64_t slot = 20; slot <= 24; ++slot) {
-    auto h = b->LockSlot(slot);
-    REQUIRE(h.ok());
-    held.push_back(std::move(h).value());
-  }
+  std::vector<LockHandle> held = HoldSlots(*b, 20, 24);
   AsyncResults busy, timed;
   for (uint64_t slot = 20; slot <= 23; ++slot) {  // the four waiter threads, for ever
     REQUIRE(a->LockSlotAsync(slot, Local(), busy.Callback()).ok());
@@ -770,12 +778,7 @@ TEST_CASE("cohort: async requests waiting in the cohort leave a waiter thread to
   testing::FakeLockd lockd(fo);
   auto a = ConnectTo("async-owner-a", lockd);
   auto b = ConnectTo("async-owner-b", lockd);
-  std::vector<LockHandle> held;
-  for (uint64_t slot = 30; slot <= 33; ++slot) {
-    auto h = b->LockSlot(slot);
-    REQUIRE(h.ok());
-    held.push_back(std::move(h).value());
-  }
+  const std::vector<LockHandle> held = HoldSlots(*b, 30, 33);
   auto h1 = a->LockSlot(40, Local());  // a's own holder: the cohort entry of slot 40
   REQUIRE(h1.ok());
   AsyncResults busy, queued, owner;

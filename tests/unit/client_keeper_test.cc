@@ -50,6 +50,17 @@ Connector BusyJoins(testing::FakeLockd& lockd, const std::atomic<bool>* busy) {
   };
 }
 
+// BusyJoins, counting the joins tried in *joins.
+Connector CountedBusyJoins(testing::FakeLockd& lockd, const std::atomic<bool>* busy,
+                           std::atomic<int>* joins) {
+  Connector busy_joins = BusyJoins(lockd, busy);
+  return
+      [joins, busy_joins](const ChannelParams& p, uint32_t* retry_ms, proto::RejectReason* reason) {
+        if ((p.flags & proto::kFlagJoin) != 0) ++*joins;
+        return busy_joins(p, retry_ms, reason);
+      };
+}
+
 // A connector to `lockd` that refuses new sessions while *refuse is set (lockd restarting: a
 // client reconnects in vain), and lets joins of a live session through.
 Connector RefusingNewSessions(testing::FakeLockd& lockd, const std::atomic<bool>* refuse) {
@@ -1950,12 +1961,7 @@ TEST_CASE("session keeping: a lost session's handle released on a new thread joi
   testing::FakeLockd lockd(testing::FakeLockd::Options{});
   std::atomic<bool> busy{false};
   std::atomic<int> joins{0};
-  const Connector busy_joins = BusyJoins(lockd, &busy);
-  const Connector connector = [&](const ChannelParams& p, uint32_t* retry_ms,
-                                  proto::RejectReason* reason) {
-    if ((p.flags & proto::kFlagJoin) != 0) ++joins;
-    return busy_joins(p, retry_ms, reason);
-  };
+  const Connector connector = CountedBusyJoins(lockd, &busy, &joins);
   auto client = ConnectTo("lost-release", connector);
   auto held = client->LockSlot(1);
   REQUIRE(held.ok());
@@ -2194,12 +2200,7 @@ TEST_CASE("session keeping: a flush on a thread with nothing posted joins nothin
   testing::FakeLockd lockd(testing::FakeLockd::Options{});
   std::atomic<bool> busy{false};
   std::atomic<int> joins{0};
-  const Connector busy_joins = BusyJoins(lockd, &busy);
-  const Connector connector = [&](const ChannelParams& p, uint32_t* retry_ms,
-                                  proto::RejectReason* reason) {
-    if ((p.flags & proto::kFlagJoin) != 0) ++joins;
-    return busy_joins(p, retry_ms, reason);
-  };
+  const Connector connector = CountedBusyJoins(lockd, &busy, &joins);
   auto client = ConnectTo("flush-nothing", connector);
   busy = true;
   joins = 0;
@@ -2245,7 +2246,8 @@ TEST_CASE("session keeping: a renewal after the client closed says lost or not h
 // client.h: with reconnect off, calls fail with kConnection once the session ended. An async
 // request's pump took the ended session for one still to come: it looped without sleeping, for
 // the connect timeout, before the request failed (found by review, 2026-12-07).
-TEST_CASE("session keeping: with reconnect off an async request of an ended session fails at once") {
+TEST_CASE(
+    "session keeping: with reconnect off an async request of an ended session fails at once") {
   testing::FakeLockd lockd(testing::FakeLockd::Options{});
   ClientOptions o = testing::FakeClientOptions("no-reconnect-async");
   o.reconnect = false;
@@ -2260,8 +2262,8 @@ TEST_CASE("session keeping: with reconnect off an async request of an ended sess
   REQUIRE(WaitFor([&] { return held->state() == LockState::kLost; }));
   std::promise<Status> got;
   const auto start = std::chrono::steady_clock::now();
-  REQUIRE(client.LockSlotAsync(2, {}, [&](Result<LockHandle> r) { got.set_value(r.status()); })
-              .ok());
+  REQUIRE(
+      client.LockSlotAsync(2, {}, [&](Result<LockHandle> r) { got.set_value(r.status()); }).ok());
   auto f = got.get_future();
   REQUIRE(f.wait_for(5s) == std::future_status::ready);
   const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
