@@ -109,6 +109,15 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
     return true;
   }
   if (r.seen.Note(w0, w1, done) || !r.seen.StalledFor(done, stall_timeout())) return false;
+  if (!r.own) {
+    // Never a word with counts past its issued ones (NotOfThisWord should have said over; a
+    // recovery that installed one made every later request of the slot see itself skipped).
+    const Word0 want = proto::RecoveredWord(w0, t.word, t.mode);
+    if (want.n_x > want.max_x || want.n_s > want.max_s) {
+      r.outcome = Outcome::kAlreadyDone;
+      return true;
+    }
+  }
   // The queue ahead of this ticket is stuck (F x L): mark it and this ticket done, as a waiter.
   // The SDK's own shared entry is cleared in the CAS's doorbell, as a waiter's (RecoverCas); a
   // recovered shared ticket still looks granted, so the CAS may land unseen (r.unseen).

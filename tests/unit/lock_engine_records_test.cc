@@ -640,6 +640,62 @@ TEST_CASE_METHOD(RecordedClients,
   if (writer.ok()) REQUIRE(e.Release(b, *writer).ok());
 }
 
+// The same with small numbers the new generation has reached: a stale shared entry {max_x 1,
+// max_s 0}; in the new generation a reader came and went, and a writer holds and stalls. Nothing
+// said the entry was over, and lockd's stall recovery installed n_s 2 over max_s 1: every later
+// writer saw itself skipped, for ever (found by the review of the fix above, 2026-12-07). A live
+// shared ticket keeps its increment in max_s until released, so a word with no reader
+// outstanding (n_s == max_s) has none of the entry's.
+TEST_CASE_METHOD(RecordedClients,
+                 "records: lockd never recovers a stale shared entry when no reader is "
+                 "outstanding") {
+  {
+    auto g = e.Acquire(c, 0, Mode::kExclusive, {});  // one writer before A: A's max_x is 1
+    REQUIRE(g.ok());
+    REQUIRE(e.Release(c, *g).ok());
+  }
+  auto ga = e.Acquire(a, 0, Mode::kShared, o);
+  REQUIRE(ga.ok());
+  REQUIRE_FALSE(ga->ticket.tagged);
+  a.Break();  // A stops; the word resets before lockd fences A and reads its record
+  table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
+  table.Store(0, 0, 0);
+  {
+    auto gb = e.Acquire(b, 0, Mode::kShared, {});  // a reader comes and goes
+    REQUIRE(gb.ok());
+    REQUIRE(e.Release(b, *gb).ok());
+  }
+  auto writer = e.Acquire(c, 0, Mode::kExclusive, {});  // and a writer holds (and stalls)
+  REQUIRE(writer.ok());
+  proto::RequestEntry entry;
+  REQUIRE(LiveEntryAt(table, o.record, &entry));
+  ReapState r = ReapState::ForEntry(entry);
+  r.NoteScan(table.Load(0, 1));
+  const LockEngine lockd{Params(4, std::chrono::milliseconds(20)), nullptr};
+  InProcessMemory lockd_mem(&table);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  bool done = false;
+  while (!done && std::chrono::steady_clock::now() < end) {
+    auto step = lockd.Reap(lockd_mem, r);
+    REQUIRE(step.ok());
+    done = *step;
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const Word0 w = W0(table, 0);
+  INFO("reap done " << done << ", outcome " << static_cast<int>(r.outcome) << "; word n_x " << w.n_x
+                    << "/" << w.max_x << ", n_s " << w.n_s << "/" << w.max_s);
+  CHECK(done);
+  CHECK(r.outcome == ReapState::Outcome::kAlreadyDone);
+  CHECK(w.n_s <= w.max_s);
+  // The word serves on: the writer leaves, and the next one is granted.
+  REQUIRE(e.Release(c, *writer).ok());
+  AcquireOptions try_only;
+  try_only.try_only = true;
+  auto next = e.Acquire(b, 0, Mode::kExclusive, try_only);
+  CHECK(next.ok());
+  if (next.ok()) REQUIRE(e.Release(b, *next).ok());
+}
+
 // The other way the generation moves: a renewal's carry (every 65,536th renewal of the slot, any
 // reader's), which resets nothing. A dead reader's entry is still reaped after one: the renew
 // field wrapped below its value at the scan, which a reset's bump never does.

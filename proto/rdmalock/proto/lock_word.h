@@ -141,12 +141,15 @@ constexpr bool TicketGone(Word0 now, Word0 ticket, Mode m) {
   return m == Mode::kExclusive ? now.max_x <= ticket.max_x : now.max_s <= ticket.max_s;
 }
 
-// A ticket that cannot be one of this word's: it shows more requests of the other mode ahead of
-// it than the word has ever issued in its generation (the word's max fields only grow, and a
-// withdrawal takes back only the last ticket, never one below a live ticket's numbers). A record
+// A ticket that cannot be a live one of this word's: it shows more requests of the other mode
+// ahead of it than the word has ever issued in its generation (the word's max fields only grow,
+// and a withdrawal takes back only the last ticket, or increments added after a freeze, never
+// one below a live ticket's numbers), or the word has no request of its mode outstanding (a live
+// ticket keeps its increment in its mode's max field until it is released or skipped). A record
 // entry so read is from another generation (a reset came before lockd read it) or garbage: over.
 constexpr bool NotOfThisWord(Word0 now, Word0 ticket, Mode m) {
-  return m == Mode::kExclusive ? ticket.max_s > now.max_s : ticket.max_x > now.max_x;
+  return m == Mode::kExclusive ? ticket.max_s > now.max_s || now.n_x >= now.max_x
+                               : ticket.max_x > now.max_x || now.n_s >= now.max_s;
 }
 
 // Requests that must release before this one is granted (0 once granted).
