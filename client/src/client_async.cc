@@ -345,9 +345,11 @@ void Client::Impl::WaiterLoop() {
 // A wait in the cohort blocks its thread until its entry's owner hands the grant over (or its
 // deadline). Taken ahead of an owner's wait still in this queue, four of them held every waiter
 // thread and the owner's wait was never finished: neither were theirs (found by review,
-// 2026-12-07). An owner's wait goes first, and one thread is always left out of the cohort: an
-// owner that took its entry after those threads began their waits in the cohort (its wait not
-// yet queued when they took theirs) still gets a thread.
+// 2026-12-07). One thread is always left out of the cohort, so an owner's wait always gets one,
+// also one that took its entry after those threads began their waits in the cohort (its wait
+// not yet queued when they took theirs). The cost: while three wait in the cohort (behind a
+// lock the application holds, say), a fourth wait in the cohort, of another lock, waits for one
+// of them to end, even if its own lock is free by then.
 bool Client::Impl::TakeableLocked() const {
   const bool cohort_ok = async_stop_ || cohort_waiting_ < kAsyncWaiters - 1;
   return std::any_of(wait_q_.begin(), wait_q_.end(),
@@ -355,9 +357,10 @@ bool Client::Impl::TakeableLocked() const {
 }
 
 Client::Impl::AsyncWait Client::Impl::TakeWaitLocked() {
+  // The first that may be taken, in the order they came (TakeableLocked: there is one).
+  const bool cohort_ok = async_stop_ || cohort_waiting_ < kAsyncWaiters - 1;
   auto it = std::find_if(wait_q_.begin(), wait_q_.end(),
-                         [](const AsyncWait& w) { return !w.cohort_queued; });
-  if (it == wait_q_.end()) it = wait_q_.begin();  // TakeableLocked: a wait in the cohort is ok
+                         [&](const AsyncWait& w) { return !w.cohort_queued || cohort_ok; });
   AsyncWait w = std::move(*it);
   wait_q_.erase(it);
   if (w.cohort_queued) ++cohort_waiting_;

@@ -679,10 +679,9 @@ class [[gnu::visibility("hidden")]] Client::Impl
   Status WaitForSessionLocked(MutexLock & lk, Clock::time_point until) REQUIRES(mu_);
   void PumpLoop() EXCLUDES(async_mu_);
   void WaiterLoop() EXCLUDES(async_mu_);
-  // The next wait for a waiter thread: the first whose request owns its cohort entry or is not
-  // in the cohort, else the first (FIFO); an owner's wait before the cohort's behind it, and a
-  // wait in the cohort only while another waiter thread is left (cohort_waiting_). Takeable
-  // says whether there is one to take.
+  // The next wait for a waiter thread: the first in the queue, but a wait in the cohort only
+  // while another waiter thread is left out of it (cohort_waiting_). Takeable says whether
+  // there is one to take.
   bool TakeableLocked() const REQUIRES(async_mu_);
   AsyncWait TakeWaitLocked() REQUIRES(async_mu_);
   // Moves the waits whose deadline is kOverdueWait past to `overdue`; returns when the next one

@@ -329,8 +329,9 @@ class RDMALOCK_EXPORT Client {
   // one of the client's 4 waiter threads, each waiting for one request at a time; while all four
   // are busy, the others wait in a queue, and one whose timeout passes there is given up (its
   // ticket withdrawn or released) by the async thread within about 10 ms. A request that another
-  // of this client's requests must be granted before (the cohort) leaves the waiter threads to
-  // that one first, and at most 3 of the 4 wait for such a grant at once. Without a timeout, a
+  // of this client's requests must be granted before (the cohort) waits for that grant on a
+  // waiter thread, and at most 3 of the 4 do so at once: a fourth such request, whatever its
+  // lock, waits for one of those three to end (its grant or its timeout). Without a timeout, a
   // request whose turn at lockd comes while all four are busy holds the lock until a thread is
   // free. Keep `done` short; it may release the handle or queue more requests. Errors found before
   // queueing (a bad argument, the client closing) are returned, and `done` does not run. Requests
