@@ -514,6 +514,12 @@ Result<bool> LockEngine::RecoverCas(RemoteMemory& mem, const Ticket& t, Word0 se
   for (int i = 0; !landed && i < kRecoverRetries; ++i) {
     const Word0 found = Word0::Decode(ops[1].result[0]);
     if (found.n_x != seen.n_x || found.n_s != seen.n_s || found.Frozen() != seen.Frozen()) break;
+    // Never a word with a count past its issued ones: a withdrawal can take max back below what
+    // the ticket's recovery would count done, and only a ticket that is no live one of the word
+    // (lockd's stale record entry) gets there; a waiter's own live increment keeps it in range
+    // (found by review, 2026-12-07; lockd's first CAS is checked in Reap).
+    const Word0 want = proto::RecoveredWord(found, t.word, t.mode);
+    if (want.n_x > found.max_x || want.n_s > found.max_s) break;
     seen = found;
     ops[1] = RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), seen.Encode(),
                                    proto::RecoveredWord(seen, t.word, t.mode).Encode());

@@ -404,16 +404,13 @@ void Client::Impl::FinishWait(AsyncWait& w, bool overdue) {
   if (queued_in_ended_session(gen_.load(std::memory_order_acquire))) return;
   // On the pump (overdue): no join, which could keep every new request waiting behind it for
   // a second or more; its time is up anyway.
-  const bool try_only = w.req.options.timeout && w.req.options.timeout->count() == 0;
-  Result<ThreadChannel*> chr =
-      try_only
-          ? Error(ErrorCode::kBusy, "slot " + std::to_string(w.req.slot) + " is held")
-          : Error(ErrorCode::kTimeout, "timed out waiting for slot " + std::to_string(w.req.slot) +
-                                           " (every async waiter thread was busy)");
-  if (!overdue) {
-    chr = Channel(w.req.deadline);
-  } else if (ThreadChannel* own = ExistingChannel(); own != nullptr) {
-    chr = own;
+  Result<ThreadChannel*> chr = overdue ? ExistingChannel() : Channel(w.req.deadline);
+  if (overdue && (!chr.ok() || *chr == nullptr)) {
+    const bool try_only = w.req.options.timeout && w.req.options.timeout->count() == 0;
+    chr = try_only ? Error(ErrorCode::kBusy, "slot " + std::to_string(w.req.slot) + " is held")
+                   : Error(ErrorCode::kTimeout, "timed out waiting for slot " +
+                                                    std::to_string(w.req.slot) +
+                                                    " (no connection of this thread's to wait on)");
   }
   if (!chr.ok()) {
     // The pump's FA queued the request (unless the word was frozen): a waiter that cannot

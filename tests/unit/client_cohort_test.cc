@@ -769,8 +769,8 @@ TEST_CASE("cohort: an async wait times out while every waiter thread is busy") {
 
 // A waiter thread took a request that waits in the cohort for its slot's owner, which was still
 // in the waiter threads' queue behind it: with every thread so taken, the owner's wait was never
-// finished, and neither was any of theirs (found by review, 2026-12-07). Waiter threads now take
-// an owner's wait before any that waits in the cohort.
+// finished, and neither was any of theirs (found by review, 2026-12-07). At most 3 of the 4
+// waiter threads now wait in the cohort at once.
 TEST_CASE("cohort: async requests waiting in the cohort leave a waiter thread to their owner") {
   testing::FakeLockd::Options fo;
   fo.lease = 2s;

@@ -328,7 +328,8 @@ class RDMALOCK_EXPORT Client {
   // one application thread can keep many requests in flight. A request that must wait goes to
   // one of the client's 4 waiter threads, each waiting for one request at a time; while all four
   // are busy, the others wait in a queue, and one whose timeout passes there is given up (its
-  // ticket withdrawn or released) by the async thread within about 10 ms. A request that another
+  // ticket withdrawn or released; one granted just then completes with the grant) by the async
+  // thread within about 10 ms. A request that another
   // of this client's requests must be granted before (the cohort) waits for that grant on a
   // waiter thread, and at most 3 of the 4 do so at once: a fourth such request, whatever its
   // lock, waits for one of those three to end (its grant or its timeout). Without a timeout, a
