@@ -582,6 +582,23 @@ TEST_CASE_METHOD(
   REQUIRE(e.Release(c, *gc).ok());
 }
 
+namespace {
+// Steps lockd's reap of `r` with an engine whose lease is 20 ms (a holder that does not move is
+// a stall to it within 40 ms), until it is done or 2 s have passed; returns whether it is done.
+bool ReapThroughStalls(InProcessTable& table, ReapState& r) {
+  const LockEngine lockd{Params(4, std::chrono::milliseconds(20)), nullptr};
+  InProcessMemory lockd_mem(&table);
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (std::chrono::steady_clock::now() < end) {
+    auto step = lockd.Reap(lockd_mem, r);
+    REQUIRE(step.ok());
+    if (*step) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return false;
+}
+}  // namespace
+
 // The reset may also come before lockd's scan: a waiting request of a client that stops is
 // skipped by a waiter's stall recovery behind it, and the word drains and resets before the
 // client is fenced. The scan then notes the new generation, and the untagged entry's numbers,
@@ -612,17 +629,7 @@ TEST_CASE_METHOD(RecordedClients,
   REQUIRE(LiveEntryAt(table, o.record, &entry));
   ReapState r = ReapState::ForEntry(entry);
   r.NoteScan(table.Load(0, 1));
-  // lockd's engine, with a short lease: the readers' holding is a stall to it within 40 ms.
-  const LockEngine lockd{Params(4, std::chrono::milliseconds(20)), nullptr};
-  InProcessMemory lockd_mem(&table);
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  bool done = false;
-  while (!done && std::chrono::steady_clock::now() < end) {
-    auto step = lockd.Reap(lockd_mem, r);
-    REQUIRE(step.ok());
-    done = *step;
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  const bool done = ReapThroughStalls(table, r);
   const Word0 w = W0(table, 0);
   INFO("reap done " << done << ", outcome " << static_cast<int>(r.outcome) << "; word n_x " << w.n_x
                     << "/" << w.max_x << ", n_s " << w.n_s << "/" << w.max_s);
@@ -671,16 +678,7 @@ TEST_CASE_METHOD(RecordedClients,
   REQUIRE(LiveEntryAt(table, o.record, &entry));
   ReapState r = ReapState::ForEntry(entry);
   r.NoteScan(table.Load(0, 1));
-  const LockEngine lockd{Params(4, std::chrono::milliseconds(20)), nullptr};
-  InProcessMemory lockd_mem(&table);
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  bool done = false;
-  while (!done && std::chrono::steady_clock::now() < end) {
-    auto step = lockd.Reap(lockd_mem, r);
-    REQUIRE(step.ok());
-    done = *step;
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  const bool done = ReapThroughStalls(table, r);
   const Word0 w = W0(table, 0);
   INFO("reap done " << done << ", outcome " << static_cast<int>(r.outcome) << "; word n_x " << w.n_x
                     << "/" << w.max_x << ", n_s " << w.n_s << "/" << w.max_s);
