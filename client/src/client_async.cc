@@ -350,17 +350,17 @@ void Client::Impl::WaiterLoop() {
 // not yet queued when they took theirs). The cost: while three wait in the cohort (behind a
 // lock the application holds, say), a fourth wait in the cohort, of another lock, waits for one
 // of them to end, even if its own lock is free by then.
-bool Client::Impl::TakeableLocked() const {
+std::deque<Client::Impl::AsyncWait>::const_iterator Client::Impl::FirstTakeableLocked() const {
   const bool cohort_ok = async_stop_ || cohort_waiting_ < kAsyncWaiters - 1;
-  return std::any_of(wait_q_.begin(), wait_q_.end(),
-                     [&](const AsyncWait& w) { return !w.cohort_queued || cohort_ok; });
+  return std::find_if(wait_q_.begin(), wait_q_.end(),
+                      [&](const AsyncWait& w) { return !w.cohort_queued || cohort_ok; });
 }
+
+bool Client::Impl::TakeableLocked() const { return FirstTakeableLocked() != wait_q_.end(); }
 
 Client::Impl::AsyncWait Client::Impl::TakeWaitLocked() {
   // The first that may be taken, in the order they came (TakeableLocked: there is one).
-  const bool cohort_ok = async_stop_ || cohort_waiting_ < kAsyncWaiters - 1;
-  auto it = std::find_if(wait_q_.begin(), wait_q_.end(),
-                         [&](const AsyncWait& w) { return !w.cohort_queued || cohort_ok; });
+  auto it = wait_q_.begin() + (FirstTakeableLocked() - wait_q_.cbegin());
   AsyncWait w = std::move(*it);
   wait_q_.erase(it);
   if (w.cohort_queued) ++cohort_waiting_;

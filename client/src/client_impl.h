@@ -683,6 +683,7 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // while another waiter thread is left out of it (cohort_waiting_). Takeable says whether
   // there is one to take.
   bool TakeableLocked() const REQUIRES(async_mu_);
+  std::deque<AsyncWait>::const_iterator FirstTakeableLocked() const REQUIRES(async_mu_);
   AsyncWait TakeWaitLocked() REQUIRES(async_mu_);
   // Moves the waits whose deadline is kOverdueWait past to `overdue`; returns when the next one
   // will be (time_point::max() if none has a deadline).
