@@ -1,6 +1,7 @@
-// What a session has learned of its slots' generations (the low 32 bits of word1's), so that an
-// exclusive request's record entry can be tagged without a READ of word1 (docs/protocol.md,
-// section 10: a tagged exclusive release writes no done mark). One per LockEngine, so one per
+// What a session has learned of its slots' generations (the low 32 bits of word1's), so that a
+// request's record entry can be tagged without a READ of word1 (docs/protocol.md, sections 10
+// and 11: lockd acts on a tagged entry only in its generation, and a tagged exclusive release
+// writes no done mark). One per LockEngine, so one per
 // session with lockd: a new session (a lockd restart zeroes its lock table) starts empty.
 //
 // Thread-safety: lock-free, any thread. Each entry is a seqlock of two atomic words: `a` holds the

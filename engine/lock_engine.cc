@@ -160,7 +160,16 @@ void LockEngine::TagTicket(Ticket* t, const uint64_t* word1, const GenerationTab
     }
   } else {
     // The word was reset since the hint (its count went down), or the hint grew old: the next
-    // request here READs word1.
+    // request here READs word1. This one is tagged with the hint's generation all the same: it
+    // was read before our FA and generations only grow, so it is never newer than the grant's,
+    // and lockd acts on the entry only if it is the grant's. An older one makes lockd ignore the
+    // entry (a waiter's grant writes it again with its own, Wait). Untagged, a request that
+    // waits would leave lockd an entry it reads in whatever generation its scan finds: a client
+    // that stopped while it waited, its ticket skipped and the word reset before the fence, left
+    // numbers a later request could draw, and lockd released that request's grant (found by
+    // review, 2026-12-07; docs/protocol.md, section 11).
+    t->tagged = true;
+    t->generation = hint.generation;
     generations_.Forget(t->slot);
   }
 }
@@ -214,15 +223,16 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     // would cost a WRITE on every acquire and tell lockd nothing it could act on (a request
     // without a ticket is left to stall recovery either way).
     //
-    // A recorded exclusive request's entry is tagged with the slot's generation, so that its
-    // release needs no done mark (three operations per uncontended pair instead of four;
-    // docs/protocol.md, section 10). The generation comes from a READ of word1 in the FA's
+    // A recorded request's entry is tagged with the slot's generation: lockd acts on it only in
+    // that generation (a stale entry is never read as a later request's ticket; docs/protocol.md,
+    // section 11), and an exclusive release then needs no done mark (three operations per
+    // uncontended pair instead of four; section 10). The generation comes from a READ of word1 in the FA's
     // doorbell (a token's, or one added here when the session knows no recent generation of the
     // slot: no round trip, the READ rides with the FA), or from what the session learned of the
     // slot before (generations_, any thread's request; GenerationHintCovers). A request that
     // must learn it READs the words of the slot's whole block (kGenerationBlockSlots, 1 KiB) in
     // place of word1 alone, and the session learns every slot's generation there (LearnBlock).
-    const bool tag = record != 0 && mode == Mode::kExclusive;
+    const bool tag = record != 0;
     GenerationTable::Hint hint;
     const bool learn =
         tag && !opt.want_token && !RecentGeneration(slot, mem.last_completed(), &hint);

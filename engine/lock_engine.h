@@ -49,7 +49,8 @@ struct Ticket {
   uint32_t record_seq = 0;
   // The entry is tagged with `generation` (the low 32 bits of word1's generation, at most the
   // grant's): lockd acts on it only in that generation, so its exclusive release writes no done
-  // mark (proto::RequestEntry, docs/protocol.md section 10). Exclusive, recorded requests only.
+  // mark (proto::RequestEntry, docs/protocol.md sections 10 and 11). Recorded requests, both
+  // modes (a use re-armed after a give-up is not: RearmAfterGiveUp).
   bool tagged = false;
   uint32_t generation = 0;
 };
@@ -340,7 +341,7 @@ class LockEngine {
   // `wait`: the grant goes to the abandon handler, which ends the entry on its own QP); and
   // reads a token's generation again (the FA-time value may be older than the grant's).
   Status RearmAfterGiveUp(RemoteMemory& mem, Grant* g, bool wait = false) const;
-  // A recorded exclusive request's tag (docs/protocol.md, section 10), in two steps that
+  // A recorded request's tag (docs/protocol.md, section 10), in two steps that
   // AcquireImpl and IssueMany share. Before the FA: whether the session knows a recent
   // generation of `slot` (into *hint); if not, the request READs word1 in its FA's doorbell.
   // `last_seen`: the clock reading of the channel's last batch (none: a channel's first request
@@ -351,7 +352,8 @@ class LockEngine {
   // it (`word1`, null without a READ) or with the hint if it covers the FA
   // (GenerationHintCovers), and keeps generations_ up to date: learns a READ's generation, learns
   // again a covering hint at least kGenerationRelearn old, forgets the slot when the hint did not
-  // cover (the request goes untagged; the next one READs).
+  // cover (the request is tagged with the hint's generation all the same, never newer than the
+  // grant's; the next one READs).
   void TagTicket(Ticket* t, const uint64_t* word1, const GenerationTable::Hint& hint,
                  Clock::time_point issue) const;
   // The aligned block of kGenerationBlockSlots slots that holds a slot (the last one cut short at
@@ -380,7 +382,7 @@ class LockEngine {
   EngineParams params_;
   AbandonHandler on_abandon_;
   RecordHandler on_record_free_;
-  // Slots' generations as this session last saw them: exclusive requests tag their entries with
+  // Slots' generations as this session last saw them: recorded requests tag their entries with
   // them (AcquireImpl). Lock-free; written by any thread's acquire.
   mutable GenerationTable generations_;
 };

@@ -67,7 +67,7 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
   const auto token = [&](const ManyRequest& r) {
     return (want_token || r.want_token) && r.mode == Mode::kExclusive;
   };
-  // Recorded exclusive requests tag their entries with the slot's generation as Acquire's do
+  // Recorded requests tag their entries with the slot's generation as Acquire's do
   // (lock_engine.cc, AcquireImpl): from a READ after the request's FA in its doorbell, or from
   // what the session learned before. A token READs word1 of its slot. A tag the session knows no
   // recent generation for READs the words of its slot's whole block (kGenerationBlockSlots slots,
@@ -93,7 +93,7 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
     for (; base < reqs.size() && n < kBatchOps; ++base) {
       const ManyRequest& r = reqs[base];
       const size_t k = base - first;  // k <= n < kBatchOps: each request before took an op
-      const bool tag = recorded && r.mode == Mode::kExclusive;
+      const bool tag = recorded;
       const bool learn = !token(r) && tag && !RecentGeneration(r.slot, last_seen, &hints[k]);
       read_word1[k] = token(r) || learn;
       const GenerationBlock its = BlockOf(r.slot);
@@ -145,7 +145,7 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
       }
       Ticket& t = s.grant.ticket;
       if (take) std::tie(t.record, t.record_seq) = take();
-      if (t.record != 0 && r.mode == Mode::kExclusive) {
+      if (t.record != 0) {
         const size_t k = i - first;
         TagTicket(&t, read_word1[k] ? word1[k] : nullptr, hints[k], issue);
       }

@@ -131,15 +131,17 @@ inline bool StillHeld(Word0 w, const Ticket& t) {
 // released shared ticket, and a second release of it would count for another reader. (If the CAS
 // misses and we try again, the entry reads done meanwhile: a crash then leaves this grant to
 // stall recovery.) Returns the index of the first op to post.
-// A tagged entry (exclusive, with its grant's generation or an older one) gets no done mark: lockd
+// A tagged exclusive entry (with its grant's generation or an older one) gets no done mark: lockd
 // acts on it only in that generation, in which the CAS below moves n_x past its ticket for good.
+// A shared one does: a shared release carries no identity, and n_x does not move past it.
 // Its record stays as it is until the entry's next use (docs/protocol.md, section 10), but for
 // one use in 8,192, which writes the mark all the same (RequestEntry::KeepsDoneClose).
 inline size_t ReleaseOps(const Ticket& t, Word0 cur, RemoteOp ops[2]) {
   ops[0] = EntryDone(t.record, t.record_seq);
   ops[1] = RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), cur.Encode(),
                                  cur.Encode() + proto::ReleaseIncrement(t.mode));
-  const bool mark = !t.tagged || proto::RequestEntry::KeepsDoneClose(t.record_seq);
+  const bool mark = t.mode == Mode::kShared || !t.tagged ||
+                    proto::RequestEntry::KeepsDoneClose(t.record_seq);
   return t.record != 0 && mark ? 0 : 1;
 }
 

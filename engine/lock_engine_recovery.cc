@@ -69,7 +69,16 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
     // (found by review, 2026-12-07).
     if (!r.own && proto::NotOfThisWord(w0, t.word, t.mode)) return true;
     if (!r.own && t.tagged) {
-      return proto::RequestEntry::TaggedOver(t.word, t.mode, t.generation, w0, w1);
+      // In its own generation; or, where lockd's scan found the slot in it, moved on since by one
+      // renewal's carry alone (SameCounters: another reader's renewals, every 65,536th of the
+      // slot). The scan's equality says the grant is of that generation (the tag is never newer
+      // than the grant's, the slot never older), as the untagged rule below assumes.
+      const bool carried = r.scanned &&
+                           proto::RequestEntry::GenerationOf(r.scan_word1) == t.generation &&
+                           ReapState::SameCounters(r.scan_word1, w1);
+      return proto::RequestEntry::TaggedOver(
+          t.word, t.mode, t.generation, w0,
+          carried ? r.scan_word1 : w1);  // compared as in the scan's generation
     }
     return (!r.own && r.scanned && !ReapState::SameCounters(r.scan_word1, w1)) ||
            proto::TicketGone(w0, t.word, t.mode) || proto::Skipped(w0, t.word, t.mode);

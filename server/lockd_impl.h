@@ -90,8 +90,8 @@ struct Conn {
   // it, so a reload that rotates the key mid-handshake cannot split one handshake across keys.
   std::string auth_key;
   std::array<uint8_t, proto::ConnectRequest::kSize> request{};  // as received, for the proof
-  // The protocol version of the client's connect request: lockd answers in it (5 or 6; a
-  // version-5 client writes no tagged record entries, which is all that version 6 adds).
+  // The protocol version of the client's connect request: lockd answers in it (5 to 8; the
+  // versions differ in the record entries a client writes and where it probes, proto/handshake.h).
   uint16_t version = proto::kProtocolVersion;
   std::chrono::steady_clock::time_point accepted_at = std::chrono::steady_clock::now();
   // A new session's handshake: the peer's address (no port), counted in

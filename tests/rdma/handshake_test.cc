@@ -466,13 +466,15 @@ TEST_CASE(
   CHECK(held->Release().ok());
 }
 
-TEST_CASE("protocol version 6: lockd answers a version-5 client in version 5, and serves it") {
-  // A version-5 client writes no tagged record entries, the only change of version 6, so lockd
-  // serves it: the challenge and the Welcome carry the client's version (a version-5 SDK refuses
-  // any other). A version-6 request is answered in 6.
+TEST_CASE("protocol versions: lockd answers a client of version 5, 6 or 7 in its own version, and "
+          "serves it") {
+  // A version-5 client writes no tagged record entries, the only change of version 6; a
+  // version-6 one no tagged shared entries, which version 8 added (version 7 moved the byte-order
+  // probe). lockd serves them all: the challenge and the Welcome carry the client's version (an
+  // SDK refuses any other than its own). A request of this version is answered in it.
   Lockd lockd(7673);
   const std::string ip = RxeIp();
-  for (const uint16_t version : {uint16_t{5}, uint16_t{6}}) {
+  for (const uint16_t version : {uint16_t{5}, uint16_t{6}, uint16_t{7}, proto::kProtocolVersion}) {
     INFO("client version " << version);
     proto::ConnectRequest req;
     req.version = version;

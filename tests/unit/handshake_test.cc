@@ -48,6 +48,11 @@ TEST_CASE("malformed connect requests are refused with a reason") {
     REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kNone);
     REQUIRE(out.version == 5);
   }
+  SECTION("version 7: lockd of version 8 serves version-7 clients") {
+    b[ConnectRequest::kVersion] = 7;
+    REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kNone);
+    REQUIRE(out.version == 7);
+  }
   SECTION("version 4: refused") {
     b[ConnectRequest::kVersion] = 4;
     REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kBadVersion);

@@ -62,7 +62,7 @@ TEST_CASE("request entries round-trip and reject torn or garbage words") {
   REQUIRE(RequestEntry::RearmSeq(RequestEntry::kSeqMask - 1) == RequestEntry::kSeqMask);
 }
 
-TEST_CASE("a tagged entry carries its generation, and counts only in it (protocol version 6)") {
+TEST_CASE("a tagged entry carries its generation, and counts only in it (protocol versions 6, 8)") {
   using rdmalock::proto::Mode;
   using rdmalock::proto::Word0;
   RequestEntry e;
@@ -87,13 +87,21 @@ TEST_CASE("a tagged entry carries its generation, and counts only in it (protoco
   RequestEntry other = e;
   other.generation = 1;
   REQUIRE_FALSE(RequestEntry::Decode(w[0], other.Encode()[1], &out));
-  // Only exclusive entries are tagged: a shared one is written untagged, and a tagged shared
-  // entry (no client writes one) is refused.
+  // A shared entry is tagged the same way (protocol version 8), and an untagged one (a client of
+  // version 7 or before) keeps its whole ticket.
   RequestEntry sh = e;
   sh.mode = Mode::kShared;
   const auto ws = sh.Encode();
   REQUIRE(RequestEntry::Decode(ws[0], ws[1], &out));
+  CHECK(out.tagged);
+  CHECK(out.mode == Mode::kShared);
+  CHECK(out.generation == 0xfedcba98u);
+  sh.tagged = false;
+  const auto wu = sh.Encode();
+  REQUIRE(RequestEntry::Decode(wu[0], wu[1], &out));
   CHECK_FALSE(out.tagged);
+  CHECK(out.state == RequestEntry::State::kQueued);
+  CHECK(Word0::Decode(out.ticket) == Word0{.max_s = 3, .max_x = 7, .n_s = 2, .n_x = 5});
   // Over in another generation, or once the word has moved past its ticket; not while granted.
   REQUIRE(RequestEntry::Decode(w[0], w[1], &out));
   const Word0 granted{.max_s = 3, .max_x = 8, .n_s = 3, .n_x = 7};

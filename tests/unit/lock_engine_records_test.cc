@@ -22,6 +22,22 @@ using namespace rdmalock::engine_test;
 
 // ---- Request records and lockd's recovery (Reap)
 
+namespace {
+// What a client of protocol version 7 or before wrote for grant `g` at byte `off`: the entry
+// untagged, with the FA's whole ticket (lockd of version 8 still serves such clients, and their
+// shared entries, and exclusive ones a session knew no generation for, were all untagged).
+void WriteUntagged(InProcessTable& table, uint64_t off, const Grant& g) {
+  proto::RequestEntry en;
+  REQUIRE(LiveEntryAt(table, off, &en));
+  en.tagged = false;
+  en.generation = 0;
+  en.ticket = g.ticket.word.Encode();
+  const auto w = en.Encode();
+  table.session_word(off).store(w[0]);
+  table.session_word(off + 8).store(w[1]);
+}
+}  // namespace
+
 TEST_CASE_METHOD(RecordedClients,
                  "records: lockd frees a dead client's held and queued requests, exactly once") {
   auto ga = e.Acquire(a, 0, Mode::kExclusive, o);  // A holds slot 0
@@ -545,7 +561,7 @@ TEST_CASE_METHOD(
     "records: lockd never reaps an untagged entry in a later generation than its scan") {
   auto ga = e.Acquire(a, 0, Mode::kShared, o);
   REQUIRE(ga.ok());
-  REQUIRE_FALSE(ga->ticket.tagged);
+  WriteUntagged(table, o.record, *ga);  // as a client of version 7 or before wrote it
   a.Break();  // A dies; lockd fences it and reads its record
   std::vector<ReapState> items;
   const uint64_t off = o.record;
@@ -617,7 +633,7 @@ TEST_CASE_METHOD(RecordedClients,
   }
   auto ga = e.Acquire(a, 0, Mode::kShared, o);
   REQUIRE(ga.ok());
-  REQUIRE_FALSE(ga->ticket.tagged);
+  WriteUntagged(table, o.record, *ga);  // as a client of version 7 or before wrote it
   a.Break();  // A stops; the word resets before lockd fences A and reads its record
   table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
   table.Store(0, 0, 0);
@@ -663,7 +679,7 @@ TEST_CASE_METHOD(RecordedClients,
   }
   auto ga = e.Acquire(a, 0, Mode::kShared, o);
   REQUIRE(ga.ok());
-  REQUIRE_FALSE(ga->ticket.tagged);
+  WriteUntagged(table, o.record, *ga);  // as a client of version 7 or before wrote it
   a.Break();  // A stops; the word resets before lockd fences A and reads its record
   table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
   table.Store(0, 0, 0);
@@ -694,15 +710,147 @@ TEST_CASE_METHOD(RecordedClients,
   if (next.ok()) REQUIRE(e.Release(b, *next).ok());
 }
 
+// The gap the two fixes above left open (docs/protocol.md, section 11): the new generation reaches
+// the stale entry's numbers in both fields, with a request of its mode outstanding. A waits as a
+// reader behind a writer and stops; a waiter further back recovers the writer's stall, which
+// skips A's ticket too, and the word drains and resets before lockd fences A. In the new
+// generation a writer comes and goes and two readers hold, the first with A's numbers. An
+// untagged entry says nothing of its generation: lockd's scan noted the new one, the reap took
+// A's ticket for the first reader's grant and released it, and once that reader left, a writer
+// was granted beside the second (found by review, 2026-12-07). A shared entry now carries its
+// generation, as an exclusive one does, and lockd acts on it only in that generation.
+TEST_CASE_METHOD(RecordedClients,
+                 "records: lockd never acts on a stopped waiter's entry from before a reset, "
+                 "whatever numbers the new generation reached") {
+  auto writer = e.Acquire(c, 0, Mode::kExclusive, {});  // holds, and will stall
+  REQUIRE(writer.ok());
+  std::atomic<bool> a_ended{false};
+  std::thread waiter([&] {
+    auto ga = e.Acquire(a, 0, Mode::kShared, o);  // waits behind the writer until A stops
+    a_ended = !ga.ok();
+  });
+  proto::RequestEntry entry;
+  const auto give_up = std::chrono::steady_clock::now() + 5s;
+  while (!LiveEntryAt(table, o.record, &entry) && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(1ms);
+  }
+  a.Break();  // A stops while it waits
+  waiter.join();
+  REQUIRE(a_ended);
+  REQUIRE(LiveEntryAt(table, o.record, &entry));
+  const uint64_t gen_before = proto::Generation(table.Load(0, 1));
+  // A waiter's stall recovery skipped the writer's ticket and A's; the word drained and reset.
+  table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
+  table.Store(0, 0, 0);
+  {
+    auto gw = e.Acquire(b, 0, Mode::kExclusive, {});  // a writer of the new generation leaves
+    REQUIRE(gw.ok());
+    REQUIRE(e.Release(b, *gw).ok());
+  }
+  auto gb = e.Acquire(b, 0, Mode::kShared, {});  // A's numbers
+  REQUIRE(gb.ok());
+  auto gc = e.Acquire(c, 0, Mode::kShared, {});
+  REQUIRE(gc.ok());
+  const Word0 a_ticket = Word0::Decode(entry.ticket);
+  REQUIRE(gb->ticket.word.max_x == a_ticket.max_x);
+  REQUIRE(gb->ticket.word.max_s == a_ticket.max_s);
+  // lockd fences A now and reaps its record.
+  ReapState r = ReapState::ForEntry(entry);
+  r.NoteScan(table.Load(0, 1));
+  InProcessMemory lockd_mem(&table);
+  ReapToEnd(e, lockd_mem, r);
+  INFO("entry tagged " << entry.tagged << " generation " << entry.generation << " (A's "
+                       << gen_before << "); reap outcome " << static_cast<int>(r.outcome)
+                       << "; word n_s " << W0(table, 0).n_s << "/" << W0(table, 0).max_s);
+  CHECK(r.outcome != ReapState::Outcome::kReleased);
+  CHECK(r.outcome != ReapState::Outcome::kRecovered);
+  // B leaves; C still reads: no writer may be granted.
+  REQUIRE(e.Release(b, *gb).ok());
+  AcquireOptions try_only;
+  try_only.try_only = true;
+  auto late = e.Acquire(b, 0, Mode::kExclusive, try_only);
+  CHECK_FALSE(late.ok());
+  if (late.ok()) REQUIRE(e.Release(b, *late).ok());
+  REQUIRE(e.Release(c, *gc).ok());
+}
+
+// The same gap through an exclusive request: its session's hint of the slot's generation no longer
+// covered the FA's count (the word was reset since), and the request went untagged. It waited,
+// its client stopped, its ticket was skipped and the word reset again before the fence; in the
+// newest generation another client holds with the same numbers, and lockd released that grant
+// (found by review, 2026-12-07). The request is now tagged with the hint's generation, never
+// newer than its grant's: lockd ignores it in another.
+TEST_CASE_METHOD(RecordedClients,
+                 "records: a waiter tagged from a hint older than its word's reset is never taken "
+                 "for a later holder") {
+  table.Store(0, 0, Word0{.max_s = 0, .max_x = 100, .n_s = 0, .n_x = 100}.Encode());
+  {
+    auto g = e.Acquire(a, 0, Mode::kExclusive, o);  // A's session learns generation 0, count 101
+    REQUIRE(g.ok());
+    REQUIRE(e.Release(a, *g).ok());
+  }
+  table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);  // a reset: generation 1
+  table.Store(0, 0, 0);
+  auto writer = e.Acquire(c, 0, Mode::kExclusive, {});  // holds, and will stall
+  REQUIRE(writer.ok());
+  o.record_seq = 2;
+  std::atomic<bool> a_ended{false};
+  std::thread waiter([&] {
+    auto ga = e.Acquire(a, 0, Mode::kExclusive, o);  // count 1 < 101: the hint does not cover
+    a_ended = !ga.ok();
+  });
+  proto::RequestEntry entry;
+  const auto give_up = std::chrono::steady_clock::now() + 5s;
+  while (!(LiveEntryAt(table, o.record, &entry) && entry.seq == 2) &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(1ms);
+  }
+  a.Break();  // A stops while it waits
+  waiter.join();
+  REQUIRE(a_ended);
+  REQUIRE(LiveEntryAt(table, o.record, &entry));
+  REQUIRE(entry.seq == 2);
+  // A waiter's stall recovery skipped the writer's ticket and A's; the word drained and reset.
+  table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);  // generation 2
+  table.Store(0, 0, 0);
+  {
+    auto gw = e.Acquire(b, 0, Mode::kExclusive, {});  // a writer of the new generation leaves
+    REQUIRE(gw.ok());
+    REQUIRE(e.Release(b, *gw).ok());
+  }
+  auto gb = e.Acquire(b, 0, Mode::kExclusive, {});  // A's numbers: max_x 1
+  REQUIRE(gb.ok());
+  REQUIRE(gb->ticket.word.max_x == Word0::Decode(entry.ticket).max_x);
+  ReapState r = ReapState::ForEntry(entry);  // lockd fences A now and reaps its record
+  r.NoteScan(table.Load(0, 1));
+  InProcessMemory lockd_mem(&table);
+  ReapToEnd(e, lockd_mem, r);
+  INFO("entry tagged " << entry.tagged << " generation " << entry.generation << " (slot's "
+                       << proto::Generation(table.Load(0, 1)) << "); reap outcome "
+                       << static_cast<int>(r.outcome));
+  CHECK(r.outcome != ReapState::Outcome::kReleased);
+  CHECK(r.outcome != ReapState::Outcome::kRecovered);
+  AcquireOptions try_only;  // B still holds: nobody else may be granted
+  try_only.try_only = true;
+  auto late = e.Acquire(c, 0, Mode::kExclusive, try_only);
+  CHECK_FALSE(late.ok());
+  if (late.ok()) REQUIRE(e.Release(c, *late).ok());
+  CHECK(e.Release(b, *gb).ok());
+}
+
 // The other way the generation moves: a renewal's carry (every 65,536th renewal of the slot, any
 // reader's), which resets nothing. A dead reader's entry is still reaped after one: the renew
 // field wrapped below its value at the scan, which a reset's bump never does.
 TEST_CASE_METHOD(
     RecordedClients,
-    "records: a renewal's carry since lockd's scan still lets it reap an untagged entry") {
+    "records: a renewal's carry since lockd's scan still lets it reap a reader's entry") {
   table.Store(0, 1, 0xfffe);
   auto ga = e.Acquire(a, 0, Mode::kShared, o);  // dies
   REQUIRE(ga.ok());
+  // Tagged (this version): lockd's scan found the slot in the entry's generation, so a carry
+  // since is one as for an untagged entry. Untagged: a client of version 7 or before.
+  SECTION("tagged") { REQUIRE(ga->ticket.tagged); }
+  SECTION("untagged") { WriteUntagged(table, o.record, *ga); }
   auto gb = e.Acquire(b, 0, Mode::kShared, {});  // lives on, renewing
   REQUIRE(gb.ok());
   a.Break();

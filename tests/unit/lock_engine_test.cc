@@ -104,12 +104,15 @@ TEST_CASE("item 3: after a reset the hint is not trusted, and the entry gets the
   table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
   table.Store(0, 0, 0);
   Grant g2 = ch.Acquire(e, 0);
-  // The FA's count (0) is below the hint's (102), and no READ was in the doorbell: untagged,
-  // and its release marks it done as before.
-  CHECK_FALSE(g2.ticket.tagged);
+  // The FA's count (0) is below the hint's (102), and no READ was in the doorbell: tagged with
+  // the hint's generation all the same (never newer than the grant's), which lockd ignores in
+  // generation 1; untagged, a stale entry would be read in whatever generation lockd finds
+  // (protocol version 8).
+  CHECK(g2.ticket.tagged);
+  CHECK(g2.ticket.generation == 0);
   const uint64_t writes = mem.counters().write.get();
   REQUIRE(e.Release(mem, g2).ok());
-  CHECK(mem.counters().write.get() == writes + 1);  // the done mark
+  CHECK(mem.counters().write.get() == writes);  // an exclusive tagged release: no done mark
   // The next request READs word1 again and tags generation 1.
   Grant g3 = ch.Acquire(e, 0);
   CHECK(g3.ticket.tagged);
@@ -177,7 +180,7 @@ TEST_CASE("giving up: a request granted while it gives up writes its entry live 
     auto q = e.IssueMany(ch.mem, one, false, take, nullptr);  // queued behind `held`, recorded
     REQUIRE(q.ok());
     REQUIRE_FALSE((*q)[0].granted);
-    CHECK((*q)[0].grant.ticket.tagged == (mode == Mode::kExclusive));
+    CHECK((*q)[0].grant.ticket.tagged);  // both modes (protocol version 8)
     REQUIRE(e.Release(other, *held).ok());
     AcquireOptions try_opt;
     try_opt.try_only = true;
@@ -308,8 +311,8 @@ TEST_CASE("item 3: a session going round many locks pays three operations per pa
 
 TEST_CASE("item 3: a neighbour's hint from a block READ is not trusted after its word was reset") {
   // What a block READ learns of the other slots is a hint like any other: a reset of a
-  // neighbour since (its FA's count lower than the hint's) leaves its request untagged, and the
-  // next one READs again.
+  // neighbour since (its FA's count lower than the hint's) leaves its request with the hint's
+  // generation, which lockd ignores in the new one, and the next one READs again.
   InProcessTable table(LockEngine::kGenerationBlockSlots, 4096);
   LockEngine e(Params(LockEngine::kGenerationBlockSlots), nullptr);
   RecordedChannel ch(&table, proto::SessionRecord::EntryOffset(0));
@@ -320,7 +323,8 @@ TEST_CASE("item 3: a neighbour's hint from a block READ is not trusted after its
   table.Store(5, 1, table.Load(5, 1) + proto::kGenerationIncrement);  // another client's reset
   table.Store(5, 0, 0);
   const Grant g = ch.Acquire(e, 5);
-  CHECK_FALSE(g.ticket.tagged);  // count 0 below the hint's 100, and no READ with the FA
+  CHECK(g.ticket.tagged);  // count 0 below the hint's 100, and no READ with the FA: the hint's
+  CHECK(g.ticket.generation == 0);
   CHECK(mem.counters().read.get() == 1);
   REQUIRE(e.Release(mem, g).ok());
   const Grant g2 = ch.Acquire(e, 5);  // READs again: generation 1
@@ -347,7 +351,8 @@ TEST_CASE("item 3: what one thread of a session learned of a slot's generation t
   CHECK(b.mem.counters().Total() == 3);  // FA, WRITE, CAS
 }
 
-TEST_CASE("item 3: a token's READ tags the entry; a shared request is never tagged") {
+TEST_CASE("item 3: a token's READ tags the entry; a shared request is tagged from what the session "
+          "learned, and its release marks it done") {
   InProcessTable table(4, 4096);
   LockEngine e(Params(4), nullptr);
   InProcessMemory mem(&table);
@@ -367,8 +372,15 @@ TEST_CASE("item 3: a token's READ tags the entry; a shared request is never tagg
   o.record_seq = 2;
   auto s = e.Acquire(mem, 2, Mode::kShared, o);
   REQUIRE(s.ok());
-  CHECK_FALSE(s->ticket.tagged);
+  CHECK(s->ticket.tagged);
+  CHECK(s->ticket.generation == 7);
+  CHECK(mem.counters().Total() == 6);  // the FA and the entry's WRITE: no READ
   REQUIRE(e.Release(mem, *s).ok());
+  CHECK(mem.counters().Total() == 8);  // the done mark and the release
+  proto::RequestEntry en;
+  CHECK_FALSE(proto::RequestEntry::DecodeLive(table.session_word(o.record).load(),
+                                              table.session_word(o.record + 8).load(),
+                                              table.session_word(o.record + 16).load(), &en));
 }
 
 TEST_CASE("a token comes with an exclusive grant when asked for, and increases") {

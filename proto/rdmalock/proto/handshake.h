@@ -32,7 +32,14 @@ inline constexpr uint32_t kHandshakeMagic = 0x314b4c52;  // "RLK1" read little-e
 // (SessionRecord::kProbe), not on the probe slot after the lock table, which any client could
 // change and so fail every later connection's probe (lockd's own too). lockd of version 7 serves
 // versions 5 and 6 too (they probe the old slot, which it still fills).
-inline constexpr uint16_t kProtocolVersion = 7;
+// Version 8: shared requests' entries are tagged with their slot's generation too, and every
+// request the SDK leaves waiting is tagged (a hint that no longer covers the FA's count tags it
+// with the hint's generation, never newer than the grant's). An untagged entry says nothing of
+// its generation, and a stale one of a client that stopped while it waited could be read as a
+// later request's ticket (docs/protocol.md, section 11). lockd of version 8 serves versions 5 to
+// 7 too (their untagged entries keep the checks they had); a version-8 client needs a version-8
+// lockd, which an older lockd's refusal (bad_version) says.
+inline constexpr uint16_t kProtocolVersion = 8;
 inline constexpr uint16_t kMinProtocolVersion = 5;
 
 // rdma_cm limits (verified on rdma_rxe; the IB CM sets them): connect 56, accept 196, reject 148.

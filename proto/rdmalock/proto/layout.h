@@ -189,14 +189,17 @@ static_assert(SessionRecord::kMaxEntries >= 120);
 // One request of a client, as its record shows it: 32 bytes at SessionRecord::EntryOffset(i).
 //   word a (+0):  slot (bits 0-27) | mode (28) | state (29-30) | seq (31-47) | check (48-63)
 //   word b (+8):  word0 as the request's FETCH_AND_ADD returned it (its ticket), when kQueued;
-//                 in a tagged entry (state field 3, exclusive only, protocol version 6) the
-//                 ticket's max_s and max_x (bits 0-31) and the low 32 bits of the generation of
-//                 word1 the grant is in (bits 32-63), where the FA's n_s and n_x would be
+//                 in a tagged entry (state field 3: exclusive since protocol version 6, shared
+//                 too since version 8) the ticket's max_s and max_x (bits 0-31) and the low 32
+//                 bits of the generation of word1 the grant is in (bits 32-63), where the FA's
+//                 n_s and n_x would be
 //   word d (+16): the seq of the last use of this entry that is over ("done")
-// A tagged entry's exclusive release needs no done mark (docs/protocol.md, section 10): lockd acts
-// on it only while the slot's generation is the entry's, and within one generation a released
-// exclusive ticket is never granted again (n_x only grows past it). The generation written may be
-// older than the grant's (a cached one, never a newer one): lockd then only ignores the entry.
+// lockd acts on a tagged entry only while the slot's generation is the entry's, so a stale entry
+// is never read as a ticket of a later generation (docs/protocol.md, sections 10 and 11). Its
+// exclusive release needs no done mark: within one generation a released exclusive ticket is
+// never granted again (n_x only grows past it); a shared release still writes one. The generation
+// written may be older than the grant's (a cached one, never a newer one): lockd then only
+// ignores the entry.
 // The client writes a and b together (one 16-byte RDMA WRITE) when it asks (kRequesting, in the
 // FA's doorbell) and once the ticket is known (kQueued); it writes d alone, in the same doorbell
 // and *before* the operation that ends the request (the release or withdrawal CAS). Each use of an
@@ -215,8 +218,8 @@ struct RequestEntry {
   State state = State::kFree;
   uint32_t seq = 0;     // 1..kSeqMask
   uint64_t ticket = 0;  // Word0 encoding (a tagged entry's: its max fields only, n_s = n_x = 0)
-  // Tagged (kQueued, exclusive): `generation` is the low 32 bits of word1's generation (at most
-  // the grant's), and the release writes no done mark.
+  // Tagged (kQueued): `generation` is the low 32 bits of word1's generation (at most the
+  // grant's); an exclusive release then writes no done mark.
   bool tagged = false;
   uint32_t generation = 0;
   static constexpr uint8_t kTaggedStateBits = 3;  // the state field's value for a tagged entry
@@ -259,7 +262,7 @@ struct RequestEntry {
   }
   std::array<uint64_t, 2> Encode() const {
     if (state == State::kFree) return {0, 0};
-    const bool tag = tagged && state == State::kQueued && mode == Mode::kExclusive;
+    const bool tag = tagged && state == State::kQueued;
     const uint8_t st = tag ? kTaggedStateBits : static_cast<uint8_t>(state);
     const uint64_t a = uint64_t{slot & kSlotMask} | (uint64_t{static_cast<uint8_t>(mode)} << 28) |
                        (uint64_t{st} << 29) | (uint64_t{seq & kSeqMask} << 31);
@@ -276,7 +279,6 @@ struct RequestEntry {
     const auto mode = static_cast<Mode>((a >> 28) & 1);
     if (state < 1 || seq == 0) return false;
     const bool tag = state == kTaggedStateBits;
-    if (tag && mode != Mode::kExclusive) return false;
     out->slot = static_cast<uint32_t>(a & kSlotMask);
     out->mode = mode;
     out->state = tag ? State::kQueued : static_cast<State>(state);
