@@ -71,14 +71,15 @@ void LockEngine::FreeRecord(RemoteMemory& mem, uint64_t record, uint32_t seq) co
 
 namespace {
 // `t` as a new use of its record entry, live again after a give-up's done mark: the odd seq
-// above the use's own (RequestEntry::RearmSeq), untagged (its release marks it done). Returns
-// the entry's WRITE.
+// above the use's own (RequestEntry::RearmSeq), with the tag it had (the same ticket, so the same
+// generation). Untagged, as it was until 2026-12-07, a ticket handed to the reaper that then
+// waited left lockd an entry it would read in whatever generation its scan found (docs/protocol.md
+// section 11; unit test `giving up: a ticket abandoned after its withdrawal missed keeps a live
+// entry`). Returns the entry's WRITE.
 RemoteOp Rearm(Ticket* t) {
   t->record_seq = proto::RequestEntry::RearmSeq(t->record_seq);
-  t->tagged = false;
-  t->generation = 0;
   return EntryWrite(t->record, t->record_seq, t->slot, t->mode, proto::RequestEntry::State::kQueued,
-                    t->word.Encode());
+                    t->word.Encode(), t->tagged, t->generation);
 }
 }  // namespace
 
@@ -226,10 +227,10 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     // A recorded request's entry is tagged with the slot's generation: lockd acts on it only in
     // that generation (a stale entry is never read as a later request's ticket; docs/protocol.md,
     // section 11), and an exclusive release then needs no done mark (three operations per
-    // uncontended pair instead of four; section 10). The generation comes from a READ of word1 in the FA's
-    // doorbell (a token's, or one added here when the session knows no recent generation of the
-    // slot: no round trip, the READ rides with the FA), or from what the session learned of the
-    // slot before (generations_, any thread's request; GenerationHintCovers). A request that
+    // uncontended pair instead of four; section 10). The generation comes from a READ of word1 in
+    // the FA's doorbell (a token's, or one added here when the session knows no recent generation
+    // of the slot: no round trip, the READ rides with the FA), or from what the session learned of
+    // the slot before (generations_, any thread's request; GenerationHintCovers). A request that
     // must learn it READs the words of the slot's whole block (kGenerationBlockSlots, 1 KiB) in
     // place of word1 alone, and the session learns every slot's generation there (LearnBlock).
     const bool tag = record != 0;

@@ -49,8 +49,8 @@ struct Ticket {
   uint32_t record_seq = 0;
   // The entry is tagged with `generation` (the low 32 bits of word1's generation, at most the
   // grant's): lockd acts on it only in that generation, so its exclusive release writes no done
-  // mark (proto::RequestEntry, docs/protocol.md sections 10 and 11). Recorded requests, both
-  // modes (a use re-armed after a give-up is not: RearmAfterGiveUp).
+  // mark (proto::RequestEntry, docs/protocol.md sections 10 and 11). Every recorded request of
+  // a version-8 SDK, both modes.
   bool tagged = false;
   uint32_t generation = 0;
 };
@@ -336,8 +336,8 @@ class LockEngine {
   void FillToken(Grant* g) const;
   // A grant found while its ticket was given up (GiveUpTicket's kGranted): the withdrawal's
   // doorbell marked its entry done before the CAS that missed, so the grant would have no live
-  // entry. Writes the entry again as a new use (RequestEntry::RearmSeq, untagged: its release
-  // marks it done), posted on this channel, so it lands before the release (waited for with
+  // entry. Writes the entry again as a new use (RequestEntry::RearmSeq, with its tag), posted on
+  // this channel, so it lands before the release (waited for with
   // `wait`: the grant goes to the abandon handler, which ends the entry on its own QP); and
   // reads a token's generation again (the FA-time value may be older than the grant's).
   Status RearmAfterGiveUp(RemoteMemory& mem, Grant* g, bool wait = false) const;

@@ -17,7 +17,7 @@ std::vector<Status> LockEngine::ReleaseMany(RemoteMemory& mem, std::span<const G
   for (size_t base = 0; base < grants.size();) {
     RemoteOp ops[kBatchOps];
     // One entry per release in this doorbell: a release is one operation (the CAS: unrecorded,
-    // or a tagged entry) or two (the done mark and the CAS), so up to kBatchOps of them.
+    // or a tagged exclusive entry) or two (the done mark and the CAS), so up to kBatchOps of them.
     size_t cas_at[kBatchOps];
     size_t idx[kBatchOps];
     size_t n = 0, k = 0;

@@ -140,8 +140,8 @@ inline size_t ReleaseOps(const Ticket& t, Word0 cur, RemoteOp ops[2]) {
   ops[0] = EntryDone(t.record, t.record_seq);
   ops[1] = RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), cur.Encode(),
                                  cur.Encode() + proto::ReleaseIncrement(t.mode));
-  const bool mark = t.mode == Mode::kShared || !t.tagged ||
-                    proto::RequestEntry::KeepsDoneClose(t.record_seq);
+  const bool mark =
+      t.mode == Mode::kShared || !t.tagged || proto::RequestEntry::KeepsDoneClose(t.record_seq);
   return t.record != 0 && mark ? 0 : 1;
 }
 

@@ -119,15 +119,16 @@ void Server::Impl::EndSession(std::shared_ptr<Session> s, EndReason reason, cons
   for (ReapState& r : job.items) {
     r.NoteScan(Load64(regions->locks(), proto::SlotOffset(r.ticket.slot) + proto::kWord1Offset));
   }
-  // A tagged entry of a finished exclusive request stays in the record (its release wrote no done
-  // mark): by the slot's words now it is over, and stays so (generations only grow, and within
-  // one n_x only grows past it). Not a request to free; the reap would find the same.
+  // A tagged entry over by the slot's words at the scan (a finished exclusive request, whose
+  // release wrote no done mark; a request the slot's generation moved past) stays so: generations
+  // only grow, and within one n_x only grows past it. Not a request to free; the reap would find
+  // the same (it compares with the scan's word1 too).
   std::erase_if(job.items, [&](const ReapState& r) {
     const uint64_t off = proto::SlotOffset(r.ticket.slot);
     return r.ticket.tagged &&
            proto::RequestEntry::TaggedOver(r.ticket.word, r.ticket.mode, r.ticket.generation,
                                            proto::Word0::Decode(Load64(regions->locks(), off)),
-                                           Load64(regions->locks(), off + proto::kWord1Offset));
+                                           r.scan_word1);
   });
   const uint32_t requesting = rec.requesting;
   const uint32_t garbage = rec.garbage;

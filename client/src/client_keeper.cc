@@ -294,11 +294,12 @@ bool Client::Impl::RenewOne(ThreadChannel& c, LockHandle::State& s, std::chrono:
 // releases nothing past its lease, and nothing else clears it), and lockd reaps every live entry
 // when the session ends. By then waiters may have recovered the ticket and the word may have been
 // reset: a request of the new generation can draw the same counters, and an untagged entry (every
-// shared one) carries no generation that tells the two apart, so lockd would release that
-// request's grant. Cleared now, while the session lives, it is over before any waiter can recover
-// the ticket (F x L after the holder's last renewal, against this tick one lease after it); the
-// ticket itself stays for the waiters' stall recovery, or lockd's fencing of a client that stops.
-// The entry goes back to the pool only once the clear has landed (LockEngine::FreeRecord).
+// shared one until protocol version 8) carries no generation that tells the two apart, so lockd
+// would release that request's grant. Cleared now, while the session lives, it is over before any
+// waiter can recover the ticket (F x L after the holder's last renewal, against this tick one lease
+// after it); the ticket itself stays for the waiters' stall recovery, or lockd's fencing of a
+// client that stops. The entry goes back to the pool only once the clear has landed
+// (LockEngine::FreeRecord).
 void Client::Impl::ClearLostEntry(ThreadChannel& c, LockHandle::State& s) {
   Ticket& t = s.grant.ticket;
   if (t.record == 0) return;

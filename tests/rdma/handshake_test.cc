@@ -466,8 +466,9 @@ TEST_CASE(
   CHECK(held->Release().ok());
 }
 
-TEST_CASE("protocol versions: lockd answers a client of version 5, 6 or 7 in its own version, and "
-          "serves it") {
+TEST_CASE(
+    "protocol versions: lockd answers a client of version 5, 6 or 7 in its own version, and "
+    "serves it") {
   // A version-5 client writes no tagged record entries, the only change of version 6; a
   // version-6 one no tagged shared entries, which version 8 added (version 7 moved the byte-order
   // probe). lockd serves them all: the challenge and the Welcome carry the client's version (an

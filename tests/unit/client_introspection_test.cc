@@ -9,6 +9,7 @@
 
 #include "client/src/client_test_peer.h"
 #include "rdmalock/client.h"
+#include "rdmalock/proto/lock_word.h"
 #include "tests/support/fake_lockd.h"
 
 using namespace rdmalock;
@@ -55,4 +56,29 @@ TEST_CASE("sessions: a released exclusive lock's tagged entry is not shown; a he
       CHECK(Mine(client).requests.empty());
     }
   }
+}
+
+// A shared entry is tagged too (protocol version 8), but its release writes its done mark, so its
+// tag says nothing of whether it is over: a reader whose slot's generation moved on under it
+// (another reader's renewal carried it) still holds, and is shown holding.
+TEST_CASE("sessions: a reader whose slot's generation moved on under it is shown holding") {
+  testing::FakeLockd::Options fo;
+  fo.lock_count = 8;
+  testing::FakeLockd lockd(fo);
+  auto c = ClientTestPeer::Connect(testing::FakeClientOptions("introspect"), lockd.connector());
+  REQUIRE(c.ok());
+  Client& client = **c;
+  LockOptions lo;
+  lo.mode = LockMode::kShared;
+  auto h = client.LockSlot(5, lo);
+  REQUIRE(h.ok());
+  // A carry into the generation, as the 65,536th renewal of the slot makes.
+  lockd.table().Store(5, 1, lockd.table().Load(5, 1) + rdmalock::proto::kGenerationIncrement);
+  const SessionInfo held = Mine(client);
+  REQUIRE(held.requests.size() == 1);
+  CHECK(held.requests[0].slot == 5);
+  CHECK(held.requests[0].status == RequestInfo::Status::kHolding);
+  REQUIRE(h->Release().ok());
+  REQUIRE(client.Flush().ok());
+  CHECK(Mine(client).requests.empty());
 }

@@ -148,8 +148,9 @@ TEST_CASE("acquire_many of free locks is one doorbell of FETCH_AND_ADDs") {
   for (uint64_t s : {1, 4, 9}) REQUIRE(W0(table, s).Drained());
 }
 
-TEST_CASE("item 3: a recorded set's entries are tagged, and its release marks the shared one's "
-          "alone") {
+TEST_CASE(
+    "item 3: a recorded set's entries are tagged, and its release marks the shared one's "
+    "alone") {
   // A set of 3 exclusive locks and a shared one, recorded. The session's first set READs the
   // block of its slots (all 16) after the FAs, in their doorbell (it knows no generation yet); the
   // second is tagged from what the first learned. Either way release_many is the CASes alone, and
@@ -515,11 +516,16 @@ TEST_CASE("giving up: a set's request granted while the set gives it back is liv
   REQUIRE(release_seen);
   CHECK(live_at_release);
   if (live_at_release) CHECK(at_release.slot == 1);
-  // Released: slot 1 free, and no live entry left.
+  // Released: slot 1 free, and nothing left for lockd (the entry keeps its tag, and a tagged
+  // exclusive release writes no done mark: it is over by the slot's words).
   CHECK(W0(table, 1).Drained());
   proto::RequestEntry en;
-  CHECK_FALSE(LiveEntryAt(table, entry1, &en));
+  if (LiveEntryAt(table, entry1, &en)) {
+    CHECK(en.tagged);
+    CHECK(en.TaggedOver(W0(table, 1), table.Load(1, 1)));
+  }
   REQUIRE(e.Release(h0, *held0).ok());
+  CHECK(ReapRecord(table, e, 0) == 0);
 }
 
 // An async try (issued by the pump, finished by a waiter thread) can wait in the queue for a

@@ -548,21 +548,22 @@ TEST_CASE_METHOD(RecordedClients,
   REQUIRE(e.Release(c, *gc).ok());
 }
 
-// An untagged entry (every shared request's) carries no generation: lockd tells its ticket from
-// a later one with the same numbers only while the slot has not been reset. lockd's reap comes
-// one lease after the fence, or later (its loopback connection down, retried until it is back);
-// meanwhile waiters may recover the dead reader's ticket (F x L), the word may serve 32,768
-// tickets and reset, and new readers draw the same numbers. The reap then released one of their
-// grants (a reader's release counted twice: a writer granted beside a reader; found by review,
-// 2026-12-05). lockd notes the slot's generation when it reads the record, and a reap that finds
-// it changed leaves the entry alone (ReapState::NoteScan): its ticket went with the reset.
+// An untagged entry (every shared request's, from a client of version 7 or before) carries no
+// generation: lockd tells its ticket from a later one with the same numbers only while the slot has
+// not been reset. lockd's reap comes one lease after the fence, or later (its loopback connection
+// down, retried until it is back); meanwhile waiters may recover the dead reader's ticket (F x L),
+// the word may serve 32,768 tickets and reset, and new readers draw the same numbers. The reap then
+// released one of their grants (a reader's release counted twice: a writer granted beside a reader;
+// found by review, 2026-12-05). lockd notes the slot's generation when it reads the record, and a
+// reap that finds it changed leaves the entry alone (ReapState::NoteScan): its ticket went with the
+// reset.
 TEST_CASE_METHOD(
     RecordedClients,
     "records: lockd never reaps an untagged entry in a later generation than its scan") {
   auto ga = e.Acquire(a, 0, Mode::kShared, o);
   REQUIRE(ga.ok());
   WriteUntagged(table, o.record, *ga);  // as a client of version 7 or before wrote it
-  a.Break();  // A dies; lockd fences it and reads its record
+  a.Break();                            // A dies; lockd fences it and reads its record
   std::vector<ReapState> items;
   const uint64_t off = o.record;
   proto::RequestEntry entry;

@@ -338,6 +338,25 @@ TEST_CASE("session table: a tagged entry names its session a holder only in its 
   CHECK(rec->items[0].ticket.generation == 4);
 }
 
+// A shared entry is tagged too (protocol version 8), but its release writes its done mark, and its
+// tag may be older than its grant's: a hint, or another reader's renewal that carried the
+// generation since. A live session's reader is named a holder by its numbers, whatever its tag.
+TEST_CASE("session table: a reader is named a holder by its numbers, whatever its tag") {
+  Records mem(1);
+  SessionTable t(mem.data(), 1, 64);
+  auto reader = t.Allocate("a:1", "reader", 1, false, {}, SessionTable::Clock::now());
+  t.Insert(reader);
+  proto::RequestEntry e = Entry(9, proto::RequestEntry::State::kQueued, 2, proto::Word0{});
+  e.mode = proto::Mode::kShared;
+  e.tagged = true;
+  e.generation = 4;  // the slot is in 5 now (a carry)
+  PutEntry(t.RecordAt(reader->index), 0, e);
+  const proto::Word0 w0{.max_s = 2, .max_x = 0, .n_s = 0, .n_x = 0};  // two readers hold
+  auto h = t.HoldersOf(9, w0, uint64_t{5} << 16);
+  REQUIRE(h.size() == 1);
+  CHECK(h[0] == reader);
+}
+
 // Session ids began at 1 on every start of lockd (tests/rdma/lockctl_test.cc has the forced
 // release that fenced another client after a restart).
 TEST_CASE("session table: each run of lockd starts its session ids somewhere else, below 2^53") {
