@@ -142,8 +142,8 @@ bool LockEngine::RecentGeneration(uint64_t slot, Clock::time_point last_seen,
           GenerationTable::Age(*hint, last_seen) < kGenerationHintAge);
 }
 
-void LockEngine::TagTicket(Ticket* t, const uint64_t* word1, const GenerationTable::Hint& hint,
-                           Clock::time_point issue) const {
+Status LockEngine::TagTicket(RemoteMemory& mem, Ticket* t, const uint64_t* word1,
+                             const GenerationTable::Hint& hint, Clock::time_point issue) const {
   // Our increment keeps the word from draining, so no reset comes before our release: the
   // generation word1 showed after our FA is our grant's.
   if (word1 != nullptr) {
@@ -160,19 +160,32 @@ void LockEngine::TagTicket(Ticket* t, const uint64_t* word1, const GenerationTab
       generations_.Learn(t->slot, {t->generation, TicketsIssued(t->word) + 1, issue});
     }
   } else {
-    // The word was reset since the hint (its count went down), or the hint grew old: the next
-    // request here READs word1. This one is tagged with the hint's generation all the same: it
-    // was read before our FA and generations only grow, so it is never newer than the grant's,
-    // and lockd acts on the entry only if it is the grant's. An older one makes lockd ignore the
-    // entry (a waiter's grant writes it again with its own, Wait). Untagged, a request that
-    // waits would leave lockd an entry it reads in whatever generation its scan finds: a client
-    // that stopped while it waited, its ticket skipped and the word reset before the fence, left
-    // numbers a later request could draw, and lockd released that request's grant (found by
-    // review, 2026-12-07; docs/protocol.md, section 11).
+    // The word was reset since the hint (its count went down), or the hint grew old: READ word1
+    // now, one round trip (a session pays it once per reset of a slot it keeps using). Our FA has
+    // returned; nothing can skip our ticket sooner than F x L after it (a waiter behind us
+    // queued after it and times its stall from then; a waiter ahead recovers only up to its own
+    // ticket), so until then our increment keeps the word from draining and resetting: word1 is
+    // our grant's generation, or a later one by renewal carries only, which leave the counters
+    // as they are (as Renew's rewrite). A READ that took longer than a lease is not trusted: the
+    // hint's generation then, read before our FA and so never newer than the grant's, which
+    // lockd ignores if older (a waiter's grant writes the entry again with its own, Wait).
+    // Untagged, as until 2026-12-07, a request that waited left lockd an entry it read in
+    // whatever generation its scan found: a client that stopped while it waited, its ticket
+    // skipped and the word reset before the fence, left numbers a later request could draw, and
+    // lockd released that request's grant (docs/protocol.md, section 11).
     t->tagged = true;
     t->generation = hint.generation;
     generations_.Forget(t->slot);
+    RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word1Off(t->slot), 8);
+    RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
+    uint64_t now1 = rd.result[0];
+    RDMALOCK_RETURN_IF_ERROR(WholeWord1(mem, t->slot, &now1));
+    if (Clock::now() - issue < params_.lease) {
+      t->generation = proto::RequestEntry::GenerationOf(now1);
+      generations_.Learn(t->slot, {t->generation, TicketsIssued(t->word) + 1, issue});
+    }
   }
+  return Status::Ok();
 }
 
 LockEngine::GenerationBlock LockEngine::BlockOf(uint64_t slot) const {
@@ -291,7 +304,8 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     if (read_word1) RDMALOCK_RETURN_IF_ERROR(WholeWord1(mem, slot, &word1));
 
     Ticket t{slot, mode, prev, record, record_seq};
-    if (tag) TagTicket(&t, read_word1 ? &word1 : nullptr, hint, issue);
+    if (tag)
+      RDMALOCK_RETURN_IF_ERROR(TagTicket(mem, &t, read_word1 ? &word1 : nullptr, hint, issue));
     if (learn) LearnBlock(b, block, slot, issue);
     if (record != 0) {
       // The ticket, posted without waiting: it lands before anything this channel sends next.

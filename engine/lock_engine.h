@@ -124,7 +124,8 @@ struct ReapState {
   // an untagged entry alone once word1 shows a generation that may have come with a reset since
   // (SameCounters): the ticket was then released or recovered (a live one keeps the word from
   // draining), and its numbers may be drawn again (docs/protocol.md section 11). A tagged entry
-  // carries its own generation.
+  // carries its own generation; where the scan found the slot in it, Reap goes on past one carry
+  // since, as for an untagged entry.
   void NoteScan(uint64_t word1) {
     scanned = true;
     scan_word1 = word1;
@@ -351,11 +352,11 @@ class LockEngine {
   // After the FA (it queued t->word, issued at `issue`): tags *t with word1 as that READ returned
   // it (`word1`, null without a READ) or with the hint if it covers the FA
   // (GenerationHintCovers), and keeps generations_ up to date: learns a READ's generation, learns
-  // again a covering hint at least kGenerationRelearn old, forgets the slot when the hint did not
-  // cover (the request is tagged with the hint's generation all the same, never newer than the
-  // grant's; the next one READs).
-  void TagTicket(Ticket* t, const uint64_t* word1, const GenerationTable::Hint& hint,
-                 Clock::time_point issue) const;
+  // again a covering hint at least kGenerationRelearn old; where the hint did not cover, READs
+  // word1 (one round trip after the FA; a READ slower than a lease leaves the hint's generation,
+  // never newer than the grant's) and learns it.
+  Status TagTicket(RemoteMemory& mem, Ticket* t, const uint64_t* word1,
+                   const GenerationTable::Hint& hint, Clock::time_point issue) const;
   // The aligned block of kGenerationBlockSlots slots that holds a slot (the last one cut short at
   // the table's end), and the READ of its words (word0, word1 of each slot in turn) into `words`,
   // 2 * kGenerationBlockSlots of them: the READ a request that must learn its slot's generation

@@ -147,7 +147,8 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
       if (take) std::tie(t.record, t.record_seq) = take();
       if (t.record != 0) {
         const size_t k = i - first;
-        TagTicket(&t, read_word1[k] ? word1[k] : nullptr, hints[k], issue);
+        RDMALOCK_RETURN_IF_ERROR(
+            TagTicket(mem, &t, read_word1[k] ? word1[k] : nullptr, hints[k], issue));
       }
       if (t.record != 0) {
         queued[nq++] =

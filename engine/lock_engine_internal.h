@@ -133,15 +133,18 @@ inline bool StillHeld(Word0 w, const Ticket& t) {
 // stall recovery.) Returns the index of the first op to post.
 // A tagged exclusive entry (with its grant's generation or an older one) gets no done mark: lockd
 // acts on it only in that generation, in which the CAS below moves n_x past its ticket for good.
-// A shared one does: a shared release carries no identity, and n_x does not move past it.
+// A shared one does: a shared release carries no identity, and n_x does not move past it. So does
+// a use re-armed after a give-up (its odd seq, RequestEntry::RearmSeq): it keeps its tag, and
+// may stand in for the use that would have kept the mark close (KeepsDoneClose never holds for
+// an odd seq).
 // Its record stays as it is until the entry's next use (docs/protocol.md, section 10), but for
 // one use in 8,192, which writes the mark all the same (RequestEntry::KeepsDoneClose).
 inline size_t ReleaseOps(const Ticket& t, Word0 cur, RemoteOp ops[2]) {
   ops[0] = EntryDone(t.record, t.record_seq);
   ops[1] = RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(t.slot), cur.Encode(),
                                  cur.Encode() + proto::ReleaseIncrement(t.mode));
-  const bool mark =
-      t.mode == Mode::kShared || !t.tagged || proto::RequestEntry::KeepsDoneClose(t.record_seq);
+  const bool mark = t.mode == Mode::kShared || !t.tagged || (t.record_seq & 1) != 0 ||
+                    proto::RequestEntry::KeepsDoneClose(t.record_seq);
   return t.record != 0 && mark ? 0 : 1;
 }
 

@@ -779,10 +779,10 @@ TEST_CASE_METHOD(RecordedClients,
 // covered the FA's count (the word was reset since), and the request went untagged. It waited,
 // its client stopped, its ticket was skipped and the word reset again before the fence; in the
 // newest generation another client holds with the same numbers, and lockd released that grant
-// (found by review, 2026-12-07). The request is now tagged with the hint's generation, never
-// newer than its grant's: lockd ignores it in another.
+// (found by review, 2026-12-07). The request now READs word1 after its FA and is tagged with its
+// generation: lockd ignores it in another.
 TEST_CASE_METHOD(RecordedClients,
-                 "records: a waiter tagged from a hint older than its word's reset is never taken "
+                 "records: a waiter whose session's hint predates its word's reset is never taken "
                  "for a later holder") {
   table.Store(0, 0, Word0{.max_s = 0, .max_x = 100, .n_s = 0, .n_x = 100}.Encode());
   {

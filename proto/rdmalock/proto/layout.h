@@ -194,8 +194,9 @@ static_assert(SessionRecord::kMaxEntries >= 120);
 //                 bits of the generation of word1 the grant is in (bits 32-63), where the FA's
 //                 n_s and n_x would be
 //   word d (+16): the seq of the last use of this entry that is over ("done")
-// lockd acts on a tagged entry only while the slot's generation is the entry's, so a stale entry
-// is never read as a ticket of a later generation (docs/protocol.md, sections 10 and 11). Its
+// lockd acts on a tagged entry only while the slot's generation is the entry's (or, where its scan
+// found it so, past one renewal carry since: ReapState::SameCounters), so a stale entry is never
+// read as a ticket of a later generation (docs/protocol.md, sections 10 and 11). Its
 // exclusive release needs no done mark: within one generation a released exclusive ticket is
 // never granted again (n_x only grows past it); a shared release still writes one. The generation
 // written may be older than the grant's (a cached one, never a newer one): lockd then only
