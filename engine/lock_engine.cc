@@ -144,12 +144,29 @@ bool LockEngine::RecentGeneration(uint64_t slot, Clock::time_point last_seen,
 
 Status LockEngine::TagTicket(RemoteMemory& mem, Ticket* t, const uint64_t* word1,
                              const GenerationTable::Hint& hint, Clock::time_point issue) const {
-  // Our increment keeps the word from draining, so no reset comes before our release: the
-  // generation word1 showed after our FA is our grant's.
+  // Hints count the tickets issued before our FA, not ours: a withdrawal of ours (a try-lock that
+  // found the lock held) takes the word back to that count, and the session's next request there
+  // is still covered (with our FA counted, every try of a try-lock loop missed and READ again).
+  const uint32_t count = TicketsIssued(t->word);
+  // Our FA froze the word (it took a max field to kCountMax). A rescuer may have timed the frozen
+  // word since before our FA (another request froze it, withdrew, and ours froze it again to the
+  // same value: the rescue compares word0's value and times nX, nS and word1 only), and reset it
+  // under our ticket at once, so word1 read after our FA may be the next generation's over our
+  // numbers: the unsafe direction. Such a ticket (one in kCountMax) is tagged with what lockd
+  // never sees (the READ's generation half the 32-bit range away: lockd ignores the entry and it
+  // loses fast recovery; a waiter's grant writes the entry again with its own), or with a hint,
+  // read before our FA (found by review, 2026-12-07).
+  const bool froze = Word0::Decode(t->word.Encode() + proto::AcquireIncrement(t->mode)).Frozen();
+  // Otherwise our increment keeps the word from draining, so no reset comes before our release:
+  // the generation word1 showed after our FA is our grant's.
   if (word1 != nullptr) {
     t->tagged = true;
     t->generation = proto::RequestEntry::GenerationOf(*word1);
-    generations_.Learn(t->slot, {t->generation, TicketsIssued(t->word) + 1, issue});
+    if (froze) {
+      t->generation ^= kUnseenGeneration;
+      return Status::Ok();
+    }
+    generations_.Learn(t->slot, {t->generation, count, issue});
   } else if (GenerationHintCovers(hint, t->word, issue)) {
     t->tagged = true;
     t->generation = hint.generation;
@@ -157,7 +174,7 @@ Status LockEngine::TagTicket(RemoteMemory& mem, Ticket* t, const uint64_t* word1
     // read-modify-write on the acquire path of a lock taken again and again; its count, a little
     // lower, only makes the check a little weaker).
     if (GenerationTable::Age(hint, issue) >= kGenerationRelearn) {
-      generations_.Learn(t->slot, {t->generation, TicketsIssued(t->word) + 1, issue});
+      generations_.Learn(t->slot, {t->generation, count, issue});
     }
   } else {
     // The word was reset since the hint (its count went down), or the hint grew old: READ word1
@@ -176,13 +193,14 @@ Status LockEngine::TagTicket(RemoteMemory& mem, Ticket* t, const uint64_t* word1
     t->tagged = true;
     t->generation = hint.generation;
     generations_.Forget(t->slot);
+    if (froze) return Status::Ok();  // the hint's, read before our FA (above)
     RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word1Off(t->slot), 8);
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
     uint64_t now1 = rd.result[0];
     RDMALOCK_RETURN_IF_ERROR(WholeWord1(mem, t->slot, &now1));
     if (Clock::now() - issue < params_.lease) {
       t->generation = proto::RequestEntry::GenerationOf(now1);
-      generations_.Learn(t->slot, {t->generation, TicketsIssued(t->word) + 1, issue});
+      generations_.Learn(t->slot, {t->generation, count, issue});
     }
   }
   return Status::Ok();

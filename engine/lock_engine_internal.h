@@ -64,6 +64,9 @@ inline constexpr std::chrono::seconds kGenerationHintAge{10};
 // A request a hint covered learns it again (its own count and time) only when the hint is at
 // least this old.
 inline constexpr std::chrono::milliseconds kGenerationRelearn{100};
+// XORed into the generation of a ticket whose FA froze its word (LockEngine::TagTicket): a tag
+// lockd does not see in the slot for 2^31 generations, so it ignores the entry.
+inline constexpr uint32_t kUnseenGeneration = uint32_t{1} << 31;
 inline bool GenerationHintCovers(const GenerationTable::Hint& h, Word0 prev,
                                  Clock::time_point issue) {
   return TicketsIssued(prev) >= h.tickets && GenerationTable::Age(h, issue) < kGenerationHintAge;

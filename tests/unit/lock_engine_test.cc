@@ -122,6 +122,65 @@ TEST_CASE("item 3: after a reset the hint is not trusted, and the entry gets the
   REQUIRE(e.Release(mem, g3).ok());
 }
 
+// A ticket whose FA froze its word (a max field to kCountMax) may be reset under it at once: a
+// rescuer that has timed the frozen word since before our FA (another request froze it, withdrew,
+// and ours froze it again to the same value) resets it as soon as its F x L is up. A READ after
+// our FA then shows the next generation over our numbers, and an entry tagged with it would be
+// read by lockd as a ticket of that generation once its counts got there (found by review,
+// 2026-12-07). Such an entry is tagged with a generation lockd never sees.
+TEST_CASE("item 3: a ticket whose FA froze its word is never tagged with a generation after it") {
+  InProcessTable table(1, 4096);
+  LockEngine e(Params(1), nullptr);
+  RecordedChannel ch(&table, proto::SessionRecord::EntryOffset(0));
+  const uint16_t last = proto::kCountMax - 1;
+  table.Store(0, 0, Word0{.max_s = 0, .max_x = last, .n_s = 0, .n_x = last}.Encode());
+  bool rescued = false;
+  ch.mem.set_hook([&](const RemoteOp& op) {
+    if (!rescued && op.kind == RemoteOp::Kind::kRead && op.region == RegionId::kLocks) {
+      rescued = true;  // the rescuer's reset lands between our FA and our READ
+      table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
+      table.Store(0, 0, 0);
+    }
+    return true;
+  });
+  AcquireOptions o = ch.o;
+  o.record_seq = ch.NextSeq();
+  auto g = e.Acquire(ch.mem, 0, Mode::kExclusive, o);
+  ch.mem.set_hook(nullptr);
+  REQUIRE(rescued);
+  REQUIRE(g.ok());
+  proto::RequestEntry en;
+  REQUIRE(LiveEntryAt(table, ch.o.record, &en));
+  INFO("entry generation " << en.generation << ", the slot's "
+                           << proto::Generation(table.Load(0, 1)) << "; ticket max_x "
+                           << Word0::Decode(en.ticket).max_x);
+  CHECK(en.tagged);
+  CHECK(en.generation != proto::RequestEntry::GenerationOf(table.Load(0, 1)));
+  CHECK(en.generation != 0);
+}
+
+// A try-lock loop on a held lock: each try takes its increment back. The session's hint counts
+// the tickets before its FA, so the next try is still covered and READs nothing (with its own FA
+// counted, every try after the first missed and READ word1 again: found by review, 2026-12-07).
+TEST_CASE("item 3: a try-lock loop on a held lock READs word1 once") {
+  InProcessTable table(1, 4096);
+  LockEngine e(Params(1), nullptr);
+  RecordedChannel ch(&table, proto::SessionRecord::EntryOffset(0));
+  InProcessMemory holder(&table);
+  auto held = e.Acquire(holder, 0, Mode::kExclusive, {});
+  REQUIRE(held.ok());
+  for (int i = 0; i < 4; ++i) {
+    AcquireOptions o = ch.o;
+    o.record_seq = ch.NextSeq();
+    o.try_only = true;
+    auto g = e.Acquire(ch.mem, 0, i % 2 == 0 ? Mode::kExclusive : Mode::kShared, o);
+    REQUIRE_FALSE(g.ok());
+    CHECK(g.status().code() == ErrorCode::kBusy);
+  }
+  CHECK(ch.mem.counters().read.get() == 1);  // the first try's block READ
+  REQUIRE(e.Release(holder, *held).ok());
+}
+
 TEST_CASE("item 3: a waiter whose entry has an older generation writes it again with its grant's") {
   // The one case the FA's count cannot show: the word was reset since the session learned its
   // generation, and its counters climbed back past the hint's. The entry goes out tagged with
