@@ -29,15 +29,27 @@ SessionInfo Mine(Client& c) {
   return {};
 }
 
+// A test lockd of 8 locks and one client of it.
+struct IntrospectedLockd {
+  testing::FakeLockd lockd{[] {
+    testing::FakeLockd::Options fo;
+    fo.lock_count = 8;
+    return fo;
+  }()};
+  std::unique_ptr<Client> connected;  // after lockd: destroyed first
+  Client& Connected() {
+    auto c = ClientTestPeer::Connect(testing::FakeClientOptions("introspect"), lockd.connector());
+    REQUIRE(c.ok());
+    connected = std::move(*c);
+    return *connected;
+  }
+};
+
 }  // namespace
 
-TEST_CASE("sessions: a released exclusive lock's tagged entry is not shown; a held one is") {
-  testing::FakeLockd::Options fo;
-  fo.lock_count = 8;
-  testing::FakeLockd lockd(fo);
-  auto c = ClientTestPeer::Connect(testing::FakeClientOptions("introspect"), lockd.connector());
-  REQUIRE(c.ok());
-  Client& client = **c;
+TEST_CASE_METHOD(IntrospectedLockd,
+                 "sessions: a released exclusive lock's tagged entry is not shown; a held one is") {
+  Client& client = Connected();
   // Twice each: the first request READs word1 (without a token too), the second is tagged from
   // what the session learned.
   for (const bool token : {true, false}) {
@@ -61,13 +73,9 @@ TEST_CASE("sessions: a released exclusive lock's tagged entry is not shown; a he
 // A shared entry is tagged too (protocol version 8), but its release writes its done mark, so its
 // tag says nothing of whether it is over: a reader whose slot's generation moved on under it
 // (another reader's renewal carried it) still holds, and is shown holding.
-TEST_CASE("sessions: a reader whose slot's generation moved on under it is shown holding") {
-  testing::FakeLockd::Options fo;
-  fo.lock_count = 8;
-  testing::FakeLockd lockd(fo);
-  auto c = ClientTestPeer::Connect(testing::FakeClientOptions("introspect"), lockd.connector());
-  REQUIRE(c.ok());
-  Client& client = **c;
+TEST_CASE_METHOD(IntrospectedLockd,
+                 "sessions: a reader whose slot's generation moved on under it is shown holding") {
+  Client& client = Connected();
   LockOptions lo;
   lo.mode = LockMode::kShared;
   lo.auto_renew = false;  // a renewal would write the entry again with the new generation

@@ -36,6 +36,36 @@ void WriteUntagged(InProcessTable& table, uint64_t off, const Grant& g) {
   table.session_word(off).store(w[0]);
   table.session_word(off + 8).store(w[1]);
 }
+
+// Whether a writer's try-lock on slot 0, on channel `m`, is granted now (released again if so).
+bool WriterGranted(const LockEngine& e, InProcessMemory& m) {
+  AcquireOptions try_only;
+  try_only.try_only = true;
+  auto g = e.Acquire(m, 0, Mode::kExclusive, try_only);
+  if (g.ok()) REQUIRE(e.Release(m, *g).ok());
+  return g.ok();
+}
+
+// Client A of fixture `f` asks for slot 0 in `mode` (its entry `f.o`, use f.o.record_seq) and
+// waits behind a holder; once its entry is written, A stops (its channel breaks) while it waits.
+// Returns A's entry as A left it.
+proto::RequestEntry StopWhileWaiting(RecordedClients& f, Mode mode) {
+  std::atomic<bool> ended{false};
+  std::thread waiter([&] { ended = !f.e.Acquire(f.a, 0, mode, f.o).ok(); });
+  proto::RequestEntry entry;
+  const auto written = [&] {
+    return LiveEntryAt(f.table, f.o.record, &entry) && entry.seq == f.o.record_seq;
+  };
+  const auto give_up = std::chrono::steady_clock::now() + 5s;
+  while (!written() && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(1ms);
+  }
+  f.a.Break();
+  waiter.join();
+  REQUIRE(ended);
+  REQUIRE(written());
+  return entry;
+}
 }  // namespace
 
 TEST_CASE_METHOD(RecordedClients,
@@ -657,11 +687,7 @@ TEST_CASE_METHOD(RecordedClients,
   // The word serves on: the readers leave, and a writer is granted.
   REQUIRE(e.Release(b, *gb).ok());
   REQUIRE(e.Release(c, *gc).ok());
-  AcquireOptions try_only;
-  try_only.try_only = true;
-  auto writer = e.Acquire(b, 0, Mode::kExclusive, try_only);
-  CHECK(writer.ok());
-  if (writer.ok()) REQUIRE(e.Release(b, *writer).ok());
+  CHECK(WriterGranted(e, b));
 }
 
 // The same with small numbers the new generation has reached: a stale shared entry {max_x 1,
@@ -704,11 +730,7 @@ TEST_CASE_METHOD(RecordedClients,
   CHECK(w.n_s <= w.max_s);
   // The word serves on: the writer leaves, and the next one is granted.
   REQUIRE(e.Release(c, *writer).ok());
-  AcquireOptions try_only;
-  try_only.try_only = true;
-  auto next = e.Acquire(b, 0, Mode::kExclusive, try_only);
-  CHECK(next.ok());
-  if (next.ok()) REQUIRE(e.Release(b, *next).ok());
+  CHECK(WriterGranted(e, b));
 }
 
 // The gap the two fixes above left open (docs/protocol.md, section 11): the new generation reaches
@@ -725,20 +747,7 @@ TEST_CASE_METHOD(RecordedClients,
                  "whatever numbers the new generation reached") {
   auto writer = e.Acquire(c, 0, Mode::kExclusive, {});  // holds, and will stall
   REQUIRE(writer.ok());
-  std::atomic<bool> a_ended{false};
-  std::thread waiter([&] {
-    auto ga = e.Acquire(a, 0, Mode::kShared, o);  // waits behind the writer until A stops
-    a_ended = !ga.ok();
-  });
-  proto::RequestEntry entry;
-  const auto give_up = std::chrono::steady_clock::now() + 5s;
-  while (!LiveEntryAt(table, o.record, &entry) && std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(1ms);
-  }
-  a.Break();  // A stops while it waits
-  waiter.join();
-  REQUIRE(a_ended);
-  REQUIRE(LiveEntryAt(table, o.record, &entry));
+  const proto::RequestEntry entry = StopWhileWaiting(*this, Mode::kShared);
   const uint64_t gen_before = proto::Generation(table.Load(0, 1));
   // A waiter's stall recovery skipped the writer's ticket and A's; the word drained and reset.
   table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
@@ -767,11 +776,7 @@ TEST_CASE_METHOD(RecordedClients,
   CHECK(r.outcome != ReapState::Outcome::kRecovered);
   // B leaves; C still reads: no writer may be granted.
   REQUIRE(e.Release(b, *gb).ok());
-  AcquireOptions try_only;
-  try_only.try_only = true;
-  auto late = e.Acquire(b, 0, Mode::kExclusive, try_only);
-  CHECK_FALSE(late.ok());
-  if (late.ok()) REQUIRE(e.Release(b, *late).ok());
+  CHECK_FALSE(WriterGranted(e, b));
   REQUIRE(e.Release(c, *gc).ok());
 }
 
@@ -786,7 +791,7 @@ TEST_CASE_METHOD(RecordedClients,
                  "for a later holder") {
   table.Store(0, 0, Word0{.max_s = 0, .max_x = 100, .n_s = 0, .n_x = 100}.Encode());
   {
-    auto g = e.Acquire(a, 0, Mode::kExclusive, o);  // A's session learns generation 0, count 101
+    auto g = e.Acquire(a, 0, Mode::kExclusive, o);  // A's session learns generation 0, count 100
     REQUIRE(g.ok());
     REQUIRE(e.Release(a, *g).ok());
   }
@@ -795,22 +800,8 @@ TEST_CASE_METHOD(RecordedClients,
   auto writer = e.Acquire(c, 0, Mode::kExclusive, {});  // holds, and will stall
   REQUIRE(writer.ok());
   o.record_seq = 2;
-  std::atomic<bool> a_ended{false};
-  std::thread waiter([&] {
-    auto ga = e.Acquire(a, 0, Mode::kExclusive, o);  // count 1 < 101: the hint does not cover
-    a_ended = !ga.ok();
-  });
-  proto::RequestEntry entry;
-  const auto give_up = std::chrono::steady_clock::now() + 5s;
-  while (!(LiveEntryAt(table, o.record, &entry) && entry.seq == 2) &&
-         std::chrono::steady_clock::now() < give_up) {
-    std::this_thread::sleep_for(1ms);
-  }
-  a.Break();  // A stops while it waits
-  waiter.join();
-  REQUIRE(a_ended);
-  REQUIRE(LiveEntryAt(table, o.record, &entry));
-  REQUIRE(entry.seq == 2);
+  // Count 1 < the hint's: the hint does not cover.
+  const proto::RequestEntry entry = StopWhileWaiting(*this, Mode::kExclusive);
   // A waiter's stall recovery skipped the writer's ticket and A's; the word drained and reset.
   table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);  // generation 2
   table.Store(0, 0, 0);
@@ -831,11 +822,8 @@ TEST_CASE_METHOD(RecordedClients,
                        << static_cast<int>(r.outcome));
   CHECK(r.outcome != ReapState::Outcome::kReleased);
   CHECK(r.outcome != ReapState::Outcome::kRecovered);
-  AcquireOptions try_only;  // B still holds: nobody else may be granted
-  try_only.try_only = true;
-  auto late = e.Acquire(c, 0, Mode::kExclusive, try_only);
-  CHECK_FALSE(late.ok());
-  if (late.ok()) REQUIRE(e.Release(c, *late).ok());
+  // B still holds: nobody else may be granted
+  CHECK_FALSE(WriterGranted(e, c));
   CHECK(e.Release(b, *gb).ok());
 }
 
@@ -867,9 +855,6 @@ TEST_CASE_METHOD(
   ReapToEnd(e, lockd_mem, r);
   CHECK(r.outcome == ReapState::Outcome::kReleased);
   REQUIRE(e.Release(b, *gb).ok());
-  AcquireOptions try_only;
-  try_only.try_only = true;
-  auto writer = e.Acquire(c, 0, Mode::kExclusive, try_only);  // both readers are gone
-  CHECK(writer.ok());
-  if (writer.ok()) REQUIRE(e.Release(c, *writer).ok());
+  // both readers are gone
+  CHECK(WriterGranted(e, c));
 }

@@ -104,7 +104,7 @@ TEST_CASE("item 3: after a reset the hint is not trusted, and the entry gets the
   table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
   table.Store(0, 0, 0);
   Grant g2 = ch.Acquire(e, 0);
-  // The FA's count (0) is below the hint's (102), and no READ was in the doorbell: the request
+  // The FA's count (0) is below the hint's (100), and no READ was in the doorbell: the request
   // READs word1 after its FA (one round trip) and is tagged with generation 1 (protocol version
   // 8; untagged before, a stale entry lockd would read in whatever generation it found). Its
   // release writes no done mark.
@@ -193,7 +193,7 @@ TEST_CASE("item 3: a waiter whose entry has an older generation writes it again 
     LockEngine e(Params(1), nullptr);
     RecordedChannel ch(&table, proto::SessionRecord::EntryOffset(0));
     InProcessMemory other(&table);
-    REQUIRE(e.Release(ch.mem, ch.Acquire(e, 0)).ok());  // learns generation 0, count 1
+    REQUIRE(e.Release(ch.mem, ch.Acquire(e, 0)).ok());  // learns generation 0, count 0
     // A reset, and 5 tickets of the new generation: another client holds the 5th.
     table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
     table.Store(0, 0, Word0{.max_s = 0, .max_x = 4, .n_s = 0, .n_x = 4}.Encode());
