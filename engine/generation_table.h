@@ -29,9 +29,9 @@ class GenerationTable {
   // Direct-mapped by slot; lockd's default lock table (65,536 slots) fits whole, in 1 MiB.
   static constexpr uint64_t kMaxEntries = uint64_t{1} << 16;
 
-  // What a session saw on a slot: `generation`, and `tickets` (max_x + max_s) after the request
-  // whose FA (or READ) learned it, posted at `at`. Generations only grow, so a hint is never newer
-  // than the slot's generation at any later time.
+  // What a session saw on a slot: `generation`, and `tickets` (max_x + max_s) before the FA of
+  // the request that learned it (or as a READ saw them), posted at `at`. Generations only grow, so
+  // a hint is never newer than the slot's generation at any later time.
   struct Hint {
     uint32_t generation = 0;
     uint32_t tickets = 0;  // kept up to 65,535 (more is kept as that: a stricter check)

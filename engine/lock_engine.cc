@@ -148,21 +148,29 @@ Status LockEngine::TagTicket(RemoteMemory& mem, Ticket* t, const uint64_t* word1
   // found the lock held) takes the word back to that count, and the session's next request there
   // is still covered (with our FA counted, every try of a try-lock loop missed and READ again).
   const uint32_t count = TicketsIssued(t->word);
-  // Our FA froze the word (it took a max field to kCountMax). A rescuer may have timed the frozen
-  // word since before our FA (another request froze it, withdrew, and ours froze it again to the
-  // same value: the rescue compares word0's value and times nX, nS and word1 only), and reset it
-  // under our ticket at once, so word1 read after our FA may be the next generation's over our
-  // numbers: the unsafe direction. Such a ticket (one in kCountMax) is tagged with what lockd
-  // never sees (the READ's generation half the 32-bit range away: lockd ignores the entry and it
-  // loses fast recovery; a waiter's grant writes the entry again with its own), or with a hint,
-  // read before our FA (found by review, 2026-12-07).
-  const bool froze = Word0::Decode(t->word.Encode() + proto::AcquireIncrement(t->mode)).Frozen();
+  // A word at or near freezing, and a ticket that waits: a rescuer (AcquireImpl's reset of a
+  // frozen word nobody moves for F x L) may have timed the word frozen since before our FA. Its
+  // timer watches nX, nS and word1 only, and its CAS compares word0 as its last READ saw it: if
+  // the word was unfrozen at our FA only because the last tickets before the freeze withdrew
+  // (try-locks, timeouts), and it froze again after our FA (ours, or a request after it), the
+  // rescue resets it under our ticket at once, and word1 read after our FA may be the next
+  // generation's over our numbers: the unsafe direction (found by review, 2026-12-07). Our
+  // ticket then has a max field within that many withdrawals of kCountMax; kNearFreeze bounds
+  // them. Such a ticket is tagged with a hint, read before our FA, or with what lockd never sees
+  // (the READ's generation half the 32-bit range away: lockd ignores the entry, and the request
+  // loses fast recovery while it waits; its grant writes the entry again with its own, Wait). A
+  // ticket granted at once is not at risk: nothing was ahead of it, so the request that froze
+  // the word before it was granted too and cannot have withdrawn.
+  const Word0 after = Word0::Decode(t->word.Encode() + proto::AcquireIncrement(t->mode));
+  const bool read_untrusted = !proto::Granted(t->word, t->word, t->mode) &&
+                              (after.max_x >= proto::kCountMax - kNearFreeze ||
+                               after.max_s >= proto::kCountMax - kNearFreeze);
   // Otherwise our increment keeps the word from draining, so no reset comes before our release:
   // the generation word1 showed after our FA is our grant's.
   if (word1 != nullptr) {
     t->tagged = true;
     t->generation = proto::RequestEntry::GenerationOf(*word1);
-    if (froze) {
+    if (read_untrusted) {
       t->generation ^= kUnseenGeneration;
       return Status::Ok();
     }
@@ -183,9 +191,11 @@ Status LockEngine::TagTicket(RemoteMemory& mem, Ticket* t, const uint64_t* word1
     // queued after it and times its stall from then; a waiter ahead recovers only up to its own
     // ticket), so until then our increment keeps the word from draining and resetting: word1 is
     // our grant's generation, or a later one by renewal carries only, which leave the counters
-    // as they are (as Renew's rewrite). A READ that took longer than a lease is not trusted: the
-    // hint's generation then, read before our FA and so never newer than the grant's, which
-    // lockd ignores if older (a waiter's grant writes the entry again with its own, Wait).
+    // as they are (as Renew's rewrite); but for the frozen-word rescue, which a waiting ticket near
+    // freezing is kept from (read_untrusted, above). A READ that took longer than a lease is not
+    // trusted: the hint's generation then, read before our FA and so never newer than the
+    // grant's, which lockd ignores if older (a waiter's grant writes the entry again with its
+    // own, Wait).
     // Untagged, as until 2026-12-07, a request that waited left lockd an entry it read in
     // whatever generation its scan found: a client that stopped while it waited, its ticket
     // skipped and the word reset before the fence, left numbers a later request could draw, and
@@ -193,7 +203,7 @@ Status LockEngine::TagTicket(RemoteMemory& mem, Ticket* t, const uint64_t* word1
     t->tagged = true;
     t->generation = hint.generation;
     generations_.Forget(t->slot);
-    if (froze) return Status::Ok();  // the hint's, read before our FA (above)
+    if (read_untrusted) return Status::Ok();  // the hint's, read before our FA (above)
     RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word1Off(t->slot), 8);
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
     uint64_t now1 = rd.result[0];

@@ -64,9 +64,15 @@ inline constexpr std::chrono::seconds kGenerationHintAge{10};
 // A request a hint covered learns it again (its own count and time) only when the hint is at
 // least this old.
 inline constexpr std::chrono::milliseconds kGenerationRelearn{100};
-// XORed into the generation of a ticket whose FA froze its word (LockEngine::TagTicket): a tag
-// lockd does not see in the slot for 2^31 generations, so it ignores the entry.
+// XORed into a READ's generation for a waiting ticket in a word at or near freezing
+// (LockEngine::TagTicket): a tag lockd does not see in the slot for 2^31 generations, so it
+// ignores the entry.
 inline constexpr uint32_t kUnseenGeneration = uint32_t{1} << 31;
+// How close to kCountMax a max field (with our increment) makes a READ after our FA untrusted for
+// a waiting ticket: a frozen-word rescue that resets the word under it needs the last tickets
+// before the freeze to withdraw, the last first, until the word unfroze for our FA; more than this
+// many is taken not to happen within the rescue's F x L.
+inline constexpr uint32_t kNearFreeze = 256;
 inline bool GenerationHintCovers(const GenerationTable::Hint& h, Word0 prev,
                                  Clock::time_point issue) {
   return TicketsIssued(prev) >= h.tickets && GenerationTable::Age(h, issue) < kGenerationHintAge;

@@ -122,41 +122,61 @@ TEST_CASE("item 3: after a reset the hint is not trusted, and the entry gets the
   REQUIRE(e.Release(mem, g3).ok());
 }
 
-// A ticket whose FA froze its word (a max field to kCountMax) may be reset under it at once: a
-// rescuer that has timed the frozen word since before our FA (another request froze it, withdrew,
-// and ours froze it again to the same value) resets it as soon as its F x L is up. A READ after
-// our FA then shows the next generation over our numbers, and an entry tagged with it would be
-// read by lockd as a ticket of that generation once its counts got there (found by review,
-// 2026-12-07). Such an entry is tagged with a generation lockd never sees.
-TEST_CASE("item 3: a ticket whose FA froze its word is never tagged with a generation after it") {
-  InProcessTable table(1, 4096);
-  LockEngine e(Params(1), nullptr);
-  RecordedChannel ch(&table, proto::SessionRecord::EntryOffset(0));
+// A waiting ticket in a word at or near freezing may have the word reset under it at once: a
+// rescuer that has timed the frozen word since before our FA (the last tickets before the freeze
+// withdrew, which unfroze it for our FA, and it froze again) resets it as soon as its F x L is up.
+// A READ after our FA then shows the next generation over our numbers, and an entry tagged with it
+// would be read by lockd as a ticket of that generation once its counts got there (found by
+// review, 2026-12-07: first for a ticket whose own FA froze the word, then for one beside it).
+// Such an entry is tagged with a generation lockd never sees; a ticket granted at once is not at
+// risk, and keeps the READ's.
+TEST_CASE(
+    "item 3: a waiting ticket in a word near freezing is never tagged with a generation "
+    "read after its FA") {
   const uint16_t last = proto::kCountMax - 1;
-  table.Store(0, 0, Word0{.max_s = 0, .max_x = last, .n_s = 0, .n_x = last}.Encode());
-  bool rescued = false;
-  ch.mem.set_hook([&](const RemoteOp& op) {
-    if (!rescued && op.kind == RemoteOp::Kind::kRead && op.region == RegionId::kLocks) {
-      rescued = true;  // the rescuer's reset lands between our FA and our READ
-      table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
-      table.Store(0, 0, 0);
-    }
-    return true;
-  });
-  AcquireOptions o = ch.o;
-  o.record_seq = ch.NextSeq();
-  auto g = e.Acquire(ch.mem, 0, Mode::kExclusive, o);
-  ch.mem.set_hook(nullptr);
-  REQUIRE(rescued);
-  REQUIRE(g.ok());
-  proto::RequestEntry en;
-  REQUIRE(LiveEntryAt(table, ch.o.record, &en));
-  INFO("entry generation " << en.generation << ", the slot's "
-                           << proto::Generation(table.Load(0, 1)) << "; ticket max_x "
-                           << Word0::Decode(en.ticket).max_x);
-  CHECK(en.tagged);
-  CHECK(en.generation != proto::RequestEntry::GenerationOf(table.Load(0, 1)));
-  CHECK(en.generation != 0);
+  for (const Mode mode : {Mode::kExclusive, Mode::kShared}) {
+    CAPTURE(mode == Mode::kExclusive ? "exclusive (its FA freezes the word)" : "shared");
+    InProcessTable table(1, 4096);
+    LockEngine e(Params(1), nullptr);
+    RecordedChannel ch(&table, proto::SessionRecord::EntryOffset(0));
+    // One writer holds ticket kCountMax - 2; the word is one exclusive ticket short of frozen.
+    table.Store(0, 0, Word0{.max_s = 0, .max_x = last, .n_s = 0, .n_x = last - 1}.Encode());
+    bool rescued = false;
+    ch.mem.set_hook([&](const RemoteOp& op) {
+      if (!rescued && op.kind == RemoteOp::Kind::kRead && op.region == RegionId::kLocks) {
+        rescued = true;  // the rescuer's reset lands between our FA and our READ
+        table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
+        table.Store(0, 0, 0);
+      }
+      return true;
+    });
+    const ManyRequest one[] = {{0, mode, false}};
+    const uint32_t seq = ch.NextSeq();
+    const LockEngine::EntrySource take = [&] {
+      return std::pair<uint64_t, uint32_t>{ch.o.record, seq};
+    };
+    auto q = e.IssueMany(ch.mem, one, false, take, nullptr);
+    ch.mem.set_hook(nullptr);
+    REQUIRE(rescued);
+    REQUIRE(q.ok());
+    REQUIRE_FALSE((*q)[0].granted);
+    const Ticket& t = (*q)[0].grant.ticket;
+    INFO("tag " << t.generation << ", the slot's " << proto::Generation(table.Load(0, 1))
+                << "; ticket max_x " << t.word.max_x << ", max_s " << t.word.max_s);
+    CHECK(t.tagged);
+    CHECK(t.generation != proto::RequestEntry::GenerationOf(table.Load(0, 1)));
+  }
+  SECTION("granted at once: the READ's generation") {
+    InProcessTable table(1, 4096);
+    LockEngine e(Params(1), nullptr);
+    RecordedChannel ch(&table, proto::SessionRecord::EntryOffset(0));
+    table.Store(0, 1, 3 * proto::kGenerationIncrement);
+    table.Store(0, 0, Word0{.max_s = 0, .max_x = last, .n_s = 0, .n_x = last}.Encode());
+    const Grant g = ch.Acquire(e, 0);  // its FA freezes the word; nothing is ahead of it
+    CHECK(g.ticket.tagged);
+    CHECK(g.ticket.generation == 3);
+    REQUIRE(e.Release(ch.mem, g).ok());
+  }
 }
 
 // A try-lock loop on a held lock: each try takes its increment back. The session's hint counts
