@@ -148,7 +148,7 @@ Status LockEngine::TagTicket(RemoteMemory& mem, Ticket* t, const uint64_t* word1
   // found the lock held) takes the word back to that count, and the session's next request there
   // is still covered (with our FA counted, every try of a try-lock loop missed and READ again).
   const uint32_t count = TicketsIssued(t->word);
-  // A word at or near freezing, and a ticket that waits: a rescuer (AcquireImpl's reset of a
+  // A word at or near freezing, and a ticket that may wait: a rescuer (AcquireImpl's reset of a
   // frozen word nobody moves for F x L) may have timed the word frozen since before our FA. Its
   // timer watches nX, nS and word1 only, and its CAS compares word0 as its last READ saw it: if
   // the word was unfrozen at our FA only because the last tickets before the freeze withdrew
@@ -159,12 +159,13 @@ Status LockEngine::TagTicket(RemoteMemory& mem, Ticket* t, const uint64_t* word1
   // them. Such a ticket is tagged with a hint, read before our FA, or with what lockd never sees
   // (the READ's generation half the 32-bit range away: lockd ignores the entry, and the request
   // loses fast recovery while it waits; its grant writes the entry again with its own, Wait). A
-  // ticket granted at once is not at risk: nothing was ahead of it, so the request that froze
-  // the word before it was granted too and cannot have withdrawn.
+  // ticket whose FA found the word drained is not at risk: nothing was outstanding, so the
+  // request that froze the word before it was granted too and cannot have withdrawn. A reader
+  // granted at once beside other readers is (the writer queued behind them can withdraw).
   const Word0 after = Word0::Decode(t->word.Encode() + proto::AcquireIncrement(t->mode));
-  const bool read_untrusted = !proto::Granted(t->word, t->word, t->mode) &&
-                              (after.max_x >= proto::kCountMax - kNearFreeze ||
-                               after.max_s >= proto::kCountMax - kNearFreeze);
+  const bool read_untrusted =
+      !t->word.Drained() && (after.max_x >= proto::kCountMax - kNearFreeze ||
+                             after.max_s >= proto::kCountMax - kNearFreeze);
   // Otherwise our increment keeps the word from draining, so no reset comes before our release:
   // the generation word1 showed after our FA is our grant's.
   if (word1 != nullptr) {
@@ -253,7 +254,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
   uint64_t record = opt.record;
   uint32_t record_seq = opt.record_seq;
   // Watches a frozen word that nobody resets (its last participant died holding an increment).
-  engine_internal::WordView frozen_seen;
+  engine_internal::WordView frozen_seen{engine_internal::WordView::Watch::kTickets};
   Clock::time_point requested;  // the first FA's issue (Grant::requested)
 
   for (int attempt = 0;; ++attempt) {

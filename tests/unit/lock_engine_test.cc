@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <condition_variable>
 #include <mutex>
 #include <random>
 #include <string>
@@ -122,51 +123,78 @@ TEST_CASE("item 3: after a reset the hint is not trusted, and the entry gets the
   REQUIRE(e.Release(mem, g3).ok());
 }
 
+namespace {
+// Issues one recorded request on slot 0 of `table` in `mode` (IssueMany, which does not wait),
+// the frozen-word rescuer's reset (a generation bump, then word0 zeroed) landing between its FA and
+// its READ of the slot's words; returns what was issued.
+Issued IssueWithResetUnder(InProcessTable& table, const LockEngine& e, RecordedChannel& ch,
+                           Mode mode) {
+  bool rescued = false;
+  ch.mem.set_hook([&](const RemoteOp& op) {
+    if (!rescued && op.kind == RemoteOp::Kind::kRead && op.region == RegionId::kLocks) {
+      rescued = true;
+      table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
+      table.Store(0, 0, 0);
+    }
+    return true;
+  });
+  const ManyRequest one[] = {{0, mode, false}};
+  const uint32_t seq = ch.NextSeq();
+  const LockEngine::EntrySource take = [&] {
+    return std::pair<uint64_t, uint32_t>{ch.o.record, seq};
+  };
+  auto q = e.IssueMany(ch.mem, one, false, take, nullptr);
+  ch.mem.set_hook(nullptr);
+  REQUIRE(rescued);
+  REQUIRE(q.ok());
+  return (*q)[0];
+}
+}  // namespace
+
 // A waiting ticket in a word at or near freezing may have the word reset under it at once: a
 // rescuer that has timed the frozen word since before our FA (the last tickets before the freeze
 // withdrew, which unfroze it for our FA, and it froze again) resets it as soon as its F x L is up.
 // A READ after our FA then shows the next generation over our numbers, and an entry tagged with it
 // would be read by lockd as a ticket of that generation once its counts got there (found by
 // review, 2026-12-07: first for a ticket whose own FA froze the word, then for one beside it).
-// Such an entry is tagged with a generation lockd never sees; a ticket granted at once is not at
-// risk, and keeps the READ's.
+// Such an entry is tagged with a generation lockd never sees; a ticket whose FA found the word
+// drained is not at risk, and keeps the READ's.
 TEST_CASE(
     "item 3: a waiting ticket in a word near freezing is never tagged with a generation "
     "read after its FA") {
   const uint16_t last = proto::kCountMax - 1;
-  for (const Mode mode : {Mode::kExclusive, Mode::kShared}) {
-    CAPTURE(mode == Mode::kExclusive ? "exclusive (its FA freezes the word)" : "shared");
+  // A writer holds ticket kCountMax - 2, the word one exclusive ticket short of frozen; or a
+  // reader holds, and a reader is granted at once beside it, but not alone: the writer that
+  // froze the word behind the first can withdraw, and the rescue then reset it under the second.
+  const Word0 writer_holds{.max_s = 0, .max_x = last, .n_s = 0, .n_x = last - 1};
+  const Word0 reader_holds{.max_s = 1, .max_x = last, .n_s = 0, .n_x = last};
+  struct Case {
+    const char* what;
+    Mode mode;
+    Word0 word;
+    bool granted;
+  };
+  const Case cases[] = {
+      {"exclusive, behind a writer (its FA freezes the word)", Mode::kExclusive, writer_holds,
+       false},
+      {"shared, behind a writer", Mode::kShared, writer_holds, false},
+      {"shared, granted at once beside a reader", Mode::kShared, reader_holds, true},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
     InProcessTable table(1, 4096);
     LockEngine e(Params(1), nullptr);
     RecordedChannel ch(&table, proto::SessionRecord::EntryOffset(0));
-    // One writer holds ticket kCountMax - 2; the word is one exclusive ticket short of frozen.
-    table.Store(0, 0, Word0{.max_s = 0, .max_x = last, .n_s = 0, .n_x = last - 1}.Encode());
-    bool rescued = false;
-    ch.mem.set_hook([&](const RemoteOp& op) {
-      if (!rescued && op.kind == RemoteOp::Kind::kRead && op.region == RegionId::kLocks) {
-        rescued = true;  // the rescuer's reset lands between our FA and our READ
-        table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
-        table.Store(0, 0, 0);
-      }
-      return true;
-    });
-    const ManyRequest one[] = {{0, mode, false}};
-    const uint32_t seq = ch.NextSeq();
-    const LockEngine::EntrySource take = [&] {
-      return std::pair<uint64_t, uint32_t>{ch.o.record, seq};
-    };
-    auto q = e.IssueMany(ch.mem, one, false, take, nullptr);
-    ch.mem.set_hook(nullptr);
-    REQUIRE(rescued);
-    REQUIRE(q.ok());
-    REQUIRE_FALSE((*q)[0].granted);
-    const Ticket& t = (*q)[0].grant.ticket;
+    table.Store(0, 0, c.word.Encode());
+    const Issued q = IssueWithResetUnder(table, e, ch, c.mode);
+    REQUIRE(q.granted == c.granted);
+    const Ticket& t = q.grant.ticket;
     INFO("tag " << t.generation << ", the slot's " << proto::Generation(table.Load(0, 1))
                 << "; ticket max_x " << t.word.max_x << ", max_s " << t.word.max_s);
     CHECK(t.tagged);
     CHECK(t.generation != proto::RequestEntry::GenerationOf(table.Load(0, 1)));
   }
-  SECTION("granted at once: the READ's generation") {
+  SECTION("granted at once on a drained word: the READ's generation") {
     InProcessTable table(1, 4096);
     LockEngine e(Params(1), nullptr);
     RecordedChannel ch(&table, proto::SessionRecord::EntryOffset(0));
@@ -970,6 +998,65 @@ TEST_CASE("a frozen word left by a dead requester is rescued after F x L") {
   REQUIRE(proto::Generation(table.Load(0, 1)) == 1);
   REQUIRE(W0(table, 0) == Word0{.max_s = 0, .max_x = 1, .n_s = 0, .n_x = 0});
   REQUIRE(e.Release(mem, *g).ok());
+}
+
+// The rescue timed nX, nS and word1 only. A reader that holds has died, and a writer queued behind
+// it froze the word; the rescuer times it. Between two of its polls the writer withdraws (a
+// timeout), a second reader is granted at once, and another writer freezes the word again: to
+// the rescuer nothing moved, and it reset the word under the live reader, then was granted itself
+// beside it (found by review, 2026-12-07). A ticket taken since (a max field that moved and
+// stayed) restarts its timer.
+TEST_CASE(
+    "a frozen word is never rescued from under a reader granted since the rescue's timer began") {
+  InProcessTable table(1);
+  const auto lease = 20ms;
+  const LockEngine e(Params(1, lease), nullptr);
+  const uint16_t last = proto::kCountMax - 1;
+  table.Store(0, 0, Word0{.max_s = 1, .max_x = proto::kCountMax, .n_s = 0, .n_x = last}.Encode());
+  InProcessMemory r(&table), y(&table);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool parked = false, go = false;
+  const auto start = Clock::now();
+  r.set_hook([&](const RemoteOp& op) {
+    if (op.kind == RemoteOp::Kind::kRead && op.region == RegionId::kLocks && !parked &&
+        Clock::now() - start >= e.stall_timeout()) {
+      std::unique_lock lk(mu);
+      parked = true;  // between two polls, as its timer reaches F x L
+      cv.notify_all();
+      cv.wait(lk, [&] { return go; });
+    }
+    return true;
+  });
+  Result<Grant> rg = Error(ErrorCode::kTimeout, "not run");
+  Clock::time_point r_at;
+  std::thread rescuer([&] {
+    AcquireOptions ro;
+    ro.deadline = Clock::now() + 5s;
+    rg = e.Acquire(r, 0, Mode::kExclusive, ro);
+    r_at = Clock::now();
+  });
+  {
+    std::unique_lock lk(mu);
+    REQUIRE(cv.wait_for(lk, 5s, [&] { return parked; }));
+  }
+  table.Store(0, 0, Word0{.max_s = 1, .max_x = last, .n_s = 0, .n_x = last}.Encode());  // withdrew
+  auto gy = e.Acquire(y, 0, Mode::kShared, {});  // granted at once beside the dead reader
+  const auto y_at = Clock::now();
+  table.Store(0, 0, table.Load(0, 0) + proto::kAcquireExclusive);  // frozen again
+  {
+    std::lock_guard lk(mu);
+    go = true;
+  }
+  cv.notify_all();
+  rescuer.join();
+  REQUIRE(gy.ok());
+  // The rescue may take the word only once the reader's lease has run out (it renews nothing).
+  const auto after = std::chrono::duration_cast<std::chrono::milliseconds>(r_at - y_at);
+  INFO("rescuer " << (rg.ok() ? "granted" : rg.status().ToString()) << " " << after.count()
+                  << " ms after the reader's grant (lease " << lease.count() << " ms)");
+  CHECK((!rg.ok() || r_at - y_at >= lease));
+  if (rg.ok()) REQUIRE(e.Release(r, *rg).ok());
 }
 
 TEST_CASE("a shared request that draws the last ticket leaves the reset to whoever drains") {

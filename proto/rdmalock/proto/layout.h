@@ -200,7 +200,8 @@ static_assert(SessionRecord::kMaxEntries >= 120);
 // exclusive release needs no done mark: within one generation a released exclusive ticket is
 // never granted again (n_x only grows past it); a shared release still writes one. The generation
 // written may be older than the grant's (a cached one, never a newer one): lockd then only
-// ignores the entry.
+// ignores the entry; or one no slot reaches (LockEngine::TagTicket, kUnseenGeneration), which
+// lockd ignores too.
 // The client writes a and b together (one 16-byte RDMA WRITE) when it asks (kRequesting, in the
 // FA's doorbell) and once the ticket is known (kQueued); it writes d alone, in the same doorbell
 // and *before* the operation that ends the request (the release or withdrawal CAS). Each use of an
