@@ -150,7 +150,8 @@ Status LockEngine::TagTicket(RemoteMemory& mem, Ticket* t, const uint64_t* word1
   const uint32_t count = TicketsIssued(t->word);
   // A word at or near freezing, and a ticket that may wait: a rescuer (AcquireImpl's reset of a
   // frozen word nobody moves for F x L) may have timed the word frozen since before our FA. Its
-  // timer watches nX, nS and word1 only, and its CAS compares word0 as its last READ saw it: if
+  // timer watches nX, nS, word1 and the max fields (which a withdrawal can bring back to the
+  // same value), and its CAS compares word0 as its last READ saw it: if
   // the word was unfrozen at our FA only because the last tickets before the freeze withdrew
   // (try-locks, timeouts), and it froze again after our FA (ours, or a request after it), the
   // rescue resets it under our ticket at once, and word1 read after our FA may be the next

@@ -45,7 +45,8 @@ class StallClock {
 // be wiped while it holds, with nothing else moved (found by review, 2026-12-07). A max field seen
 // moved by one READ only is a request that bounced off the frozen word, not a ticket: that READ
 // decides nothing (Note says progress), and the clock goes on. Max fields are compared up to
-// kCountMax (a bounce on the frozen field goes above it).
+// kCountMax (a bounce on the frozen field goes above it). Not every new ticket shows: withdrawals
+// in its field can bring word0 back to the timed value (docs/protocol.md section 5, still open).
 class WordView {
  public:
   enum class Watch { kCounters, kTickets };
@@ -67,7 +68,8 @@ class WordView {
         pending_s_ = ms;
         return true;
       }
-      // Seen twice in a row: a ticket taken since. Time the new view from here.
+      // Seen twice in a row: a ticket taken since. The new view is timed from the next READ that
+      // shows it again (StallClock).
     }
     *this = WordView{watch_};
     valid_ = true;

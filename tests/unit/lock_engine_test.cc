@@ -1018,7 +1018,12 @@ TEST_CASE(
   std::condition_variable cv;
   bool parked = false, go = false;
   const auto start = Clock::now();
+  std::atomic<Clock::time_point::rep> reset_at{0};  // the rescue's generation bump
   r.set_hook([&](const RemoteOp& op) {
+    if (op.kind == RemoteOp::Kind::kFetchAdd && op.region == RegionId::kLocks &&
+        op.offset == proto::kWord1Offset && op.operand == proto::kGenerationIncrement) {
+      reset_at = Clock::now().time_since_epoch().count();
+    }
     if (op.kind == RemoteOp::Kind::kRead && op.region == RegionId::kLocks && !parked &&
         Clock::now() - start >= e.stall_timeout()) {
       std::unique_lock lk(mu);
@@ -1029,12 +1034,11 @@ TEST_CASE(
     return true;
   });
   Result<Grant> rg = Error(ErrorCode::kTimeout, "not run");
-  Clock::time_point r_at;
+  EngineEvents ev;
   std::thread rescuer([&] {
     AcquireOptions ro;
     ro.deadline = Clock::now() + 5s;
-    rg = e.Acquire(r, 0, Mode::kExclusive, ro);
-    r_at = Clock::now();
+    rg = e.Acquire(r, 0, Mode::kExclusive, ro, &ev);
   });
   {
     std::unique_lock lk(mu);
@@ -1051,12 +1055,17 @@ TEST_CASE(
   cv.notify_all();
   rescuer.join();
   REQUIRE(gy.ok());
-  // The rescue may take the word only once the reader's lease has run out (it renews nothing).
-  const auto after = std::chrono::duration_cast<std::chrono::milliseconds>(r_at - y_at);
-  INFO("rescuer " << (rg.ok() ? "granted" : rg.status().ToString()) << " " << after.count()
+  // The rescue resets the word (the dead reader's increment is never released) and is granted,
+  // but only once the live reader's lease has run out (it renews nothing).
+  const Clock::time_point reset{Clock::duration(reset_at.load())};
+  const auto after = std::chrono::duration_cast<std::chrono::milliseconds>(reset - y_at);
+  INFO("rescuer " << (rg.ok() ? "granted" : rg.status().ToString()) << ", resets "
+                  << ev.resets.get() << ", the reset " << after.count()
                   << " ms after the reader's grant (lease " << lease.count() << " ms)");
-  CHECK((!rg.ok() || r_at - y_at >= lease));
-  if (rg.ok()) REQUIRE(e.Release(r, *rg).ok());
+  REQUIRE(rg.ok());
+  CHECK(ev.resets.get() == 1);
+  CHECK(reset - y_at >= lease);
+  REQUIRE(e.Release(r, *rg).ok());
 }
 
 TEST_CASE("a shared request that draws the last ticket leaves the reset to whoever drains") {
