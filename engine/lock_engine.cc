@@ -163,6 +163,9 @@ Status LockEngine::TagTicket(RemoteMemory& mem, Ticket* t, const uint64_t* word1
   // ticket whose FA found the word drained is not at risk: nothing was outstanding, so the
   // request that froze the word before it was granted too and cannot have withdrawn. A reader
   // granted at once beside other readers is (the writer queued behind them can withdraw).
+  // Since 2026-12-07 the ticket that froze a word never withdraws (GiveUpTicket), so a word
+  // frozen before our FA would have bounced it; this stays for words that SDKs built before
+  // then can thaw (docs/protocol.md section 10).
   const Word0 after = Word0::Decode(t->word.Encode() + proto::AcquireIncrement(t->mode));
   const bool read_untrusted =
       !t->word.Drained() && (after.max_x >= proto::kCountMax - kNearFreeze ||
@@ -613,7 +616,12 @@ Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Tic
     if (proto::Skipped(cur, t.word, t.mode) || proto::TicketGone(cur, t.word, t.mode)) {
       return GiveUp::kGone;
     }
-    if (cur.max_x != mine.max_x || cur.max_s != mine.max_s) {
+    // A ticket whose FA froze the word is never withdrawn either: a frozen word must stay
+    // frozen until its reset, admitting no one, or the frozen-word rescue could time a value
+    // that withdrawals (ours, and the tickets' before us once we are gone) and new tickets bring
+    // back, and reset it under a reader granted meanwhile (docs/protocol.md section 5). Only the
+    // last ticket can withdraw, and after a freeze that is the one whose FA froze it.
+    if (cur.max_x != mine.max_x || cur.max_s != mine.max_s || mine.Frozen()) {
       // Requests queued behind us count on our ticket: it must be granted and released.
       Count(&EngineEvents::abandoned, ev);
       if (!marked_done || t.record == 0) {

@@ -314,7 +314,9 @@ class LockEngine {
   // stall recovery (F x L).
   void AbandonLapsed(const Ticket& t, EngineEvents* ev, bool* handed_off) const;
   enum class GiveUp { kWithdrawn, kAbandoned, kGranted, kGone };
-  // Gives a queued, not yet granted ticket back: withdraws it if nothing queued behind it.
+  // Gives a queued, not yet granted ticket back: withdraws it if nothing queued behind it and
+  // its FA did not freeze the word (a frozen word never thaws before its reset); otherwise
+  // abandons it to the handler.
   // `cur` is our best guess of word0 on entry and the last value seen on return.
   Result<GiveUp> GiveUpTicket(RemoteMemory& mem, const Ticket& t, proto::Word0* cur,
                               EngineEvents* ev) const;

@@ -1068,6 +1068,149 @@ TEST_CASE(
   REQUIRE(e.Release(r, *rg).ok());
 }
 
+// The rule above times a value, and max fields go down as well as up: a ticket's give-up takes
+// its increment back. The sixth review of stop 56 gave the interleaving that brings the word back
+// to the very value the rescuer timed. A reader that holds has died; writer W1 (ticket a), a
+// reader S behind it and writer W2, whose ticket froze the word, wait. Between two of the
+// rescuer's polls W2, S and W1 give up in turn, each the last ticket when it does; a reader is
+// granted at once, and two writers freeze the word again: the same value, word1 untouched. So a
+// frozen word must never thaw before its reset: the ticket that froze it, giving up, leaves its
+// ticket to the reaper instead of withdrawing it, and no request is admitted to a frozen word.
+TEST_CASE(
+    "a frozen word never thaws before its reset, so the rescue cannot land under a reader "
+    "granted since its timer began") {
+  InProcessTable table(1);
+  const auto lease = 20ms;
+  const LockEngine e(Params(1, lease), nullptr);
+  const uint16_t a = proto::kCountMax - 2;
+  // The dead reader holds; nobody else yet.
+  table.Store(0, 0, Word0{.max_s = 1, .max_x = a, .n_s = 0, .n_x = a}.Encode());
+
+  // Each of W1, S and W2 is a try-lock on its own thread, parked before any CAS on word0 (its
+  // withdrawal) until the test lets it go.
+  struct Parked {
+    InProcessMemory mem;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool parked = false, go = false, done = false;
+    Result<Grant> result = Error(ErrorCode::kTimeout, "not run");
+    std::thread th;
+    explicit Parked(InProcessTable* t) : mem(t) {
+      mem.set_hook([this](const RemoteOp& op) {
+        if (op.kind == RemoteOp::Kind::kCompareSwap && op.region == RegionId::kLocks &&
+            op.offset == proto::kWord0Offset) {
+          std::unique_lock lk(mu);
+          parked = true;
+          cv.notify_all();
+          cv.wait(lk, [this] { return go; });
+        }
+        return true;
+      });
+    }
+    // Starts the try-lock and returns once it is parked or has returned.
+    void Start(const LockEngine& e, Mode m) {
+      th = std::thread([this, &e, m] {
+        AcquireOptions o;
+        o.try_only = true;
+        auto r = e.Acquire(mem, 0, m, o);
+        std::lock_guard lk(mu);
+        result = std::move(r);
+        done = true;
+        cv.notify_all();
+      });
+      std::unique_lock lk(mu);
+      REQUIRE(cv.wait_for(lk, 5s, [this] { return parked || done; }));
+    }
+    // Lets it go and waits for its try-lock's answer.
+    void Finish() {
+      {
+        std::lock_guard lk(mu);
+        go = true;
+      }
+      cv.notify_all();
+      th.join();
+    }
+  };
+  Parked w1(&table), s(&table), w2(&table);
+  w1.Start(e, Mode::kExclusive);
+  s.Start(e, Mode::kShared);
+  w2.Start(e, Mode::kExclusive);
+  const Word0 timed = W0(table, 0);
+  INFO("the word the rescuer times: max_x " << timed.max_x << ", n_x " << timed.n_x << ", max_s "
+                                            << timed.max_s << ", n_s " << timed.n_s);
+  REQUIRE(timed == Word0{.max_s = 2, .max_x = proto::kCountMax, .n_s = 0, .n_x = a});
+
+  // The rescuer bounces off the frozen word and times it; it is parked between two polls as its
+  // timer reaches F x L.
+  InProcessMemory r(&table);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool parked = false, go = false;
+  const auto start = Clock::now();
+  std::atomic<Clock::time_point::rep> reset_at{0};  // the rescue's generation bump
+  r.set_hook([&](const RemoteOp& op) {
+    if (op.kind == RemoteOp::Kind::kFetchAdd && op.region == RegionId::kLocks &&
+        op.offset == proto::kWord1Offset && op.operand == proto::kGenerationIncrement) {
+      reset_at = Clock::now().time_since_epoch().count();
+    }
+    if (op.kind == RemoteOp::Kind::kRead && op.region == RegionId::kLocks && !parked &&
+        Clock::now() - start >= e.stall_timeout()) {
+      std::unique_lock lk(mu);
+      parked = true;
+      cv.notify_all();
+      cv.wait(lk, [&] { return go; });
+    }
+    return true;
+  });
+  Result<Grant> rg = Error(ErrorCode::kTimeout, "not run");
+  EngineEvents ev;
+  std::thread rescuer([&] {
+    AcquireOptions ro;
+    ro.deadline = Clock::now() + 5s;
+    rg = e.Acquire(r, 0, Mode::kExclusive, ro, &ev);
+  });
+  {
+    std::unique_lock lk(mu);
+    REQUIRE(cv.wait_for(lk, 5s, [&] { return parked; }));
+  }
+  // Between two of its polls: W2, S and W1 give up in turn.
+  w2.Finish();
+  s.Finish();
+  w1.Finish();
+  const Word0 after = W0(table, 0);
+  INFO("after the three give-ups: max_x " << after.max_x << ", n_x " << after.n_x << ", max_s "
+                                          << after.max_s << ", n_s " << after.n_s);
+  CHECK(after.Frozen());
+  // A reader tries; then two writers queue (on other clients: their increments).
+  AcquireOptions try_only;
+  try_only.try_only = true;
+  InProcessMemory y(&table);
+  auto gy = e.Acquire(y, 0, Mode::kShared, try_only);
+  const auto y_at = Clock::now();
+  table.Store(0, 0, table.Load(0, 0) + 2 * proto::kAcquireExclusive);
+  {
+    std::lock_guard lk(mu);
+    go = true;
+  }
+  cv.notify_all();
+  rescuer.join();
+  const Clock::time_point reset{Clock::duration(reset_at.load())};
+  const auto since = std::chrono::duration_cast<std::chrono::milliseconds>(reset - y_at);
+  INFO("W1 " << w1.result.status().ToString() << "; S " << s.result.status().ToString() << "; W2 "
+             << w2.result.status().ToString() << "; the reader "
+             << (gy.ok() ? "granted" : gy.status().ToString()) << "; rescuer "
+             << (rg.ok() ? "granted" : rg.status().ToString()) << ", resets " << ev.resets.get()
+             << ", the reset " << since.count() << " ms after the reader's try (lease "
+             << lease.count() << " ms)");
+  // The reader is never granted under the rescue: a frozen word admits no one. The rescue still
+  // frees the dead reader's lock (one reset) and is granted.
+  CHECK_FALSE(gy.ok());
+  CHECK((!gy.ok() || reset - y_at >= lease));
+  REQUIRE(rg.ok());
+  CHECK(ev.resets.get() == 1);
+  REQUIRE(e.Release(r, *rg).ok());
+}
+
 TEST_CASE("a shared request that draws the last ticket leaves the reset to whoever drains") {
   InProcessTable table(1);
   LockEngine e(Params(1), nullptr);
