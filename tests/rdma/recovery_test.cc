@@ -196,18 +196,21 @@ TEST_CASE("a stopped holder is skipped; resumed, it learns it lost the lock and 
 
 TEST_CASE(
     "a stopped client's heartbeat stops: lockd fences it and frees its lock one lease later") {
-  // Lease 1 s, F x L = 2 s; heartbeat timeout 200 ms: lockd frees the lock at about 1.2 s, after
+  // Lease 1 s, F x L = 3 s; heartbeat timeout 500 ms: lockd frees the lock at about 1.5 s, after
   // the stopped holder's lease has certainly run out and well before waiters' stall recovery.
-  Lockd lockd(7626, 64, 1000, 64, "",
-              {"--heartbeat-interval-ms", "50", "--heartbeat-timeout-ms", "200"});
+  // (With a 200 ms timeout and F = 2, lockd once fenced the holder under TCG before its grant,
+  // its heartbeat thread not run for 200 ms: "holder exited early", CI of 2026-12-07.)
+  Lockd lockd(
+      7626, 64, 1000, 64, "",
+      {"--heartbeat-interval-ms", "50", "--heartbeat-timeout-ms", "500", "--stall-factor", "3"});
   SharedFile shf;
   auto c = MustConnect(lockd);
   auto r = StopHolderAndTakeOver(lockd, shf, *c, "hb");
   WARN("SIGSTOP of X holder -> next grant: " << r.ms
-                                             << " ms (heartbeat timeout 200 ms + lease 1000 ms; "
-                                                "F x L = 2000 ms)");
+                                             << " ms (heartbeat timeout 500 ms + lease 1000 ms; "
+                                                "F x L = 3000 ms)");
   REQUIRE(r.ms >= 1000);  // never while the stopped holder's lease may still run
-  REQUIRE(r.ms < 2000);   // before stall recovery could have done it
+  REQUIRE(r.ms < 3000);   // before stall recovery could have done it
   REQUIRE(c->Stats().recoveries == 0);
   REQUIRE(lockd.Log().find("no heartbeat for") != std::string::npos);
   ResumeAndExpectLoss(shf, r.holder);
