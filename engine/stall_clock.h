@@ -46,7 +46,10 @@ class StallClock {
 // moved by one READ only is a request that bounced off the frozen word, not a ticket: that READ
 // decides nothing (Note says progress), and the clock goes on. Max fields are compared up to
 // kCountMax (a bounce on the frozen field goes above it). Not every new ticket shows: withdrawals
-// in its field can bring word0 back to the timed value (docs/protocol.md section 5, still open).
+// in its field can bring word0 back to the timed value. Since 2026-12-07 a frozen word never
+// thaws before its reset (the ticket that froze it is never withdrawn, LockEngine::GiveUpTicket),
+// so no ticket is taken while the rescue times a frozen word; this rule stays for words that SDKs
+// built before then can thaw (docs/protocol.md section 5).
 class WordView {
  public:
   enum class Watch { kCounters, kTickets };

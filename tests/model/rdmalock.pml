@@ -6,7 +6,9 @@
  * acquire (FETCH_AND_ADD), immediate grant, waiting by READ (word0 and word1 read in two separate
  * steps, as a 16-byte READ is not one atomic snapshot), the pause rule, stall recovery by CAS,
  * frozen-word withdrawal and rescue, counter reset by whoever drains a frozen word, renewal with
- * loss detection, release with the skipped-grant check and undo, and fencing tokens.
+ * loss detection, release with the skipped-grant check and undo, fencing tokens, and a waiter's
+ * give-up (a try-lock or a timeout: withdrawn when last and its FA did not freeze the word, else
+ * left to the reaper, which waits for its turn and releases it).
  *
  * Abstractions and bounds:
  *  - Time is a global tick counter advanced by its own process up to TMAX. A lease is L ticks and
@@ -31,6 +33,8 @@
  *    holds a conflicting grant whose lease is still running; and at every step (the Exclusion
  *    process), so that a lease a renewal extends is checked too;
  *  - no counter carries or runs ahead: nX <= maxX, nS <= maxS, counters below 2 x CMAX + NCLIENTS;
+ *  - a frozen word never thaws before its reset (the Thaw process): the frozen-word rescue's
+ *    safety rests on it (docs/protocol.md section 5);
  *  - fencing tokens of successive exclusive grants (observed while lease-valid) strictly increase;
  *  - no invalid end state (spin's deadlock check).
  */
@@ -55,6 +59,9 @@
 #endif
 #ifndef NO_RENEW_CHECK
 #define NO_RENEW_CHECK 0  /* 1: a mutant (check.sh): a renewal checks neither lease nor word */
+#endif
+#ifndef THAW
+#define THAW 0  /* 1: a mutant (check.sh): the ticket whose FA froze the word may withdraw */
 #endif
 #define L 2
 #define F 2
@@ -124,6 +131,7 @@ proctype Client(byte id) {
   byte j;
   byte bounces;
   byte myresets;
+  bool gaveup;                    /* one give-up per round, to bound the search */
 
 start:
   issue = 0; last_issue = 0; last_renew = 0; px = 0; ps = 0; pnx = 0; pns = 0; g = 0;
@@ -137,6 +145,7 @@ start:
   fi;
   fseen = false;
   bounces = 0;
+  gaveup = false;
 
 acquire:
   r0x = 0; r0s = 0; r0nx = 0; r0ns = 0; r1 = 0; rdone = 0; cx = 0; cs = 0; cnx = 0; cns = 0;
@@ -217,6 +226,33 @@ wait:
   if
   :: t - last_issue > L -> goto acquire  /* paused longer than a lease: the ticket is untrusted */
   :: else -> skip
+  fi;
+  /* Giving up (a try-lock, a timeout): the CAS withdraws the ticket only while it is neither
+   * granted nor skipped, nothing queued behind it (the max fields are ours plus our increment),
+   * and its FA did not freeze the word. Otherwise it is abandoned: the reaper waits for its turn
+   * and releases it, which this client's own waiting, grant and release stand for. */
+  if
+  :: !gaveup ->
+     gaveup = true;
+     atomic {
+       if
+       :: !((x && nX == px && nS == ps) || (!x && nX == px)) &&
+          !((x && (nX > px || nS > ps)) || (!x && nX > px)) &&
+          ((x && mX == px + 1 && mS == ps) || (!x && mX == px && mS == ps + 1)) &&
+          (THAW || !((x && FROZEN(px + 1, ps)) || (!x && FROZEN(px, ps + 1)))) ->
+          if
+          :: x -> mX--
+          :: else -> mS--
+          fi;
+          ok = true
+       :: else -> ok = false
+       fi
+     }
+     if
+     :: ok -> goto start
+     :: else -> skip
+     fi
+  :: true -> skip
   fi;
   atomic {
     issue = t; r0nx = nX; r0ns = nS; r0x = mX; r0s = mS;
@@ -366,6 +402,18 @@ end:
 #endif
     assert(false)
   }
+}
+
+/* A frozen word stays frozen until a reset: no admitted ticket leaves it, so no request is
+ * admitted and nX, nS only grow until then, which the frozen-word rescue's safety rests on. */
+active proctype Thaw() {
+  byte r;
+end0:
+  do
+  :: atomic { FROZEN(mX, mS) -> r = resets };
+end1:
+     atomic { (!FROZEN(mX, mS) || resets != r) -> assert(resets != r) }
+  od
 }
 
 /* Counters never carry into a neighbour nor run ahead of the tickets issued. */

@@ -1181,6 +1181,7 @@ TEST_CASE(
   INFO("after the three give-ups: max_x " << after.max_x << ", n_x " << after.n_x << ", max_s "
                                           << after.max_s << ", n_s " << after.n_s);
   CHECK(after.Frozen());
+  CHECK(w2.mem.counters().compare_swap.get() == 0);  // W2, whose ticket froze it, never withdrew
   // A reader tries; then two writers queue (on other clients: their increments).
   AcquireOptions try_only;
   try_only.try_only = true;
