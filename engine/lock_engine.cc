@@ -306,31 +306,45 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     const Word0 prev = Word0::Decode(ops[fa].result[0]);
 
     if (prev.Frozen()) {
-      // The word awaits a reset: take the increment back (by CAS, never FA of -inc) and retry.
+      // The word awaits a reset: take the increment back (by CAS, never FA of -inc), then READ
+      // the word until it thaws (its reset) before queueing again. A FETCH_AND_ADD on every
+      // round could leave an increment on every round (a withdrawal that comes late is left to
+      // the rescue, WithdrawFrozen), and while a holder renews, the rescue does not come: 32,768
+      // of them would carry the frozen field into the next (found by review, 2026-12-07). So
+      // one call leaves at most one.
       RDMALOCK_RETURN_IF_ERROR(
           WithdrawFrozen(mem, slot, inc, Word0::Decode(ops[fa].result[0] + inc), issue, ev));
-      RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(slot), 16);
-      RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
-      const Word0 w0 = Word0::Decode(rd.result[0]);
-      const auto now = Clock::now();
-      if (w0.Frozen() && !frozen_seen.Note(w0, rd.result[1], now) &&
-          frozen_seen.StalledFor(now, stall_timeout())) {
-        // Nothing moved for F x L: whoever still counts in this word is gone. Reset it:
-        // generation first, then word0, on one channel so they land in that order.
-        RemoteOp r[2] = {
-            RemoteOp::FetchAdd(RegionId::kLocks, Word1Off(slot), proto::kGenerationIncrement),
-            RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(slot), rd.result[0], 0)};
-        RDMALOCK_RETURN_IF_ERROR(mem.Execute(r));
-        if (r[1].result[0] == rd.result[0]) Count(&EngineEvents::resets, ev);
-        frozen_seen.Forget();
+      for (;;) {
+        RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(slot), 16);
+        RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
+        const Word0 w0 = Word0::Decode(rd.result[0]);
+        if (!w0.Frozen()) break;  // reset: queue again
+        const auto now = Clock::now();
+        if (!frozen_seen.Note(w0, rd.result[1], now) &&
+            frozen_seen.StalledFor(now, stall_timeout())) {
+          // Nothing moved for F x L: whoever still counts in this word is gone. Reset it:
+          // generation first, then word0, on one channel so they land in that order.
+          RemoteOp r[2] = {
+              RemoteOp::FetchAdd(RegionId::kLocks, Word1Off(slot), proto::kGenerationIncrement),
+              RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(slot), rd.result[0], 0)};
+          RDMALOCK_RETURN_IF_ERROR(mem.Execute(r));
+          frozen_seen.Forget();
+          if (r[1].result[0] == rd.result[0]) {
+            Count(&EngineEvents::resets, ev);
+            break;
+          }
+        }
+        if (opt.try_only) return Error(ErrorCode::kBusy, "lock word is being reset; try again");
+        if (opt.while_waiting && !opt.while_waiting()) {
+          return Error(ErrorCode::kTimeout,
+                       "the wait for slot " + std::to_string(slot) + " was ended by its caller");
+        }
+        if (Clock::now() >= opt.deadline) {
+          return Error(ErrorCode::kTimeout, "timed out waiting for slot " + std::to_string(slot));
+        }
+        Pause(std::min<nanoseconds>(Jitter(backoff), opt.deadline - Clock::now()));
+        backoff = std::min<nanoseconds>(backoff * 2, params_.lease / 8);
       }
-      if (opt.try_only) return Error(ErrorCode::kBusy, "lock word is being reset; try again");
-      if (opt.while_waiting && !opt.while_waiting()) {
-        return Error(ErrorCode::kTimeout,
-                     "the wait for slot " + std::to_string(slot) + " was ended by its caller");
-      }
-      Pause(std::min<nanoseconds>(Jitter(backoff), opt.deadline - Clock::now()));
-      backoff = std::min<nanoseconds>(backoff * 2, params_.lease / 8);
       continue;
     }
     frozen_seen.Forget();

@@ -1212,6 +1212,55 @@ TEST_CASE(
   REQUIRE(e.Release(r, *rg).ok());
 }
 
+// A bounce's withdrawal that misses after kFreshWithdrawal leaves its increment in the word until
+// the rescue's reset (finding 8). A request that FETCH_AND_ADDs again on every round of its wait
+// on a frozen word can leave one on every round, and while a holder keeps the word from the
+// rescue (it renews) they add up: 32,768 of them would carry the frozen field into the next one
+// (found by review, 2026-12-07). So a request that bounced READs the word until it thaws before
+// it FETCH_AND_ADDs again: one call leaves at most one increment.
+TEST_CASE(
+    "a request waiting on a frozen word leaves at most one increment in it, however many of "
+    "its withdrawals come late") {
+  InProcessTable table(1);
+  const auto lease = 1000ms;  // no rescue within the test (F x L = 2 s)
+  const LockEngine e(Params(1, lease), nullptr);
+  const uint16_t last = proto::kCountMax - 1;
+  const Word0 held{.max_s = 0, .max_x = proto::kCountMax, .n_s = 0, .n_x = last};
+  table.Store(0, 0, held.Encode());  // the last ticket's holder holds: frozen
+  InProcessMemory w(&table);
+  // Every withdrawal of W's comes late (a preempted thread) and misses (another request's bounce
+  // in the word meanwhile, gone right after).
+  w.set_hook([&](const RemoteOp& op) {
+    if (op.kind == RemoteOp::Kind::kCompareSwap && op.region == RegionId::kLocks &&
+        op.offset == proto::kWord0Offset) {
+      std::this_thread::sleep_for(2ms);
+      table.Store(0, 0, table.Load(0, 0) + proto::kAcquireShared);
+    }
+    return true;
+  });
+  w.set_after_hook([&](const RemoteOp& op) {
+    if (op.kind == RemoteOp::Kind::kCompareSwap && op.region == RegionId::kLocks &&
+        op.offset == proto::kWord0Offset) {
+      table.Store(0, 0, table.Load(0, 0) - proto::kAcquireShared);
+    }
+    return true;
+  });
+  EngineEvents ev;
+  AcquireOptions o;
+  o.deadline = Clock::now() + 150ms;
+  auto g = e.Acquire(w, 0, Mode::kExclusive, o, &ev);
+  const Word0 now = W0(table, 0);
+  INFO("W: " << (g.ok() ? "granted" : g.status().ToString()) << "; FETCH_AND_ADDs "
+             << w.counters().fetch_add.get() << ", READs " << w.counters().read.get()
+             << ", increments left " << ev.frozen_left.get() << "; word0 max_x " << now.max_x
+             << ", n_x " << now.n_x);
+  REQUIRE(g.status().code() == ErrorCode::kTimeout);
+  CHECK(now.max_x - proto::kCountMax <= 1);
+  CHECK(ev.frozen_left.get() <= 1);
+  CHECK(now.n_x == held.n_x);
+  CHECK(now.max_s == 0);
+}
+
 TEST_CASE("a shared request that draws the last ticket leaves the reset to whoever drains") {
   InProcessTable table(1);
   LockEngine e(Params(1), nullptr);
