@@ -319,6 +319,12 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
         RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
         const Word0 w0 = Word0::Decode(rd.result[0]);
         if (!w0.Frozen()) break;  // reset: queue again
+        if (w0.Drained()) {
+          // Whoever drained it died before its reset: ours, as a withdrawal's that drains it
+          // (the CAS lands only on the drained word itself).
+          RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, slot, w0, ev));
+          break;
+        }
         const auto now = Clock::now();
         if (!frozen_seen.Note(w0, rd.result[1], now) &&
             frozen_seen.StalledFor(now, stall_timeout())) {

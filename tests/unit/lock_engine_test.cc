@@ -1261,6 +1261,32 @@ TEST_CASE(
   CHECK(now.max_s == 0);
 }
 
+// Whoever drains a frozen word resets it; one that dies between its release and the reset leaves
+// the word frozen and drained. A request waiting for the word to thaw resets it then, as a
+// bounce's withdrawal that drains a word does, and does not wait for the rescue (F x L).
+TEST_CASE("a request waiting on a frozen word resets it once it is drained") {
+  InProcessTable table(1);
+  const auto lease = 1000ms;  // F x L = 2 s, beyond the request's deadline
+  const LockEngine e(Params(1, lease), nullptr);
+  const uint16_t last = proto::kCountMax - 1;
+  table.Store(0, 0, Word0{.max_s = 0, .max_x = proto::kCountMax, .n_s = 0, .n_x = last}.Encode());
+  InProcessMemory w(&table);
+  std::thread holder([&] {
+    std::this_thread::sleep_for(30ms);  // released, and died before its reset
+    table.Store(0, 0, table.Load(0, 0) + proto::ReleaseIncrement(Mode::kExclusive));
+  });
+  EngineEvents ev;
+  AcquireOptions o;
+  o.deadline = Clock::now() + 500ms;
+  auto g = e.Acquire(w, 0, Mode::kExclusive, o, &ev);
+  holder.join();
+  INFO("W: " << (g.ok() ? "granted" : g.status().ToString()) << ", resets " << ev.resets.get());
+  REQUIRE(g.ok());
+  CHECK(ev.resets.get() == 1);
+  CHECK(proto::Generation(table.Load(0, 1)) == 1);
+  REQUIRE(e.Release(w, *g).ok());
+}
+
 TEST_CASE("a shared request that draws the last ticket leaves the reset to whoever drains") {
   InProcessTable table(1);
   LockEngine e(Params(1), nullptr);
