@@ -318,16 +318,18 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
         RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(slot), 16);
         RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
         const Word0 w0 = Word0::Decode(rd.result[0]);
-        if (!w0.Frozen()) break;  // reset: queue again
-        if (w0.Drained()) {
-          // Whoever drained it died before its reset: ours, as a withdrawal's that drains it
-          // (the CAS lands only on the drained word itself).
-          RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, slot, w0, ev));
-          break;
-        }
         const auto now = Clock::now();
-        if (!frozen_seen.Note(w0, rd.result[1], now) &&
-            frozen_seen.StalledFor(now, stall_timeout())) {
+        if (w0.Frozen() && w0.Drained()) {
+          // Whoever drained it may have died before its reset: ours then, as a withdrawal's that
+          // drains it. A READ is no snapshot (a counter crossing a byte boundary can read high:
+          // docs/protocol.md section 8), and the generation bump lands whatever the CAS does, so
+          // only the word read atomically decides; the CAS lands on that drained word alone.
+          RDMALOCK_ASSIGN_OR_RETURN(const Word0 whole, AtomicWord0(mem, slot));
+          if (whole.Frozen() && whole.Drained()) {
+            RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, slot, whole, ev));
+          }
+        } else if (w0.Frozen() && !frozen_seen.Note(w0, rd.result[1], now) &&
+                   frozen_seen.StalledFor(now, stall_timeout())) {
           // Nothing moved for F x L: whoever still counts in this word is gone. Reset it:
           // generation first, then word0, on one channel so they land in that order.
           RemoteOp r[2] = {
@@ -335,12 +337,13 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
               RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(slot), rd.result[0], 0)};
           RDMALOCK_RETURN_IF_ERROR(mem.Execute(r));
           frozen_seen.Forget();
-          if (r[1].result[0] == rd.result[0]) {
-            Count(&EngineEvents::resets, ev);
-            break;
-          }
+          if (r[1].result[0] == rd.result[0]) Count(&EngineEvents::resets, ev);
         }
+        // A try-lock answers after one look, as it did when it FETCH_AND_ADDed once: busy.
         if (opt.try_only) return Error(ErrorCode::kBusy, "lock word is being reset; try again");
+        // Thawed (reset): queue again. A reset of ours shows at the next READ, after the pause:
+        // its CAS may have missed (a bounce in flight), and the word is then still frozen.
+        if (!w0.Frozen()) break;
         if (opt.while_waiting && !opt.while_waiting()) {
           return Error(ErrorCode::kTimeout,
                        "the wait for slot " + std::to_string(slot) + " was ended by its caller");

@@ -132,6 +132,7 @@ proctype Client(byte id) {
   byte bounces;
   byte myresets;
   bool gaveup;                    /* one give-up per round, to bound the search */
+  byte bres;                      /* resets when our FA landed */
 
 start:
   issue = 0; last_issue = 0; last_renew = 0; px = 0; ps = 0; pnx = 0; pns = 0; g = 0;
@@ -152,7 +153,7 @@ acquire:
   sx = 0; ss = 0; sw = 0; seen_since = 0; g = 0;
   atomic {
     issue = t;
-    pnx = nX; pns = nS; px = mX; ps = mS;
+    pnx = nX; pns = nS; px = mX; ps = mS; bres = resets;
     if
     :: x -> mX++
     :: else -> mS++
@@ -170,10 +171,12 @@ acquire:
 
   if
   :: FROZEN(px, ps) ->
-     /* withdraw our increment, unless a reset already removed it */
+     /* withdraw our increment, unless a reset already removed it (the engine retries a missed
+      * withdrawal only within kFreshWithdrawal of its FA, too soon for a reset and a refill:
+      * the model assumes a withdrawal never lands in a later generation, as releases do) */
      atomic {
        if
-       :: FROZEN(mX, mS) && ((x && mX > 0) || (!x && mS > 0)) ->
+       :: resets == bres && FROZEN(mX, mS) && ((x && mX > 0) || (!x && mS > 0)) ->
           if
           :: x -> mX--
           :: else -> mS--

@@ -1271,20 +1271,49 @@ TEST_CASE("a request waiting on a frozen word resets it once it is drained") {
   const uint16_t last = proto::kCountMax - 1;
   table.Store(0, 0, Word0{.max_s = 0, .max_x = proto::kCountMax, .n_s = 0, .n_x = last}.Encode());
   InProcessMemory w(&table);
-  std::thread holder([&] {
-    std::this_thread::sleep_for(30ms);  // released, and died before its reset
-    table.Store(0, 0, table.Load(0, 0) + proto::ReleaseIncrement(Mode::kExclusive));
+  // The holder releases (and dies before its reset) just before W's first READ, once W's
+  // withdrawal has left the word frozen: only a reset from W's wait frees the word in time.
+  bool released = false;
+  w.set_hook([&](const RemoteOp& op) {
+    if (op.kind == RemoteOp::Kind::kRead && op.region == RegionId::kLocks && !released) {
+      released = true;
+      table.word(0).fetch_add(proto::ReleaseIncrement(Mode::kExclusive));
+    }
+    return true;
   });
   EngineEvents ev;
   AcquireOptions o;
   o.deadline = Clock::now() + 500ms;
   auto g = e.Acquire(w, 0, Mode::kExclusive, o, &ev);
-  holder.join();
-  INFO("W: " << (g.ok() ? "granted" : g.status().ToString()) << ", resets " << ev.resets.get());
+  INFO("W: " << (g.ok() ? "granted" : g.status().ToString()) << ", resets " << ev.resets.get()
+             << ", FETCH_AND_ADDs " << w.counters().fetch_add.get());
+  REQUIRE(released);
   REQUIRE(g.ok());
   CHECK(ev.resets.get() == 1);
   CHECK(proto::Generation(table.Load(0, 1)) == 1);
   REQUIRE(e.Release(w, *g).ok());
+}
+
+// A try-lock whose withdrawal drains the word and resets it says busy, as before the wait by READs
+// (found by review: the wait's exit to the FA loop met the try-lock's deadline, its start, and it
+// said "timed out").
+TEST_CASE(
+    "a try-lock that bounces off a frozen word says busy, whatever its look at the word saw") {
+  InProcessTable table(1);
+  const LockEngine e(Params(1, 1000ms), nullptr);
+  const uint16_t cmax = proto::kCountMax;
+  // Frozen and drained (whoever drained it died before the reset): the try-lock's withdrawal
+  // resets it, and its READ shows it thawed.
+  table.Store(0, 0, Word0{.max_s = 0, .max_x = cmax, .n_s = 0, .n_x = cmax}.Encode());
+  InProcessMemory m(&table);
+  AcquireOptions o;
+  o.try_only = true;
+  o.deadline = Clock::now();  // as the SDK's try-lock
+  EngineEvents ev;
+  auto g = e.Acquire(m, 0, Mode::kExclusive, o, &ev);
+  INFO((g.ok() ? std::string("granted") : g.status().ToString()) << ", resets " << ev.resets.get());
+  CHECK(ev.resets.get() == 1);
+  CHECK(g.status().code() == ErrorCode::kBusy);
 }
 
 TEST_CASE("a shared request that draws the last ticket leaves the reset to whoever drains") {
