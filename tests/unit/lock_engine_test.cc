@@ -1000,6 +1000,57 @@ TEST_CASE("a frozen word left by a dead requester is rescued after F x L") {
   REQUIRE(e.Release(mem, *g).ok());
 }
 
+// A rescuer: an exclusive request that bounces off a frozen word and times it, parked between two
+// of its polls as its timer reaches F x L until Resume(). Records when its reset's generation bump
+// was issued.
+struct ParkedRescuer {
+  InProcessMemory mem;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool parked = false, go = false;
+  const Clock::time_point start = Clock::now();
+  std::atomic<Clock::time_point::rep> reset_at{0};
+  Result<Grant> grant = Error(ErrorCode::kTimeout, "not run");
+  EngineEvents ev;
+  std::thread th;
+
+  ParkedRescuer(InProcessTable* table, const LockEngine& e) : mem(table) {
+    mem.set_hook([this, &e](const RemoteOp& op) {
+      if (op.kind == RemoteOp::Kind::kFetchAdd && op.region == RegionId::kLocks &&
+          op.offset == proto::kWord1Offset && op.operand == proto::kGenerationIncrement) {
+        reset_at = Clock::now().time_since_epoch().count();
+      }
+      if (op.kind == RemoteOp::Kind::kRead && op.region == RegionId::kLocks && !parked &&
+          Clock::now() - start >= e.stall_timeout()) {
+        std::unique_lock lk(mu);
+        parked = true;  // between two polls, as its timer reaches F x L
+        cv.notify_all();
+        cv.wait(lk, [this] { return go; });
+      }
+      return true;
+    });
+    th = std::thread([this, &e] {
+      AcquireOptions ro;
+      ro.deadline = Clock::now() + 5s;
+      grant = e.Acquire(mem, 0, Mode::kExclusive, ro, &ev);
+    });
+    std::unique_lock lk(mu);
+    REQUIRE(cv.wait_for(lk, 5s, [this] { return parked; }));
+  }
+  ~ParkedRescuer() {
+    if (th.joinable()) Resume();
+  }
+  void Resume() {
+    {
+      std::lock_guard lk(mu);
+      go = true;
+    }
+    cv.notify_all();
+    th.join();
+  }
+  Clock::time_point reset() const { return Clock::time_point{Clock::duration(reset_at.load())}; }
+};
+
 // The rescue timed nX, nS and word1 only. A reader that holds has died, and a writer queued behind
 // it froze the word; the rescuer times it. Between two of its polls the writer withdraws (a
 // timeout), a second reader is granted at once, and another writer freezes the word again: to
@@ -1013,59 +1064,24 @@ TEST_CASE(
   const LockEngine e(Params(1, lease), nullptr);
   const uint16_t last = proto::kCountMax - 1;
   table.Store(0, 0, Word0{.max_s = 1, .max_x = proto::kCountMax, .n_s = 0, .n_x = last}.Encode());
-  InProcessMemory r(&table), y(&table);
-  std::mutex mu;
-  std::condition_variable cv;
-  bool parked = false, go = false;
-  const auto start = Clock::now();
-  std::atomic<Clock::time_point::rep> reset_at{0};  // the rescue's generation bump
-  r.set_hook([&](const RemoteOp& op) {
-    if (op.kind == RemoteOp::Kind::kFetchAdd && op.region == RegionId::kLocks &&
-        op.offset == proto::kWord1Offset && op.operand == proto::kGenerationIncrement) {
-      reset_at = Clock::now().time_since_epoch().count();
-    }
-    if (op.kind == RemoteOp::Kind::kRead && op.region == RegionId::kLocks && !parked &&
-        Clock::now() - start >= e.stall_timeout()) {
-      std::unique_lock lk(mu);
-      parked = true;  // between two polls, as its timer reaches F x L
-      cv.notify_all();
-      cv.wait(lk, [&] { return go; });
-    }
-    return true;
-  });
-  Result<Grant> rg = Error(ErrorCode::kTimeout, "not run");
-  EngineEvents ev;
-  std::thread rescuer([&] {
-    AcquireOptions ro;
-    ro.deadline = Clock::now() + 5s;
-    rg = e.Acquire(r, 0, Mode::kExclusive, ro, &ev);
-  });
-  {
-    std::unique_lock lk(mu);
-    REQUIRE(cv.wait_for(lk, 5s, [&] { return parked; }));
-  }
+  InProcessMemory y(&table);
+  ParkedRescuer r(&table, e);
   table.Store(0, 0, Word0{.max_s = 1, .max_x = last, .n_s = 0, .n_x = last}.Encode());  // withdrew
   auto gy = e.Acquire(y, 0, Mode::kShared, {});  // granted at once beside the dead reader
   const auto y_at = Clock::now();
   table.Store(0, 0, table.Load(0, 0) + proto::kAcquireExclusive);  // frozen again
-  {
-    std::lock_guard lk(mu);
-    go = true;
-  }
-  cv.notify_all();
-  rescuer.join();
+  r.Resume();
   REQUIRE(gy.ok());
   // The rescue resets the word (the dead reader's increment is never released) and is granted,
   // but only once the live reader's lease has run out (it renews nothing).
-  const Clock::time_point reset{Clock::duration(reset_at.load())};
-  const auto after = std::chrono::duration_cast<std::chrono::milliseconds>(reset - y_at);
-  INFO("rescuer " << (rg.ok() ? "granted" : rg.status().ToString()) << ", resets "
-                  << ev.resets.get() << ", the reset " << after.count()
+  const auto after = std::chrono::duration_cast<std::chrono::milliseconds>(r.reset() - y_at);
+  INFO("rescuer " << (r.grant.ok() ? "granted" : r.grant.status().ToString()) << ", resets "
+                  << r.ev.resets.get() << ", the reset " << after.count()
                   << " ms after the reader's grant (lease " << lease.count() << " ms)");
-  REQUIRE(rg.ok());
-  CHECK(ev.resets.get() == 1);
-  CHECK(reset - y_at >= lease);
-  REQUIRE(e.Release(r, *rg).ok());
+  REQUIRE(r.grant.ok());
+  CHECK(r.ev.resets.get() == 1);
+  CHECK(r.reset() - y_at >= lease);
+  REQUIRE(e.Release(r.mem, *r.grant).ok());
 }
 
 // The rule above times a value, and max fields go down as well as up: a ticket's give-up takes
@@ -1142,37 +1158,7 @@ TEST_CASE(
 
   // The rescuer bounces off the frozen word and times it; it is parked between two polls as its
   // timer reaches F x L.
-  InProcessMemory r(&table);
-  std::mutex mu;
-  std::condition_variable cv;
-  bool parked = false, go = false;
-  const auto start = Clock::now();
-  std::atomic<Clock::time_point::rep> reset_at{0};  // the rescue's generation bump
-  r.set_hook([&](const RemoteOp& op) {
-    if (op.kind == RemoteOp::Kind::kFetchAdd && op.region == RegionId::kLocks &&
-        op.offset == proto::kWord1Offset && op.operand == proto::kGenerationIncrement) {
-      reset_at = Clock::now().time_since_epoch().count();
-    }
-    if (op.kind == RemoteOp::Kind::kRead && op.region == RegionId::kLocks && !parked &&
-        Clock::now() - start >= e.stall_timeout()) {
-      std::unique_lock lk(mu);
-      parked = true;
-      cv.notify_all();
-      cv.wait(lk, [&] { return go; });
-    }
-    return true;
-  });
-  Result<Grant> rg = Error(ErrorCode::kTimeout, "not run");
-  EngineEvents ev;
-  std::thread rescuer([&] {
-    AcquireOptions ro;
-    ro.deadline = Clock::now() + 5s;
-    rg = e.Acquire(r, 0, Mode::kExclusive, ro, &ev);
-  });
-  {
-    std::unique_lock lk(mu);
-    REQUIRE(cv.wait_for(lk, 5s, [&] { return parked; }));
-  }
+  ParkedRescuer r(&table, e);
   // Between two of its polls: W2, S and W1 give up in turn.
   w2.Finish();
   s.Finish();
@@ -1189,27 +1175,21 @@ TEST_CASE(
   auto gy = e.Acquire(y, 0, Mode::kShared, try_only);
   const auto y_at = Clock::now();
   table.Store(0, 0, table.Load(0, 0) + 2 * proto::kAcquireExclusive);
-  {
-    std::lock_guard lk(mu);
-    go = true;
-  }
-  cv.notify_all();
-  rescuer.join();
-  const Clock::time_point reset{Clock::duration(reset_at.load())};
-  const auto since = std::chrono::duration_cast<std::chrono::milliseconds>(reset - y_at);
+  r.Resume();
+  const auto since = std::chrono::duration_cast<std::chrono::milliseconds>(r.reset() - y_at);
   INFO("W1 " << w1.result.status().ToString() << "; S " << s.result.status().ToString() << "; W2 "
              << w2.result.status().ToString() << "; the reader "
              << (gy.ok() ? "granted" : gy.status().ToString()) << "; rescuer "
-             << (rg.ok() ? "granted" : rg.status().ToString()) << ", resets " << ev.resets.get()
-             << ", the reset " << since.count() << " ms after the reader's try (lease "
-             << lease.count() << " ms)");
+             << (r.grant.ok() ? "granted" : r.grant.status().ToString()) << ", resets "
+             << r.ev.resets.get() << ", the reset " << since.count()
+             << " ms after the reader's try (lease " << lease.count() << " ms)");
   // The reader is never granted under the rescue: a frozen word admits no one. The rescue still
   // frees the dead reader's lock (one reset) and is granted.
   CHECK_FALSE(gy.ok());
-  CHECK((!gy.ok() || reset - y_at >= lease));
-  REQUIRE(rg.ok());
-  CHECK(ev.resets.get() == 1);
-  REQUIRE(e.Release(r, *rg).ok());
+  CHECK((!gy.ok() || r.reset() - y_at >= lease));
+  REQUIRE(r.grant.ok());
+  CHECK(r.ev.resets.get() == 1);
+  REQUIRE(e.Release(r.mem, *r.grant).ok());
 }
 
 // A bounce's withdrawal that misses after kFreshWithdrawal leaves its increment in the word until
