@@ -150,11 +150,8 @@ std::vector<std::shared_ptr<Session>> SessionTable::HoldersOf(uint64_t slot, pro
     (void)proto::ScanRecordEntries(
         [rec](uint64_t off) { return Load64(rec, off); }, lock_count_,
         [&](const proto::RequestEntry& e, uint32_t) {
-          // A tagged exclusive entry stays live past its release (no done mark): over by the
-          // slot's words. A shared one is marked done, and its tag may be older than its grant's
-          // (which says nothing of a live session's reader): by its numbers, as an untagged one.
-          const bool over =
-              e.tagged && e.mode == proto::Mode::kExclusive && e.TaggedOver(w0, word1);
+          // A tagged exclusive entry stays live past its release (no done mark).
+          const bool over = e.OverUnmarked(w0, word1);
           holds = holds || (e.slot == slot && e.state == proto::RequestEntry::State::kQueued &&
                             !over && proto::Granted(w0, proto::Word0::Decode(e.ticket), e.mode));
         });

@@ -161,14 +161,8 @@ Result<std::vector<SessionInfo>> Client::Sessions() {
                   .first;
         }
         const proto::Word0 w = it->second.first;
-        // A finished exclusive request whose release wrote no done mark (a tagged entry): over. A
-        // shared release always writes its done mark, so a tagged shared entry is shown by its
-        // numbers, as an untagged one: its tag may be older than its grant's (a hint, or another
-        // reader's renewal carrying the generation), which says nothing of whether it is over.
-        if (entry.tagged && entry.mode == Mode::kExclusive &&
-            entry.TaggedOver(w, it->second.second)) {
-          continue;
-        }
+        // A finished exclusive request whose release wrote no done mark: over.
+        if (entry.OverUnmarked(w, it->second.second)) continue;
         if (proto::TicketGone(w, t, entry.mode) || proto::Skipped(w, t, entry.mode)) {
           q.status = RequestInfo::Status::kStale;
         } else if (proto::Granted(w, t, entry.mode)) {

@@ -239,6 +239,14 @@ struct RequestEntry {
     return GenerationOf(word1) != generation || Skipped(w0, ticket, mode) ||
            TicketGone(w0, ticket, mode);
   }
+  // A live entry whose request is over all the same, by the slot's words: a tagged exclusive one,
+  // whose release writes no done mark. A shared release writes its done mark, and a shared
+  // entry's tag may be older than its grant's (a hint, or another reader's renewal carrying the
+  // generation), which says nothing of whether it is over: shared and untagged entries are
+  // judged by their numbers (what lockctl inspect shows, and who HoldersOf names).
+  bool OverUnmarked(Word0 w0, uint64_t word1) const {
+    return tagged && mode == Mode::kExclusive && TaggedOver(w0, word1);
+  }
 
   // Each use of an entry has an even seq: 2, 4, ..., kSeqMask - 1, then 2 again (the SDK's pool
   // hands them out). A use whose entry was marked done while its request was in fact granted (a
