@@ -319,16 +319,20 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
         RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
         const Word0 w0 = Word0::Decode(rd.result[0]);
         const auto now = Clock::now();
-        if (w0.Frozen() && w0.Drained()) {
+        bool thawed = !w0.Frozen();  // reset (a torn READ cannot fake it: the frozen field's
+                                     // high byte stays at 0x80 or more until the reset)
+        if (!thawed && w0.Drained()) {
           // Whoever drained it may have died before its reset: ours then, as a withdrawal's that
           // drains it. A READ is no snapshot (a counter crossing a byte boundary can read high:
           // docs/protocol.md section 8), and the generation bump lands whatever the CAS does, so
           // only the word read atomically decides; the CAS lands on that drained word alone.
           RDMALOCK_ASSIGN_OR_RETURN(const Word0 whole, AtomicWord0(mem, slot));
-          if (whole.Frozen() && whole.Drained()) {
-            RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, slot, whole, ev));
+          if (!whole.Frozen()) {
+            thawed = true;
+          } else if (whole.Drained()) {
+            RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, slot, whole, ev, &thawed));
           }
-        } else if (w0.Frozen() && !frozen_seen.Note(w0, rd.result[1], now) &&
+        } else if (!thawed && !frozen_seen.Note(w0, rd.result[1], now) &&
                    frozen_seen.StalledFor(now, stall_timeout())) {
           // Nothing moved for F x L: whoever still counts in this word is gone. Reset it:
           // generation first, then word0, on one channel so they land in that order.
@@ -337,13 +341,17 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
               RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(slot), rd.result[0], 0)};
           RDMALOCK_RETURN_IF_ERROR(mem.Execute(r));
           frozen_seen.Forget();
-          if (r[1].result[0] == rd.result[0]) Count(&EngineEvents::resets, ev);
+          thawed = r[1].result[0] == rd.result[0];
+          if (thawed) Count(&EngineEvents::resets, ev);
         }
         // A try-lock answers after one look, as it did when it FETCH_AND_ADDed once: busy.
         if (opt.try_only) return Error(ErrorCode::kBusy, "lock word is being reset; try again");
-        // Thawed (reset): queue again. A reset of ours shows at the next READ, after the pause:
-        // its CAS may have missed (a bounce in flight), and the word is then still frozen.
-        if (!w0.Frozen()) break;
+        if (thawed) {
+          // Reset (by us, or seen): queue again at once. A word SDKs built before 2026-12-07
+          // thawed without a reset and froze again is timed afresh.
+          frozen_seen.Forget();
+          break;
+        }
         if (opt.while_waiting && !opt.while_waiting()) {
           return Error(ErrorCode::kTimeout,
                        "the wait for slot " + std::to_string(slot) + " was ended by its caller");
@@ -715,15 +723,17 @@ Status LockEngine::WithdrawFrozen(RemoteMemory& mem, uint64_t slot, uint64_t inc
   }
 }
 
-Status LockEngine::ResetDrained(RemoteMemory& mem, uint64_t slot, Word0 drained,
-                                EngineEvents* ev) const {
+Status LockEngine::ResetDrained(RemoteMemory& mem, uint64_t slot, Word0 drained, EngineEvents* ev,
+                                bool* landed) const {
   // Generation first, then word0: both on this channel, so they land in that order. Several
   // participants may race here; only one CAS wins, and extra generation bumps are harmless.
   RemoteOp ops[2] = {
       RemoteOp::FetchAdd(RegionId::kLocks, Word1Off(slot), proto::kGenerationIncrement),
       RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(slot), drained.Encode(), 0)};
   RDMALOCK_RETURN_IF_ERROR(mem.Execute(ops));
-  if (ops[1].result[0] == drained.Encode()) Count(&EngineEvents::resets, ev);
+  const bool took = ops[1].result[0] == drained.Encode();
+  if (took) Count(&EngineEvents::resets, ev);
+  if (landed != nullptr) *landed = took;
   return Status::Ok();
 }
 

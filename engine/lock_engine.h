@@ -331,8 +331,10 @@ class LockEngine {
   static constexpr int kRecoverRetries = 8;
   Result<bool> RecoverCas(RemoteMemory& mem, const Ticket& t, proto::Word0 seen, bool clear_entry,
                           bool* unseen = nullptr, proto::Word0* landed_on = nullptr) const;
-  Status ResetDrained(RemoteMemory& mem, uint64_t slot, proto::Word0 drained,
-                      EngineEvents* ev) const;
+  // Resets a frozen, drained word (generation first, then word0 by CAS from `drained`).
+  // `*landed` (optional): whether the CAS took.
+  Status ResetDrained(RemoteMemory& mem, uint64_t slot, proto::Word0 drained, EngineEvents* ev,
+                      bool* landed = nullptr) const;
   std::chrono::nanoseconds PollInterval(const RemoteMemory& mem, uint32_t ahead,
                                         uint32_t unchanged_polls,
                                         std::chrono::nanoseconds handover) const;

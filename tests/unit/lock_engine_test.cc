@@ -1035,8 +1035,10 @@ struct ParkedRescuer {
       grant = e.Acquire(mem, 0, Mode::kExclusive, ro, &ev);
     });
     std::unique_lock lk(mu);
-    REQUIRE(cv.wait_for(lk, 5s, [this] { return parked; }));
+    parked_in_time = cv.wait_for(lk, 5s, [this] { return parked; });
   }
+  // A test REQUIREs parked_in_time (a constructor that threw would leave the thread joinable).
+  bool parked_in_time = false;
   ~ParkedRescuer() {
     if (th.joinable()) Resume();
   }
@@ -1066,6 +1068,7 @@ TEST_CASE(
   table.Store(0, 0, Word0{.max_s = 1, .max_x = proto::kCountMax, .n_s = 0, .n_x = last}.Encode());
   InProcessMemory y(&table);
   ParkedRescuer r(&table, e);
+  REQUIRE(r.parked_in_time);
   table.Store(0, 0, Word0{.max_s = 1, .max_x = last, .n_s = 0, .n_x = last}.Encode());  // withdrew
   auto gy = e.Acquire(y, 0, Mode::kShared, {});  // granted at once beside the dead reader
   const auto y_at = Clock::now();
@@ -1137,6 +1140,9 @@ TEST_CASE(
       std::unique_lock lk(mu);
       REQUIRE(cv.wait_for(lk, 5s, [this] { return parked || done; }));
     }
+    ~Parked() {
+      if (th.joinable()) Finish();  // a REQUIRE failed before Finish()
+    }
     // Lets it go and waits for its try-lock's answer.
     void Finish() {
       {
@@ -1159,6 +1165,7 @@ TEST_CASE(
   // The rescuer bounces off the frozen word and times it; it is parked between two polls as its
   // timer reaches F x L.
   ParkedRescuer r(&table, e);
+  REQUIRE(r.parked_in_time);
   // Between two of its polls: W2, S and W1 give up in turn.
   w2.Finish();
   s.Finish();
