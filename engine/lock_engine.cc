@@ -321,15 +321,17 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
         const auto now = Clock::now();
         bool thawed = !w0.Frozen();  // reset (a torn READ cannot fake it: the frozen field's
                                      // high byte stays at 0x80 or more until the reset)
-        if (!thawed && w0.Drained()) {
-          // Whoever drained it may have died before its reset: ours then, as a withdrawal's that
-          // drains it. A READ is no snapshot (a counter crossing a byte boundary can read high:
-          // docs/protocol.md section 8), and the generation bump lands whatever the CAS does, so
-          // only the word read atomically decides; the CAS lands on that drained word alone.
+        if (!thawed && w0.Resettable()) {
+          // Nothing but bounces left in it (Resettable: drained, or a bounce's increment left by a
+          // withdrawal that came late): whoever released its last ticket may have died before
+          // its reset, or saw the increment still there. Ours then, as a withdrawal's. A READ is no
+          // snapshot (a counter crossing a byte boundary can read high: docs/protocol.md section
+          // 8), and the generation bump lands whatever the CAS does, so only the word read
+          // atomically decides; the CAS lands on that drained word alone.
           RDMALOCK_ASSIGN_OR_RETURN(const Word0 whole, AtomicWord0(mem, slot));
           if (!whole.Frozen()) {
             thawed = true;
-          } else if (whole.Drained()) {
+          } else if (whole.Resettable()) {
             RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, slot, whole, ev, &thawed));
           }
         } else if (!thawed && !frozen_seen.Note(w0, rd.result[1], now) &&
@@ -566,7 +568,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       if (landed) {
         Count(&EngineEvents::recoveries, ev);
         const Word0 rec = proto::RecoveredWord(replaced, t.word, t.mode);
-        if (rec.Frozen() && rec.Drained()) {
+        if (rec.Resettable()) {
           RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, t.slot, rec, ev));
         }
         return WaitOutcome::kRestart;
@@ -712,7 +714,7 @@ Status LockEngine::WithdrawFrozen(RemoteMemory& mem, uint64_t slot, uint64_t inc
     if (cas.result[0] == cur.Encode()) {
       Count(&EngineEvents::withdrawals, ev);
       const Word0 now = Word0::Decode(cur.Encode() - inc);
-      if (now.Frozen() && now.Drained()) return ResetDrained(mem, slot, now, ev);
+      if (now.Resettable()) return ResetDrained(mem, slot, now, ev);
       return Status::Ok();
     }
     if (Clock::now() - issued > kFreshWithdrawal) {
@@ -791,7 +793,7 @@ Status LockEngine::ReleaseFrom(RemoteMemory& mem, const Grant& g, Word0 cur, boo
     if (ops[1].result[0] == cur.Encode()) {
       if (t.record != 0 && on_record_free_) on_record_free_(t.record);
       const Word0 now = Word0::Decode(cur.Encode() + inc);
-      if (now.Frozen() && now.Drained()) return ResetDrained(mem, t.slot, now, ev);
+      if (now.Resettable()) return ResetDrained(mem, t.slot, now, ev);
       return Status::Ok();
     }
     cur = Word0::Decode(ops[1].result[0]);
@@ -820,7 +822,7 @@ Status LockEngine::FinishRelease(RemoteMemory& mem, PendingRelease* p, EngineEve
   if (cas.result[0] == cas.operand) {
     if (t.record != 0 && on_record_free_) on_record_free_(t.record);
     const Word0 now = Word0::Decode(cas.swap);
-    if (now.Frozen() && now.Drained()) return ResetDrained(mem, t.slot, now, ev);
+    if (now.Resettable()) return ResetDrained(mem, t.slot, now, ev);
     return Status::Ok();
   }
   // Requests queued (or shared siblings released) since the grant was last seen: release again

@@ -331,7 +331,8 @@ class LockEngine {
   static constexpr int kRecoverRetries = 8;
   Result<bool> RecoverCas(RemoteMemory& mem, const Ticket& t, proto::Word0 seen, bool clear_entry,
                           bool* unseen = nullptr, proto::Word0* landed_on = nullptr) const;
-  // Resets a frozen, drained word (generation first, then word0 by CAS from `drained`).
+  // Resets a frozen word with nothing but bounces left in it (Word0::Resettable: drained, or a
+  // bounce's increment left), generation first, then word0 by CAS from `drained`.
   // `*landed` (optional): whether the CAS took.
   Status ResetDrained(RemoteMemory& mem, uint64_t slot, proto::Word0 drained, EngineEvents* ev,
                       bool* landed = nullptr) const;

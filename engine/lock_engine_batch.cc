@@ -44,7 +44,7 @@ std::vector<Status> LockEngine::ReleaseMany(RemoteMemory& mem, std::span<const G
       if (cas.result[0] == cas.operand) {
         if (g.ticket.record != 0 && on_record_free_) on_record_free_(g.ticket.record);
         const Word0 now = Word0::Decode(cas.swap);
-        if (now.Frozen() && now.Drained()) out[idx[i]] = ResetDrained(mem, g.ticket.slot, now, ev);
+        if (now.Resettable()) out[idx[i]] = ResetDrained(mem, g.ticket.slot, now, ev);
         continue;
       }
       out[idx[i]] = ReleaseFrom(mem, g, Word0::Decode(cas.result[0]), /*missed=*/true, ev);

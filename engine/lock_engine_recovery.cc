@@ -143,7 +143,7 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
   if (r.own) FreeRecord(mem, t.record, t.record_seq);
   // Over before the reset: a reset that fails must not make this ticket be stepped again.
   r.outcome = Outcome::kRecovered;
-  if (rec.Frozen() && rec.Drained()) RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, t.slot, rec, ev));
+  if (rec.Resettable()) RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, t.slot, rec, ev));
   return true;
 }
 }  // namespace rdmalock

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Model-checks rdmalock.pml (the lock word) with spin: one exhaustive run and two bitstate
-# (supertrace) runs over larger configurations, each bounded in time, plus three runs that must
+# (supertrace) runs over larger configurations, each bounded in time, plus four runs that must
 # find a violation (the stall timer from a READ's issue, a renewal without its checks, the
-# freezing ticket withdrawn); records.pml (request
+# freezing ticket withdrawn, a reset with the frozen field's last ticket held); records.pml (request
 # records, the entry pool across QPs, lockd's reaping) exhaustively, plus two runs that must find
 # a ticket released twice (either half of FreeRecord's fix taken out); cohort.pml (cohort
 # handover among a client's threads, with fencing tokens) exhaustively, plus two runs that must
@@ -132,6 +132,12 @@ must_find rdmalock.pml thaw 'assertion violated (resets!=r)' \
   "model word: the freezing ticket withdrawn           exhaustive finds a frozen word thawed: ok" \
   "model word: the freezing ticket withdrawn, no thawed word was found: the property checks nothing" \
   -DNCLIENTS=2 -DROUNDS=1 -DTMAX=6 -DCMAX=2 -DTHAW=1
+# A frozen word taken for one with nothing but bounces left while its last admitted ticket is
+# still held (RESETTABLE off by one): the reset lands under that holder.
+must_find rdmalock.pml resetearly "$two_holders" \
+  "model word: a reset with the last ticket held        exhaustive finds two holders: ok" \
+  "model word: a reset with the last ticket held, no two holders were found: the property checks nothing" \
+  -DNCLIENTS=3 -DROUNDS=1 -DTMAX=6 -DCMAX=2 -DRESET_EARLY=1
 # Without the bound: another client's waiter bypassed more than KMAX + 1 times.
 must_find cohort.pml nobound 'assertion violated (bypass' \
   "model cohort: without the bound               exhaustive finds the bypass: ok" \

@@ -60,6 +60,9 @@
 #ifndef NO_RENEW_CHECK
 #define NO_RENEW_CHECK 0  /* 1: a mutant (check.sh): a renewal checks neither lease nor word */
 #endif
+#ifndef RESET_EARLY
+#define RESET_EARLY 0  /* 1: a mutant (check.sh): reset with the frozen field's last ticket held */
+#endif
 #ifndef THAW
 #define THAW 0  /* 1: a mutant (check.sh): the ticket whose FA froze the word may withdraw */
 #endif
@@ -101,10 +104,14 @@ inline observe_grant(me, ls) {
   j = 0
 }
 
-/* A word this client just produced is frozen and drained: bump the generation, then CAS to 0. */
+/* A word this client just produced is frozen with nothing but bounces left in it (the frozen
+ * field's CMAX admitted tickets all released, the other field drained; Word0::Resettable): bump
+ * the generation, then CAS to 0. */
+#define RESETTABLE(x, s, nx, ns) (((x) >= CMAX && (nx) >= CMAX - RESET_EARLY && (ns) == (s)) || \
+                                  ((s) >= CMAX && (ns) >= CMAX - RESET_EARLY && (nx) == (x)))
 inline reset_if_drained(cx, cs, cnx, cns) {
   if
-  :: FROZEN(cx, cs) && cnx == cx && cns == cs ->
+  :: RESETTABLE(cx, cs, cnx, cns) ->
      atomic { w1 = w1 + RMOD };
      atomic {
        if

@@ -431,7 +431,8 @@ TEST_CASE(
   const uint16_t cmax = proto::kCountMax;
   const Word0 f1{.max_s = 4, .max_x = uint16_t(cmax + 1), .n_s = 4, .n_x = cmax};
   table.Store(0, 0, f1.Encode());
-  const Word0 f2{.max_s = 2, .max_x = uint16_t(cmax + 3), .n_s = 2, .n_x = cmax};
+  // (Its last ticket held: a word with nothing but bounces left in it W would reset, rightly.)
+  const Word0 f2{.max_s = 2, .max_x = uint16_t(cmax + 3), .n_s = 2, .n_x = uint16_t(cmax - 1)};
   InProcessMemory w(&table), other(&table);
   int ops = 0;
   w.set_hook([&](const RemoteOp& op) {

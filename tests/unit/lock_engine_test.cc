@@ -984,10 +984,12 @@ TEST_CASE("a frozen word left by a dead requester is rescued after F x L") {
   InProcessTable table(1);
   const auto lease = 20ms;
   LockEngine e(Params(1, lease), nullptr);
-  // Every ticket released, but one requester died between its FETCH_AND_ADD on the frozen word and
-  // its withdrawal: the word can never drain by itself.
+  // Every ticket released, but one reader died between its FETCH_AND_ADD on the frozen word and
+  // its withdrawal: the word can never drain by itself. (An increment left in the frozen field is
+  // no holder's, and the word is reset at once: the test below. One in the other field may be an
+  // admitted request's: the rescue waits F x L.)
   const uint16_t cmax = proto::kCountMax;
-  table.Store(0, 0, Word0{.max_s = 4, .max_x = uint16_t(cmax + 1), .n_s = 4, .n_x = cmax}.Encode());
+  table.Store(0, 0, Word0{.max_s = 5, .max_x = cmax, .n_s = 4, .n_x = cmax}.Encode());
   InProcessMemory mem(&table);
   EngineEvents ev;
   const auto t0 = Clock::now();
@@ -1301,6 +1303,41 @@ TEST_CASE(
   INFO((g.ok() ? std::string("granted") : g.status().ToString()) << ", resets " << ev.resets.get());
   CHECK(ev.resets.get() == 1);
   CHECK(g.status().code() == ErrorCode::kBusy);
+}
+
+// A bounce's increment left in a frozen word (its withdrawal came late: WithdrawFrozen) kept the
+// word from draining: once every ticket the word admitted was released, nobody reset it, and every
+// request waited for the rescue, F x L (seen in a same-boot benchmark on rdma_rxe, 2026-12-07:
+// 4 processes on one lock made no acquisition in 3 s). A word frozen in a field whose releases
+// reached kCountMax, the other field drained, holds nothing but bounces: whoever sees it resets it.
+TEST_CASE(
+    "a frozen word with a bounce's increment left in it is reset when its last ticket is "
+    "released") {
+  InProcessTable table(1);
+  const auto lease = 1000ms;  // F x L = 2 s
+  const LockEngine e(Params(1, lease), nullptr);
+  const uint16_t last = proto::kCountMax - 1;
+  table.Store(0, 0, Word0{.max_s = 0, .max_x = last, .n_s = 0, .n_x = last}.Encode());
+  InProcessMemory h(&table), w(&table);
+  auto g = e.Acquire(h, 0, Mode::kExclusive, {});  // the last ticket: frozen
+  REQUIRE(g.ok());
+  table.word(0).fetch_add(proto::kAcquireExclusive);  // a bounce's increment, left
+  EngineEvents ev;
+  REQUIRE(e.Release(h, *g, &ev).ok());
+  const Word0 after = W0(table, 0);
+  AcquireOptions o;
+  o.deadline = Clock::now() + 200ms;
+  const auto t0 = Clock::now();
+  auto gw = e.Acquire(w, 0, Mode::kExclusive, o);
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0);
+  INFO("after the release: max_x " << after.max_x << ", n_x " << after.n_x << ", resets "
+                                   << ev.resets.get() << "; the next request "
+                                   << (gw.ok() ? "granted" : gw.status().ToString()) << " after "
+                                   << waited.count() << " ms");
+  CHECK(ev.resets.get() == 1);
+  CHECK(after == Word0{});
+  REQUIRE(gw.ok());
+  REQUIRE(e.Release(w, *gw).ok());
 }
 
 TEST_CASE("a shared request that draws the last ticket leaves the reset to whoever drains") {

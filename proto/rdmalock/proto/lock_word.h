@@ -39,6 +39,16 @@ struct Word0 {
   constexpr bool Frozen() const { return max_x >= kCountMax || max_s >= kCountMax; }
   // Every ticket issued has been released (or skipped): no holder, no waiter.
   constexpr bool Drained() const { return n_x == max_x && n_s == max_s; }
+  // Frozen, and holding nothing but bounces: the frozen field admitted exactly kCountMax tickets
+  // (every later FA bounced), all released (its n reached kCountMax), and the other field is
+  // drained; what is left in the frozen field are bounces' increments, in flight or left by a
+  // withdrawal that came late. Whoever sees it resets it (docs/protocol.md section 5). A word
+  // frozen and drained is one. Drained() alone missed a left increment, and the word waited for
+  // the rescue (F x L).
+  constexpr bool Resettable() const {
+    return (max_x >= kCountMax && n_x == kCountMax && n_s == max_s) ||
+           (max_s >= kCountMax && n_s == kCountMax && n_x == max_x);
+  }
 };
 
 // Who holds a lock and who waits, as far as the counters alone tell. A mode's outstanding requests
