@@ -327,7 +327,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
           // its reset, or saw the increment still there. Ours then, as a withdrawal's. A READ is no
           // snapshot (a counter crossing a byte boundary can read high: docs/protocol.md section
           // 8), and the generation bump lands whatever the CAS does, so only the word read
-          // atomically decides; the CAS lands on that drained word alone.
+          // atomically decides; the CAS lands on that very word alone.
           RDMALOCK_ASSIGN_OR_RETURN(const Word0 whole, AtomicWord0(mem, slot));
           if (!whole.Frozen()) {
             thawed = true;

@@ -105,8 +105,8 @@ inline observe_grant(me, ls) {
 }
 
 /* A word this client just produced is frozen with nothing but bounces left in it (the frozen
- * field's CMAX admitted tickets all released, the other field drained; Word0::Resettable): bump
- * the generation, then CAS to 0. */
+ * field's CMAX admitted tickets all released, the other field drained; Word0::Resettable, whose
+ * == is >= here: n never passes CMAX): bump the generation, then CAS to 0. */
 #define RESETTABLE(x, s, nx, ns) (((x) >= CMAX && (nx) >= CMAX - RESET_EARLY && (ns) == (s)) || \
                                   ((s) >= CMAX && (ns) >= CMAX - RESET_EARLY && (nx) == (x)))
 inline reset_if_drained(cx, cs, cnx, cns) {

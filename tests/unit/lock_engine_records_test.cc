@@ -421,7 +421,7 @@ TEST_CASE("finding 3: an entry goes back to the pool only once its done mark has
 
 TEST_CASE(
     "finding 8: a frozen-word withdrawal never takes back an increment of a later generation") {
-  // W's FETCH_AND_ADD lands on frozen word F1, whose drain waits on a dead requester's increment.
+  // W's FETCH_AND_ADD lands on frozen word F1 (a dead requester's increment left in it).
   // W is preempted before its withdrawal; meanwhile others rescue the word (generation + 1, word
   // to 0), and it fills up and freezes again as F2 with other requesters' increments. W's first
   // CAS misses; it must not then withdraw from F2, whose increments are not W's.
@@ -522,9 +522,11 @@ TEST_CASE(
   auto g1 = e.Acquire(a, 0, Mode::kShared, o1);
   REQUIRE(g1.ok());
   REQUIRE(e.Release(a, *g1).ok());
-  // The word is frozen now (a dead requester's increment keeps it from draining).
+  // The word is frozen now (its last ticket held, and a requester's increment in it).
   const uint16_t cmax = proto::kCountMax;
-  table.Store(0, 0, Word0{.max_s = 1, .max_x = uint16_t(cmax + 1), .n_s = 1, .n_x = cmax}.Encode());
+  table.Store(
+      0, 0,
+      Word0{.max_s = 1, .max_x = uint16_t(cmax + 1), .n_s = 1, .n_x = uint16_t(cmax - 1)}.Encode());
   AcquireOptions o2;
   std::tie(o2.record, o2.record_seq) = pool.Take();
   REQUIRE(o2.record == o1.record);

@@ -1253,12 +1253,17 @@ TEST_CASE(
 // Whoever drains a frozen word resets it; one that dies between its release and the reset leaves
 // the word frozen and drained. A request waiting for the word to thaw resets it then, as a
 // bounce's withdrawal that drains a word does, and does not wait for the rescue (F x L).
-TEST_CASE("a request waiting on a frozen word resets it once it is drained") {
+TEST_CASE("a request waiting on a frozen word resets it once it holds nothing but bounces") {
   InProcessTable table(1);
   const auto lease = 1000ms;  // F x L = 2 s, beyond the request's deadline
   const LockEngine e(Params(1, lease), nullptr);
   const uint16_t last = proto::kCountMax - 1;
-  table.Store(0, 0, Word0{.max_s = 0, .max_x = proto::kCountMax, .n_s = 0, .n_x = last}.Encode());
+  // Drained by the release below, or with a bounce's increment left in it (Word0::Resettable).
+  const int left = GENERATE(0, 1);
+  CAPTURE(left);
+  table.Store(0, 0,
+              Word0{.max_s = 0, .max_x = uint16_t(proto::kCountMax + left), .n_s = 0, .n_x = last}
+                  .Encode());
   InProcessMemory w(&table);
   // The holder releases (and dies before its reset) just before W's first READ, once W's
   // withdrawal has left the word frozen: only a reset from W's wait frees the word in time.

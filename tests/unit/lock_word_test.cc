@@ -44,6 +44,27 @@ TEST_CASE("frozen and drained words") {
   REQUIRE_FALSE(Word0{.max_s = 3, .max_x = 5, .n_s = 2, .n_x = 5}.Drained());
 }
 
+TEST_CASE("a frozen word with nothing but bounces left in it is resettable") {
+  constexpr uint16_t c = kCountMax;
+  // Frozen and drained.
+  CHECK(Word0{.max_s = 2, .max_x = c, .n_s = 2, .n_x = c}.Resettable());
+  CHECK(Word0{.max_s = c, .max_x = 7, .n_s = c, .n_x = 7}.Resettable());
+  // Bounces' increments left in the frozen field, every admitted ticket released.
+  CHECK(Word0{.max_s = 2, .max_x = uint16_t(c + 3), .n_s = 2, .n_x = c}.Resettable());
+  CHECK(Word0{.max_s = uint16_t(c + 1), .max_x = 7, .n_s = c, .n_x = 7}.Resettable());
+  // The frozen field's last ticket outstanding (held or waiting).
+  CHECK_FALSE(Word0{.max_s = 2, .max_x = uint16_t(c + 3), .n_s = 2, .n_x = c - 1}.Resettable());
+  CHECK_FALSE(Word0{.max_s = uint16_t(c + 1), .max_x = 7, .n_s = c - 1, .n_x = 7}.Resettable());
+  // The other field not drained: an admitted request's, or a bounce's (cannot be told apart).
+  CHECK_FALSE(Word0{.max_s = 3, .max_x = c, .n_s = 2, .n_x = c}.Resettable());
+  CHECK_FALSE(Word0{.max_s = c, .max_x = 8, .n_s = c, .n_x = 7}.Resettable());
+  // Both fields at COUNT_MAX or past it: the other one by bounces, not drained.
+  CHECK_FALSE(Word0{.max_s = uint16_t(c + 2), .max_x = c, .n_s = 5, .n_x = c}.Resettable());
+  // Not frozen.
+  CHECK_FALSE(Word0{.max_s = 3, .max_x = 5, .n_s = 3, .n_x = 5}.Resettable());
+  CHECK_FALSE(Word0{}.Resettable());
+}
+
 TEST_CASE("occupancy: holders and waiters from the counters") {
   const Occupancy free = OccupancyOf(Word0{.max_s = 3, .max_x = 5, .n_s = 3, .n_x = 5});
   REQUIRE(free.holders == 0);
