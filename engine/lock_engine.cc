@@ -701,7 +701,11 @@ Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Tic
 // thread, a retransmission) is not retried: the increment stays, and to the word it is a
 // requester that died between its FA and its withdrawal, which the rescue frees after F x L.
 // (Checking the generation instead would not do: a rescue bumps it before it zeroes word0, and
-// the zeroing can land after our READ of it.)
+// the zeroing can land after our READ of it.) The first CAS has no such bound: a thread preempted
+// between its FA and that CAS while the word is reset, refilled with COUNT_MAX tickets and frozen
+// again to the very same value would take back another's increment (docs/protocol.md section 3's
+// ABA); since a word with nothing but bounces left is reset at once (Word0::Resettable), resets
+// under a bounce in flight are routine, where before only the rescue made them.
 Status LockEngine::WithdrawFrozen(RemoteMemory& mem, uint64_t slot, uint64_t inc, Word0 cur,
                                   Clock::time_point issued, EngineEvents* ev) const {
   for (;;) {

@@ -118,25 +118,25 @@ must_find() {
 # found, docs/protocol.md section 9), and a renewal that checks neither its lease nor the word:
 # two lease-valid holders (the grant-time assertion's failure, or the Exclusion process's).
 two_holders='assertion violated \(0 (at\|((j==id)\)'
-must_find rdmalock.pml timerissue "$two_holders" \
-  "model word: the stall timer from the READ's issue  exhaustive finds two holders: ok" \
-  "model word: the stall timer from the READ's issue, no two holders were found: the property checks nothing" \
+# word_must_find DIR PATTERN LABEL FINDS defines...: rdmalock.pml with a safeguard taken out.
+word_must_find() {
+  local dir=$1 pattern=$2 label=$3 finds=$4
+  shift 4
+  must_find rdmalock.pml "$dir" "$pattern" \
+    "$(printf 'model word: %-40s exhaustive finds %s: ok' "$label" "$finds")" \
+    "model word: $label: no $finds found, the property checks nothing" "$@"
+}
+word_must_find timerissue "$two_holders" "the stall timer from the READ's issue" "two holders" \
   -DNCLIENTS=2 -DROUNDS=1 -DTMAX=6 -DCMAX=2 -DTIMER_AT_ISSUE=1
-must_find rdmalock.pml norenewcheck "$two_holders" \
-  "model word: a renewal without its checks            exhaustive finds two holders: ok" \
-  "model word: a renewal without its checks, no two holders were found: the property checks nothing" \
+word_must_find norenewcheck "$two_holders" "a renewal without its checks" "two holders" \
   -DNCLIENTS=2 -DROUNDS=1 -DTMAX=6 -DCMAX=2 -DNO_RENEW_CHECK=1
 # The ticket whose FA froze the word withdrawn on a give-up, as before 2026-12-07: the word thaws
 # before its reset (the Thaw process's assertion), which the frozen-word rescue's safety rests on.
-must_find rdmalock.pml thaw 'assertion violated (resets!=r)' \
-  "model word: the freezing ticket withdrawn           exhaustive finds a frozen word thawed: ok" \
-  "model word: the freezing ticket withdrawn, no thawed word was found: the property checks nothing" \
-  -DNCLIENTS=2 -DROUNDS=1 -DTMAX=6 -DCMAX=2 -DTHAW=1
+word_must_find thaw 'assertion violated (resets!=r)' "the freezing ticket withdrawn" \
+  "a frozen word thawed" -DNCLIENTS=2 -DROUNDS=1 -DTMAX=6 -DCMAX=2 -DTHAW=1
 # A frozen word taken for one with nothing but bounces left while its last admitted ticket is
 # still held (RESETTABLE off by one): the reset lands under that holder.
-must_find rdmalock.pml resetearly "$two_holders" \
-  "model word: a reset with the last ticket held        exhaustive finds two holders: ok" \
-  "model word: a reset with the last ticket held, no two holders were found: the property checks nothing" \
+word_must_find resetearly "$two_holders" "a reset with the last ticket held" "two holders" \
   -DNCLIENTS=3 -DROUNDS=1 -DTMAX=6 -DCMAX=2 -DRESET_EARLY=1
 # Without the bound: another client's waiter bypassed more than KMAX + 1 times.
 must_find cohort.pml nobound 'assertion violated (bypass' \
