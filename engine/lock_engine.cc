@@ -336,15 +336,10 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
           }
         } else if (!thawed && !frozen_seen.Note(w0, rd.result[1], now) &&
                    frozen_seen.StalledFor(now, stall_timeout())) {
-          // Nothing moved for F x L: whoever still counts in this word is gone. Reset it:
-          // generation first, then word0, on one channel so they land in that order.
-          RemoteOp r[2] = {
-              RemoteOp::FetchAdd(RegionId::kLocks, Word1Off(slot), proto::kGenerationIncrement),
-              RemoteOp::CompareSwap(RegionId::kLocks, Word0Off(slot), rd.result[0], 0)};
-          RDMALOCK_RETURN_IF_ERROR(mem.Execute(r));
+          // Nothing moved for F x L: whoever still counts in this word is gone. Reset it as a
+          // drained word is (generation first, then word0 from what the READ showed).
+          RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, slot, w0, ev, &thawed));
           frozen_seen.Forget();
-          thawed = r[1].result[0] == rd.result[0];
-          if (thawed) Count(&EngineEvents::resets, ev);
         }
         // A try-lock answers after one look, as it did when it FETCH_AND_ADDed once: busy.
         if (opt.try_only) return Error(ErrorCode::kBusy, "lock word is being reset; try again");
