@@ -260,8 +260,17 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
   // Watches a frozen word that nobody resets (its last participant died holding an increment).
   engine_internal::WordView frozen_seen{engine_internal::WordView::Watch::kTickets};
   Clock::time_point requested;  // the first FA's issue (Grant::requested)
+  bool bounced = false;         // the last attempt's FA found the word frozen
 
   for (int attempt = 0;; ++attempt) {
+    if (bounced || frozen_.Marked(slot)) {
+      // This call bounced off the word, or another of the session's requests did (FrozenMarks):
+      // READ it until it thaws, then queue. A try-lock looks once.
+      RDMALOCK_ASSIGN_OR_RETURN(const bool thawed,
+                                AwaitThaw(mem, slot, opt, &backoff, &frozen_seen, ev));
+      if (!thawed) return Error(ErrorCode::kBusy, "lock word is being reset; try again");
+      bounced = false;
+    }
     if (attempt > 0 && Clock::now() >= opt.deadline) {
       return Error(ErrorCode::kTimeout, "timed out waiting for slot " + std::to_string(slot));
     }
@@ -307,57 +316,21 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
 
     if (prev.Frozen()) {
       // The word awaits a reset: take the increment back (by CAS, never FA of -inc), then READ
-      // the word until it thaws (its reset) before queueing again. A FETCH_AND_ADD on every
-      // round could leave an increment on every round (a withdrawal that comes late is left to
-      // the rescue, WithdrawFrozen), and while a holder renews, the rescue does not come: 32,768
-      // of them would carry the frozen field into the next (found by review, 2026-12-07). So
-      // one call leaves at most one.
+      // the word until it thaws (its reset) before queueing again (the next attempt's
+      // AwaitThaw). A FETCH_AND_ADD on every round could leave an increment on every round (a
+      // withdrawal that comes late is left to the rescue, WithdrawFrozen), and while a holder
+      // renews, the rescue does not come: 32,768 of them would carry the frozen field into the
+      // next (found by review, 2026-12-07). So one call leaves at most one; and the session's
+      // mark makes its later calls on the slot wait for the thaw before their FA too (a
+      // try-lock loop: one increment per freeze, not one per call).
+      frozen_.Mark(slot);
+      bounced = true;
       RDMALOCK_RETURN_IF_ERROR(
           WithdrawFrozen(mem, slot, inc, Word0::Decode(ops[fa].result[0] + inc), issue, ev));
-      for (;;) {
-        RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(slot), 16);
-        RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
-        const Word0 w0 = Word0::Decode(rd.result[0]);
-        const auto now = Clock::now();
-        bool thawed = !w0.Frozen();  // reset (a torn READ cannot fake it: the frozen field's
-                                     // high byte stays at 0x80 or more until the reset)
-        if (!thawed && w0.Resettable()) {
-          // Nothing but bounces left in it (Resettable: drained, or a bounce's increment left by a
-          // withdrawal that came late): whoever released its last ticket may have died before
-          // its reset, or saw the increment still there. Ours then, as a withdrawal's. A READ is no
-          // snapshot (a counter crossing a byte boundary can read high: docs/protocol.md section
-          // 8), and the generation bump lands whatever the CAS does, so only the word read
-          // atomically decides; the CAS lands on that very word alone.
-          RDMALOCK_ASSIGN_OR_RETURN(const Word0 whole, AtomicWord0(mem, slot));
-          if (!whole.Frozen()) {
-            thawed = true;
-          } else if (whole.Resettable()) {
-            RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, slot, whole, ev, &thawed));
-          }
-        } else if (!thawed && !frozen_seen.Note(w0, rd.result[1], now) &&
-                   frozen_seen.StalledFor(now, stall_timeout())) {
-          // Nothing moved for F x L: whoever still counts in this word is gone. Reset it as a
-          // drained word is (generation first, then word0 from what the READ showed).
-          RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, slot, w0, ev, &thawed));
-          frozen_seen.Forget();
-        }
+      if (opt.try_only) {
         // A try-lock answers after one look, as it did when it FETCH_AND_ADDed once: busy.
-        if (opt.try_only) return Error(ErrorCode::kBusy, "lock word is being reset; try again");
-        if (thawed) {
-          // Reset (by us, or seen): queue again at once. A word SDKs built before 2026-12-07
-          // thawed without a reset and froze again is timed afresh.
-          frozen_seen.Forget();
-          break;
-        }
-        if (opt.while_waiting && !opt.while_waiting()) {
-          return Error(ErrorCode::kTimeout,
-                       "the wait for slot " + std::to_string(slot) + " was ended by its caller");
-        }
-        if (Clock::now() >= opt.deadline) {
-          return Error(ErrorCode::kTimeout, "timed out waiting for slot " + std::to_string(slot));
-        }
-        Pause(std::min<nanoseconds>(Jitter(backoff), opt.deadline - Clock::now()));
-        backoff = std::min<nanoseconds>(backoff * 2, params_.lease / 8);
+        RDMALOCK_RETURN_IF_ERROR(LookThawed(mem, slot, &frozen_seen, ev).status());
+        return Error(ErrorCode::kBusy, "lock word is being reset; try again");
       }
       continue;
     }
@@ -721,6 +694,62 @@ Status LockEngine::WithdrawFrozen(RemoteMemory& mem, uint64_t slot, uint64_t inc
       return Status::Ok();
     }
     cur = Word0::Decode(cas.result[0]);
+  }
+}
+
+Result<bool> LockEngine::LookThawed(RemoteMemory& mem, uint64_t slot,
+                                    engine_internal::WordView* seen, EngineEvents* ev) const {
+  RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(slot), 16);
+  RDMALOCK_RETURN_IF_ERROR(mem.Execute(rd));
+  const Word0 w0 = Word0::Decode(rd.result[0]);
+  const auto now = Clock::now();
+  bool thawed = !w0.Frozen();  // reset (a torn READ cannot fake it: the frozen field's high
+                               // byte stays at 0x80 or more until the reset)
+  if (!thawed && w0.Resettable()) {
+    // Nothing but bounces left in it (Resettable: drained, or a bounce's increment left by a
+    // withdrawal that came late): whoever released its last ticket may have died before its
+    // reset, or saw the increment still there. Ours then, as a withdrawal's. A READ is no
+    // snapshot (a counter crossing a byte boundary can read high: docs/protocol.md section 8),
+    // and the generation bump lands whatever the CAS does, so only the word read atomically
+    // decides; the CAS lands on that very word alone.
+    RDMALOCK_ASSIGN_OR_RETURN(const Word0 whole, AtomicWord0(mem, slot));
+    if (!whole.Frozen()) {
+      thawed = true;
+    } else if (whole.Resettable()) {
+      RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, slot, whole, ev, &thawed));
+    }
+  } else if (!thawed && seen != nullptr && !seen->Note(w0, rd.result[1], now) &&
+             seen->StalledFor(now, stall_timeout())) {
+    // Nothing moved for F x L: whoever still counts in this word is gone. Reset it as a drained
+    // word is (generation first, then word0 from what the READ showed).
+    RDMALOCK_RETURN_IF_ERROR(ResetDrained(mem, slot, w0, ev, &thawed));
+    seen->Forget();
+  }
+  if (thawed) {
+    frozen_.Clear(slot);
+    if (seen != nullptr)
+      seen->Forget();  // a word that SDKs built before 2026-12-07 thawed
+                       // without a reset and froze again is timed afresh
+  }
+  return thawed;
+}
+
+Result<bool> LockEngine::AwaitThaw(RemoteMemory& mem, uint64_t slot, const AcquireOptions& opt,
+                                   std::chrono::nanoseconds* backoff,
+                                   engine_internal::WordView* seen, EngineEvents* ev) const {
+  for (;;) {
+    RDMALOCK_ASSIGN_OR_RETURN(const bool thawed, LookThawed(mem, slot, seen, ev));
+    if (thawed) return true;
+    if (opt.try_only) return false;
+    if (opt.while_waiting && !opt.while_waiting()) {
+      return Error(ErrorCode::kTimeout,
+                   "the wait for slot " + std::to_string(slot) + " was ended by its caller");
+    }
+    if (Clock::now() >= opt.deadline) {
+      return Error(ErrorCode::kTimeout, "timed out waiting for slot " + std::to_string(slot));
+    }
+    Pause(std::min<std::chrono::nanoseconds>(Jitter(*backoff), opt.deadline - Clock::now()));
+    *backoff = std::min<std::chrono::nanoseconds>(*backoff * 2, params_.lease / 8);
   }
 }
 

@@ -2,8 +2,9 @@
 // and counter reset on one 16-byte slot, written once against RemoteMemory. See docs/protocol.md.
 //
 // Thread-safety: a LockEngine may be shared by all threads; each call takes the caller's own
-// channel. Its one mutable part is what the session learned of slots' generations
-// (GenerationTable, lock-free); everything else is immutable after construction.
+// channel. Its mutable parts are what the session learned of slots' generations
+// (GenerationTable) and the slots it saw frozen (FrozenMarks), both lock-free; everything else is
+// immutable after construction.
 #pragma once
 
 #include <atomic>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "engine/budgets.h"
+#include "engine/frozen_marks.h"
 #include "engine/generation_table.h"
 #include "engine/remote_memory.h"
 #include "engine/stall_clock.h"
@@ -331,6 +333,17 @@ class LockEngine {
   static constexpr int kRecoverRetries = 8;
   Result<bool> RecoverCas(RemoteMemory& mem, const Ticket& t, proto::Word0 seen, bool clear_entry,
                           bool* unseen = nullptr, proto::Word0* landed_on = nullptr) const;
+  // One look at a word the session saw frozen (FrozenMarks): a READ of it; a word with nothing
+  // but bounces left in it (Word0::Resettable) is reset, one nothing moved in for F x L is
+  // rescued (`seen` times it; null: no rescue). True once it has thawed (a reset, ours or
+  // another's); the slot's mark is cleared then.
+  Result<bool> LookThawed(RemoteMemory& mem, uint64_t slot, engine_internal::WordView* seen,
+                          EngineEvents* ev) const;
+  // LookThawed until the word thaws (true), backing off from *backoff; a try-lock looks once
+  // (false if still frozen). Ends with kTimeout at opt.deadline or when opt.while_waiting says so.
+  Result<bool> AwaitThaw(RemoteMemory& mem, uint64_t slot, const AcquireOptions& opt,
+                         std::chrono::nanoseconds* backoff, engine_internal::WordView* seen,
+                         EngineEvents* ev) const;
   // Resets a frozen word with nothing but bounces left in it (Word0::Resettable: drained, or a
   // bounce's increment left), generation first, then word0 by CAS from `drained`.
   // `*landed` (optional): whether the CAS took.
@@ -391,6 +404,9 @@ class LockEngine {
   // Slots' generations as this session last saw them: recorded requests tag their entries with
   // them (AcquireImpl). Lock-free; written by any thread's acquire.
   mutable GenerationTable generations_;
+  // Slots this session saw frozen: its requests on them READ before they FETCH_AND_ADD, until
+  // the word thaws (AcquireImpl, IssueMany). Lock-free; written by any thread's acquire.
+  mutable FrozenMarks frozen_;
 };
 
 }  // namespace rdmalock

@@ -76,8 +76,19 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
   // that block take their word1 from it, and those in another block READ word1 alone. The block
   // READ goes after every FA of its doorbell, so it shows each of them word1 after its own FA.
   const bool recorded = static_cast<bool>(take);
-  const auto last_seen = mem.last_completed();
   std::vector<Issued> got(reqs.size());
+  // A slot the session saw frozen (FrozenMarks) is looked at first: one READ, no FA while it is
+  // still frozen (the request is `frozen`, as a bounce's, and its caller queues it again, where
+  // Acquire waits for the thaw). A loop of sets, or of async try-locks, then bounces off one
+  // freeze once, not once per call (AcquireImpl).
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    if (!frozen_.Marked(reqs[i].slot)) continue;
+    RDMALOCK_ASSIGN_OR_RETURN(const bool thawed, LookThawed(mem, reqs[i].slot, nullptr, ev));
+    if (thawed) continue;
+    got[i].frozen = true;
+    got[i].grant.ticket = Ticket{reqs[i].slot, reqs[i].mode, Word0{}, 0, 0};
+  }
+  const auto last_seen = mem.last_completed();
   uint64_t block[2 * kGenerationBlockSlots];  // word0, word1 of slot b.first + i at 2i, 2i + 1
   for (size_t base = 0; base < reqs.size();) {
     RemoteOp ops[kBatchOps];
@@ -90,9 +101,10 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
     size_t n = 0, first = base;
     // Stops when the doorbell is full: a request takes one operation or two (with its own READ),
     // and the block READ, once chosen, one at the end.
-    for (; base < reqs.size() && n < kBatchOps; ++base) {
+    for (; base < reqs.size() && n < kBatchOps && base - first < kBatchOps; ++base) {
+      if (got[base].frozen) continue;  // still frozen: no FA (above)
       const ManyRequest& r = reqs[base];
-      const size_t k = base - first;  // k <= n < kBatchOps: each request before took an op
+      const size_t k = base - first;  // < kBatchOps (the loop's bound)
       const bool tag = recorded;
       const bool learn = !token(r) && tag && !RecentGeneration(r.slot, last_seen, &hints[k]);
       read_word1[k] = token(r) || learn;
@@ -116,6 +128,7 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
         word1[k] = &ops[n++].result[0];
       }
     }
+    if (n == 0) continue;  // every request of this round still frozen
     if (have_block) ops[n++] = b.Read(block);
     RDMALOCK_RETURN_IF_ERROR(mem.Execute(std::span<RemoteOp>(ops, n)));
     const auto issue = mem.last_issued();  // before the FAs were posted: the leases' start
@@ -123,20 +136,22 @@ Result<std::vector<Issued>> LockEngine::IssueMany(RemoteMemory& mem,
     // counts. A slot whose word1 looks torn is not learned (LearnBlock).
     if (have_block) LearnBlock(b, block, /*except=*/~uint64_t{0}, issue);
     for (size_t i = first; i < base; ++i) {  // word1 for tokens and tags: made whole
-      if (!read_word1[i - first]) continue;
+      if (got[i].frozen || !read_word1[i - first]) continue;
       RDMALOCK_RETURN_IF_ERROR(WholeWord1(mem, reqs[i].slot, word1[i - first]));
     }
     RemoteOp queued[kBatchOps];
     size_t nq = 0;
     for (size_t i = first; i < base; ++i) {
       const ManyRequest& r = reqs[i];
-      const RemoteOp& fa = ops[fa_at[i - first]];
       Issued& s = got[i];
+      if (s.frozen) continue;  // no FA: still frozen when looked at
+      const RemoteOp& fa = ops[fa_at[i - first]];
       const Word0 prev = Word0::Decode(fa.result[0]);
       s.grant.ticket = Ticket{r.slot, r.mode, prev, 0, 0};
       s.grant.lease_start = issue;
       if (prev.Frozen()) {
         // The word awaits a reset: take the increment back; the caller queues again.
+        frozen_.Mark(r.slot);
         s.frozen = true;
         RDMALOCK_RETURN_IF_ERROR(WithdrawFrozen(mem, r.slot, proto::AcquireIncrement(r.mode),
                                                 Word0::Decode(fa.result[0] + fa.operand), issue,

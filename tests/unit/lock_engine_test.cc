@@ -1250,6 +1250,70 @@ TEST_CASE(
   CHECK(now.max_s == 0);
 }
 
+// The bound above is per call. A loop of separate calls (a try-lock loop: each try bounces once)
+// could leave one increment per call, each withdrawal able to come late and miss, without bound
+// while a holder renews: 32,768 of them carry the frozen field into the next (a thawed word, a
+// false shared release). The session remembers a slot it saw frozen, and its requests on that
+// slot READ the word before they FETCH_AND_ADD, until it thaws: one increment per freeze.
+TEST_CASE(
+    "a loop of try-locks on a frozen word leaves at most one increment in it, however many of "
+    "their withdrawals come late") {
+  // How the loop tries: single try-locks, or try-locks of a set (AcquireMany) holding the slot.
+  const int how = GENERATE(0, 1);
+  CAPTURE(how);
+  InProcessTable table(2);
+  const LockEngine e(Params(2, 1000ms), nullptr);  // F x L = 2 s: no rescue within the test
+  const uint16_t last = proto::kCountMax - 1;
+  const Word0 held{.max_s = 0, .max_x = proto::kCountMax, .n_s = 0, .n_x = last};
+  table.Store(0, 0, held.Encode());  // the last ticket's holder holds and renews: frozen
+  InProcessMemory w(&table);
+  // Every withdrawal comes late (a preempted thread) and misses (another request's bounce in the
+  // word meanwhile, gone right after), as in the test above.
+  const auto frozen_cas = [](const RemoteOp& op) {
+    return op.kind == RemoteOp::Kind::kCompareSwap && op.region == RegionId::kLocks &&
+           op.offset == proto::kWord0Offset;
+  };
+  w.set_hook([&](const RemoteOp& op) {
+    if (frozen_cas(op)) {
+      std::this_thread::sleep_for(2ms);
+      table.Store(0, 0, table.Load(0, 0) + proto::kAcquireShared);
+    }
+    return true;
+  });
+  w.set_after_hook([&](const RemoteOp& op) {
+    if (frozen_cas(op)) table.Store(0, 0, table.Load(0, 0) - proto::kAcquireShared);
+    return true;
+  });
+  EngineEvents ev;
+  AcquireOptions o;
+  o.try_only = true;
+  const ManyRequest set[] = {{.slot = 0, .mode = Mode::kExclusive},
+                             {.slot = 1, .mode = Mode::kExclusive}};
+  constexpr int kTries = 10;
+  int busy = 0;
+  for (int i = 0; i < kTries; ++i) {
+    Status st = Status::Ok();
+    if (how == 0) {
+      st = e.Acquire(w, 0, Mode::kExclusive, o, &ev).status();
+    } else {
+      st = e.AcquireMany(w, set, o, nullptr, &ev).status();
+    }
+    if (st.code() == ErrorCode::kBusy) ++busy;
+  }
+  const Word0 now = W0(table, 0);
+  INFO("tries " << kTries << ", busy " << busy << "; FETCH_AND_ADDs "
+                << w.counters().fetch_add.get() << ", READs " << w.counters().read.get()
+                << ", increments left " << ev.frozen_left.get() << "; word0 max_x " << now.max_x
+                << ", n_x " << now.n_x << "; slot 1 " << table.Load(1, 0));
+  CHECK(busy == kTries);
+  CHECK(now.max_x - proto::kCountMax <= 1);
+  CHECK(ev.frozen_left.get() <= 1);
+  CHECK(now.n_x == held.n_x);
+  CHECK(now.max_s == 0);
+  const Word0 one = W0(table, 1);
+  CHECK(one.n_x == one.max_x);  // slot 1 given back each time
+}
+
 // Whoever drains a frozen word resets it; one that dies between its release and the reset leaves
 // the word frozen and drained. A request waiting for the word to thaw resets it then, as a
 // bounce's withdrawal that drains a word does, and does not wait for the rescue (F x L).
