@@ -265,7 +265,9 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
   for (int attempt = 0;; ++attempt) {
     if (bounced || frozen_.Marked(slot)) {
       // This call bounced off the word, or another of the session's requests did (FrozenMarks):
-      // READ it until it thaws, then queue. A try-lock looks once.
+      // READ it until it thaws, then queue. A try-lock looks once. The channel's posted release
+      // is finished first, as before a wait behind the FA below: the thaw may wait for it.
+      RDMALOCK_RETURN_IF_ERROR(ReapPending(mem, opt.pending, ev));
       RDMALOCK_ASSIGN_OR_RETURN(const bool thawed,
                                 AwaitThaw(mem, slot, opt, &backoff, &frozen_seen, ev));
       if (!thawed) return Error(ErrorCode::kBusy, "lock word is being reset; try again");

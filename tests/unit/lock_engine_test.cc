@@ -1181,7 +1181,8 @@ TEST_CASE(
   AcquireOptions try_only;
   try_only.try_only = true;
   InProcessMemory y(&table);
-  auto gy = e.Acquire(y, 0, Mode::kShared, try_only);
+  const LockEngine other(Params(1, lease), nullptr);  // another client's session: it FAs
+  auto gy = other.Acquire(y, 0, Mode::kShared, try_only);
   const auto y_at = Clock::now();
   table.Store(0, 0, table.Load(0, 0) + 2 * proto::kAcquireExclusive);
   r.Resume();
@@ -1312,6 +1313,64 @@ TEST_CASE(
   CHECK(now.max_s == 0);
   const Word0 one = W0(table, 1);
   CHECK(one.n_x == one.max_x);  // slot 1 given back each time
+
+  // The mark does not outlive the thaw: once the word is reset, the next try is granted (after
+  // one READ that clears the mark), and the one after it FAs at once.
+  w.set_hook(nullptr);
+  w.set_after_hook(nullptr);
+  table.Store(0, 0, 0);
+  table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
+  for (int i = 0; i < 2; ++i) {
+    const uint64_t reads = w.counters().read.get();
+    if (how == 0) {
+      auto g = e.Acquire(w, 0, Mode::kExclusive, o, &ev);
+      REQUIRE(g.ok());
+      REQUIRE(e.Release(w, *g).ok());
+    } else {
+      auto gs = e.AcquireMany(w, set, o, nullptr, &ev);
+      REQUIRE(gs.ok());
+      for (const Grant& g : *gs) REQUIRE(e.Release(w, g).ok());
+    }
+    CHECK(w.counters().read.get() - reads == (i == 0 ? 1 : 0));
+  }
+}
+
+// A posted release that missed is retried before its channel's next request waits, possibly
+// behind that very lock (ReapPending): a request that READs a marked slot before its FA must
+// retry it too, or it waits for a thaw only that release can bring (found by review of the
+// marks' first version, 2026-12-08).
+TEST_CASE(
+    "a request on a slot its session saw frozen first finishes its channel's posted release") {
+  InProcessTable table(1);
+  const LockEngine e(Params(1, 1000ms), nullptr);  // F x L = 2 s: no rescue within the test
+  const uint16_t last = proto::kCountMax - 1;
+  table.Store(0, 0, Word0{.max_s = 0, .max_x = last, .n_s = 0, .n_x = last}.Encode());
+  InProcessMemory t(&table), other(&table);
+  // T draws the last ticket (its FA freezes the word) and holds.
+  auto held = e.Acquire(t, 0, Mode::kExclusive, {});
+  REQUIRE(held.ok());
+  REQUIRE(W0(table, 0).Frozen());
+  // Another thread of the session bounces off the word: the slot is marked.
+  AcquireOptions try_only;
+  try_only.try_only = true;
+  REQUIRE(e.Acquire(other, 0, Mode::kExclusive, try_only).status().code() == ErrorCode::kBusy);
+  // T's posted release misses (its view of the word is stale: a bounce in it then) and is left
+  // pending on T's channel; T locks the slot again.
+  Grant g = *held;
+  g.seen.max_s = 1;
+  PendingRelease p;
+  REQUIRE(e.StartRelease(t, g, &p).ok());
+  EngineEvents ev;
+  AcquireOptions o;
+  o.deadline = Clock::now() + 300ms;
+  o.pending = &p;
+  auto again = e.Acquire(t, 0, Mode::kExclusive, o, &ev);
+  const Word0 now = W0(table, 0);
+  INFO("T again: " << (again.ok() ? "granted" : again.status().ToString()) << "; resets "
+                   << ev.resets.get() << "; word0 max_x " << now.max_x << ", n_x " << now.n_x);
+  REQUIRE(again.ok());
+  CHECK(ev.resets.get() == 1);
+  REQUIRE(e.Release(t, *again).ok());
 }
 
 // Whoever drains a frozen word resets it; one that dies between its release and the reset leaves
