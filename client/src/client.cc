@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "client/src/client_impl.h"
+#include "client/src/options_check.h"
 #include "common/auth/auth.h"
 #include "engine/verbs_memory.h"
 
@@ -97,6 +98,26 @@ Result<std::string> ResolveAuthKey(const ClientOptions& o) {
 
 }  // namespace
 
+namespace sdk {
+
+Status CheckClientOptions(const ClientOptions& options, bool port_elsewhere) {
+  // Checked at Connect, not found out later: a connect_timeout of milliseconds::max() overflowed
+  // when added to now() (every deadline in the past), and port 0 failed with an error that did
+  // not name it (found by review, 2026-12-06).
+  if (options.connect_timeout <= std::chrono::milliseconds(0) ||
+      options.connect_timeout > ClientOptions::kMaxConnectTimeout) {
+    return Error(ErrorCode::kInvalidArgument, "ClientOptions::connect_timeout is " +
+                                                  std::to_string(options.connect_timeout.count()) +
+                                                  " ms; give 1 ms to 366 days");
+  }
+  if (options.port == 0 && !port_elsewhere) {
+    return Error(ErrorCode::kInvalidArgument, "ClientOptions::port is 0: give lockd's port");
+  }
+  return ResolveAuthKey(options).status();
+}
+
+}  // namespace sdk
+
 Client::Client(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Client::~Client() {
@@ -121,18 +142,8 @@ Result<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
 // The first connection of a client and its Impl, through `connector`.
 Result<std::shared_ptr<Client::Impl>> ConnectImpl(const ClientOptions& options, Resolve resolve,
                                                   Connector connector) {
-  // Checked here, not found out later: a connect_timeout of milliseconds::max() overflowed when
-  // added to now() (every deadline in the past), and port 0 failed with an error that did not
-  // name it (found by review, 2026-12-06).
-  if (options.connect_timeout <= std::chrono::milliseconds(0) ||
-      options.connect_timeout > ClientOptions::kMaxConnectTimeout) {
-    return Error(ErrorCode::kInvalidArgument, "ClientOptions::connect_timeout is " +
-                                                  std::to_string(options.connect_timeout.count()) +
-                                                  " ms; give 1 ms to 366 days");
-  }
-  if (options.port == 0 && !resolve) {  // a resolver (a shard's primary in etcd) says the port
-    return Error(ErrorCode::kInvalidArgument, "ClientOptions::port is 0: give lockd's port");
-  }
+  // A resolver (a shard's primary in etcd) says the port.
+  RDMALOCK_RETURN_IF_ERROR(sdk::CheckClientOptions(options, static_cast<bool>(resolve)));
   fork_guard::Install();  // before the first connection (see Client::~Client)
   ClientOptions opts = options;
   if (opts.client_name.empty()) opts.client_name = DefaultClientName();

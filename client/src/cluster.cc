@@ -12,6 +12,7 @@
 
 #include "client/src/cluster_test_peer.h"
 #include "client/src/deadline.h"
+#include "client/src/options_check.h"
 #include "client/src/shard_name.h"
 #include "common/etcd/etcd.h"
 #include "common/sync/mutex.h"
@@ -372,6 +373,7 @@ Result<std::unique_ptr<ClusterClient>> ClusterTestPeer::Connect(const ClusterMap
                                                                 const ClientOptions& options,
                                                                 ShardConnector connector) {
   RDMALOCK_RETURN_IF_ERROR(map.Validate());
+  RDMALOCK_RETURN_IF_ERROR(sdk::CheckClientOptions(options, /*port_elsewhere=*/true));
   auto impl = std::make_unique<ClusterClient::Impl>(map, options, 0);
   impl->connect = std::move(connector);
   return std::unique_ptr<ClusterClient>(new ClusterClient(std::move(impl)));
@@ -380,6 +382,7 @@ Result<std::unique_ptr<ClusterClient>> ClusterTestPeer::Connect(const ClusterMap
 Result<std::unique_ptr<ClusterClient>> ClusterTestPeer::Connect(const EtcdCluster& etcd,
                                                                 const ClientOptions& options,
                                                                 ShardConnector connector) {
+  RDMALOCK_RETURN_IF_ERROR(sdk::CheckClientOptions(options, /*port_elsewhere=*/true));
   RDMALOCK_ASSIGN_OR_RETURN(auto client, etcd::Client::Create(etcd.endpoints, TlsOf(etcd)));
   RDMALOCK_ASSIGN_OR_RETURN(auto read, ReadMapAt(*client, etcd, kEtcdTimeout));
   auto impl = std::make_unique<ClusterClient::Impl>(read.first, options, read.second);

@@ -16,6 +16,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "client/src/client_test_peer.h"
@@ -442,6 +443,30 @@ TEST_CASE("cluster: an empty lock name is refused before any shard is connected"
   CHECK((*cc)->TryLock("").status().code() == ErrorCode::kInvalidArgument);
   const LockRequest set[] = {{"", LockMode::kExclusive}};
   CHECK((*cc)->LockMany(set).status().code() == ErrorCode::kInvalidArgument);
+  CHECK(l.lockds["host-a"]->Sessions().empty());
+  CHECK(l.lockds["host-b"]->Sessions().empty());
+}
+
+// A cluster connects to no shard at Connect, so options a Client::Connect refuses (a connect
+// timeout out of range, an auth key file that cannot be read) were found out only at the first
+// lock, as that lock's error (stop 55's review). Connect checks them now, as Client::Connect does.
+TEST_CASE("cluster: options a client would refuse are refused at Connect, not at the first lock") {
+  Lockds l({"host-a", "host-b"});
+  ClientOptions zero = Options();
+  zero.connect_timeout = 0ms;
+  ClientOptions forever = Options();
+  forever.connect_timeout = std::chrono::milliseconds::max();
+  ClientOptions nokey = Options();
+  nokey.auth_key_file = "/nonexistent/rdmalock-cluster-test.key";
+  for (const auto& [what, o, names] :
+       {std::tuple{"connect_timeout 0", zero, "connect_timeout"},
+        std::tuple{"connect_timeout max", forever, "connect_timeout"},
+        std::tuple{"a missing key file", nokey, "rdmalock-cluster-test.key"}}) {
+    auto cc = ClusterTestPeer::Connect(TwoShards(), o, l.connector());
+    INFO(what << ": " << (cc.ok() ? std::string("connected") : cc.status().ToString()));
+    CHECK_FALSE(cc.ok());
+    if (!cc.ok()) CHECK_THAT(cc.status().message(), Catch::Contains(names));
+  }
   CHECK(l.lockds["host-a"]->Sessions().empty());
   CHECK(l.lockds["host-b"]->Sessions().empty());
 }
