@@ -8,6 +8,8 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
+#include <system_error>
 #include <thread>
 
 #include "client/src/cluster_test_peer.h"
@@ -293,9 +295,16 @@ class ClusterClient::Impl {
   }
 
   // Starts re-reading the map from etcd every `every` (a cluster in etcd; once, before use).
-  void StartRefresh(std::chrono::milliseconds every) {
-    if (every.count() <= 0) return;
-    refresher_ = std::thread([this, every] { RefreshLoop(every); });
+  // kResource when the thread cannot be made (std::thread throws; no exception leaves the SDK).
+  Status StartRefresh(std::chrono::milliseconds every) {
+    if (every.count() <= 0) return Status::Ok();
+    try {
+      refresher_ = std::thread([this, every] { RefreshLoop(every); });
+    } catch (const std::system_error& e) {
+      return Error(ErrorCode::kResource,
+                   std::string("cannot start the cluster map's refresh thread: ") + e.what());
+    }
+    return Status::Ok();
   }
 
   ClientOptions options;
@@ -383,13 +392,20 @@ Result<std::unique_ptr<ClusterClient>> ClusterTestPeer::Connect(const EtcdCluste
                                                                 const ClientOptions& options,
                                                                 ShardConnector connector) {
   RDMALOCK_RETURN_IF_ERROR(sdk::CheckClientOptions(options, /*port_elsewhere=*/true));
+  // Checked here: the refresher's wait adds it to now(), and near milliseconds::max() that
+  // overflowed (stop 55's review); a negative one meant "never" without saying so.
+  if (etcd.map_refresh.count() < 0 || etcd.map_refresh > EtcdCluster::kMaxMapRefresh) {
+    return Error(ErrorCode::kInvalidArgument, "EtcdCluster::map_refresh is " +
+                                                  std::to_string(etcd.map_refresh.count()) +
+                                                  " ms; give 0 (never) or 1 ms to 366 days");
+  }
   RDMALOCK_ASSIGN_OR_RETURN(auto client, etcd::Client::Create(etcd.endpoints, TlsOf(etcd)));
   RDMALOCK_ASSIGN_OR_RETURN(auto read, ReadMapAt(*client, etcd, kEtcdTimeout));
   auto impl = std::make_unique<ClusterClient::Impl>(read.first, options, read.second);
   impl->etcd_cluster = etcd;
   impl->etcd = std::move(client);
   impl->connect = std::move(connector);
-  impl->StartRefresh(etcd.map_refresh);
+  RDMALOCK_RETURN_IF_ERROR(impl->StartRefresh(etcd.map_refresh));
   return std::unique_ptr<ClusterClient>(new ClusterClient(std::move(impl)));
 }
 

@@ -294,6 +294,38 @@ TEST_CASE("cluster: ShardFor gives a name's shard session by one map, across a r
   CHECK(held->Release().ok());
 }
 
+// EtcdCluster::map_refresh went to a condition variable's wait_for unchecked: one near
+// milliseconds::max() overflowed when added to now() (stop 55's review), and a negative one meant
+// "never" without saying so. Out of range is refused at Connect, naming the field.
+TEST_CASE("cluster: a map_refresh out of range is refused at Connect", "[etcd]") {
+  testing::LocalEtcd server;
+  EtcdCluster e{{server.url()}, "test"};
+  auto kv = etcd::Client::Create({server.url()});
+  REQUIRE(kv.ok());
+  REQUIRE((*kv)->Put("/rdmalock/test/shard/a/primary", "host-a:7471", 0, 2000ms).ok());
+  REQUIRE(PublishClusterMap(e, {"a"}, false).ok());
+  Lockds l({"host-a"});
+  for (const auto every : {std::chrono::milliseconds::max(), -1ms,
+                           std::chrono::milliseconds(std::chrono::hours(24 * 367))}) {
+    e.map_refresh = every;
+    auto cc = ClusterTestPeer::Connect(e, Options(), l.connector());
+    INFO("map_refresh " << every.count() << " ms: "
+                        << (cc.ok() ? std::string("connected") : cc.status().ToString()));
+    CHECK_FALSE(cc.ok());
+    if (!cc.ok()) {
+      CHECK(cc.status().code() == ErrorCode::kInvalidArgument);
+      CHECK_THAT(cc.status().message(), Catch::Contains("map_refresh"));
+    }
+  }
+  for (const auto every : {0ms, 1ms, std::chrono::milliseconds(std::chrono::hours(24 * 366))}) {
+    e.map_refresh = every;
+    auto cc = ClusterTestPeer::Connect(e, Options(), l.connector());
+    INFO("map_refresh " << every.count() << " ms: "
+                        << (cc.ok() ? std::string("connected") : cc.status().ToString()));
+    CHECK(cc.ok());
+  }
+}
+
 TEST_CASE(
     "issue 17 finding 12: after cluster init --replace, new acquires go by the new map and held "
     "locks keep their shard",

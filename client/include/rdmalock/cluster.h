@@ -49,9 +49,11 @@ struct EtcdCluster {
   std::string ca_file;
   std::string cert_file;
   std::string key_file;
-  // How often a ClusterClient re-reads the map (0: never). A new map (lockctl cluster init
-  // --replace) routes new acquires from then on; see ClusterClient.
+  // How often a ClusterClient re-reads the map: 0 (never) or 1 ms to kMaxMapRefresh, else
+  // ClusterClient::Connect fails kInvalidArgument. A new map (lockctl cluster init --replace)
+  // routes new acquires from then on; see ClusterClient.
   std::chrono::milliseconds map_refresh{1000};
+  static constexpr std::chrono::hours kMaxMapRefresh{24 * 366};
 };
 
 // Reads the map from etcd: every shard, with its current primary as server ("" if it has none
