@@ -10,6 +10,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -31,6 +32,12 @@
 
 using namespace rdmalock;
 using namespace std::chrono_literals;
+
+// c_api_enum_helper.c: C API calls with any int where an enum goes, as a C caller may make them.
+extern "C" const char* rdmalock_test_error_name_of(int code);
+extern "C" rdmalock_status_t rdmalock_test_cluster_try_lock_mode(rdmalock_cluster_t* cluster,
+                                                                 const char* name, int mode,
+                                                                 rdmalock_lock_t** out);
 
 namespace {
 
@@ -91,6 +98,39 @@ struct TempFile {
 };
 
 }  // namespace
+
+// A C caller may pass any int where the C API takes an enum (a C enum is an int); in C++ a value
+// outside the enum's values (0 to 15 for a status's 0 to 13; nothing negative) is undefined
+// behaviour, which clang's UBSan (-fsanitize=enum, the ASan+UBSan build) stops at. The library
+// must take such a value as an int: a name, "unknown", or INVALID_ARGUMENT naming the mode.
+TEST_CASE("C API: any int where a status goes is named, or unknown, never undefined behaviour") {
+  CHECK(std::string(rdmalock_test_error_name_of(RDMALOCK_ERR_BUSY)) == "busy");
+  CHECK(std::string(rdmalock_test_error_name_of(RDMALOCK_ERR_INTERNAL)) == "internal");
+  CHECK(std::string(rdmalock_test_error_name_of(99)) == "unknown");
+  CHECK(std::string(rdmalock_test_error_name_of(-1)) == "unknown");
+  CHECK(std::string(rdmalock_test_error_name_of(INT32_MAX)) == "unknown");
+  CHECK(std::string(rdmalock_test_error_name_of(INT32_MIN)) == "unknown");
+}
+
+TEST_CASE(
+    "C API: any int where a mode goes is refused INVALID_ARGUMENT, never undefined behaviour") {
+  FakeShards f{"host-a", "host-b"};
+  auto cc = ClusterTestPeer::Connect(TwoShards(), testing::FakeClientOptions("c-api-enum"),
+                                     f.connector());
+  REQUIRE(cc.ok());
+  rdmalock_cluster_t* c = WrapClusterForTesting(std::move(cc).value());
+  for (const int mode : {7, -1, INT32_MAX, INT32_MIN}) {
+    rdmalock_lock_t* out = nullptr;
+    CAPTURE(mode);
+    CHECK(rdmalock_test_cluster_try_lock_mode(c, "x", mode, &out) == RDMALOCK_ERR_INVALID_ARGUMENT);
+    CHECK_THAT(rdmalock_last_error(), Catch::Contains("mode " + std::to_string(mode)));
+    CHECK(out == nullptr);
+  }
+  rdmalock_lock_t* ok = nullptr;
+  CHECK(rdmalock_test_cluster_try_lock_mode(c, "x", RDMALOCK_SHARED, &ok) == RDMALOCK_OK);
+  rdmalock_lock_free(ok);
+  rdmalock_cluster_close(c);
+}
 
 TEST_CASE("c api cluster: locks land on the name's shard, with the single client's codes") {
   FakeShards f{"host-a", "host-b"};

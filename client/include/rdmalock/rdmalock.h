@@ -72,16 +72,23 @@ typedef enum rdmalock_status {
   RDMALOCK_ERR_UNSUPPORTED = 10,     /* the device, the peer or this library lacks a capability */
   RDMALOCK_ERR_IO = 11,              /* a file or system call failed */
   RDMALOCK_ERR_CONFIG = 12,          /* a configuration value is invalid */
-  RDMALOCK_ERR_INTERNAL = 13         /* a bug in rdmalock */
+  RDMALOCK_ERR_INTERNAL = 13,        /* a bug in rdmalock */
+  /* No results: they make every int a value of the type, so that rdmalock_error_name can take
+   * whatever a C caller passes (as the two of rdmalock_mode_t below; before them, a value past 15
+   * or below 0 was undefined behaviour in the library, which clang's -fsanitize=enum stops at). */
+  RDMALOCK_STATUS_INT_MIN_ = -0x7fffffff - 1,
+  RDMALOCK_STATUS_INT_RANGE_ = 0x7fffffff
 } rdmalock_status_t;
 
 /* A mode argument other than these two is refused with RDMALOCK_ERR_INVALID_ARGUMENT.
- * RDMALOCK_MODE_INT_RANGE_ is no mode: it makes every int a value of the type, so that the library
- * can check what a C caller passed (in C++ an out-of-range value of an enum without it is undefined
- * behaviour, which clang's -fsanitize=enum reports). */
+ * RDMALOCK_MODE_INT_MIN_ and RDMALOCK_MODE_INT_RANGE_ are no modes: they make every int a value of
+ * the type, so that the library can check what a C caller passed (in C++ an out-of-range value of
+ * an enum without them is undefined behaviour, which clang's -fsanitize=enum reports; a negative
+ * one was, until 2026-12-08). */
 typedef enum rdmalock_mode {
   RDMALOCK_EXCLUSIVE = 0,
   RDMALOCK_SHARED = 1,
+  RDMALOCK_MODE_INT_MIN_ = -0x7fffffff - 1,
   RDMALOCK_MODE_INT_RANGE_ = 0x7fffffff
 } rdmalock_mode_t;
 
@@ -203,7 +210,10 @@ RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_flush(rdmalock_client_t* client);
  * connection, as for rdmalock_lock: nothing was renewed, and the lock is still held). */
 RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_renew(rdmalock_lock_t* lock);
 /* Releases the lock if it is still held (errors are dropped: call rdmalock_release first to see
- * them) and frees the handle. After it returns the lost callback does not run. NULL is a no-op. */
+ * them) and frees the handle. After it returns the lost callback does not run: a call of it
+ * running on another thread (the library's) is waited for, so the caller must not hold anything
+ * that callback waits for (a mutex it takes), or both wait for ever. It may be called from the
+ * lock's own callback. NULL is a no-op. */
 RDMALOCK_C_EXPORT void rdmalock_lock_free(rdmalock_lock_t* lock);
 
 /* Accessors; on NULL they return 0 (RDMALOCK_EXCLUSIVE, RDMALOCK_RELEASED). */
