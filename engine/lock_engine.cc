@@ -259,11 +259,13 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
   uint32_t record_seq = opt.record_seq;
   // Watches a frozen word that nobody resets (its last participant died holding an increment).
   engine_internal::WordView frozen_seen{engine_internal::WordView::Watch::kTickets};
-  Clock::time_point requested;  // the first FA's issue (Grant::requested)
-  bool bounced = false;         // the last attempt's FA found the word frozen
+  // The first FA's issue, or the start of a wait for a thaw before it (Grant::requested).
+  Clock::time_point requested;
+  bool bounced = false;  // the last attempt's FA found the word frozen
 
   for (int attempt = 0;; ++attempt) {
     if (bounced || frozen_.Marked(slot)) {
+      if (attempt == 0) requested = Clock::now();
       // This call bounced off the word, or another of the session's requests did (FrozenMarks):
       // READ it until it thaws, then queue. A try-lock looks once. The channel's posted release
       // is finished first, as before a wait behind the FA below: the thaw may wait for it.
@@ -310,7 +312,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
     // Word1 as the READ after our FA showed it (read_word1 only; made whole below).
     uint64_t word1 = learn ? block[2 * (slot - b.first) + 1] : ops[fa + 1].result[0];
     const auto issue = mem.last_issued();  // before the FA was posted: the lease's start
-    if (attempt == 0) requested = issue;
+    if (requested == Clock::time_point{}) requested = issue;
     // The channel's posted release landed before this FA; reap it (a retry if it missed)
     // before this request waits, possibly behind that very lock.
     RDMALOCK_RETURN_IF_ERROR(ReapPending(mem, opt.pending, ev));

@@ -61,7 +61,8 @@ struct Grant {
   Ticket ticket;
   proto::Word0 seen;              // word0 as last seen while holding: the release CAS's first guess
   Clock::time_point lease_start;  // the lease ends at lease_start + L
-  // When the request's first FETCH_AND_ADD was issued (LockEngine::Acquire's grants): where an
+  // When the request began (LockEngine::Acquire's grants): its first FETCH_AND_ADD's issue, or
+  // the start of its wait for a thaw before it (a slot its session saw frozen): where an
   // acquire's latency starts for a caller that read no clock of its own.
   Clock::time_point requested;
   uint64_t generation = 0;  // word1's generation when granted (valid if has_generation)
@@ -106,7 +107,8 @@ struct ManyRequest {
 struct Issued {
   Grant grant;           // the ticket, and the grant if `granted`
   bool granted = false;  // granted at once
-  bool frozen = false;   // hit a frozen word: its increment was taken back; queue again
+  bool frozen = false;   // a frozen word: its increment was taken back, or (a slot the session
+                         // saw frozen, still frozen at a READ) no FA was made; queue again
 };
 
 // lockd's recovery of one request of a dead client: Reap() steps it without blocking.
@@ -227,7 +229,8 @@ class LockEngine {
                                          const AcquireOptions& opt, const EntrySource& take_entry,
                                          EngineEvents* ev = nullptr) const;
   // The first step of independent requests (slots in any order, repeats allowed): every FA
-  // (and token READ) in as few doorbells as kBatchOps allows, the record entries (from
+  // (and token READ) in as few doorbells as kBatchOps allows (none for a slot the session saw
+  // frozen that a READ first shows still frozen: `frozen`), the record entries (from
   // `take_entry`, may be empty) posted after. A request not granted at once must be finished with
   // FinishAcquire (or, if frozen, queued again with Acquire).
   Result<std::vector<Issued>> IssueMany(RemoteMemory& mem, std::span<const ManyRequest> reqs,

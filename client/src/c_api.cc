@@ -806,11 +806,10 @@ uint64_t rdmalock_slot_for_name(const char* name, uint64_t lock_count) {
 
 const char* rdmalock_last_error(void) { return last_error.c_str(); }
 
-const char* rdmalock_error_name(rdmalock_status_t code) {
+const char* rdmalock_error_name(int code) {
   // ErrorCodeName's views are string literals, so NUL-terminated.
-  const int c = static_cast<int>(code);
-  if (c < RDMALOCK_OK || c > RDMALOCK_ERR_INTERNAL) return "unknown";
-  return rdmalock::ErrorCodeName(static_cast<ErrorCode>(c)).data();
+  if (code < RDMALOCK_OK || code > RDMALOCK_ERR_INTERNAL) return "unknown";
+  return rdmalock::ErrorCodeName(static_cast<ErrorCode>(code)).data();
 }
 
 const char* rdmalock_version(void) { return RDMALOCK_VERSION; }

@@ -5,6 +5,7 @@
 #include <cctype>
 #include <charconv>
 #include <chrono>
+#include <exception>
 #include <map>
 #include <optional>
 #include <set>
@@ -300,7 +301,7 @@ class ClusterClient::Impl {
     if (every.count() <= 0) return Status::Ok();
     try {
       refresher_ = std::thread([this, every] { RefreshLoop(every); });
-    } catch (const std::system_error& e) {
+    } catch (const std::exception& e) {  // std::system_error, std::bad_alloc
       return Error(ErrorCode::kResource,
                    std::string("cannot start the cluster map's refresh thread: ") + e.what());
     }

@@ -102,7 +102,8 @@ struct TempFile {
 // A C caller may pass any int where the C API takes an enum (a C enum is an int); in C++ a value
 // outside the enum's values (0 to 15 for a status's 0 to 13; nothing negative) is undefined
 // behaviour, which clang's UBSan (-fsanitize=enum, the ASan+UBSan build) stops at. The library
-// must take such a value as an int: a name, "unknown", or INVALID_ARGUMENT naming the mode.
+// must take such a value as an int: a name, "unknown" (rdmalock_error_name takes an int), or
+// INVALID_ARGUMENT naming the mode (the mode enum's members make every int one of its values).
 TEST_CASE("C API: any int where a status goes is named, or unknown, never undefined behaviour") {
   CHECK(std::string(rdmalock_test_error_name_of(RDMALOCK_ERR_BUSY)) == "busy");
   CHECK(std::string(rdmalock_test_error_name_of(RDMALOCK_ERR_INTERNAL)) == "internal");

@@ -480,24 +480,22 @@ TEST_CASE("cluster: an empty lock name is refused before any shard is connected"
 }
 
 // A cluster connects to no shard at Connect, so options a Client::Connect refuses (a connect
-// timeout out of range, an auth key file that cannot be read) were found out only at the first
-// lock, as that lock's error (stop 55's review). Connect checks them now, as Client::Connect does.
-TEST_CASE("cluster: options a client would refuse are refused at Connect, not at the first lock") {
+// timeout out of range) were found out only at the first lock, as that lock's error (stop 55's
+// review). Connect checks them now, as Client::Connect does. (The auth key is still read by each
+// shard's first connection: lockctl's cluster paths exit 69 for it, as its single-lockd ones.)
+TEST_CASE("cluster: a connect timeout out of range is refused at Connect, not at the first lock") {
   Lockds l({"host-a", "host-b"});
-  ClientOptions zero = Options();
-  zero.connect_timeout = 0ms;
-  ClientOptions forever = Options();
-  forever.connect_timeout = std::chrono::milliseconds::max();
-  ClientOptions nokey = Options();
-  nokey.auth_key_file = "/nonexistent/rdmalock-cluster-test.key";
-  for (const auto& [what, o, names] :
-       {std::tuple{"connect_timeout 0", zero, "connect_timeout"},
-        std::tuple{"connect_timeout max", forever, "connect_timeout"},
-        std::tuple{"a missing key file", nokey, "rdmalock-cluster-test.key"}}) {
+  for (const auto every : {0ms, -1ms, std::chrono::milliseconds::max()}) {
+    ClientOptions o = Options();
+    o.connect_timeout = every;
     auto cc = ClusterTestPeer::Connect(TwoShards(), o, l.connector());
-    INFO(what << ": " << (cc.ok() ? std::string("connected") : cc.status().ToString()));
+    INFO("connect_timeout " << every.count() << " ms: "
+                            << (cc.ok() ? std::string("connected") : cc.status().ToString()));
     CHECK_FALSE(cc.ok());
-    if (!cc.ok()) CHECK_THAT(cc.status().message(), Catch::Contains(names));
+    if (!cc.ok()) {
+      CHECK(cc.status().code() == ErrorCode::kInvalidArgument);
+      CHECK_THAT(cc.status().message(), Catch::Contains("connect_timeout"));
+    }
   }
   CHECK(l.lockds["host-a"]->Sessions().empty());
   CHECK(l.lockds["host-b"]->Sessions().empty());

@@ -72,12 +72,7 @@ typedef enum rdmalock_status {
   RDMALOCK_ERR_UNSUPPORTED = 10,     /* the device, the peer or this library lacks a capability */
   RDMALOCK_ERR_IO = 11,              /* a file or system call failed */
   RDMALOCK_ERR_CONFIG = 12,          /* a configuration value is invalid */
-  RDMALOCK_ERR_INTERNAL = 13,        /* a bug in rdmalock */
-  /* No results: they make every int a value of the type, so that rdmalock_error_name can take
-   * whatever a C caller passes (as the two of rdmalock_mode_t below; before them, a value past 15
-   * or below 0 was undefined behaviour in the library, which clang's -fsanitize=enum stops at). */
-  RDMALOCK_STATUS_INT_MIN_ = -0x7fffffff - 1,
-  RDMALOCK_STATUS_INT_RANGE_ = 0x7fffffff
+  RDMALOCK_ERR_INTERNAL = 13         /* a bug in rdmalock */
 } rdmalock_status_t;
 
 /* A mode argument other than these two is refused with RDMALOCK_ERR_INVALID_ARGUMENT.
@@ -341,8 +336,10 @@ RDMALOCK_C_EXPORT uint64_t rdmalock_slot_for_name(const char* name, uint64_t loc
 /* The message of this thread's last call that returns rdmalock_status_t: "" if it succeeded.
  * Valid until this thread's next such call. Never NULL. */
 RDMALOCK_C_EXPORT const char* rdmalock_last_error(void);
-/* The name of a code, e.g. "timeout", "busy"; "unknown" for values not listed. Static storage. */
-RDMALOCK_C_EXPORT const char* rdmalock_error_name(rdmalock_status_t code);
+/* The name of a code, e.g. "timeout", "busy"; "unknown" for any other int. Static storage. (An
+ * int, not an rdmalock_status_t, since 2026-12-08: a value outside the enum's was undefined
+ * behaviour in the library's C++; callers pass an rdmalock_status_t as before.) */
+RDMALOCK_C_EXPORT const char* rdmalock_error_name(int code);
 /* The library's version, e.g. "0.1.0". Static storage. */
 RDMALOCK_C_EXPORT const char* rdmalock_version(void);
 /* The C API version the library implements (RDMALOCK_C_API_VERSION of its header). */
