@@ -1335,6 +1335,40 @@ TEST_CASE(
   }
 }
 
+// A request's latency (Grant::requested, where the SDK's lock latency starts for a caller that
+// read no clock of its own) starts when the request does: on a marked slot that is its wait for
+// the thaw before its first FA (found by review: it started at that FA, leaving the wait out).
+TEST_CASE("a request that waits for a thaw before its first FA counts the wait in its latency") {
+  InProcessTable table(1);
+  const LockEngine e(Params(1, 1000ms), nullptr);  // F x L = 2 s: no rescue within the test
+  const uint16_t last = proto::kCountMax - 1;
+  table.Store(0, 0, Word0{.max_s = 0, .max_x = proto::kCountMax, .n_s = 0, .n_x = last}.Encode());
+  InProcessMemory w(&table);
+  AcquireOptions try_only;
+  try_only.try_only = true;
+  REQUIRE(e.Acquire(w, 0, Mode::kExclusive, try_only).status().code() == ErrorCode::kBusy);
+  // The holder releases 100 ms from now, and its release resets the word.
+  const auto t0 = Clock::now();
+  std::thread holder([&] {
+    std::this_thread::sleep_for(100ms);
+    table.Store(0, 1, table.Load(0, 1) + proto::kGenerationIncrement);
+    table.Store(0, 0, 0);
+  });
+  AcquireOptions o;
+  o.deadline = Clock::now() + 2s;
+  auto g = e.Acquire(w, 0, Mode::kExclusive, o);
+  holder.join();
+  REQUIRE(g.ok());
+  const auto ms = [&](Clock::time_point t) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(t - t0).count();
+  };
+  INFO("requested " << ms(g->requested) << " ms, lease start " << ms(g->lease_start)
+                    << " ms after the call");
+  CHECK(g->lease_start - t0 >= 100ms);
+  CHECK(g->requested - t0 < 50ms);
+  REQUIRE(e.Release(w, *g).ok());
+}
+
 // A posted release that missed is retried before its channel's next request waits, possibly
 // behind that very lock (ReapPending): a request that READs a marked slot before its FA must
 // retry it too, or it waits for a thaw only that release can bring (found by review of the
