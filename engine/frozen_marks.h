@@ -1,8 +1,8 @@
 // The slots a session's requests bounced off, frozen (docs/protocol.md, section 5): a request on
 // a marked slot READs the word until it thaws before it FETCH_AND_ADDs, so that a loop of
-// separate calls (a try-lock loop) bounces off one freeze once, not once per call. Each bounce may leave its increment in
-// the word (a withdrawal that comes late, LockEngine::WithdrawFrozen), and 32,768 of them in one
-// freeze would carry the frozen field into the next.
+// separate calls (a try-lock loop) bounces off one freeze once, not once per call. Each bounce may
+// leave its increment in the word (a withdrawal that comes late, LockEngine::WithdrawFrozen), and
+// 32,768 of them in one freeze would carry the frozen field into the next.
 //
 // One per LockEngine, so one per session. Direct-mapped by slot: kEntries entries, each the
 // marked slot + 1 (0: none). A mark that another slot's overwrites is lost: its next request

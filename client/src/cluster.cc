@@ -10,7 +10,6 @@
 #include <optional>
 #include <set>
 #include <string>
-#include <system_error>
 #include <thread>
 
 #include "client/src/cluster_test_peer.h"

@@ -115,7 +115,7 @@ static void test_version_and_names(void) {
   CHECK(strcmp(rdmalock_error_name(RDMALOCK_ERR_INVALID_ARGUMENT), "invalid argument") == 0);
   CHECK(strcmp(rdmalock_error_name(RDMALOCK_ERR_INTERNAL), "internal") == 0);
   CHECK(strcmp(rdmalock_error_name((rdmalock_status_t)99), "unknown") == 0);
-  CHECK(strcmp(rdmalock_error_name(-1), "unknown") == 0);  /* an int since 2026-12-08 */
+  CHECK(strcmp(rdmalock_error_name(-1), "unknown") == 0); /* an int since 2026-12-08 */
 }
 
 static void test_options_defaults(void) {
