@@ -240,6 +240,26 @@ TEST_CASE("lockctl release --force --slot or --session refuses an admin socket o
     CHECK(rc == 1);
     CHECK(out.find("are different lockds") != std::string::npos);
   }
+  // The refusal is an error: on stderr, not in the output a script captures (it was printed on
+  // stdout; stop 55's list, fixed 2026-12-07). --json keeps its one object on stdout.
+  {
+    auto [rc, out] = Capture(Lockctl(named) + " release --admin-socket " + other.admin_socket() +
+                             " --force --slot 5 2>/dev/null");
+    INFO("stdout only: exit " << rc << ": '" << out << "'");
+    CHECK(rc == 1);
+    CHECK(out.empty());
+    auto [rc2, err] = Capture(Lockctl(named) + " release --admin-socket " + other.admin_socket() +
+                              " --force --slot 5 2>&1 >/dev/null");
+    INFO("stderr only: exit " << rc2 << ": '" << err << "'");
+    CHECK(rc2 == 1);
+    CHECK(err.find("lockctl: lockd refused the forced release: ") == 0);
+    CHECK(err.find("are different lockds") != std::string::npos);
+    auto [rc3, json] = Capture(Lockctl(named) + " --json release --admin-socket " +
+                               other.admin_socket() + " --force --slot 5 2>/dev/null");
+    INFO("--json: exit " << rc3 << ": '" << json << "'");
+    CHECK(rc3 == 1);
+    CHECK(json.find("\"ok\":false") != std::string::npos);
+  }
   std::this_thread::sleep_for(300ms);
   CHECK(held->state() == LockState::kHeld);  // its session was not fenced
   // Named the admin socket's own lockd, the request is carried out.
