@@ -119,8 +119,13 @@ int CmdRelease(const Common& c, bool force, const std::string& name, int64_t slo
         {"ok", ok},
         {"reply", reply.substr(reply.find(' ') == std::string::npos ? 0 : reply.find(' ') + 1)}};
     std::fputs(JsonLine(out).c_str(), stdout);
-  } else {
+  } else if (ok) {
     std::printf("%s\n", reply.c_str());
+  } else {
+    // A refusal is an error: on stderr, not in the output a script captures. lockd's line
+    // starts with "error "; the reason follows it.
+    const std::string why = reply.rfind("error ", 0) == 0 ? reply.substr(6) : reply;
+    std::cerr << "lockctl: lockd refused the forced release: " << why << "\n";
   }
   return ok ? 0 : 1;
 }
