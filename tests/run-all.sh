@@ -170,22 +170,10 @@ stage "build (RelWithDebInfo)"
 echo "=== build (RelWithDebInfo)"
 if ! build build "" gcc all; then echo "run-all: build failed"; exit 1; fi
 
-stage "command-line tests"
-echo "=== command-line tests (ctest)"
-ctest --test-dir "$root/build" --output-on-failure -E '^unit:' 2>&1 | tee "$logs/ctest.log"
-rc=${PIPESTATUS[0]}
-cli_total=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\2/p' "$logs/ctest.log")
-cli_failed=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of.*/\1/p' "$logs/ctest.log")
-cli_failed=${cli_failed:-1}
-[ "$rc" -ne 0 ] && [ "$cli_failed" -eq 0 ] && cli_failed=1
-passed=$((passed + ${cli_total:-0} - cli_failed))
-failed=$((failed + cli_failed))
-results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "command-line tests" "$((${cli_total:-0} - cli_failed))" "$cli_failed" "$rc")")
-
-# The host unit tests and the sanitizer runs use about one of the two cores: each runs beside the
-# next tree's build, started at nice 19 (bg_start), so that the build takes only what the tests
-# leave idle (a nice-0 thread that wakes preempts it at once, so the tests' 30-40 ms leases keep
-# their timing). bg_wait lets the build finish at full speed and prints its output. A stage's CPU
+# The command-line tests, the host unit tests and the sanitizer runs use about one of the two
+# cores: each runs beside the next tree's build, started at nice 19 (bg_start), so that the
+# build takes only what the tests leave idle (a nice-0 thread that wakes preempts it at once, so
+# the tests' 30-40 ms leases keep their timing). bg_wait lets the build finish at full speed and prints its output. A stage's CPU
 # figure counts a background build in the stage that waits for it. Nothing runs beside the model
 # (its bitstate runs are bounded by wall time) or the VM stages (TCG needs both cores: with the
 # thread-safety analysis beside it at nice 19, the RDMA stage took 240 s instead of 181, and the
@@ -207,18 +195,32 @@ bg_wait() {  # returns the background build's exit status, after printing its ou
   return "$rc"
 }
 
-stage "VM and Debian-tree caches (wait)"
-wait "$prefetch_pid" ||
-  echo "run-all: making the VM and Debian-tree caches failed (log: $logs/prefetch.log); their stages retry"
-
-stage "host unit tests (+ ASan build, nice 19)"
-echo "=== host unit tests"
+stage "command-line tests (+ ASan build, nice 19)"
+# The ASan+UBSan tree's build starts here, beside the command-line tests (one core: ctest runs
+# one test at a time), and goes on beside the host unit tests.
 # lockd and lockctl too: the operator suite (stage 4) runs them under ASan on rdma_rxe. A clang
 # tree: clang's UBSan checks more (-fsanitize=enum found a C API argument check that was itself
 # undefined behaviour), the project's code meets a second compiler's warnings, and every file it
 # compiles gets the thread-safety analysis with -Werror, which the analysis stage then need not
 # repeat. The plain and TSan trees are GCC's.
 bg_start "$logs/build-asan.log" build build-asan "address;undefined" clang unit_tests lockd lockctl
+echo "=== command-line tests (ctest)"
+ctest --test-dir "$root/build" --output-on-failure -E '^unit:' 2>&1 | tee "$logs/ctest.log"
+rc=${PIPESTATUS[0]}
+cli_total=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\2/p' "$logs/ctest.log")
+cli_failed=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of.*/\1/p' "$logs/ctest.log")
+cli_failed=${cli_failed:-1}
+[ "$rc" -ne 0 ] && [ "$cli_failed" -eq 0 ] && cli_failed=1
+passed=$((passed + ${cli_total:-0} - cli_failed))
+failed=$((failed + cli_failed))
+results+=("$(printf '%-34s %4d passed %4d failed (exit %d)' "command-line tests" "$((${cli_total:-0} - cli_failed))" "$cli_failed" "$rc")")
+
+stage "VM and Debian-tree caches (wait)"
+wait "$prefetch_pid" ||
+  echo "run-all: making the VM and Debian-tree caches failed (log: $logs/prefetch.log); their stages retry"
+
+stage "host unit tests (+ ASan build)"
+echo "=== host unit tests"
 "$root/build/tests/unit_tests" --use-colour no 2>&1 | tee "$logs/unit.log" | tail -3
 count "host unit tests" "$logs/unit.log" "${PIPESTATUS[0]}"
 
