@@ -36,9 +36,10 @@ struct Common {
   // --cluster FILE: a cluster map; the command's lock name (route_name, set from the command's
   // arguments) or --shard picks the lockd.
   std::string cluster_file, shard, route_name;
-  // The lock name the command acts on (acquire, release --force): with --shard it must be on
-  // that shard by the map. (inspect routes by its name, but may look at any shard's slot.)
-  std::string check_name;
+  // The lock names the command acts on (acquire, release --force) or labels (top --name): with
+  // --shard each must be on that shard by the map. (inspect routes by its name, but may look at
+  // any shard's slot.)
+  std::vector<std::string> check_names;
   // --etcd URL (repeatable) and --etcd-cluster NAME: the cluster map and each shard's primary
   // come from etcd (lockd's cluster mode) instead of a file.
   std::vector<std::string> etcd;

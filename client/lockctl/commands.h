@@ -26,8 +26,8 @@ bool LoadClusterMap(const Common& c, rdmalock::ClusterMap* map, std::string* sou
                     bool* unavailable);
 // How a map from --etcd is named in messages.
 std::string EtcdSource(const Common& c);
-// The index in `map` (read from `source`) of shard --shard, once the command's lock name
-// (Common::check_name), if any, is on it by the map; map.shards.size() after printing why not.
+// The index in `map` (read from `source`) of shard --shard, once the command's lock names
+// (Common::check_names), if any, are on it by the map; map.shards.size() after printing why not.
 size_t NamedShard(const Common& c, const rdmalock::ClusterMap& map, const std::string& source);
 // Where the command's lockd is (Target::usage_error after printing why not).
 Target TargetOf(const Common& c);

@@ -46,9 +46,9 @@ size_t NamedShard(const Common& c, const rdmalock::ClusterMap& map, const std::s
   // The command's lock lives where the map puts its name: on another shard, --shard would
   // acquire a lock no other client of the cluster contends for, or force-release whatever
   // holds the same slot on the wrong lockd. (inspect may look at any shard's slot.)
-  if (!c.check_name.empty()) {
-    if (const size_t on = rdmalock::ShardForName(map, c.check_name); on != shard) {
-      std::cerr << "lockctl: lock '" << c.check_name << "' is on shard '" << map.shards[on].name
+  for (const std::string& name : c.check_names) {
+    if (const size_t on = rdmalock::ShardForName(map, name); on != shard) {
+      std::cerr << "lockctl: lock '" << name << "' is on shard '" << map.shards[on].name
                 << "' by " << source << ", not on --shard '" << c.shard
                 << "'; drop --shard, or name the lock's shard\n";
       return map.shards.size();

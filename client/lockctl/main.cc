@@ -36,8 +36,11 @@ int Run(Args& a) {
   if (a.command == Command::kInspect && a.inspect_slot < 0) a.common.route_name = a.inspect_name;
   // release --force goes to this node's admin socket, so it names its shard with --shard (a
   // name is not routed: the lockd it reached would not be the one it releases on).
-  if (a.command == Command::kAcquire) a.common.check_name = a.acq_name;
-  if (a.command == Command::kRelease) a.common.check_name = a.rel_name;
+  // top's labels name locks too: a name on another shard would label this shard's slot of that
+  // number, another lock.
+  if (a.command == Command::kAcquire && !a.acq_name.empty()) a.common.check_names = {a.acq_name};
+  if (a.command == Command::kRelease && !a.rel_name.empty()) a.common.check_names = {a.rel_name};
+  if (a.command == Command::kTop) a.common.check_names = a.top_names;
   const Common& c = a.common;
   switch (a.command) {
     case Command::kStatus:
