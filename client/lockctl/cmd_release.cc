@@ -122,10 +122,10 @@ int CmdRelease(const Common& c, bool force, const std::string& name, int64_t slo
   } else if (ok) {
     std::printf("%s\n", reply.c_str());
   } else {
-    // A refusal is an error: on stderr, not in the output a script captures. lockd's line
-    // starts with "error "; the reason follows it.
+    // A refusal (or lockd's "busy") is an error: on stderr, not in the output a script
+    // captures. lockd's line starts with "error "; the reason follows it.
     const std::string why = reply.rfind("error ", 0) == 0 ? reply.substr(6) : reply;
-    std::cerr << "lockctl: lockd refused the forced release: " << why << "\n";
+    std::cerr << "lockctl: lockd did not carry out the forced release: " << why << "\n";
   }
   return ok ? 0 : 1;
 }

@@ -48,8 +48,8 @@ size_t NamedShard(const Common& c, const rdmalock::ClusterMap& map, const std::s
   // holds the same slot on the wrong lockd. (inspect may look at any shard's slot.)
   for (const std::string& name : c.check_names) {
     if (const size_t on = rdmalock::ShardForName(map, name); on != shard) {
-      std::cerr << "lockctl: lock '" << name << "' is on shard '" << map.shards[on].name
-                << "' by " << source << ", not on --shard '" << c.shard
+      std::cerr << "lockctl: lock '" << name << "' is on shard '" << map.shards[on].name << "' by "
+                << source << ", not on --shard '" << c.shard
                 << "'; drop --shard, or name the lock's shard\n";
       return map.shards.size();
     }

@@ -40,7 +40,11 @@ int Run(Args& a) {
   // number, another lock.
   if (a.command == Command::kAcquire && !a.acq_name.empty()) a.common.check_names = {a.acq_name};
   if (a.command == Command::kRelease && !a.rel_name.empty()) a.common.check_names = {a.rel_name};
-  if (a.command == Command::kTop) a.common.check_names = a.top_names;
+  if (a.command == Command::kTop) {
+    for (const auto& n : a.top_names) {
+      if (!n.empty()) a.common.check_names.push_back(n);
+    }
+  }
   const Common& c = a.common;
   switch (a.command) {
     case Command::kStatus:

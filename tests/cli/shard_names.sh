@@ -3,7 +3,8 @@
 # otherwise act on the wrong lockd (found by review, 2026-12-05), and top label another lock's
 # slot with the name (2026-12-07). inspect may look at a name's slot on any shard (lockctl.1).
 # Of ten names, every one the map puts on shard b is refused (exit 64, the message naming both shards), before
-# any connection; every one on shard a goes on to connect (to an address that does not answer).
+# any connection; every one on shard a goes on to connect (to an address that does not answer:
+# exit 69).
 # (The ctest patterns this replaces passed if any one name was refused.)
 #   shard_names.sh LOCKCTL SCRATCH_DIR
 # Prints "shard-names-ok" at the end when every check held; each failure is one FAIL line.
@@ -37,7 +38,8 @@ for n in 0 1 2 3 4 5 6 7 8 9; do
         on_b=$((on_b + 1)) ;;
       *"is on shard"*) fail "$cmd name$n: a refusal that does not name it and both shards: '$out'" ;;
       *)
-        [ "$rc" -eq 64 ] && fail "$cmd name$n (on a): a usage error: '$out'"
+        # On to its shard's lockd, which does not answer (or no RDMA device here): unavailable.
+        [ "$rc" -eq 69 ] || fail "$cmd name$n (on a): exit $rc, not 69 (lockd unreachable): '$out'"
         [ -z "$on" ] && on=a
         [ "$on" = a ] || fail "$cmd name$n (on b by acquire's refusal): not refused: exit $rc: '$out'"
         on_a=$((on_a + 1)) ;;

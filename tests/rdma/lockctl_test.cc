@@ -252,7 +252,7 @@ TEST_CASE("lockctl release --force --slot or --session refuses an admin socket o
                               " --force --slot 5 2>&1 >/dev/null");
     INFO("stderr only: exit " << rc2 << ": '" << err << "'");
     CHECK(rc2 == 1);
-    CHECK(err.find("lockctl: lockd refused the forced release: ") == 0);
+    CHECK(err.find("lockctl: lockd did not carry out the forced release: ") == 0);
     CHECK(err.find("are different lockds") != std::string::npos);
     auto [rc3, json] = Capture(Lockctl(named) + " --json release --admin-socket " +
                                other.admin_socket() + " --force --slot 5 2>/dev/null");

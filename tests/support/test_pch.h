@@ -1,6 +1,7 @@
 // The test drivers' precompiled header (tests/CMakeLists.txt): Catch2's single header and the
 // standard headers most test files include, parsed once per test executable instead of once per
-// test file. Nothing of ours: a test file still includes what it uses, so it compiles without it.
+// test file. Nothing of ours. A test file still includes what it uses (only tests/rdma's files
+// are compiled without this header anywhere: docs/architecture.md).
 #pragma once
 
 #include <algorithm>
