@@ -349,3 +349,59 @@ def test_a_call_in_flight_on_another_thread_at_fork_does_not_hang_the_child(tmp_
     p = subprocess.run([sys.executable, "-c", _FORK_MID_CALL, path], capture_output=True,
                        text=True, timeout=60, env=dict(os.environ, PYTHONPATH=python_dir))
     assert p.returncode == 0 and p.stdout.strip() == "child 0", (p.returncode, p.stdout, p.stderr)
+
+
+def _refused(call, *words):
+    with pytest.raises(RdmalockError) as e:
+        call()
+    assert e.value.code == ErrorCode.INVALID_ARGUMENT, (e.value.code, e.value.message)
+    for w in words:
+        assert w in e.value.message, (w, e.value.message)
+    return e.value
+
+
+def test_a_nul_or_an_unencodable_str_in_an_option_is_refused_naming_it(tmp_path):
+    # ctypes stores bytes in a char* field without a word about a NUL, so the library read
+    # "cluster.yaml\0.bak" as cluster.yaml and "/k\0.old" as /k: another file than the one named
+    # (stop 59's review, 2026-12-07). A str UTF-8 cannot encode raised UnicodeEncodeError, not
+    # RdmalockError. Each option is now refused, naming it.
+    path = _map_file(tmp_path, "shards:\n  - {name: a, server: 192.0.2.1}\n")
+    _refused(lambda: rdmalock.Cluster.from_shard_map(path + "\0.bak"), "shard_map", "NUL")
+    _refused(lambda: rdmalock._client_options("h", 7471, auth_key_file="/k\0.old"),
+             "auth_key_file", "NUL")
+    _refused(lambda: rdmalock._client_options("h\0x", 7471), "server", "NUL")
+    _refused(lambda: rdmalock._client_options("h", 7471, client_name="a\0b"), "client_name")
+    _refused(lambda: rdmalock._client_options("h", 7471, client_name="\udcff"), "client_name",
+             "UTF-8")
+    _refused(lambda: rdmalock.Cluster.from_etcd("http://127.0.0.1:1\0x"), "etcd_endpoints")
+    _refused(lambda: rdmalock.Cluster.from_etcd("http://127.0.0.1:1", cluster="c\0"),
+             "etcd_cluster")
+    _refused(lambda: rdmalock.Cluster.from_etcd("http://127.0.0.1:1", ca="/ca\0"), "ca")
+    # An endpoint with a comma was two endpoints once joined for the library.
+    _refused(lambda: rdmalock.Cluster.from_etcd(["http://a:1,http://b:2"]), "etcd_endpoints",
+             "comma")
+    # A file's name is a path: os.PathLike and names that are not UTF-8 (os.fsencode) are taken,
+    # as shard_map's are.
+    import pathlib
+    o = rdmalock._client_options("h", 7471, auth_key_file=pathlib.Path("/etc/rdmalock/k"))
+    assert o.auth_key_file == b"/etc/rdmalock/k"
+    assert rdmalock._client_options("h", 7471, auth_key_file="/k\udcff").auth_key_file == b"/k\xff"
+    _refused(lambda: rdmalock._client_options("h", 7471, auth_key_file=42), "auth_key_file")
+
+
+def test_a_number_that_is_no_int_is_refused_naming_it():
+    # A float reached ctypes, which raised ctypes.ArgumentError or TypeError naming no parameter
+    # (stop 59's review, 2026-12-07).
+    _refused(lambda: rdmalock.slot_for_name("x", 1024.0), "lock_count")
+    _refused(lambda: rdmalock._client_options("h", 7471.0), "port")
+    _refused(lambda: rdmalock._client_options("h", "7471"), "port")
+
+
+def test_a_map_file_with_etcd_options_is_refused_not_ignored(tmp_path):
+    # rdmalock_cluster_open read only the file when shard_map_file was set, and dropped the etcd
+    # CA, certificate, key and cluster name without a word (stop 59's review, 2026-12-07); the C
+    # API's rule is that an option it cannot honour is refused.
+    path = _map_file(tmp_path, "shards:\n  - {name: a, server: 192.0.2.1}\n")
+    _refused(lambda: rdmalock.Cluster(shard_map=path, ca="/ca.crt"), "etcd_ca_file")
+    _refused(lambda: rdmalock.Cluster(shard_map=path, etcd_cluster="c"), "etcd_cluster")
+    _refused(lambda: rdmalock.Cluster(shard_map=path, cert="/c", key="/k"), "etcd_cert_file")

@@ -437,6 +437,29 @@ TEST_CASE("c api cluster: rdmalock_cluster_open refuses what it cannot use, nami
   CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_INVALID_ARGUMENT);
 }
 
+// A map file's cluster took the etcd options too and dropped them without a word: the etcd CA,
+// certificate, key and cluster name are for an etcd source only (stop 59's review, 2026-12-07).
+TEST_CASE("c api cluster: a map file with etcd options is refused and names them") {
+  TempFile good("shards:\n  - {name: a, server: 192.0.2.1}\n");
+  for (const char* field : {"etcd_cluster", "etcd_ca_file", "etcd_cert_file", "etcd_key_file"}) {
+    rdmalock_cluster_options_t o;
+    rdmalock_cluster_options_init(&o);
+    o.shard_map_file = good.path.c_str();
+    const std::string f = field;
+    (f == "etcd_cluster"     ? o.etcd_cluster
+     : f == "etcd_ca_file"   ? o.etcd_ca_file
+     : f == "etcd_cert_file" ? o.etcd_cert_file
+                             : o.etcd_key_file) = "x";
+    rdmalock_cluster_t* c = nullptr;
+    const rdmalock_status_t st = rdmalock_cluster_open(&o, &c);
+    INFO(field << ": " << rdmalock_error_name(st) << ": " << rdmalock_last_error());
+    CHECK(st == RDMALOCK_ERR_INVALID_ARGUMENT);
+    CHECK(c == nullptr);
+    CHECK(std::string(rdmalock_last_error()).find(field) != std::string::npos);
+    if (c != nullptr) rdmalock_cluster_close(c);
+  }
+}
+
 TEST_CASE("c api cluster: rdmalock_cluster_open reads a map kept in etcd", "[etcd]") {
   testing::LocalEtcd server;
   const EtcdCluster e{{server.url()}, "capi"};
