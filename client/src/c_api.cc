@@ -698,6 +698,18 @@ rdmalock_status_t rdmalock_cluster_open(const rdmalock_cluster_options_t* option
     auto c = std::make_unique<rdmalock_cluster_s>();
     c->fencing_tokens = tokens;
     if (file) {
+      // The etcd source's options mean nothing to a map file: refused, not ignored (a caller
+      // who set a CA file for etcd and a map file by mistake would otherwise never know).
+      for (const auto& [name, value] : {std::pair{"etcd_cluster", options->etcd_cluster},
+                                        std::pair{"etcd_ca_file", options->etcd_ca_file},
+                                        std::pair{"etcd_cert_file", options->etcd_cert_file},
+                                        std::pair{"etcd_key_file", options->etcd_key_file}}) {
+        if (Set(value)) {
+          const std::string why = std::string("options set shard_map_file and ") + name +
+                                  ", which is for an etcd source (etcd_endpoints) only";
+          return Fail(ErrorCode::kInvalidArgument, fn, why.c_str());
+        }
+      }
       auto map = rdmalock::ReadClusterMapFile(options->shard_map_file);
       if (!map.ok()) return Record(map.status(), fn);
       auto r = rdmalock::ClusterClient::Connect(*map, o);

@@ -362,8 +362,8 @@ def _client_options(server: Optional[str], port: int, connect_timeout: float = 5
     """The options of a session (a Client's, or each shard's of a Cluster, whose server is None).
     Raises RdmalockError(INVALID_ARGUMENT) for a port out of range or a negative timeout."""
     o = _options()
-    o.server = server.encode() if server else None
-    if not 0 <= port <= 0xFFFF:
+    o.server = _c_str(server, "server") if server else None
+    if not 0 <= _c_int(port, "port") <= 0xFFFF:
         raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"port {port} is out of range")
     o.port = port
     # A uint32 of milliseconds: ctypes would wrap a larger value (4294967.296 s was 0, the
@@ -375,11 +375,11 @@ def _client_options(server: Optional[str], port: int, connect_timeout: float = 5
                             f"{0xFFFFFFFF / 1000} seconds")
     ms = int(round(connect_timeout * 1000))
     o.connect_timeout_ms = 1 if ms == 0 and connect_timeout > 0 else ms
-    o.client_name = client_name.encode() if client_name else None
+    o.client_name = _c_str(client_name, "client_name") if client_name else None
     o.auto_renew = int(auto_renew)
     o.record_requests = int(record_requests)
     o.reconnect = int(reconnect)
-    o.auth_key_file = auth_key_file.encode() if auth_key_file else None
+    o.auth_key_file = _c_path(auth_key_file, "auth_key_file") if auth_key_file else None
     # Zero (the field's default) unless turned off: a librdmalock older than C API version 4
     # refuses a field it does not know only when it is set.
     o.no_local_handover = 0 if local_handover else 1
@@ -396,6 +396,45 @@ def _client_options(server: Optional[str], port: int, connect_timeout: float = 5
                                 f"{field}: librdmalock (C API version {version}) is older than "
                                 f"this option (version {since})")
     return o
+
+
+def _c_str(value: object, what: str) -> bytes:
+    """A str option for a char* field: UTF-8, without a NUL (ctypes stores the bytes as they are,
+    and the library would read them only up to the NUL: another value than the one given)."""
+    if not isinstance(value, str):
+        raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
+                            f"{what} must be a str, not {type(value).__name__}")
+    if "\0" in value:
+        raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
+                            f"{what} {value!r} contains a NUL character")
+    try:
+        return value.encode()
+    except UnicodeEncodeError as e:
+        raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
+                            f"{what} {value!r} cannot be encoded as UTF-8 ({e.reason})") from None
+
+
+def _c_path(value: object, what: str) -> bytes:
+    """A file name for a char* field: a str (os.fsencode: names that are not UTF-8 too), bytes or
+    os.PathLike, without a NUL (as _c_str)."""
+    try:
+        encoded = os.fsencode(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
+                            f"{what} must be a path, not {type(value).__name__}") from None
+    if b"\0" in encoded:
+        raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
+                            f"{what} {value!r} contains a NUL character")
+    return encoded
+
+
+def _c_int(value: object, what: str) -> int:
+    """An int for a C integer argument (bool aside): ctypes refuses a float with an error that
+    names no parameter."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
+                            f"{what} must be an int, not {type(value).__name__}")
+    return value
 
 
 def _check_name(name: object) -> bytes:
@@ -534,7 +573,8 @@ def slot_for_name(name: str, lock_count: int) -> int:
     with a NUL character) or a count outside 0 .. 2^64 - 1, OSError if the library cannot be
     loaded."""
     encoded = _check_name(name)  # a NUL would cut the name short: another lock's slot
-    if not 0 <= lock_count < 2**64:  # a uint64: ctypes would wrap -1 to 2^64 - 1
+    # A uint64: ctypes would wrap -1 to 2^64 - 1.
+    if not 0 <= _c_int(lock_count, "lock_count") < 2**64:
         raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"lock_count {lock_count} is out of range")
     return int(_lib().rdmalock_slot_for_name(encoded, lock_count))
 
@@ -778,7 +818,7 @@ class Client:
                   timeout: Optional[float] = None) -> Lock:
         """As lock(), by slot number (0 .. lock_count - 1). Raises RdmalockError as lock();
         INVALID_ARGUMENT for a slot out of range."""
-        if not 0 <= slot < 2**64:  # a uint64: ctypes would wrap 2^64 + 5 to slot 5
+        if not 0 <= _c_int(slot, "slot") < 2**64:  # a uint64: ctypes would wrap 2^64 + 5 to 5
             raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"slot {slot} is out of range")
         lock = Lock(None, None, self)  # as _acquire's
         with self._calls:
@@ -880,14 +920,21 @@ class Cluster:
         lib.rdmalock_cluster_options_init_sized(ctypes.byref(co), ctypes.sizeof(co))
         if isinstance(etcd_endpoints, str):
             etcd_endpoints = [etcd_endpoints]
+        if etcd_endpoints is not None:
+            # The library takes them comma-separated: a comma in one would make it two.
+            for e in etcd_endpoints:
+                if "," in _c_str(e, "etcd_endpoints member").decode():
+                    raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
+                                        f"etcd_endpoints member {e!r} contains a comma (give "
+                                        "each endpoint as its own member)")
         endpoints = ",".join(etcd_endpoints) if etcd_endpoints is not None else None
         # ctypes keeps a reference to each bytes object assigned to a c_char_p field.
-        co.shard_map_file = os.fsencode(shard_map) if shard_map is not None else None
-        co.etcd_endpoints = endpoints.encode() if endpoints is not None else None
-        co.etcd_cluster = etcd_cluster.encode() if etcd_cluster else None
-        co.etcd_ca_file = os.fsencode(ca) if ca else None
-        co.etcd_cert_file = os.fsencode(cert) if cert else None
-        co.etcd_key_file = os.fsencode(key) if key else None
+        co.shard_map_file = _c_path(shard_map, "shard_map") if shard_map is not None else None
+        co.etcd_endpoints = _c_str(endpoints, "etcd_endpoints") if endpoints is not None else None
+        co.etcd_cluster = _c_str(etcd_cluster, "etcd_cluster") if etcd_cluster else None
+        co.etcd_ca_file = _c_path(ca, "ca") if ca else None
+        co.etcd_cert_file = _c_path(cert, "cert") if cert else None
+        co.etcd_key_file = _c_path(key, "key") if key else None
         o = _client_options(None, 0, connect_timeout, client_name, auto_renew, record_requests,
                             reconnect, auth_key_file, local_handover, fencing_tokens)
         co.client = ctypes.pointer(o)

@@ -211,7 +211,8 @@ RDMALOCK_C_EXPORT rdmalock_status_t rdmalock_renew(rdmalock_lock_t* lock);
  * lock's own callback. NULL is a no-op. */
 RDMALOCK_C_EXPORT void rdmalock_lock_free(rdmalock_lock_t* lock);
 
-/* Accessors; on NULL they return 0 (RDMALOCK_EXCLUSIVE, RDMALOCK_RELEASED). */
+/* Accessors; on NULL the numbers are 0, the mode RDMALOCK_EXCLUSIVE and the state
+ * RDMALOCK_RELEASED. */
 /* The fencing token of an exclusive grant (0 for shared, or with no_fencing_tokens): epoch:16 |
  * generation:29 | ticket:15 | local:4 (docs/protocol.md section 6). Successive exclusive holders
  * of a lock get strictly larger tokens. */
@@ -262,8 +263,9 @@ RDMALOCK_C_EXPORT uint64_t rdmalock_client_session_id(const rdmalock_client_t* c
  * the cluster. fork() and the lock handles' rules are those of a client (above). */
 typedef struct rdmalock_cluster_s rdmalock_cluster_t;
 
-/* Exactly one of shard_map_file and etcd_endpoints is set. Fields are only ever added at the end,
- * and a field's zero value is its default. */
+/* Exactly one of shard_map_file and etcd_endpoints is set; the etcd_ fields below it are for etcd
+ * only (with a map file they are refused). Fields are only ever added at the end, and a field's
+ * zero value is its default. */
 typedef struct rdmalock_cluster_options {
   size_t struct_size; /* the caller's sizeof: rdmalock_cluster_options_init sets it */
   /* A cluster map file, as `lockctl --cluster FILE` reads it (YAML: shards: - {name, server,
@@ -293,7 +295,8 @@ RDMALOCK_C_EXPORT void rdmalock_cluster_options_init_sized(rdmalock_cluster_opti
  * cluster to pass to rdmalock_cluster_close(); on failure *out is NULL. Errors:
  *   INVALID_ARGUMENT  NULL options or out; struct_size not set by rdmalock_cluster_options_init;
  *                     neither or both of shard_map_file and etcd_endpoints; an empty endpoint;
- *                     one of etcd_cert_file and etcd_key_file without the other; bad client
+ *                     one of etcd_cert_file and etcd_key_file without the other;
+ *                     shard_map_file with etcd_cluster or an etcd TLS file; bad client
  *                     options (as rdmalock_connect's)
  *   UNSUPPORTED       options (or *client) set fields this library does not know
  *   IO                the map file cannot be read
