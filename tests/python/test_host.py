@@ -405,3 +405,14 @@ def test_a_map_file_with_etcd_options_is_refused_not_ignored(tmp_path):
     _refused(lambda: rdmalock.Cluster(shard_map=path, ca="/ca.crt"), "etcd_ca_file")
     _refused(lambda: rdmalock.Cluster(shard_map=path, etcd_cluster="c"), "etcd_cluster")
     _refused(lambda: rdmalock.Cluster(shard_map=path, cert="/c", key="/k"), "etcd_cert_file")
+
+
+def test_on_lost_refuses_what_it_cannot_call():
+    # on_lost(42) was taken: when the lock was lost, the TypeError was raised inside ctypes'
+    # trampoline, printed as "Exception ignored", and the loss was told to no one (stop 59's
+    # review, 2026-12-07). Checked first, before the handle (here a lock with none).
+    class Owner:
+        _locks: dict = {}
+    lock = rdmalock.Lock(None, None, Owner())
+    e = _refused(lambda: lock.on_lost(42), "callback", "callable")
+    assert "int" in e.message
