@@ -672,8 +672,13 @@ class Lock:
         ``client.close()``, on the thread that made it: keep it short, take no lock that thread
         may hold, and do not release or renew this lock from it); a lock lost before any
         callback was set is told at once, on this thread. None clears it.
-        Raises RdmalockError: INVALID_ARGUMENT (closed handle), UNSUPPORTED (inherited across
-        fork())."""
+        Raises RdmalockError: INVALID_ARGUMENT (closed handle, or a callback that is not
+        callable), UNSUPPORTED (inherited across fork())."""
+        if callback is not None and not callable(callback):
+            # Else its TypeError would be raised in ctypes' trampoline at the loss, printed as
+            # "Exception ignored", and the loss told to no one.
+            raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
+                                f"callback must be callable, not {type(callback).__name__}")
         handle = self._h()
         if callback is None:
             # _LOST_FN() is a NULL function pointer (typeshed lacks the no-argument form).
