@@ -143,7 +143,8 @@ RDMALOCK_C_EXPORT void rdmalock_options_init(rdmalock_options_t* options);
 /* Connects to lockd and checks the handshake. On success *out is a client to pass to
  * rdmalock_close(); on failure *out is NULL. The strings in *options are copied. Errors:
  *   INVALID_ARGUMENT  NULL options or out; no server; a server name that does not resolve;
- *                     struct_size not set by rdmalock_options_init
+ *                     port 0; connect_timeout_ms 0 (rdmalock_options_init sets the defaults:
+ *                     a zero here is not one); struct_size not set by rdmalock_options_init
  *   UNSUPPORTED       options sets fields (beyond struct_size of this library's header) that this
  *                     library does not know
  *   CONNECTION        nothing listens at server:port, or the connection failed
