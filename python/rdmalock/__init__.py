@@ -438,19 +438,9 @@ def _c_int(value: object, what: str) -> int:
 
 
 def _check_name(name: object) -> bytes:
-    if not isinstance(name, str):
-        raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
-                            f"lock name must be a str, not {type(name).__name__}")
-    if "\0" in name:
-        # The library takes NUL-terminated names: this one would be cut short there, and name
-        # another lock.
-        raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
-                            f"lock name {name!r} contains a NUL character")
-    try:
-        return name.encode()
-    except UnicodeEncodeError as e:  # a lone surrogate, as os.fsdecode makes of non-UTF-8 bytes
-        raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
-                            f"lock name {name!r} cannot be encoded as UTF-8 ({e.reason})") from None
+    # The library takes NUL-terminated names: one with a NUL would be cut short there, and name
+    # another lock; a lone surrogate (os.fsdecode of non-UTF-8 bytes) cannot be encoded.
+    return _c_str(name, "lock name")
 
 
 def _free_lock(handle: ctypes.c_void_p, key: int, owners: Dict[int, Any]) -> None:
