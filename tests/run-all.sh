@@ -170,16 +170,17 @@ stage "build (RelWithDebInfo)"
 echo "=== build (RelWithDebInfo)"
 if ! build build "" gcc all; then echo "run-all: build failed"; exit 1; fi
 
-# The command-line tests, the host unit tests and the sanitizer runs use about one of the two
-# cores: each runs beside the next tree's build, started at nice 19 (bg_start), so that the
-# build takes only what the tests leave idle (a nice-0 thread that wakes preempts it at once, so
-# the tests' 30-40 ms leases keep their timing). bg_wait lets the build finish at full speed and prints its output. A stage's CPU
-# figure counts a background build in the stage that waits for it. Nothing runs beside the model
-# (its bitstate runs are bounded by wall time) or the VM stages (TCG needs both cores: with the
-# thread-safety analysis beside it at nice 19, the RDMA stage took 240 s instead of 181, and the
-# operator stage failed a cluster check and took 468 s instead of 79; tried 2026-12-06. That
-# failure was a race in lockd the slowness exposed, since fixed: a reload during a new term's
-# loopback probe made lockd exit, and lockctl then retried its dead port for 5 s sixty times).
+# The command-line tests, the host unit tests and the sanitizer runs use about one of the two cores:
+# each runs beside the next tree's build, started at nice 19 (bg_start), so that the build takes
+# only what the tests leave idle (a nice-0 thread that wakes preempts it at once, so the tests'
+# 30-40 ms leases keep their timing). bg_wait lets the build finish at full speed and prints its
+# output. A stage's CPU figure counts a background build in the stage that waits for it. Nothing
+# runs beside the model (its bitstate runs are bounded by wall time) or the VM stages (TCG needs
+# both cores: with the thread-safety analysis beside it at nice 19, the RDMA stage took 240 s
+# instead of 181, and the operator stage failed a cluster check and took 468 s instead of 79; tried
+# 2026-12-06. That failure was a race in lockd the slowness exposed, since fixed: a reload during a
+# new term's loopback probe made lockd exit, and lockctl then retried its dead port for 5 s sixty
+# times).
 bg_pid=""
 bg_log=""
 bg_start() {  # LOG COMMAND...: runs COMMAND in the background at nice 19, output to LOG

@@ -2,9 +2,9 @@
 # A lock named with --shard must be on that shard by the map: acquire and release --force would
 # otherwise act on the wrong lockd (found by review, 2026-12-05), and top label another lock's
 # slot with the name (2026-12-07). inspect may look at a name's slot on any shard (lockctl.1).
-# Of ten names, every one the map puts on shard b is refused (exit 64, the message naming both shards), before
-# any connection; every one on shard a goes on to connect (to an address that does not answer:
-# exit 69).
+# Of ten names, every one the map puts on shard b is refused (exit 64, the message naming both
+# shards), before any connection; every one on shard a goes on to connect (to an address that does
+# not answer: exit 69).
 # (The ctest patterns this replaces passed if any one name was refused.)
 #   shard_names.sh LOCKCTL SCRATCH_DIR
 # Prints "shard-names-ok" at the end when every check held; each failure is one FAIL line.
