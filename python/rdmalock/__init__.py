@@ -916,6 +916,7 @@ class Cluster:
         if isinstance(etcd_endpoints, str):
             etcd_endpoints = [etcd_endpoints]
         if etcd_endpoints is not None:
+            etcd_endpoints = list(etcd_endpoints)  # any iterable, walked twice below
             # The library takes them comma-separated: a comma in one would make it two.
             for e in etcd_endpoints:
                 if "," in _c_str(e, "etcd_endpoints member").decode():
