@@ -416,3 +416,10 @@ def test_on_lost_refuses_what_it_cannot_call():
     lock = rdmalock.Lock(None, None, Owner())
     e = _refused(lambda: lock.on_lost(42), "callback", "callable")
     assert "int" in e.message
+
+
+def test_an_empty_endpoint_list_is_named_as_such():
+    # Cluster(etcd_endpoints=[]) reached C as "" and was refused as "neither shard_map_file nor
+    # etcd_endpoints" set, which the caller had set (stop 59's review, 2026-12-07).
+    _refused(lambda: rdmalock.Cluster.from_etcd([]), "etcd_endpoints", "empty")
+    _refused(lambda: rdmalock.Cluster(etcd_endpoints=()), "etcd_endpoints", "empty")
