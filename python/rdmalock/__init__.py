@@ -603,15 +603,16 @@ class Lock:
         return self._handle
 
     def release(self) -> None:
-        """Releases the lock. Raises RdmalockError: LOCK_LOST (it was lost, nothing released),
-        NOT_HELD (already released), CONNECTION (the client was closed or failed),
+        """Releases the lock. Raises RdmalockError: LOCK_LOST (it was lost, or its client was
+        closed or its session ended: nothing released), NOT_HELD (already released),
         INVALID_ARGUMENT (the handle was closed), UNSUPPORTED (inherited across fork())."""
         _check(_lib().rdmalock_release(self._h()))
 
     def renew(self) -> None:
         """Extends the lease by one lease period (the client also renews in the background).
-        Raises RdmalockError: NOT_HELD, LOCK_LOST, CONNECTION, INVALID_ARGUMENT (closed
-        handle), UNSUPPORTED (inherited across fork())."""
+        Raises RdmalockError: NOT_HELD, LOCK_LOST (also once its client was closed), CONNECTION
+        (the connection to lockd failed), INVALID_ARGUMENT (closed handle), UNSUPPORTED
+        (inherited across fork())."""
         _check(_lib().rdmalock_renew(self._h()))
 
     def close(self) -> None:
@@ -917,6 +918,9 @@ class Cluster:
             etcd_endpoints = [etcd_endpoints]
         if etcd_endpoints is not None:
             etcd_endpoints = list(etcd_endpoints)  # any iterable, walked twice below
+            if not etcd_endpoints:  # C would see "", and say neither source was set
+                raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
+                                    "etcd_endpoints is empty: give at least one etcd member")
             # The library takes them comma-separated: a comma in one would make it two.
             for e in etcd_endpoints:
                 if "," in _c_str(e, "etcd_endpoints member").decode():
