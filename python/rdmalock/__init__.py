@@ -363,9 +363,7 @@ def _client_options(server: Optional[str], port: int, connect_timeout: float = 5
     Raises RdmalockError(INVALID_ARGUMENT) for a port out of range or a negative timeout."""
     o = _options()
     o.server = _c_str(server, "server") if server else None
-    if not 0 <= _c_int(port, "port") <= 0xFFFF:
-        raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"port {port} is out of range")
-    o.port = port
+    o.port = _c_uint(port, "port", 16)
     # A uint32 of milliseconds: ctypes would wrap a larger value (4294967.296 s was 0, the
     # library's default), and inf and nan are no number of milliseconds.
     # (NaN is the value not equal to itself: math.isnan raised OverflowError for a huge int.)
@@ -428,12 +426,14 @@ def _c_path(value: object, what: str) -> bytes:
     return encoded
 
 
-def _c_int(value: object, what: str) -> int:
-    """An int for a C integer argument (bool aside): ctypes refuses a float with an error that
-    names no parameter."""
+def _c_uint(value: object, what: str, bits: int) -> int:
+    """An int for a C unsigned integer of `bits` bits (bool aside): ctypes refuses a float with an
+    error that names no parameter, and wraps an int out of the type's range without a word."""
     if not isinstance(value, int) or isinstance(value, bool):
         raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
                             f"{what} must be an int, not {type(value).__name__}")
+    if not 0 <= value < 2**bits:
+        raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"{what} {value} is out of range")
     return value
 
 
@@ -563,10 +563,8 @@ def slot_for_name(name: str, lock_count: int) -> int:
     with a NUL character) or a count outside 0 .. 2^64 - 1, OSError if the library cannot be
     loaded."""
     encoded = _check_name(name)  # a NUL would cut the name short: another lock's slot
-    # A uint64: ctypes would wrap -1 to 2^64 - 1.
-    if not 0 <= _c_int(lock_count, "lock_count") < 2**64:
-        raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"lock_count {lock_count} is out of range")
-    return int(_lib().rdmalock_slot_for_name(encoded, lock_count))
+    count = _c_uint(lock_count, "lock_count", 64)  # a uint64: ctypes would wrap -1 to 2^64 - 1
+    return int(_lib().rdmalock_slot_for_name(encoded, count))
 
 
 # ---- the API
@@ -814,8 +812,7 @@ class Client:
                   timeout: Optional[float] = None) -> Lock:
         """As lock(), by slot number (0 .. lock_count - 1). Raises RdmalockError as lock();
         INVALID_ARGUMENT for a slot out of range."""
-        if not 0 <= _c_int(slot, "slot") < 2**64:  # a uint64: ctypes would wrap 2^64 + 5 to 5
-            raise RdmalockError(ErrorCode.INVALID_ARGUMENT, f"slot {slot} is out of range")
+        _c_uint(slot, "slot", 64)  # a uint64: ctypes would wrap 2^64 + 5 to slot 5
         lock = Lock(None, None, self)  # as _acquire's
         with self._calls:
             _check(_lib().rdmalock_lock_slot(self._h(), slot, _SHARED if shared else _EXCLUSIVE,
@@ -916,21 +913,25 @@ class Cluster:
         lib.rdmalock_cluster_options_init_sized(ctypes.byref(co), ctypes.sizeof(co))
         if isinstance(etcd_endpoints, str):
             etcd_endpoints = [etcd_endpoints]
+        endpoints: Optional[str] = None
+        # ctypes keeps a reference to each bytes object assigned to a c_char_p field.
         if etcd_endpoints is not None:
-            etcd_endpoints = list(etcd_endpoints)  # any iterable, walked twice below
-            if not etcd_endpoints:  # C would see "", and say neither source was set
-                raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
-                                    "etcd_endpoints is empty: give at least one etcd member")
-            # The library takes them comma-separated: a comma in one would make it two.
+            members = []  # any iterable, walked once
             for e in etcd_endpoints:
-                if "," in _c_str(e, "etcd_endpoints member").decode():
+                m = _c_str(e, "etcd_endpoints member")
+                # The library takes them comma-separated: a comma in one would make it two.
+                if b"," in m:
                     raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
                                         f"etcd_endpoints member {e!r} contains a comma (give "
                                         "each endpoint as its own member)")
-        endpoints = ",".join(etcd_endpoints) if etcd_endpoints is not None else None
-        # ctypes keeps a reference to each bytes object assigned to a c_char_p field.
+                members.append(m)
+            if not members:  # C would see "", and say neither source was set
+                raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
+                                    "etcd_endpoints is empty: give at least one etcd member")
+            joined = b",".join(members)
+            co.etcd_endpoints = joined
+            endpoints = joined.decode()
         co.shard_map_file = _c_path(shard_map, "shard_map") if shard_map is not None else None
-        co.etcd_endpoints = _c_str(endpoints, "etcd_endpoints") if endpoints is not None else None
         co.etcd_cluster = _c_str(etcd_cluster, "etcd_cluster") if etcd_cluster else None
         co.etcd_ca_file = _c_path(ca, "ca") if ca else None
         co.etcd_cert_file = _c_path(cert, "cert") if cert else None

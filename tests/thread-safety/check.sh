@@ -29,7 +29,8 @@ flags="-fsyntax-only -Wthread-safety -Werror=thread-safety"
 
 mkdir -p "$build"
 if ! CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
-  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_DISABLE_PRECOMPILE_HEADERS=ON >"$build/configure.log" 2>&1; then
+  -DCMAKE_BUILD_TYPE=Debug -DCMAKE_DISABLE_PRECOMPILE_HEADERS=ON \
+  >"$build/configure.log" 2>&1; then
   cat "$build/configure.log"
   echo "thread-safety: configure: FAIL"
   exit 1
