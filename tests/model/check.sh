@@ -20,13 +20,20 @@
 # The runs are independent, single-threaded programs: they run JOBS (default: the number of CPUs)
 # at a time, each in a directory of its own, and their lines are printed in the order below. A
 # bitstate run's bound is wall time (pan's -Q), so it needs a CPU of its own: never more runs at
-# once than CPUs.
+# once than CPUs. MODEL_TIME_SCALE (default 1) multiplies every run's time bound: run-all.sh runs
+# the model at the idle scheduling priority beside the VM stages, where a run gets less than a
+# CPU, and gives it twice the time.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 command -v spin >/dev/null || { echo "model: spin is not installed (apt-get install spin)"; exit 1; }
 jobs=${JOBS:-$(nproc)}
+scale=${MODEL_TIME_SCALE:-1}
+if ! [[ "$scale" =~ ^[1-9][0-9]*$ ]]; then
+  echo "model: MODEL_TIME_SCALE must be a whole number >= 1, not '$scale'"
+  exit 1
+fi
 
 run() {  # model label mode(exhaustive|bitstate) minutes defines...
   local model=$1 label=$2 mode=$3 minutes=$4 status=0
@@ -39,7 +46,7 @@ run() {  # model label mode(exhaustive|bitstate) minutes defines...
   local extra=""
   [ "$mode" = bitstate ] && extra="-w29 -k3"
   # shellcheck disable=SC2086
-  ./pan -m1000000 -Q"$minutes" $extra >out.txt 2>&1
+  ./pan -m1000000 -Q$((minutes * scale)) $extra >out.txt 2>&1
   local errors states depth
   errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' out.txt | tail -1)
   states=$(sed -n 's/^ *\([0-9.e+]*\) states, stored.*/\1/p' out.txt | tail -1)
@@ -105,7 +112,7 @@ must_find() {
   (
     cd "$dir" || exit 1
     if spin "$@" -a "$model" >/dev/null && gcc -O2 -DSAFETY -w -o pan pan.c &&
-      ./pan -m1000000 -Q3 >out.txt 2>&1
+      ./pan -m1000000 -Q$((3 * scale)) >out.txt 2>&1
       grep -q "$pattern" out.txt; then
       echo "$ok" >report
       echo 0 >status
