@@ -423,3 +423,14 @@ def test_an_empty_endpoint_list_is_named_as_such():
     # etcd_endpoints" set, which the caller had set (stop 59's review, 2026-12-07).
     _refused(lambda: rdmalock.Cluster.from_etcd([]), "etcd_endpoints", "empty")
     _refused(lambda: rdmalock.Cluster(etcd_endpoints=()), "etcd_endpoints", "empty")
+
+
+def test_a_zero_port_or_connect_timeout_is_refused_naming_the_argument():
+    # Both reached the C++ library, whose message named its own fields ("ClientOptions::port is
+    # 0"), not the caller's (stop 59's review of the C API and this module, 2026-12-07).
+    for kwargs, name in (({"port": 0}, "port"), ({"connect_timeout": 0}, "connect_timeout")):
+        with pytest.raises(RdmalockError) as e:
+            rdmalock.Client.connect("192.0.2.1", **kwargs)
+        assert e.value.code == ErrorCode.INVALID_ARGUMENT, kwargs
+        assert name in e.value.message and "ClientOptions" not in e.value.message, \
+            (kwargs, e.value.message)

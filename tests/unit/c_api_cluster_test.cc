@@ -437,6 +437,39 @@ TEST_CASE("c api cluster: rdmalock_cluster_open refuses what it cannot use, nami
   CHECK(rdmalock_cluster_open(&o, &c) == RDMALOCK_ERR_INVALID_ARGUMENT);
 }
 
+// A port or connect timeout of 0 reached the C++ library, whose message named its own fields
+// ("ClientOptions::port is 0"), not the C caller's (stop 59's review of the C API, 2026-12-07).
+TEST_CASE("c api: a port or connect timeout of 0 is refused naming the C field") {
+  rdmalock_options_t o;
+  rdmalock_options_init(&o);
+  o.server = "192.0.2.1";
+  rdmalock_client_t* c = nullptr;
+  o.port = 0;
+  CHECK(rdmalock_connect(&o, &c) == RDMALOCK_ERR_INVALID_ARGUMENT);
+  CHECK(c == nullptr);
+  CHECK_THAT(rdmalock_last_error(), Catch::Contains("options->port is 0"));
+  o.port = 7471;
+  o.connect_timeout_ms = 0;
+  CHECK(rdmalock_connect(&o, &c) == RDMALOCK_ERR_INVALID_ARGUMENT);
+  CHECK(c == nullptr);
+  CHECK_THAT(rdmalock_last_error(), Catch::Contains("options->connect_timeout_ms is 0"));
+
+  // A cluster's shard options: the timeout is checked; the port is the map's, so 0 is ignored.
+  TempFile map("shards:\n  - {name: a, server: 192.0.2.1}\n");
+  rdmalock_cluster_options_t co;
+  rdmalock_cluster_options_init(&co);
+  co.shard_map_file = map.path.c_str();
+  co.client = &o;
+  rdmalock_cluster_t* cc = nullptr;
+  CHECK(rdmalock_cluster_open(&co, &cc) == RDMALOCK_ERR_INVALID_ARGUMENT);
+  CHECK(cc == nullptr);
+  CHECK_THAT(rdmalock_last_error(), Catch::Contains("options->client->connect_timeout_ms is 0"));
+  o.connect_timeout_ms = 5000;
+  o.port = 0;
+  CHECK(rdmalock_cluster_open(&co, &cc) == RDMALOCK_OK);
+  if (cc != nullptr) rdmalock_cluster_close(cc);
+}
+
 // A map file's cluster took the etcd options too and dropped them without a word: the etcd CA,
 // certificate, key and cluster name are for an etcd source only (stop 59's review, 2026-12-07).
 TEST_CASE("c api cluster: a map file with etcd options is refused and names them") {
