@@ -293,6 +293,14 @@ rdmalock_status_t ToClientOptions(const char* fn, const char* what,
   rdmalock_options_t merged;
   FillDefaults(&merged);
   std::memcpy(&merged, options, KnownPrefix(size));
+  // Refused here, naming the caller's field (the C++ check names ClientOptions::connect_timeout).
+  if (merged.connect_timeout_ms == 0) {
+    return Fail(ErrorCode::kInvalidArgument, fn,
+                (std::string(what) +
+                 "->connect_timeout_ms is 0: give the milliseconds to wait for lockd, 1 or more "
+                 "(rdmalock_options_init sets 5000)")
+                    .c_str());
+  }
   rdmalock::ClientOptions o;
   if (merged.server != nullptr) o.server = merged.server;
   o.port = merged.port;
@@ -455,6 +463,10 @@ rdmalock_status_t rdmalock_connect(const rdmalock_options_t* options, rdmalock_c
     if (o.server.empty()) {
       return Fail(ErrorCode::kInvalidArgument, fn,
                   "options->server is not set: name lockd's address");
+    }
+    if (o.port == 0) {  // a cluster's shards take theirs from the map, so only here
+      return Fail(ErrorCode::kInvalidArgument, fn,
+                  "options->port is 0: give lockd's port (rdmalock_options_init sets 7471)");
     }
     auto c = std::make_unique<rdmalock_client_s>();
     auto r = rdmalock::Client::Connect(o);

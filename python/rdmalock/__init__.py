@@ -360,16 +360,17 @@ def _client_options(server: Optional[str], port: int, connect_timeout: float = 5
                     auth_key_file: Optional[str] = None,
                     local_handover: bool = True, fencing_tokens: bool = True) -> _Options:
     """The options of a session (a Client's, or each shard's of a Cluster, whose server is None).
-    Raises RdmalockError(INVALID_ARGUMENT) for a port out of range or a negative timeout."""
+    Raises RdmalockError(INVALID_ARGUMENT) for a port out of range or a timeout of 0 or less."""
     o = _options()
     o.server = _c_str(server, "server") if server else None
     o.port = _c_uint(port, "port", 16)
     # A uint32 of milliseconds: ctypes would wrap a larger value (4294967.296 s was 0, the
     # library's default), and inf and nan are no number of milliseconds.
     # (NaN is the value not equal to itself: math.isnan raised OverflowError for a huge int.)
-    if connect_timeout != connect_timeout or not 0 <= connect_timeout <= 0xFFFFFFFF / 1000:
+    # 0 is refused here too, by the argument's name (the library would name its C field).
+    if connect_timeout != connect_timeout or not 0 < connect_timeout <= 0xFFFFFFFF / 1000:
         raise RdmalockError(ErrorCode.INVALID_ARGUMENT,
-                            f"connect_timeout {connect_timeout} is not between 0 and "
+                            f"connect_timeout {connect_timeout} is not above 0 and at most "
                             f"{0xFFFFFFFF / 1000} seconds")
     ms = int(round(connect_timeout * 1000))
     o.connect_timeout_ms = 1 if ms == 0 and connect_timeout > 0 else ms
