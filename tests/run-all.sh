@@ -140,6 +140,10 @@ build() {  # dir sanitize compiler(gcc|clang) targets...
   local level=-O3
   [ -n "$san" ] && level=-O1
   opt=(-DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$level -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="$level -g1 -DNDEBUG")
+  # The sanitizer trees compile the libraries as unity builds (RDMALOCK_UNITY_LIBS): measured
+  # 2026-12-07 with -j2 on this machine, the ASan+UBSan tree's build 425 -> 307 CPU s, the TSan
+  # tree's 270 -> 200. The plain tree compiles each file on its own, as a user's build does.
+  [ -n "$san" ] && opt+=(-DRDMALOCK_UNITY_LIBS=ON)
   # Prefix /usr, as Debian's packages are laid out (the package stage builds them from build/).
   # compile_commands.json: tests/thread-safety/check.sh reads which files a clang tree compiled.
   cmake -S "$root" -B "$root/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRDMALOCK_SANITIZE="$san" \

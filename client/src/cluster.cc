@@ -439,9 +439,9 @@ Result<Client*> ClusterClient::Shard(size_t index) {
 namespace {
 // The latest a call with `options` may wait for a shard's connection.
 std::chrono::steady_clock::time_point DeadlineOf(const LockOptions& options) {
-  using Clock = std::chrono::steady_clock;
-  if (!options.timeout.has_value()) return Clock::time_point::max();
-  return sdk::DeadlineAfter(Clock::now(), *options.timeout);
+  using SteadyClock = std::chrono::steady_clock;
+  if (!options.timeout.has_value()) return SteadyClock::time_point::max();
+  return sdk::DeadlineAfter(SteadyClock::now(), *options.timeout);
 }
 }  // namespace
 
@@ -491,13 +491,13 @@ Result<LockHandle> ClusterClient::TryLock(std::string_view name, LockMode mode) 
 
 Result<std::vector<LockHandle>> ClusterClient::LockMany(std::span<const LockRequest> requests,
                                                         const LockOptions& options) {
-  using Clock = std::chrono::steady_clock;
+  using SteadyClock = std::chrono::steady_clock;
   if (impl_->inherited()) return Impl::InheritedError();
   for (const LockRequest& r : requests) RDMALOCK_RETURN_IF_ERROR(CheckName(r.name));
   const auto v = impl_->view();  // the whole set is routed by one map
   std::vector<std::vector<LockRequest>> by_shard(v->map.shards.size());
   for (const LockRequest& r : requests) by_shard[ShardForName(v->map, r.name)].push_back(r);
-  const auto start = Clock::now();
+  const auto start = SteadyClock::now();
   const bool budget = options.timeout.has_value() && options.timeout->count() > 0;
   std::vector<LockHandle> held;
   // All or none: on any failure, what the set holds so far is released.
@@ -526,13 +526,14 @@ Result<std::vector<LockHandle>> ClusterClient::LockMany(std::span<const LockRequ
                  ? impl_->TryShard(*v, i)
                  : impl_->Shard(*v, i,
                                 options.timeout ? sdk::DeadlineAfter(start, *options.timeout)
-                                                : Clock::time_point::max());
+                                                : SteadyClock::time_point::max());
     if (!c.ok()) return fail(c.status());
     LockOptions o = options;
     if (budget) {
       // One deadline for the whole set; a shard reached late gets what is left (at least one
       // attempt).
-      const auto used = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
+      const auto used =
+          std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - start);
       o.timeout = std::max(std::chrono::milliseconds(0), *options.timeout - used);
     }
     auto part = (*c)->LockMany(by_shard[i], o);

@@ -93,6 +93,12 @@ for tree in sys.argv[3:]:
                 with open(os.environ["tsa_trees"], "a") as t:
                     print(tree, e["directory"], shlex.join(v), sep="\t", file=t)
             done.setdefault(e["file"], tree)
+            # A unity file (RDMALOCK_UNITY_LIBS) compiled the sources it includes, whose paths
+            # CMake writes absolute, one #include a line; its depfile names them too.
+            if re.search(r"/Unity/unity_[^/]*\.cxx$", e["file"]):
+                with open(e["file"]) as u:
+                    for inc in re.findall(r'^#include "([^"]+)"$', u.read(), re.M):
+                        done.setdefault(inc, tree)
 for e in json.load(open(sys.argv[1])):
     f = e["file"]
     if not f.startswith(root + "/") or not f.endswith(".cc"):
