@@ -373,7 +373,7 @@ def _client_options(server: Optional[str], port: int, connect_timeout: float = 5
                             f"connect_timeout {connect_timeout} is not above 0 and at most "
                             f"{0xFFFFFFFF / 1000} seconds")
     ms = int(round(connect_timeout * 1000))
-    o.connect_timeout_ms = 1 if ms == 0 and connect_timeout > 0 else ms
+    o.connect_timeout_ms = max(ms, 1)  # above 0 but under half a millisecond: 1 ms, not 0
     o.client_name = _c_str(client_name, "client_name") if client_name else None
     o.auto_renew = int(auto_renew)
     o.record_requests = int(record_requests)
@@ -728,12 +728,12 @@ class Client:
                  record_requests: bool = True, reconnect: bool = True,
                  auth_key_file: Optional[str] = None,
                  local_handover: bool = True, fencing_tokens: bool = True) -> None:
-        """Connects to lockd, as connect(). Raises RdmalockError: INVALID_ARGUMENT (no server, a name that does not
-        resolve, a port out of range, a negative timeout), CONNECTION (nothing listens, or the
-        connection failed), RESOURCE (no RDMA device, out of QPs or memory), REJECTED (lockd
-        refused the handshake: version, too many clients, restart grace, authentication),
-        CONFIG (the auth key file cannot be read or is too short). Raises OSError if
-        librdmalock cannot be loaded."""
+        """Connects to lockd, as connect(). Raises RdmalockError: INVALID_ARGUMENT (no server, a
+        name that does not resolve, a port of 0 or out of range, a connect_timeout of 0 or
+        less), CONNECTION (nothing listens, or the connection failed), RESOURCE (no RDMA device,
+        out of QPs or memory), REJECTED (lockd refused the handshake: version, too many
+        clients, restart grace, authentication), CONFIG (the auth key file cannot be read or is
+        too short). Raises OSError if librdmalock cannot be loaded."""
         lib = _lib()
         o = _client_options(server, port, connect_timeout, client_name, auto_renew,
                             record_requests, reconnect, auth_key_file, local_handover,
@@ -766,12 +766,12 @@ class Client:
         older than C API version 4), fencing_tokens (exclusive grants carry a token, which costs
         each exclusive acquire an RDMA READ in its atomic's doorbell; False: Lock.token is 0 and
         that READ is not made, for programs that pass no token to what they guard; UNSUPPORTED
-        from a librdmalock older than C API version 5). Raises RdmalockError: INVALID_ARGUMENT (no server, a name that does not
-        resolve, a port out of range, a negative timeout), CONNECTION (nothing listens, or the
-        connection failed), RESOURCE (no RDMA device, out of QPs or memory), REJECTED (lockd
-        refused the handshake: version, too many clients, restart grace, authentication),
-        CONFIG (the auth key file cannot be read or is too short). Raises OSError if
-        librdmalock cannot be loaded."""
+        from a librdmalock older than C API version 5). Raises RdmalockError: INVALID_ARGUMENT
+        (no server, a name that does not resolve, a port of 0 or out of range, a connect_timeout
+        of 0 or less), CONNECTION (nothing listens, or the connection failed), RESOURCE (no RDMA
+        device, out of QPs or memory), REJECTED (lockd refused the handshake: version, too many
+        clients, restart grace, authentication), CONFIG (the auth key file cannot be read or is
+        too short). Raises OSError if librdmalock cannot be loaded."""
         return cls(server, port, connect_timeout=connect_timeout, client_name=client_name,
                    auto_renew=auto_renew, record_requests=record_requests, reconnect=reconnect,
                    auth_key_file=auth_key_file, local_handover=local_handover,
@@ -901,9 +901,9 @@ class Cluster:
         exactly one of them); prefer from_shard_map() and from_etcd(). The keyword options are
         Client.connect's, for every shard's session. Raises RdmalockError: INVALID_ARGUMENT
         (neither or both sources, an empty endpoint, cert without key or key without cert, a
-        negative timeout), IO (the map file cannot be read), CONFIG (not a valid map: the
-        message names file, line and key; no map for this cluster in etcd), CONNECTION (no etcd
-        member answered), PROTOCOL (etcd holds something that is not a map), UNSUPPORTED
+        connect_timeout of 0 or less), IO (the map file cannot be read), CONFIG (not a valid
+        map: the message names file, line and key; no map for this cluster in etcd), CONNECTION
+        (no etcd member answered), PROTOCOL (etcd holds something that is not a map), UNSUPPORTED
         (librdmalock older than the cluster API). Raises OSError if librdmalock cannot be
         loaded."""
         lib = _lib()
@@ -959,8 +959,8 @@ class Cluster:
         ``shards: [{name, server, port}]``), read once, now. The keyword options are
         Client.connect's, for every shard's session. Raises RdmalockError: IO (the file cannot
         be read), CONFIG (not a valid map; the message names file, line and key),
-        INVALID_ARGUMENT (a negative timeout), UNSUPPORTED (librdmalock older than the cluster
-        API); OSError if librdmalock cannot be loaded."""
+        INVALID_ARGUMENT (a connect_timeout of 0 or less), UNSUPPORTED (librdmalock older than
+        the cluster API); OSError if librdmalock cannot be loaded."""
         return cls(shard_map=path, connect_timeout=connect_timeout, client_name=client_name,
                    auto_renew=auto_renew, record_requests=record_requests, reconnect=reconnect,
                    auth_key_file=auth_key_file, local_handover=local_handover,
@@ -980,8 +980,9 @@ class Cluster:
         neither). Each shard's session follows the primary etcd names. Raises RdmalockError:
         CONNECTION (no etcd member answered), CONFIG (etcd has no map for this cluster),
         PROTOCOL (etcd holds something that is not a map), INVALID_ARGUMENT (an empty
-        endpoint, cert without key or key without cert, a negative timeout), UNSUPPORTED
-        (librdmalock older than the cluster API); OSError if librdmalock cannot be loaded."""
+        endpoint, cert without key or key without cert, a connect_timeout of 0 or less),
+        UNSUPPORTED (librdmalock older than the cluster API); OSError if librdmalock cannot be
+        loaded."""
         return cls(etcd_endpoints=endpoints, etcd_cluster=cluster, ca=ca, cert=cert, key=key,
                    connect_timeout=connect_timeout, client_name=client_name,
                    auto_renew=auto_renew, record_requests=record_requests, reconnect=reconnect,

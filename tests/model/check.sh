@@ -20,9 +20,10 @@
 # The runs are independent, single-threaded programs: they run JOBS (default: the number of CPUs)
 # at a time, each in a directory of its own, and their lines are printed in the order below. A
 # bitstate run's bound is wall time (pan's -Q), so it needs a CPU of its own: never more runs at
-# once than CPUs. MODEL_TIME_SCALE (default 1) multiplies every run's time bound: run-all.sh runs
-# the model at the idle scheduling priority beside the VM stages, where a run gets less than a
-# CPU, and gives it twice the time.
+# once than CPUs. MODEL_TIME_SCALE (default 1) multiplies the bitstate runs' time bounds, and
+# MODEL_EXHAUSTIVE_TIME_SCALE (default MODEL_TIME_SCALE) those of the exhaustive runs and of the
+# runs that must find a violation, which end when done and fail if cut off: run-all.sh runs the
+# model at the idle scheduling priority beside the VM stages, where a run gets less than a CPU.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
@@ -30,10 +31,13 @@ trap 'rm -rf "$work"' EXIT
 command -v spin >/dev/null || { echo "model: spin is not installed (apt-get install spin)"; exit 1; }
 jobs=${JOBS:-$(nproc)}
 scale=${MODEL_TIME_SCALE:-1}
-if ! [[ "$scale" =~ ^[1-9][0-9]*$ ]]; then
-  echo "model: MODEL_TIME_SCALE must be a whole number >= 1, not '$scale'"
-  exit 1
-fi
+escale=${MODEL_EXHAUSTIVE_TIME_SCALE:-$scale}
+for s in "MODEL_TIME_SCALE=$scale" "MODEL_EXHAUSTIVE_TIME_SCALE=$escale"; do
+  if ! [[ "${s#*=}" =~ ^[1-9][0-9]*$ ]]; then
+    echo "model: ${s%%=*} must be a whole number >= 1, not '${s#*=}'"
+    exit 1
+  fi
+done
 
 run() {  # model label mode(exhaustive|bitstate) minutes defines...
   local model=$1 label=$2 mode=$3 minutes=$4 status=0
@@ -43,10 +47,10 @@ run() {  # model label mode(exhaustive|bitstate) minutes defines...
   spin "$@" -a "$model" >/dev/null || { echo "model: spin -a failed"; return 1; }
   # shellcheck disable=SC2086
   gcc $flags -o pan pan.c || { echo "model: compiling pan failed"; return 1; }
-  local extra=""
-  [ "$mode" = bitstate ] && extra="-w29 -k3"
+  local extra="" bound=$((minutes * escale))
+  [ "$mode" = bitstate ] && extra="-w29 -k3" bound=$((minutes * scale))
   # shellcheck disable=SC2086
-  ./pan -m1000000 -Q$((minutes * scale)) $extra >out.txt 2>&1
+  ./pan -m1000000 -Q"$bound" $extra >out.txt 2>&1
   local errors states depth
   errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' out.txt | tail -1)
   states=$(sed -n 's/^ *\([0-9.e+]*\) states, stored.*/\1/p' out.txt | tail -1)
@@ -112,7 +116,7 @@ must_find() {
   (
     cd "$dir" || exit 1
     if spin "$@" -a "$model" >/dev/null && gcc -O2 -DSAFETY -w -o pan pan.c &&
-      ./pan -m1000000 -Q$((3 * scale)) >out.txt 2>&1
+      ./pan -m1000000 -Q$((3 * escale)) >out.txt 2>&1
       grep -q "$pattern" out.txt; then
       echo "$ok" >report
       echo 0 >status
