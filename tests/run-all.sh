@@ -289,8 +289,8 @@ tally "fuzzers (libFuzzer)" "$logs/fuzz.log" "$rc" '^fuzz: .*: ok ' '^fuzz: .*: 
 
 # The protocol model and the thread-safety analysis, host work that uses both cores, run beside the
 # first two VM stages at the idle scheduling policy (SCHED_IDLE: any other thread that wakes
-# preempts them, and they weigh a fifth of a nice-19 task) and are waited for after them. Under TCG the
-# VMs use about one core on average but both in bursts, so this work slows them: tried 2026-12-07,
+# preempts them, and they weigh a fifth of a nice-19 task) and are waited for after them. Under
+# TCG the VMs use about one core on average but both in bursts, so this work slows them: tried 2026-12-07,
 # the RDMA stage took 248 s with the whole model beside it against 210 s alone, where the model's
 # own stage took 165 s; at nice 19 (2026-12-06) the thread-safety analysis alone had slowed it from
 # 181 s to 240 s. A model run gets less than a CPU there, so the bitstate runs' time bounds are
