@@ -18,7 +18,8 @@ namespace rdmalock::testing {
 
 // An HTTP proxy in front of etcd that forwards every request at once and can hold back the
 // reply of the next `delay_txns` transactions (/v3/kv/txn) by `delay`: a request etcd carried
-// out whose answer comes too late for the caller (a loaded etcd, a slow network).
+// out whose answer comes too late for the caller (a loaded etcd, a slow network); with
+// `delay_reads`, every read's (/v3/kv/range) reply too.
 class DelayingProxy {
  public:
   DelayingProxy(std::string upstream, std::chrono::milliseconds delay)
@@ -58,6 +59,7 @@ class DelayingProxy {
       }
       res.status = r->status;
       res.set_content(r->body, "application/json");
+      if (req.path == "/v3/kv/range" && delay_reads.load()) std::this_thread::sleep_for(delay_);
       if (req.path == "/v3/kv/txn" && delay_txns.fetch_sub(1) > 0) {
         delayed.fetch_add(1);
         std::this_thread::sleep_for(delay_);
@@ -81,6 +83,7 @@ class DelayingProxy {
 
   std::atomic<int> delay_txns{0};
   std::atomic<int> delayed{0};
+  std::atomic<bool> delay_reads{false};          // hold back every read's reply by `delay`
   std::atomic<bool> fail_ranges{false};          // answer every read (/v3/kv/range) with an error
   std::atomic<bool> fail_primary_reads{false};   // only the reads of shard a's primary key
   std::atomic<bool> fail_prefix_reads{false};    // only reads of a prefix (with a range_end)

@@ -540,3 +540,92 @@ TEST_CASE("cluster: ReadClusterMap fails when etcd could not say the shards' pri
   CHECK(read.status().code() == ErrorCode::kConnection);
   CHECK_THAT(read.status().message(), Catch::Contains("/rdmalock/test/map"));
 }
+
+// PublishClusterMap joined the names with commas and parsed the text again, so a name with a
+// comma in it ({"a,b"}) was published as two shards and one with spaces around it lost them; it
+// compared an existing map as raw text, so a map written by hand as "a, b" was "a different map"
+// from {"a", "b"}; and --replace was an unconditional Put, so of two operators replacing the map
+// at once, both were told it worked and one's map was gone (found by review, stop 55). Each name
+// is checked as given now, maps are compared by their names, and a replace writes only over the
+// map it read.
+TEST_CASE("cluster: PublishClusterMap checks each name as given", "[etcd]") {
+  testing::LocalEtcd server;
+  const EtcdCluster e{{server.url()}, "test"};
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"a,b"}, {"a", " b"}, {"a", "b\n"}, {}, {"a", "a"}}) {
+    std::string joined;
+    for (const auto& n : bad) joined += "[" + n + "]";
+    INFO("names " << joined);
+    const Status st = PublishClusterMap(e, bad, false);
+    INFO(st.ToString());
+    CHECK(st.code() == ErrorCode::kInvalidArgument);
+    auto map = ReadClusterMap(e);
+    INFO((map.ok() ? std::to_string(map->shards.size()) + " shards" : map.status().ToString()));
+    CHECK_FALSE(map.ok());  // nothing published
+  }
+  const Status st = PublishClusterMap(e, {"a,b"}, false);
+  CHECK_THAT(st.message(), Catch::Contains("'a,b'"));
+}
+
+TEST_CASE("cluster: PublishClusterMap compares an existing map by its names", "[etcd]") {
+  testing::LocalEtcd server;
+  const EtcdCluster e{{server.url()}, "test"};
+  auto kv = etcd::Client::Create({server.url()});
+  REQUIRE(kv.ok());
+  REQUIRE((*kv)->Put("/rdmalock/test/map", "a, b", 0, 2000ms).ok());  // written by hand
+  const Status same = PublishClusterMap(e, {"a", "b"}, false);
+  INFO(same.ToString());
+  CHECK(same.ok());
+  const Status other = PublishClusterMap(e, {"b", "a"}, false);
+  INFO(other.ToString());
+  CHECK(other.code() == ErrorCode::kBusy);
+}
+
+TEST_CASE("cluster: of two replaces of the map at once, one is told it lost", "[etcd]") {
+  testing::LocalEtcd server;
+  REQUIRE(PublishClusterMap({{server.url()}, "test"}, {"a"}, false).ok());
+  testing::DelayingProxy proxy(server.url(), 500ms);
+  proxy.delay_txns.store(1);
+  // The first replace reads the map ("a"), and its answer comes late; meanwhile another operator
+  // replaces the map.
+  Status first = Error(ErrorCode::kInternal, "not run");
+  std::thread t([&] { first = PublishClusterMap({{proxy.url()}, "test"}, {"x"}, true); });
+  REQUIRE(testing::WaitFor([&] { return proxy.delayed.load() == 1; }));
+  const Status second = PublishClusterMap({{server.url()}, "test"}, {"y"}, true);
+  t.join();
+  INFO("first: " << first.ToString() << "; second: " << second.ToString());
+  CHECK(second.ok());
+  CHECK(first.code() == ErrorCode::kBusy);
+  CHECK_THAT(first.message(), Catch::Contains("changed"));
+  auto map = ReadClusterMap({{server.url()}, "test"});
+  REQUIRE(map.ok());
+  REQUIRE(map->shards.size() == 1);
+  CHECK(map->shards[0].name == "y");  // the replace that was told it worked
+}
+
+// The refresher read the map with a timeout of min(map_refresh, 2 s) a call: with a short
+// map_refresh and an etcd slower than it (each call is a new connection, over TLS a handshake),
+// every refresh failed, silently, and the client routed by its first map for ever (found by
+// review, stop 55). A call gets etcd's usual 2 s whatever the interval.
+TEST_CASE("cluster: a map_refresh shorter than etcd's answers still refreshes the map", "[etcd]") {
+  testing::LocalEtcd server;
+  auto kv = etcd::Client::Create({server.url()});
+  REQUIRE(kv.ok());
+  REQUIRE((*kv)->Put("/rdmalock/test/shard/a/primary", "host-a:7471", 0, 2000ms).ok());
+  REQUIRE((*kv)->Put("/rdmalock/test/shard/b/primary", "host-b:7471", 0, 2000ms).ok());
+  REQUIRE(PublishClusterMap({{server.url()}, "test"}, {"a"}, false).ok());
+  testing::DelayingProxy proxy(server.url(), 150ms);
+  EtcdCluster e{{proxy.url()}, "test"};
+  e.map_refresh = 100ms;
+  Lockds l({"host-a", "host-b"});
+  auto cc = ClusterTestPeer::Connect(e, Options(), l.connector());
+  REQUIRE(cc.ok());
+  const int64_t first = (*cc)->map_revision();
+  proxy.delay_reads.store(true);  // from now on every read answers 150 ms late
+  REQUIRE(PublishClusterMap({{server.url()}, "test"}, {"b"}, true).ok());
+  const auto t0 = SteadyClock::now();
+  const bool moved = testing::WaitFor([&] { return (*cc)->map_revision() != first; }, 5s);
+  INFO("map revision " << (*cc)->map_revision() << " (first " << first << ") after "
+                       << MsSince(t0) << " ms");
+  CHECK(moved);
+}
