@@ -1,8 +1,8 @@
 // lockctl --etcd URL cluster [init SHARDS [--replace]]: publishes a cluster map to etcd, then shows
 // each shard's primary and standbys as etcd has them now.
+#include <algorithm>
 #include <chrono>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,8 +16,17 @@ int CmdCluster(const Common& c, const std::string& init, bool replace) {
   const rdmalock::EtcdCluster e = c.Etcd();
   if (!init.empty()) {
     std::vector<std::string> names;
-    std::stringstream ss(init);
-    for (std::string n; std::getline(ss, n, ',');) names.push_back(n);
+    // A comma-separated list: the spaces around a name are the list's, not the name's. An empty
+    // name (",," or a comma at either end) is kept, for PublishClusterMap to refuse.
+    for (size_t pos = 0;;) {
+      const size_t comma = std::min(init.find(',', pos), init.size());
+      std::string n = init.substr(pos, comma - pos);
+      n.erase(0, n.find_first_not_of(" \t"));
+      n.erase(n.find_last_not_of(" \t") + 1);
+      names.push_back(std::move(n));
+      if (comma == init.size()) break;
+      pos = comma + 1;
+    }
     if (auto st = rdmalock::PublishClusterMap(e, names, replace); !st.ok()) {
       std::cerr << "lockctl: " << st.message() << "\n";
       const auto code = st.code();

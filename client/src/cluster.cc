@@ -135,24 +135,50 @@ Result<ClusterMap> ReadClusterMap(const EtcdCluster& e) {
 
 Status PublishClusterMap(const EtcdCluster& e, const std::vector<std::string>& shards,
                          bool replace) {
+  // Each name as given: joined and parsed again, {"a,b"} was two shards and " b" lost its space.
+  if (shards.empty()) {
+    return Error(ErrorCode::kInvalidArgument, "no shard names: a map has at least one shard");
+  }
+  std::set<std::string> seen;
+  for (const auto& s : shards) {
+    if (!IsShardName(s) || !seen.insert(s).second) {
+      return Error(ErrorCode::kInvalidArgument,
+                   "shard name '" + s + "'" + (IsShardName(s) ? " given twice" : "") +
+                       ": expected distinct names of letters, digits, '-', '_' and '.'");
+    }
+  }
   std::string text;
   for (const auto& s : shards) text += (text.empty() ? "" : ",") + s;
-  if (auto parsed = ParseShardList(text, MapKey(e)); !parsed.ok()) {
-    return Error(
-        ErrorCode::kInvalidArgument,
-        "shard names '" + text + "': expected distinct names of letters, digits, '-', '_' and '.'");
-  }
   RDMALOCK_ASSIGN_OR_RETURN(auto etcd, etcd::Client::Create(e.endpoints, TlsOf(e)));
   std::optional<etcd::KeyValue> existing;
   RDMALOCK_ASSIGN_OR_RETURN(bool created,
                             etcd->CreateIfAbsent(MapKey(e), text, 0, kEtcdTimeout, &existing));
-  if (created || (existing && existing->value == text)) return Status::Ok();
+  if (created) return Status::Ok();
+  if (!existing) {
+    // CreateIfAbsent did not write, and then says what is there; a key gone again since is a
+    // map being changed by someone else now.
+    return Error(ErrorCode::kBusy, "the map of cluster '" + e.cluster + "' (" + MapKey(e) +
+                                       ") changed while it was written; read it and try again");
+  }
+  // The same names in the same order is the same map, however the text was written.
+  if (auto have = ParseShardList(existing->value, MapKey(e)); have.ok() && *have == shards) {
+    return Status::Ok();
+  }
   if (!replace) {
     return Error(ErrorCode::kBusy, "etcd already has a different map for cluster '" + e.cluster +
-                                       "': " + (existing ? existing->value : "") +
+                                       "': " + existing->value +
                                        " (replacing it moves lock names between shards)");
   }
-  return etcd->Put(MapKey(e), text, 0, kEtcdTimeout);
+  // Over the map just read only: of two replaces at once, one is told it lost, not both that
+  // they won.
+  RDMALOCK_ASSIGN_OR_RETURN(
+      bool wrote, etcd->CompareAndPut(MapKey(e), existing->mod_revision, text, kEtcdTimeout));
+  if (!wrote) {
+    return Error(ErrorCode::kBusy, "the map of cluster '" + e.cluster + "' (" + MapKey(e) +
+                                       ") changed while it was replaced (it was " +
+                                       existing->value + "); read it and try again");
+  }
+  return Status::Ok();
 }
 
 // The cluster client's state. Every method may be called from any thread.
@@ -343,8 +369,10 @@ class ClusterClient::Impl {
       const int64_t have = view_->revision;
       lk.Unlock();
       // A map that cannot be read now (etcd unreachable, the key deleted or garbled) leaves the
-      // one in use as it is.
-      auto read = ReadMapAt(*etcd, *etcd_cluster, std::min(every, kEtcdTimeout));
+      // one in use as it is. Each call has etcd's usual timeout, whatever the interval: with
+      // min(every, 2 s), a map_refresh shorter than etcd's answers (each call a new connection,
+      // over TLS a handshake too) failed every refresh, and the first map stayed for ever.
+      auto read = ReadMapAt(*etcd, *etcd_cluster, kEtcdTimeout);
       std::shared_ptr<const MapView> fresh;
       if (read.ok() && read->second != have) fresh = MakeView(read->first, read->second);
       lk.Lock();

@@ -625,7 +625,7 @@ TEST_CASE("cluster: a map_refresh shorter than etcd's answers still refreshes th
   REQUIRE(PublishClusterMap({{server.url()}, "test"}, {"b"}, true).ok());
   const auto t0 = SteadyClock::now();
   const bool moved = testing::WaitFor([&] { return (*cc)->map_revision() != first; }, 5s);
-  INFO("map revision " << (*cc)->map_revision() << " (first " << first << ") after "
-                       << MsSince(t0) << " ms");
+  INFO("map revision " << (*cc)->map_revision() << " (first " << first << ") after " << MsSince(t0)
+                       << " ms");
   CHECK(moved);
 }

@@ -60,9 +60,12 @@ struct EtcdCluster {
 // now). A failed read of the map or of the primaries is the error (kConnection for etcd
 // unreachable or failing), never a map whose shards seem to have no primary.
 RDMALOCK_EXPORT Result<ClusterMap> ReadClusterMap(const EtcdCluster& etcd);
-// Writes the shard names as the cluster's map. An existing, different map is replaced only with
+// Writes the shard names as the cluster's map. Each name is checked as given (letters, digits,
+// '-', '_', '.'; distinct; at least one), else kInvalidArgument naming it. A map in etcd with the
+// same names in the same order is this map (Ok). An existing, different map is replaced only with
 // `replace` (renaming, adding or removing a shard moves names between shards; see
-// docs/operations.md before doing it on a live cluster).
+// docs/operations.md before doing it on a live cluster), and only if it is still the map read:
+// kBusy if another writer changed it meanwhile (of two replaces at once, one is told it lost).
 RDMALOCK_EXPORT Status PublishClusterMap(const EtcdCluster& etcd,
                                          const std::vector<std::string>& shards, bool replace);
 
