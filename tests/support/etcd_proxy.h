@@ -59,7 +59,10 @@ class DelayingProxy {
       }
       res.status = r->status;
       res.set_content(r->body, "application/json");
-      if (req.path == "/v3/kv/range" && delay_reads.load()) std::this_thread::sleep_for(delay_);
+      if (req.path == "/v3/kv/range" && delay_reads.load()) {
+        reads_held.fetch_add(1);
+        std::this_thread::sleep_for(delay_);
+      }
       if (req.path == "/v3/kv/txn" && delay_txns.fetch_sub(1) > 0) {
         delayed.fetch_add(1);
         std::this_thread::sleep_for(delay_);
@@ -84,6 +87,7 @@ class DelayingProxy {
   std::atomic<int> delay_txns{0};
   std::atomic<int> delayed{0};
   std::atomic<bool> delay_reads{false};          // hold back every read's reply by `delay`
+  std::atomic<int> reads_held{0};                // reads whose reply was held back so
   std::atomic<bool> fail_ranges{false};          // answer every read (/v3/kv/range) with an error
   std::atomic<bool> fail_primary_reads{false};   // only the reads of shard a's primary key
   std::atomic<bool> fail_prefix_reads{false};    // only reads of a prefix (with a range_end)

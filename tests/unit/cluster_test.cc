@@ -629,3 +629,28 @@ TEST_CASE("cluster: a map_refresh shorter than etcd's answers still refreshes th
                        << " ms");
   CHECK(moved);
 }
+
+// Closing a cluster client joined its map refresher, which could be inside an etcd call: the
+// close waited for that call's timeout (2 s a call), and each
+// shard's close waited likewise for its keeper's lookup of a primary (found by review, stop 55).
+// The close stops the etcd calls in flight now.
+TEST_CASE("cluster: closing a cluster client does not wait for an etcd call in flight", "[etcd]") {
+  testing::LocalEtcd server;
+  auto kv = etcd::Client::Create({server.url()});
+  REQUIRE(kv.ok());
+  REQUIRE((*kv)->Put("/rdmalock/test/shard/a/primary", "host-a:7471", 0, 2000ms).ok());
+  REQUIRE(PublishClusterMap({{server.url()}, "test"}, {"a"}, false).ok());
+  testing::DelayingProxy proxy(server.url(), 3000ms);
+  EtcdCluster e{{proxy.url()}, "test"};
+  e.map_refresh = 10ms;
+  Lockds l({"host-a"});
+  auto cc = ClusterTestPeer::Connect(e, Options(), l.connector());
+  REQUIRE(cc.ok());
+  proxy.delay_reads.store(true);
+  REQUIRE(testing::WaitFor([&] { return proxy.reads_held.load() >= 1; }));
+  const auto t0 = SteadyClock::now();
+  cc->reset();
+  const int64_t took = MsSince(t0);
+  INFO("the close took " << took << " ms (the refresher's etcd read would answer after 3,000)");
+  CHECK(took < 1000);
+}
