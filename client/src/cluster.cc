@@ -233,6 +233,9 @@ class ClusterClient::Impl {
       stop_ = true;
     }
     cv_.SignalAll();
+    // etcd calls in flight (the refresher's, a shard keeper's lookup of its primary) end now, and
+    // later ones fail at once: the close waited out each one's timeout (2 s) before.
+    if (etcd != nullptr) etcd->Cancel();
     if (refresher_.joinable()) refresher_.join();
   }
   Impl(const Impl&) = delete;

@@ -147,6 +147,14 @@ Client::Client(std::vector<Endpoint> endpoints, Tls tls)
 }
 Client::~Client() = default;
 
+void Client::Cancel() {
+  {
+    MutexLock lk(&cancel_.mu);
+    cancel_.cancelled = true;
+  }
+  cancel_.cv.SignalAll();
+}
+
 Status CheckTlsEndpoints(const std::vector<std::string>& endpoints, const Tls& tls) {
   if (tls.ca_file.empty() && tls.cert_file.empty() && tls.key_file.empty()) return Status::Ok();
   for (const std::string& e : endpoints) {
@@ -221,53 +229,58 @@ class NoSigpipe {
   bool was_pending_ = false;
 };
 
-// Ends one request at `until`: httplib bounds the connect, each write and each read on its own,
-// not the request, so a peer that answers slowly (a reply trickling in, a connect that just makes
-// it before a long read) could hold a call for several times its timeout, or for ever. From
-// `until` on, a thread of its own stops the client (shuts its socket down) every few
-// milliseconds until the request has returned (a connect in progress holds the client's socket
-// lock, so the first stop may come before there is a socket to shut). Owned by the calling
-// thread; `http` must outlive it.
+// Ends one request at `until`, or when its client is cancelled (Client::Cancel): httplib bounds
+// the connect, each write and each read on its own, not the request, so a peer that answers
+// slowly (a reply trickling in, a connect that just makes it before a long read) could hold a call
+// for several times its timeout, or for ever. From then on, a thread of its own stops the client
+// (shuts its socket down) every few milliseconds until the request has returned (a connect in
+// progress holds the client's socket lock, so the first stop may come before there is a socket to
+// shut). Owned by the calling thread; `http` and `cancel` must outlive it.
 class StopAt {
  public:
-  StopAt(httplib::Client& http, std::chrono::steady_clock::time_point until)
-      : thread_([this, &http, until] { Run(http, until); }) {}
+  StopAt(httplib::Client& http, std::chrono::steady_clock::time_point until, CallCancel& cancel)
+      : cancel_(cancel), thread_([this, &http, until] { Run(http, until); }) {}
   ~StopAt() {
     {
-      MutexLock lk(&mu_);
+      MutexLock lk(&cancel_.mu);
       done_ = true;
     }
-    cv_.SignalAll();
+    cancel_.cv.SignalAll();
     thread_.join();
   }
   StopAt(const StopAt&) = delete;
   StopAt& operator=(const StopAt&) = delete;
   // Whether the request was stopped (call once it has returned).
-  bool fired() EXCLUDES(mu_) {
-    MutexLock lk(&mu_);
+  bool fired() EXCLUDES(cancel_.mu) {
+    MutexLock lk(&cancel_.mu);
     return fired_;
   }
 
  private:
-  void Run(httplib::Client& http, std::chrono::steady_clock::time_point until) EXCLUDES(mu_) {
-    MutexLock lk(&mu_);
+  void Run(httplib::Client& http, std::chrono::steady_clock::time_point until)
+      EXCLUDES(cancel_.mu) {
+    MutexLock lk(&cancel_.mu);
     const auto done = [this] {
-      mu_.AssertHeld();
+      cancel_.mu.AssertHeld();
       return done_;
     };
-    if (cv_.WaitUntil(lk, until, done)) return;
+    // The client's condition variable: another call's end wakes this one too, which looks again.
+    (void)cancel_.cv.WaitUntil(lk, until, [this] {
+      cancel_.mu.AssertHeld();
+      return done_ || cancel_.cancelled;
+    });
+    if (done_) return;
     fired_ = true;
     do {
       lk.Unlock();
       http.stop();
       lk.Lock();
-    } while (!cv_.WaitFor(lk, std::chrono::milliseconds(5), done));
+    } while (!cancel_.cv.WaitFor(lk, std::chrono::milliseconds(5), done));
   }
 
-  Mutex mu_;
-  CondVar cv_;
-  bool done_ GUARDED_BY(mu_) = false;
-  bool fired_ GUARDED_BY(mu_) = false;
+  CallCancel& cancel_;
+  bool done_ GUARDED_BY(cancel_.mu) = false;
+  bool fired_ GUARDED_BY(cancel_.mu) = false;
   std::thread thread_;  // last: starts once the members above exist
 };
 
@@ -299,7 +312,16 @@ Result<std::string> Client::Post(const std::string& path, const std::string& bod
   // One deadline for the call: each endpoint gets an equal share of what is left, so one that
   // fails fast leaves its share to the next, and the whole call ends by the deadline.
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto cancelled = [this] {
+    MutexLock lk(&cancel_.mu);
+    return cancel_.cancelled;
+  };
   for (size_t n = 0; n < parsed_.size(); ++n) {
+    if (cancelled()) {
+      return Error(ErrorCode::kConnection,
+                   "etcd " + path + ": cancelled (its owner is closing)" +
+                       (errors.empty() ? std::string() : "; before that: " + errors));
+    }
     const auto left = std::chrono::duration_cast<std::chrono::microseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
@@ -330,7 +352,7 @@ Result<std::string> Client::Post(const std::string& path, const std::string& bod
     httplib::Result res{nullptr, httplib::Error::Unknown};
     bool stopped = false;
     try {
-      StopAt stop(http, std::chrono::steady_clock::now() + per_try);
+      StopAt stop(http, std::chrono::steady_clock::now() + per_try, cancel_);
       res = http.Post(path, body, "application/json");
       stopped = stop.fired();
     } catch (const std::system_error& thread_error) {
@@ -341,7 +363,8 @@ Result<std::string> Client::Post(const std::string& path, const std::string& bod
     }
     std::string why;
     if (stopped && (!res || res->status != 200)) {
-      why = "no complete answer within " + std::to_string(us / 1000) + " ms";
+      why = cancelled() ? std::string("cancelled (its owner is closing)")
+                        : "no complete answer within " + std::to_string(us / 1000) + " ms";
     } else if (!res) {
       why = httplib::to_string(res.error());
       if (res.error() == httplib::Error::SSLServerVerification) {

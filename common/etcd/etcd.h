@@ -57,6 +57,15 @@ struct Tls {
 // kConfig error that names it (its traffic would go in plain text, the files unused).
 Status CheckTlsEndpoints(const std::vector<std::string>& endpoints, const Tls& tls);
 
+// What Client::Cancel sets, and what each call's deadline thread (etcd.cc) waits on besides its
+// deadline. mu guards cancelled and the deadline threads' own flags; cv is signalled when either
+// changes.
+struct CallCancel {
+  Mutex mu;
+  CondVar cv;
+  bool cancelled GUARDED_BY(mu) = false;
+};
+
 class Client {
  public:
   using Ms = std::chrono::milliseconds;
@@ -83,6 +92,11 @@ class Client {
   Result<bool> CompareAndPut(std::string_view key, int64_t mod_revision, std::string_view value,
                              Ms timeout);
 
+  // Stops every call in flight (each returns kConnection within a few milliseconds) and makes
+  // every later call fail at once: for an owner that is closing and must not wait out a slow
+  // etcd's timeouts (ClusterClient's close). Cannot be undone.
+  void Cancel();
+
   Result<Lease> GrantLease(int64_t ttl_s, Ms timeout);
   // Refreshes the lease; returns its TTL, 0 if it has expired (or never existed).
   Result<int64_t> KeepAlive(int64_t lease, Ms timeout);
@@ -107,6 +121,7 @@ class Client {
   Tls tls_;
   Mutex mu_;
   size_t preferred_ GUARDED_BY(mu_) = 0;  // the endpoint that answered last: tried first
+  CallCancel cancel_;
 };
 
 }  // namespace rdmalock::etcd
