@@ -1568,6 +1568,60 @@ TEST_CASE(
   *local = Error(ErrorCode::kInternal, "released before the client closes");
 }
 
+// An async batch issued in a session whose lockd came back with fewer locks: a request whose slot
+// is past the new count failed the whole batch, the requests beside it too, each with an error
+// naming that one slot (found by review, stop 55). Only that request fails now.
+TEST_CASE(
+    "session keeping: an async slot past a smaller lockd's count fails alone, not its batch") {
+  testing::FakeLockd::Options fa;
+  fa.lock_count = 16;
+  testing::FakeLockd::Options fb = fa;
+  fb.lock_count = 13;
+  testing::FakeLockd a(fa), b(fb);
+  std::atomic<testing::FakeLockd*> target{&a};
+  std::atomic<bool> gate{false};  // the reconnect to b waits for it
+  auto client = ConnectTo("shrunk", [&target, &b, &gate](const ChannelParams& p, uint32_t* retry_ms,
+                                                         proto::RejectReason* reason) {
+    testing::FakeLockd* t = target.load();
+    while (t == &b && !gate.load()) std::this_thread::sleep_for(1ms);
+    return t->connector()(p, retry_ms, reason);
+  });
+  struct OpenGate {
+    std::atomic<bool>& g;
+    ~OpenGate() { g.store(true); }  // before the client closes, whatever fails
+  } open_gate{gate};
+  REQUIRE(client->lock_count() == 16);
+  // lockd "restarts" with 13 locks; the client reconnects to it.
+  target.store(&b);
+  ClientTestPeer::FailSession(*client, "lockd restarted");
+  // Both requests queue while the client reconnects (checked against the 16 locks it knew; the
+  // pump's batch fills up from the queue while it waits for the session).
+  using Promise = std::promise<Result<LockHandle>>;
+  auto past = std::make_shared<Promise>(), within = std::make_shared<Promise>();
+  REQUIRE(client
+              ->LockSlotAsync(14, {.timeout = 5s},
+                              [past](Result<LockHandle> r) { past->set_value(std::move(r)); })
+              .ok());
+  REQUIRE(client
+              ->LockSlotAsync(2, {.timeout = 5s},
+                              [within](Result<LockHandle> r) { within->set_value(std::move(r)); })
+              .ok());
+  std::this_thread::sleep_for(100ms);  // a few of the pump's 20 ms waits for a session
+  gate.store(true);
+  auto f14 = past->get_future(), f2 = within->get_future();
+  REQUIRE(f14.wait_for(5s) == std::future_status::ready);
+  REQUIRE(f2.wait_for(5s) == std::future_status::ready);
+  Result<LockHandle> r14 = f14.get(), r2 = f2.get();
+  INFO("slot 14: " << (r14.ok() ? std::string("granted") : r14.status().ToString())
+                   << "; slot 2: " << (r2.ok() ? std::string("granted") : r2.status().ToString()));
+  REQUIRE(client->lock_count() == 13);
+  CHECK(r14.status().code() == ErrorCode::kInvalidArgument);
+  CHECK_THAT(r14.status().message(), Catch::Contains("slot 14"));
+  REQUIRE(r2.ok());
+  CHECK(r2->state() == LockState::kHeld);
+  CHECK(r2->Release().ok());
+}
+
 // A loss found before the holder set its callback was never told to it: Lose marked the loss
 // reported whether or not a callback was set, so OnLost set a moment later (a LockMany's
 // handles set in a loop, a failover right after Lock returned) never ran, and only polling
