@@ -1570,7 +1570,8 @@ TEST_CASE(
 
 // An async batch issued in a session whose lockd came back with fewer locks: a request whose slot
 // is past the new count failed the whole batch, the requests beside it too, each with an error
-// naming that one slot (found by review, stop 55). Only that request fails now.
+// naming that one slot (listed by an earlier review, left until 2026-12-07). Only that request
+// fails now.
 TEST_CASE(
     "session keeping: an async slot past a smaller lockd's count fails alone, not its batch") {
   testing::FakeLockd::Options fa;

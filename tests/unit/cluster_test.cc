@@ -545,9 +545,9 @@ TEST_CASE("cluster: ReadClusterMap fails when etcd could not say the shards' pri
 // comma in it ({"a,b"}) was published as two shards and one with spaces around it lost them; it
 // compared an existing map as raw text, so a map written by hand as "a, b" was "a different map"
 // from {"a", "b"}; and --replace was an unconditional Put, so of two operators replacing the map
-// at once, both were told it worked and one's map was gone (found by review, stop 55). Each name
-// is checked as given now, maps are compared by their names, and a replace writes only over the
-// map it read.
+// at once, both were told it worked and one's map was gone (listed by an earlier review, left until
+// 2026-12-07). Each name is checked as given now, maps are compared by their names, and a replace
+// writes only over the map it read.
 TEST_CASE("cluster: PublishClusterMap checks each name as given", "[etcd]") {
   testing::LocalEtcd server;
   const EtcdCluster e{{server.url()}, "test"};
@@ -606,7 +606,7 @@ TEST_CASE("cluster: of two replaces of the map at once, one is told it lost", "[
 // The refresher read the map with a timeout of min(map_refresh, 2 s) a call: with a short
 // map_refresh and an etcd slower than it (each call is a new connection, over TLS a handshake),
 // every refresh failed, silently, and the client routed by its first map for ever (found by
-// review, stop 55). A call gets etcd's usual 2 s whatever the interval.
+// review, left until 2026-12-07). A call gets etcd's usual 2 s whatever the interval.
 TEST_CASE("cluster: a map_refresh shorter than etcd's answers still refreshes the map", "[etcd]") {
   testing::LocalEtcd server;
   auto kv = etcd::Client::Create({server.url()});
@@ -632,8 +632,8 @@ TEST_CASE("cluster: a map_refresh shorter than etcd's answers still refreshes th
 
 // Closing a cluster client joined its map refresher, which could be inside an etcd call: the
 // close waited for that call's timeout (2 s a call), and each
-// shard's close waited likewise for its keeper's lookup of a primary (found by review, stop 55).
-// The close stops the etcd calls in flight now.
+// shard's close waited likewise for its keeper's lookup of a primary (listed by an earlier review,
+// left until 2026-12-07). The close stops the etcd calls in flight now.
 TEST_CASE("cluster: closing a cluster client does not wait for an etcd call in flight", "[etcd]") {
   testing::LocalEtcd server;
   auto kv = etcd::Client::Create({server.url()});
