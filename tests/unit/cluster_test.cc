@@ -654,3 +654,33 @@ TEST_CASE("cluster: closing a cluster client does not wait for an etcd call in f
   INFO("the close took " << took << " ms (the refresher's etcd read would answer after 3,000)");
   CHECK(took < 1000);
 }
+
+// A shard's primary key holding what is not HOST:PORT (written by hand, or by something other
+// than lockd) read as "no primary now": lockctl cluster showed "(none now)" and exit 0, and an
+// operator waited for a takeover that had happened (listed by an earlier review, left until
+// 2026-12-07). ReadClusterMap names the key and its value now; a ClusterClient still routes to
+// the other shards (that shard's connection fails, naming the key, when it is used).
+TEST_CASE("cluster: a garbled primary in etcd is an error naming its key, not \"no primary\"",
+          "[etcd]") {
+  testing::LocalEtcd server;
+  const EtcdCluster e{{server.url()}, "test"};
+  auto kv = etcd::Client::Create({server.url()});
+  REQUIRE(kv.ok());
+  REQUIRE((*kv)->Put("/rdmalock/test/shard/a/primary", "host-a:7471", 0, 2000ms).ok());
+  REQUIRE((*kv)->Put("/rdmalock/test/shard/b/primary", "host-b", 0, 2000ms).ok());  // no port
+  REQUIRE(PublishClusterMap(e, {"a", "b"}, false).ok());
+  auto read = ReadClusterMap(e);
+  INFO((read.ok() ? "read OK, shard b's server '" + read->shards[1].server + "'"
+                  : read.status().ToString()));
+  REQUIRE_FALSE(read.ok());
+  CHECK(read.status().code() == ErrorCode::kProtocol);
+  CHECK_THAT(read.status().message(),
+             Catch::Contains("/rdmalock/test/shard/b/primary") && Catch::Contains("'host-b'"));
+  Lockds l({"host-a", "host-b"});
+  auto cc = ClusterTestPeer::Connect(e, Options(), l.connector());
+  INFO((cc.ok() ? std::string("connected") : cc.status().ToString()));
+  REQUIRE(cc.ok());
+  auto held = (*cc)->Lock(NameOn(**cc, "a", "n/"), {.timeout = 2000ms});
+  REQUIRE(held.ok());
+  CHECK(held->Release().ok());
+}
