@@ -86,8 +86,12 @@ Result<std::pair<std::string, uint16_t>> Primary(etcd::Client& etcd, const EtcdC
 }
 
 // The map in etcd, each shard with its primary now ("" if none), and the map key's mod_revision.
+// A primary key holding what is not HOST:PORT is the error (kProtocol, naming the key) if
+// `strict` (ReadClusterMap: an operator must not read it as "no primary"); else that shard's
+// server is left empty, and the shard's connection fails naming the key when it is used (a
+// ClusterClient routes to the other shards meanwhile).
 Result<std::pair<ClusterMap, int64_t>> ReadMapAt(etcd::Client& etcd, const EtcdCluster& e,
-                                                 std::chrono::milliseconds timeout) {
+                                                 std::chrono::milliseconds timeout, bool strict) {
   auto kv = etcd.Get(MapKey(e), timeout);
   if (!kv.ok()) {
     // kConnection whatever failed, as for the primaries below (cluster.h).
@@ -118,7 +122,12 @@ Result<std::pair<ClusterMap, int64_t>> ReadMapAt(etcd::Client& etcd, const EtcdC
     ShardSpec s{n, "", 0};
     const std::string key = PrimaryKey(e, n);
     if (auto it = primaries.find(key); it != primaries.end()) {
-      if (auto p = ParseHostPort(it->second, key); p.ok()) std::tie(s.server, s.port) = *p;
+      auto p = ParseHostPort(it->second, key);
+      if (p.ok()) {
+        std::tie(s.server, s.port) = *p;
+      } else if (strict) {
+        return p.status();
+      }
     }
     map.shards.push_back(s);
   }
@@ -129,7 +138,7 @@ Result<std::pair<ClusterMap, int64_t>> ReadMapAt(etcd::Client& etcd, const EtcdC
 
 Result<ClusterMap> ReadClusterMap(const EtcdCluster& e) {
   RDMALOCK_ASSIGN_OR_RETURN(auto etcd, etcd::Client::Create(e.endpoints, TlsOf(e)));
-  RDMALOCK_ASSIGN_OR_RETURN(auto read, ReadMapAt(*etcd, e, kEtcdTimeout));
+  RDMALOCK_ASSIGN_OR_RETURN(auto read, ReadMapAt(*etcd, e, kEtcdTimeout, /*strict=*/true));
   return std::move(read.first);
 }
 
@@ -375,7 +384,7 @@ class ClusterClient::Impl {
       // one in use as it is. Each call has etcd's usual timeout, whatever the interval: with
       // min(every, 2 s), a map_refresh shorter than etcd's answers (each call a new connection,
       // over TLS a handshake too) failed every refresh, and the first map stayed for ever.
-      auto read = ReadMapAt(*etcd, *etcd_cluster, kEtcdTimeout);
+      auto read = ReadMapAt(*etcd, *etcd_cluster, kEtcdTimeout, /*strict=*/false);
       std::shared_ptr<const MapView> fresh;
       if (read.ok() && read->second != have) fresh = MakeView(read->first, read->second);
       lk.Lock();
@@ -431,7 +440,8 @@ Result<std::unique_ptr<ClusterClient>> ClusterTestPeer::Connect(const EtcdCluste
                                                   " ms; give 0 (never) or 1 ms to 366 days");
   }
   RDMALOCK_ASSIGN_OR_RETURN(auto client, etcd::Client::Create(etcd.endpoints, TlsOf(etcd)));
-  RDMALOCK_ASSIGN_OR_RETURN(auto read, ReadMapAt(*client, etcd, kEtcdTimeout));
+  RDMALOCK_ASSIGN_OR_RETURN(auto read,
+                            ReadMapAt(*client, etcd, kEtcdTimeout, /*strict=*/false));
   auto impl = std::make_unique<ClusterClient::Impl>(read.first, options, read.second);
   impl->etcd_cluster = etcd;
   impl->etcd = std::move(client);

@@ -59,4 +59,10 @@ expect_in "cluster --json, etcd failing the primaries' read" 69 "shards' primari
 proxy /members/
 expect_in "cluster, etcd failing the members' read" 69 "members of shard 'a'" ctl "$proxy" cluster
 
+# A primary key that holds no HOST:PORT (written by hand) is an error naming the key, not
+# "(none now)" (2026-12-07).
+put /rdmalock/t/shard/b/primary 10.0.0.3
+expect_in "cluster, shard b's primary garbled" 69 "/rdmalock/t/shard/b/primary holds '10.0.0.3'" \
+  ctl "$url" cluster
+
 [ $fails -eq 0 ] && echo "cluster-etcd-fail-ok"
