@@ -50,7 +50,8 @@ struct VerbsMemory::Impl {
 
   ~Impl() {
     if (!conn || !conn->id) return;
-    conn->id.FenceQp();  // nothing executes once we start tearing down
+    // Nothing executes once we start tearing down (a failure is reported; the QP goes below).
+    (void)conn->id.FenceQp();
     // The QP goes now, before the members below it are destroyed: the buffer's MR and the buffer
     // its work requests name (a READ or atomic still in flight after a completion timeout); a
     // NIC may write for a WR until its QP is destroyed (architecture.md: a QP before its CQ, MR
@@ -504,7 +505,7 @@ uint32_t VerbsMemory::max_inline() const { return impl_->conn->sizes.max_inline;
 void VerbsMemory::Shutdown() {
   impl_->broken = true;
   if (impl_->conn && impl_->conn->id) {
-    impl_->conn->id.FenceQp();
+    (void)impl_->conn->id.FenceQp();  // a failure is reported; the disconnect errors the QP too
     (void)rdma_disconnect(impl_->conn->id.get());
   }
 }

@@ -322,7 +322,12 @@ Status Server::Run() {
   // Shutdown: stop taking connections, fence every QP (to ERR), disconnect, then destroy in order.
   // Every client's QP to the error state first: from then on no client's RDMA reaches the
   // regions (in cluster mode this is the fence a lost primary must finish before its deadline).
-  for (auto& [id, c] : m.conns) c->id.FenceQp();
+  for (auto& [id, c] : m.conns) {
+    if (Status f = c->id.FenceQp(); !f.ok()) {
+      spdlog::error("shutting down: a client's QP could not be fenced ({}); it is destroyed below",
+                    f.message());
+    }
+  }
   m.fenced_at = std::chrono::steady_clock::now();
   spdlog::info("shutting down: disconnecting {} client(s)", m.connected.load());
   // Clients connected now, or fenced ones whose leases may still run (a heartbeat fence frees

@@ -60,7 +60,14 @@ void Server::Impl::RemoveConn(rdma_cm_id* id) {
   auto it = conns.find(id);
   if (it == conns.end()) return;
   Conn& c = *it->second;
-  c.id.FenceQp();
+  if (Status f = c.id.FenceQp(); !f.ok()) {
+    c.session->fence_failed = true;
+    spdlog::error(
+        "session {} ('{}', {}): a connection's fence failed ({}); its memory windows "
+        "go now, its QP when the connection is destroyed, and its locks are freed no "
+        "sooner than one lease after the session ends",
+        c.session->session_id, c.session->name, c.session->peer, f.message());
+  }
   c.id.Disconnect();
   c.windows.clear();
   HandshakeOver(c);
@@ -93,6 +100,14 @@ void Server::Impl::EndSession(std::shared_ptr<Session> s, EndReason reason, cons
     RemoveConn(id);  // disconnects too, so that the peer sees DISCONNECTED
   }
   s->conns.clear();
+  // A fence that failed (its QP not moved to ERR) leaves "free at once" unsafe: the QP may still
+  // execute the client's work requests. One lease later, every lease the client may believe in
+  // has run out, the argument that holds for a live client that is not fenced.
+  if (now && s->fence_failed) {
+    spdlog::warn("session {}: its locks are freed one lease after now, not at once: a fence failed",
+                 s->session_id);
+    now = false;
+  }
   // The fence's time, once every QP of the session is fenced: a renewal that landed was issued
   // before this, so any lease it gave runs out by `ended + L`. Taken before the loop, a renewal
   // landing on a connection the loop had not reached yet (its order is the set's) could end up

@@ -42,6 +42,9 @@ struct Session {
   size_t joins_in_handshake = 0;  // of those, joins whose handshake is in progress
   uint64_t last_heartbeat = 0;
   std::chrono::steady_clock::time_point heartbeat_moved;
+  // A connection of it whose fence failed (its QP not moved to ERR): its locks are then freed
+  // one lease later even when it disconnected or died (Server::Impl::EndSession).
+  bool fence_failed = false;
   // Its connections whose QP was in ERR at the last QP check (keys, as `conns`).
   std::set<rdma_cm_id*> qp_errors_seen;
 

@@ -189,12 +189,19 @@ Status ErrnoStatus(ErrorCode code, const std::string& what, int err) {
                what + " failed: " + std::strerror(err) + " (errno " + std::to_string(err) + ")");
 }
 
-void CmId::FenceQp() {
-  if (id_ != nullptr && id_->qp != nullptr) {
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_ERR;
-    (void)ibv_modify_qp(id_->qp, &attr, IBV_QP_STATE);
+Status CmId::FenceQp() {
+  if (id_ == nullptr || id_->qp == nullptr) return Status::Ok();
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_ERR;
+  // rdma-core returns the error number (a provider may return -1 and set errno).
+  if (const int rc = ibv_modify_qp(id_->qp, &attr, IBV_QP_STATE); rc != 0) {
+    const int err = rc > 0 ? rc : errno;
+    ReportTeardownFailure("ibv_modify_qp(IBV_QPS_ERR)", err);
+    return ErrnoStatus(
+        ErrorCode::kIo,
+        "ibv_modify_qp of QP " + std::to_string(id_->qp->qp_num) + " to ERR (its fence)", err);
   }
+  return Status::Ok();
 }
 
 void CmId::Disconnect() {
@@ -204,7 +211,7 @@ void CmId::Disconnect() {
 void CmId::Reset() {
   if (id_ == nullptr) return;
   if (id_->qp != nullptr) {
-    FenceQp();
+    (void)FenceQp();  // a failure is reported there; the QP is destroyed next anyway
     rdma_destroy_qp(id_);
   }
   if (const int rc = rdma_destroy_id(id_); rc != 0) ReportTeardownFailure("rdma_destroy_id", errno);

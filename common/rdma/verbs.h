@@ -105,8 +105,10 @@ class CmId {
   explicit operator bool() const { return id_ != nullptr; }
   // Gives up ownership (the caller destroys it).
   rdma_cm_id* release() { return std::exchange(id_, nullptr); }
-  // Moves the QP to ERR so that nothing more executes on it; outstanding work flushes.
-  void FenceQp();
+  // Moves the QP to ERR so that nothing more executes on it; outstanding work flushes. A failure
+  // is reported (ReportTeardownFailure) and returned: the QP may then still execute work until
+  // it is destroyed, so a caller that relies on the fence must not act as if fenced.
+  Status FenceQp();
   // Sends a disconnect request (the peer sees DISCONNECTED); a failure is not an error here.
   void Disconnect();
   void Reset();

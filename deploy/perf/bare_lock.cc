@@ -318,7 +318,7 @@ constexpr auto kGrantTimeout = std::chrono::seconds(30);
 class Conn {
  public:
   ~Conn() {
-    if (conn_ && conn_->id) conn_->id.FenceQp();  // nothing executes while we tear down
+    if (conn_ && conn_->id) (void)conn_->id.FenceQp();  // nothing executes while we tear down
     mr_.reset();                                  // before the connection's PD
   }
 

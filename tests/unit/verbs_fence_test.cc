@@ -35,7 +35,7 @@ using namespace rdmalock;
 // FenceQp ignored what ibv_modify_qp returned: a fence that failed left the QP able to execute
 // the client's work requests while lockd went on to recover its locks as if fenced, and nothing
 // said so (listed by an earlier review, left until 2026-12-07). It is reported and returned now.
-TEST_CASE("verbs: a fence that fails is reported, not ignored") {
+TEST_CASE("verbs: a fence that fails is reported and returned, not ignored") {
   rdma::SetTeardownReporter([](const char*, int rc) {
     g_reported_rc.store(rc);
     g_reports.fetch_add(1);
@@ -47,12 +47,15 @@ TEST_CASE("verbs: a fence that fails is reported, not ignored") {
   fake_id.qp = &fake_qp;
   rdma::CmId id(&fake_id);
   g_modify_qp_error.store(EIO);
-  id.FenceQp();
+  const Status st = id.FenceQp();
   g_modify_qp_error.store(0);
   (void)id.release();  // not a real id: nothing to destroy
   rdma::SetTeardownReporter(nullptr);
-  INFO("reports " << g_reports.load() << ", rc " << g_reported_rc.load());
+  INFO("FenceQp: " << st.ToString() << "; reports " << g_reports.load() << ", rc "
+                   << g_reported_rc.load());
   CHECK(g_modify_qp_state.load() == IBV_QPS_ERR);
   CHECK(g_reports.load() == 1);
   CHECK(g_reported_rc.load() == EIO);
+  CHECK_FALSE(st.ok());
+  CHECK_THAT(st.message(), Catch::Contains("ibv_modify_qp") && Catch::Contains("ERR"));
 }
