@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <charconv>
 #include <chrono>
 #include <exception>
 #include <map>
@@ -17,6 +16,7 @@
 #include "client/src/options_check.h"
 #include "client/src/shard_name.h"
 #include "common/etcd/etcd.h"
+#include "common/host_port.h"
 #include "common/sync/mutex.h"
 #include "common/sync/thread_annotations.h"
 #include "engine/fork_guard.h"
@@ -58,18 +58,7 @@ Result<std::vector<std::string>> ParseShardList(const std::string& text, const s
 // HOST:PORT or [HOST]:PORT, as lockd writes its advertise address.
 Result<std::pair<std::string, uint16_t>> ParseHostPort(const std::string& s,
                                                        const std::string& key) {
-  const size_t colon = s.rfind(':');
-  unsigned port = 0;
-  if (colon != std::string::npos && colon > 0) {
-    auto [p, ec] = std::from_chars(s.data() + colon + 1, s.data() + s.size(), port);
-    if (ec == std::errc() && p == s.data() + s.size() && port > 0 && port < 65536) {
-      std::string host = s.substr(0, colon);
-      if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-        host = host.substr(1, host.size() - 2);
-      }
-      return std::make_pair(host, static_cast<uint16_t>(port));
-    }
-  }
+  if (auto hp = SplitHostPort(s)) return *std::move(hp);
   return Error(ErrorCode::kProtocol, "etcd key " + key + " holds '" + s + "', not HOST:PORT");
 }
 
@@ -86,12 +75,11 @@ Result<std::pair<std::string, uint16_t>> Primary(etcd::Client& etcd, const EtcdC
 }
 
 // The map in etcd, each shard with its primary now ("" if none), and the map key's mod_revision.
-// A primary key holding what is not HOST:PORT is the error (kProtocol, naming the key) if
-// `strict` (ReadClusterMap: an operator must not read it as "no primary"); else that shard's
-// server is left empty, and the shard's connection fails naming the key when it is used (a
-// ClusterClient routes to the other shards meanwhile).
+// A primary key holding what is not HOST:PORT leaves that shard's server empty too: one shard's
+// garbage must not stop a ClusterClient, or lockctl's commands on another shard (that shard's
+// connection fails naming the key when it is used; lockctl cluster names it).
 Result<std::pair<ClusterMap, int64_t>> ReadMapAt(etcd::Client& etcd, const EtcdCluster& e,
-                                                 std::chrono::milliseconds timeout, bool strict) {
+                                                 std::chrono::milliseconds timeout) {
   auto kv = etcd.Get(MapKey(e), timeout);
   if (!kv.ok()) {
     // kConnection whatever failed, as for the primaries below (cluster.h).
@@ -122,12 +110,7 @@ Result<std::pair<ClusterMap, int64_t>> ReadMapAt(etcd::Client& etcd, const EtcdC
     ShardSpec s{n, "", 0};
     const std::string key = PrimaryKey(e, n);
     if (auto it = primaries.find(key); it != primaries.end()) {
-      auto p = ParseHostPort(it->second, key);
-      if (p.ok()) {
-        std::tie(s.server, s.port) = *p;
-      } else if (strict) {
-        return p.status();
-      }
+      if (auto p = SplitHostPort(it->second)) std::tie(s.server, s.port) = *std::move(p);
     }
     map.shards.push_back(s);
   }
@@ -138,7 +121,7 @@ Result<std::pair<ClusterMap, int64_t>> ReadMapAt(etcd::Client& etcd, const EtcdC
 
 Result<ClusterMap> ReadClusterMap(const EtcdCluster& e) {
   RDMALOCK_ASSIGN_OR_RETURN(auto etcd, etcd::Client::Create(e.endpoints, TlsOf(e)));
-  RDMALOCK_ASSIGN_OR_RETURN(auto read, ReadMapAt(*etcd, e, kEtcdTimeout, /*strict=*/true));
+  RDMALOCK_ASSIGN_OR_RETURN(auto read, ReadMapAt(*etcd, e, kEtcdTimeout));
   return std::move(read.first);
 }
 
@@ -183,6 +166,14 @@ Status PublishClusterMap(const EtcdCluster& e, const std::vector<std::string>& s
   RDMALOCK_ASSIGN_OR_RETURN(
       bool wrote, etcd->CompareAndPut(MapKey(e), existing->mod_revision, text, kEtcdTimeout));
   if (!wrote) {
+    // A write that landed while its answer came too late, and was tried again on another member,
+    // reads as "changed" too: the map in etcd says which.
+    auto now = etcd->Get(MapKey(e), kEtcdTimeout);
+    if (now.ok() && now->has_value()) {
+      if (auto have = ParseShardList((*now)->value, MapKey(e)); have.ok() && *have == shards) {
+        return Status::Ok();
+      }
+    }
     return Error(ErrorCode::kBusy, "the map of cluster '" + e.cluster + "' (" + MapKey(e) +
                                        ") changed while it was replaced (it was " +
                                        existing->value + "); read it and try again");
@@ -384,7 +375,7 @@ class ClusterClient::Impl {
       // one in use as it is. Each call has etcd's usual timeout, whatever the interval: with
       // min(every, 2 s), a map_refresh shorter than etcd's answers (each call a new connection,
       // over TLS a handshake too) failed every refresh, and the first map stayed for ever.
-      auto read = ReadMapAt(*etcd, *etcd_cluster, kEtcdTimeout, /*strict=*/false);
+      auto read = ReadMapAt(*etcd, *etcd_cluster, kEtcdTimeout);
       std::shared_ptr<const MapView> fresh;
       if (read.ok() && read->second != have) fresh = MakeView(read->first, read->second);
       lk.Lock();
@@ -440,8 +431,7 @@ Result<std::unique_ptr<ClusterClient>> ClusterTestPeer::Connect(const EtcdCluste
                                                   " ms; give 0 (never) or 1 ms to 366 days");
   }
   RDMALOCK_ASSIGN_OR_RETURN(auto client, etcd::Client::Create(etcd.endpoints, TlsOf(etcd)));
-  RDMALOCK_ASSIGN_OR_RETURN(auto read,
-                            ReadMapAt(*client, etcd, kEtcdTimeout, /*strict=*/false));
+  RDMALOCK_ASSIGN_OR_RETURN(auto read, ReadMapAt(*client, etcd, kEtcdTimeout));
   auto impl = std::make_unique<ClusterClient::Impl>(read.first, options, read.second);
   impl->etcd_cluster = etcd;
   impl->etcd = std::move(client);

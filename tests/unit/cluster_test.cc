@@ -656,12 +656,10 @@ TEST_CASE("cluster: closing a cluster client does not wait for an etcd call in f
 }
 
 // A shard's primary key holding what is not HOST:PORT (written by hand, or by something other
-// than lockd) read as "no primary now": lockctl cluster showed "(none now)" and exit 0, and an
-// operator waited for a takeover that had happened (listed by an earlier review, left until
-// 2026-12-07). ReadClusterMap names the key and its value now; a ClusterClient still routes to
-// the other shards (that shard's connection fails, naming the key, when it is used).
-TEST_CASE("cluster: a garbled primary in etcd is an error naming its key, not \"no primary\"",
-          "[etcd]") {
+// than lockd) reads as no primary in the map (lockctl cluster names it: tests/cli/
+// cluster_etcd_fail.sh); it must not stop a ClusterClient from routing to the other shards, nor
+// ReadClusterMap from reading them (lockctl's commands on another shard read the map so).
+TEST_CASE("cluster: a garbled primary in etcd leaves the other shards usable", "[etcd]") {
   testing::LocalEtcd server;
   const EtcdCluster e{{server.url()}, "test"};
   auto kv = etcd::Client::Create({server.url()});
@@ -670,12 +668,11 @@ TEST_CASE("cluster: a garbled primary in etcd is an error naming its key, not \"
   REQUIRE((*kv)->Put("/rdmalock/test/shard/b/primary", "host-b", 0, 2000ms).ok());  // no port
   REQUIRE(PublishClusterMap(e, {"a", "b"}, false).ok());
   auto read = ReadClusterMap(e);
-  INFO((read.ok() ? "read OK, shard b's server '" + read->shards[1].server + "'"
-                  : read.status().ToString()));
-  REQUIRE_FALSE(read.ok());
-  CHECK(read.status().code() == ErrorCode::kProtocol);
-  CHECK_THAT(read.status().message(),
-             Catch::Contains("/rdmalock/test/shard/b/primary") && Catch::Contains("'host-b'"));
+  INFO((read.ok() ? "read OK" : read.status().ToString()));
+  REQUIRE(read.ok());
+  REQUIRE(read->shards.size() == 2);
+  CHECK(read->shards[0].server == "host-a");
+  CHECK(read->shards[1].server.empty());
   Lockds l({"host-a", "host-b"});
   auto cc = ClusterTestPeer::Connect(e, Options(), l.connector());
   INFO((cc.ok() ? std::string("connected") : cc.status().ToString()));

@@ -58,8 +58,8 @@ struct EtcdCluster {
 
 // Reads the map from etcd: every shard, with its current primary as server ("" if it has none
 // now). A failed read of the map or of the primaries is the error (kConnection for etcd
-// unreachable or failing), and so is a primary key that holds no HOST:PORT (kProtocol, naming the
-// key and its value): never a map whose shards seem to have no primary.
+// unreachable or failing), never a map whose shards seem to have no primary. A primary key that
+// holds no HOST:PORT (not lockd's writing) also reads as "" (lockctl cluster names it).
 RDMALOCK_EXPORT Result<ClusterMap> ReadClusterMap(const EtcdCluster& etcd);
 // Writes the shard names as the cluster's map. Each name is checked as given (letters, digits,
 // '-', '_', '.'; distinct; at least one), else kInvalidArgument naming it. A map in etcd with the
