@@ -202,15 +202,19 @@ void Client::Impl::PumpLoop() {
       std::vector<AsyncRequest> issue;
       issue.reserve(batch.size());
       for (auto& r : batch) {
-        // Checked against the lock count of the session it was made in: lockd may have come
-        // back with fewer locks since. Such a request fails alone (IssueMany refuses a whole
-        // list with one slot out of range, and failed every request beside it with this one's
-        // error; listed by an earlier review, fixed 2026-12-07).
+        // The slot was checked against the lock count the client knew when the request was
+        // made; lockd may have come back with fewer locks since (this channel's session). Such
+        // a request fails alone: IssueMany refuses a whole list with one slot out of range, and
+        // failed every request beside it with this one's error (listed by an earlier review,
+        // fixed 2026-12-07). One made by name fails as any whose lockd changed its lock count.
         if (r.slot >= sess.reply.lock_count) {
-          Finish(r, Error(ErrorCode::kInvalidArgument,
-                          "slot " + std::to_string(r.slot) + " is out of range (lock_count " +
-                              std::to_string(sess.reply.lock_count) +
-                              ": lockd came back with fewer locks since the request was made)"));
+          Finish(r, r.hashed_with != 0
+                        ? sdk::SameNameMapping(r.hashed_with, sess.reply.lock_count)
+                        : Error(ErrorCode::kInvalidArgument,
+                                "slot " + std::to_string(r.slot) + " is out of range (lock_count " +
+                                    std::to_string(sess.reply.lock_count) +
+                                    ": lockd came back with fewer locks since the request was "
+                                    "made)"));
           continue;
         }
         bool own = false;

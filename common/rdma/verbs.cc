@@ -195,7 +195,7 @@ Status CmId::FenceQp() {
   attr.qp_state = IBV_QPS_ERR;
   // rdma-core returns the error number (a provider may return -1 and set errno).
   if (const int rc = ibv_modify_qp(id_->qp, &attr, IBV_QP_STATE); rc != 0) {
-    const int err = rc > 0 ? rc : errno;
+    const int err = rc > 0 ? rc : (errno != 0 ? errno : EIO);
     ReportTeardownFailure("ibv_modify_qp(IBV_QPS_ERR)", err);
     return ErrnoStatus(
         ErrorCode::kIo,
@@ -211,7 +211,12 @@ void CmId::Disconnect() {
 void CmId::Reset() {
   if (id_ == nullptr) return;
   if (id_->qp != nullptr) {
-    (void)FenceQp();  // a failure is reported there; the QP is destroyed next anyway
+    // To ERR first, so that nothing executes while it goes. Not reported here: a caller whose
+    // safety rests on the fence calls FenceQp (which reports) before, and a failure here would be
+    // that one's again; the destroy that follows ends the QP either way.
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    (void)ibv_modify_qp(id_->qp, &attr, IBV_QP_STATE);
     rdma_destroy_qp(id_);
   }
   if (const int rc = rdma_destroy_id(id_); rc != 0) ReportTeardownFailure("rdma_destroy_id", errno);
