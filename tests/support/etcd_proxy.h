@@ -63,7 +63,11 @@ class DelayingProxy {
         reads_held.fetch_add(1);
         std::this_thread::sleep_for(delay_);
       }
-      if (req.path == "/v3/kv/txn" && delay_txns.fetch_sub(1) > 0) {
+      if (req.path == "/v3/kv/txn" && delay_mod_txns.load() &&
+          req.body.find("\"MOD\"") != std::string::npos) {
+        delayed.fetch_add(1);
+        std::this_thread::sleep_for(delay_);
+      } else if (req.path == "/v3/kv/txn" && delay_txns.fetch_sub(1) > 0) {
         delayed.fetch_add(1);
         std::this_thread::sleep_for(delay_);
       }
@@ -87,6 +91,7 @@ class DelayingProxy {
   std::atomic<int> delay_txns{0};
   std::atomic<int> delayed{0};
   std::atomic<bool> delay_reads{false};          // hold back every read's reply by `delay`
+  std::atomic<bool> delay_mod_txns{false};       // and every compare-on-mod_revision transaction's
   std::atomic<int> reads_held{0};                // reads whose reply was held back so
   std::atomic<bool> fail_ranges{false};          // answer every read (/v3/kv/range) with an error
   std::atomic<bool> fail_primary_reads{false};   // only the reads of shard a's primary key

@@ -681,3 +681,24 @@ TEST_CASE("cluster: a garbled primary in etcd leaves the other shards usable", "
   REQUIRE(held.ok());
   CHECK(held->Release().ok());
 }
+
+// A replace's compare-and-put that etcd carried out but whose answer came too late was tried again
+// on the next member, which found the map changed (by that first write) and the replace was
+// reported lost, kBusy, with the operator's own map in etcd (the review of the change above). The
+// map is read back then: the replace's own names are a replace done.
+TEST_CASE("cluster: a replace whose write landed late on one member is not told it lost",
+          "[etcd]") {
+  testing::LocalEtcd server;
+  REQUIRE(PublishClusterMap({{server.url()}, "test"}, {"a"}, false).ok());
+  testing::DelayingProxy proxy(server.url(), 3000ms);
+  proxy.delay_mod_txns.store(true);
+  // Two "members": the proxy (tried first) and etcd itself; the call's 2 s give each 1 s.
+  const Status st = PublishClusterMap({{proxy.url(), server.url()}, "test"}, {"x"}, true);
+  INFO(st.ToString() << "; transactions held back " << proxy.delayed.load());
+  CHECK(proxy.delayed.load() == 1);
+  CHECK(st.ok());
+  auto map = ReadClusterMap({{server.url()}, "test"});
+  REQUIRE(map.ok());
+  REQUIRE(map->shards.size() == 1);
+  CHECK(map->shards[0].name == "x");
+}
