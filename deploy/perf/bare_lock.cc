@@ -319,7 +319,7 @@ class Conn {
  public:
   ~Conn() {
     if (conn_ && conn_->id) (void)conn_->id.FenceQp();  // nothing executes while we tear down
-    mr_.reset();                                  // before the connection's PD
+    mr_.reset();                                        // before the connection's PD
   }
 
   Status Connect(const ClientOptions& o) {

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "client/src/client_test_peer.h"
@@ -1448,6 +1449,17 @@ TEST_CASE(
   CHECK(kept_told->get_future().wait_for(5s) == std::future_status::ready);
 }
 
+namespace {
+// A test lockd's options before and after it "restarts" with fewer locks: 16, then 13.
+std::pair<testing::FakeLockd::Options, testing::FakeLockd::Options> LockCounts16Then13() {
+  testing::FakeLockd::Options before;
+  before.lock_count = 16;
+  testing::FakeLockd::Options after = before;
+  after.lock_count = 13;
+  return {before, after};
+}
+}  // namespace
+
 // Lock(name), LockMany and LockAsync hash a name with the lock count of the session they start
 // in, and then acquire through whatever session the client is in by then. When the session ended
 // in between and the client reconnected to a lockd with another lock count (restarted with a new
@@ -1458,10 +1470,7 @@ TEST_CASE(
 TEST_CASE(
     "session keeping: a name hashed before lockd came back with another lock count is not "
     "granted on the old count's slot") {
-  testing::FakeLockd::Options fa;
-  fa.lock_count = 16;
-  testing::FakeLockd::Options fb = fa;
-  fb.lock_count = 13;
+  const auto [fa, fb] = LockCounts16Then13();
   testing::FakeLockd a(fa), b(fb);
   // A name whose slot differs between the two counts, and is in range on both.
   std::string name;
@@ -1574,10 +1583,7 @@ TEST_CASE(
 // fails now.
 TEST_CASE(
     "session keeping: an async slot past a smaller lockd's count fails alone, not its batch") {
-  testing::FakeLockd::Options fa;
-  fa.lock_count = 16;
-  testing::FakeLockd::Options fb = fa;
-  fb.lock_count = 13;
+  const auto [fa, fb] = LockCounts16Then13();
   testing::FakeLockd a(fa), b(fb);
   std::atomic<testing::FakeLockd*> target{&a};
   std::atomic<bool> gate{false};  // the reconnect to b waits for it
