@@ -4,14 +4,11 @@
 #include <chrono>
 #include <iostream>
 #include <string>
-#include <tuple>
-#include <utility>
 #include <vector>
 
 #include "client/lockctl/commands.h"
 #include "client/lockctl/json.h"
 #include "common/etcd/etcd.h"
-#include "common/host_port.h"
 
 namespace lockctl {
 
@@ -67,27 +64,10 @@ int CmdCluster(const Common& c, const std::string& init, bool replace) {
     }
     for (const auto& kv : *kvs) members[i].push_back(kv.value);
     // A shard the map read shows without a primary: its key is absent, or holds what is not
-    // HOST:PORT, which the map reads as none too. That is no "(none now)": an operator would wait
-    // for a takeover that happened (listed by an earlier review, left until 2026-12-07).
-    auto& s = map->shards[i];
-    if (!s.server.empty()) continue;
-    const std::string key = "/rdmalock/" + c.etcd_cluster + "/shard/" + s.name + "/primary";
-    auto primary = (*etcd)->Get(key, std::chrono::milliseconds(2000));
-    if (!primary.ok()) {
-      std::cerr << "lockctl: reading the primary of shard '" << s.name << "' (" << key
-                << ") from etcd: " << primary.status().message() << "\n";
+    // HOST:PORT, which the map reads as none too (that is no "(none now)").
+    if (map->shards[i].server.empty() && !RecheckPrimary(c, &map->shards[i])) {
       return kExitUnavailable;
     }
-    if (!primary->has_value()) continue;
-    if (auto hp = rdmalock::SplitHostPort((*primary)->value)) {
-      std::tie(s.server, s.port) = *std::move(hp);  // a primary since the map's read
-      continue;
-    }
-    std::cerr << "lockctl: etcd key " << key << " holds '" << (*primary)->value
-              << "', not HOST:PORT: shard '" << s.name
-              << "' has no primary that clients can reach (lockd writes its advertise address "
-                 "there; delete the key, and the shard's lockds campaign again)\n";
-    return kExitUnavailable;
   }
   if (c.json) {
     std::cout << ClusterJson(c.etcd_cluster, *map, members);

@@ -26,6 +26,11 @@ bool LoadClusterMap(const Common& c, rdmalock::ClusterMap* map, std::string* sou
                     bool* unavailable);
 // How a map from --etcd is named in messages.
 std::string EtcdSource(const Common& c);
+// For shard `s` of the map from --etcd, shown without a primary: reads its primary key again.
+// Absent: true, `s` unchanged (no primary now). A primary since the map's read: true, `s` gets
+// it. A value that is not HOST:PORT (the map reads it as none too), or a read that fails: false,
+// after saying so on stderr naming the key (both are exit 69, unavailable).
+bool RecheckPrimary(const Common& c, rdmalock::ShardSpec* s);
 // The index in `map` (read from `source`) of shard --shard, once the command's lock names
 // (Common::check_names), if any, are on it by the map; map.shards.size() after printing why not.
 size_t NamedShard(const Common& c, const rdmalock::ClusterMap& map, const std::string& source);

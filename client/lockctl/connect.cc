@@ -4,13 +4,45 @@
 #include <chrono>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
+#include <tuple>
+#include <utility>
 
 #include "client/lockctl/commands.h"
+#include "common/etcd/etcd.h"
+#include "common/host_port.h"
 #include "common/text_file.h"
 
 namespace lockctl {
 
 std::string EtcdSource(const Common& c) { return "etcd cluster " + c.etcd_cluster; }
+
+bool RecheckPrimary(const Common& c, rdmalock::ShardSpec* s) {
+  // Not "(none now)" or "try again" for a key that holds garbage: an operator would wait for a
+  // takeover that happened, or cannot happen while the key is there (listed by an earlier
+  // review, left until 2026-12-07).
+  const std::string key = "/rdmalock/" + c.etcd_cluster + "/shard/" + s->name + "/primary";
+  auto etcd =
+      rdmalock::etcd::Client::Create(c.etcd, {c.etcd_ca_file, c.etcd_cert_file, c.etcd_key_file});
+  auto primary = etcd.ok()
+                     ? (*etcd)->Get(key, std::chrono::milliseconds(2000))
+                     : rdmalock::Result<std::optional<rdmalock::etcd::KeyValue>>(etcd.status());
+  if (!primary.ok()) {
+    std::cerr << "lockctl: reading the primary of shard '" << s->name << "' (" << key
+              << ") from etcd: " << primary.status().message() << "\n";
+    return false;
+  }
+  if (!primary->has_value()) return true;
+  if (auto hp = rdmalock::SplitHostPort((*primary)->value)) {
+    std::tie(s->server, s->port) = *std::move(hp);
+    return true;
+  }
+  std::cerr << "lockctl: etcd key " << key << " holds '" << (*primary)->value
+            << "', not HOST:PORT: shard '" << s->name
+            << "' has no primary that clients can reach (lockd writes its advertise address "
+               "there; delete the key, and the shard's lockds campaign again)\n";
+  return false;
+}
 
 bool LoadClusterMap(const Common& c, rdmalock::ClusterMap* map, std::string* source,
                     bool* unavailable) {
@@ -107,6 +139,12 @@ Target TargetOf(const Common& c) {
     } else {
       std::cerr << "lockctl: with a cluster map, this command needs --shard NAME\n";
       t.usage_error = true;
+      return t;
+    }
+    if (map.shards[shard].server.empty() && !c.etcd.empty() &&
+        !RecheckPrimary(c, &map.shards[shard])) {
+      t.usage_error = true;
+      t.unavailable = true;
       return t;
     }
     t.server = map.shards[shard].server;

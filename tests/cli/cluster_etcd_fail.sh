@@ -64,5 +64,8 @@ expect_in "cluster, etcd failing the members' read" 69 "members of shard 'a'" ct
 put /rdmalock/t/shard/b/primary 10.0.0.3
 expect_in "cluster, shard b's primary garbled" 69 "/rdmalock/t/shard/b/primary holds '10.0.0.3'" \
   ctl "$url" cluster
+# A command on that shard says the same, not "no primary now ... try again" (the review).
+expect_in "status --shard b, its primary garbled" 69 "/rdmalock/t/shard/b/primary holds '10.0.0.3'" \
+  ctl "$url" --shard b status
 
 [ $fails -eq 0 ] && echo "cluster-etcd-fail-ok"
