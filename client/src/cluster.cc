@@ -169,7 +169,15 @@ Status PublishClusterMap(const EtcdCluster& e, const std::vector<std::string>& s
     // A write that landed while its answer came too late, and was tried again on another member,
     // reads as "changed" too: the map in etcd says which.
     auto now = etcd->Get(MapKey(e), kEtcdTimeout);
-    if (now.ok() && now->has_value()) {
+    if (!now.ok()) {
+      // Whether the replace landed is not known: not "another writer" (a usage error to lockctl).
+      return Error(ErrorCode::kConnection,
+                   "replacing the map of cluster '" + e.cluster + "' (" + MapKey(e) +
+                       "): etcd refused the write, and the map could not be read back to see "
+                       "whose map is there: " +
+                       now.status().message() + "; read it with lockctl cluster");
+    }
+    if (now->has_value()) {
       if (auto have = ParseShardList((*now)->value, MapKey(e)); have.ok() && *have == shards) {
         return Status::Ok();
       }

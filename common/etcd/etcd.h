@@ -92,9 +92,11 @@ class Client {
   Result<bool> CompareAndPut(std::string_view key, int64_t mod_revision, std::string_view value,
                              Ms timeout);
 
-  // Stops every call in flight (each returns kConnection within a few milliseconds) and makes
-  // every later call fail at once: for an owner that is closing and must not wait out a slow
-  // etcd's timeouts (ClusterClient's close). Cannot be undone.
+  // Stops every call in flight (each returns kConnection within a few milliseconds, or, if it is
+  // connecting to a member or in its TLS handshake, once that ends: httplib holds the socket's
+  // lock through it, at most the call's share of its timeout) and makes every later call fail at
+  // once: for an owner that is closing and must not wait out a slow etcd's timeouts
+  // (ClusterClient's close). Cannot be undone.
   void Cancel();
 
   Result<Lease> GrantLease(int64_t ttl_s, Ms timeout);
