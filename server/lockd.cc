@@ -322,16 +322,18 @@ Status Server::Run() {
   // Shutdown: stop taking connections, fence every QP (to ERR), disconnect, then destroy in order.
   // Every client's QP to the error state first: from then on no client's RDMA reaches the
   // regions (in cluster mode this is the fence a lost primary must finish before its deadline).
-  bool fence_failed = false;
   for (auto& [id, c] : m.conns) {
     if (Status f = c->id.FenceQp(); !f.ok()) {
-      spdlog::error("shutting down: a client's QP could not be fenced ({}); it is destroyed below",
+      // Destroyed now, its memory windows first (a window bound to a QP holds a reference on
+      // it): nothing of it may execute through what follows (in cluster mode, before the lease's
+      // deadline).
+      spdlog::error("shutting down: a client's QP could not be fenced ({}); destroying it now",
                     f.message());
-      fence_failed = true;
+      c->windows.clear();
+      c->id.Reset();
     }
   }
-  // When every QP is in ERR; with one that is not, once the QPs are destroyed (below).
-  if (!fence_failed) m.fenced_at = std::chrono::steady_clock::now();
+  m.fenced_at = std::chrono::steady_clock::now();  // every QP in ERR, or destroyed
   spdlog::info("shutting down: disconnecting {} client(s)", m.connected.load());
   // Clients connected now, or fenced ones whose leases may still run (a heartbeat fence frees
   // their locks one lease later): either way the next start must wait out the restart grace.
@@ -343,7 +345,6 @@ Status Server::Run() {
   for (auto& [id, c] : m.conns) c->id.Disconnect();
   for (auto& d : devices) rdma::DrainCq(d->cq.get());  // reap the handshakes' flushed requests
   m.conns.clear();
-  if (fence_failed) m.fenced_at = std::chrono::steady_clock::now();
   m.record_mrs.clear();
   m.sessions.Clear();
   m.connected.store(0);

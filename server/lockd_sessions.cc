@@ -103,7 +103,7 @@ void Server::Impl::EndSession(std::shared_ptr<Session> s, EndReason reason, cons
   // A fence that failed (its QP not moved to ERR) leaves "free at once" unsafe: the QP may still
   // execute the client's work requests. One lease later, every lease the client may believe in
   // has run out, the argument that holds for a live client that is not fenced.
-  if (now && s->fence_failed) {
+  if (now && s->fence_failed && s->counted) {
     spdlog::warn("session {}: its locks are freed one lease after now, not at once: a fence failed",
                  s->session_id);
     now = false;
