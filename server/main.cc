@@ -303,7 +303,8 @@ int RunCluster(const Config& config, sigset_t signals, ReloadContext reload) {
         const auto deadline = (*campaign)->deadline();
         spdlog::warn(
             "no longer primary of shard {}: {}; stopped serving (every client's QP in the error "
-            "state, or destroyed) {} ms before the lease deadline [fenced_mono_ns={} deadline_mono_ns={}]",
+            "state, or destroyed) {} ms before the lease deadline [fenced_mono_ns={} "
+            "deadline_mono_ns={}]",
             config.shard,
             lost.load() ? (*campaign)->why_lost()
                         : std::string("the etcd lease was not refreshed in time"),
