@@ -65,7 +65,7 @@ int CmdCluster(const Common& c, const std::string& init, bool replace) {
     for (const auto& kv : *kvs) members[i].push_back(kv.value);
     // A shard the map read shows without a primary: its key is absent, or holds what is not
     // HOST:PORT, which the map reads as none too (that is no "(none now)").
-    if (map->shards[i].server.empty() && !RecheckPrimary(c, &map->shards[i])) {
+    if (map->shards[i].server.empty() && !RecheckPrimary(c, **etcd, &map->shards[i])) {
       return kExitUnavailable;
     }
   }

@@ -13,6 +13,7 @@
 
 #include "client/lockctl/args.h"
 #include "client/lockctl/bench.h"
+#include "common/etcd/etcd.h"
 #include "rdmalock/client.h"
 #include "rdmalock/cluster.h"
 
@@ -30,7 +31,7 @@ std::string EtcdSource(const Common& c);
 // Absent: true, `s` unchanged (no primary now). A primary since the map's read: true, `s` gets
 // it. A value that is not HOST:PORT (the map reads it as none too), or a read that fails: false,
 // after saying so on stderr naming the key (both are exit 69, unavailable).
-bool RecheckPrimary(const Common& c, rdmalock::ShardSpec* s);
+bool RecheckPrimary(const Common& c, rdmalock::etcd::Client& etcd, rdmalock::ShardSpec* s);
 // The index in `map` (read from `source`) of shard --shard, once the command's lock names
 // (Common::check_names), if any, are on it by the map; map.shards.size() after printing why not.
 size_t NamedShard(const Common& c, const rdmalock::ClusterMap& map, const std::string& source);

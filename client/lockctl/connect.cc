@@ -17,16 +17,12 @@ namespace lockctl {
 
 std::string EtcdSource(const Common& c) { return "etcd cluster " + c.etcd_cluster; }
 
-bool RecheckPrimary(const Common& c, rdmalock::ShardSpec* s) {
+bool RecheckPrimary(const Common& c, rdmalock::etcd::Client& etcd, rdmalock::ShardSpec* s) {
   // Not "(none now)" or "try again" for a key that holds garbage: an operator would wait for a
   // takeover that happened, or cannot happen while the key is there (listed by an earlier
   // review, left until 2026-12-07).
   const std::string key = "/rdmalock/" + c.etcd_cluster + "/shard/" + s->name + "/primary";
-  auto etcd =
-      rdmalock::etcd::Client::Create(c.etcd, {c.etcd_ca_file, c.etcd_cert_file, c.etcd_key_file});
-  auto primary = etcd.ok()
-                     ? (*etcd)->Get(key, std::chrono::milliseconds(2000))
-                     : rdmalock::Result<std::optional<rdmalock::etcd::KeyValue>>(etcd.status());
+  auto primary = etcd.Get(key, std::chrono::milliseconds(2000));
   if (!primary.ok()) {
     std::cerr << "lockctl: reading the primary of shard '" << s->name << "' (" << key
               << ") from etcd: " << primary.status().message() << "\n";
@@ -141,11 +137,15 @@ Target TargetOf(const Common& c) {
       t.usage_error = true;
       return t;
     }
-    if (map.shards[shard].server.empty() && !c.etcd.empty() &&
-        !RecheckPrimary(c, &map.shards[shard])) {
-      t.usage_error = true;
-      t.unavailable = true;
-      return t;
+    if (map.shards[shard].server.empty() && !c.etcd.empty()) {
+      auto etcd = rdmalock::etcd::Client::Create(
+          c.etcd, {c.etcd_ca_file, c.etcd_cert_file, c.etcd_key_file});
+      if (!etcd.ok() || !RecheckPrimary(c, **etcd, &map.shards[shard])) {
+        if (!etcd.ok()) std::cerr << "lockctl: " << etcd.status().message() << "\n";
+        t.usage_error = true;
+        t.unavailable = true;
+        return t;
+      }
     }
     t.server = map.shards[shard].server;
     t.port = map.shards[shard].port;

@@ -153,9 +153,11 @@ Status PublishClusterMap(const EtcdCluster& e, const std::vector<std::string>& s
                                        ") changed while it was written; read it and try again");
   }
   // The same names in the same order is the same map, however the text was written.
-  if (auto have = ParseShardList(existing->value, MapKey(e)); have.ok() && *have == shards) {
-    return Status::Ok();
-  }
+  const auto is_this_map = [&](const std::string& value) {
+    auto have = ParseShardList(value, MapKey(e));
+    return have.ok() && *have == shards;
+  };
+  if (is_this_map(existing->value)) return Status::Ok();
   if (!replace) {
     return Error(ErrorCode::kBusy, "etcd already has a different map for cluster '" + e.cluster +
                                        "': " + existing->value +
@@ -177,11 +179,7 @@ Status PublishClusterMap(const EtcdCluster& e, const std::vector<std::string>& s
                        "whose map is there: " +
                        now.status().message() + "; read it with lockctl cluster");
     }
-    if (now->has_value()) {
-      if (auto have = ParseShardList((*now)->value, MapKey(e)); have.ok() && *have == shards) {
-        return Status::Ok();
-      }
-    }
+    if (now->has_value() && is_this_map((*now)->value)) return Status::Ok();
     return Error(ErrorCode::kBusy, "the map of cluster '" + e.cluster + "' (" + MapKey(e) +
                                        ") changed while it was replaced (it was " +
                                        existing->value + "); read it and try again");

@@ -63,11 +63,9 @@ class DelayingProxy {
         reads_held.fetch_add(1);
         std::this_thread::sleep_for(delay_);
       }
-      if (req.path == "/v3/kv/txn" && delay_mod_txns.load() &&
-          req.body.find("\"MOD\"") != std::string::npos) {
-        delayed.fetch_add(1);
-        std::this_thread::sleep_for(delay_);
-      } else if (req.path == "/v3/kv/txn" && delay_txns.fetch_sub(1) > 0) {
+      if (req.path == "/v3/kv/txn" &&
+          ((delay_mod_txns.load() && req.body.find("\"MOD\"") != std::string::npos) ||
+           delay_txns.fetch_sub(1) > 0)) {
         delayed.fetch_add(1);
         std::this_thread::sleep_for(delay_);
       }
