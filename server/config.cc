@@ -228,7 +228,10 @@ Status Validate(const Config& c) {
   return Status::Ok();
 }
 
-Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
+namespace {
+
+// The keys of YAML text, each checked on its own; the checks across keys are Validate's.
+Result<Config> ParseKeys(const std::string& text, const std::string& origin) {
   Config c;
   YAML::Node root;
   try {
@@ -333,15 +336,34 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
   } catch (const YAML::Exception& e) {
     return Error(ErrorCode::kConfig, origin + ":" + std::to_string(e.mark.line + 1) + ": " + e.msg);
   }
-  RDMALOCK_RETURN_IF_ERROR(Validate(c).WithContext(origin));
   return c;
 }
 
-Result<Config> LoadConfig(const std::string& path) {
+}  // namespace
+
+Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
+  auto c = ParseKeys(text, origin);
+  if (!c.ok()) return c;
+  RDMALOCK_RETURN_IF_ERROR(Validate(*c).WithContext(origin));
+  return c;
+}
+
+Result<Config> LoadConfig(const std::string& path,
+                          const std::function<void(Config*)>& overrides) {
   auto text = ReadTextFile(path);
   if (!text.ok())
     return Error(ErrorCode::kConfig, "cannot read config file " + text.status().message());
-  return ParseConfig(*text, path);
+  auto c = ParseKeys(*text, path);
+  if (!c.ok()) return c;
+  std::string origin = path;
+  if (overrides) {
+    const std::string file_only = c->ToYaml();
+    overrides(&*c);
+    // A value that is wrong may be the command line's: the message says it took part.
+    if (c->ToYaml() != file_only) origin += " with the command line's keys over it";
+  }
+  RDMALOCK_RETURN_IF_ERROR(Validate(*c).WithContext(origin));
+  return c;
 }
 
 namespace {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -115,10 +116,15 @@ struct Config {
 // (docs/protocol.md section 11). Not refused: it takes 32,768 requests on one lock in that window.
 std::string FenceMarginWarning(const Config& c);
 
-// Parses YAML text; `origin` names the file in messages.
+// Parses YAML text and validates the result; `origin` names the file in messages.
 Result<Config> ParseConfig(const std::string& text, const std::string& origin);
-// Reads and parses a file.
-Result<Config> LoadConfig(const std::string& path);
+// Reads a file: each key checked on its own (type, unit, range; a message names its line), then
+// `overrides` (lockd's command line, which stands in for the file's keys) applied over them, then
+// the whole validated as lockd will run it (Validate; its message names the file, and says when
+// the command line changed any key). So a file that
+// names etcd but leaves the shard to --shard is valid with --shard and refused without it.
+Result<Config> LoadConfig(const std::string& path,
+                          const std::function<void(Config*)>& overrides = nullptr);
 // Checks ranges and relations between keys.
 Status Validate(const Config& c);
 // The keys whose values differ between two configs, in file order (a reload applies log_level at

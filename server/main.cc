@@ -120,14 +120,14 @@ void Reload(const ReloadContext& ctx) {
   Config* running = ctx.running;
   if (ctx.path.empty()) {
     spdlog::info("reload: no config file (started without --config); nothing to reload");
-  } else if (auto loaded = rdmalock::lockd::LoadConfig(ctx.path); !loaded.ok()) {
+  } else if (auto loaded = rdmalock::lockd::LoadConfig(ctx.path, ctx.apply_overrides);
+             !loaded.ok()) {
     spdlog::error("reload: {}; keeping the running configuration", loaded.status().message());
   } else {
-    Config fresh = *loaded;
-    ctx.apply_overrides(&fresh);
+    const Config& fresh = *loaded;
     std::string key;
-    rdmalock::Status st = rdmalock::lockd::Validate(fresh);
-    if (st.ok() && !fresh.auth_key_file.empty()) {
+    rdmalock::Status st;
+    if (!fresh.auth_key_file.empty()) {
       auto k = rdmalock::auth::LoadKeyFile(fresh.auth_key_file, true);
       if (k.ok())
         key = *k;
@@ -490,15 +490,6 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
 
-  Config config;
-  if (!config_path.empty()) {
-    auto loaded = rdmalock::lockd::LoadConfig(config_path);
-    if (!loaded.ok()) {
-      std::cerr << "lockd: " << loaded.status().message() << "\n";
-      return 2;
-    }
-    config = *loaded;
-  }
   // The command line's keys, over the file's: at start, and again at each reload.
   auto apply_overrides = [&](Config* cfg) {
     if (!log_level.empty()) cfg->log_level = log_level;
@@ -531,10 +522,21 @@ int main(int argc, char** argv) {
     if (app.count("--etcd-cert-file") > 0) cfg->etcd_cert_file = etcd_cert;
     if (app.count("--etcd-key-file") > 0) cfg->etcd_key_file = etcd_key;
   };
-  apply_overrides(&config);
-  if (auto st = rdmalock::lockd::Validate(config); !st.ok()) {
-    std::cerr << "lockd: invalid configuration: " << st.message() << "\n";
-    return 2;
+  // The file's keys with the command line's over them, validated as one (LoadConfig).
+  Config config;
+  if (!config_path.empty()) {
+    auto loaded = rdmalock::lockd::LoadConfig(config_path, apply_overrides);
+    if (!loaded.ok()) {
+      std::cerr << "lockd: " << loaded.status().message() << "\n";
+      return 2;
+    }
+    config = *loaded;
+  } else {
+    apply_overrides(&config);
+    if (auto st = rdmalock::lockd::Validate(config); !st.ok()) {
+      std::cerr << "lockd: invalid configuration: " << st.message() << "\n";
+      return 2;
+    }
   }
   std::string auth_key;                 // the key lockd checks ("" : none); a reload may rotate it
   if (!config.auth_key_file.empty()) {  // its mode and length, before anything starts
