@@ -348,8 +348,7 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin) {
   return c;
 }
 
-Result<Config> LoadConfig(const std::string& path,
-                          const std::function<void(Config*)>& overrides) {
+Result<Config> LoadConfig(const std::string& path, const std::function<void(Config*)>& overrides) {
   auto text = ReadTextFile(path);
   if (!text.ok())
     return Error(ErrorCode::kConfig, "cannot read config file " + text.status().message());
