@@ -103,6 +103,48 @@ bool ConvertSeconds(const TimeFlag& flag, double* out) {
   return true;
 }
 
+// Where `acquire`'s command starts in argv, as flock(1) sees it: at the first word after NAME that
+// is not one of acquire's options or an option's value, or after a "--" that follows NAME. CLI11
+// alone would go on reading options in the command (`acquire job df -h` was acquire's help, exit
+// 0, and df never ran). {argc, argc} when argv is not an acquire with a command: CLI11 then sees
+// all of it. Else CLI11 parses argv[0, cut) and the command is argv[begin, argc).
+struct CommandStart {
+  int cut, begin;
+};
+CommandStart FindAcquireCommand(const CLI::App& app, const CLI::App& acquire, int argc,
+                                const char* const* argv) {
+  const CommandStart none{argc, argc};
+  // 1 when `word` is one of `a`'s options that takes the next word as its value, 0 when it is
+  // any other option word (a flag, --opt=value, or one CLI11 will refuse).
+  auto value_follows = [](const CLI::App& a, const std::string& word) {
+    const bool is_long = word.rfind("--", 0) == 0;
+    const size_t eq = word.find('=');
+    const std::string name = is_long ? word.substr(0, eq) : word.substr(0, 2);
+    const CLI::Option* opt = a.get_option_no_throw(name);
+    const bool value_inside = is_long ? eq != std::string::npos : word.size() > 2;
+    return opt != nullptr && !value_inside && opt->get_expected_min() > 0 ? 1 : 0;
+  };
+  auto is_option = [](const std::string& word) { return word.size() > 1 && word[0] == '-'; };
+  int i = 1;
+  while (i < argc && is_option(argv[i]) && std::string(argv[i]) != "--") {
+    i += 1 + value_follows(app, argv[i]);
+  }
+  if (i >= argc || std::string(argv[i]) != acquire.get_name()) return none;
+  bool name_seen = false;
+  for (int j = i + 1; j < argc; ++j) {
+    const std::string word = argv[j];
+    if (word == "--") return name_seen ? CommandStart{j, j + 1} : none;
+    if (is_option(word)) {
+      j += value_follows(acquire, word);
+    } else if (!name_seen) {
+      name_seen = true;
+    } else {
+      return {j, j};
+    }
+  }
+  return none;
+}
+
 }  // namespace
 
 bool ParseClientConfig(const std::string& text, const std::string& path, bool have_server,
@@ -273,7 +315,9 @@ int ParseArgs(int argc, char** argv, Args* args) {
               "or milliseconds as a number (default: a quarter of lockd's lease, 500ms at "
               "lease_ms 2000); the SIGKILL comes a tenth of a lease before the lease ends at the "
               "latest, whatever --grace says");
-  acquire->add_option("cmd", acq_cmd, "command and arguments (after --)");
+  // The command's words are its own from the first (FindAcquireCommand), "--" or not.
+  acquire->add_option("cmd", acq_cmd,
+                      "the command and its arguments (lockctl's options end at its first word)");
 
   auto* top = app.add_subcommand(
       "top", "the most contended locks now: holders, waiters, requests/s; refreshes");
@@ -373,8 +417,9 @@ int ParseArgs(int argc, char** argv, Args* args) {
                   "threads of one process queue at lockd even for a lock another of them holds "
                   "(measures what cohort handover saves)");
 
+  const CommandStart command = FindAcquireCommand(app, *acquire, argc, argv);
   try {
-    app.parse(argc, argv);
+    app.parse(command.cut, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
@@ -425,6 +470,7 @@ int ParseArgs(int argc, char** argv, Args* args) {
     args->command = Command::kRelease;
   } else if (acquire->parsed()) {
     args->command = Command::kAcquire;
+    if (command.begin < argc) acq_cmd.assign(argv + command.begin, argv + argc);
   } else if (keygen->parsed()) {
     args->command = Command::kKeygen;
   } else if (cluster->parsed()) {

@@ -95,6 +95,14 @@ TEST_CASE("lockctl acquire holds the lock while the command runs") {
   REQUIRE(std::stoull(token) > 0);
   // Released afterwards.
   REQUIRE(c->TryLock("build-lock").ok());
+  // The command's options are its own, "--" or not (as flock(1)): lockctl took -h as its help
+  // and --timeout as the lock's wait before (tests/cli/acquire_command.sh).
+  REQUIRE(RunCommand(base + " acquire opt-lock sh -c 'echo \"$1 $2\" > " + dir +
+                     "/opts' x -h --timeout=5") == 0);
+  std::ifstream opts(dir + "/opts");
+  std::string opts_line;
+  std::getline(opts, opts_line);
+  REQUIRE(opts_line == "-h --timeout=5");
 
   // A lock that stays held: acquire --timeout gives up with exit code 75.
   auto h = c->Lock("busy-lock");
