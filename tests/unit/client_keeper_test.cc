@@ -1577,6 +1577,46 @@ TEST_CASE(
   *local = Error(ErrorCode::kInternal, "released before the client closes");
 }
 
+// The same for a name whose slot with the old count is past the new one: Lock and LockMany failed
+// kInvalidArgument "slot 14 is out of range (lock_count 13)" for a valid name, where docs/sdk.md
+// promises kConnection, "request it again" (the async path was mended 2026-12-07; found by
+// review, 2026-12-08).
+TEST_CASE(
+    "session keeping: a name hashed past a smaller lockd's lock count fails kConnection, not "
+    "invalid argument") {
+  const auto [fa, fb] = LockCounts16Then13();
+  testing::FakeLockd a(fa), b(fb);
+  std::string name;
+  for (int i = 0; name.empty(); ++i) {
+    if (const std::string n = "past-" + std::to_string(i); SlotForName(n, 16) >= 13) name = n;
+  }
+  std::atomic<testing::FakeLockd*> target{&a};
+  auto client = ConnectTo(
+      "remap-past", [&target](const ChannelParams& p, uint32_t* retry_ms,
+                              proto::RejectReason* reason) {
+        return target.load()->connector()(p, retry_ms, reason);
+      });
+  REQUIRE(client->lock_count() == 16);
+  Client* raw = client.get();  // used while `client` lives
+  auto switched = std::make_shared<std::atomic<bool>>(false);
+  ClientTestPeer::SetTestHook(*client, [&target, &b, switched, raw](std::string_view point) {
+    if (point != "hashed" || switched->exchange(true)) return;
+    target.store(&b);
+    ClientTestPeer::FailSession(*raw, "lockd restarted");
+    REQUIRE(WaitFor([raw] { return raw->session_id() != 0 && raw->lock_count() == 13; }));
+  });
+  Status got = Error(ErrorCode::kInternal, "not run");
+  SECTION("Lock") { got = client->Lock(name, {.timeout = 2s}).status(); }
+  SECTION("LockMany") {
+    const LockRequest reqs[] = {{name, LockMode::kExclusive}, {"other", LockMode::kExclusive}};
+    got = client->LockMany(reqs, {.timeout = 2s}).status();
+  }
+  INFO("'" << name << "' (slot " << SlotForName(name, 16) << " of 16): " << got.ToString());
+  REQUIRE(switched->load());
+  CHECK(got.code() == ErrorCode::kConnection);
+  CHECK_THAT(got.message(), Catch::Contains("request it again"));
+}
+
 // An async batch issued in a session whose lockd came back with fewer locks: a request whose slot
 // is past the new count failed the whole batch, the requests beside it too, each with an error
 // naming that one slot (listed by an earlier review, left until 2026-12-07). Only that request
@@ -1641,6 +1681,76 @@ TEST_CASE(
   REQUIRE(r2.ok());
   CHECK(r2->state() == LockState::kHeld);
   CHECK(r2->Release().ok());
+}
+
+// The async pump runs a batch's callbacks as it goes, and went on with the batch's channel by a
+// plain reference: when the session ended during the batch (its channels dropped by the client)
+// and a callback locked through the client on the pump thread, that thread's channel cache took
+// the new session's channel, the old one was freed, and the pump's next grant wrote to it
+// (heap-use-after-free under ASan; found by review, 2026-12-08). The pump now keeps its channel
+// alive for the batch.
+TEST_CASE("session keeping: a callback that locks while its batch's session ends does not free "
+          "the batch's channel") {
+  testing::FakeLockd lockd(testing::FakeLockd::Options{});
+  std::atomic<bool> gate{true};  // a reconnect waits while it is false
+  auto client = ConnectTo("pump-channel",
+                          [&lockd, &gate](const ChannelParams& p, uint32_t* retry_ms,
+                                          proto::RejectReason* reason) {
+                            while (!gate.load()) std::this_thread::sleep_for(1ms);
+                            return lockd.connector()(p, retry_ms, reason);
+                          });
+  struct OpenGate {
+    std::atomic<bool>& g;
+    ~OpenGate() { g.store(true); }  // before the client closes, whatever fails
+  } open_gate{gate};
+  Client* raw = client.get();  // used while `client` lives
+  // The three requests queue while the client reconnects, so that the pump issues them in one
+  // batch on one channel.
+  gate.store(false);
+  ClientTestPeer::FailSession(*client, "lockd restarted");
+  // At the batch's first grant the session ends again (lockd drops the client; it reconnects).
+  auto ended = std::make_shared<std::atomic<bool>>(false);
+  ClientTestPeer::SetTestHook(*client, [raw, ended](std::string_view point) {
+    if (point == "granted" && !ended->exchange(true)) {
+      ClientTestPeer::FailSession(*raw, "lockd dropped the client");
+    }
+  });
+  using Promise = std::promise<Result<LockHandle>>;
+  std::vector<std::shared_ptr<Promise>> done;
+  for (int i = 0; i < 3; ++i) done.push_back(std::make_shared<Promise>());
+  auto in_callback = std::make_shared<Result<LockHandle>>(Error(ErrorCode::kInternal, "not run"));
+  // The first request's callback locks another slot through the client, on the pump's thread.
+  REQUIRE(client
+              ->LockSlotAsync(1, {.timeout = 5s},
+                              [raw, in_callback, p = done[0]](Result<LockHandle> r) {
+                                *in_callback = raw->LockSlot(9, {.timeout = 5s});
+                                if (in_callback->ok()) (void)(*in_callback)->Release();
+                                p->set_value(std::move(r));
+                              })
+              .ok());
+  for (uint64_t i = 1; i < 3; ++i) {
+    REQUIRE(client
+                ->LockSlotAsync(1 + i, {.timeout = 5s},
+                                [p = done[i]](Result<LockHandle> r) { p->set_value(std::move(r)); })
+                .ok());
+  }
+  std::this_thread::sleep_for(100ms);  // a few of the pump's 20 ms waits for a session
+  gate.store(true);
+  std::string results;
+  for (auto& p : done) {
+    auto f = p->get_future();
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    auto r = f.get();
+    results += (r.ok() ? std::string("granted") : r.status().ToString()) + "; ";
+  }
+  INFO("the batch: " << results << "the callback's try-lock: "
+                     << (in_callback->ok() ? std::string("granted")
+                                           : in_callback->status().ToString()));
+  REQUIRE(ended->load());
+  // The callback's lock waited for the new session and was granted there. (The batch's grants
+  // came in the session that ended: each is reported lost.)
+  CHECK(in_callback->ok());
+  CHECK(WaitFor([raw] { return raw->session_id() != 0; }));
 }
 
 // A loss found before the holder set its callback was never told to it: Lose marked the loss
