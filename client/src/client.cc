@@ -250,6 +250,11 @@ Result<LockHandle> Client::Lock(std::string_view name, const LockOptions& option
   left.timeout = sdk::TimeoutLeft(options.timeout, deadline, Clock::now());
   auto h = LockSlot(SlotForName(name, count), left);
   if (h.ok()) RDMALOCK_RETURN_IF_ERROR(sdk::SameNameMapping(*h->state_, count));
+  // The name's slot is in range of the count it was hashed with: past the count LockSlot checked
+  // it against, lockd came back with fewer locks (kConnection, as any change of the count).
+  if (h.status().code() == ErrorCode::kInvalidArgument) {
+    RDMALOCK_RETURN_IF_ERROR(sdk::SameNameMapping(count, lock_count()));
+  }
   return h;
 }
 
@@ -365,6 +370,8 @@ Result<std::vector<LockHandle>> Client::LockMany(std::span<const LockRequest> re
     for (const LockHandle& h : *handles) {  // all or nothing: dropped, they release
       RDMALOCK_RETURN_IF_ERROR(sdk::SameNameMapping(*h.state_, count));
     }
+  } else if (handles.status().code() == ErrorCode::kInvalidArgument) {  // as Lock's
+    RDMALOCK_RETURN_IF_ERROR(sdk::SameNameMapping(count, lock_count()));
   }
   return handles;
 }
