@@ -1591,11 +1591,10 @@ TEST_CASE(
     if (const std::string n = "past-" + std::to_string(i); SlotForName(n, 16) >= 13) name = n;
   }
   std::atomic<testing::FakeLockd*> target{&a};
-  auto client = ConnectTo(
-      "remap-past", [&target](const ChannelParams& p, uint32_t* retry_ms,
-                              proto::RejectReason* reason) {
-        return target.load()->connector()(p, retry_ms, reason);
-      });
+  auto client = ConnectTo("remap-past", [&target](const ChannelParams& p, uint32_t* retry_ms,
+                                                  proto::RejectReason* reason) {
+    return target.load()->connector()(p, retry_ms, reason);
+  });
   REQUIRE(client->lock_count() == 16);
   Client* raw = client.get();  // used while `client` lives
   auto switched = std::make_shared<std::atomic<bool>>(false);
@@ -1689,16 +1688,17 @@ TEST_CASE(
 // the new session's channel, the old one was freed, and the pump's next grant wrote to it
 // (heap-use-after-free under ASan; found by review, 2026-12-08). The pump now keeps its channel
 // alive for the batch.
-TEST_CASE("session keeping: a callback that locks while its batch's session ends does not free "
-          "the batch's channel") {
+TEST_CASE(
+    "session keeping: a callback that locks while its batch's session ends does not free "
+    "the batch's channel") {
   testing::FakeLockd lockd(testing::FakeLockd::Options{});
   std::atomic<bool> gate{true};  // a reconnect waits while it is false
-  auto client = ConnectTo("pump-channel",
-                          [&lockd, &gate](const ChannelParams& p, uint32_t* retry_ms,
-                                          proto::RejectReason* reason) {
-                            while (!gate.load()) std::this_thread::sleep_for(1ms);
-                            return lockd.connector()(p, retry_ms, reason);
-                          });
+  auto client = ConnectTo(
+      "pump-channel",
+      [&lockd, &gate](const ChannelParams& p, uint32_t* retry_ms, proto::RejectReason* reason) {
+        while (!gate.load()) std::this_thread::sleep_for(1ms);
+        return lockd.connector()(p, retry_ms, reason);
+      });
   struct OpenGate {
     std::atomic<bool>& g;
     ~OpenGate() { g.store(true); }  // before the client closes, whatever fails
