@@ -87,7 +87,8 @@ void Client::Impl::FinishGranted(AsyncRequest& r, LockHandle h) {
 // rather than wait behind it. Once there is a session, the pump thread's channel (a join, if it
 // has none) gets the batch's earliest deadline, as a blocking request's gets its own. Ends every
 // request of the batch when it returns an error (the batch is then empty).
-Result<ThreadChannel*> Client::Impl::BatchChannel(std::vector<AsyncRequest>& batch) {
+Result<std::shared_ptr<ThreadChannel>> Client::Impl::BatchChannel(
+    std::vector<AsyncRequest>& batch) {
   const auto wait_end = [this](const AsyncRequest& r) {
     return std::min(r.deadline, sdk::DeadlineAfter(r.submitted, opts_.connect_timeout));
   };
@@ -105,7 +106,10 @@ Result<ThreadChannel*> Client::Impl::BatchChannel(std::vector<AsyncRequest>& bat
     std::chrono::milliseconds busy_retry(0);
     if (st.ok()) {
       auto chr = Channel(deadline, {}, &busy_retry);
-      if (chr.ok()) return chr;
+      if (chr.ok()) {
+        if (auto owned = OwnChannel(*chr)) return owned;
+        continue;  // not cached as Channel leaves it (never seen): look again
+      }
       st = chr.status();
     }
     // No session (yet, or again: a join that failed with the connection ended it): the requests
@@ -188,7 +192,8 @@ void Client::Impl::PumpLoop() {
     if (batch.empty()) continue;
     auto chr = BatchChannel(batch);
     if (!chr.ok()) continue;  // every request of the batch ended
-    ThreadChannel& ch = **chr;
+    const std::shared_ptr<ThreadChannel> owned = std::move(chr).value();  // through callbacks
+    ThreadChannel& ch = *owned;
     const Session& sess = *ch.session;
     // Cohort handover (cohort.h), as for a blocking request: an exclusive request whose slot's
     // entry another of the client's requests owns is not issued; it waits in the cohort on a

@@ -289,6 +289,10 @@ void Client::Impl::CountRiderRelease(bool released) {
   ++(released ? retired_.releases : retired_.lost);
 }
 
+std::shared_ptr<sdk::ThreadChannel> Client::Impl::OwnChannel(const ThreadChannel* ch) const {
+  return cache.impl == this && cache.nonce == nonce_ && cache.ch.get() == ch ? cache.ch : nullptr;
+}
+
 sdk::ThreadChannel* Client::Impl::ExistingChannel() {
   if (inherited()) return nullptr;  // before any lock: a parent's thread may hold it
   const uint64_t gen = gen_.load(std::memory_order_acquire);

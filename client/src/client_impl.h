@@ -481,6 +481,9 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // This thread's channel in the current session if it has one, else nullptr: never joins,
   // never waits (Flush: a thread with no channel has posted nothing in this session).
   ThreadChannel* ExistingChannel() EXCLUDES(mu_);
+  // `ch`, which Channel or ExistingChannel just returned on this thread, as an owning reference
+  // (they leave it in the thread's cache); nullptr if it is not there any more.
+  std::shared_ptr<ThreadChannel> OwnChannel(const ThreadChannel* ch) const;
   // A call on `gen`'s session failed. A connection error ends the session: every lock it held is
   // lost, its connections close (so lockd frees what they recorded), and the keeper reconnects.
   // The loss callbacks run on this thread, as `caller` allows (LossCaller): a dropping thread's
@@ -671,7 +674,11 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // on a slot its name no longer maps to (lockd came back with another lock count since the
   // name was hashed: AsyncRequest::hashed_with) is released and completes it with kConnection.
   static void FinishGranted(AsyncRequest & r, LockHandle h);
-  Result<sdk::ThreadChannel*> BatchChannel(std::vector<AsyncRequest> & batch)
+  // The pump's channel for `batch`, owned: the pump runs the batch's callbacks while it goes on
+  // using the channel, and a callback that locks through the client replaces this thread's
+  // cached channel, which after the session's end was the channel's last owner (the pump's next
+  // grant wrote to freed memory; found by review, 2026-12-08).
+  Result<std::shared_ptr<sdk::ThreadChannel>> BatchChannel(std::vector<AsyncRequest> & batch)
       EXCLUDES(async_mu_, mu_);
   // Waits until there is a session, the client closes, or `until`: OK if there is a session,
   // else why not (kConnection), as Channel says it.
