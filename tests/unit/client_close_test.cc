@@ -501,3 +501,70 @@ TEST_CASE("connect: a keeper or reaper thread that cannot be started is an error
   auto other = ConnectTo(lockd, "after");
   CHECK(other->TryLockSlot(0).ok());
 }
+
+// Closing a client shuts its async waiters' connections to end their waits at lockd. The waiter
+// took its failed wait for the session's end: it ended the session from there, its held locks
+// were told "session with lockd ended" (kLockLost) on that waiter thread, not "client closed" on
+// the closing thread as client.h says, and the keeper could open a new session while the client
+// closed (found by review, 2026-12-08).
+TEST_CASE("async: closing a client whose request waits at lockd tells its locks 'client closed' "
+          "on the closing thread, and opens no session") {
+  testing::FakeLockd lockd({});
+  auto holder = ConnectTo(lockd, "holder");
+  auto held = holder->LockSlot(5, {});
+  REQUIRE(held.ok());
+  std::atomic<bool> closing{false};
+  std::atomic<int> opened_while_closing{0};
+  Connector inner = lockd.connector();
+  Connector counted = [&closing, &opened_while_closing, inner](
+                          const ChannelParams& p, uint32_t* retry_ms, proto::RejectReason* reason) {
+    if ((p.flags & proto::kFlagJoin) == 0 && closing.load()) ++opened_while_closing;
+    return inner(p, retry_ms, reason);
+  };
+  auto c = ClientTestPeer::Connect(testing::FakeClientOptions("closing"), counted);
+  REQUIRE(c.ok());
+  std::unique_ptr<Client> client = std::move(c).value();
+  auto mine = client->LockSlot(3, {});
+  REQUIRE(mine.ok());
+  struct Told {
+    std::mutex mu;
+    int times = 0;
+    Status st;
+    std::thread::id tid;
+  };
+  auto told = std::make_shared<Told>();
+  mine->OnLost([told](const Status& st) {
+    std::lock_guard lk(told->mu);
+    ++told->times;
+    told->st = st;
+    told->tid = std::this_thread::get_id();
+  });
+  auto waits = std::make_shared<std::promise<Result<LockHandle>>>();
+  auto waits_f = waits->get_future();
+  const uint64_t before = lockd.table().Load(5, 0);
+  REQUIRE(
+      client
+          ->LockSlotAsync(5, {}, [waits](Result<LockHandle> r) { waits->set_value(std::move(r)); })
+          .ok());
+  // The request waits at lockd on a waiter thread (its FA is in the word behind the holder's).
+  REQUIRE(WaitFor([&lockd, before] { return lockd.table().Load(5, 0) != before; }));
+  std::this_thread::sleep_for(50ms);
+  closing.store(true);
+  client.reset();
+  REQUIRE(waits_f.wait_for(5s) == std::future_status::ready);
+  const Status waited = waits_f.get().status();
+  std::lock_guard lk(told->mu);
+  INFO("the held lock was told " << told->times << " time(s): " << told->st.ToString()
+                                 << (told->tid == std::this_thread::get_id()
+                                         ? " on the closing thread"
+                                         : " on another thread")
+                                 << "; the waiting request: " << waited.ToString()
+                                 << "; sessions opened while closing: "
+                                 << opened_while_closing.load());
+  CHECK(told->times == 1);
+  CHECK(told->st.code() == ErrorCode::kConnection);
+  CHECK_THAT(told->st.message(), Catch::Contains("client closed"));
+  CHECK(told->tid == std::this_thread::get_id());
+  CHECK(waited.code() == ErrorCode::kConnection);
+  CHECK(opened_while_closing.load() == 0);
+}
