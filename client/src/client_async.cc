@@ -480,8 +480,7 @@ void Client::Impl::FinishWait(AsyncWait& w, bool overdue) {
   if (!g.ok()) {
     if (w.cohort_owner) cohort_->Leave(w.req.slot);
     if (g.status().code() == ErrorCode::kTimeout) ++ch.timeouts;
-    OnSessionError(sess.gen, g.status());
-    Finish(w.req, g.status());
+    FailWait(w.req, sess.gen, g.status());
     return;
   }
   TestHook("granted");
@@ -538,13 +537,25 @@ void Client::Impl::CohortWait(AsyncWait& w, ThreadChannel* ch) {
   if (!g.ok()) {
     if (owner) cohort_->Leave(slot);
     if (g.status().code() == ErrorCode::kTimeout) ++ch->timeouts;
-    OnSessionError(sess.gen, g.status());
-    Finish(w.req, g.status());
+    FailWait(w.req, sess.gen, g.status());
     return;
   }
   TestHook("granted");
   FinishGranted(w.req, MakeHandle(*ch, *g, completed, w.req.options.auto_renew, started,
                                   owner ? cohort_.get() : nullptr));
+}
+
+// A waiter's wait at lockd failed with `st`. While the client closes, that is StopAsync shutting
+// the waiter's connection, not the session's end: the request ends "client closed", and the
+// session is left to Close, which tells the held locks so on its own thread (the waiter ended the
+// session, and they were told "session with lockd ended" here; found by review, 2026-12-08).
+void Client::Impl::FailWait(AsyncRequest& r, uint64_t gen, const Status& st) {
+  if (ClosingAsync()) {
+    Finish(r, Error(ErrorCode::kConnection, "client closed"));
+    return;
+  }
+  OnSessionError(gen, st);
+  Finish(r, st);
 }
 
 // Whether StopAsync has begun. A waiter thread asks after it has its connection and before it

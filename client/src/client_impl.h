@@ -667,6 +667,9 @@ class [[gnu::visibility("hidden")]] Client::Impl
   // unit, or one handed over in the cohort, which brings its own): the request's unit goes back,
   // and the grant is checked as FinishGranted checks its own.
   void FinishAdopted(AsyncRequest & r, LockHandle h);
+  // A waiter thread's acquire for `r` in session `gen` failed with `st` (its cohort entry passed
+  // on already): ends the session if `st` says so, unless the client is closing, and finishes `r`.
+  void FailWait(AsyncRequest & r, uint64_t gen, const Status& st) EXCLUDES(async_mu_, mu_);
   // Finish with `st`, for a request that got no grant: passes its cohort entry on if it owned it.
   void FinishUngranted(AsyncRequest & r, bool cohort_owner, Status st);
   // Completes `r` with the handle MakeHandle made for its own grant, which holds the request's

@@ -507,8 +507,9 @@ TEST_CASE("connect: a keeper or reaper thread that cannot be started is an error
 // were told "session with lockd ended" (kLockLost) on that waiter thread, not "client closed" on
 // the closing thread as client.h says, and the keeper could open a new session while the client
 // closed (found by review, 2026-12-08).
-TEST_CASE("async: closing a client whose request waits at lockd tells its locks 'client closed' "
-          "on the closing thread, and opens no session") {
+TEST_CASE(
+    "async: closing a client whose request waits at lockd tells its locks 'client closed' "
+    "on the closing thread, and opens no session") {
   testing::FakeLockd lockd({});
   auto holder = ConnectTo(lockd, "holder");
   auto held = holder->LockSlot(5, {});
