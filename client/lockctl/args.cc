@@ -424,6 +424,22 @@ int ParseArgs(int argc, char** argv, Args* args) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
   }
+  // A flag given an empty value is refused: lockctl reads "" as a flag left out, so `--cluster
+  // "$MAP"` with MAP unset went to RDMALOCK_SERVER's lockd, not the name's shard (found by
+  // review, 2026-12-08).
+  for (const CLI::App* a :
+       {&app, app.get_subcommands().empty() ? &app : app.get_subcommands()[0]}) {
+    for (const CLI::Option* opt : a->get_options()) {
+      // Positionals (a lock name, acquire's command) have their own checks, which name them.
+      if (!opt->nonpositional() || opt->get_expected_min() == 0 || opt->count() == 0) continue;
+      for (const std::string& v : opt->results()) {
+        if (!v.empty()) continue;
+        std::cerr << "lockctl: " << opt->get_name() << ": empty value (leave the flag out for "
+                  << "its default)\n";
+        return kExitUsage;
+      }
+    }
+  }
   // The time flags, each into the unit it has always had; one line on a bad value.
   using rdmalock::DurationUnit;
   constexpr int64_t kIntMax = std::numeric_limits<int>::max();
