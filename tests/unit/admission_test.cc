@@ -87,6 +87,18 @@ TEST_CASE("admission: a new client with room is admitted; the caps refuse with a
   CHECK(v.retry_after_ms == 100);
 }
 
+// A request that does not decode is refused with what was wrong with it, for lockd's log (an
+// empty detail before; found by review, 2026-12-08).
+TEST_CASE("admission: a malformed request is refused with what is wrong with it") {
+  Admission a(AdmissionConfig(), {}, {});
+  ConnectFacts f = NewClient("10.0.0.4:1");
+  f.decoded = RejectReason::kBadLength;
+  f.decoded_why = "unknown flags 0x10";
+  const Verdict v = a.Decide(f, Admission::Clock::now());
+  CHECK(v.reason == RejectReason::kBadLength);
+  CHECK(v.detail == "unknown flags 0x10");
+}
+
 // One address's new sessions hold at most kMaxNewHandshakesPerAddress of the handshakes in
 // progress (found by review, 2026-12-06; RDMA test 'handshakes in progress: one address's new
 // sessions hold 16; the next is refused busy'); a live session's joins from it are not held back.

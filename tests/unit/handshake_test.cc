@@ -61,22 +61,35 @@ TEST_CASE("malformed connect requests are refused with a reason") {
     b[ConnectRequest::kVersion] = 0;
     REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kBadVersion);
   }
+  // Each refusal of a request of the right size says what is wrong with it, for lockd's log: a
+  // newer client's new flag read "malformed request length" with no detail (found by review,
+  // 2026-12-08).
+  std::string why;
   SECTION("wrong length field") {
     b[ConnectRequest::kLength] = 55;
-    REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kBadLength);
+    REQUIRE(ConnectRequest::Decode(b, &out, &why) == RejectReason::kBadLength);
+    CHECK_THAT(why, Catch::Contains("length field 55"));
   }
   SECTION("join fields set without the join flag") {
     b[ConnectRequest::kJoinSession + 3] = 1;
-    REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kBadLength);
+    REQUIRE(ConnectRequest::Decode(b, &out, &why) == RejectReason::kBadLength);
+    CHECK_THAT(why, Catch::Contains("join fields without the join flag"));
   }
   SECTION("unknown flag") {
     b[ConnectRequest::kFlags] = 0x10;
-    REQUIRE(ConnectRequest::Decode(b, &out) == RejectReason::kBadLength);
+    REQUIRE(ConnectRequest::Decode(b, &out, &why) == RejectReason::kBadLength);
+    CHECK_THAT(why, Catch::Contains("unknown flags 0x10"));
+  }
+  SECTION("join and loopback at once") {
+    b[ConnectRequest::kFlags] = static_cast<uint8_t>(kFlagJoin | kFlagLoopback);
+    REQUIRE(ConnectRequest::Decode(b, &out, &why) == RejectReason::kBadLength);
+    CHECK_THAT(why, Catch::Contains("both join and loopback"));
   }
   SECTION("trailing garbage") {
     std::vector<uint8_t> v(b.begin(), b.end());
     v.push_back(1);
-    REQUIRE(ConnectRequest::Decode(v, &out) == RejectReason::kBadLength);
+    REQUIRE(ConnectRequest::Decode(v, &out, &why) == RejectReason::kBadLength);
+    CHECK_THAT(why, Catch::Contains("bytes after the request"));
   }
 }
 
