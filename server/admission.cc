@@ -51,7 +51,7 @@ Verdict Admission::Decide(const ConnectFacts& f, Clock::time_point now) {
       return v;
     }
   }
-  if (f.decoded != RejectReason::kNone) return refuse(f.decoded, "");
+  if (f.decoded != RejectReason::kNone) return refuse(f.decoded, f.decoded_why);
   if (!is_loopback && now < grace_until_) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(grace_until_ - now).count() + 1;

@@ -31,10 +31,11 @@ namespace rdmalock::lockd {
 struct ConnectFacts {
   std::string peer;                                          // "ADDRESS:PORT"
   proto::RejectReason decoded = proto::RejectReason::kNone;  // the request's decoding
-  bool flagged_loopback = false;                             // it sets proto::kFlagLoopback
-  bool loopback_proven = false;  // ... and proves it is this lockd's own (LoopbackProven)
-  bool address_allowed = false;  // its address is in allow_from
-  bool join = false;             // it sets proto::kFlagJoin
+  std::string decoded_why;        // what is wrong with it, when `decoded` is not kNone
+  bool flagged_loopback = false;  // it sets proto::kFlagLoopback
+  bool loopback_proven = false;   // ... and proves it is this lockd's own (LoopbackProven)
+  bool address_allowed = false;   // its address is in allow_from
+  bool join = false;              // it sets proto::kFlagJoin
   uint64_t join_session = 0;
   // For a join: the session exists and the key matches (and the request is not flagged
   // loopback); the session's connections now.

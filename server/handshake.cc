@@ -57,7 +57,7 @@ rdma::CmId Server::Impl::OnConnectRequest(rdma_cm_event* ev) {
   proto::ConnectRequest req;
   ConnectFacts f;
   f.peer = peer;
-  f.decoded = proto::ConnectRequest::Decode(bytes, &req);
+  f.decoded = proto::ConnectRequest::Decode(bytes, &req, &f.decoded_why);
   f.flagged_loopback =
       f.decoded == proto::RejectReason::kNone && (req.flags & proto::kFlagLoopback) != 0;
   f.loopback_proven =

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdio>
 #include <span>
 #include <string>
 #include <string_view>
@@ -93,7 +94,7 @@ inline std::string_view RejectReasonName(RejectReason r) {
     case RejectReason::kBadVersion:
       return "unsupported protocol version";
     case RejectReason::kBadLength:
-      return "malformed request length";
+      return "malformed request (its length, flags or unused bytes)";
     case RejectReason::kServerFull:
       return "server full (max_clients reached)";
     case RejectReason::kShuttingDown:
@@ -184,26 +185,56 @@ struct ConnectRequest {
     return b;
   }
 
-  // Validates and decodes what lockd received. Returns kNone on success.
-  static RejectReason Decode(std::span<const uint8_t> data, ConnectRequest* out) {
-    if (data.size() < kLength + 2) return RejectReason::kBadLength;
-    if (GetLe(data, kMagic, 4) != kHandshakeMagic) return RejectReason::kBadMagic;
+  // Validates and decodes what lockd received. Returns kNone on success; else the reason, and in
+  // *why (if given) what is wrong, for lockd's log.
+  static RejectReason Decode(std::span<const uint8_t> data, ConnectRequest* out,
+                             std::string* why = nullptr) {
+    auto bad = [why](RejectReason r, std::string what) {
+      if (why != nullptr) *why = std::move(what);
+      return r;
+    };
+    if (data.size() < kLength + 2) {
+      return bad(RejectReason::kBadLength,
+                 std::to_string(data.size()) + " bytes, too short for a request");
+    }
+    if (GetLe(data, kMagic, 4) != kHandshakeMagic) {
+      return bad(RejectReason::kBadMagic, "not an rdmalock request");
+    }
     const auto version = static_cast<uint16_t>(GetLe(data, kVersion, 2));
-    if (version < kMinProtocolVersion || version > kProtocolVersion)
-      return RejectReason::kBadVersion;
-    if (GetLe(data, kLength, 2) != kSize || data.size() < kSize) return RejectReason::kBadLength;
+    if (version < kMinProtocolVersion || version > kProtocolVersion) {
+      return bad(RejectReason::kBadVersion, "protocol version " + std::to_string(version) +
+                                                " (this lockd speaks " +
+                                                std::to_string(kMinProtocolVersion) + " to " +
+                                                std::to_string(kProtocolVersion) + ")");
+    }
+    if (const uint64_t length = GetLe(data, kLength, 2); length != kSize || data.size() < kSize) {
+      return bad(RejectReason::kBadLength,
+                 "length field " + std::to_string(length) + " in " + std::to_string(data.size()) +
+                     " bytes (a request is " + std::to_string(kSize) + ")");
+    }
     const uint32_t flags = static_cast<uint32_t>(GetLe(data, kFlags, 4));
-    if ((flags & ~(kFlagLoopback | kFlagJoin)) != 0) return RejectReason::kBadLength;
+    if (const uint32_t unknown = flags & ~(kFlagLoopback | kFlagJoin); unknown != 0) {
+      char hex[16];
+      std::snprintf(hex, sizeof hex, "0x%x", unknown);
+      return bad(RejectReason::kBadLength,
+                 std::string("unknown flags ") + hex + " (a client newer than this lockd?)");
+    }
     // A join carries its session's id and key there, lockd's loopback the secret that proves it
     // is lockd's own (never both); anyone else sends zeros.
-    if ((flags & kFlagJoin) != 0 && (flags & kFlagLoopback) != 0) return RejectReason::kBadLength;
+    if ((flags & kFlagJoin) != 0 && (flags & kFlagLoopback) != 0) {
+      return bad(RejectReason::kBadLength, "flags both join and loopback");
+    }
     if ((flags & (kFlagJoin | kFlagLoopback)) == 0) {
       for (size_t i = kJoinSession; i < kSize; ++i) {
-        if (data[i] != 0) return RejectReason::kBadLength;  // unused bytes must be zero
+        if (data[i] != 0) {  // unused bytes must be zero
+          return bad(RejectReason::kBadLength, "join fields without the join flag");
+        }
       }
     }
     for (size_t i = kSize; i < data.size(); ++i) {
-      if (data[i] != 0) return RejectReason::kBadLength;  // nothing may follow the request
+      if (data[i] != 0) {  // nothing may follow the request
+        return bad(RejectReason::kBadLength, "bytes after the request");
+      }
     }
     out->version = version;
     out->flags = flags;
