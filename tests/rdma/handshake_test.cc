@@ -246,6 +246,10 @@ TEST_CASE("a client that never completes the handshake is dropped; lockd keeps s
   auto refused = Client::Connect(quick);
   REQUIRE_FALSE(refused.ok());
   REQUIRE(refused.status().message().find("server full") != std::string::npos);
+  // ... and says that a handshake holds the record (it read "max_clients 2" only).
+  INFO(refused.status().message());
+  REQUIRE(refused.status().message().find("1 by clients, the rest by handshakes in progress") !=
+          std::string::npos);
   // lockd keeps serving the connected client meanwhile.
   for (int i = 0; i < 20; ++i) {
     auto h = existing->Lock("while-half-open", {.timeout = 2000ms});

@@ -46,10 +46,10 @@ using rdmalock::lockd::ConnectFacts;
 using rdmalock::lockd::Verdict;
 using rdmalock::proto::RejectReason;
 
-rdmalock::lockd::Config AdmissionConfig() {
+rdmalock::lockd::Config AdmissionConfig(uint32_t max_clients = 2) {
   rdmalock::lockd::Config c;
   c.max_connects_per_second = 3;
-  c.max_clients = 2;
+  c.max_clients = max_clients;
   c.max_connections_per_session = 2;
   return c;
 }
@@ -78,7 +78,17 @@ TEST_CASE("admission: a new client with room is admitted; the caps refuse with a
   CHECK(v.detail == "max_clients 2");
   full.connected = 0;
   full.records_free = full.client_records_free = false;
-  CHECK(a.Decide(full, now).reason == RejectReason::kServerFull);
+  // Records held by handshakes in progress (reserved at accept, before the Hello proves the key):
+  // the refusal says so, not only "max_clients 2" with no client connected (found by review,
+  // 2026-12-08).
+  v = a.Decide(full, now);
+  CHECK(v.reason == RejectReason::kServerFull);
+  CHECK(v.detail ==
+        "max_clients 2; records taken: 0 by clients, the rest by handshakes in progress (5 s max)");
+  // It fits RejectReply's detail whole, at the largest max_clients and clients connected.
+  Admission most(AdmissionConfig(rdmalock::lockd::kMaxClientsLimit), {}, {});
+  full.connected = rdmalock::lockd::kMaxClientsLimit - 1;
+  CHECK(most.Decide(full, now).detail.size() < rdmalock::proto::RejectReply::kDetailLen);
 
   ConnectFacts busy = NewClient("10.0.0.3:1");
   busy.handshakes = rdmalock::lockd::kMaxHandshakes;
