@@ -100,7 +100,17 @@ Verdict Admission::Decide(const ConnectFacts& f, Clock::time_point now) {
     }
   } else if (!(is_loopback ? f.records_free : f.client_records_free) ||
              (f.connected >= max_clients_ && !is_loopback)) {
-    return refuse(RejectReason::kServerFull, "max_clients " + std::to_string(max_clients_));
+    std::string detail = "max_clients " + std::to_string(max_clients_);
+    // A record is reserved at accept, before the Hello proves the key: with fewer clients
+    // connected than max_clients, handshakes in progress hold the rest (found by review,
+    // 2026-12-08: the refusal read "max_clients N" with no client connected).
+    if (f.connected < max_clients_ || is_loopback) {
+      // At most 95 characters, RejectReply's detail: "handshakes in progress" must not be cut.
+      detail += "; records taken: " + std::to_string(f.connected) +
+                " by clients, the rest by handshakes in progress (" +
+                std::to_string(kEstablishTimeout.count()) + " s max)";
+    }
+    return refuse(RejectReason::kServerFull, detail);
   }
   Verdict ok;
   ok.loopback = is_loopback;

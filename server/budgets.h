@@ -6,6 +6,7 @@
 // Threading: constants only.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -36,6 +37,10 @@ static_assert(kHandshakeSendDepth >= kHandshakeSends,
 // completions lockd's CQ must hold: a connection whose handshake is over has no work request
 // outstanding on lockd's side.
 inline constexpr size_t kMaxHandshakes = 128;
+// A connection lockd accepted must be admitted (established, and its Hello verified) within this
+// long. A client that never completes holds a QP and a session record, but no rkey: the rkeys
+// travel only in the Welcome.
+inline constexpr auto kEstablishTimeout = std::chrono::seconds(5);
 // Of those, the new sessions' handshakes from one address (joins of live sessions and lockd's
 // loopback not counted): one host without the key, at max_connects_per_second, would otherwise
 // keep all of them (each lives up to kEstablishTimeout) and reserve a session record for each.

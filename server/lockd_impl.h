@@ -112,11 +112,6 @@ struct Conn {
 enum class WrKind : uint64_t { kHelloRecv = 0, kWelcome = 1, kRefusal = 2, kBind = 3 };
 inline uint64_t WrId(uint64_t serial, WrKind k) { return serial << 2 | static_cast<uint64_t>(k); }
 
-// A connection lockd accepted must be admitted (established, and its Hello verified) within this
-// long. A client that never completes holds a QP and a session record, but no rkey: the rkeys
-// travel only in the Welcome.
-inline constexpr auto kEstablishTimeout = std::chrono::seconds(5);
-
 struct Server::Impl {
   using SteadyClock = std::chrono::steady_clock;
 
