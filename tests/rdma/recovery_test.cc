@@ -237,8 +237,11 @@ TEST_CASE("finding 1: a grant made while the SDK ends the session is reported lo
   Lockd lockd(7666, 64, 2000, 64);
   auto a = MustConnect(lockd);
   // The session ends (another thread's connection error) between the grant and its handle.
+  std::atomic<bool> injected{false};
   ClientTestPeer::SetTestHook(*a, [&](std::string_view point) {
-    if (point == "granted") ClientTestPeer::FailSession(*a, "injected connection error");
+    if (point == "granted" && !injected.exchange(true)) {
+      ClientTestPeer::FailSession(*a, "injected connection error");
+    }
   });
   auto h = a->Lock("f1");
   ClientTestPeer::SetTestHook(*a, nullptr);
@@ -259,6 +262,11 @@ TEST_CASE("finding 1: a grant made while the SDK ends the session is reported lo
                   : "failed: " + h.status().ToString())
        << "; B was granted the same lock");
   CHECK_FALSE(held);  // never two holders that both believe in their lock
+  // docs/protocol.md section 10: the grant is returned as an error, not as a lost handle (the
+  // check above alone passed either way; found by review, 2026-12-08).
+  REQUIRE(injected.load());
+  CHECK_FALSE(h.ok());
+  CHECK(h.status().code() == ErrorCode::kConnection);
 }
 
 TEST_CASE("finding 2: one connection of a session closing ends only that connection") {
