@@ -9,7 +9,8 @@
 # Prints "acquire-command-ok" at the end when every check held; each failure is one FAIL line.
 lockctl=$1
 . "$(dirname "$0")/expect.sh"
-base="$lockctl --server 192.0.2.9 --connect-timeout-ms 200"
+# lockctl against no lockd (a function: the path may have spaces, as CI's clone's does).
+lc() { "$lockctl" --server 192.0.2.9 --connect-timeout-ms 200 "$@"; }
 
 # parses WHAT CMD...: the command line parsed (connecting failed, 69), no usage text printed.
 parses() {
@@ -20,21 +21,21 @@ parses() {
   [ "$rc" -eq 69 ] || fail "$what: exit $rc, not 69 (lockd unreachable): $out"
   case $out in *Usage:* | *--timeout:*) fail "$what: lockctl read the command's options: $out" ;; esac
 }
-parses "acquire job df -h" $base acquire job df -h
-parses "acquire job wget --timeout=30x URL" $base acquire job wget --timeout=30x http://x/
-parses "acquire job --shared ls --shared" $base acquire job --shared ls --shared
-parses "acquire --timeout 1s job -- sh -c 'exit 3'" $base acquire --timeout 1s job -- sh -c 'exit 3'
-parses "acquire job --timeout 1s -- -dash-cmd" $base acquire job --timeout 1s -- -dash-cmd
-parses "acquire job -- true -h" $base acquire job -- true -h
+parses "acquire job df -h" lc acquire job df -h
+parses "acquire job wget --timeout=30x URL" lc acquire job wget --timeout=30x http://x/
+parses "acquire job --shared ls --shared" lc acquire job --shared ls --shared
+parses "acquire --timeout 1s job -- sh -c 'exit 3'" lc acquire --timeout 1s job -- sh -c 'exit 3'
+parses "acquire job --timeout 1s -- -dash-cmd" lc acquire job --timeout 1s -- -dash-cmd
+parses "acquire job -- true -h" lc acquire job -- true -h
 # lockctl's own options before the command are still lockctl's: a bad value is its usage error.
-expect_in "acquire job --timeout=30x -- true" 64 "--timeout" $base acquire job --timeout=30x -- true
+expect_in "acquire job --timeout=30x -- true" 64 "--timeout" lc acquire job --timeout=30x -- true
 # An option lockctl does not know, before any command, is a usage error naming it; it is not run
 # as the command.
-expect_in "acquire job --sharde -- true" 64 "--sharde" $base acquire job --sharde -- true
-expect_in "acquire job --sharde" 64 "--sharde" $base acquire job --sharde
+expect_in "acquire job --sharde -- true" 64 "--sharde" lc acquire job --sharde -- true
+expect_in "acquire job --sharde" 64 "--sharde" lc acquire job --sharde
 # No command at all.
-expect_in "acquire job" 64 "" $base acquire job
+expect_in "acquire job" 64 "" lc acquire job
 # Help asked for before any command is still help.
-expect_in "acquire job -h" 0 "Usage:" $base acquire job -h
+expect_in "acquire job -h" 0 "Usage:" lc acquire job -h
 
 [ "$fails" -eq 0 ] && echo acquire-command-ok
