@@ -553,3 +553,48 @@ TEST_CASE("giving up: a try finished after its ticket's lease would have run out
   CHECK(reaper.DrainAll(e) == 1);
   CHECK(W0(table, 1).Drained());
 }
+
+// A ticket nobody looked at for longer than the stall timeout (an async request waiting in the
+// queue for a waiter thread) may have been skipped by the waiters' stall recovery, and the word
+// reset and brought back to the same numbers for a later holder. The waiter that finally takes
+// it hands it, lapsed, to the reaper, which stepped it as a fresh ticket: it saw "granted" (the
+// later holder's grant) and released it, so a third client was granted beside a live holder
+// (found by review, 2026-12-08). Such a ticket is left to the waiters' stall recovery (the word's
+// numbers can no longer be told from a later holder's), as lockd leaves a ticket it lost sight of.
+TEST_CASE("issue_many: a ticket unwatched past the stall timeout is not released over a later "
+          "holder of its numbers") {
+  InProcessTable table(4);
+  Reaper reaper(&table);
+  LockEngine e(Params(4, 10ms), [&](const Ticket& t) { reaper.Add(t); });
+  InProcessMemory a(&table), h(&table);
+  auto held = e.Acquire(h, 0, Mode::kExclusive, {});
+  REQUIRE(held.ok());
+  const ManyRequest req[] = {{0, Mode::kExclusive, false}};
+  auto is = e.IssueMany(a, req, false, nullptr, nullptr);
+  REQUIRE(is.ok());
+  REQUIRE_FALSE((*is)[0].granted);
+  const Word0 ticket = (*is)[0].grant.ticket.word;  // A's turn: n_x == ticket.max_x
+  // Unwatched, A is skipped (H and A recovered by waiters after F x L), the word drains, resets
+  // (word1's generation bumped first, the counters zeroed) and climbs back: client Y now holds
+  // the ticket with A's numbers, in the next generation.
+  table.Store(0, 1, table.Load(0, 1) + (uint64_t{1} << 16));
+  table.Store(0, 0,
+              Word0{.max_s = 0, .max_x = static_cast<uint16_t>(ticket.max_x + 1), .n_s = 0,
+                    .n_x = ticket.max_x}
+                  .Encode());
+  const Word0 y_holds = W0(table, 0);
+  std::this_thread::sleep_for(60ms);  // past the stall timeout (F x L = 20 ms) since A's FA
+  // A's waiter thread takes the request at last.
+  AcquireOptions wait_opt;
+  wait_opt.deadline = Clock::now() + 5ms;
+  auto late = e.FinishAcquire(a, (*is)[0].grant, wait_opt);
+  INFO("A's late wait: " << (late.ok() ? std::string("granted") : late.status().ToString()));
+  CHECK_FALSE(late.ok());
+  reaper.DrainAll(e);
+  const Word0 after = W0(table, 0);
+  INFO("the word with Y holding: n_x " << y_holds.n_x << " max_x " << y_holds.max_x
+                                       << "; after A's lapsed ticket was reaped: n_x " << after.n_x
+                                       << " max_x " << after.max_x);
+  CHECK(after.n_x == y_holds.n_x);  // Y's grant still stands: nobody released it
+  CHECK(after.max_x == y_holds.max_x);
+}
