@@ -433,7 +433,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       // client's reaper), which releases it when its turn comes, or drops it once it is skipped
       // or gone: left in the word, it would stall the lock for F x L (issue 16, finding 9).
       // Without a handler, waiters recover it after F x L.
-      AbandonLapsed(t, ev, handed_off);
+      AbandonLapsed(t, last_waiting_issue, ev, handed_off);
       return WaitOutcome::kRestart;
     }
     if (now >= deadline || stop) {
@@ -478,7 +478,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
         // (while_waiting, or the thread descheduled after the check above): the grant's lease,
         // which starts at the last READ that showed us waiting, has run out. Queue again, as
         // above; the handler releases the granted ticket at once.
-        AbandonLapsed(t, ev, handed_off);
+        AbandonLapsed(t, last_waiting_issue, ev, handed_off);
         return WaitOutcome::kRestart;
       }
       // A token's generation is read after the grant (RearmAfterGiveUp). The READ's word1 is,
@@ -603,10 +603,13 @@ Result<bool> LockEngine::RecoverCas(RemoteMemory& mem, const Ticket& t, Word0 se
   return landed;
 }
 
-void LockEngine::AbandonLapsed(const Ticket& t, EngineEvents* ev, bool* handed_off) const {
+void LockEngine::AbandonLapsed(const Ticket& t, Clock::time_point watched, EngineEvents* ev,
+                               bool* handed_off) const {
   if (!on_abandon_ || handed_off == nullptr) return;
   Count(&EngineEvents::abandoned, ev);
-  on_abandon_(t);
+  Ticket lapsed = t;
+  lapsed.watched = watched;
+  on_abandon_(lapsed);
   *handed_off = true;
 }
 

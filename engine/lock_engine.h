@@ -55,6 +55,13 @@ struct Ticket {
   // a version-8 SDK, both modes.
   bool tagged = false;
   uint32_t generation = 0;
+  // A ticket handed to the abandon handler after it went unwatched for a lease (AbandonLapsed):
+  // the issue of the last operation that showed it in the word and not yet granted (its FA, or a
+  // READ). Waiters' stall recovery cannot skip it before watched + F x L, and only after a skip
+  // can the word reset and its numbers be drawn again; a first look later than that cannot tell
+  // it from a later holder's ticket, so Reap leaves it to stall recovery. {}: handed over right
+  // after a look (a give-up), stepped as usual.
+  Clock::time_point watched{};
 };
 
 struct Grant {
@@ -315,9 +322,11 @@ class LockEngine {
   static constexpr std::chrono::microseconds kFreshWithdrawal{1000};
   // A ticket whose grant's lease ran out before its holder could know of it (its request waited
   // unseen for a lease) goes to the abandon handler, which releases it when its turn comes;
-  // *handed_off says so. Without a handler (or with handed_off null) it is left to waiters'
-  // stall recovery (F x L).
-  void AbandonLapsed(const Ticket& t, EngineEvents* ev, bool* handed_off) const;
+  // *handed_off says so. `watched`: the issue of the last operation that showed it waiting
+  // (Ticket::watched). Without a handler (or with handed_off null) it is left to waiters' stall
+  // recovery (F x L).
+  void AbandonLapsed(const Ticket& t, Clock::time_point watched, EngineEvents* ev,
+                     bool* handed_off) const;
   enum class GiveUp { kWithdrawn, kAbandoned, kGranted, kGone };
   // Gives a queued, not yet granted ticket back: withdraws it if nothing queued behind it and
   // its FA did not freeze the word (a frozen word never thaws before its reset); otherwise

@@ -204,7 +204,7 @@ Result<Grant> LockEngine::FinishAcquire(RemoteMemory& mem, const Grant& queued,
         FillToken(&g);
         return g;  // lapsed without a handler: waiters recover it after F x L, as in Wait
       }
-      AbandonLapsed(g.ticket, ev, &handed_off);
+      AbandonLapsed(g.ticket, g.lease_start, ev, &handed_off);  // unwatched since its FA
     } else if (*gu != GiveUp::kAbandoned) {
       FreeRecord(mem, t.record, t.record_seq);
     }

@@ -561,8 +561,9 @@ TEST_CASE("giving up: a try finished after its ticket's lease would have run out
 // later holder's grant) and released it, so a third client was granted beside a live holder
 // (found by review, 2026-12-08). Such a ticket is left to the waiters' stall recovery (the word's
 // numbers can no longer be told from a later holder's), as lockd leaves a ticket it lost sight of.
-TEST_CASE("issue_many: a ticket unwatched past the stall timeout is not released over a later "
-          "holder of its numbers") {
+TEST_CASE(
+    "issue_many: a ticket unwatched past the stall timeout is not released over a later "
+    "holder of its numbers") {
   InProcessTable table(4);
   Reaper reaper(&table);
   LockEngine e(Params(4, 10ms), [&](const Ticket& t) { reaper.Add(t); });
@@ -579,7 +580,9 @@ TEST_CASE("issue_many: a ticket unwatched past the stall timeout is not released
   // the ticket with A's numbers, in the next generation.
   table.Store(0, 1, table.Load(0, 1) + (uint64_t{1} << 16));
   table.Store(0, 0,
-              Word0{.max_s = 0, .max_x = static_cast<uint16_t>(ticket.max_x + 1), .n_s = 0,
+              Word0{.max_s = 0,
+                    .max_x = static_cast<uint16_t>(ticket.max_x + 1),
+                    .n_s = 0,
                     .n_x = ticket.max_x}
                   .Encode());
   const Word0 y_holds = W0(table, 0);
