@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <tuple>
 
 #include "client/src/client_impl.h"
@@ -108,7 +109,9 @@ Result<std::shared_ptr<ThreadChannel>> Client::Impl::BatchChannel(
       auto chr = Channel(deadline, {}, &busy_retry);
       if (chr.ok()) {
         if (auto owned = OwnChannel(*chr)) return owned;
-        continue;  // not cached as Channel leaves it (never seen): look again
+        // Not cached as Channel leaves it (it always is): look again after a slice, no spin.
+        std::this_thread::sleep_for(kSessionWaitSlice);
+        continue;
       }
       st = chr.status();
     }

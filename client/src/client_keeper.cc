@@ -86,6 +86,12 @@ void Client::Impl::KeeperLoop() {
     if (keeper_paused_.load(std::memory_order_relaxed)) continue;  // a test stalls the keeper
     if (!sess) {
       if (!opts_.reconnect) continue;
+      {
+        // Closing (Close sets stopping_ only once the async threads are joined, which may run
+        // callbacks meanwhile): a session that ended then is not replaced (review, 2026-12-08).
+        MutexLock lk(&mu_);
+        if (closed_) continue;
+      }
       auto grace = std::chrono::milliseconds(0);
       if (Reconnect(&grace)) {
         backoff = std::chrono::milliseconds(50);
@@ -211,7 +217,7 @@ bool Client::Impl::Reconnect(std::chrono::milliseconds* backoff) {
   reaper_ch->mem = std::move(reaper_mem).value();
   {
     MutexLock lk(&mu_);
-    if (stopping_) return false;
+    if (stopping_ || closed_) return false;  // the connections close with ch and reaper_ch
     ch->session = MakeSession(*ch->mem, *liveness, server, port);
     reaper_ch->session = ch->session;
     SetGrantContext(*ch);
