@@ -27,6 +27,11 @@ parses "acquire job --shared ls --shared" lc acquire job --shared ls --shared
 parses "acquire --timeout 1s job -- sh -c 'exit 3'" lc acquire --timeout 1s job -- sh -c 'exit 3'
 parses "acquire job --timeout 1s -- -dash-cmd" lc acquire job --timeout 1s -- -dash-cmd
 parses "acquire job -- true -h" lc acquire job -- true -h
+# A repeatable option's several values before the command (CLI11 takes them all), and a word
+# that is a negative number, which CLI11 reads as no option (review, 2026-12-08).
+parses "--etcd A B acquire job df -h" "$lockctl" --connect-timeout-ms 200 --etcd http://127.0.0.1:1 \
+  http://127.0.0.1:2 acquire job df -h
+parses "acquire job -1 foo" lc acquire job -1 foo
 # lockctl's own options before the command are still lockctl's: a bad value is its usage error.
 expect_in "acquire job --timeout=30x -- true" 64 "--timeout" lc acquire job --timeout=30x -- true
 # An option lockctl does not know, before any command, is a usage error naming it; it is not run
