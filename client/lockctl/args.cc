@@ -4,6 +4,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -114,20 +116,32 @@ struct CommandStart {
 CommandStart FindAcquireCommand(const CLI::App& app, const CLI::App& acquire, int argc,
                                 const char* const* argv) {
   const CommandStart none{argc, argc};
-  // 1 when `word` is one of `a`'s options that takes the next word as its value, 0 when it is
-  // any other option word (a flag, --opt=value, or one CLI11 will refuse).
-  auto value_follows = [](const CLI::App& a, const std::string& word) {
+  // How many words after `word` are its values when `word` is one of `a`'s options: 0 (a flag,
+  // --opt=value, a word CLI11 will refuse), 1, or kSeveral (a repeatable option: CLI11 takes
+  // every plain word up to the next option or subcommand, `--etcd A B`).
+  constexpr int kSeveral = 2;
+  auto values_after = [](const CLI::App& a, const std::string& word) {
     const bool is_long = word.rfind("--", 0) == 0;
     const size_t eq = word.find('=');
     const std::string name = is_long ? word.substr(0, eq) : word.substr(0, 2);
     const CLI::Option* opt = a.get_option_no_throw(name);
     const bool value_inside = is_long ? eq != std::string::npos : word.size() > 2;
-    return opt != nullptr && !value_inside && opt->get_expected_min() > 0 ? 1 : 0;
+    if (opt == nullptr || value_inside || opt->get_expected_min() == 0) return 0;
+    return opt->get_expected_max() > 1 ? kSeveral : 1;
   };
-  auto is_option = [](const std::string& word) { return word.size() > 1 && word[0] == '-'; };
+  // As CLI11 tells them: "-" alone and a negative number ("-1") are plain words.
+  auto is_option = [](const std::string& word) {
+    return word.size() > 1 && word[0] == '-' && !std::isdigit(static_cast<unsigned char>(word[1]));
+  };
+  auto is_subcommand = [&app](const std::string& word) {
+    return !app.get_subcommands([&word](const CLI::App* s) { return s->get_name() == word; })
+                .empty();
+  };
   int i = 1;
   while (i < argc && is_option(argv[i]) && std::string(argv[i]) != "--") {
-    i += 1 + value_follows(app, argv[i]);
+    const int values = values_after(app, argv[i]);
+    i += 1 + (values == kSeveral ? 1 : values);
+    while (values == kSeveral && i < argc && !is_option(argv[i]) && !is_subcommand(argv[i])) ++i;
   }
   if (i >= argc || std::string(argv[i]) != acquire.get_name()) return none;
   bool name_seen = false;
@@ -135,7 +149,7 @@ CommandStart FindAcquireCommand(const CLI::App& app, const CLI::App& acquire, in
     const std::string word = argv[j];
     if (word == "--") return name_seen ? CommandStart{j, j + 1} : none;
     if (is_option(word)) {
-      j += value_follows(acquire, word);
+      j += std::min(values_after(acquire, word), 1);  // acquire has no repeatable option
     } else if (!name_seen) {
       name_seen = true;
     } else {
@@ -143,6 +157,24 @@ CommandStart FindAcquireCommand(const CLI::App& app, const CLI::App& acquire, in
     }
   }
   return none;
+}
+
+// "--opt=" with nothing after the '=', for one of lockctl's options (of `app` or a subcommand):
+// CLI11 takes the next word as its value (`--server= status` then has no command), so the
+// empty-value check after the parse never names it. Returns the option's name, or "".
+std::string EmptyAssignment(const CLI::App& app, int argc, const char* const* argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word == "--") break;
+    if (word.size() < 4 || word.rfind("--", 0) != 0 || word.back() != '=') continue;
+    const std::string name = word.substr(0, word.size() - 1);
+    if (name.find('=') != std::string::npos) continue;
+    if (app.get_option_no_throw(name) != nullptr) return name;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      if (sub->get_option_no_throw(name) != nullptr) return name;
+    }
+  }
+  return "";
 }
 
 }  // namespace
@@ -418,6 +450,10 @@ int ParseArgs(int argc, char** argv, Args* args) {
                   "(measures what cohort handover saves)");
 
   const CommandStart command = FindAcquireCommand(app, *acquire, argc, argv);
+  if (const std::string name = EmptyAssignment(app, command.cut, argv); !name.empty()) {
+    std::cerr << "lockctl: " << name << ": empty value (leave the flag out for its default)\n";
+    return kExitUsage;
+  }
   try {
     app.parse(command.cut, argv);
   } catch (const CLI::ParseError& e) {
@@ -486,7 +522,15 @@ int ParseArgs(int argc, char** argv, Args* args) {
     args->command = Command::kRelease;
   } else if (acquire->parsed()) {
     args->command = Command::kAcquire;
-    if (command.begin < argc) acq_cmd.assign(argv + command.begin, argv + argc);
+    if (command.begin < argc) {
+      // CLI11 saw only what comes before the command: it filled none of it (else the scan and
+      // CLI11 read the words apart, and a word would be lost; refused rather than guessed).
+      if (!acq_cmd.empty()) {
+        std::cerr << "lockctl acquire: cannot tell where the command starts: put it after --\n";
+        return kExitUsage;
+      }
+      acq_cmd.assign(argv + command.begin, argv + argc);
+    }
   } else if (keygen->parsed()) {
     args->command = Command::kKeygen;
   } else if (cluster->parsed()) {
