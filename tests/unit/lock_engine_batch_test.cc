@@ -576,19 +576,29 @@ TEST_CASE(
   REQUIRE_FALSE((*is)[0].granted);
   const Word0 ticket = (*is)[0].grant.ticket.word;  // A's turn: n_x == ticket.max_x
   // Unwatched, A is skipped (H and A recovered by waiters after F x L), the word drains, resets
-  // (word1's generation bumped first, the counters zeroed) and climbs back: client Y now holds
-  // the ticket with A's numbers, in the next generation.
+  // (word1's generation bumped first, the counters zeroed) and climbs back to A's numbers in the
+  // next generation: client Y holds the ticket with A's numbers, or (`queued`) client X holds the
+  // one before and Y is queued last with A's numbers, which a try's withdrawal takes for A's own
+  // increment.
+  bool queued = false;
+  AcquireOptions wait_opt;
+  // A's waiter thread takes the request at last: to wait for it, or (an async try-lock) to give
+  // it up (review, 2026-12-08).
+  SECTION("a wait") {}
+  SECTION("a try") { wait_opt.try_only = true; }
+  SECTION("a try, a client queued last on its numbers") {
+    wait_opt.try_only = true;
+    queued = true;
+  }
   table.Store(0, 1, table.Load(0, 1) + (uint64_t{1} << 16));
   table.Store(0, 0,
               Word0{.max_s = 0,
                     .max_x = static_cast<uint16_t>(ticket.max_x + 1),
                     .n_s = 0,
-                    .n_x = ticket.max_x}
+                    .n_x = static_cast<uint16_t>(queued ? ticket.max_x - 1 : ticket.max_x)}
                   .Encode());
   const Word0 y_holds = W0(table, 0);
   std::this_thread::sleep_for(60ms);  // past the stall timeout (F x L = 20 ms) since A's FA
-  // A's waiter thread takes the request at last.
-  AcquireOptions wait_opt;
   wait_opt.deadline = Clock::now() + 5ms;
   auto late = e.FinishAcquire(a, (*is)[0].grant, wait_opt);
   INFO("A's late wait: " << (late.ok() ? std::string("granted") : late.status().ToString()));
@@ -599,5 +609,61 @@ TEST_CASE(
                                        << "; after A's lapsed ticket was reaped: n_x " << after.n_x
                                        << " max_x " << after.max_x);
   CHECK(after.n_x == y_holds.n_x);  // Y's grant still stands: nobody released it
+  CHECK(after.max_x == y_holds.max_x);
+}
+
+// The same ticket, watched until a pause: a waiter's READs that keep showing one view of the
+// word do not hold off the stall recovery of a waiter behind it, which times that view from when
+// it began (before our FA, or at a READ that showed it changed), not from our last look. A
+// pause of more than a lease handed the ticket to the reaper as watched at its last READ, and
+// the reaper stepped it up to F x L after that, past the point where it may have been skipped
+// and the word reset and brought back (review, 2026-12-08).
+TEST_CASE(
+    "a waiter paused past a lease hands its ticket over as last seen moving, not as last "
+    "read") {
+  InProcessTable table(4);
+  Reaper reaper(&table);
+  // A lease of 40 ms (F x L = 80 ms): A polls the held word for 50 ms, too short to recover H
+  // itself, and pauses 45 ms, more than a lease.
+  LockEngine e(Params(4, 40ms), [&](const Ticket& t) { reaper.Add(t); });
+  InProcessMemory a(&table), h(&table);
+  auto held = e.Acquire(h, 0, Mode::kExclusive, {});
+  REQUIRE(held.ok());
+  const Word0 before = W0(table, 0);  // A's FA will see this: A's turn at n_x == before.max_x
+  const auto start = Clock::now();
+  bool paused = false;
+  Word0 y_holds;
+  AcquireOptions o;
+  // A's acquire ends (it queues again behind Y after the pause, and times out) about 100 ms after
+  // its FA: its paused ticket is reaped then, 20 ms past its FA's F x L and 50 ms after its last
+  // READ.
+  o.deadline = start + 100ms;
+  o.while_waiting = [&] {
+    // Meanwhile A was skipped, the word reset and climbed back, and Y holds A's numbers in the
+    // next generation.
+    if (!paused && Clock::now() - start > 50ms) {
+      paused = true;
+      table.Store(0, 1, table.Load(0, 1) + (uint64_t{1} << 16));
+      table.Store(0, 0,
+                  Word0{.max_s = 0,
+                        .max_x = static_cast<uint16_t>(before.max_x + 1),
+                        .n_s = 0,
+                        .n_x = before.max_x}
+                      .Encode());
+      y_holds = W0(table, 0);
+      std::this_thread::sleep_for(45ms);
+    }
+    return true;
+  };
+  auto got = e.Acquire(a, 0, Mode::kExclusive, o);
+  INFO("A's acquire: " << (got.ok() ? std::string("granted") : got.status().ToString()));
+  REQUIRE(paused);
+  CHECK_FALSE(got.ok());  // Y holds the lock: A times out behind it
+  reaper.DrainAll(e);
+  const Word0 after = W0(table, 0);
+  INFO("Y holding: n_x " << y_holds.n_x << " max_x " << y_holds.max_x
+                         << "; after A's paused ticket was reaped: n_x " << after.n_x << " max_x "
+                         << after.max_x);
+  CHECK(after.n_x == y_holds.n_x);  // Y's grant still stands
   CHECK(after.max_x == y_holds.max_x);
 }
