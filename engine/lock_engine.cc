@@ -366,7 +366,7 @@ Result<Grant> LockEngine::AcquireImpl(RemoteMemory& mem, uint64_t slot, Mode mod
       return g;
     }
     if (opt.try_only) {
-      RDMALOCK_ASSIGN_OR_RETURN(const GiveUp gu, GiveUpTicket(mem, t, &g.seen, ev));
+      RDMALOCK_ASSIGN_OR_RETURN(const GiveUp gu, GiveUpTicket(mem, t, &g.seen, issue, ev));
       if (gu == GiveUp::kGranted) {  // the holder released in the meantime
         RDMALOCK_RETURN_IF_ERROR(RearmAfterGiveUp(mem, &g));
         FillToken(&g);
@@ -423,6 +423,10 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
   uint16_t prev_nx = 0, prev_ns = 0;
   Clock::time_point prev_at;
   bool stop = false;  // while_waiting ended the wait
+  // No waiter can have begun timing the word's current view before this (Ticket::watched): our
+  // FA's issue, then the issue of the READ before the last one that showed the view change.
+  // Not our last READ: one that showed the same view again bounds nothing (review, 2026-12-08).
+  Clock::time_point view_since = fa_issue, prev_read_issue = fa_issue;
 
   for (;;) {
     const auto now = Clock::now();
@@ -433,7 +437,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       // client's reaper), which releases it when its turn comes, or drops it once it is skipped
       // or gone: left in the word, it would stall the lock for F x L (issue 16, finding 9).
       // Without a handler, waiters recover it after F x L.
-      AbandonLapsed(t, last_waiting_issue, ev, handed_off);
+      AbandonLapsed(t, view_since, ev, handed_off);
       return WaitOutcome::kRestart;
     }
     if (now >= deadline || stop) {
@@ -441,7 +445,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       if (last_read) {
         RDMALOCK_ASSIGN_OR_RETURN(last, AtomicWord0(mem, t.slot));
       }
-      RDMALOCK_ASSIGN_OR_RETURN(const GiveUp gu, GiveUpTicket(mem, t, &last, ev));
+      RDMALOCK_ASSIGN_OR_RETURN(const GiveUp gu, GiveUpTicket(mem, t, &last, view_since, ev));
       if (gu == GiveUp::kAbandoned && handed_off != nullptr) *handed_off = true;
       if (gu != GiveUp::kGranted) return WaitOutcome::kTimeout;
       grant->ticket = t;
@@ -478,7 +482,7 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
         // (while_waiting, or the thread descheduled after the check above): the grant's lease,
         // which starts at the last READ that showed us waiting, has run out. Queue again, as
         // above; the handler releases the granted ticket at once.
-        AbandonLapsed(t, last_waiting_issue, ev, handed_off);
+        AbandonLapsed(t, view_since, ev, handed_off);
         return WaitOutcome::kRestart;
       }
       // A token's generation is read after the grant (RearmAfterGiveUp). The READ's word1 is,
@@ -527,7 +531,10 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
       prev_nx = w0.n_x, prev_ns = w0.n_s, prev_at = done;
     }
 
-    if (seen.Note(w0, rd.result[1], done)) {
+    const bool changed = seen.Note(w0, rd.result[1], done);
+    if (changed) view_since = prev_read_issue;  // it changed after that READ saw the one before
+    prev_read_issue = issue;
+    if (changed) {
       unchanged = 0;
     } else if (seen.StalledFor(done, stall_timeout())) {
       // Neither a release nor a renewal for F x L: mark everything up to our own request done.
@@ -614,7 +621,8 @@ void LockEngine::AbandonLapsed(const Ticket& t, Clock::time_point watched, Engin
 }
 
 Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Ticket& t,
-                                                    Word0* cur_io, EngineEvents* ev) const {
+                                                    Word0* cur_io, Clock::time_point watched,
+                                                    EngineEvents* ev) const {
   Word0& cur = *cur_io;
   const uint64_t inc = proto::AcquireIncrement(t.mode);
   const Word0 mine = Word0::Decode(t.word.Encode() + inc);  // max fields with only us added
@@ -633,7 +641,11 @@ Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Tic
       // Requests queued behind us count on our ticket: it must be granted and released.
       Count(&EngineEvents::abandoned, ev);
       if (!marked_done || t.record == 0) {
-        if (on_abandon_) on_abandon_(t);
+        if (on_abandon_) {
+          Ticket abandoned = t;
+          abandoned.watched = watched;
+          on_abandon_(abandoned);
+        }
         return GiveUp::kAbandoned;
       }
       // A request queued between our done mark and our CAS: the ticket is live again, so its
@@ -641,6 +653,7 @@ Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Tic
       // reaper releases it (and the request behind would wait F x L). A new use, as
       // RearmAfterGiveUp's; waited for, because the reaper ends it on its own QP.
       Ticket again = t;
+      again.watched = watched;
       RemoteOp entry = Rearm(&again);
       const Status written = mem.Execute(entry);
       // The reaper gets the ticket whatever the write did: left in the word, with a request

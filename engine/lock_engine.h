@@ -55,12 +55,13 @@ struct Ticket {
   // a version-8 SDK, both modes.
   bool tagged = false;
   uint32_t generation = 0;
-  // A ticket handed to the abandon handler after it went unwatched for a lease (AbandonLapsed):
-  // the issue of the last operation that showed it in the word and not yet granted (its FA, or a
-  // READ). Waiters' stall recovery cannot skip it before watched + F x L, and only after a skip
-  // can the word reset and its numbers be drawn again; a first look later than that cannot tell
-  // it from a later holder's ticket, so Reap leaves it to stall recovery. {}: handed over right
-  // after a look (a give-up), stepped as usual.
+  // A ticket handed to the abandon handler: a time before which no waiter's stall recovery can
+  // have begun timing the word's view that could skip it: the ticket's FA's issue, or the issue
+  // of the last READ before one that showed the word's view (nX, nS, word1) change. Waiters skip
+  // it no earlier than watched + F x L, and only after a skip can the word reset and its numbers
+  // be drawn again; a first look later than that cannot tell it from a later holder's ticket, so
+  // Reap leaves it to stall recovery. (A READ that showed the same view again is no bound: a
+  // waiter behind may have timed that view since before it.) {}: not known, stepped as before.
   Clock::time_point watched{};
 };
 
@@ -331,9 +332,11 @@ class LockEngine {
   // Gives a queued, not yet granted ticket back: withdraws it if nothing queued behind it and
   // its FA did not freeze the word (a frozen word never thaws before its reset); otherwise
   // abandons it to the handler.
-  // `cur` is our best guess of word0 on entry and the last value seen on return.
+  // `cur` is our best guess of word0 on entry and the last value seen on return. `watched`: no
+  // waiter can have skipped the ticket before watched + F x L (Ticket::watched), given to an
+  // abandoned ticket.
   Result<GiveUp> GiveUpTicket(RemoteMemory& mem, const Ticket& t, proto::Word0* cur,
-                              EngineEvents* ev) const;
+                              Clock::time_point watched, EngineEvents* ev) const;
   // A stall recovery's CAS from `seen` (a waiter's, Wait; the SDK reaper's, Reap): true if it
   // landed. With `clear_entry` (a shared ticket's own entry: a recovered shared ticket still
   // looks granted, and lockd releases a granted ticket a live entry shows) the entry is cleared

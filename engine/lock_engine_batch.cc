@@ -190,7 +190,17 @@ Result<Grant> LockEngine::FinishAcquire(RemoteMemory& mem, const Grant& queued,
   Grant g = queued;
   bool handed_off = false;
   if (opt.try_only) {
-    auto gu = GiveUpTicket(mem, t, &g.seen, ev);
+    if (Clock::now() - g.lease_start > params_.lease) {
+      // Unwatched since its FA for more than a lease (an async try queued for a waiter thread):
+      // not given up on the word as it is now, which may have been reset and brought back to
+      // these numbers by others since (a withdrawal would take back the increment of the client
+      // queued last; review, 2026-12-08). Its grant, were it granted, has a lapsed lease anyway:
+      // handed over as Wait hands over a lapsed ticket.
+      AbandonLapsed(t, g.lease_start, ev, &handed_off);
+      if (!handed_off) FreeRecord(mem, t.record, t.record_seq);  // left to stall recovery
+      return Error(ErrorCode::kBusy, "slot " + std::to_string(t.slot) + " is held");
+    }
+    auto gu = GiveUpTicket(mem, t, &g.seen, g.lease_start, ev);
     if (!gu.ok()) return gu.status();
     if (*gu == GiveUp::kGranted) {
       const bool lapsed = Clock::now() - g.lease_start > params_.lease;
@@ -268,7 +278,7 @@ Result<std::vector<Grant>> LockEngine::AcquireMany(RemoteMemory& mem,
       }
       Word0 cur = s.grant.seen;
       const Ticket& tk = s.grant.ticket;
-      auto gu = GiveUpTicket(mem, tk, &cur, ev);
+      auto gu = GiveUpTicket(mem, tk, &cur, s.grant.lease_start, ev);
       if (!gu.ok()) return gu.status();
       if (*gu == GiveUp::kGranted) {
         Grant g = s.grant;

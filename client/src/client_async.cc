@@ -440,7 +440,11 @@ void Client::Impl::FinishWait(AsyncWait& w, bool overdue) {
     // join (the session's connection cap) hands the ticket to the reaper, which releases it at
     // its turn, or the lock's queue would stop at it. Of an ended session it is dropped
     // (lockd frees what the record shows).
-    if (!w.frozen && !w.cohort_queued) Abandon(w.gen, w.queued.ticket);
+    if (!w.frozen && !w.cohort_queued) {
+      Ticket t = w.queued.ticket;
+      t.watched = w.queued.lease_start;  // unwatched since its FA (Ticket::watched)
+      Abandon(w.gen, t);
+    }
     FinishUngranted(w.req, w.cohort_owner, chr.status());
     return;
   }
