@@ -427,6 +427,11 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
   // FA's issue, then the issue of the READ before the last one that showed the view change.
   // Not our last READ: one that showed the same view again bounds nothing (review, 2026-12-08).
   Clock::time_point view_since = fa_issue, prev_read_issue = fa_issue;
+  // The view the last READ showed, kept apart from `seen`, whose Forget (after a recovery CAS
+  // that missed) makes the next READ a change though the view stood (the third review).
+  bool have_view = false;
+  uint16_t view_nx = 0, view_ns = 0;
+  uint64_t view_w1 = 0;
 
   for (;;) {
     const auto now = Clock::now();
@@ -532,7 +537,11 @@ Result<LockEngine::WaitOutcome> LockEngine::Wait(RemoteMemory& mem, const Ticket
     }
 
     const bool changed = seen.Note(w0, rd.result[1], done);
-    if (changed) view_since = prev_read_issue;  // it changed after that READ saw the one before
+    if (have_view && (w0.n_x != view_nx || w0.n_s != view_ns || rd.result[1] != view_w1)) {
+      view_since = prev_read_issue;  // the view changed after that READ saw the one before
+    }
+    have_view = true;
+    view_nx = w0.n_x, view_ns = w0.n_s, view_w1 = rd.result[1];
     prev_read_issue = issue;
     if (changed) {
       unchanged = 0;

@@ -583,7 +583,11 @@ LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, Clock::ti
     // The session may yet go on (the keeper sees lockd tick again before it looks at the limit):
     // the grant, lockd's still, goes to the reaper, which releases it and clears its entry. (A
     // session that ends first has lockd free it from the record.)
-    if (linked) Abandon(ch.session->gen, g.ticket);
+    if (linked) {
+      Ticket t = g.ticket;
+      t.watched = g.lease_start;  // no waiter recovers a grant before its lease ends
+      Abandon(ch.session->gen, t);
+    }
   }
   return LockHandle(std::move(state));
 }

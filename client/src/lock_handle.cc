@@ -326,7 +326,9 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl, Teller* tell,
     // (docs/protocol.md §10). Only while the lease runs: the grant is then still this session's,
     // and no waiter has recovered it.
     if (refused_a_connection && lease_runs && impl->session() == state_->ctx->session) {
-      impl->Abandon(state_->ctx->session->gen, state_->grant.ticket);
+      Ticket t = state_->grant.ticket;
+      t.watched = state_->grant.lease_start;  // no waiter recovers a grant before its lease ends
+      impl->Abandon(state_->ctx->session->gen, t);
     }
   }
   return st;
