@@ -323,7 +323,7 @@ class LockEngine {
   static constexpr std::chrono::microseconds kFreshWithdrawal{1000};
   // A ticket whose grant's lease ran out before its holder could know of it (its request waited
   // unseen for a lease) goes to the abandon handler, which releases it when its turn comes;
-  // *handed_off says so. `watched`: the issue of the last operation that showed it waiting
+  // *handed_off says so. `watched`: no waiter can have skipped it before watched + F x L
   // (Ticket::watched). Without a handler (or with handed_off null) it is left to waiters' stall
   // recovery (F x L).
   void AbandonLapsed(const Ticket& t, Clock::time_point watched, EngineEvents* ev,

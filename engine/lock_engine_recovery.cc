@@ -47,13 +47,15 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
   const auto done = Clock::now();
   if (r.own && !r.started && t.watched != Clock::time_point{} &&
       done - t.watched >= stall_timeout()) {
-    // The SDK's own ticket, handed over after it went unwatched for a lease (an async request
-    // queued for a waiter thread): waiters may have skipped it since watched + F x L, and the
-    // word reset and climbed back to its numbers for a later holder, whose grant would read as
-    // ours and be released (found by review, 2026-12-08: unit test `issue_many: a ticket
-    // unwatched past the stall timeout is not released over a later holder of its numbers`).
-    // Left to the waiters' stall recovery, as lockd leaves a ticket it lost sight of. (A READ that
-    // completed before watched + F x L saw the word before any skip: its numbers are ours.)
+    // The SDK's own ticket, first looked at F x L or more after `watched` (Ticket::watched: an
+    // async request unwatched in the queue for a waiter thread, a waiter paused past a lease):
+    // waiters may have skipped it since watched + F x L, and the word reset and climbed back to
+    // its numbers for a later holder, whose grant would read as ours and be released (found by
+    // review, 2026-12-08: unit test `issue_many: a ticket unwatched past the stall timeout is not
+    // released over a later holder of its numbers`). Left to the waiters' stall recovery, as
+    // lockd leaves a ticket it lost sight of. (A READ that completed before watched + F x L saw
+    // the word before any skip: its numbers are ours, and so are those of every READ after it
+    // within a lease, the check above.)
     r.outcome = Outcome::kGaveUp;
     FreeRecord(mem, t.record, t.record_seq);
     return true;

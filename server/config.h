@@ -121,8 +121,8 @@ Result<Config> ParseConfig(const std::string& text, const std::string& origin);
 // Reads a file: each key checked on its own (type, unit, range; a message names its line), then
 // `overrides` (lockd's command line, which stands in for the file's keys) applied over them, then
 // the whole validated as lockd will run it (Validate; its message names the file, and says when
-// the command line changed any key). So a file that
-// names etcd but leaves the shard to --shard is valid with --shard and refused without it.
+// the command line changed any key). So a file that names etcd but leaves the shard to --shard
+// is valid with --shard and refused without it.
 Result<Config> LoadConfig(const std::string& path,
                           const std::function<void(Config*)>& overrides = nullptr);
 // Checks ranges and relations between keys.
