@@ -619,13 +619,16 @@ Result<bool> LockEngine::RecoverCas(RemoteMemory& mem, const Ticket& t, Word0 se
   return landed;
 }
 
+void LockEngine::HandOver(Ticket t, Clock::time_point watched) const {
+  t.watched = watched;
+  on_abandon_(t);
+}
+
 void LockEngine::AbandonLapsed(const Ticket& t, Clock::time_point watched, EngineEvents* ev,
                                bool* handed_off) const {
   if (!on_abandon_ || handed_off == nullptr) return;
   Count(&EngineEvents::abandoned, ev);
-  Ticket lapsed = t;
-  lapsed.watched = watched;
-  on_abandon_(lapsed);
+  HandOver(t, watched);
   *handed_off = true;
 }
 
@@ -650,11 +653,7 @@ Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Tic
       // Requests queued behind us count on our ticket: it must be granted and released.
       Count(&EngineEvents::abandoned, ev);
       if (!marked_done || t.record == 0) {
-        if (on_abandon_) {
-          Ticket abandoned = t;
-          abandoned.watched = watched;
-          on_abandon_(abandoned);
-        }
+        if (on_abandon_) HandOver(t, watched);
         return GiveUp::kAbandoned;
       }
       // A request queued between our done mark and our CAS: the ticket is live again, so its
@@ -662,12 +661,11 @@ Result<LockEngine::GiveUp> LockEngine::GiveUpTicket(RemoteMemory& mem, const Tic
       // reaper releases it (and the request behind would wait F x L). A new use, as
       // RearmAfterGiveUp's; waited for, because the reaper ends it on its own QP.
       Ticket again = t;
-      again.watched = watched;
       RemoteOp entry = Rearm(&again);
       const Status written = mem.Execute(entry);
       // The reaper gets the ticket whatever the write did: left in the word, with a request
       // behind it, it would wait for stall recovery (F x L).
-      if (on_abandon_) on_abandon_(again);
+      if (on_abandon_) HandOver(again, watched);
       RDMALOCK_RETURN_IF_ERROR(written);
       return GiveUp::kAbandoned;
     }

@@ -328,6 +328,8 @@ class LockEngine {
   // recovery (F x L).
   void AbandonLapsed(const Ticket& t, Clock::time_point watched, EngineEvents* ev,
                      bool* handed_off) const;
+  // Gives `t` to the abandon handler (set) with its bound (Ticket::watched).
+  void HandOver(Ticket t, Clock::time_point watched) const;
   enum class GiveUp { kWithdrawn, kAbandoned, kGranted, kGone };
   // Gives a queued, not yet granted ticket back: withdraws it if nothing queued behind it and
   // its FA did not freeze the word (a frozen word never thaws before its reset); otherwise

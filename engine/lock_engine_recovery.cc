@@ -25,21 +25,23 @@ Status LockEngine::Drain(RemoteMemory& mem, const Ticket& t, EngineEvents* ev) c
 Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev) const {
   using Outcome = ReapState::Outcome;
   const Ticket& t = r.ticket;
+  // Left to the waiters' stall recovery: over, and the SDK's own entry cleared.
+  const auto give_up = [&] {
+    r.outcome = Outcome::kGaveUp;
+    if (r.own) FreeRecord(mem, t.record, t.record_seq);
+    return true;
+  };
   if (r.unseen) {
     // An earlier step's CAS on this shared ticket may have landed unseen: stepping again could
     // release the ticket a second time, which would count for another reader and could admit a
     // writer beside it. Leave it to the waiters' stall recovery (a ticket released already is
     // nothing to them).
-    r.outcome = Outcome::kGaveUp;
-    if (r.own) FreeRecord(mem, t.record, t.record_seq);
-    return true;
+    return give_up();
   }
   if (r.started && Clock::now() - r.last_issue > params_.lease) {
     // We lost sight of the word for a lease (lockd was descheduled): the word may have been
     // reset meanwhile and the ticket's numbers reused. Leave it to the waiters' stall recovery.
-    r.outcome = Outcome::kGaveUp;
-    if (r.own) FreeRecord(mem, t.record, t.record_seq);
-    return true;
+    return give_up();
   }
   RemoteOp rd = RemoteOp::Read(RegionId::kLocks, Word0Off(t.slot), 16);
   const auto issue = Clock::now();
@@ -56,9 +58,7 @@ Result<bool> LockEngine::Reap(RemoteMemory& mem, ReapState& r, EngineEvents* ev)
     // lockd leaves a ticket it lost sight of. (A READ that completed before watched + F x L saw
     // the word before any skip: its numbers are ours, and so are those of every READ after it
     // within a lease, the check above.)
-    r.outcome = Outcome::kGaveUp;
-    FreeRecord(mem, t.record, t.record_seq);
-    return true;
+    return give_up();
   }
   r.started = true;
   r.last_issue = issue;

@@ -441,9 +441,7 @@ void Client::Impl::FinishWait(AsyncWait& w, bool overdue) {
     // its turn, or the lock's queue would stop at it. Of an ended session it is dropped
     // (lockd frees what the record shows).
     if (!w.frozen && !w.cohort_queued) {
-      Ticket t = w.queued.ticket;
-      t.watched = w.queued.lease_start;  // unwatched since its FA (Ticket::watched)
-      Abandon(w.gen, t);
+      Abandon(w.gen, w.queued.ticket, w.queued.lease_start);  // unwatched since its FA
     }
     FinishUngranted(w.req, w.cohort_owner, chr.status());
     return;

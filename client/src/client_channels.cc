@@ -467,7 +467,7 @@ std::shared_ptr<const sdk::Session> Client::Impl::MakeSession(const Connection& 
   EntryPool* pool = s->pool.get();
   const uint64_t gen = s->gen;
   s->engine = std::make_unique<LockEngine>(
-      p, [this, gen](const Ticket& t) { Abandon(gen, t); },
+      p, [this, gen](const Ticket& t) { Abandon(gen, t, t.watched); },
       [pool](uint64_t record) { pool->Give(record); });
   gen_.store(s->gen, std::memory_order_release);
   return s;
@@ -583,11 +583,8 @@ LockHandle Client::Impl::MakeHandle(ThreadChannel& ch, const Grant& g, Clock::ti
     // The session may yet go on (the keeper sees lockd tick again before it looks at the limit):
     // the grant, lockd's still, goes to the reaper, which releases it and clears its entry. (A
     // session that ends first has lockd free it from the record.)
-    if (linked) {
-      Ticket t = g.ticket;
-      t.watched = g.lease_start;  // no waiter recovers a grant before its lease ends
-      Abandon(ch.session->gen, t);
-    }
+    // No waiter recovers a grant before its lease ends: its lease start bounds a skip.
+    if (linked) Abandon(ch.session->gen, g.ticket, g.lease_start);
   }
   return LockHandle(std::move(state));
 }

@@ -507,7 +507,9 @@ class [[gnu::visibility("hidden")]] Client::Impl
       EXCLUDES(c.mu);
   // Hands a ticket of session `gen` to the reaper thread, which releases it when its turn comes
   // (or drops it once skipped or gone) and clears its record entry (client_reaper.cc).
-  void Abandon(uint64_t gen, const Ticket& t) EXCLUDES(mu_);
+  // `watched`: no waiter can have skipped the ticket before watched + F x L (Ticket::watched;
+  // the reaper leaves it to stall recovery if it cannot look at it before then).
+  void Abandon(uint64_t gen, Ticket t, Clock::time_point watched) EXCLUDES(mu_);
 
   // ---- Cohort handover (client_cohort.cc, cohort.h)
   // The client's cohort table; null with ClientOptions::local_handover off.

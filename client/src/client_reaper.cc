@@ -9,7 +9,8 @@ namespace rdmalock {
 using sdk::Session;
 using sdk::ThreadChannel;
 
-void Client::Impl::Abandon(uint64_t gen, const Ticket& t) {
+void Client::Impl::Abandon(uint64_t gen, Ticket t, Clock::time_point watched) {
+  t.watched = watched;
   {
     MutexLock lk(&mu_);
     if (session_ == nullptr || session_->gen != gen) return;  // the session is gone anyway

@@ -326,9 +326,8 @@ Status ReleaseHeld(LockHandle::State& s, Client::Impl* impl, Teller* tell,
     // (docs/protocol.md §10). Only while the lease runs: the grant is then still this session's,
     // and no waiter has recovered it.
     if (refused_a_connection && lease_runs && impl->session() == state_->ctx->session) {
-      Ticket t = state_->grant.ticket;
-      t.watched = state_->grant.lease_start;  // no waiter recovers a grant before its lease ends
-      impl->Abandon(state_->ctx->session->gen, t);
+      // No waiter recovers a grant before its lease ends: its lease start bounds a skip.
+      impl->Abandon(state_->ctx->session->gen, state_->grant.ticket, state_->grant.lease_start);
     }
   }
   return st;
